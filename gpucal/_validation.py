@@ -1,0 +1,175 @@
+"""Checks on the arrays users hand in: one place, one wording.
+
+Every check names the argument (or column) and says what is wrong and where, e.g.
+``y_prob: 3 values outside [0, 1] (first at row 17: 1.2)``. Nothing is ever clipped or dropped
+silently. Arrays keep their device: numpy stays numpy, cupy stays cupy.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from gpucal._backend import array_namespace, is_cupy_array
+
+SCORE_KINDS = ("probability", "logit")
+
+
+def as_1d_array(x: Any, name: str) -> Any:
+    """Return a 1-D numpy or cupy array from a sequence, numpy/cupy array or a single column.
+
+    Accepts pandas, polars and cudf Series, pyarrow (Chunked)Arrays, numpy and cupy arrays and
+    Python sequences. A cudf Series becomes a cupy array (no host copy).
+    """
+    module = type(x).__module__.split(".")[0]
+    if is_cupy_array(x):
+        arr = x
+    elif module == "cudf":
+        arr = x.to_cupy()
+    elif module == "pandas":
+        arr = x.to_numpy()
+    elif module == "polars":
+        arr = x.to_numpy()
+    elif module == "pyarrow":
+        arr = x.to_numpy(zero_copy_only=False)
+    else:
+        arr = np.asarray(x)
+    if arr.ndim != 1:
+        msg = f"{name}: expected a 1-D array, got shape {tuple(arr.shape)}"
+        raise ValueError(msg)
+    if arr.dtype.kind not in "biuf":
+        msg = f"{name}: expected numbers, got dtype {arr.dtype}"
+        raise TypeError(msg)
+    return arr
+
+
+def _first_bad(mask: Any, values: Any) -> str:
+    """Describe how many entries ``mask`` flags and the first of them."""
+    xp = array_namespace(mask)
+    n_bad = int(xp.count_nonzero(mask))
+    first = int(xp.argmax(mask))
+    return f"{n_bad} value(s) (first at row {first}: {float(values[first])!r})"
+
+
+def _inside_unit_interval(arr: Any) -> bool:
+    """Fast path of the [0, 1] checks: two reductions and no temporaries (a third of the time on 1e7 rows).
+
+    NaN fails both comparisons and +-inf fails one, so any bad value falls through to the full check,
+    which finds it and words the error.
+    """
+    if arr.shape[0] == 0:
+        return True
+    return bool(arr.min() >= 0) and bool(arr.max() <= 1)
+
+
+def check_finite(x: Any, name: str) -> None:
+    """Raise ``ValueError`` when ``x`` holds NaN or +-inf."""
+    xp = array_namespace(x)
+    bad = ~xp.isfinite(x)
+    if bool(bad.any()):
+        msg = f"{name}: {_first_bad(bad, x)} are NaN or infinite"
+        raise ValueError(msg)
+
+
+def check_probabilities(p: Any, name: str = "y_prob") -> Any:
+    """Return ``p`` as a float64 1-D array after checking it is finite and inside [0, 1]."""
+    xp = array_namespace(p)
+    arr = xp.asarray(as_1d_array(p, name), dtype=xp.float64)
+    if _inside_unit_interval(arr):
+        return arr
+    check_finite(arr, name)
+    bad = (arr < 0) | (arr > 1)
+    if bool(bad.any()):
+        msg = f"{name}: {_first_bad(bad, arr)} are outside [0, 1]; pass margins/logits as score_kind='logit'"
+        raise ValueError(msg)
+    return arr
+
+
+def check_scores(s: Any, name: str = "score", kind: str = "probability") -> Any:
+    """Check a model score: a probability in [0, 1] or, with ``kind="logit"``, any finite margin."""
+    if kind not in SCORE_KINDS:
+        msg = f"The 'score_kind' parameter must be one of {SCORE_KINDS}. Got {kind!r} instead."
+        raise ValueError(msg)
+    if kind == "probability":
+        return check_probabilities(s, name)
+    xp = array_namespace(s)
+    arr = xp.asarray(as_1d_array(s, name), dtype=xp.float64)
+    check_finite(arr, name)
+    return arr
+
+
+def check_labels(y: Any, name: str = "y_true", *, allow_soft: bool = True) -> Any:
+    """Return binary labels as float64.
+
+    Labels must be 0 or 1; with ``allow_soft=True`` any value in [0, 1] is accepted and read as
+    the probability of the positive class (a soft or aggregated label: every metric and fit that
+    uses ``y`` only through sums such as ``sum w*y`` treats it exactly as that fraction of a
+    positive row).
+    """
+    xp = array_namespace(y)
+    raw = as_1d_array(y, name)
+    if raw.dtype == bool:
+        raw = raw.astype(xp.int8)
+    arr = xp.asarray(raw, dtype=xp.float64)
+    if allow_soft and _inside_unit_interval(arr):
+        return arr
+    check_finite(arr, name)
+    if allow_soft:
+        bad = (arr < 0) | (arr > 1)
+        rule = "in [0, 1]"
+    else:
+        bad = (arr != 0) & (arr != 1)
+        rule = "0 or 1"
+    if bool(bad.any()):
+        msg = f"{name}: labels must be {rule}; {_first_bad(bad, arr)} are not"
+        raise ValueError(msg)
+    return arr
+
+
+def check_sample_weight(sample_weight: Any, n_rows: int, name: str = "sample_weight", xp: Any = np) -> Any:
+    """Return float64 weights of length ``n_rows``: ones when None; finite, >= 0, not all zero."""
+    if sample_weight is None:
+        return xp.ones(n_rows, dtype=xp.float64)
+    w = as_1d_array(sample_weight, name)
+    w = array_namespace(w).asarray(w, dtype=np.float64)
+    if w.shape[0] != n_rows:
+        msg = f"{name}: has {w.shape[0]} rows, expected {n_rows}"
+        raise ValueError(msg)
+    check_finite(w, name)
+    bad = w < 0
+    if bool(bad.any()):
+        msg = f"{name}: weights must be >= 0; {_first_bad(bad, w)} are negative"
+        raise ValueError(msg)
+    if n_rows and not bool((w > 0).any()):
+        msg = f"{name}: all weights are zero"
+        raise ValueError(msg)
+    return w
+
+
+def check_consistent_length(**arrays: Any) -> int:
+    """Return the common length of the named arrays (None entries are skipped) or raise."""
+    lengths = {k: int(v.shape[0]) for k, v in arrays.items() if v is not None}
+    if len(set(lengths.values())) > 1:
+        shown = ", ".join(f"{k} has {n}" for k, n in lengths.items())
+        msg = f"inputs have different numbers of rows: {shown}"
+        raise ValueError(msg)
+    return next(iter(lengths.values()), 0)
+
+
+def check_not_empty(n_rows: int, name: str = "y_true") -> None:
+    """Raise when there are no rows to compute on."""
+    if n_rows == 0:
+        msg = f"{name}: no rows"
+        raise ValueError(msg)
+
+
+def check_invariant(condition: bool, message: str) -> None:
+    """Raise ``RuntimeError`` when an internal invariant fails (unlike ``assert``, survives ``python -O``).
+
+    For gpucal's own bugs, never for bad user input: those get a ``ValueError``/``TypeError``
+    naming the argument.
+    """
+    if not condition:
+        msg = f"internal error in gpucal: {message}; please report it"
+        raise RuntimeError(msg)
