@@ -1,0 +1,158 @@
+"""Numba CPU twin of the group-sum kernel: the fast CPU path, deterministic by construction.
+
+Two parallel schedules, both with a fixed summation order (so repeated runs, and runs on machines with
+different thread counts, are bit-identical):
+
+* **row chunks** (``n_chunks >= 1``): the rows are cut into ``n_chunks`` fixed chunks; each chunk
+  fills a private histogram (rows read once, all features per row) and the private histograms are
+  added in chunk order. A private bin holds ``PADDED_STATS = 8`` float64 (64 bytes) and the buffer is
+  64-byte aligned, so one row's update of one feature touches one cache line: this halves the time
+  against the packed 7-stat layout (measured on 10**6 x 8 rows, 1 thread, 112 -> 51 ms);
+* **features** (``n_chunks == 0``): one task per feature writes straight into the output, since
+  feature ``j`` owns bins ``offsets[j]:offsets[j] + n_values[j]``; used when even one padded copy of
+  the histogram exceeds ``PRIVATE_HIST_BYTES``.
+
+``n_chunks`` depends only on the input sizes (``row_chunk_count``), never on the thread count.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+from kernels._rowmath import group_row_stats
+from kernels.group_sums_oracle import N_STATS
+
+# At most this many private histograms: 16 threads busy, or a few chunks per thread for load balance on
+# small machines. More chunks cost memory and reduction time and did not help (2 cores, 1e7 x 8 rows).
+MAX_ROW_CHUNKS = 16
+# A chunk smaller than this spends more time zeroing and reducing its histogram than adding rows.
+MIN_ROWS_PER_CHUNK = 1 << 16
+# Memory for all private histograms together (bytes); larger histograms use the feature schedule.
+PRIVATE_HIST_BYTES = 256 << 20
+# Private bins are padded to one 64-byte cache line.
+PADDED_STATS = 8
+CACHE_LINE_BYTES = 64
+
+
+def row_chunk_count(n_rows: int, n_hist_bins: int) -> int:
+    """Return the number of row chunks for ``n_rows`` rows and ``n_hist_bins`` (node, bin) pairs.
+
+    0 selects the feature schedule (one padded copy of the histogram would not fit the budget).
+    """
+    by_memory = PRIVATE_HIST_BYTES // max(1, 8 * PADDED_STATS * n_hist_bins)
+    if by_memory < 1:
+        return 0
+    return int(max(1, min(MAX_ROW_CHUNKS, n_rows // MIN_ROWS_PER_CHUNK, by_memory)))
+
+
+def aligned_zeros(n_chunks: int, n_hist_bins: int) -> np.ndarray:
+    """Return zeros of shape ``(n_chunks, n_hist_bins * PADDED_STATS)`` starting on a cache line."""
+    n = n_chunks * n_hist_bins * PADDED_STATS
+    raw = np.zeros(n + CACHE_LINE_BYTES // 8, dtype=np.float64)
+    start = (-raw.ctypes.data % CACHE_LINE_BYTES) // 8
+    return raw[start : start + n].reshape(n_chunks, n_hist_bins * PADDED_STATS)
+
+
+@numba.njit(cache=True)
+def _add_rows(
+    hist, width, codes, f, y, w, node_idx, offsets, n_bins, start, stop, first_feature, stop_feature
+):
+    """Add rows ``start:stop`` of features ``first_feature:stop_feature`` into ``hist`` (width per bin)."""
+    has_nodes = node_idx.shape[0] > 0
+    has_w = w.shape[0] > 0
+    for i in range(start, stop):
+        node = node_idx[i] if has_nodes else 0
+        if node < 0:
+            continue
+        wi = w[i] if has_w else 1.0
+        s0, s1, s2, s3, s4, s5, s6 = group_row_stats(f[i], y[i], wi)
+        node_base = node * n_bins
+        for j in range(first_feature, stop_feature):
+            base = (node_base + offsets[j] + codes[i, j]) * width
+            hist[base] += s0
+            hist[base + 1] += s1
+            hist[base + 2] += s2
+            hist[base + 3] += s3
+            hist[base + 4] += s4
+            hist[base + 5] += s5
+            hist[base + 6] += s6
+
+
+def group_sums_cpu(codes, f, y, w, node_idx, offsets, n_nodes, n_bins, n_chunks):
+    """Return the flat group-sum histogram ``(n_nodes * n_bins * N_STATS,)`` float64.
+
+    Arrays are C-contiguous, ``f``, ``y``, ``w`` float64 and ``node_idx`` int32; ``w`` and ``node_idx``
+    of length 0 mean unit weights and a single node 0 (no copy is made). ``n_chunks`` comes from
+    ``row_chunk_count``. The work is split over three jitted functions so that only the small
+    row-adding ones are compiled once per code dtype (parallel functions are slow to compile).
+    """
+    n_hist_bins = n_nodes * n_bins
+    if n_chunks == 0:
+        out = np.zeros(n_hist_bins * N_STATS, dtype=np.float64)
+        _fill_by_feature(out, codes, f, y, w, node_idx, offsets, n_bins)
+        return out
+    private = aligned_zeros(n_chunks, n_hist_bins)
+    _fill_by_chunk(private, codes, f, y, w, node_idx, offsets, n_bins)
+    return _reduce_chunks(private)
+
+
+@numba.njit(parallel=True, cache=True)
+def _fill_by_feature(out, codes, f, y, w, node_idx, offsets, n_bins):
+    """Feature schedule: feature ``j`` owns its bins, so one task per feature adds its rows in order."""
+    n, d = codes.shape
+    for j in numba.prange(d):
+        _add_rows(out, N_STATS, codes, f, y, w, node_idx, offsets, n_bins, 0, n, j, j + 1)
+
+
+@numba.njit(parallel=True, cache=True)
+def _fill_by_chunk(private, codes, f, y, w, node_idx, offsets, n_bins):
+    """Row-chunk schedule: chunk ``c`` of the rows fills ``private[c]``, all features per row."""
+    n, d = codes.shape
+    n_chunks = private.shape[0]
+    chunk = (n + n_chunks - 1) // n_chunks
+    for c in numba.prange(n_chunks):
+        stop = min(n, (c + 1) * chunk)
+        _add_rows(private[c], PADDED_STATS, codes, f, y, w, node_idx, offsets, n_bins, c * chunk, stop, 0, d)
+
+
+@numba.njit(parallel=True, cache=True)
+def _reduce_chunks(private):
+    """Add the padded private histograms in chunk order into a packed ``N_STATS``-per-bin histogram."""
+    n_chunks = private.shape[0]
+    n_hist_bins = private.shape[1] // PADDED_STATS
+    out = np.empty(n_hist_bins * N_STATS, dtype=np.float64)
+    for b in numba.prange(n_hist_bins):
+        for s in range(N_STATS):
+            acc = 0.0
+            for c in range(n_chunks):
+                acc += private[c, b * PADDED_STATS + s]
+            out[b * N_STATS + s] = acc
+    return out
+
+
+@numba.njit(parallel=True, cache=True)
+def code_range(codes):
+    """Return the per-feature minimum and maximum of ``codes`` (int64 arrays), for ``n >= 1`` rows."""
+    n, d = codes.shape
+    n_chunks = max(1, min(MAX_ROW_CHUNKS, n // MIN_ROWS_PER_CHUNK))
+    chunk = (n + n_chunks - 1) // n_chunks
+    lows = np.empty((n_chunks, d), dtype=np.int64)
+    highs = np.empty((n_chunks, d), dtype=np.int64)
+    for c in numba.prange(n_chunks):
+        # Chunk-local extremes in the codes' own dtype: no aliasing with the shared arrays, and vectorisable.
+        low = codes[c * chunk].copy()
+        high = codes[c * chunk].copy()
+        for i in range(c * chunk, min(n, (c + 1) * chunk)):
+            for j in range(d):
+                low[j] = min(low[j], codes[i, j])
+                high[j] = max(high[j], codes[i, j])
+        lows[c] = low
+        highs[c] = high
+    low = lows[0].copy()
+    high = highs[0].copy()
+    for c in range(1, n_chunks):
+        for j in range(d):
+            low[j] = min(low[j], lows[c, j])
+            high[j] = max(high[j], highs[c, j])
+    return low, high

@@ -1,0 +1,36 @@
+"""Runs the CUDA kernels in numba-cuda's simulator (``tests/cudasim/sim_kernels.py``) in a child process.
+
+``NUMBA_ENABLE_CUDASIM=1`` must be set before numba is first imported, and this process has imported
+numba already, so the simulator suite runs in a child pytest with the variable set.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+SUITE = Path(__file__).resolve().parent / "cudasim" / "sim_kernels.py"
+
+
+def test_simulator_suite_matches_the_oracle():
+    repo = SUITE.parent.parent.parent
+    env = {
+        **os.environ,
+        "NUMBA_ENABLE_CUDASIM": "1",
+        "PYTHONPATH": os.pathsep.join([str(repo), os.environ.get("PYTHONPATH", "")]),
+    }
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(SUITE)],
+        cwd=repo,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert run.returncode == 0, run.stdout[-6000:] + run.stderr[-3000:]
+    summary = run.stdout.strip().splitlines()[-1]
+    assert " passed" in summary, summary
+    assert "skipped" not in summary, summary

@@ -1,0 +1,49 @@
+"""``import kernels`` and ``import gpucal`` load no GPU module: numba.cuda loads on the CUDA path only."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import kernels
+
+REPO = Path(kernels.__file__).resolve().parent.parent
+# Module prefixes that only the CUDA path may load.
+GPU_MODULES = ("numba.cuda", "numba_cuda.", "cupy", "cudf", "dask_cuda")
+SCRIPT = """
+import sys
+import {package}
+loaded = sorted(m for m in sys.modules if m == "numba.cuda" or m.startswith({prefixes!r}))
+print(",".join(loaded))
+"""
+
+
+@pytest.mark.parametrize("package", ["kernels", "gpucal"])
+def test_import_loads_no_gpu_module(package):
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    env.pop("NUMBA_ENABLE_CUDASIM", None)
+    code = SCRIPT.format(package=package, prefixes=GPU_MODULES)
+    run = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, check=True
+    )
+    assert run.stdout.strip() == "", f"import {package} loaded {run.stdout.strip()}"
+
+
+def test_cpu_calls_load_no_gpu_module():
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    env.pop("NUMBA_ENABLE_CUDASIM", None)
+    code = SCRIPT.format(package="kernels", prefixes=GPU_MODULES).replace(
+        "loaded =",
+        "import numpy as np\n"
+        "kernels.group_sums(np.zeros((3, 1), np.int8), np.ones(3), np.ones(3))\n"
+        "kernels.view_sums(np.ones(3), np.ones(3), n_views=1, bin_size=1, seed=0)\n"
+        "loaded =",
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, check=True
+    )
+    assert run.stdout.strip() == "", f"CPU calls loaded {run.stdout.strip()}"
