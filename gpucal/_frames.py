@@ -1,0 +1,577 @@
+"""Data in, data out: turn what users hold into device arrays, and results back into their family.
+
+Families
+--------
+``X`` may be a dataframe (pandas, cudf, polars, pyarrow ``Table``/``RecordBatch``, or a ``dict`` of
+1-D columns) or, for calibrators that need no features, a 1-D score array (numpy, cupy, a pandas,
+cudf or polars Series, a pyarrow (Chunked)Array, or a Python sequence). Libraries are recognised by
+the module name of ``type(X)`` before anything is imported, so ``import gpucal`` imports no GPU
+library; cudf and cupy are imported only when a result must be built in their family.
+:func:`input_family` is the one ``if/elif`` ladder; each family has a named converter below it.
+
+What comes out
+--------------
+:func:`split_input` returns the validated score column as a float64 numpy array (cupy for cudf and
+cupy inputs: no host copy) and each feature column as a :class:`Column`, the single form the
+:class:`~gpucal.encoding.FeatureEncoder` reads: numbers stay a numeric array (NaN marks missing),
+everything read by value (strings, categoricals, booleans) becomes integer codes into a small host
+array of categories (-1 marks missing). Labels and sample weights are taken as arrays, never as
+column names: pass ``df["y"]``, not ``"y"``.
+
+Output type precedence
+----------------------
+This is the only place the rule is written down. A result is returned in
+
+1. the family named by the estimator's ``output_type`` parameter, when it is not ``"input"``;
+2. otherwise the family of the ``X`` given to *that* call (``predict``'s ``X``, not ``fit``'s):
+   cudf in, cudf Series out; pandas in, pandas Series out with ``X``'s index; polars in, polars
+   Series out; pyarrow in, pyarrow Array out; numpy / sequences / ``dict`` in, numpy out; cupy in,
+   cupy out.
+
+Moving between host and device costs one copy of the result; nothing else is converted.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from gpucal._backend import array_namespace, is_cupy_array, to_numpy
+from gpucal._validation import check_invariant, check_not_empty, check_scores
+
+FAMILIES = ("numpy", "cupy", "pandas", "cudf", "polars", "pyarrow")
+OUTPUT_TYPES = ("input", *FAMILIES)
+
+
+@dataclass(frozen=True)
+class InputInfo:
+    """What a caller handed in, kept so results can be returned in the same family.
+
+    Attributes
+    ----------
+    family : str
+        One of :data:`FAMILIES`.
+    n_rows : int
+        Number of rows.
+    index : object or None
+        The pandas or cudf index of ``X`` (put back on results), else None.
+    name : hashable or None
+        Name for a returned Series: the score column of a frame or the name of a Series.
+    """
+
+    family: str
+    n_rows: int
+    index: Any = None
+    name: Hashable | None = None
+
+
+@dataclass(frozen=True)
+class Column:
+    """One feature column in the form the encoder reads.
+
+    Attributes
+    ----------
+    values : array
+        1-D numpy or cupy array. When ``categories`` is None: numbers (int, uint or float; NaN is
+        missing). Otherwise: integer codes into ``categories``, -1 for missing.
+    categories : numpy.ndarray or None
+        Host array of the values the codes stand for (may hold values no row uses, and repeats).
+    dtype : str
+        The column's dtype in the caller's library, for error messages.
+    """
+
+    values: Any
+    categories: np.ndarray | None
+    dtype: str
+
+    @property
+    def is_numeric(self) -> bool:
+        """True for a numeric column, False for one read by value."""
+        return self.categories is None
+
+
+@dataclass(frozen=True)
+class SplitInput:
+    """Result of :func:`split_input`: the score array, the feature columns and the input's description."""
+
+    info: InputInfo
+    score: Any
+    features: dict[Hashable, Column] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class _Frame:
+    """A dataframe seen through its column names and a per-column converter (nothing copied yet)."""
+
+    family: str
+    names: list[Hashable]
+    n_rows: int
+    get: Callable[[Hashable], Any]  # the raw 1-D column of the caller's library
+    index: Any = None
+
+
+# --------------------------------------------------------------------------------------------------
+# The ladder
+
+
+def _module(x: Any) -> str:
+    return type(x).__module__.split(".")[0]
+
+
+def input_family(x: Any, name: str = "X") -> str:
+    """Return the family of ``x`` (one of :data:`FAMILIES`) without importing any library.
+
+    Python sequences and ``dict`` of columns count as ``"numpy"``; a ``dict`` of cupy arrays as
+    ``"cupy"``.
+    """
+    module = _module(x)
+    if isinstance(x, np.ndarray):
+        return "numpy"
+    elif is_cupy_array(x):
+        return "cupy"
+    elif module in ("pandas", "cudf", "polars", "pyarrow"):
+        return module
+    elif isinstance(x, Mapping):
+        return "cupy" if any(is_cupy_array(v) for v in x.values()) else "numpy"
+    elif isinstance(x, Sequence) and not isinstance(x, str | bytes):
+        return "numpy"
+    msg = (
+        f"{name}: unsupported type {type(x).__module__}.{type(x).__qualname__}; expected a pandas, cudf, "
+        "polars or pyarrow dataframe, a dict of columns, or a 1-D array/Series of scores"
+    )
+    raise TypeError(msg)
+
+
+def _as_frame_or_1d(x: Any, name: str) -> _Frame | Any:
+    """Return a :class:`_Frame` for a dataframe, or the 1-D object itself for a score array."""
+    family = input_family(x, name)
+    kind = type(x).__name__
+    if family in ("numpy", "cupy"):
+        return _mapping_frame(x, family, name) if isinstance(x, Mapping) else _array_1d(x, name)
+    elif family == "pandas":
+        return _pandas_frame(x, name) if kind == "DataFrame" else _check_series(x, kind, name)
+    elif family == "cudf":
+        return _cudf_frame(x, name) if kind == "DataFrame" else _check_series(x, kind, name)
+    elif family == "polars":
+        return _polars_frame(x, name) if kind == "DataFrame" else _check_series(x, kind, name)
+    # pyarrow: input_family has already raised for anything else
+    return _arrow_frame(x, name) if kind in ("Table", "RecordBatch") else _check_series(x, kind, name)
+
+
+def _check_series(x: Any, kind: str, name: str) -> Any:
+    if kind not in ("Series", "Array", "ChunkedArray") and not kind.endswith("Array"):
+        msg = (
+            f"{name}: unsupported type {type(x).__module__}.{kind}; "
+            "expected a dataframe or a 1-D Series/Array"
+        )
+        if kind == "LazyFrame":
+            msg += " (call .collect() first)"
+        raise TypeError(msg)
+    return x
+
+
+def _array_1d(x: Any, name: str) -> Any:
+    arr = x if is_cupy_array(x) else np.asarray(x)
+    if arr.ndim == 0:
+        msg = f"{name}: expected a dataframe or a 1-D array of scores, got the scalar {x!r}"
+        raise ValueError(msg)
+    if arr.ndim != 1:
+        msg = (
+            f"{name}: a {arr.ndim}-D array has no column names; pass a dataframe (or a dict of columns) "
+            "with a score column and feature columns, or a 1-D score array"
+        )
+        raise ValueError(msg)
+    return arr
+
+
+def _check_unique_names(names: list[Hashable], name: str) -> None:
+    dup = [c for c, count in Counter(names).items() if count > 1]
+    if dup:
+        msg = f"{name}: duplicate column names {sorted(map(repr, dup))}; column names must be unique"
+        raise ValueError(msg)
+
+
+def _pandas_frame(x: Any, name: str) -> _Frame:
+    names = list(x.columns)
+    _check_unique_names(names, name)
+    return _Frame("pandas", names, len(x), lambda c: x[c], index=x.index)
+
+
+def _cudf_frame(x: Any, name: str) -> _Frame:
+    names = list(x.columns)
+    _check_unique_names(names, name)
+    return _Frame("cudf", names, len(x), lambda c: x[c], index=x.index)
+
+
+def _polars_frame(x: Any, name: str) -> _Frame:
+    return _Frame("polars", list(x.columns), x.height, x.get_column)
+
+
+def _arrow_frame(x: Any, name: str) -> _Frame:
+    names = list(x.column_names)
+    _check_unique_names(names, name)
+    return _Frame("pyarrow", names, x.num_rows, x.column)
+
+
+def _mapping_frame(x: Mapping[Hashable, Any], family: str, name: str) -> _Frame:
+    cols = {k: _array_1d(v, f"{name}[{k!r}]") for k, v in x.items()}
+    lengths = {k: int(v.shape[0]) for k, v in cols.items()}
+    if len(set(lengths.values())) > 1:
+        shown = ", ".join(f"{k!r} has {n}" for k, n in lengths.items())
+        msg = f"{name}: columns have different numbers of rows: {shown}"
+        raise ValueError(msg)
+    return _Frame(family, list(cols), next(iter(lengths.values()), 0), cols.__getitem__)
+
+
+# --------------------------------------------------------------------------------------------------
+# One column to numbers or codes, per family
+
+
+def as_column(x: Any, name: str) -> Column:
+    """Convert one 1-D column of any family to a :class:`Column` (the encoder's input form).
+
+    Numbers (int, uint, float; nullable ints become float64 with NaN for missing) stay numeric.
+    Read by value: booleans, strings, pandas/polars categoricals and enums, pyarrow dictionaries,
+    and numpy/pandas object columns. Dates, times and nested types raise ``TypeError``.
+    """
+    family = input_family(x, name)
+    if family in ("numpy", "cupy"):
+        return _array_column(_array_1d(x, name), name)
+    elif family == "pandas":
+        return _pandas_column(x, name)
+    elif family == "cudf":
+        return _cudf_column(x, name)
+    elif family == "polars":
+        return _polars_column(x, name)
+    return _arrow_column(x, name)
+
+
+def _unsupported_dtype(name: str, dtype: Any) -> TypeError:
+    msg = (
+        f"{name}: unsupported dtype {dtype}; "
+        "feature columns must hold numbers, booleans, strings or categories"
+    )
+    return TypeError(msg)
+
+
+def _bool_column(values: Any, dtype: str) -> Column:
+    xp = array_namespace(values)
+    return Column(values.astype(xp.int8), np.array([False, True]), dtype)
+
+
+def _array_column(arr: Any, name: str) -> Column:
+    kind = arr.dtype.kind
+    if kind == "b":
+        return _bool_column(arr, str(arr.dtype))
+    if kind in "iuf":
+        return Column(arr, None, str(arr.dtype))
+    if kind in "OUS" and not is_cupy_array(arr):
+        return _factorize_objects(arr, name)
+    raise _unsupported_dtype(name, arr.dtype)
+
+
+def _factorize_objects(values: Any, name: str) -> Column:
+    """Codes by value for host strings/objects (NaN, None and pd.NA are missing)."""
+    import pandas as pd
+
+    try:
+        codes, uniques = pd.factorize(values, use_na_sentinel=True)
+    except TypeError as exc:  # unhashable values such as lists
+        msg = (
+            f"{name}: cannot encode its values by value ({exc}); feature columns must hold numbers or strings"
+        )
+        raise TypeError(msg) from exc
+    return Column(codes, np.asarray(uniques, dtype=object), str(values.dtype))
+
+
+def _pandas_column(s: Any, name: str) -> Column:
+    import pandas as pd
+
+    dtype = s.dtype
+    if isinstance(dtype, pd.CategoricalDtype):
+        return Column(s.cat.codes.to_numpy(), s.cat.categories.to_numpy(), str(dtype))
+    if isinstance(dtype, pd.ArrowDtype):
+        import pyarrow as pa
+
+        return _arrow_column(pa.array(s.array), name)
+    if pd.api.types.is_bool_dtype(dtype):
+        codes = s.to_numpy(dtype=np.int8, na_value=-1) if s.hasnans else s.to_numpy(dtype=np.int8)
+        return Column(codes, np.array([False, True]), str(dtype))
+    if pd.api.types.is_numeric_dtype(dtype):
+        if s.hasnans:
+            return Column(s.to_numpy(dtype=np.float64, na_value=np.nan), None, str(dtype))
+        return Column(s.to_numpy(dtype=getattr(dtype, "numpy_dtype", dtype)), None, str(dtype))
+    if pd.api.types.is_string_dtype(dtype) or pd.api.types.is_object_dtype(dtype):
+        return _factorize_objects(s, name)
+    raise _unsupported_dtype(name, dtype)
+
+
+def _polars_column(s: Any, name: str) -> Column:
+    import polars as pl
+
+    dtype = s.dtype
+    if dtype == pl.Boolean:
+        return Column(s.cast(pl.Int8).fill_null(-1).to_numpy(), np.array([False, True]), str(dtype))
+    if dtype.is_integer() or dtype.is_float():
+        return Column(s.to_numpy(), None, str(dtype))  # nulls become NaN
+    if dtype == pl.Decimal:
+        return Column(s.cast(pl.Float64).to_numpy(), None, str(dtype))
+    if dtype in (pl.String, pl.Categorical, pl.Enum, pl.Null):
+        return _arrow_column(s.to_arrow(), name)
+    raise _unsupported_dtype(name, dtype)
+
+
+def _arrow_column(a: Any, name: str) -> Column:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    t = a.type
+    if pa.types.is_null(t):
+        return Column(np.full(len(a), -1, dtype=np.int8), np.array([], dtype=object), str(t))
+    if pa.types.is_boolean(t):
+        codes = pc.fill_null(pc.cast(a, pa.int8()), -1)
+        return Column(codes.to_numpy(), np.array([False, True]), str(t))
+    if pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_decimal(t):
+        if pa.types.is_decimal(t) or a.null_count:
+            a = pc.cast(a, pa.float64())  # nulls become NaN below
+        return Column(a.to_numpy(zero_copy_only=False), None, str(t))
+    if not pa.types.is_dictionary(t):
+        if not (pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t)):
+            raise _unsupported_dtype(name, t)
+        a = pc.dictionary_encode(a)
+    if isinstance(a, pa.ChunkedArray):
+        a = a.unify_dictionaries().combine_chunks() if a.num_chunks else pa.array([], type=a.type)
+    codes = pc.fill_null(pc.cast(a.indices, pa.int64()), -1).to_numpy()
+    categories = a.dictionary.to_numpy(zero_copy_only=False)
+    if a.dictionary.null_count:  # a null entry in the dictionary is a missing value, not a category
+        null_entry = np.flatnonzero(a.dictionary.is_null().to_numpy(zero_copy_only=False))
+        codes = np.where(np.isin(codes, null_entry), -1, codes)
+    return Column(codes, np.asarray(categories, dtype=object), str(t))
+
+
+def _cudf_column(s: Any, name: str) -> Column:
+    """cudf Series -> Column, on the device. Not exercised by CI (no GPU); keep it small.
+
+    Strings go through cudf's own categorical conversion so that only the (small) category list
+    is copied to the host.
+    """
+    dtype = s.dtype
+    kind = getattr(dtype, "kind", "")
+    if kind == "b":
+        if s.has_nulls:
+            return Column(s.astype("int8").fillna(-1).to_cupy(), np.array([False, True]), str(dtype))
+        return _bool_column(s.to_cupy(), str(dtype))
+    if kind in "iuf" and kind:
+        if s.has_nulls:
+            return Column(s.astype("float64").to_cupy(na_value=np.nan), None, str(dtype))
+        return Column(s.to_cupy(), None, str(dtype))
+    if str(dtype) in ("object", "str", "string") or str(dtype) == "category":
+        cat = s if str(dtype) == "category" else s.astype("category")
+        codes = cat.cat.codes.astype("int32").where(cat.notna(), -1).to_cupy()
+        return Column(codes, np.asarray(cat.cat.categories.to_pandas(), dtype=object), str(dtype))
+    raise _unsupported_dtype(name, dtype)
+
+
+# --------------------------------------------------------------------------------------------------
+# Public entry points
+
+
+def describe_input(X: Any, *, score_col: Hashable = "score", name: str = "X") -> InputInfo:
+    """Describe ``X`` (family, rows, index, output name) without converting any column."""
+    obj = _as_frame_or_1d(X, name)
+    if isinstance(obj, _Frame):
+        out_name = score_col if score_col in obj.names else None
+        return InputInfo(obj.family, obj.n_rows, obj.index, out_name)
+    family = input_family(X, name)
+    return InputInfo(family, len(obj), getattr(obj, "index", None), getattr(obj, "name", None))
+
+
+def frame_columns(
+    X: Any, columns: Sequence[Hashable] | None = None, *, name: str = "X"
+) -> dict[Hashable, Column]:
+    """Return the named columns of a dataframe (all of them when ``columns`` is None) as :class:`Column`.
+
+    ``X`` may also be a ``dict`` whose values are already :class:`Column` (what :func:`split_input`
+    returns as ``features``); it is then only checked, not converted.
+
+    Raises
+    ------
+    TypeError
+        ``X`` is not a dataframe or ``dict`` of columns, or a column has an unsupported dtype.
+    KeyError
+        A requested column is missing (the message lists the missing and the available columns).
+    """
+    if isinstance(X, Mapping) and X and all(isinstance(v, Column) for v in X.values()):
+        names = list(X)
+        get: Callable[[Hashable], Any] = X.__getitem__
+    else:
+        obj = _as_frame_or_1d(X, name)
+        if not isinstance(obj, _Frame):
+            msg = f"{name}: expected a dataframe or a dict of columns, got a 1-D {type(X).__qualname__}"
+            raise TypeError(msg)
+        names, get = obj.names, obj.get
+    wanted = names if columns is None else list(columns)
+    missing = [c for c in wanted if c not in names]
+    if missing:
+        msg = f"{name}: column(s) {missing} not found; available columns: {names}"
+        raise KeyError(msg)
+    out = {c: get(c) for c in wanted}
+    return {c: v if isinstance(v, Column) else as_column(v, f"{name}[{c!r}]") for c, v in out.items()}
+
+
+def _resolve_feature_cols(
+    names: list[Hashable], score_col: Hashable, feature_cols: Any, name: str
+) -> list[Hashable]:
+    if feature_cols is None:
+        return [c for c in names if c != score_col]
+    cols = [feature_cols] if isinstance(feature_cols, str) else list(feature_cols)
+    _check_unique_names(cols, "feature_cols")
+    if score_col in cols:
+        msg = f"feature_cols: lists the score column {score_col!r}; the score cannot also be a feature"
+        raise ValueError(msg)
+    missing = [c for c in cols if c not in names]
+    if missing:
+        msg = f"feature_cols: column(s) {missing} not found in {name}; available columns: {names}"
+        raise KeyError(msg)
+    return cols
+
+
+def split_input(
+    X: Any,
+    *,
+    score_col: Hashable = "score",
+    feature_cols: Sequence[Hashable] | str | None = None,
+    score_kind: str = "probability",
+    require_features: bool = False,
+    allow_empty: bool = False,
+    name: str = "X",
+) -> SplitInput:
+    """Split ``X`` into its validated score array and its feature columns.
+
+    Parameters
+    ----------
+    X : dataframe, dict of columns, or 1-D array
+        A pandas, cudf, polars or pyarrow dataframe, or a ``dict`` of 1-D columns; or, when no
+        features are needed, a 1-D array or Series of scores.
+    score_col : hashable, default="score"
+        Name of the score column of a dataframe. Ignored for a 1-D ``X``.
+    feature_cols : list of hashable, str or None, default=None
+        Feature column names; None means every column except ``score_col``. A single string is
+        one column name. ``[]`` means no features.
+    score_kind : {"probability", "logit"}, default="probability"
+        Probabilities must lie in [0, 1]; logits (margins) only need to be finite.
+    require_features : bool, default=False
+        Raise when no feature column is left (for calibrators that condition on features).
+    allow_empty : bool, default=False
+        Accept an ``X`` with no rows (prediction on an empty batch); fitting never allows it.
+    name : str, default="X"
+        How ``X`` is called in error messages.
+
+    Returns
+    -------
+    SplitInput
+        ``score``: float64 1-D numpy array (cupy for cudf/cupy inputs); ``features``: an ordered
+        ``dict`` of :class:`Column`; ``info``: the :class:`InputInfo` used to build outputs.
+
+    Raises
+    ------
+    TypeError
+        ``X`` or a column has an unsupported type.
+    KeyError
+        ``score_col`` or a name in ``feature_cols`` is not a column (the message lists the columns).
+    ValueError
+        Duplicate column names, the score column listed as a feature, no rows, no features when
+        required, or a score that is not finite / outside [0, 1] (the message names the column and
+        the first bad row).
+    """
+    obj = _as_frame_or_1d(X, name)
+    if isinstance(obj, _Frame):
+        if score_col not in obj.names:
+            msg = (
+                f"{name}: score column {score_col!r} not found (set score_col=); "
+                f"available columns: {obj.names}"
+            )
+            raise KeyError(msg)
+        cols = _resolve_feature_cols(obj.names, score_col, feature_cols, name)
+        info = InputInfo(obj.family, obj.n_rows, obj.index, score_col)
+        score_name = f"{name}[{score_col!r}]"
+        raw_score = obj.get(score_col)
+        features = {c: as_column(obj.get(c), f"{name}[{c!r}]") for c in cols}
+    else:
+        if feature_cols:
+            msg = f"feature_cols: {name} is a 1-D score array and has no columns; pass a dataframe instead"
+            raise ValueError(msg)
+        index, series_name = getattr(obj, "index", None), getattr(obj, "name", None)
+        info = InputInfo(input_family(X, name), len(obj), index, series_name)
+        score_name, raw_score, features = name, obj, {}
+    if not allow_empty:
+        check_not_empty(info.n_rows, name)
+    if require_features and not features:
+        msg = f"{name}: no feature columns; this calibrator needs at least one (see feature_cols)"
+        raise ValueError(msg)
+    score = check_scores(raw_score, score_name, kind=score_kind)
+    if features:
+        array_namespace(score, *(c.values for c in features.values()))  # one device for every column
+    return SplitInput(info, score, features)
+
+
+def wrap_output(
+    values: Any, info: InputInfo, *, name: Hashable | None = None, output_type: str = "input"
+) -> Any:
+    """Return the 1-D result ``values`` (numpy or cupy) in the family chosen by the precedence rule.
+
+    Parameters
+    ----------
+    values : numpy.ndarray or cupy.ndarray
+        One value per input row.
+    info : InputInfo
+        From :func:`split_input` or :func:`describe_input` on the call's ``X``.
+    name : hashable, optional
+        Series name; defaults to ``info.name`` (the score column or the input Series' name).
+    output_type : {"input", "numpy", "cupy", "pandas", "cudf", "polars", "pyarrow"}, default="input"
+        ``"input"`` returns ``info.family``; anything else overrides it (module docstring).
+    """
+    if output_type not in OUTPUT_TYPES:
+        msg = f"The 'output_type' parameter must be one of {OUTPUT_TYPES}. Got {output_type!r} instead."
+        raise ValueError(msg)
+    matches = values.ndim == 1 and values.shape[0] == info.n_rows
+    check_invariant(matches, "result does not match the input rows")
+    family = info.family if output_type == "input" else output_type
+    name = info.name if name is None else name
+    index = info.index if family == info.family else None
+    if family == "numpy":
+        return to_numpy(values)
+    elif family == "cupy":
+        return _to_cupy(values)
+    elif family == "pandas":
+        import pandas as pd
+
+        return pd.Series(to_numpy(values), index=_host_index(index), name=name)
+    elif family == "cudf":
+        import cudf
+
+        return cudf.Series(_to_cupy(values), index=index, name=name)
+    elif family == "polars":
+        import polars as pl
+
+        return pl.Series("" if name is None else str(name), to_numpy(values))
+    import pyarrow as pa
+
+    return pa.array(to_numpy(values))
+
+
+def _to_cupy(values: Any) -> Any:
+    if is_cupy_array(values):
+        return values
+    import cupy
+
+    return cupy.asarray(values)
+
+
+def _host_index(index: Any) -> Any:
+    """A cudf index becomes a pandas index for pandas output; a pandas index is returned as is."""
+    return index.to_pandas() if index is not None and _module(index) == "cudf" else index

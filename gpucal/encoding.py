@@ -1,0 +1,544 @@
+"""Feature columns to dense integer codes, the input of the group-sum kernel.
+
+Each feature column ``j`` becomes codes in ``[0, n_values_[j])``:
+
+========================  ======================================================================
+column                    codes
+========================  ======================================================================
+numbers (int, float)      quantile bins ``0 .. k-1`` (``k <= n_bins``), then the missing code ``k``
+by value (strings,        the distinct values seen at fit time, sorted, ``0 .. k-1``; the missing
+categoricals, enums,      code ``k``; with ``handle_unseen="separate"`` (default) the unseen code
+booleans, and numbers     ``k + 1``
+listed in
+``categorical_cols``)
+========================  ======================================================================
+
+Rules
+-----
+* **Missing** (NaN, None, null, pd.NA, a categorical's code -1) always has its own code, present
+  even when the fit data had no missing value, so new data with gaps needs no refit.
+* **Bins.** The cut points are the quantiles at levels ``1/n_bins, ..., (n_bins-1)/n_bins`` of the
+  finite fit values by the inverted CDF (numpy's ``method="inverted_cdf"``: the smallest fit value
+  whose share of the rows, or of ``sample_weight``, reaches the level), with duplicates and cuts
+  equal to the minimum removed. Cuts are thus fit values and every bin holds fit rows; a value
+  carrying more than ``1/n_bins`` of the weight starts a bin, so a column whose distinct values
+  all do (few distinct values) gets one bin per value. Bin ``b`` is ``[c_{b-1}, c_b)`` with
+  ``c_{-1} = -inf`` and ``c_k = +inf``: values outside the fit range, and +-inf, fall into the
+  first or last bin.
+* **Unseen values** (a category that no fit row had) follow ``handle_unseen``:
+  ``"separate"`` gives them their own code, which no fit row has, so any statistic fitted on the
+  codes is empty there and a calibrator falls back to its feature-free answer instead of borrowing
+  another group's; ``"missing"`` gives them the missing code; ``"error"`` raises, naming the column
+  and an unseen value. Numbers are never unseen (see bins).
+
+Codes come back as one C-ordered ``(n_rows, n_features)`` array of the smallest of int8, int16 and
+int32 that holds every code, on the device the data is on (numpy or cupy).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+from sklearn.base import BaseEstimator
+from sklearn.utils.validation import check_is_fitted
+
+from gpucal._backend import array_namespace, to_numpy
+from gpucal._frames import Column, frame_columns
+from gpucal._validation import check_consistent_length, check_not_empty, check_sample_weight
+from gpucal._params import Interval, Options, check_param
+
+HANDLE_UNSEEN = ("separate", "missing", "error")
+CODE_DTYPES = (np.int8, np.int16, np.int32)  # the dtypes the group-sum kernel takes
+KIND_BINS = "bins"
+KIND_VALUES = "values"
+_FORMAT = "gpucal.FeatureEncoder"
+_FORMAT_VERSION = 1
+
+
+@dataclass(frozen=True)
+class _Coding:
+    """How one column is encoded: quantile cut points or a sorted list of category values."""
+
+    name: Hashable
+    kind: str
+    edges: np.ndarray | None = None  # float64 cut points (KIND_BINS)
+    categories: np.ndarray | None = None  # object array of distinct values (KIND_VALUES)
+    has_unseen_code: bool = False
+
+    @property
+    def n_regular(self) -> int:
+        """Number of codes before the missing code."""
+        return len(self.edges) + 1 if self.edges is not None else len(self.categories)  # type: ignore[arg-type]
+
+    @property
+    def missing_code(self) -> int:
+        return self.n_regular
+
+    @property
+    def unseen_code(self) -> int:
+        """The unseen code, or -1 when unseen values have none."""
+        return self.n_regular + 1 if self.has_unseen_code else -1
+
+    @property
+    def n_values(self) -> int:
+        return self.n_regular + 1 + int(self.has_unseen_code)
+
+
+class FeatureEncoder(BaseEstimator):
+    """Encode feature columns as dense integer codes: by value, or by quantile bins for numbers.
+
+    Parameters
+    ----------
+    n_bins : int, default=32
+        Most quantile bins per numeric column (fewer when values repeat). 1 puts every number in
+        one bin.
+    categorical_cols : list of hashable, str or None, default=None
+        Numeric columns to encode by value instead of by bins (e.g. integer IDs). Non-numeric
+        columns are always encoded by value.
+    handle_unseen : {"separate", "missing", "error"}, default="separate"
+        What a category that did not occur at fit time becomes:
+
+        - ``"separate"``: its own code (``unseen_codes_``), never held by fit rows;
+        - ``"missing"``: the missing code;
+        - ``"error"``: ``ValueError`` naming the column and an unseen value.
+
+    Attributes
+    ----------
+    feature_names_ : list of hashable
+        The encoded columns, in output order.
+    kinds_ : list of {"bins", "values"}
+        How each column is encoded.
+    n_values_ : numpy.ndarray of int64, shape (n_features,)
+        Number of codes per column, missing (and unseen) codes included; the kernel's ``n_values``.
+    missing_codes_ : numpy.ndarray of int64, shape (n_features,)
+        The missing code of each column.
+    unseen_codes_ : numpy.ndarray of int64, shape (n_features,)
+        The unseen code of each column, -1 where there is none (bins, or ``handle_unseen`` other
+        than ``"separate"``).
+    bin_edges_ : dict
+        Column name -> float64 cut points (bins columns only).
+    categories_ : dict
+        Column name -> object array of the category values, code order (value columns only).
+    codes_dtype_ : numpy.dtype
+        int8, int16 or int32: the smallest that holds every code.
+
+    Notes
+    -----
+    Rules for bins, missing and unseen values are in the module docstring. The fitted state is
+    plain data: :meth:`to_dict` / :meth:`from_dict` round-trip it through JSON (no pickle).
+
+    Examples
+    --------
+    Encode a string column by value and a numeric column into two quantile bins.
+
+    >>> import pandas as pd
+    >>> X = pd.DataFrame({"country": ["FR", "DE", None, "FR"], "age": [20.0, 30.0, 40.0, 50.0]})
+    >>> enc = FeatureEncoder(n_bins=2).fit(X)
+    >>> enc.transform(X)
+    array([[1, 0],
+           [0, 1],
+           [2, 1],
+           [1, 1]], dtype=int8)
+    >>> enc.describe_codes("country")
+    ['DE', 'FR', 'missing', 'unseen']
+    >>> enc.describe_codes("age")
+    ['[-inf, 30.0)', '[30.0, inf]', 'missing']
+    """
+
+    def __init__(
+        self,
+        *,
+        n_bins: int = 32,
+        categorical_cols: Sequence[Hashable] | str | None = None,
+        handle_unseen: str = "separate",
+    ) -> None:
+        self.n_bins = n_bins
+        self.categorical_cols = categorical_cols
+        self.handle_unseen = handle_unseen
+
+    # ----------------------------------------------------------------------------------------------
+    # Parameters and fitted state
+
+    _parameter_constraints: ClassVar[dict[str, Interval | Options]] = {
+        "n_bins": Interval(int, 1, None),
+        "handle_unseen": Options(*HANDLE_UNSEEN),
+    }
+
+    def _check_params(self) -> list[Hashable]:
+        """Check the parameters against the table (one template); return ``categorical_cols`` as a list."""
+        for name, constraint in self._parameter_constraints.items():
+            check_param(type(self).__name__, name, getattr(self, name), constraint)
+        cols = self.categorical_cols
+        if cols is None:
+            return []
+        if isinstance(cols, str):
+            return [cols]
+        if not isinstance(cols, Sequence):
+            msg = (
+                "The 'categorical_cols' parameter of FeatureEncoder must be a list of column names, "
+                f"a str or None. Got {cols!r} instead."
+            )
+            raise TypeError(msg)
+        return list(cols)
+
+    def _set_fitted(self, codings: list[_Coding]) -> None:
+        self._codings = codings
+        self.feature_names_ = [c.name for c in codings]
+        self.kinds_ = [c.kind for c in codings]
+        self.n_values_ = np.array([c.n_values for c in codings], dtype=np.int64)
+        self.missing_codes_ = np.array([c.missing_code for c in codings], dtype=np.int64)
+        self.unseen_codes_ = np.array([c.unseen_code for c in codings], dtype=np.int64)
+        self.bin_edges_ = {c.name: c.edges for c in codings if c.kind == KIND_BINS}
+        self.categories_ = {c.name: c.categories for c in codings if c.kind == KIND_VALUES}
+        self.codes_dtype_ = _codes_dtype(codings)
+
+    # ----------------------------------------------------------------------------------------------
+    # fit / transform
+
+    def fit(self, X: Any, *, sample_weight: Any = None) -> FeatureEncoder:
+        """Learn bins and categories from the columns of ``X``.
+
+        Parameters
+        ----------
+        X : dataframe or dict
+            pandas, cudf, polars or pyarrow dataframe, a ``dict`` of 1-D columns, or the
+            ``features`` dict of :func:`gpucal._frames.split_input`. Every column is encoded.
+        sample_weight : array-like of shape (n_rows,), optional
+            Row weights for the quantile cut points (rows of weight 0 are ignored there).
+            Categories are every value that occurs, whatever its weight.
+
+        Returns
+        -------
+        FeatureEncoder
+            ``self``, fitted.
+        """
+        categorical = self._check_params()
+        columns = frame_columns(X)
+        if not columns:
+            msg = "X: no feature columns to encode"
+            raise ValueError(msg)
+        unknown = [c for c in categorical if c not in columns]
+        if unknown:
+            msg = f"categorical_cols: column(s) {unknown} are not columns of X; columns: {list(columns)}"
+            raise KeyError(msg)
+        n_rows = check_consistent_length(**{repr(k): c.values for k, c in columns.items()})
+        check_not_empty(n_rows, "X")
+        xp = array_namespace(*(c.values for c in columns.values()))
+        w = None if sample_weight is None else check_sample_weight(sample_weight, n_rows, xp=xp)
+        codings = []
+        for name, col in columns.items():
+            if col.is_numeric and name not in categorical:
+                codings.append(_Coding(name, KIND_BINS, edges=_fit_bins(col.values, w, int(self.n_bins))))
+            else:
+                cats = _observed_categories(_as_codes(col))
+                codings.append(_Coding(name, KIND_VALUES, categories=cats, has_unseen_code=self._separate))
+        self._set_fitted(codings)
+        return self
+
+    @property
+    def _separate(self) -> bool:
+        return self.handle_unseen == "separate"
+
+    def transform(self, X: Any) -> Any:
+        """Return the codes of ``X``'s fitted columns (other columns are ignored).
+
+        Returns
+        -------
+        numpy.ndarray or cupy.ndarray of shape (n_rows, n_features)
+            C-ordered, dtype ``codes_dtype_``; column ``j`` in ``[0, n_values_[j])``.
+
+        Raises
+        ------
+        KeyError
+            A fitted column is missing from ``X``.
+        TypeError
+            A column fitted as numbers holds non-numeric values now.
+        ValueError
+            ``handle_unseen="error"`` and a column holds a value not seen at fit time.
+        """
+        check_is_fitted(self, "feature_names_")
+        columns = frame_columns(X, self.feature_names_)
+        n_rows = check_consistent_length(**{repr(k): c.values for k, c in columns.items()})
+        xp = array_namespace(*(c.values for c in columns.values()))
+        out = xp.empty((n_rows, len(self._codings)), dtype=self.codes_dtype_)
+        for j, coding in enumerate(self._codings):
+            col = columns[coding.name]
+            if coding.kind == KIND_BINS:
+                out[:, j] = _transform_bins(coding, col)
+            else:
+                out[:, j] = self._transform_values(coding, col)
+        return out
+
+    def fit_transform(self, X: Any, *, sample_weight: Any = None) -> Any:
+        """Fit on ``X``, then return its codes (same as ``fit(X).transform(X)``, converting ``X`` once)."""
+        columns = frame_columns(X)
+        return self.fit(columns, sample_weight=sample_weight).transform(columns)
+
+    def _transform_values(self, coding: _Coding, col: Column) -> Any:
+        codes, cats = _as_codes(col)
+        xp = array_namespace(codes)
+        import pandas as pd
+
+        fitted_cats: np.ndarray = coding.categories  # type: ignore[assignment]
+        fitted = pd.Index(fitted_cats, dtype="object")
+        lookup = np.asarray(fitted.get_indexer(pd.Index(cats, dtype="object")), dtype=np.int64)
+        unseen = lookup < 0
+        if unseen.any() and self.handle_unseen == "error":
+            counts = to_numpy(xp.bincount(codes[codes >= 0].astype(xp.int64), minlength=len(cats)))
+            used_unseen = unseen & (counts > 0)
+            if used_unseen.any():
+                first = cats[int(np.argmax(used_unseen))]
+                msg = (
+                    f"X[{coding.name!r}]: {int(counts[used_unseen].sum())} row(s) hold values not seen "
+                    f"at fit time (e.g. {first!r}); set handle_unseen='separate' or 'missing' to encode them"
+                )
+                raise ValueError(msg)
+        fallback = coding.unseen_code if coding.has_unseen_code else coding.missing_code
+        # Entry -1 (the last one) is the missing code, so missing rows (code -1) need no branch.
+        table = np.append(np.where(unseen, fallback, lookup), coding.missing_code).astype(self.codes_dtype_)
+        return xp.asarray(table)[codes]
+
+    # ----------------------------------------------------------------------------------------------
+    # Reports and plain-data state
+
+    def describe_codes(self, column: Hashable) -> list[str]:
+        """Return a label per code of ``column``.
+
+        Bins read ``"[lo, hi)"`` (the last ``"[lo, inf]"``), categories their value as a string; then
+        ``"missing"`` and, with ``handle_unseen="separate"``, ``"unseen"``.
+        """
+        check_is_fitted(self, "feature_names_")
+        if column not in self.feature_names_:
+            msg = f"column: {column!r} is not an encoded column; encoded columns: {self.feature_names_}"
+            raise KeyError(msg)
+        coding = self._codings[self.feature_names_.index(column)]
+        if coding.kind == KIND_BINS:
+            bounds = [-np.inf, *(float(e) for e in coding.edges), np.inf]  # type: ignore[union-attr]
+            labels = [f"[{lo!r}, {hi!r})" for lo, hi in itertools.pairwise(bounds)]
+            labels[-1] = labels[-1][:-1] + "]"
+        else:
+            labels = [str(v) for v in coding.categories]  # type: ignore[union-attr]
+        labels.append("missing")
+        if coding.has_unseen_code:
+            labels.append("unseen")
+        return labels
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the parameters and fitted state as plain JSON-compatible data (lists, numbers, strings).
+
+        Raises ``TypeError`` when a category is not a str, int, float or bool (it could not be
+        written as JSON and read back equal).
+        """
+        check_is_fitted(self, "feature_names_")
+        columns: list[dict[str, Any]] = []
+        for c in self._codings:
+            if c.kind == KIND_BINS:
+                edges = c.edges.tolist()  # type: ignore[union-attr]
+                columns.append({"name": _plain_name(c.name), "kind": c.kind, "bin_edges": edges})
+            else:
+                cats = [_plain(v, f"X[{c.name!r}]") for v in c.categories]  # type: ignore[union-attr]
+                columns.append({"name": _plain_name(c.name), "kind": c.kind, "categories": cats})
+        return {
+            "format": _FORMAT,
+            "version": _FORMAT_VERSION,
+            "params": {
+                "n_bins": int(self.n_bins),
+                "categorical_cols": None if self.categorical_cols is None else self._check_params(),
+                "handle_unseen": self.handle_unseen,
+            },
+            "columns": columns,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> FeatureEncoder:
+        """Rebuild a fitted encoder from :meth:`to_dict`'s output.
+
+        Every part is checked before use (the data may come from a file): a malformed dict raises
+        ``ValueError`` naming the part, e.g. ``data['columns'][1]['bin_edges']``.
+        """
+        if (
+            not isinstance(data, Mapping)
+            or data.get("format") != _FORMAT
+            or data.get("version") != _FORMAT_VERSION
+        ):
+            found = (
+                (data.get("format"), data.get("version"))
+                if isinstance(data, Mapping)
+                else type(data).__name__
+            )
+            msg = f"data: not a FeatureEncoder dict (found {found!r}; expected format {_FORMAT!r}, version 1)"
+            raise ValueError(msg)
+        params, columns = data.get("params"), data.get("columns")
+        if not isinstance(params, Mapping) or set(params) != {"n_bins", "categorical_cols", "handle_unseen"}:
+            msg = "data['params']: expected the keys 'n_bins', 'categorical_cols' and 'handle_unseen'"
+            raise ValueError(msg)
+        if not isinstance(columns, list) or not columns:
+            msg = "data['columns']: expected a non-empty list of column codings"
+            raise ValueError(msg)
+        enc = cls(**params)
+        enc._check_params()
+        codings = [
+            _coding_from_dict(c, f"data['columns'][{i}]", enc._separate) for i, c in enumerate(columns)
+        ]
+        names = [c.name for c in codings]
+        if len(set(names)) != len(names):
+            msg = f"data['columns']: duplicate column names in {names}"
+            raise ValueError(msg)
+        enc._set_fitted(codings)
+        return enc
+
+
+def _coding_from_dict(c: Any, where: str, separate: bool) -> _Coding:
+    """Check and rebuild one column's coding from plain data."""
+    if not isinstance(c, Mapping) or c.get("kind") not in (KIND_BINS, KIND_VALUES):
+        msg = f"{where}: expected a dict with 'kind' 'bins' or 'values'"
+        raise ValueError(msg)
+    name = c.get("name")
+    if not isinstance(name, str | int) or isinstance(name, bool):
+        msg = f"{where}['name']: expected a str or int column name, got {name!r}"
+        raise ValueError(msg)
+    if c["kind"] == KIND_BINS:
+        raw = c.get("bin_edges")
+        ok = isinstance(raw, list) and all(
+            isinstance(e, int | float) and not isinstance(e, bool) for e in raw
+        )
+        edges = np.asarray(raw if ok else [], dtype=np.float64)
+        if not ok or not np.isfinite(edges).all() or (np.diff(edges) <= 0).any():
+            msg = f"{where}['bin_edges']: expected a list of finite, strictly increasing numbers"
+            raise ValueError(msg)
+        return _Coding(name, KIND_BINS, edges=edges)
+    raw = c.get("categories")
+    if not isinstance(raw, list) or not all(isinstance(v, str | int | float) for v in raw):
+        msg = f"{where}['categories']: expected a list of str, int, float or bool values"
+        raise ValueError(msg)
+    if len(set(raw)) != len(raw):
+        msg = f"{where}['categories']: values must be distinct"
+        raise ValueError(msg)
+    cats = np.empty(len(raw), dtype=object)
+    cats[:] = raw
+    return _Coding(name, KIND_VALUES, categories=cats, has_unseen_code=separate)
+
+
+# --------------------------------------------------------------------------------------------------
+# Array functions (numpy or cupy; category lists stay on the host)
+
+
+def _fit_bins(values: Any, weight: Any, n_bins: int) -> np.ndarray:
+    """Inverted-CDF quantile cut points of the finite values, deduplicated, above the minimum."""
+    xp = array_namespace(values)
+    v = xp.asarray(values, dtype=xp.float64)
+    keep = xp.isfinite(v) if weight is None else xp.isfinite(v) & (weight > 0)
+    v = v[keep]
+    if v.shape[0] == 0 or n_bins == 1:
+        return np.empty(0, dtype=np.float64)
+    levels = xp.arange(1, n_bins, dtype=xp.float64) / n_bins
+    cuts = _inverted_cdf(v, levels, None if weight is None else weight[keep])
+    cuts = to_numpy(cuts)
+    # A cut at the minimum would leave bin 0 empty at fit time.
+    return np.unique(cuts[cuts > float(v.min())])
+
+
+def _inverted_cdf(v: Any, levels: Any, weight: Any) -> Any:
+    """Inverted-CDF quantiles of ``v`` at ``levels``, exactly as ``np.quantile(method="inverted_cdf")``.
+
+    Written with a full sort so that it runs on cupy (whose ``quantile`` has neither the method nor
+    weights) and because one sort beats numpy's partition at 31 levels. Unweighted, level ``q`` is
+    the sorted value at index ``ceil(n q - 1)``; weighted, the first whose normalised cumulative
+    weight reaches ``q`` (numpy's index arithmetic, so both agree bit for bit).
+    """
+    xp = array_namespace(v)
+    n = v.shape[0]
+    if weight is None:
+        v_sorted = xp.sort(v)
+        idx = xp.ceil(n * levels - 1).astype(xp.int64)
+    else:
+        order = xp.argsort(v)
+        v_sorted = v[order]
+        cdf = xp.cumsum(weight[order], dtype=xp.float64)
+        cdf /= cdf[-1]
+        idx = xp.searchsorted(cdf, levels, side="left")
+    return v_sorted[xp.clip(idx, 0, n - 1)]
+
+
+def _transform_bins(coding: _Coding, col: Column) -> Any:
+    if not col.is_numeric:
+        msg = (
+            f"X[{coding.name!r}]: was numeric at fit time (quantile bins) but now has dtype {col.dtype}; "
+            "pass numbers, or refit with the new column"
+        )
+        raise TypeError(msg)
+    xp = array_namespace(col.values)
+    v = xp.asarray(col.values, dtype=xp.float64)
+    codes = xp.searchsorted(xp.asarray(coding.edges), v, side="right")
+    return xp.where(xp.isnan(v), coding.missing_code, codes)
+
+
+def _as_codes(col: Column) -> tuple[Any, np.ndarray]:
+    """Return ``(codes, categories)`` for any column; numbers are factorised by value (NaN -> -1)."""
+    if not col.is_numeric:
+        return col.values, col.categories  # type: ignore[return-value]
+    xp = array_namespace(col.values)
+    v = col.values
+    ok = ~xp.isnan(v) if v.dtype.kind == "f" else xp.ones(v.shape, dtype=bool)
+    uniques, inverse = xp.unique(v[ok], return_inverse=True)
+    codes = xp.full(v.shape, -1, dtype=xp.int64)
+    codes[ok] = inverse.reshape(-1)
+    cats = np.empty(uniques.shape[0], dtype=object)
+    cats[:] = to_numpy(uniques).tolist()
+    return codes, cats
+
+
+def _observed_categories(codes_cats: tuple[Any, np.ndarray]) -> np.ndarray:
+    """The distinct category values that some row uses, sorted (by type name, then repr, if types mix)."""
+    codes, cats = codes_cats
+    if len(cats) == 0:
+        return np.empty(0, dtype=object)
+    xp = array_namespace(codes)
+    counts = to_numpy(xp.bincount(codes[codes >= 0].astype(xp.int64), minlength=len(cats)))
+    used = list(dict.fromkeys(_plain_value(v) for v in cats[counts > 0]))
+    try:
+        used.sort()
+    except TypeError:
+        used.sort(key=lambda v: (type(v).__name__, repr(v)))
+    out = np.empty(len(used), dtype=object)
+    out[:] = used
+    return out
+
+
+def _plain_value(v: Any) -> Any:
+    return v.item() if isinstance(v, np.generic) else v
+
+
+def _plain(v: Any, where: str) -> Any:
+    v = _plain_value(v)
+    if not isinstance(v, str | int | float | bool):
+        msg = (
+            f"{where}: category {v!r} of type {type(v).__name__} cannot be saved as plain data "
+            "(str/int/float/bool)"
+        )
+        raise TypeError(msg)
+    return v
+
+
+def _plain_name(name: Any) -> Any:
+    name = _plain_value(name)
+    if not isinstance(name, str | int) or isinstance(name, bool):
+        kind = type(name).__name__
+        msg = f"X[{name!r}]: column name of type {kind} cannot be saved as plain data (str or int)"
+        raise TypeError(msg)
+    return name
+
+
+def _codes_dtype(codings: list[_Coding]) -> np.dtype:
+    """The smallest kernel dtype whose maximum is at least the largest code."""
+    largest = max((c.n_values - 1 for c in codings), default=0)
+    for dtype in CODE_DTYPES:
+        if largest <= np.iinfo(dtype).max:
+            return np.dtype(dtype)
+    worst = max(codings, key=lambda c: c.n_values)
+    msg = f"X[{worst.name!r}]: {worst.n_values} distinct codes do not fit in int32"
+    raise ValueError(msg)

@@ -1,0 +1,440 @@
+"""FeatureEncoder: codes by value, quantile bins, missing and unseen codes, dtype, plain-data round trip."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import polars as pl
+import pyarrow as pa
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+from numpy.testing import assert_array_equal
+from sklearn.exceptions import NotFittedError
+
+from gpucal._frames import split_input
+from gpucal.encoding import FeatureEncoder, _inverted_cdf
+
+
+def _hand_bins(
+    x: np.ndarray, n_bins: int, weights: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Cut points and codes as the module docstring defines them, written with np.quantile."""
+    finite = x[np.isfinite(x)]
+    w = None if weights is None else weights[np.isfinite(x)]
+    q = np.quantile(finite, np.arange(1, n_bins) / n_bins, method="inverted_cdf", weights=w)
+    edges = np.unique(q[q > finite.min()])
+    codes = np.searchsorted(edges, x, side="right")
+    codes[np.isnan(x)] = len(edges) + 1
+    return edges, codes
+
+
+# ------------------------------------------------------------------------------------------------
+# By value
+
+
+def test_strings_by_value_sorted_with_missing_and_unseen_codes():
+    X = pd.DataFrame({"country": ["FR", "DE", None, "FR", "IT"]})
+    enc = FeatureEncoder().fit(X)
+    assert list(enc.categories_["country"]) == ["DE", "FR", "IT"]
+    assert_array_equal(enc.transform(X)[:, 0], [1, 0, 3, 1, 2])
+    assert enc.n_values_.tolist() == [5]
+    assert enc.missing_codes_.tolist() == [3]
+    assert enc.unseen_codes_.tolist() == [4]
+    assert enc.describe_codes("country") == ["DE", "FR", "IT", "missing", "unseen"]
+    assert enc.kinds_ == ["values"]
+
+
+def test_categorical_uses_observed_values_not_declared_order():
+    X = pd.DataFrame({"c": pd.Categorical(["b", "a", "b"], categories=["z", "b", "a"])})
+    enc = FeatureEncoder().fit(X)
+    assert list(enc.categories_["c"]) == ["a", "b"]
+    # the same values as plain strings get the same codes
+    assert_array_equal(enc.transform(X), enc.transform(pd.DataFrame({"c": ["b", "a", "b"]})))
+
+
+@pytest.mark.parametrize(
+    ("handle_unseen", "expected"),
+    [("separate", [0, 3, 2]), ("missing", [0, 2, 2])],
+)
+def test_unseen_rule(handle_unseen, expected):
+    enc = FeatureEncoder(handle_unseen=handle_unseen).fit(pd.DataFrame({"c": ["a", "b"]}))
+    got = enc.transform(pd.DataFrame({"c": ["a", "zz", None]}))
+    assert_array_equal(got[:, 0], expected)
+
+
+def test_unseen_error_names_column_and_value():
+    enc = FeatureEncoder(handle_unseen="error").fit(pd.DataFrame({"c": ["a", "b"]}))
+    assert enc.unseen_codes_.tolist() == [-1]
+    new = pd.DataFrame({"c": pd.Categorical(["a", "zz", "zz", None], categories=["never", "zz", "a"])})
+    with pytest.raises(
+        ValueError, match=r"X\['c'\]: 2 row\(s\) hold values not seen at fit time \(e.g. 'zz'\)"
+    ):
+        enc.transform(new)
+    # unused unseen categories and missing values are not errors
+    assert_array_equal(enc.transform(new.iloc[[0, 3]])[:, 0], [0, 2])
+
+
+def test_numeric_column_by_value_with_categorical_cols():
+    X = pd.DataFrame({"store": [7, 3, 7, 100], "x": [1.0, 2.0, np.nan, 4.0]})
+    enc = FeatureEncoder(categorical_cols=["store", "x"]).fit(X)
+    assert list(enc.categories_["store"]) == [3, 7, 100]
+    assert list(enc.categories_["x"]) == [1.0, 2.0, 4.0]
+    assert_array_equal(enc.transform(X), [[1, 0], [0, 1], [1, 3], [2, 2]])
+    assert_array_equal(enc.transform(pd.DataFrame({"store": [3.0, 5.0], "x": [4, 4]})), [[0, 2], [4, 2]])
+
+
+def test_booleans_by_value():
+    enc = FeatureEncoder().fit(pd.DataFrame({"b": pd.array([True, None, False], dtype="boolean")}))
+    assert enc.describe_codes("b") == ["False", "True", "missing", "unseen"]
+    assert_array_equal(enc.transform(pd.DataFrame({"b": [True, False]}))[:, 0], [1, 0])
+
+
+def test_mixed_types_sorted_by_type_then_repr():
+    enc = FeatureEncoder().fit({"m": np.array(["b", 2, "a", 1], dtype=object)})
+    assert list(enc.categories_["m"]) == [1, 2, "a", "b"]
+
+
+def test_arrow_chunks_with_different_dictionaries():
+    col = pa.chunked_array(
+        [pa.array(["x", "y"]).dictionary_encode(), pa.array(["z", "x"]).dictionary_encode()]
+    )
+    enc = FeatureEncoder().fit(pa.table({"c": col}))
+    assert_array_equal(enc.transform(pa.table({"c": col}))[:, 0], [0, 1, 2, 0])
+
+
+# ------------------------------------------------------------------------------------------------
+# Quantile bins
+
+
+@pytest.mark.parametrize("n_bins", [1, 2, 5, 32])
+def test_bins_match_hand_computation(n_bins):
+    rng = np.random.default_rng(n_bins)
+    x = rng.lognormal(size=1000)
+    x[rng.random(1000) < 0.05] = np.nan
+    edges, codes = _hand_bins(x, n_bins)
+    enc = FeatureEncoder(n_bins=n_bins).fit({"x": x})
+    assert_array_equal(enc.bin_edges_["x"], edges)
+    assert_array_equal(enc.transform({"x": x})[:, 0], codes)
+    assert enc.n_values_.tolist() == [len(edges) + 2]
+    assert enc.missing_codes_.tolist() == [len(edges) + 1]
+    assert enc.unseen_codes_.tolist() == [-1]
+    assert len(edges) == n_bins - 1  # continuous data: no duplicate cuts
+
+
+def test_every_bin_has_fit_rows_and_few_values_get_own_bins():
+    x = np.repeat([0, 1, 2, 5], [700, 100, 100, 100])
+    enc = FeatureEncoder(n_bins=16).fit({"x": x})
+    assert_array_equal(enc.bin_edges_["x"], [1, 2, 5])
+    codes = enc.transform({"x": x})[:, 0]
+    assert_array_equal(np.bincount(codes, minlength=5), [700, 100, 100, 100, 0])
+    # with 8 bins, 5 holds less than 1/8 of the rows and shares the top bin with 2
+    assert_array_equal(FeatureEncoder(n_bins=8).fit({"x": x}).bin_edges_["x"], [1, 2])
+
+
+def test_out_of_range_and_infinite_values_go_to_end_bins():
+    enc = FeatureEncoder(n_bins=4).fit({"x": np.arange(100.0)})
+    edges = enc.bin_edges_["x"]
+    got = enc.transform({"x": np.array([-1e9, -np.inf, 1e9, np.inf, np.nan])})[:, 0]
+    assert_array_equal(got, [0, 0, len(edges), len(edges), len(edges) + 1])
+    assert enc.describe_codes("x") == [
+        "[-inf, 24.0)",
+        "[24.0, 49.0)",
+        "[49.0, 74.0)",
+        "[74.0, inf]",
+        "missing",
+    ]
+
+
+def test_weighted_bins_equal_repeated_rows():
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=200)
+    w = rng.integers(0, 4, size=200)
+    weighted = FeatureEncoder(n_bins=7).fit({"x": x}, sample_weight=w)
+    repeated = FeatureEncoder(n_bins=7).fit({"x": np.repeat(x, w)})
+    assert_array_equal(weighted.bin_edges_["x"], repeated.bin_edges_["x"])
+    assert_array_equal(weighted.bin_edges_["x"], _hand_bins(x[w > 0], 7, w[w > 0].astype(float))[0])
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 7, 500])
+def test_inverted_cdf_matches_numpy(n):
+    rng = np.random.default_rng(1)
+    v, w = rng.normal(size=n), rng.random(n)
+    levels = np.arange(1, 16) / 16
+    v[: n // 3] = 0.5  # ties
+    assert_array_equal(_inverted_cdf(v, levels, None), np.quantile(v, levels, method="inverted_cdf"))
+    assert_array_equal(_inverted_cdf(v, levels, w), np.quantile(v, levels, method="inverted_cdf", weights=w))
+
+
+def test_all_missing_numeric_column():
+    enc = FeatureEncoder().fit({"x": np.array([np.nan, np.nan])})
+    assert_array_equal(enc.transform({"x": np.array([np.nan, 3.0])})[:, 0], [1, 0])
+
+
+# ------------------------------------------------------------------------------------------------
+# Output layout, families, dtype
+
+
+def _frame() -> pd.DataFrame:
+    rng = np.random.default_rng(3)
+    n = 300
+    return pd.DataFrame(
+        {
+            "score": rng.random(n),
+            "country": rng.choice(["FR", "DE", "IT", None], size=n),
+            "age": np.where(rng.random(n) < 0.1, np.nan, rng.normal(40, 10, n)),
+            "n_items": rng.integers(0, 50, n),
+            "member": rng.random(n) < 0.5,
+        }
+    )
+
+
+@pytest.mark.parametrize(
+    "convert",
+    [pl.from_pandas, lambda df: pa.Table.from_pandas(df, preserve_index=False), lambda df: dict(df.items())],
+    ids=["polars", "pyarrow", "dict-of-series"],
+)
+def test_same_codes_for_every_family(convert):
+    df = _frame()
+    expected = FeatureEncoder(n_bins=8).fit_transform(df.drop(columns="score"))
+    other = FeatureEncoder(n_bins=8).fit(split_input(convert(df)).features)
+    assert_array_equal(other.transform(convert(df)), expected)
+
+
+def test_output_layout_and_extra_columns_ignored():
+    df = _frame()
+    enc = FeatureEncoder(n_bins=8).fit(df.drop(columns="score"))
+    codes = enc.transform(df)  # the score column is not a fitted feature: ignored
+    assert codes.shape == (300, 4)
+    assert codes.flags.c_contiguous
+    assert codes.dtype == np.int8
+    assert enc.feature_names_ == ["country", "age", "n_items", "member"]
+    assert enc.kinds_ == ["values", "bins", "bins", "values"]
+    assert (codes >= 0).all()
+    assert (codes < enc.n_values_).all()
+
+
+@pytest.mark.parametrize(
+    ("n_categories", "dtype"), [(10, np.int8), (126, np.int8), (127, np.int16), (40_000, np.int32)]
+)
+def test_smallest_code_dtype(n_categories, dtype):
+    # n categories + missing + unseen: the largest code is n + 1
+    enc = FeatureEncoder().fit({"c": np.arange(n_categories).astype(str).astype(object)})
+    assert enc.codes_dtype_ == dtype
+    assert enc.transform({"c": np.array(["0"], dtype=object)}).dtype == dtype
+
+
+# ------------------------------------------------------------------------------------------------
+# Plain-data round trip
+
+
+def test_to_dict_from_dict_round_trip_through_json():
+    df = _frame()
+    enc = FeatureEncoder(n_bins=6, categorical_cols=["n_items"], handle_unseen="missing").fit(
+        df.drop(columns="score")
+    )
+    data = json.loads(json.dumps(enc.to_dict()))
+    back = FeatureEncoder.from_dict(data)
+    assert back.to_dict() == enc.to_dict()
+    assert (back.n_bins, back.categorical_cols, back.handle_unseen) == (6, ["n_items"], "missing")
+    new = df.assign(country=["XX"] * len(df))
+    assert_array_equal(back.transform(new), enc.transform(new))
+    assert_array_equal(back.n_values_, enc.n_values_)
+    assert back.codes_dtype_ == enc.codes_dtype_
+
+
+def test_to_dict_rejects_values_json_cannot_hold():
+    enc = FeatureEncoder().fit({"c": np.array([b"x", None], dtype=object)})
+    with pytest.raises(
+        TypeError, match=r"X\['c'\]: category b'x' of type bytes cannot be saved as plain data"
+    ):
+        enc.to_dict()
+
+
+def test_to_dict_rejects_column_names_json_cannot_hold():
+    enc = FeatureEncoder().fit({("a", 1): np.arange(3.0)})
+    with pytest.raises(TypeError, match=r"X\[\('a', 1\)\]: column name of type tuple cannot be saved"):
+        enc.to_dict()
+
+
+def _good_dict() -> dict:
+    enc = FeatureEncoder(n_bins=4).fit({"x": np.arange(10.0), "c": np.array(["a", "b"] * 5, dtype=object)})
+    return json.loads(json.dumps(enc.to_dict()))
+
+
+@pytest.mark.parametrize(
+    ("corrupt", "match"),
+    [
+        (lambda d: d.update(format="other"), r"data: not a FeatureEncoder dict \(found \('other', 1\)"),
+        (lambda d: d.update(version=2), r"data: not a FeatureEncoder dict"),
+        (lambda d: d["params"].pop("n_bins"), r"data\['params'\]: expected the keys"),
+        (lambda d: d.update(columns=[]), r"data\['columns'\]: expected a non-empty list"),
+        (lambda d: d["columns"][0].update(kind="zz"), r"data\['columns'\]\[0\]: expected a dict with 'kind'"),
+        (
+            lambda d: d["columns"][0].update(name=None),
+            r"data\['columns'\]\[0\]\['name'\]: expected a str or int",
+        ),
+        (
+            lambda d: d["columns"][0].update(bin_edges=[3.0, 1.0]),
+            r"\['bin_edges'\]: expected a list of finite, strictly",
+        ),
+        (lambda d: d["columns"][0].update(bin_edges=["1"]), r"\['bin_edges'\]: expected a list of finite"),
+        (
+            lambda d: d["columns"][1].update(categories=["a", "a"]),
+            r"\['categories'\]: values must be distinct",
+        ),
+        (
+            lambda d: d["columns"][1].update(categories=[None]),
+            r"\['categories'\]: expected a list of str, int",
+        ),
+        (lambda d: d["columns"][1].update(name="x"), r"data\['columns'\]: duplicate column names"),
+    ],
+)
+def test_from_dict_rejects_corrupt_data(corrupt, match):
+    data = _good_dict()
+    FeatureEncoder.from_dict(data)  # the uncorrupted dict loads
+    corrupt(data)
+    with pytest.raises(ValueError, match=match):
+        FeatureEncoder.from_dict(data)
+
+
+def test_from_dict_checks_params():
+    data = _good_dict()
+    data["params"]["n_bins"] = 0
+    with pytest.raises(ValueError, match="The 'n_bins' parameter of FeatureEncoder must be an int"):
+        FeatureEncoder.from_dict(data)
+
+
+# ------------------------------------------------------------------------------------------------
+# Errors
+
+
+@pytest.mark.parametrize(
+    ("params", "error", "match"),
+    [
+        (
+            {"n_bins": 0},
+            ValueError,
+            r"The 'n_bins' parameter of FeatureEncoder must be an int in \[1, inf\). Got 0 ",
+        ),
+        ({"n_bins": 2.5}, TypeError, r"The 'n_bins' parameter .* Got 2.5 instead."),
+        ({"n_bins": True}, TypeError, r"The 'n_bins' parameter .* Got True instead."),
+        (
+            {"handle_unseen": "ignore"},
+            ValueError,
+            r"The 'handle_unseen' parameter of FeatureEncoder must be one of",
+        ),
+        (
+            {"categorical_cols": 3},
+            TypeError,
+            r"The 'categorical_cols' parameter of FeatureEncoder must be a list",
+        ),
+    ],
+)
+def test_bad_parameters(params, error, match):
+    with pytest.raises(error, match=match):
+        FeatureEncoder(**params).fit({"x": np.arange(3.0)})
+
+
+def test_sklearn_params_and_repr():
+    enc = FeatureEncoder(n_bins=5)
+    assert enc.get_params() == {"n_bins": 5, "categorical_cols": None, "handle_unseen": "separate"}
+    assert repr(enc) == "FeatureEncoder(n_bins=5)"
+
+
+def test_categorical_cols_must_be_columns():
+    with pytest.raises(
+        KeyError, match=r"categorical_cols: column\(s\) \['y'\] are not columns of X; columns: \['x'\]"
+    ):
+        FeatureEncoder(categorical_cols="y").fit({"x": np.arange(3.0)})
+
+
+def test_fit_needs_rows_and_columns():
+    with pytest.raises(ValueError, match="X: no rows"):
+        FeatureEncoder().fit({"x": np.array([])})
+    with pytest.raises(ValueError, match="X: no feature columns to encode"):
+        FeatureEncoder().fit(pd.DataFrame())
+
+
+def test_sample_weight_checked():
+    with pytest.raises(ValueError, match="sample_weight: has 2 rows, expected 3"):
+        FeatureEncoder().fit({"x": np.arange(3.0)}, sample_weight=[1.0, 1.0])
+
+
+def test_transform_errors():
+    enc = FeatureEncoder().fit(pd.DataFrame({"age": [1.0, 2.0], "c": ["a", "b"]}))
+    with pytest.raises(KeyError, match=r"X: column\(s\) \['c'\] not found; available columns: \['age'\]"):
+        enc.transform(pd.DataFrame({"age": [1.0]}))
+    with pytest.raises(
+        TypeError, match=r"X\['age'\]: was numeric at fit time \(quantile bins\) but now has dtype"
+    ):
+        enc.transform(pd.DataFrame({"age": ["old"], "c": ["a"]}))
+    with pytest.raises(
+        KeyError, match=r"column: 'x' is not an encoded column; encoded columns: \['age', 'c'\]"
+    ):
+        enc.describe_codes("x")
+
+
+def test_not_fitted():
+    with pytest.raises(NotFittedError, match="This FeatureEncoder instance is not fitted yet"):
+        FeatureEncoder().transform({"x": np.arange(3.0)})
+
+
+# ------------------------------------------------------------------------------------------------
+# Properties
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    x=hnp.arrays(
+        np.float64, st.integers(1, 60), elements=st.floats(allow_nan=True, allow_infinity=True, width=32)
+    ),
+    new=hnp.arrays(np.float64, st.integers(0, 20), elements=st.floats(allow_nan=True, allow_infinity=True)),
+    n_bins=st.integers(1, 40),
+)
+def test_bins_codes_in_range_and_monotone(x, new, n_bins):
+    enc = FeatureEncoder(n_bins=n_bins).fit({"x": x})
+    n_values = int(enc.n_values_[0])
+    for data in (x, new):
+        codes = enc.transform({"x": data})[:, 0].astype(np.int64)
+        assert ((codes >= 0) & (codes < n_values)).all()
+        assert (codes[np.isnan(data)] == n_values - 1).all()
+        finite = ~np.isnan(data)
+        order = np.argsort(data[finite], kind="stable")
+        assert (np.diff(codes[finite][order]) >= 0).all()  # bins keep the order of the values
+    fit_codes = enc.transform({"x": x})[:, 0]
+    if np.isfinite(x).any():
+        assert_array_equal(
+            enc.bin_edges_["x"], _hand_bins(x, n_bins)[0]
+        )  # every regular bin holds finite fit rows
+        assert set(fit_codes[np.isfinite(x)].tolist()) == set(range(n_values - 1))
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    fit=st.lists(st.one_of(st.none(), st.sampled_from("abcdef")), min_size=1, max_size=40),
+    new=st.lists(st.one_of(st.none(), st.sampled_from("abcdefgh")), max_size=40),
+)
+def test_value_codes_in_range_and_decode(fit, new):
+    enc = FeatureEncoder().fit({"c": np.array(fit, dtype=object)})
+    labels = enc.describe_codes("c")
+    codes = enc.transform({"c": np.array(new, dtype=object)})[:, 0]
+    assert ((codes >= 0) & (codes < enc.n_values_[0])).all()
+    seen = {v for v in fit if v is not None}
+    decoded = [labels[c] for c in codes]
+    assert decoded == ["missing" if v is None else v if v in seen else "unseen" for v in new]
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    data=st.lists(st.tuples(st.integers(-5, 5).map(float), st.floats(0.01, 10.0)), min_size=1, max_size=50),
+    n_bins=st.integers(2, 40),
+)
+def test_inverted_cdf_agrees_with_numpy(data, n_bins):
+    v, w = (np.array(c) for c in zip(*data, strict=True))
+    levels = np.arange(1, n_bins) / n_bins
+    assert_array_equal(_inverted_cdf(v, levels, None), np.quantile(v, levels, method="inverted_cdf"))
+    assert_array_equal(_inverted_cdf(v, levels, w), np.quantile(v, levels, method="inverted_cdf", weights=w))
