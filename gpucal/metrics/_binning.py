@@ -1,0 +1,104 @@
+"""Bin ids on the predicted probability: equal-width (sklearn's edges) and equal-mass (weighted CDF).
+
+Equal-width ("uniform"): edges ``np.linspace(0, 1, n_bins + 1)``; a row goes to
+``np.searchsorted(edges[1:-1], p)``, exactly as ``sklearn.calibration.calibration_curve``: bins are
+closed on the right, ``[0, e_1], (e_1, e_2], ..., (e_{n-1}, 1]``. On the CPU a compiled loop guesses the
+bin as ``floor(p * n_bins)`` and steps to the searchsorted answer (a step is needed only on or within an
+ulp of an edge, since the guess and the edges are each within an ulp of ``k / n_bins``), several times
+faster than numpy's searchsorted.
+
+Equal-mass ("quantile"): rows sorted by ``p``; with ``S_<(p)`` the weight of the rows whose probability
+is strictly smaller and ``W`` the total weight, a row goes to bin
+``min(n_bins - 1, floor(n_bins * S_< / W))``.
+Tied probabilities are never split (a tie group goes to the bin where its weight starts), so the bins do
+not depend on row order and integer weights equal repeated rows; heavy ties can leave bins empty.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numba
+import numpy as np
+
+from gpucal._backend import array_namespace
+from gpucal.metrics._sums import code_dtype
+
+
+def uniform_edges(n_bins: int) -> np.ndarray:
+    """Return sklearn's equal-width edges ``np.linspace(0, 1, n_bins + 1)``."""
+    return np.linspace(0.0, 1.0, n_bins + 1)
+
+
+@numba.njit(parallel=True, cache=True)
+def _uniform_bin_ids_cpu(p, interior, out):  # pragma: no cover - compiled; tested against the fallback
+    n_bins = interior.shape[0] + 1
+    last = n_bins - 1
+    for i in numba.prange(p.shape[0]):
+        x = p[i]
+        # Guess floor(x * n_bins) (x >= 0, so int() truncates to the floor), then step to
+        # searchsorted(interior, x, side="left"): the number of interior edges strictly below x.
+        b = min(int(x * n_bins), last)
+        while b > 0 and x <= interior[b - 1]:
+            b -= 1
+        while b < last and x > interior[b]:
+            b += 1
+        out[i] = b
+
+
+def uniform_bin_ids(p: Any, n_bins: int, *, force_fallback: bool = False) -> Any:
+    """Return equal-width bin ids (narrowest int dtype), the same as sklearn's ``calibration_curve``.
+
+    ``force_fallback=True`` takes the plain ``searchsorted`` path (the one cupy always takes); tests
+    run both.
+    """
+    xp = array_namespace(p)
+    interior = uniform_edges(n_bins)[1:-1]
+    dtype = code_dtype(n_bins)
+    if xp is not np or force_fallback:
+        return xp.searchsorted(xp.asarray(interior), p, side="left").astype(dtype)
+    out = np.empty(p.shape[0], dtype=dtype)
+    _uniform_bin_ids_cpu(np.ascontiguousarray(p, dtype=np.float64), interior, out)
+    return out
+
+
+def mass_bin_ids(p: Any, w: Any, n_bins: int, groups: Any = None) -> Any:
+    """Return equal-mass bin ids (int32) on the weighted CDF of ``p``, ties kept together.
+
+    With ``groups`` (int codes) the CDF is taken inside each group, so every group gets its own
+    ``n_bins`` equal-mass bins (GC-N).
+    """
+    xp = array_namespace(p)
+    n = p.shape[0]
+    if groups is None:
+        order = xp.argsort(p)
+        new_group = xp.zeros(n, dtype=bool)
+    else:
+        order = xp.lexsort(xp.stack([p, groups]))
+        g_sorted = groups[order]
+        new_group = xp.concatenate([xp.ones(1, dtype=bool), g_sorted[1:] != g_sorted[:-1]])
+    p_sorted = p[order]
+    w_sorted = xp.ones(n, dtype=xp.float64) if w is None else w[order]
+    # prefix[i] = weight of the sorted rows before row i; prefix[n] = total weight.
+    prefix = xp.concatenate([xp.zeros(1, dtype=xp.float64), xp.cumsum(w_sorted)])
+    new_group[0] = True
+    new_tie = new_group | xp.concatenate([xp.ones(1, dtype=bool), p_sorted[1:] != p_sorted[:-1]])
+    tie_start = xp.flatnonzero(new_tie)[xp.cumsum(new_tie) - 1]
+    group_bounds = xp.concatenate([xp.flatnonzero(new_group), xp.asarray([n])])
+    group_id = xp.cumsum(new_group) - 1
+    group_start = group_bounds[:-1][group_id]
+    group_total = (prefix[group_bounds[1:]] - prefix[group_bounds[:-1]])[group_id]
+    below = prefix[tie_start] - prefix[group_start]
+    # A group of zero total weight holds only zero-weight rows: bin 0, and its sums are all zero.
+    safe_total = xp.where(group_total > 0, group_total, 1.0)
+    ids_sorted = xp.minimum(xp.floor(n_bins * below / safe_total), n_bins - 1).astype(xp.int32)
+    ids = xp.empty(n, dtype=xp.int32)
+    ids[order] = ids_sorted
+    return ids
+
+
+def bin_ids(p: Any, w: Any, n_bins: int, strategy: str) -> Any:
+    """Dispatch on ``strategy``: ``"uniform"`` (equal width) or ``"quantile"`` (equal mass)."""
+    if strategy == "uniform":
+        return uniform_bin_ids(p, n_bins)
+    return mass_bin_ids(p, w, n_bins)

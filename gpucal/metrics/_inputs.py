@@ -1,0 +1,91 @@
+"""Turn what users pass to a metric into checked arrays on one device.
+
+Labels, probabilities and weights go through ``gpucal._validation`` (one wording for every error). A
+field (the values of one feature) is factorised to dense int32 codes here with pandas or cupy: the
+shared encoder (``gpucal.encoding``) will take this over once it lands.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from gpucal._backend import array_namespace, is_cupy_array
+from gpucal._validation import (
+    check_consistent_length,
+    check_labels,
+    check_not_empty,
+    check_probabilities,
+    check_sample_weight,
+)
+
+
+@dataclass(frozen=True)
+class Rows:
+    """Checked metric inputs: labels ``y``, probabilities ``p`` and weights ``w`` (None: all ones)."""
+
+    y: Any
+    p: Any
+    w: Any
+    xp: ModuleType
+
+    @property
+    def n(self) -> int:
+        return int(self.p.shape[0])
+
+    @property
+    def total_weight(self) -> float:
+        return float(self.n if self.w is None else self.w.sum())
+
+    def weights(self) -> Any:
+        """Return the weights as an array (ones when none were given)."""
+        return self.xp.ones(self.n, dtype=self.xp.float64) if self.w is None else self.w
+
+
+def check_rows(
+    y_true: Any,
+    y_prob: Any,
+    sample_weight: Any,
+    *,
+    allow_soft: bool = True,
+    label_name: str = "y_true",
+) -> Rows:
+    """Validate ``(y_true, y_prob, sample_weight)``; keep ``w = None`` so unit weights cost nothing."""
+    p = check_probabilities(y_prob, "y_prob")
+    y = check_labels(y_true, label_name, allow_soft=allow_soft)
+    xp = array_namespace(y, p)
+    n = check_consistent_length(**{label_name: y, "y_prob": p})
+    check_not_empty(n, label_name)
+    w = None if sample_weight is None else check_sample_weight(sample_weight, n, xp=xp)
+    return Rows(y=y, p=p, w=w, xp=xp)
+
+
+def factorize(values: Any, name: str, rows: Rows) -> tuple[Any, Any]:
+    """Return ``(codes, uniques)``: int32 codes on the rows' device and the distinct values (host).
+
+    Any 1-D column works: numbers, strings, booleans, pandas categoricals, polars / pyarrow / cudf
+    columns. Missing values (NaN, None) form one group of their own rather than being dropped.
+    """
+    module = type(values).__module__.split(".")[0]
+    if is_cupy_array(values):
+        uniques, codes = array_namespace(values).unique(values, return_inverse=True)
+        uniques = uniques.get()
+    else:
+        if module == "cudf":
+            # Host round trip until gpucal.encoding factorises on the device.
+            values = values.to_pandas()
+        elif module in ("polars", "pyarrow"):
+            values = values.to_pandas()
+        elif not isinstance(values, pd.Series | pd.Index | pd.Categorical):
+            values = np.asarray(values)
+        if values.ndim != 1:
+            msg = f"{name}: expected a 1-D array, got shape {tuple(values.shape)}"
+            raise ValueError(msg)
+        codes, uniques = pd.factorize(values, use_na_sentinel=False)
+    check_consistent_length(y_prob=rows.p, **{name: codes})
+    codes = rows.xp.asarray(codes, dtype=rows.xp.int32)
+    return codes, uniques

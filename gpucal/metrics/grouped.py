@@ -1,0 +1,324 @@
+"""Calibration errors grouped by the values of a feature (a field) or by given clusters.
+
+These metrics do not look at the score to form groups: each value of the field (or each cluster) is one
+bin, so the bins do not move when a calibrator changes the scores, and an error that is right on average
+at every score level but wrong inside a segment shows up directly. They are blind to errors along the
+score inside a segment (use the ECE family for that) and to segments of features they are not given.
+Each is a small function of per-value sums ``count, sum w, sum w*p, sum w*y`` from ``kernels.group_sums``.
+
+Field values are factorised with pandas (cupy for device arrays) for now; ``gpucal.encoding`` will take
+this over. Missing values form their own group.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from gpucal.metrics._binning import mass_bin_ids, uniform_bin_ids
+from gpucal.metrics._inputs import check_rows, factorize
+from gpucal._params import Interval, Options, validate_params
+from gpucal.metrics._reduce import bin_gaps, lp_average, pcoc_ratio
+from gpucal.metrics._sums import COUNT, WP, WY, W, group_stats
+from gpucal.metrics.binned import N_BINS, STRATEGY, cal_n_per_group
+
+
+def _field_stats(y_true: Any, y_prob: Any, field: Any, sample_weight: Any, name: str) -> np.ndarray:
+    rows = check_rows(y_true, y_prob, sample_weight)
+    codes, uniques = factorize(field, name, rows)
+    return group_stats(codes, rows.p, rows.y, rows.w, len(uniques))
+
+
+def field_ece(y_true: Any, y_prob: Any, field: Any, *, sample_weight: Any = None) -> float:
+    r"""Field-level calibration error: summed absolute excess of positives per value of a field.
+
+    .. math::
+
+        \text{Field-ECE} = \frac{1}{W} \sum_{z} \Big| \sum_{i:\, z_i = z} w_i (y_i - p_i) \Big|
+
+    Source: Pan et al., "Field-aware Calibration" (WWW 2020), as summarised in the field-aware
+    calibration notes. Groups by a feature: it sees segment biases of either sign even when they cancel
+    globally; it cannot see errors along the score inside a value (a value that is over-confident at both
+    ends but right on average scores 0), and each value is one group however many rows it has, so noise
+    in rare values adds up (about ``sqrt(2/pi) sd / sqrt(n_z)`` per value).
+
+    Parameters
+    ----------
+    y_true, y_prob : array-like of shape (n,)
+        Labels and predicted probabilities.
+    field : array-like of shape (n,)
+        The field's value for each row: numbers, strings, categoricals (any 1-D column).
+    sample_weight : array-like of shape (n,), optional
+        Non-negative row weights.
+
+    Returns
+    -------
+    float
+
+    Examples
+    --------
+    >>> field_ece([1, 0, 1, 0], [0.5, 0.5, 0.5, 0.5], ["a", "a", "b", "b"])
+    0.0
+    >>> field_ece([1, 1, 0, 0], [0.5, 0.5, 0.5, 0.5], ["a", "a", "b", "b"])
+    0.5
+    """
+    stats = _field_stats(y_true, y_prob, field, sample_weight, "field")
+    return float(np.abs(stats[:, WY] - stats[:, WP]).sum() / stats[:, W].sum())
+
+
+@validate_params(eps=Interval(float, 0, None, closed="neither"))
+def field_rce(y_true: Any, y_prob: Any, field: Any, *, sample_weight: Any = None, eps: float = 1e-6) -> float:
+    r"""Field-level relative calibration error: per-value relative excess, weighted by the value's mass.
+
+    With :math:`W_z = \sum_{i: z_i = z} w_i`:
+
+    .. math::
+
+        \text{Field-RCE} = \frac{1}{W} \sum_z W_z \,
+            \frac{\big| \sum_{i:\, z_i = z} w_i (y_i - p_i) \big|}{\sum_{i:\, z_i = z} w_i (y_i + \epsilon)}
+
+    Source: Pan et al., "Field-aware Calibration" (WWW 2020), as summarised in the field-aware
+    calibration notes. Groups by a feature; relative to the value's positives, so a low-rate value with a
+    small absolute excess can weigh as much as a high-rate one. Blind to errors along the score inside a
+    value.
+
+    Parameters
+    ----------
+    y_true, y_prob : array-like of shape (n,)
+        Labels and predicted probabilities.
+    field : array-like of shape (n,)
+        The field's value for each row.
+    sample_weight : array-like of shape (n,), optional
+        Non-negative row weights.
+    eps : float, default 1e-6
+        Added to every label in the denominator (the paper's :math:`\epsilon`).
+
+    Returns
+    -------
+    float
+
+    Notes
+    -----
+    Division by zero: a value with no positives has denominator :math:`\epsilon W_z`, so its term is
+    :math:`\sum w p / \epsilon`: large, on purpose (positives were predicted and none came). Pool rare
+    values or raise ``eps`` if that is not what you want. Values of zero total weight are skipped.
+    """
+    stats = _field_stats(y_true, y_prob, field, sample_weight, "field")
+    kept = stats[stats[:, W] > 0]
+    excess = np.abs(kept[:, WY] - kept[:, WP])
+    terms = kept[:, W] * excess / (kept[:, WY] + eps * kept[:, W])
+    return float(terms.sum() / kept[:, W].sum())
+
+
+@validate_params(n_bins=N_BINS, strategy=STRATEGY)
+def gc_n(
+    y_true: Any,
+    y_prob: Any,
+    field: Any,
+    *,
+    sample_weight: Any = None,
+    n_bins: int = 10,
+    strategy: str = "quantile",
+) -> float:
+    r"""Grouped Cal-N: Cal-N inside each value of a field, averaged with the values' weights.
+
+    .. math::
+
+        \text{GC-N} = \frac{\sum_z W_z \, \text{Cal-N}_z}{\sum_z W_z}
+
+    with :math:`\text{Cal-N}_z` as in :func:`cal_n` on the rows of value :math:`z` (equal-mass bins are cut
+    inside each value; equal-width bins share sklearn's edges) and :math:`W_z` the value's total weight
+    (its row count when unweighted).
+
+    Source: Deng et al. (SIR, 2020), as summarised in the field-aware calibration notes. Groups by a
+    feature and then sorts by ``p`` inside each group: it sees errors along the score within segments;
+    values with few rows give noisy, often infinite, ratios.
+
+    Parameters
+    ----------
+    y_true, y_prob : array-like of shape (n,)
+        Labels and predicted probabilities.
+    field : array-like of shape (n,)
+        The field's value for each row.
+    sample_weight : array-like of shape (n,), optional
+        Non-negative row weights.
+    n_bins : int, default 10
+        Bins per value.
+    strategy : {"uniform", "quantile"}, default "quantile"
+        Equal-width or equal-mass bins (see :func:`ece`).
+
+    Returns
+    -------
+    float
+        ``inf`` when any value's Cal-N is infinite (a bin with positives and no predicted mass, or the
+        reverse; see :func:`cal_n` for the division rules).
+    """
+    rows = check_rows(y_true, y_prob, sample_weight)
+    codes, uniques = factorize(field, "field", rows)
+    n_values = len(uniques)
+    if strategy == "uniform":
+        bins = uniform_bin_ids(rows.p, n_bins).astype(rows.xp.int32)
+    else:
+        bins = mass_bin_ids(rows.p, rows.w, n_bins, groups=codes)
+    stats = group_stats(codes * n_bins + bins, rows.p, rows.y, rows.w, n_values * n_bins)
+    stats = stats.reshape(n_values, n_bins, 4)
+    value_weight = stats[:, :, W].sum(axis=1)
+    live = value_weight > 0
+    per_value = cal_n_per_group(stats[live])
+    return float(np.sum(value_weight[live] * per_value) / value_weight[live].sum())
+
+
+@validate_params(metric=Options("ece", "mce", "ada_ece"))
+def cece(y_true: Any, y_prob: Any, clusters: Any, *, sample_weight: Any = None, metric: str = "ece") -> float:
+    r"""Clustered ECE: ECE, MCE or AdaECE with given clusters as the bins.
+
+    .. math::
+
+        \mathrm{CECE}_{\mathrm{ECE}} = \sum_c \frac{W_c}{W} |\bar y_c - \bar p_c|, \quad
+        \mathrm{CECE}_{\mathrm{MCE}} = \max_c |\bar y_c - \bar p_c|, \quad
+        \mathrm{CECE}_{\mathrm{AdaECE}} = \sqrt{\sum_c \frac{W_c}{W} (\bar y_c - \bar p_c)^2}
+
+    Source: CCL ("Calibration and Discrimination Optimization Using Clusters of Learned
+    Representation"), Section 2.4, Eq. 4 (clustered binning) applied to Eq. 1 and its MCE / AdaECE
+    forms. Groups by the given cluster labels: the bins do not move when a calibrator changes the scores,
+    which is what makes CECE comparable across calibrators. It sees nothing the clustering does not
+    separate. Clusters of zero total weight are skipped.
+
+    Parameters
+    ----------
+    y_true, y_prob : array-like of shape (n,)
+        Labels and predicted probabilities.
+    clusters : array-like of shape (n,)
+        Cluster label of each row (any 1-D column).
+    sample_weight : array-like of shape (n,), optional
+        Non-negative row weights.
+    metric : {"ece", "mce", "ada_ece"}, default "ece"
+        The base metric.
+
+    Returns
+    -------
+    float
+    """
+    stats = _field_stats(y_true, y_prob, clusters, sample_weight, "clusters")
+    gap, mass = bin_gaps(stats)
+    norm = {"ece": 1.0, "mce": math.inf, "ada_ece": 2.0}[metric]
+    return lp_average(gap, mass, norm, "mass")
+
+
+def pcoc(y_true: Any, y_prob: Any, *, sample_weight: Any = None) -> float:
+    r"""Predicted over observed positives.
+
+    .. math::
+
+        \mathrm{PCOC} = \frac{\sum_i w_i p_i}{\sum_i w_i y_i}
+
+    Source: He et al. (2014, Facebook), as used by SIR and the field-aware calibration notes. 1 means
+    calibrated on average; it sees only the global bias (no bins) and nothing that cancels.
+
+    Parameters
+    ----------
+    y_true, y_prob : array-like of shape (n,)
+        Labels and predicted probabilities.
+    sample_weight : array-like of shape (n,), optional
+        Non-negative row weights.
+
+    Returns
+    -------
+    float
+        ``inf`` when there is no positive but some predicted mass, ``nan`` when both sums are zero
+        (0/0: nothing predicted and nothing observed, the ratio is undefined).
+    """
+    rows = check_rows(y_true, y_prob, sample_weight)
+    w = rows.weights()
+    return pcoc_ratio(float(w @ rows.p), float(w @ rows.y))
+
+
+@validate_params(sort_by=Options("excess", "error"), min_rows=Interval(int, 1, None))
+def segment_report(
+    y_true: Any,
+    y_prob: Any,
+    features: Any,
+    *,
+    sample_weight: Any = None,
+    sort_by: str = "excess",
+    min_rows: int = 1,
+) -> pd.DataFrame:
+    r"""Calibration of every value of every feature, worst first.
+
+    One row per (feature, value): ``rows`` (row count), ``weight`` (:math:`W_z`), ``observed``
+    (:math:`\bar y_z`), ``predicted`` (:math:`\bar p_z`), ``error`` (:math:`\bar p_z - \bar y_z`, positive
+    = over-prediction), ``excess`` (:math:`\sum_{i:\, z_i = z} w_i (p_i - y_i) = W_z \cdot \text{error}`,
+    predicted minus observed positives) and ``pcoc`` (:math:`\sum w p / \sum w y`).
+
+    The sum of ``|excess|`` over a feature's values divided by :math:`W` is that feature's Field-ECE
+    (Pan et al., WWW 2020). Groups by each feature in turn; blind to errors along the score inside a value
+    and to interactions of features.
+
+    Parameters
+    ----------
+    y_true, y_prob : array-like of shape (n,)
+        Labels and predicted probabilities.
+    features : DataFrame or mapping of name to 1-D column
+        The columns to report on (pandas or polars DataFrame, or a dict of arrays).
+    sample_weight : array-like of shape (n,), optional
+        Non-negative row weights.
+    sort_by : {"excess", "error"}, default "excess"
+        ``"excess"``: by ``|excess|``, the segment's share of its feature's Field-ECE (large segments with a
+        real bias first). ``"error"``: by ``|error|`` (rate gap; small noisy segments can come first).
+    min_rows : int, default 1
+        Leave out values with fewer rows.
+
+    Returns
+    -------
+    pandas.DataFrame
+        Columns ``feature, value, rows, weight, observed, predicted, error, excess, pcoc``, sorted worst
+        first (ties keep feature order, then first appearance of the value).
+
+    Notes
+    -----
+    Division by zero: a value of zero total weight has ``observed``, ``predicted`` and ``error`` NaN and
+    ``excess`` 0; ``pcoc`` follows :func:`pcoc` (``inf`` with no positives, NaN for 0/0).
+    """
+    rows = check_rows(y_true, y_prob, sample_weight)
+    if hasattr(features, "columns"):
+        columns = {str(name): features[name] for name in features.columns}
+    elif isinstance(features, Mapping):
+        columns = {str(name): values for name, values in features.items()}
+    else:
+        kind = type(features).__name__
+        msg = f"features: expected a DataFrame or a mapping of column name to values, got {kind}"
+        raise TypeError(msg)
+    if not columns:
+        msg = "features: no columns to report on"
+        raise ValueError(msg)
+    parts = []
+    for name, values in columns.items():
+        codes, uniques = factorize(values, f"features[{name!r}]", rows)
+        stats = group_stats(codes, rows.p, rows.y, rows.w, len(uniques))
+        weight = stats[:, W]
+        has_weight = weight > 0
+        safe = np.where(has_weight, weight, 1.0)
+        observed = np.where(has_weight, stats[:, WY] / safe, np.nan)
+        predicted = np.where(has_weight, stats[:, WP] / safe, np.nan)
+        part = pd.DataFrame(
+            {
+                "feature": name,
+                "value": pd.Series(np.asarray(uniques, dtype=object)),
+                "rows": stats[:, COUNT].astype(np.int64),
+                "weight": weight,
+                "observed": observed,
+                "predicted": predicted,
+                "error": predicted - observed,
+                "excess": stats[:, WP] - stats[:, WY],
+                "pcoc": [pcoc_ratio(a, b) for a, b in zip(stats[:, WP], stats[:, WY], strict=True)],
+            }
+        )
+        parts.append(part[part["rows"] >= min_rows])
+    report = pd.concat(parts, ignore_index=True)
+    key = report[sort_by].abs().fillna(-1.0)
+    order = np.argsort(-key.to_numpy(), kind="stable")
+    return report.iloc[order].reset_index(drop=True)

@@ -1,0 +1,313 @@
+"""gpucal.metrics: hand-computed cases, weight rules, division-by-zero rules and parameter errors."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+from numpy.testing import assert_allclose
+
+from gpucal import metrics
+
+RTOL = 1e-12
+
+
+def data(n: int = 600, seed: int = 0):  # type: ignore[no-untyped-def]
+    rng = np.random.default_rng(seed)
+    p = np.round(rng.beta(0.7, 1.2, n), 3)
+    z = rng.integers(0, 4, n)
+    y = (rng.random(n) < np.clip(p * (0.7 + 0.2 * z), 0, 1)).astype(np.float64)
+    return y, p, z
+
+
+# (name, call(y, p, z, w)) for every metric with a weight argument.
+CASES: list[tuple[str, Callable[..., Any]]] = [
+    ("pce", lambda y, p, z, w: metrics.pce(y, p, sample_weight=w)),
+    ("ece_uniform", lambda y, p, z, w: metrics.ece(y, p, sample_weight=w, n_bins=8, p=2)),
+    (
+        "ece_quantile",
+        lambda y, p, z, w: metrics.ece(
+            y, p, sample_weight=w, n_bins=8, strategy="quantile", weighting="equal"
+        ),
+    ),
+    ("mce", lambda y, p, z, w: metrics.mce(y, p, sample_weight=w, n_bins=8, strategy="quantile")),
+    ("ada_ece", lambda y, p, z, w: metrics.ada_ece(y, p, sample_weight=w, n_bins=8)),
+    ("ece_sweep", lambda y, p, z, w: metrics.ece_sweep(y, p, sample_weight=w, p=2)),
+    ("prob_ece", lambda y, p, z, w: metrics.prob_ece(y, p, sample_weight=w)),
+    ("cal_n", lambda y, p, z, w: metrics.cal_n(y, p, sample_weight=w, n_bins=4)),
+    ("gc_n", lambda y, p, z, w: metrics.gc_n(y, p, z, sample_weight=w, n_bins=3)),
+    ("field_ece", lambda y, p, z, w: metrics.field_ece(y, p, z, sample_weight=w)),
+    ("field_rce", lambda y, p, z, w: metrics.field_rce(y, p, z, sample_weight=w)),
+    ("cece", lambda y, p, z, w: metrics.cece(y, p, z, sample_weight=w, metric="ada_ece")),
+    ("pcoc", lambda y, p, z, w: metrics.pcoc(y, p, sample_weight=w)),
+    ("log_loss", lambda y, p, z, w: metrics.log_loss(y, p, sample_weight=w)),
+    ("brier", lambda y, p, z, w: metrics.brier(y, p, sample_weight=w)),
+    ("roc_auc", lambda y, p, z, w: metrics.roc_auc(y, p, sample_weight=w)),
+    ("tce", lambda y, p, z, w: metrics.tce(np.clip(p * 1.1, 0, 1), p, sample_weight=w)),
+]
+
+
+@pytest.mark.parametrize(("name", "call"), CASES, ids=[c[0] for c in CASES])
+def test_integer_weights_equal_repeated_rows(name: str, call: Callable[..., Any]) -> None:
+    y, p, z = data()
+    w = np.random.default_rng(1).integers(0, 4, y.shape[0])
+    rep = np.repeat(np.arange(y.shape[0]), w)
+    assert_allclose(call(y, p, z, w.astype(float)), call(y[rep], p[rep], z[rep], None), rtol=1e-10)
+
+
+@pytest.mark.parametrize(("name", "call"), CASES, ids=[c[0] for c in CASES])
+def test_unit_weights_equal_none(name: str, call: Callable[..., Any]) -> None:
+    y, p, z = data()
+    assert_allclose(call(y, p, z, np.ones_like(p)), call(y, p, z, None), rtol=RTOL)
+
+
+def test_mvce_unit_weights_equal_none() -> None:
+    y, p, _ = data()
+    assert_allclose(
+        metrics.mvce(y, p, sample_weight=np.ones_like(p), n_views=4, bin_size=50),
+        metrics.mvce(y, p, n_views=4, bin_size=50),
+        rtol=RTOL,
+    )
+
+
+def test_segment_report_integer_weights_equal_repeated_rows() -> None:
+    y, p, z = data()
+    w = np.random.default_rng(2).integers(1, 4, y.shape[0])
+    rep = np.repeat(np.arange(y.shape[0]), w)
+    a = metrics.segment_report(y, p, {"z": z}, sample_weight=w.astype(float))
+    b = metrics.segment_report(y[rep], p[rep], {"z": z[rep]})
+    pd.testing.assert_frame_equal(a.drop(columns="rows"), b.drop(columns="rows"), rtol=1e-10)
+
+
+# ---------------------------------------------------------------- hand-computed
+def test_hand_computed_ece_family() -> None:
+    y = [0, 1, 1, 0]
+    p = [0.1, 0.8, 0.7, 0.4]
+    # Bins [0, 0.5] and (0.5, 1]: means (y, p) = (0, 0.25) and (1, 0.75); both gaps 0.25.
+    assert metrics.ece(y, p, n_bins=2) == pytest.approx(0.25)
+    assert metrics.mce(y, p, n_bins=2) == pytest.approx(0.25)
+    # Four bins, one row each: gaps |0 - .1|, |0 - .4|, |1 - .7| (in (.5, .75]) and |1 - .8|.
+    assert metrics.ece(y, p, n_bins=4) == pytest.approx((0.1 + 0.4 + 0.3 + 0.2) / 4)
+    assert metrics.mce(y, p, n_bins=4) == pytest.approx(0.4)
+    # Equal weighting skips empty bins: 3 non-empty bins of 10 -> mean of their gaps.
+    assert metrics.ece([0, 1, 1], [0.05, 0.95, 0.83], n_bins=10, weighting="equal") == pytest.approx(
+        (0.05 + 0.05 + 0.17) / 3
+    )
+    # A probability exactly on an edge goes to the lower bin (right-closed, as sklearn).
+    assert metrics.ece([1, 0], [0.5, 0.6], n_bins=2) == pytest.approx((0.5 + 0.6) / 2)
+
+
+def test_hand_computed_quantile_bins_and_ties() -> None:
+    # Weights 1, 1, 2 at probabilities .2, .2, .6: the tie at .2 holds half the mass -> bin 0, .6 -> bin 1.
+    y, p, w = [0, 1, 1], [0.2, 0.2, 0.6], [1.0, 1.0, 2.0]
+    expected = 0.5 * abs(0.5 - 0.2) + 0.5 * abs(1 - 0.6)
+    assert metrics.ece(y, p, sample_weight=w, n_bins=2, strategy="quantile") == pytest.approx(expected)
+    # Three bins: the tie group (mass 0 to 0.5) starts in bin 0 and is never split.
+    assert metrics.ece(y, p, sample_weight=w, n_bins=3, strategy="quantile") == pytest.approx(expected)
+
+
+def test_hand_computed_auc_with_ties() -> None:
+    assert metrics.roc_auc([0, 1, 0, 1], [0.1, 0.5, 0.5, 0.9]) == pytest.approx(3.5 / 4)
+    assert metrics.roc_auc([0, 1, 0, 1], [0.1, 0.5, 0.5, 0.9], sample_weight=[1, 2, 1, 1]) == pytest.approx(
+        (2 * (1 + 0.5) + 1 * 2) / (3 * 2)
+    )
+
+
+def test_hand_computed_field_metrics() -> None:
+    field = ["a", "a", "b", "b"]
+    assert metrics.field_ece([1, 1, 0, 0], [0.5] * 4, field) == pytest.approx(0.5)
+    assert metrics.field_ece([1, 0, 1, 0], [0.5] * 4, field) == 0.0
+    # Value "a": excess 0; "b": |0 - 0.4| with no positives -> W_b * 0.4 / (eps * W_b) = 0.4 / eps.
+    got = metrics.field_rce([1, 0, 0, 0], [0.5, 0.5, 0.2, 0.2], field, eps=1e-3)
+    assert got == pytest.approx((2 * 0.4 / (1e-3 * 2)) / 4)
+    assert metrics.field_rce([1, 0, 1, 1], [0.5, 0.5, 0.5, 0.5], field) == pytest.approx(
+        (2 * 0 / (1 + 2e-6) + 2 * 1.0 / (2 + 2e-6)) / 4
+    )
+
+
+def test_hand_computed_cal_n_pcoc() -> None:
+    y, p = [0, 1, 1, 1], [0.2, 0.2, 0.8, 0.8]
+    # Bin 0: P = .4, Y = 1 -> 1/.4 - 1 = 1.5; bin 1: P = 1.6, Y = 2 -> 1/.8 - 1 = .25.
+    assert metrics.cal_n(y, p, n_bins=2, strategy="uniform") == pytest.approx(
+        math.sqrt((1.5**2 + 0.25**2) / 2)
+    )
+    assert metrics.pcoc(y, p) == pytest.approx(2.0 / 3.0)
+    assert metrics.pcoc([0, 1], [0.9, 0.9]) == pytest.approx(1.8)
+
+
+def test_gc_n_weights_values_by_their_mass() -> None:
+    y, p, z = [0, 1, 1, 1, 0, 1], [0.5, 0.5, 0.5, 0.5, 0.5, 0.5], [0, 0, 1, 1, 1, 1]
+    # Value 0: P = 1, Y = 1 -> 0. Value 1: P = 2, Y = 3 -> 3/2 - 1 = .5. Weights 2 and 4.
+    assert metrics.gc_n(y, p, z, n_bins=1) == pytest.approx((2 * 0 + 4 * 0.5) / 6)
+
+
+# ---------------------------------------------------------------- division by zero
+def test_division_by_zero_rules() -> None:
+    assert metrics.pcoc([0, 0], [0.1, 0.2]) == math.inf
+    assert math.isnan(metrics.pcoc([0, 0], [0.0, 0.0]))
+    assert metrics.cal_n([0, 0, 1, 1], [0.1, 0.1, 0.9, 0.9], n_bins=2) == math.inf
+    # P = Y = 0 in a bin is no error.
+    assert metrics.cal_n([0, 0, 1, 1], [0.0, 0.0, 1.0, 1.0], n_bins=2) == 0.0
+    assert metrics.gc_n([0, 1], [0.2, 0.5], ["a", "b"], n_bins=1) == math.inf
+    # Zero-weight rows: empty bins are skipped.
+    assert metrics.ece([0, 1, 1], [0.1, 0.9, 0.5], sample_weight=[1, 1, 0], n_bins=2) == pytest.approx(0.1)
+    with pytest.raises(ValueError, match=r"roc_auc: y_true has only one class \(no positive weight\)"):
+        metrics.roc_auc([0, 0, 0], [0.1, 0.2, 0.3])
+    with pytest.raises(ValueError, match=r"no negative weight"):
+        metrics.roc_auc([1, 0], [0.1, 0.2], sample_weight=[1, 0])
+
+
+# ---------------------------------------------------------------- inputs and reports
+def test_inputs_from_pandas_polars_and_lists() -> None:
+    polars = pytest.importorskip("polars")
+    y, p, z = data(200)
+    ref = metrics.field_ece(y, p, z)
+    assert metrics.field_ece(list(y), list(p), list(z)) == pytest.approx(ref, rel=RTOL)
+    assert metrics.field_ece(pd.Series(y), pd.Series(p), pd.Series(z).astype("category")) == pytest.approx(
+        ref
+    )
+    assert metrics.field_ece(
+        polars.Series(y), polars.Series(p), polars.Series(z.astype(str))
+    ) == pytest.approx(ref)
+
+
+def test_missing_field_values_form_a_group() -> None:
+    field = np.array(["a", None, "a", None], dtype=object)
+    assert metrics.field_ece([1, 0, 0, 0], [0.5, 0.5, 0.5, 0.5], field) == pytest.approx((0 + 1.0) / 4)
+
+
+def test_segment_report_columns_and_order() -> None:
+    y = np.array([1, 1, 1, 0, 0, 0, 1, 0])
+    p = np.full(8, 0.5)
+    features = pd.DataFrame(
+        {
+            "country": ["fr", "fr", "fr", "de", "de", "de", "it", "it"],
+            "device": ["m", "d", "m", "d", "m", "d", "m", "d"],
+        }
+    )
+    report = metrics.segment_report(y, p, features)
+    assert list(report.columns) == [
+        "feature",
+        "value",
+        "rows",
+        "weight",
+        "observed",
+        "predicted",
+        "error",
+        "excess",
+        "pcoc",
+    ]
+    assert report.loc[0, "feature"] == "country"
+    assert set(report.loc[:1, "value"]) == {"fr", "de"}
+    assert report["excess"].abs().is_monotonic_decreasing
+    fr = report[(report["feature"] == "country") & (report["value"] == "fr")].iloc[0]
+    assert (fr["rows"], fr["observed"], fr["predicted"], fr["error"], fr["excess"]) == (
+        3,
+        1.0,
+        0.5,
+        -0.5,
+        -1.5,
+    )
+    # The sum of |excess| over a feature's values / W is that feature's Field-ECE.
+    country = report[report["feature"] == "country"]
+    assert country["excess"].abs().sum() / 8 == pytest.approx(metrics.field_ece(y, p, features["country"]))
+    by_error = metrics.segment_report(y, p, features, sort_by="error", min_rows=3)
+    assert by_error["rows"].min() >= 3
+    assert by_error["error"].abs().is_monotonic_decreasing
+
+
+# ---------------------------------------------------------------- errors
+@pytest.mark.parametrize(
+    ("call", "error", "message"),
+    [
+        (
+            lambda: metrics.ece([0, 1], [0.2, 0.3], n_bins=0),
+            ValueError,
+            r"^The 'n_bins' parameter of ece must be an int in \[1, inf\). Got 0 instead.$",
+        ),
+        (
+            lambda: metrics.ece([0, 1], [0.2, 0.3], n_bins=2.5),
+            TypeError,
+            r"The 'n_bins' parameter of ece must be an int in \[1, inf\). Got 2.5 instead.",
+        ),
+        (lambda: metrics.ece([0, 1], [0.2, 0.3], n_bins=True), TypeError, r"'n_bins' parameter of ece"),
+        (
+            lambda: metrics.ece([0, 1], [0.2, 0.3], strategy="width"),
+            ValueError,
+            r"The 'strategy' parameter of ece must be one of \('uniform', 'quantile'\). Got 'width' instead.",
+        ),
+        (
+            lambda: metrics.ece([0, 1], [0.2, 0.3], p=0.5),
+            ValueError,
+            r"The 'p' parameter of ece must be a float in \[1, inf\]. Got 0.5 instead.",
+        ),
+        (
+            lambda: metrics.ece([0, 1], [0.2, 0.3], weighting="bins"),
+            ValueError,
+            r"'weighting' parameter of ece",
+        ),
+        (lambda: metrics.mvce([0, 1], [0.2, 0.3], n_views=0), ValueError, r"'n_views' parameter of mvce"),
+        (lambda: metrics.mvce([0, 1], [0.2, 0.3], seed=-1), ValueError, r"'seed' parameter of mvce"),
+        (
+            lambda: metrics.ece_sweep([0, 1], [0.2, 0.3], max_bins=0),
+            ValueError,
+            r"'max_bins' parameter of ece_sweep must be an int in \[1, inf\) or None",
+        ),
+        (
+            lambda: metrics.field_rce([0, 1], [0.2, 0.3], [1, 2], eps=0.0),
+            ValueError,
+            r"The 'eps' parameter of field_rce must be a float in \(0, inf\)",
+        ),
+        (
+            lambda: metrics.cece([0, 1], [0.2, 0.3], [1, 2], metric="ace"),
+            ValueError,
+            r"'metric' parameter of cece",
+        ),
+        (
+            lambda: metrics.segment_report([0, 1], [0.2, 0.3], {"a": [1, 2]}, sort_by="rows"),
+            ValueError,
+            r"'sort_by' parameter of segment_report",
+        ),
+        (
+            lambda: metrics.segment_report([0, 1], [0.2, 0.3], [[1, 2]]),
+            TypeError,
+            r"features: expected a DataFrame",
+        ),
+        (lambda: metrics.segment_report([0, 1], [0.2, 0.3], {}), ValueError, r"features: no columns"),
+        (
+            lambda: metrics.ece([0, 1], [0.2, 1.3]),
+            ValueError,
+            r"y_prob: 1 value\(s\) \(first at row 1: 1.3\)",
+        ),
+        (lambda: metrics.ece([0, 2], [0.2, 0.3]), ValueError, r"y_true: labels must be in \[0, 1\]"),
+        (lambda: metrics.ece([0, 1, 1], [0.2, 0.3]), ValueError, r"inputs have different numbers of rows"),
+        (lambda: metrics.ece([], []), ValueError, r"y_true: no rows"),
+        (
+            lambda: metrics.brier([0, 1], [0.2, 0.3], sample_weight=[1, -1]),
+            ValueError,
+            r"sample_weight: weights must be >= 0",
+        ),
+        (lambda: metrics.field_ece([0, 1], [0.2, 0.3], [1, 2, 3]), ValueError, r"field has 3"),
+        (lambda: metrics.tce([0.1, 1.2], [0.2, 0.3]), ValueError, r"p_true: 1 value\(s\)"),
+    ],
+)
+def test_errors(call: Callable[[], Any], error: type[Exception], message: str) -> None:
+    with pytest.raises(error, match=message):
+        call()
+
+
+def test_repeated_runs_are_bit_identical() -> None:
+    rng = np.random.default_rng(3)
+    p = rng.random(300_000)
+    y = (rng.random(300_000) < p).astype(float)
+    w = rng.random(300_000)
+    for call in (
+        lambda: metrics.ece(y, p, sample_weight=w),
+        lambda: metrics.ece(y, p, sample_weight=w, strategy="quantile", p=2),
+        lambda: metrics.field_ece(y, p, (p * 1000).astype(int), sample_weight=w),
+    ):
+        assert call() == call()
