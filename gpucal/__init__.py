@@ -4,7 +4,7 @@
 when data already lives on the GPU (cupy / cudf) or ``device="gpu"`` is asked for.
 """
 
-from gpucal import metrics
+from gpucal import datasets, metrics
 from gpucal._version import __version__
 
-__all__ = ["__version__", "metrics"]
+__all__ = ["__version__", "datasets", "metrics"]
