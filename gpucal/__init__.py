@@ -6,5 +6,6 @@ when data already lives on the GPU (cupy / cudf) or ``device="gpu"`` is asked fo
 
 from gpucal import datasets, metrics
 from gpucal._version import __version__
+from gpucal.evaluation import evaluate
 
-__all__ = ["__version__", "datasets", "metrics"]
+__all__ = ["__version__", "datasets", "evaluate", "metrics"]

@@ -1,0 +1,54 @@
+"""Reading and writing the tables the CLI works on: CSV and Parquet, chosen by the file's suffix."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pandas as pd
+
+TABLE_SUFFIXES = (".csv", ".parquet", ".pq")
+
+
+def _suffix(path: str | os.PathLike[str], argument: str) -> str:
+    suffix = Path(path).suffix.lower()
+    if suffix not in TABLE_SUFFIXES:
+        msg = f"{argument}: {os.fspath(path)!r} must end in one of {TABLE_SUFFIXES} (CSV or Parquet)"
+        raise ValueError(msg)
+    return suffix
+
+
+def read_table(
+    path: str | os.PathLike[str], *, columns: list[str] | None = None, argument: str = "data"
+) -> pd.DataFrame:
+    """Read a CSV or Parquet file into pandas; ``columns`` limits what is read (Parquet reads only those)."""
+    suffix = _suffix(path, argument)
+    if not Path(path).exists():
+        msg = f"{argument}: no such file {os.fspath(path)!r}"
+        raise ValueError(msg)
+    if columns is not None:
+        available = table_columns(path)
+        missing = [c for c in columns if c not in available]
+        if missing:
+            msg = f"{argument}: column(s) {missing} not in {os.fspath(path)!r}; its columns: {available}"
+            raise ValueError(msg)
+    if suffix == ".csv":
+        return pd.read_csv(path, usecols=columns)
+    return pd.read_parquet(path, columns=columns)
+
+
+def table_columns(path: str | os.PathLike[str]) -> list[str]:
+    """Return the column names of a CSV or Parquet file without reading its rows."""
+    if Path(path).suffix.lower() == ".csv":
+        return [str(c) for c in pd.read_csv(path, nrows=0).columns]
+    import pyarrow.parquet as pq
+
+    return list(pq.read_schema(path).names)
+
+
+def write_table(frame: pd.DataFrame, path: str | os.PathLike[str], *, argument: str = "output") -> None:
+    """Write ``frame`` as CSV or Parquet, by the suffix of ``path``."""
+    if _suffix(path, argument) == ".csv":
+        frame.to_csv(path, index=False)
+    else:
+        frame.to_parquet(path, index=False)

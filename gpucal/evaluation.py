@@ -1,0 +1,70 @@
+"""One table of every headline metric for several predictions of the same rows.
+
+This is what ``gpucal demo`` prints, and what a user runs to compare calibrators side by side: rows
+are metrics, columns are predictions (the raw score, each calibrator, the oracle where known).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import pandas as pd
+
+from gpucal import metrics
+
+
+def evaluate(
+    y_true: Any,
+    predictions: Mapping[str, Any],
+    *,
+    sample_weight: Any = None,
+    fields: Mapping[str, Any] | None = None,
+    p_true: Any = None,
+    seed: int = 0,
+) -> pd.DataFrame:
+    """Return a metrics-by-prediction table.
+
+    Parameters
+    ----------
+    y_true : array-like of shape (n,)
+        Labels in {0, 1} (soft labels in [0, 1] allowed).
+    predictions : mapping of str to array-like of shape (n,)
+        Named probability predictions of the same rows, e.g. ``{"raw": score, "isotonic": p}``.
+    sample_weight : array-like of shape (n,), default=None
+        Row weights used by every metric.
+    fields : mapping of str to array-like of shape (n,), default=None
+        Segment columns; each adds a Field-ECE and a Field-RCE row (segment-level calibration
+        that the score-binned metrics cannot see).
+    p_true : array-like of shape (n,), default=None
+        The true probability, known only in simulations; adds a TCE row.
+    seed : int, default=0
+        Seed of the MVCE views (the same seed gives the same views on every backend).
+
+    Returns
+    -------
+    pandas.DataFrame
+        Index: metric names (lower is better except ``roc_auc``); columns: the prediction names.
+    """
+    table: dict[str, dict[str, float]] = {}
+    for name, y_prob in predictions.items():
+        col = {
+            "log_loss": metrics.log_loss(y_true, y_prob, sample_weight=sample_weight),
+            "brier": metrics.brier(y_true, y_prob, sample_weight=sample_weight),
+            "roc_auc": metrics.roc_auc(y_true, y_prob, sample_weight=sample_weight),
+            "ece_15_uniform": metrics.ece(y_true, y_prob, sample_weight=sample_weight),
+            "ece_15_quantile": metrics.ece(y_true, y_prob, sample_weight=sample_weight, strategy="quantile"),
+            "mvce_r100": metrics.mvce(y_true, y_prob, sample_weight=sample_weight, seed=seed),
+            "pcoc": metrics.pcoc(y_true, y_prob, sample_weight=sample_weight),
+        }
+        for field_name, field in (fields or {}).items():
+            col[f"field_ece[{field_name}]"] = metrics.field_ece(
+                y_true, y_prob, field, sample_weight=sample_weight
+            )
+            col[f"field_rce[{field_name}]"] = metrics.field_rce(
+                y_true, y_prob, field, sample_weight=sample_weight
+            )
+        if p_true is not None:
+            col["tce_l2"] = metrics.tce(p_true, y_prob, sample_weight=sample_weight)
+        table[name] = col
+    return pd.DataFrame(table)
