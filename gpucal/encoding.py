@@ -48,8 +48,8 @@ from sklearn.utils.validation import check_is_fitted
 
 from gpucal._backend import array_namespace, to_numpy
 from gpucal._frames import Column, frame_columns
-from gpucal._validation import check_consistent_length, check_not_empty, check_sample_weight
 from gpucal._params import Interval, Options, check_param
+from gpucal._validation import check_consistent_length, check_not_empty, check_sample_weight
 
 HANDLE_UNSEEN = ("separate", "missing", "error")
 CODE_DTYPES = (np.int8, np.int16, np.int32)  # the dtypes the group-sum kernel takes

@@ -21,9 +21,9 @@ from typing import Any
 import numpy as np
 
 from gpucal._backend import to_numpy
+from gpucal._params import Interval, Options, validate_params
 from gpucal.metrics._binning import bin_ids
 from gpucal.metrics._inputs import Rows, check_rows
-from gpucal._params import Interval, Options, validate_params
 from gpucal.metrics._reduce import bin_gaps, lp_average, ratio_error
 from gpucal.metrics._sums import WP, WY, W, group_stats
 

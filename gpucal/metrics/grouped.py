@@ -19,9 +19,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from gpucal._params import Interval, Options, validate_params
 from gpucal.metrics._binning import mass_bin_ids, uniform_bin_ids
 from gpucal.metrics._inputs import check_rows, factorize
-from gpucal._params import Interval, Options, validate_params
 from gpucal.metrics._reduce import bin_gaps, lp_average, pcoc_ratio
 from gpucal.metrics._sums import COUNT, WP, WY, W, group_stats
 from gpucal.metrics.binned import N_BINS, STRATEGY, cal_n_per_group

@@ -7,8 +7,8 @@ from typing import Any
 
 import numpy as np
 
-from gpucal.metrics._inputs import check_rows
 from gpucal._params import Interval, validate_params
+from gpucal.metrics._inputs import check_rows
 from gpucal.metrics._sums import WP, WY, W, view_stats
 from gpucal.metrics.binned import NORM
 

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from gpucal._backend import array_namespace
+from gpucal._params import validate_params
 from gpucal._validation import (
     check_consistent_length,
     check_not_empty,
@@ -20,7 +21,6 @@ from gpucal._validation import (
     check_sample_weight,
 )
 from gpucal.metrics._inputs import check_rows
-from gpucal._params import validate_params
 from gpucal.metrics.binned import NORM
 
 
