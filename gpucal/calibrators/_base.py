@@ -1,0 +1,136 @@
+"""The shell every gpucal calibrator shares: parameters, input handling, fitted state, saving.
+
+A calibrator is a scikit-learn estimator (``get_params``, ``set_params`` and ``clone`` come from
+``sklearn.base.BaseEstimator``, which reads the ``__init__`` signature: there is no second list of
+names). Subclasses add three things:
+
+- ``_parameter_constraints``: one table, checked when ``fit`` starts (never in ``__init__``), with
+  the message template ``The 'n_bins' parameter of HistogramCalibrator must be ...``;
+- ``_state_spec``: the fitted attributes and their kinds; it is what ``save`` writes and what
+  ``gpucal.load`` checks before anything is set (``gpucal.persistence``);
+- ``_fit_scores`` / ``_predict_scores``: pure array code on validated float64 arrays.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from sklearn.base import BaseEstimator
+from sklearn.utils.validation import check_is_fitted
+
+from gpucal._backend import array_namespace
+from gpucal._frames import describe_input, split_input, wrap_output
+from gpucal._params import Interval, Options, check_param
+from gpucal._validation import check_consistent_length, check_labels, check_sample_weight
+
+Constraint = Interval | Options
+
+
+class Calibrator(BaseEstimator):
+    """Base class of the calibrators: validated parameters, 1-D score input, JSON state.
+
+    Subclasses that take features or a 2-D probability matrix override :meth:`fit` and
+    :meth:`predict` but keep the parameter and state machinery.
+    """
+
+    _parameter_constraints: ClassVar[dict[str, Constraint]] = {}
+    _state_spec: ClassVar[dict[str, str]] = {}
+
+    # ----------------------------------------------------------------------------------------------
+    # Parameters
+
+    def _validate_params(self) -> None:
+        """Check every parameter against ``_parameter_constraints`` (style.md, item 1)."""
+        for name, constraint in self._parameter_constraints.items():
+            check_param(type(self).__name__, name, getattr(self, name), constraint)
+
+    # ----------------------------------------------------------------------------------------------
+    # Input
+
+    def _score_input(self, X: Any, *, allow_empty: bool = False) -> Any:
+        """Return the validated float64 score of a 1-D ``X`` or of ``X[score_col]``."""
+        split = split_input(
+            X,
+            score_col=getattr(self, "score_col", "score"),
+            feature_cols=[],
+            score_kind=getattr(self, "score_kind", "probability"),
+            allow_empty=allow_empty,
+        )
+        return split.score
+
+    def _fit_input(self, X: Any, y: Any, sample_weight: Any) -> tuple[Any, Any, Any]:
+        """Validate ``(X, y, sample_weight)`` for a fit: scores, labels, weights of one length."""
+        score = self._score_input(X)
+        labels = check_labels(y, "y")
+        check_consistent_length(X=score, y=labels)
+        weights = check_sample_weight(sample_weight, score.shape[0], xp=array_namespace(score))
+        return score, labels, weights
+
+    # ----------------------------------------------------------------------------------------------
+    # The estimator API for one-dimensional calibrators
+
+    def fit(self, X: Any, y: Any, sample_weight: Any = None) -> Calibrator:
+        """Fit the calibrator on scores ``X`` (or ``X[score_col]``), labels ``y`` and optional weights.
+
+        Parameters
+        ----------
+        X : array-like of shape (n,) or dataframe
+            Scores, or a dataframe holding them in the ``score_col`` column.
+        y : array-like of shape (n,)
+            Labels in {0, 1}; soft labels in [0, 1] count as that fraction of a positive.
+        sample_weight : array-like of shape (n,), default=None
+            Non-negative row weights; None means one per row.
+
+        Returns
+        -------
+        self
+        """
+        self._validate_params()
+        score, labels, weights = self._fit_input(X, y, sample_weight)
+        self._fit_scores(score, labels, weights)
+        return self
+
+    def predict(self, X: Any) -> Any:
+        """Return calibrated probabilities for ``X``, in ``X``'s family (pandas in, pandas out).
+
+        Parameters
+        ----------
+        X : array-like of shape (n,) or dataframe
+            Scores, or a dataframe holding them in the ``score_col`` column.
+
+        Returns
+        -------
+        array or Series of shape (n,)
+            Calibrated probabilities in [0, 1].
+        """
+        check_is_fitted(self, list(self._state_spec))
+        info = describe_input(X, score_col=getattr(self, "score_col", "score"))
+        score = self._score_input(X, allow_empty=True)
+        calibrated = self._predict_scores(score)
+        return wrap_output(calibrated, info, output_type=getattr(self, "output_type", "input"))
+
+    def _fit_scores(self, score: Any, y: Any, sample_weight: Any) -> None:
+        """Fit from validated float64 arrays; sets the attributes of ``_state_spec``."""
+        raise NotImplementedError
+
+    def _predict_scores(self, score: Any) -> Any:
+        """Map validated float64 scores to calibrated probabilities."""
+        raise NotImplementedError
+
+    # ----------------------------------------------------------------------------------------------
+    # Saving
+
+    def save(self, path: Any) -> None:
+        """Write the fitted calibrator to ``path`` as JSON (no pickle); read it back with ``gpucal.load``."""
+        from gpucal.persistence import save
+
+        save(self, path)
+
+
+def clip_probabilities(p: Any, eps: float) -> Any:
+    """Clip to ``[eps, 1 - eps]``; ``eps = 0`` returns ``p`` clipped to [0, 1] only."""
+    xp = array_namespace(p)
+    return xp.clip(p, eps, 1.0 - eps) if eps > 0 else xp.clip(p, 0.0, 1.0)
+
+
+__all__ = ["Calibrator", "Constraint", "Interval", "Options", "clip_probabilities"]
