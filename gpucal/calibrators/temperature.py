@@ -1,0 +1,417 @@
+r"""Temperature scaling: one positive temperature for a probability's logit or for multi-class logits.
+
+.. math::
+
+    \text{binary: } \hat p = \sigma\big(\operatorname{logit}(p) / T\big), \qquad
+    \text{multi-class: } \hat{\mathbf p} = \operatorname{softmax}(\mathbf z / T).
+
+The fit is over :math:`\beta = 1/T`: the log-loss is convex in :math:`\beta`, so damped Newton steps
+from row sums of the gradient and the curvature find it, inside scikit-learn's bounds
+:math:`\beta \in [e^{-10}, e^{10}]`.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, ClassVar
+
+import numba
+import numpy as np
+
+from gpucal._backend import array_namespace, is_cupy_array
+from gpucal._validation import check_finite, check_sample_weight
+from gpucal.calibrators._base import Calibrator, Constraint
+from gpucal.calibrators._logistic import (
+    CHUNK_ROWS,
+    EPS,
+    FEATURES_COLUMNS,
+    FEATURES_LOGIT,
+    check_two_classes,
+    fit_logistic,
+    newton_minimize,
+    predict_logistic,
+    use_numba,
+)
+from gpucal.calibrators.platt import OUTPUT_TYPE_OPTIONS, SCORE_KIND_OPTIONS
+from gpucal.persistence import register
+
+# scikit-learn searches log(beta) in [-10, 10]; the same box keeps T finite and positive when the
+# likelihood keeps improving as T -> 0 (separable data) or as T -> inf (scores unrelated to y).
+LOG_BETA_BOUND = 10.0
+BETA_BOUNDS = (math.exp(-LOG_BETA_BOUND), math.exp(LOG_BETA_BOUND))
+# Rows of a probability matrix must sum to 1 within this (absolute) tolerance.
+ROW_SUM_TOL = 1e-6
+
+
+# --------------------------------------------------------------------------------------------------
+# Multi-class inputs
+
+
+def as_2d_scores(X: Any, name: str = "X", *, score_kind: str = "probability") -> Any:
+    """Return an ``(n, k)`` float64 matrix of log-probabilities or logits (numpy or cupy), validated.
+
+    Probabilities must be finite, in [0, 1], with rows summing to 1 (within ``ROW_SUM_TOL``); they
+    are returned as :math:`\\ln \\max(p, \\epsilon)` with :math:`\\epsilon` machine epsilon. Logits
+    only need to be finite.
+    """
+    if is_cupy_array(X):
+        arr = X
+    elif hasattr(X, "to_numpy"):  # pandas / polars dataframes
+        arr = X.to_numpy()
+    else:
+        arr = np.asarray(X)
+    xp = array_namespace(arr)
+    if arr.ndim != 2 or arr.shape[1] < 2:
+        msg = f"{name}: expected a 2-D matrix with one column per class (at least 2), got shape {arr.shape}"
+        raise ValueError(msg)
+    if arr.dtype.kind not in "biuf":
+        msg = f"{name}: expected numbers, got dtype {arr.dtype}"
+        raise TypeError(msg)
+    arr = xp.asarray(arr, dtype=xp.float64)
+    if arr.shape[0] == 0:
+        msg = f"{name}: no rows"
+        raise ValueError(msg)
+    check_finite(arr.ravel(), name)
+    if score_kind == "logit":
+        return xp.ascontiguousarray(arr)
+    outside = (arr < 0) | (arr > 1)
+    if bool(outside.any()):
+        row = int(xp.argmax(outside.any(axis=1)))
+        msg = (
+            f"{name}: probabilities must lie in [0, 1] (first bad row {row}); "
+            "pass logits with score_kind='logit'"
+        )
+        raise ValueError(msg)
+    bad_sum = xp.abs(arr.sum(axis=1) - 1.0) > ROW_SUM_TOL
+    if bool(bad_sum.any()):
+        row = int(xp.argmax(bad_sum))
+        msg = (
+            f"{name}: rows of a probability matrix must sum to 1 (row {row} sums to "
+            f"{float(arr[row].sum())!r}); pass logits with score_kind='logit'"
+        )
+        raise ValueError(msg)
+    return xp.log(xp.maximum(arr, EPS))
+
+
+def check_class_labels(y: Any, n_rows: int, n_classes: int, name: str = "y") -> Any:
+    """Return class indices in ``[0, n_classes)`` as int64 (numpy or cupy)."""
+    arr = y if is_cupy_array(y) else np.asarray(y.to_numpy() if hasattr(y, "to_numpy") else y)
+    xp = array_namespace(arr)
+    if arr.ndim != 1 or arr.shape[0] != n_rows:
+        msg = f"{name}: expected {n_rows} class labels (1-D), got shape {arr.shape}"
+        raise ValueError(msg)
+    if arr.dtype.kind not in "biuf":
+        msg = f"{name}: class labels must be integers, got dtype {arr.dtype}"
+        raise TypeError(msg)
+    values = xp.asarray(arr, dtype=xp.float64)
+    bad = ~xp.isfinite(values) | (values != xp.floor(values)) | (values < 0) | (values >= n_classes)
+    if bool(bad.any()):
+        row = int(xp.argmax(bad))
+        msg = (
+            f"{name}: class labels must be integers in [0, {n_classes}) (one per column of X); "
+            f"row {row} holds {float(values[row])!r}"
+        )
+        raise ValueError(msg)
+    return xp.asarray(values, dtype=xp.int64)
+
+
+def check_several_classes(labels: Any, w: Any, n_classes: int, name: str = "y") -> None:
+    """Raise ``ValueError`` when fewer than two classes carry weight (no finite fit exists)."""
+    xp = array_namespace(labels, w)
+    mass = xp.bincount(labels, weights=w, minlength=n_classes)
+    if int(xp.count_nonzero(mass > 0)) < 2:
+        msg = f"{name}: only one class has rows with non-zero weight; calibration needs at least two classes"
+        raise ValueError(msg)
+
+
+# --------------------------------------------------------------------------------------------------
+# Multi-class row sums
+
+
+@numba.njit(parallel=True, cache=True)
+def _softmax_temperature_sums_cpu(Z, labels, w, beta):
+    """Return ``[loss_sum, d/dbeta, d2/dbeta2]`` of the weighted softmax log-loss of ``beta * Z``."""
+    n, k = Z.shape
+    n_chunks = (n + CHUNK_ROWS - 1) // CHUNK_ROWS
+    partial = np.zeros((n_chunks, 3))
+    for c in numba.prange(n_chunks):
+        loss = 0.0
+        grad = 0.0
+        hess = 0.0
+        for i in range(c * CHUNK_ROWS, min(n, (c + 1) * CHUNK_ROWS)):
+            wi = w[i]
+            if wi == 0.0:
+                continue
+            top = Z[i, 0]
+            for j in range(1, k):
+                top = max(top, Z[i, j])
+            total = 0.0
+            first = 0.0  # softmax-weighted mean of z
+            second = 0.0  # softmax-weighted mean of z^2
+            for j in range(k):
+                e = math.exp(beta * (Z[i, j] - top))
+                total += e
+                first += e * Z[i, j]
+                second += e * Z[i, j] * Z[i, j]
+            first /= total
+            second /= total
+            zy = Z[i, labels[i]]
+            loss += wi * (beta * (top - zy) + math.log(total))
+            grad += wi * (first - zy)
+            hess += wi * (second - first * first)
+        partial[c, 0] = loss
+        partial[c, 1] = grad
+        partial[c, 2] = hess
+    out = np.zeros(3)
+    for c in range(n_chunks):
+        for j in range(3):
+            out[j] += partial[c, j]
+    return out
+
+
+def softmax_temperature_sums(
+    Z: Any, labels: Any, w: Any, beta: float, *, backend: str = "auto"
+) -> tuple[float, float, float]:
+    r"""Row sums of the weighted log-loss of :math:`\operatorname{softmax}(\beta z)` and its derivatives.
+
+    .. math::
+
+        \ell_i = \log\sum_c e^{\beta z_{ic}} - \beta z_{i y_i}, \quad
+        \ell_i' = \mathbb E_{q_i}[z] - z_{i y_i}, \quad
+        \ell_i'' = \operatorname{Var}_{q_i}[z], \quad q_i = \operatorname{softmax}(\beta z_i).
+
+    ``backend``: ``"numba"`` (fused CPU loop), ``"array"`` (numpy/cupy, the oracle and GPU path) or
+    ``"auto"``.
+    """
+    xp = array_namespace(Z, labels, w)
+    if use_numba(backend, Z, labels, w):
+        out = _softmax_temperature_sums_cpu(
+            np.ascontiguousarray(Z), np.ascontiguousarray(labels), np.ascontiguousarray(w), float(beta)
+        )
+        return float(out[0]), float(out[1]), float(out[2])
+    scaled = beta * Z
+    top = scaled.max(axis=1, keepdims=True)
+    e = xp.exp(scaled - top)
+    total = e.sum(axis=1)
+    q = e / total[:, None]
+    first = (q * Z).sum(axis=1)
+    second = (q * Z * Z).sum(axis=1)
+    zy = xp.take_along_axis(Z, labels[:, None], axis=1)[:, 0]
+    loss = xp.sum(w * (top[:, 0] + xp.log(total) - beta * zy))
+    grad = xp.sum(w * (first - zy))
+    hess = xp.sum(w * (second - first * first))
+    return float(loss), float(grad), float(hess)
+
+
+def fit_temperature_multiclass(Z: Any, labels: Any, w: Any, *, backend: str = "auto") -> float:
+    """Return the temperature :math:`T = 1/\\beta` minimising the weighted log-loss of ``softmax(Z / T)``."""
+    xp = array_namespace(Z, labels, w)
+
+    def sums(theta: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
+        loss, grad, hess = softmax_temperature_sums(Z, labels, w, float(theta[0]), backend=backend)
+        return loss, np.array([grad]), np.array([[hess]])
+
+    result = newton_minimize(
+        sums,
+        np.ones(1),
+        total_weight=float(xp.sum(w)),
+        bounds=BETA_BOUNDS,
+        what="TemperatureCalibrator",
+    )
+    return 1.0 / float(result.theta[0])
+
+
+def softmax_with_temperature(Z: Any, temperature: float) -> Any:
+    """Return ``softmax(Z / temperature)`` row by row (numpy or cupy)."""
+    xp = array_namespace(Z)
+    scaled = Z / temperature
+    scaled -= scaled.max(axis=1, keepdims=True)
+    out = xp.exp(scaled)
+    out /= out.sum(axis=1, keepdims=True)
+    return out
+
+
+# --------------------------------------------------------------------------------------------------
+# Binary
+
+
+def fit_temperature_binary(score: Any, y: Any, w: Any, *, score_kind: str = "probability") -> float:
+    """Return :math:`T` for :math:`\\sigma(x / T)`, ``x`` the logit of ``score`` or the margin itself."""
+    check_two_classes(y, w)
+    mode = FEATURES_LOGIT if score_kind == "probability" else FEATURES_COLUMNS
+    fit = fit_logistic(
+        score,
+        y,
+        w,
+        mode=mode,
+        fit_intercept=False,
+        theta0=np.ones(1),
+        bounds=BETA_BOUNDS,
+        what="TemperatureCalibrator",
+    )
+    return 1.0 / float(fit.coef[0])
+
+
+def _is_matrix(X: Any) -> bool:
+    """True for a 2-D array or a dataframe used as a class-score matrix (not one with a score column)."""
+    if is_cupy_array(X) or isinstance(X, np.ndarray):
+        return X.ndim == 2
+    if isinstance(X, list | tuple):
+        return np.ndim(X) == 2
+    return False
+
+
+@register
+class TemperatureCalibrator(Calibrator):
+    r"""Temperature scaling, binary or multi-class.
+
+    .. math::
+
+        \hat p = \sigma\big(x / T\big) \text{ (binary)}, \qquad
+        \hat{\mathbf p} = \operatorname{softmax}(\mathbf z / T) \text{ (multi-class)},
+
+    with :math:`x = \operatorname{logit}(p)` or a raw margin, and :math:`\mathbf z = \ln \mathbf p` or
+    raw logits. One parameter, so the ranking (and the argmax) never changes.
+
+    Parameters
+    ----------
+    score_col : str, default="score"
+        Column holding the score when ``X`` is a dataframe (binary case).
+    score_kind : {"probability", "logit"}, default="probability"
+        Binary: probabilities in [0, 1] (logit clipped at machine epsilon, :math:`\pm 36.04`) or raw
+        margins. Multi-class: a probability matrix (rows sum to 1; :math:`\ln\max(p, \epsilon)` is
+        used) or a logit matrix.
+    output_type : str, default="input"
+        Family of binary predictions (see ``gpucal._frames``); multi-class predictions are an
+        ``(n, k)`` array of the input's namespace (numpy or cupy).
+
+    Attributes
+    ----------
+    temperature_ : float
+        :math:`T > 0`; above 1 softens over-confident scores, below 1 sharpens.
+    n_classes_ : int
+        2 for 1-D binary input, else the number of columns of the fitted matrix.
+    multiclass_ : bool
+        Whether it was fitted on a 2-D class-score matrix (and so predicts one).
+
+    Notes
+    -----
+    Fit ``X`` as a 1-D score (or a dataframe with ``score_col``) with labels in {0, 1}, or as an
+    ``(n, k)`` matrix with integer class labels in ``[0, k)``. The weighted log-loss is minimised over
+    :math:`\beta = 1/T` in scikit-learn's box :math:`[e^{-10}, e^{10}]`; scikit-learn 1.9
+    (``CalibratedClassifierCV(..., method="temperature")``, ``_TemperatureScaling``) searches
+    :math:`\log\beta` with a bounded Brent method, we take Newton steps on :math:`\beta` (convex), so
+    the two agree to about 1e-8 relative (the precision of
+    scipy's bounded Brent search). Differences: scikit-learn takes ``log(p + 1e-12)`` of
+    probabilities, we take :math:`\ln \max(p, \epsilon)`; on a binary *margin* scikit-learn builds the
+    two logits :math:`(-s, s)`, so its :math:`\beta` is our :math:`1/(2T)` (same predictions). One
+    class only raises ``ValueError``.
+
+    References
+    ----------
+    .. [1] C. Guo, G. Pleiss, Y. Sun, K. Q. Weinberger, "On calibration of modern neural networks",
+       Proceedings of the 34th International Conference on Machine Learning (ICML), PMLR 70,
+       pp. 1321-1330, 2017.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from gpucal.calibrators.temperature import TemperatureCalibrator
+    >>> p = np.array([[0.7, 0.2, 0.1], [0.1, 0.8, 0.1], [0.2, 0.2, 0.6], [0.6, 0.3, 0.1]])
+    >>> cal = TemperatureCalibrator().fit(p, [0, 1, 2, 1])
+    >>> cal.predict(p).shape
+    (4, 3)
+    """
+
+    _parameter_constraints: ClassVar[dict[str, Constraint]] = {
+        "score_kind": SCORE_KIND_OPTIONS,
+        "output_type": OUTPUT_TYPE_OPTIONS,
+    }
+    _state_spec: ClassVar[dict[str, str]] = {
+        "temperature_": "float",
+        "n_classes_": "int",
+        "multiclass_": "bool",
+    }
+
+    def __init__(
+        self, *, score_col: str = "score", score_kind: str = "probability", output_type: str = "input"
+    ) -> None:
+        self.score_col = score_col
+        self.score_kind = score_kind
+        self.output_type = output_type
+
+    def fit(self, X: Any, y: Any, sample_weight: Any = None) -> TemperatureCalibrator:
+        """Fit on 1-D scores and 0/1 labels, or on an ``(n, k)`` matrix and class labels in ``[0, k)``.
+
+        Parameters
+        ----------
+        X : array-like of shape (n,) or (n, k), or dataframe
+            Binary scores (or a dataframe with ``score_col``), or a class-score matrix.
+        y : array-like of shape (n,)
+            Labels in {0, 1} (binary) or class indices (multi-class).
+        sample_weight : array-like of shape (n,), default=None
+            Non-negative row weights; None means one per row.
+
+        Returns
+        -------
+        self
+        """
+        if not _is_matrix(X):
+            super().fit(X, y, sample_weight)
+            return self
+        self._validate_params()
+        Z = as_2d_scores(X, score_kind=self.score_kind)
+        n, k = Z.shape
+        labels = check_class_labels(y, n, k)
+        w = check_sample_weight(sample_weight, n, xp=array_namespace(Z))
+        check_several_classes(labels, w, k)
+        self.temperature_ = fit_temperature_multiclass(Z, labels, w)
+        self.n_classes_ = int(k)
+        self.multiclass_ = True
+        return self
+
+    def predict(self, X: Any) -> Any:
+        """Return calibrated probabilities: 1-D for binary fits, ``(n, k)`` for multi-class fits.
+
+        Parameters
+        ----------
+        X : array-like of shape (n,) or (n, k), or dataframe
+            Same kind of input as in :meth:`fit`.
+
+        Returns
+        -------
+        array of shape (n,) or (n, k)
+        """
+        from sklearn.utils.validation import check_is_fitted
+
+        check_is_fitted(self, list(self._state_spec))
+        if _is_matrix(X) != self.multiclass_:
+            fitted = f"an (n, {self.n_classes_}) matrix" if self.multiclass_ else "1-D binary scores"
+            msg = (
+                f"X: this calibrator was fitted on {fitted}; got {'a 2-D' if _is_matrix(X) else '1-D'} input"
+            )
+            raise ValueError(msg)
+        if not self.multiclass_:
+            return super().predict(X)
+        Z = as_2d_scores(X, score_kind=self.score_kind)
+        if Z.shape[1] != self.n_classes_:
+            msg = f"X: has {Z.shape[1]} columns, the calibrator was fitted on {self.n_classes_} classes"
+            raise ValueError(msg)
+        return softmax_with_temperature(Z, self.temperature_)
+
+    def _fit_scores(self, score: Any, y: Any, sample_weight: Any) -> None:
+        self.temperature_ = fit_temperature_binary(score, y, sample_weight, score_kind=self.score_kind)
+        self.n_classes_ = 2
+        self.multiclass_ = False
+
+    def _predict_scores(self, score: Any) -> Any:
+        mode = FEATURES_LOGIT if self.score_kind == "probability" else FEATURES_COLUMNS
+        return predict_logistic(score, [1.0 / self.temperature_], 0.0, mode=mode)
+
+    def _check_state(self) -> None:
+        if not self.temperature_ > 0:
+            msg = f"temperature_ must be positive, got {self.temperature_!r}"
+            raise ValueError(msg)
+        if self.n_classes_ < 2 or (not self.multiclass_ and self.n_classes_ != 2):
+            msg = f"n_classes_ = {self.n_classes_} does not fit multiclass_ = {self.multiclass_}"
+            raise ValueError(msg)
