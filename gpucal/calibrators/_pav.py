@@ -1,0 +1,251 @@
+r"""Pool-adjacent-violators on aggregated statistics: weighted, increasing, with scikit-learn's ties.
+
+Weighted isotonic regression of the labels on the score solves
+
+.. math::
+
+    \min_{v_1 \le v_2 \le \dots \le v_k} \sum_{j=1}^{k} W_j (\bar y_j - v_j)^2,
+    \qquad W_j = \sum_{i \in G_j} w_i, \quad \bar y_j = \frac{1}{W_j} \sum_{i \in G_j} w_i y_i,
+
+over the groups :math:`G_1, \dots, G_k` of tied scores in increasing order: only the per-group sums
+:math:`W_j` and :math:`\sum w_i y_i` enter, so the same fit runs on sums from any backend. The
+solution is piecewise constant on *blocks* of consecutive groups; pool-adjacent-violators (Ayer et
+al. 1955; Best & Chakravarti 1990, section 3) finds them in one left-to-right pass: push each group
+as a block, and while the block before has a mean at least as large, pool the two.
+
+Ties follow scikit-learn's ``_make_unique`` exactly: rows with zero weight are dropped; rows are
+visited in score order, and a row joins the current group while its score is less than
+``TIE_EPS = np.finfo(np.float64).resolution`` (1e-15) above the group's *first* score, which is
+the score the group keeps. Pooling equal means (``>=``) rather than only violators changes no value;
+it only makes adjacent blocks strictly increasing.
+
+Each block carries five sums (:data:`SUM_W`, :data:`SUM_WY`, :data:`SUM_WX`, :data:`X_FIRST`,
+:data:`X_LAST`); the block's fitted value is ``SUM_WY / SUM_W`` and its weighted mean score
+``SUM_WX / SUM_W`` (used by the rank-preserving interpolation and by SIR).
+
+References
+----------
+.. [1] M. Ayer, H. D. Brunk, G. M. Ewing, W. T. Reid, E. Silverman, "An empirical distribution
+   function for sampling with incomplete information", Annals of Mathematical Statistics 26(4),
+   641-647, 1955.
+.. [2] M. J. Best, N. Chakravarti, "Active set algorithms for isotonic regression; a unifying
+   framework", Mathematical Programming 47, 425-439, 1990.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numba
+import numpy as np
+
+from gpucal.calibrators._sorted import next_row, open_cursor, sorted_counts, sorted_runs, unit_binary
+
+# scikit-learn's tie tolerance in _make_unique (float64): scores closer than this to a group's first
+# score belong to the group.
+TIE_EPS = float(np.finfo(np.float64).resolution)
+
+# Columns of a block row.
+SUM_W = 0
+SUM_WY = 1
+SUM_WX = 2
+X_FIRST = 3
+X_LAST = 4
+N_BLOCK_STATS = 5
+
+# Blocks allocated at first; the stack doubles when full (binary labels rarely need more).
+INITIAL_BLOCKS = 1024
+
+
+@numba.njit(cache=True)
+def _push_block(blocks, top, sw, swy, swx, x_first, x_last):  # pragma: no cover - compiled
+    """Push one group as a block on the stack ``blocks[:top + 1]`` and pool violators.
+
+    Returns ``(blocks, top)``: ``blocks`` is a new, larger array when the stack was full.
+    """
+    top += 1
+    if top == blocks.shape[0]:
+        grown = np.empty((2 * blocks.shape[0], N_BLOCK_STATS))
+        grown[:top] = blocks[:top]
+        blocks = grown
+    blocks[top, SUM_W] = sw
+    blocks[top, SUM_WY] = swy
+    blocks[top, SUM_WX] = swx
+    blocks[top, X_FIRST] = x_first
+    blocks[top, X_LAST] = x_last
+    # Pool while the block before is not below this one (its mean >= this mean).
+    while (
+        top > 0
+        and blocks[top - 1, SUM_WY] / blocks[top - 1, SUM_W] >= blocks[top, SUM_WY] / blocks[top, SUM_W]
+    ):
+        blocks[top - 1, SUM_W] += blocks[top, SUM_W]
+        blocks[top - 1, SUM_WY] += blocks[top, SUM_WY]
+        blocks[top - 1, SUM_WX] += blocks[top, SUM_WX]
+        blocks[top - 1, X_LAST] = blocks[top, X_LAST]
+        top -= 1
+    return blocks, top
+
+
+@numba.njit(cache=True)
+def _isotonic_walk(score, y, w, order, bounds, tie_eps):  # pragma: no cover - compiled
+    """Group tied scores (scikit-learn's rule) in merged run order and pool them: one pass."""
+    heads, ends, buf, fill, pos = open_cursor(bounds)
+    blocks = np.empty((INITIAL_BLOCKS, N_BLOCK_STATS))
+    top = -1
+    n = order.shape[0]
+    have_group = False
+    g_x = 0.0
+    g_w = 0.0
+    g_wy = 0.0
+    for _ in range(n):
+        x, yi, wi = next_row(score, y, w, order, heads, ends, buf, fill, pos)
+        if wi <= 0.0:  # scikit-learn drops zero-weight rows before anything else
+            continue
+        if have_group and x - g_x < tie_eps:
+            g_w += wi
+            g_wy += wi * yi
+            continue
+        if have_group:
+            blocks, top = _push_block(blocks, top, g_w, g_wy, g_w * g_x, g_x, g_x)
+        have_group = True
+        g_x = x
+        g_w = wi
+        g_wy = wi * yi
+    if have_group:
+        blocks, top = _push_block(blocks, top, g_w, g_wy, g_w * g_x, g_x, g_x)
+    return blocks[: top + 1].copy()
+
+
+@numba.njit(cache=True)
+def _isotonic_counts(xs, positives, tie_eps):  # pragma: no cover - compiled
+    """:func:`_isotonic_walk` for unit weights and 0/1 labels, from sorted scores and sorted positives.
+
+    A group's weight is its row count; its positives are the entries of ``positives`` up to the
+    group's last score (``positives`` is a sub-multiset of ``xs``, so the merge walk is exact).
+    """
+    blocks = np.empty((INITIAL_BLOCKS, N_BLOCK_STATS))
+    top = -1
+    n = xs.shape[0]
+    n_pos = positives.shape[0]
+    i = 0
+    j = 0
+    while i < n:
+        g_x = xs[i]
+        k = i + 1
+        while k < n and xs[k] - g_x < tie_eps:
+            k += 1
+        last = xs[k - 1]
+        j0 = j
+        while j < n_pos and positives[j] <= last:
+            j += 1
+        count = float(k - i)
+        blocks, top = _push_block(blocks, top, count, float(j - j0), count * g_x, g_x, g_x)
+        i = k
+    return blocks[: top + 1].copy()
+
+
+@numba.njit(cache=True)
+def _pool_groups(stats):  # pragma: no cover - compiled
+    """Pool-adjacent-violators over already aggregated groups ``stats`` (rows in score order)."""
+    blocks = np.empty((max(stats.shape[0], 1), N_BLOCK_STATS))
+    top = -1
+    for j in range(stats.shape[0]):
+        if stats[j, SUM_W] <= 0.0:
+            continue
+        blocks, top = _push_block(
+            blocks,
+            top,
+            stats[j, SUM_W],
+            stats[j, SUM_WY],
+            stats[j, SUM_WX],
+            stats[j, X_FIRST],
+            stats[j, X_LAST],
+        )
+    return blocks[: top + 1].copy()
+
+
+@dataclass(frozen=True)
+class PavBlocks:
+    """The blocks of an increasing isotonic fit, in score order (host float64 arrays of length K).
+
+    Attributes
+    ----------
+    x_first, x_last : numpy.ndarray
+        Smallest and largest (group) score in the block.
+    weight : numpy.ndarray
+        Sum of the weights of the block's rows.
+    mean_x : numpy.ndarray
+        Weighted mean score of the block's rows (each row counted at its group's score).
+    value : numpy.ndarray
+        The fitted value: the weighted mean label of the block; strictly increasing along blocks.
+    """
+
+    x_first: np.ndarray
+    x_last: np.ndarray
+    weight: np.ndarray
+    mean_x: np.ndarray
+    value: np.ndarray
+
+    @classmethod
+    def from_stats(cls, blocks: np.ndarray) -> PavBlocks:
+        """Build from an ``(K, N_BLOCK_STATS)`` array of block sums."""
+        weight = blocks[:, SUM_W].copy()
+        return cls(
+            x_first=blocks[:, X_FIRST].copy(),
+            x_last=blocks[:, X_LAST].copy(),
+            weight=weight,
+            mean_x=blocks[:, SUM_WX] / weight,
+            value=blocks[:, SUM_WY] / weight,
+        )
+
+
+def isotonic_blocks(
+    score: np.ndarray, y: np.ndarray, w: np.ndarray, *, force_argsort: bool = False
+) -> PavBlocks:
+    """Fit increasing weighted isotonic regression of ``y`` on ``score``; return its blocks.
+
+    Parameters
+    ----------
+    score, y, w : numpy.ndarray of shape (n,)
+        C-contiguous float64 host arrays; ``w >= 0`` with at least one positive weight.
+    force_argsort : bool, default=False
+        Take the general (argsort) path even when the counting path applies (for tests).
+
+    Returns
+    -------
+    PavBlocks
+    """
+    if not force_argsort and unit_binary(y, w):
+        xs, positives = sorted_counts(score, y)
+        return PavBlocks.from_stats(_isotonic_counts(xs, positives, TIE_EPS))
+    order, bounds = sorted_runs(score)
+    return PavBlocks.from_stats(_isotonic_walk(score, y, w, order, bounds, TIE_EPS))
+
+
+def pool_groups(stats: np.ndarray) -> PavBlocks:
+    """Pool-adjacent-violators over groups given as an ``(k, N_BLOCK_STATS)`` array in score order.
+
+    Groups with zero weight are skipped. Used by SIR, whose groups are equal-mass bins.
+    """
+    return PavBlocks.from_stats(_pool_groups(np.ascontiguousarray(stats, dtype=np.float64)))
+
+
+def clip_blocks(blocks: PavBlocks, low: float, high: float) -> PavBlocks:
+    """Clip the block values to ``[low, high]`` (scikit-learn's ``y_min`` / ``y_max``) and pool equal ones.
+
+    Clipping after the fit is what scikit-learn does; it can only make the first blocks equal to
+    ``low`` or the last ones equal to ``high``, and those are pooled so values stay strictly increasing.
+    """
+    value = np.clip(blocks.value, low, high)
+    starts = np.flatnonzero(np.concatenate([[True], value[1:] != value[:-1]]))
+    if starts.shape[0] == value.shape[0]:
+        return PavBlocks(blocks.x_first, blocks.x_last, blocks.weight, blocks.mean_x, value)
+    ends = np.concatenate([starts[1:], [value.shape[0]]]) - 1
+    weight = np.add.reduceat(blocks.weight, starts)
+    return PavBlocks(
+        x_first=blocks.x_first[starts],
+        x_last=blocks.x_last[ends],
+        weight=weight,
+        mean_x=np.add.reduceat(blocks.weight * blocks.mean_x, starts) / weight,
+        value=value[starts],
+    )
