@@ -6,6 +6,40 @@ when data already lives on the GPU (cupy / cudf) or ``device="gpu"`` is asked fo
 
 from gpucal import datasets, metrics
 from gpucal._version import __version__
+from gpucal.calibrators import (
+    BetaCalibrator,
+    DirichletCalibrator,
+    DownsamplingCorrection,
+    HistogramCalibrator,
+    IsotonicCalibrator,
+    PlattCalibrator,
+    ScalingBinningCalibrator,
+    SIRCalibrator,
+    TemperatureCalibrator,
+    correct_downsampling,
+    make_calibrator,
+)
+from gpucal.encoding import FeatureEncoder
 from gpucal.evaluation import evaluate
+from gpucal.persistence import ModelFileError, load
 
-__all__ = ["__version__", "datasets", "evaluate", "metrics"]
+__all__ = [
+    "BetaCalibrator",
+    "DirichletCalibrator",
+    "DownsamplingCorrection",
+    "FeatureEncoder",
+    "HistogramCalibrator",
+    "IsotonicCalibrator",
+    "ModelFileError",
+    "PlattCalibrator",
+    "SIRCalibrator",
+    "ScalingBinningCalibrator",
+    "TemperatureCalibrator",
+    "__version__",
+    "correct_downsampling",
+    "datasets",
+    "evaluate",
+    "load",
+    "make_calibrator",
+    "metrics",
+]

@@ -1,0 +1,140 @@
+"""Saved models: JSON round trips for every calibrator, and clear errors for bad files."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import gpucal
+from gpucal.calibrators import CALIBRATORS
+from gpucal.persistence import SCHEMA_VERSION, ModelFileError
+
+ONE_DIMENSIONAL = sorted(
+    {cls.__name__: name for name, cls in CALIBRATORS.items() if name != "dirichlet"}.values()
+)
+
+
+@pytest.fixture(scope="module")
+def data():
+    rng = np.random.default_rng(3)
+    p_true = rng.beta(0.6, 2.0, 3000)
+    score = np.clip(p_true**0.7, 1e-6, 1 - 1e-6)
+    return score, rng.binomial(1, p_true).astype(float), rng.uniform(0.5, 2.0, 3000)
+
+
+def _fitted(name, data):
+    score, y, w = data
+    params = {"rate": 0.25} if name == "downsampling" else {}
+    return gpucal.make_calibrator(name, **params).fit(score, y, sample_weight=w)
+
+
+@pytest.mark.parametrize("name", ONE_DIMENSIONAL)
+def test_round_trip_predicts_bit_for_bit(name, data, tmp_path):
+    model = _fitted(name, data)
+    path = tmp_path / "model.json"
+    model.save(path)
+    loaded = gpucal.load(path)
+    assert type(loaded) is type(model)
+    assert loaded.get_params() == model.get_params()
+    new = np.linspace(0, 1, 501)
+    np.testing.assert_array_equal(loaded.predict(new), model.predict(new))
+
+
+def test_dirichlet_round_trip(tmp_path):
+    rng = np.random.default_rng(0)
+    probs = rng.dirichlet([1.0, 2.0, 3.0], 600)
+    labels = np.array([rng.choice(3, p=row) for row in probs])
+    model = gpucal.DirichletCalibrator().fit(probs, labels)
+    model.save(tmp_path / "d.json")
+    np.testing.assert_array_equal(gpucal.load(tmp_path / "d.json").predict(probs), model.predict(probs))
+
+
+def _document(data, tmp_path):
+    path = tmp_path / "model.json"
+    _fitted("isotonic", data).save(path)
+    return json.loads(path.read_text()), path
+
+
+def _write(path, document):
+    path.write_text(json.dumps(document))
+    return path
+
+
+def test_truncated_file(data, tmp_path):
+    _, path = _document(data, tmp_path)
+    path.write_text(path.read_text()[:-40])
+    with pytest.raises(ModelFileError, match="not valid JSON"):
+        gpucal.load(path)
+
+
+def test_not_a_model(tmp_path):
+    with pytest.raises(ModelFileError, match="not a gpucal model file"):
+        gpucal.load(_write(tmp_path / "x.json", [1, 2, 3]))
+    (tmp_path / "bin.json").write_bytes(b"\xff\xfe\x00garbage")
+    with pytest.raises(ModelFileError, match="cannot be parsed"):
+        gpucal.load(tmp_path / "bin.json")
+
+
+def test_wrong_schema_version(data, tmp_path):
+    document, path = _document(data, tmp_path)
+    document["schema_version"] = SCHEMA_VERSION + 1
+    with pytest.raises(ModelFileError, match="schema_version 2 is not supported"):
+        gpucal.load(_write(path, document))
+
+
+def test_hostile_class_name_is_not_imported(data, tmp_path):
+    document, path = _document(data, tmp_path)
+    document["class"] = "os.system"
+    with pytest.raises(ModelFileError, match=r"unknown calibrator class .os\.system."):
+        gpucal.load(_write(path, document))
+
+
+def test_bad_parameters(data, tmp_path):
+    document, path = _document(data, tmp_path)
+    document["params"]["no_such_param"] = 1
+    with pytest.raises(ModelFileError, match="bad parameters"):
+        gpucal.load(_write(path, document))
+
+
+@pytest.mark.parametrize(
+    ("change", "match"),
+    [
+        (lambda s: s.pop(next(iter(s))), "state has keys"),
+        (lambda s: s.__setitem__(next(k for k in s if isinstance(s[k], list)), "abc"), "expected a list"),
+        (
+            lambda s: s.__setitem__(next(k for k in s if isinstance(s[k], list)), [[1, 2], [3]]),
+            "rectangular|1-D",
+        ),
+        (lambda s: s.__setitem__(next(k for k in s if isinstance(s[k], list)), ["a", "b"]), "numbers"),
+    ],
+)
+def test_corrupt_state(data, tmp_path, change, match):
+    document, path = _document(data, tmp_path)
+    change(document["state"])
+    with pytest.raises(ModelFileError, match=match):
+        gpucal.load(_write(path, document))
+
+
+def test_non_finite_constant_rejected(data, tmp_path):
+    document, path = _document(data, tmp_path)
+    text = json.dumps(document)
+    first_list_number = text.index("[") + 1
+    path.write_text(text[:first_list_number] + "NaN, " + text[first_list_number:])
+    with pytest.raises(ModelFileError, match="non-finite number NaN"):
+        gpucal.load(path)
+
+
+def test_deep_nesting_is_a_clear_error(tmp_path):
+    path = tmp_path / "deep.json"
+    path.write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(ModelFileError, match="cannot be parsed"):
+        gpucal.load(path)
+
+
+def test_unfitted_model_cannot_be_saved(tmp_path):
+    from sklearn.exceptions import NotFittedError
+
+    with pytest.raises(NotFittedError):
+        gpucal.IsotonicCalibrator().save(tmp_path / "m.json")
