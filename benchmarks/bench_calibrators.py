@@ -1,0 +1,204 @@
+"""Fit + predict time and peak memory of every gpucal calibrator beside every peer of the same method.
+
+Each (method, library, rows) cell runs in a fresh subprocess: it loads the scores and labels from ``.npy``
+files, warms up on 1,000 rows (JIT compilation is not timed), notes its resident memory, then fits on ``n``
+rows and predicts ``n`` other rows. Reported: wall seconds of fit + predict, and the peak resident memory
+above the footprint before the fit, next to the size of the input arrays (scores + labels, float64).
+
+Data: ``gpucal.datasets.make_ctr(scenario="mixed")`` scores and labels (seed 0 to fit, seed 1 to predict).
+
+Run: ``python benchmarks/bench_calibrators.py [--sizes 1e5 1e6 1e7] [--out FILE.md]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+# method -> library -> code building an object with .fit(score, y) and a predict(score) call; `lib_predict`
+# says how each library predicts (netcal: transform, sklearn sigmoid helper: predict).
+PEERS: dict[str, dict[str, str]] = {
+    "isotonic": {
+        "gpucal": "from gpucal.calibrators import IsotonicCalibrator as C; model = C()",
+        "sklearn": "from sklearn.isotonic import IsotonicRegression as C; model = C(out_of_bounds='clip')",
+        "netcal": "from netcal.binning import IsotonicRegression as C; model = C()",
+    },
+    "platt": {
+        "gpucal": "from gpucal.calibrators import PlattCalibrator as C; model = C()",
+        "sklearn": "from sklearn.calibration import _SigmoidCalibration as C; model = C()",
+        "netcal": "from netcal.scaling import LogisticCalibration as C; model = C()",
+        "uncertainty-calibration": "import calibration as cal; model = cal.PlattCalibrator(NUM_ROWS, 10)",
+    },
+    "temperature": {
+        "gpucal": "from gpucal.calibrators import TemperatureCalibrator as C; model = C()",
+        "netcal": "from netcal.scaling import TemperatureScaling as C; model = C()",
+    },
+    "beta": {
+        "gpucal": "from gpucal.calibrators import BetaCalibrator as C; model = C()",
+        "betacal": "from betacal import BetaCalibration as C; model = C(parameters='abm')",
+        "netcal": "from netcal.scaling import BetaCalibration as C; model = C()",
+    },
+    "histogram": {
+        "gpucal": "from gpucal.calibrators import HistogramCalibrator as C; model = C(n_bins=10)",
+        "netcal": "from netcal.binning import HistogramBinning as C; model = C(bins=10)",
+        "uncertainty-calibration": "import calibration as cal; model = cal.HistogramCalibrator(NUM_ROWS, 10)",
+    },
+    "scaling_binning": {
+        "gpucal": "from gpucal.calibrators import ScalingBinningCalibrator as C; model = C(n_bins=10)",
+        "uncertainty-calibration": "import calibration as c; model = c.PlattBinnerCalibrator(NUM_ROWS, 10)",
+    },
+    "sir": {"gpucal": "from gpucal.calibrators import SIRCalibrator as C; model = C()"},
+}
+
+CELL = r"""
+import json, resource, sys, time
+import numpy as np
+fit_score = np.load(sys.argv[1]); fit_y = np.load(sys.argv[2]); new_score = np.load(sys.argv[3])
+n = fit_score.shape[0]
+
+def build(num_rows):
+    NUM_ROWS = num_rows
+    scope = {"NUM_ROWS": NUM_ROWS}
+    exec(sys.argv[4], scope)
+    return scope["model"]
+
+def fit_predict(model, score, y, new):
+    if type(model).__module__.startswith("calibration"):
+        model.train_calibration(score, y.astype(int))
+        return model.calibrate(new)
+    model.fit(score, y)
+    for name in ("predict", "transform"):
+        if hasattr(model, name):
+            return np.asarray(getattr(model, name)(new))
+
+fit_predict(build(1000), fit_score[:1000], fit_y[:1000], new_score[:1000])
+start_kb = int(open("/proc/self/status").read().split("VmRSS:")[1].split()[0])
+t0 = time.perf_counter()
+out = fit_predict(build(n), fit_score, fit_y, new_score)
+seconds = time.perf_counter() - t0
+peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+out = np.asarray(out, dtype=np.float64).reshape(-1)
+print(json.dumps({"seconds": seconds, "peak_above_start_mb": max(peak_kb - start_kb, 0) / 1024,
+                  "finite": bool(np.isfinite(out).all()), "mean": float(out.mean())}))
+"""
+
+
+def make_data(n: int, directory: Path) -> list[str]:
+    """Write fit scores, fit labels and predict scores for ``n`` rows; return their paths."""
+    from gpucal.datasets import make_ctr
+
+    fit = make_ctr(n, scenario="mixed", seed=0)
+    new = make_ctr(n, scenario="mixed", seed=1)
+    paths = [directory / f"{name}_{n}.npy" for name in ("fit_score", "fit_y", "new_score")]
+    np.save(paths[0], fit["score"].to_numpy(np.float64))
+    np.save(paths[1], fit["label"].to_numpy(np.float64))
+    np.save(paths[2], new["score"].to_numpy(np.float64))
+    return [str(p) for p in paths]
+
+
+def run_cell(paths: list[str], code: str, timeout: float) -> dict[str, float] | str:
+    """Run one cell in a fresh interpreter; return its measurements or why it failed."""
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", CELL, *paths, code],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        return f"> {timeout:.0f} s"
+    if done.returncode != 0:
+        return "failed: " + (done.stderr.strip().splitlines() or ["?"])[-1][:80]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", nargs="+", type=float, default=[1e5, 1e6, 1e7])
+    parser.add_argument("--methods", nargs="+", default=list(PEERS))
+    parser.add_argument("--timeout", type=float, default=300.0)
+    parser.add_argument("--out", default="benchmarks/results/calibrators.md")
+    args = parser.parse_args()
+    results: dict[tuple[str, str, int], dict[str, float] | str] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for size in args.sizes:
+            n = int(size)
+            paths = make_data(n, Path(tmp))
+            for method in args.methods:
+                for library, code in PEERS[method].items():
+                    cell = run_cell(paths, code, args.timeout)
+                    results[(method, library, n)] = cell
+                    print(method, library, n, cell, flush=True)
+    write_report(results, args, Path(args.out))
+
+
+def write_report(results: dict, args: argparse.Namespace, out: Path) -> None:
+    sizes = [int(s) for s in args.sizes]
+    lines = [
+        "# Calibrators: fit + predict beside the peers",
+        "",
+        f"Run {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} by `bench_calibrators.py` on "
+        f"{platform.machine()}, {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at the end; "
+        f"Python {platform.python_version()}. CPU only: GPU timings are not measured here. Fit on n rows "
+        "of `make_ctr(scenario='mixed')`, predict n other rows, one fresh process per cell, JIT warm-up "
+        "untimed.",
+        "",
+        "Seconds (fit + predict); `x` = fastest peer's seconds / gpucal's seconds (higher: gpucal faster).",
+        "",
+        "| method | library | " + " | ".join(f"{n:.0e} rows" for n in sizes) + " |",
+        "|---|---|" + "---|" * len(sizes),
+    ]
+    for method in args.methods:
+        for library in PEERS[method]:
+            cells = []
+            for n in sizes:
+                cell = results.get((method, library, n))
+                if isinstance(cell, dict):
+                    text = f"{cell['seconds']:.3f}"
+                    if library == "gpucal":
+                        peers = [
+                            results[(method, lib, n)]["seconds"]
+                            for lib in PEERS[method]
+                            if lib != "gpucal" and isinstance(results.get((method, lib, n)), dict)
+                        ]
+                        if peers:
+                            text += f" ({min(peers) / cell['seconds']:.1f}x)"
+                    cells.append(text)
+                else:
+                    cells.append(str(cell))
+            lines.append(f"| {method} | {library} | " + " | ".join(cells) + " |")
+    largest = max(sizes)
+    input_mb = 2 * 8 * largest / 2**20
+    lines += [
+        "",
+        f"## Peak memory at {largest:.0e} rows (above the footprint before the fit)",
+        "",
+        f"Input arrays: scores + labels, float64 = {input_mb:.0f} MiB; target for gpucal: at most "
+        f"{2 * input_mb:.0f} MiB (twice the inputs).",
+        "",
+        "| method | library | peak above start MiB | / input size |",
+        "|---|---|---|---|",
+    ]
+    for method in args.methods:
+        for library in PEERS[method]:
+            cell = results.get((method, library, largest))
+            if isinstance(cell, dict):
+                mb = cell["peak_above_start_mb"]
+                lines.append(f"| {method} | {library} | {mb:.0f} | {mb / input_mb:.2f} |")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text("\n".join(lines) + "\n")
+    print(f"written {out}")
+
+
+if __name__ == "__main__":
+    main()
