@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from kernels._dispatch import check_1d, check_count, float_dtype, namespace_of, resolve_backend, to_host
-from kernels._feistel import MAX_BIN_PRODUCT, feistel_half_bits
+from kernels._feistel import MAX_BIN_PRODUCT, MAX_N_TOTAL, feistel_domain
 from kernels.views_cpu import view_bins_cpu, view_sums_cpu
 from kernels.views_oracle import (
     N_VIEW_STATS,
@@ -31,13 +31,16 @@ __all__ = ["N_VIEW_STATS", "VIEW_COUNT", "VIEW_W", "VIEW_WP", "VIEW_WY", "view_b
 SEED_MODULUS = 2**64
 
 
-def _view_params(n_total: int, n_views: int, bin_size: int, seed: Any) -> tuple[int, int, int, int]:
-    """Check the view parameters; return ``(n_views, n_bins, seed mod 2**64, half_bits)``."""
+def _view_params(n_total: int, n_views: int, bin_size: int, seed: Any) -> tuple[int, int, int, int, int]:
+    """Check the view parameters; return ``(n_views, n_bins, seed mod 2**64, right_bits, n_left)``."""
     n_total = check_count(n_total, "n_total", 0)
     n_views = check_count(n_views, "n_views", 1)
     bin_size = check_count(bin_size, "bin_size", 1)
     if isinstance(seed, bool) or not isinstance(seed, int | np.integer):
         msg = f"The 'seed' parameter must be an int. Got {seed!r} instead."
+        raise ValueError(msg)
+    if n_total > MAX_N_TOTAL:
+        msg = f"n_total={n_total} exceeds the 2**62 rows the 64-bit view arithmetic covers."
         raise ValueError(msg)
     n_bins = max(1, n_total // bin_size)
     if max(n_total - 1, 0) * n_bins >= MAX_BIN_PRODUCT:
@@ -45,7 +48,7 @@ def _view_params(n_total: int, n_views: int, bin_size: int, seed: Any) -> tuple[
             f"n_total={n_total} with bin_size={bin_size} overflows the 64-bit bin arithmetic; raise bin_size."
         )
         raise ValueError(msg)
-    return n_views, n_bins, int(seed) % SEED_MODULUS, feistel_half_bits(n_total)
+    return n_views, n_bins, int(seed) % SEED_MODULUS, *feistel_domain(n_total)
 
 
 def view_bins(
@@ -82,7 +85,7 @@ def view_bins(
     bins : int32 array of shape (n_views, len(rows))
     """
     backend = resolve_backend(backend, rows)
-    n_views, n_bins, seed, half_bits = _view_params(n_total, n_views, bin_size, seed)
+    n_views, n_bins, seed, right_bits, n_left = _view_params(n_total, n_views, bin_size, seed)
     if rows is None:
         rows = np.arange(n_total, dtype=np.uint64)
     if rows.ndim != 1:
@@ -95,17 +98,18 @@ def view_bins(
         return view_bins_oracle(n_total, n_views, bin_size, seed, to_host(rows))
     if backend == "cpu":
         rows = np.ascontiguousarray(to_host(rows), dtype=np.uint64)
-        half_mask = (1 << half_bits) - 1
         return view_bins_cpu(
             rows,
             n_views,
             np.uint64(n_total),
             np.uint64(n_bins),
             np.uint64(seed),
-            np.uint64(half_bits),
-            np.uint64(half_mask),
+            np.uint64(right_bits),
+            np.uint64(n_left),
         )
-    return _view_bins_cuda(rows, n_views, n_total, n_bins, seed, half_bits, n_blocks, threads_per_block)
+    return _view_bins_cuda(
+        rows, n_views, n_total, n_bins, seed, right_bits, n_left, n_blocks, threads_per_block
+    )
 
 
 def view_sums(
@@ -173,7 +177,7 @@ def view_sums(
     if row_offset + n_rows > check_count(n_total, "n_total", 0):
         msg = f"row_offset + len(p) = {row_offset + n_rows} exceeds n_total = {n_total}."
         raise ValueError(msg)
-    n_views, n_bins, seed, half_bits = _view_params(n_total, n_views, bin_size, seed)
+    n_views, n_bins, seed, right_bits, n_left = _view_params(n_total, n_views, bin_size, seed)
     if backend == "oracle":
         w = np.ones(n_rows) if w is None else w
         return view_sums_oracle(p, y, w, n_views, bin_size, seed, row_offset, n_total)
@@ -182,7 +186,6 @@ def view_sums(
         fdt = np.float64
         p, y = (np.ascontiguousarray(a, dtype=fdt) for a in (p, y))
         w = np.empty(0, dtype=fdt) if w is None else np.ascontiguousarray(w, dtype=fdt)
-        half_mask = (1 << half_bits) - 1
         return view_sums_cpu(
             p,
             y,
@@ -192,8 +195,8 @@ def view_sums(
             np.uint64(n_total),
             np.uint64(n_bins),
             np.uint64(seed),
-            np.uint64(half_bits),
-            np.uint64(half_mask),
+            np.uint64(right_bits),
+            np.uint64(n_left),
         )
     return _view_sums_cuda(
         p,
@@ -205,7 +208,8 @@ def view_sums(
         n_total,
         n_bins,
         seed,
-        half_bits,
+        right_bits,
+        n_left,
         force_global,
         n_blocks,
         threads_per_block,
@@ -218,7 +222,8 @@ def _view_bins_cuda(
     n_total: int,
     n_bins: int,
     seed: int,
-    half_bits: int,
+    right_bits: int,
+    n_left: int,
     n_blocks: int | None,
     threads_per_block: int | None,
 ) -> Any:
@@ -238,7 +243,8 @@ def _view_bins_cuda(
             n_total,
             n_bins,
             seed,
-            half_bits,
+            right_bits,
+            n_left,
             d_out,
             n_blocks=n_blocks,
             threads_per_block=threads_per_block or THREADS_PER_BLOCK,
@@ -256,7 +262,8 @@ def _view_sums_cuda(
     n_total: int,
     n_bins: int,
     seed: int,
-    half_bits: int,
+    right_bits: int,
+    n_left: int,
     force_global: bool,
     n_blocks: int | None,
     threads_per_block: int | None,
@@ -286,7 +293,8 @@ def _view_sums_cuda(
             n_total,
             n_bins,
             seed,
-            half_bits,
+            right_bits,
+            n_left,
             out,
             force_global=force_global,
             n_blocks=n_blocks,

@@ -3,7 +3,8 @@
 ``view_sums``: a 2-D grid, ``blockIdx.y`` strides over views and a grid-stride loop over rows in x.
 Each block keeps the ``(n_bins, 4)`` sums of its current view in shared memory when they fit in
 ``MAX_SHARED_BYTES`` (zeroed, filled with shared atomics, flushed with global atomics), else it adds
-into global memory. The bin of a row is ``kernels._feistel.row_bin``, the function the CPU twin calls.
+into global memory. The bin of a row is ``kernels._feistel.row_bin``, built from the functions the CPU
+twin calls (``feistel``, ``walk``, ``bin_of``).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Any
 import numpy as np
 from numba import cuda
 
-from kernels._feistel import row_bin, view_key
+from kernels._feistel import row_bin, view_keys
 from kernels._rowmath import view_row_stats
 from kernels.group_sums_cuda import MAX_BLOCKS, THREADS_PER_BLOCK, shared_slots_for
 
@@ -27,21 +28,20 @@ MAX_GRID_Y = 65535
 def make_view_sums_kernel(use_shared: bool, shared_slots: int) -> Any:
     """Return the view-sum kernel with ``use_shared`` and the shared array size frozen in as constants.
 
-    ``kernel(p, y, w, n_views, row_offset, n_total, n_bins, seed, half_bits, half_mask, out)`` adds
+    ``kernel(p, y, w, n_views, row_offset, n_total, n_bins, seed, right_bits, n_left, out)`` adds
     into the flat float64 ``out`` of ``n_views * n_bins * 4`` slots; ``w`` of length 0 means unit weights.
     """
     slots = shared_slots if use_shared else 1
 
     @cuda.jit
-    def view_sums_kernel(p, y, w, n_views, row_offset, n_total, n_bins, seed, half_bits, half_mask, out):
+    def view_sums_kernel(p, y, w, n_views, row_offset, n_total, n_bins, seed, right_bits, n_left, out):
         hist = cuda.shared.array(slots, dtype=np.float64)
         tid = cuda.threadIdx.x
         n_threads = cuda.blockDim.x
         view_size = np.int64(n_bins) * N_VIEW_STATS
         has_w = w.shape[0] > 0
         for v in range(cuda.blockIdx.y, n_views, cuda.gridDim.y):
-            # The cast is free on the GPU; in the simulator it turns the returned Python int back into uint64.
-            key = np.uint64(view_key(seed, v))
+            keys = view_keys(seed, v)
             view_base = v * view_size
             if use_shared:
                 for s in range(tid, view_size, n_threads):
@@ -49,7 +49,7 @@ def make_view_sums_kernel(use_shared: bool, shared_slots: int) -> Any:
                 # This view's sums are zero before any thread adds to them.
                 cuda.syncthreads()
             for i in range(cuda.grid(1), p.shape[0], cuda.gridsize(1)):
-                b = np.int64(row_bin(row_offset + np.uint64(i), n_total, n_bins, key, half_bits, half_mask))
+                b = np.int64(row_bin(row_offset + np.uint64(i), n_total, n_bins, keys, right_bits, n_left))
                 wi = w[i] if has_w else 1.0
                 s0, s1, s2, s3 = view_row_stats(p[i], y[i], wi)
                 base = b * N_VIEW_STATS
@@ -77,12 +77,12 @@ def make_view_sums_kernel(use_shared: bool, shared_slots: int) -> Any:
 
 
 @cuda.jit
-def view_bins_kernel(rows, n_total, n_bins, seed, half_bits, half_mask, out):
+def view_bins_kernel(rows, n_total, n_bins, seed, right_bits, n_left, out):
     """Write the bin of each global row id ``rows[i]`` for each view into ``out[v, i]`` (int32)."""
     for v in range(cuda.blockIdx.y, out.shape[0], cuda.gridDim.y):
-        key = np.uint64(view_key(seed, v))
+        keys = view_keys(seed, v)
         for i in range(cuda.grid(1), rows.shape[0], cuda.gridsize(1)):
-            out[v, i] = np.int32(row_bin(rows[i], n_total, n_bins, key, half_bits, half_mask))
+            out[v, i] = np.int32(row_bin(rows[i], n_total, n_bins, keys, right_bits, n_left))
 
 
 def _grid(n_rows: int, n_views: int, n_blocks: int | None, threads_per_block: int) -> tuple[int, int]:
@@ -100,7 +100,8 @@ def launch_view_sums(
     n_total: int,
     n_bins: int,
     seed: int,
-    half_bits: int,
+    right_bits: int,
+    n_left: int,
     out: Any,
     *,
     force_global: bool = False,
@@ -111,7 +112,6 @@ def launch_view_sums(
     slots = 0 if force_global else shared_slots_for(n_bins * N_VIEW_STATS)
     kernel = make_view_sums_kernel(slots > 0, slots)
     grid = _grid(p.shape[0], n_views, n_blocks, threads_per_block)
-    half_mask = (1 << half_bits) - 1
     kernel[grid, threads_per_block](
         p,
         y,
@@ -121,8 +121,8 @@ def launch_view_sums(
         np.uint64(n_total),
         np.uint64(n_bins),
         np.uint64(seed),
-        np.uint64(half_bits),
-        np.uint64(half_mask),
+        np.uint64(right_bits),
+        np.uint64(n_left),
         out,
     )
 
@@ -132,7 +132,8 @@ def launch_view_bins(
     n_total: int,
     n_bins: int,
     seed: int,
-    half_bits: int,
+    right_bits: int,
+    n_left: int,
     out: Any,
     *,
     n_blocks: int | None = None,
@@ -140,13 +141,12 @@ def launch_view_bins(
 ) -> None:
     """Write the ``(n_views, len(rows))`` int32 bin ids of the uint64 device array ``rows`` into ``out``."""
     grid = _grid(rows.shape[0], out.shape[0], n_blocks, threads_per_block)
-    half_mask = (1 << half_bits) - 1
     view_bins_kernel[grid, threads_per_block](
         rows,
         np.uint64(n_total),
         np.uint64(n_bins),
         np.uint64(seed),
-        np.uint64(half_bits),
-        np.uint64(half_mask),
+        np.uint64(right_bits),
+        np.uint64(n_left),
         out,
     )

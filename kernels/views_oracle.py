@@ -8,10 +8,18 @@ from __future__ import annotations
 
 import numpy as np
 
-from kernels._feistel import GOLDEN_GAMMA, MIX_MUL_1, MIX_MUL_2, N_ROUNDS, feistel_half_bits
+from kernels._feistel import (
+    GOLDEN_GAMMA,
+    KEY_MASK,
+    MIX_MUL_1,
+    MIX_MUL_2,
+    N_ROUNDS,
+    feistel_domain,
+)
 
 N_VIEW_STATS = 4
 VIEW_COUNT, VIEW_W, VIEW_WP, VIEW_WY = range(N_VIEW_STATS)
+HASH_BITS = np.uint64(32)
 
 
 def _mix64(z: np.ndarray) -> np.ndarray:
@@ -20,35 +28,38 @@ def _mix64(z: np.ndarray) -> np.ndarray:
     return z ^ (z >> np.uint64(31))
 
 
-def _view_key(seed: int, view: int) -> np.ndarray:
+def _view_keys(seed: int, view: int) -> np.ndarray:
     gamma = np.array([view + 1], dtype=np.uint64) * GOLDEN_GAMMA
-    return _mix64(np.array([seed], dtype=np.uint64) ^ _mix64(gamma))
+    key = _mix64(np.array([seed], dtype=np.uint64) ^ _mix64(gamma))
+    steps = np.arange(1, N_ROUNDS + 1, dtype=np.uint64) * GOLDEN_GAMMA
+    return _mix64(key + steps) & KEY_MASK
 
 
-def _feistel(x: np.ndarray, key: np.ndarray, half_bits: np.uint64) -> np.ndarray:
-    half_mask = (np.uint64(1) << half_bits) - np.uint64(1)
-    left, right = x >> half_bits, x & half_mask
-    round_key = key.copy()
-    for _ in range(N_ROUNDS):
-        round_key += GOLDEN_GAMMA
-        left, right = right, left ^ (_mix64(right ^ round_key) & half_mask)
-    return (left << half_bits) | right
+def _feistel(x: np.ndarray, keys: np.ndarray, right_bits: int, n_left: int) -> np.ndarray:
+    shift, n_left64 = np.uint64(right_bits), np.uint64(n_left)
+    left, right = x >> shift, x & ((np.uint64(1) << shift) - np.uint64(1))
+    for key_left, key_right in keys.reshape(-1, 2):
+        left = left + (((_mix64(right ^ key_left) >> HASH_BITS) * n_left64) >> HASH_BITS)
+        left = np.where(left >= n_left64, left - n_left64, left)
+        right = right ^ (_mix64(left ^ key_right) >> (np.uint64(64) - shift))
+    return (left << shift) | right
 
 
 def view_bins_oracle(n_total: int, n_views: int, bin_size: int, seed: int, rows: np.ndarray) -> np.ndarray:
     """Bin id of each global row id in ``rows`` for each view, shape ``(n_views, len(rows))``, int32."""
     n_bins = max(1, n_total // bin_size)
-    half_bits = np.uint64(feistel_half_bits(n_total))
+    right_bits, n_left = feistel_domain(n_total)
     rows = np.asarray(rows, dtype=np.uint64)
     out = np.empty((n_views, rows.shape[0]), dtype=np.int32)
     for v in range(n_views):
-        key = _view_key(seed, v)
-        x = _feistel(rows, key, half_bits)
+        keys = _view_keys(seed, v)
+        x = _feistel(rows, keys, right_bits, n_left)
         # Cycle walking: re-encrypt only the values still outside [0, n_total).
         outside = x >= np.uint64(n_total)
         while outside.any():
-            x[outside] = _feistel(x[outside], key, half_bits)
+            x[outside] = _feistel(x[outside], keys, right_bits, n_left)
             outside = x >= np.uint64(n_total)
+        # The exact integer quotient, where the compiled backends correct a float64 estimate.
         out[v] = (x * np.uint64(n_bins)) // np.uint64(n_total)
     return out
 
