@@ -61,8 +61,8 @@ def run_demo(args: argparse.Namespace) -> int:
         seed=args.seed,
     ).T
     table["fit_predict_s"] = [fit_seconds.get(name, float("nan")) for name in table.index]
-    best = predictions[str(table["log_loss"].drop("oracle p_true").idxmin())]
-    report = metrics.segment_report(y, best, held_out[fields], min_rows=args.min_segment_rows)
+    best = str(table["log_loss"].drop("oracle p_true").idxmin())
+    report = metrics.segment_report(y, predictions[best], held_out[fields], min_rows=args.min_segment_rows)
     elapsed = time.perf_counter() - started
     if args.format == "json":
         document = {
@@ -86,7 +86,7 @@ def run_demo(args: argparse.Namespace) -> int:
         print(shown.to_string())
         print(
             f"\nWorst {args.top} segments of the best calibrator by log-loss "
-            f"({table['log_loss'].drop('oracle p_true').idxmin()}), rows >= {args.min_segment_rows}:"
+            f"({best}), rows >= {args.min_segment_rows}:"
         )
         print(report.head(args.top).to_string(index=False))
         print("\nOne-dimensional maps cannot fix errors that live in segments: the feature-aware")
@@ -123,11 +123,14 @@ def run_fit(args: argparse.Namespace) -> int:
     needed = [args.score_col, args.label_col, *features] + ([args.weight_col] if args.weight_col else [])
     _log(f"reading {args.data} ...")
     frame = read_table(args.data, columns=needed)
-    calibrator = make_calibrator(
-        args.method, score_col=args.score_col, score_kind=args.score_kind, **_method_params(args.param)
-    )
+    params = {"score_col": args.score_col, **_method_params(args.param)}
+    # Only passed when asked for, so calibrators without the parameter (beta reads probabilities only)
+    # still fit with the defaults; make_calibrator names any parameter a method lacks.
+    if args.score_kind != "probability":
+        params["score_kind"] = args.score_kind
     if features:
-        calibrator.set_params(feature_cols=features)
+        params["feature_cols"] = features
+    calibrator = make_calibrator(args.method, **params)
     _log(f"fitting {type(calibrator).__name__} on {len(frame):,} rows ...")
     started = time.perf_counter()
     X = frame[[args.score_col, *features]]

@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+import gpucal
 from gpucal import metrics
 from gpucal.cli import DEMO_CALIBRATORS, main
 
@@ -109,3 +110,30 @@ def test_errors_name_the_problem(tmp_path, scored, capsys):
     assert "must end in one of" in capsys.readouterr().err
     assert main(["fit", str(data), "--method", "no-such-method", "--model", str(tmp_path / "m.json")]) == 2
     assert "no-such-method" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("method", ["platt", "beta", "histogram", "sir"])
+def test_fit_from_the_cli_equals_the_library(tmp_path, scored, method):
+    data = tmp_path / "data.parquet"
+    scored.to_parquet(data)
+    model = tmp_path / "model.json"
+    assert main(["fit", str(data), "--method", method, "--model", str(model)]) == 0
+    expected = gpucal.make_calibrator(method).fit(scored["score"], scored["label"]).predict(scored["score"])
+    np.testing.assert_array_equal(gpucal.load(model).predict(scored["score"]), expected)
+
+
+def test_a_parameter_the_method_lacks_is_named(tmp_path, scored, capsys):
+    data = tmp_path / "data.parquet"
+    scored.to_parquet(data)
+    args = [
+        "fit",
+        str(data),
+        "--method",
+        "beta",
+        "--model",
+        str(tmp_path / "m.json"),
+        "--score-kind",
+        "logit",
+    ]
+    assert main(args) == 2
+    assert "BetaCalibrator has no parameter(s) ['score_kind']" in capsys.readouterr().err
