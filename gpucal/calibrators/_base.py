@@ -19,7 +19,7 @@ from sklearn.base import BaseEstimator
 from sklearn.utils.validation import check_is_fitted
 
 from gpucal._backend import array_namespace
-from gpucal._frames import describe_input, split_input, wrap_output
+from gpucal._frames import SplitInput, split_input, wrap_output
 from gpucal._params import Interval, Options, check_param
 from gpucal._validation import check_consistent_length, check_labels, check_sample_weight
 
@@ -47,16 +47,19 @@ class Calibrator(BaseEstimator):
     # ----------------------------------------------------------------------------------------------
     # Input
 
-    def _score_input(self, X: Any, *, allow_empty: bool = False) -> Any:
-        """Return the validated float64 score of a 1-D ``X`` or of ``X[score_col]``."""
-        split = split_input(
+    def _split(self, X: Any, *, allow_empty: bool = False) -> SplitInput:
+        """Validate a 1-D ``X`` or ``X[score_col]``: the float64 score and the input's description."""
+        return split_input(
             X,
             score_col=getattr(self, "score_col", "score"),
             feature_cols=[],
             score_kind=getattr(self, "score_kind", "probability"),
             allow_empty=allow_empty,
         )
-        return split.score
+
+    def _score_input(self, X: Any) -> Any:
+        """Return the validated float64 score of a 1-D ``X`` or of ``X[score_col]``."""
+        return self._split(X).score
 
     def _fit_input(self, X: Any, y: Any, sample_weight: Any) -> tuple[Any, Any, Any]:
         """Validate ``(X, y, sample_weight)`` for a fit: scores, labels, weights of one length."""
@@ -104,10 +107,9 @@ class Calibrator(BaseEstimator):
             Calibrated probabilities in [0, 1].
         """
         check_is_fitted(self, list(self._state_spec))
-        info = describe_input(X, score_col=getattr(self, "score_col", "score"))
-        score = self._score_input(X, allow_empty=True)
-        calibrated = self._predict_scores(score)
-        return wrap_output(calibrated, info, output_type=getattr(self, "output_type", "input"))
+        split = self._split(X, allow_empty=True)
+        calibrated = self._predict_scores(split.score)
+        return wrap_output(calibrated, split.info, output_type=getattr(self, "output_type", "input"))
 
     def _fit_scores(self, score: Any, y: Any, sample_weight: Any) -> None:
         """Fit from validated float64 arrays; sets the attributes of ``_state_spec``."""
@@ -127,10 +129,4 @@ class Calibrator(BaseEstimator):
         save(self, path)
 
 
-def clip_probabilities(p: Any, eps: float) -> Any:
-    """Clip to ``[eps, 1 - eps]``; ``eps = 0`` returns ``p`` clipped to [0, 1] only."""
-    xp = array_namespace(p)
-    return xp.clip(p, eps, 1.0 - eps) if eps > 0 else xp.clip(p, 0.0, 1.0)
-
-
-__all__ = ["Calibrator", "Constraint", "Interval", "Options", "clip_probabilities"]
+__all__ = ["Calibrator", "Constraint", "Interval", "Options"]
