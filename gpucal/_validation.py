@@ -128,13 +128,20 @@ def check_labels(y: Any, name: str = "y_true", *, allow_soft: bool = True) -> An
 
 
 def check_sample_weight(sample_weight: Any, n_rows: int, name: str = "sample_weight", xp: Any = np) -> Any:
-    """Return float64 weights of length ``n_rows`` (a read-only view of ones when None); finite, >= 0."""
+    """Return float64 weights of length ``n_rows`` (a read-only view of ones when None); finite, >= 0.
+
+    ``xp`` is the scores' namespace: weights on another device are an error, not a silent copy.
+    """
     if sample_weight is None:
         # A read-only zero-stride view: unit weights cost no memory (a float64 array of ones is as large
         # as the scores) and nothing can write into them by mistake.
         return xp.broadcast_to(xp.asarray(1.0, dtype=xp.float64), (n_rows,))
     w = as_1d_array(sample_weight, name)
-    w = array_namespace(w).asarray(w, dtype=np.float64)
+    w_xp = array_namespace(w)
+    if w_xp is not xp:
+        msg = f"{name}: is a {w_xp.__name__} array but the scores are {xp.__name__}; put both on one device"
+        raise TypeError(msg)
+    w = w_xp.asarray(w, dtype=np.float64)
     if w.shape[0] != n_rows:
         msg = f"{name}: has {w.shape[0]} rows, expected {n_rows}"
         raise ValueError(msg)

@@ -311,3 +311,17 @@ def test_repeated_runs_are_bit_identical() -> None:
         lambda: metrics.field_ece(y, p, (p * 1000).astype(int), sample_weight=w),
     ):
         assert call() == call()
+
+
+def test_ece_sweep_stops_once_every_tied_group_has_its_bin() -> None:
+    # A constant prediction: one tie group, so the sweep ends at one bin instead of trying every count.
+    rng = np.random.default_rng(5)
+    y = rng.integers(0, 2, 200_000).astype(float)
+    p = np.full(200_000, 0.3)
+    assert metrics.ece_sweep(y, p) == pytest.approx(abs(y.mean() - 0.3), abs=1e-9)  # prefix-sum rounding
+    # Three distinct scores: the finest partition is reached at three bins; the value is that ECE.
+    p3 = np.repeat([0.2, 0.5, 0.8], 1000)
+    y3 = (rng.random(3000) < p3).astype(float)
+    assert metrics.ece_sweep(y3, p3) == pytest.approx(
+        metrics.ece(y3, p3, n_bins=3, strategy="quantile"), rel=1e-9
+    )

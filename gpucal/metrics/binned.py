@@ -361,7 +361,10 @@ def ece_sweep(
     The rows are sorted once; each bin count then costs :math:`O(b \log n)` (bin edges by binary search in
     the weighted CDF, bin sums as differences of prefix sums), not a pass over the rows. Prefix sums
     round differently from the per-bin sums of :func:`ece`, so the two agree to about 1e-12, not bitwise.
-    Empty bins (possible with heavy ties) are skipped in the monotonicity check and in the average.
+    Empty bins (possible with heavy ties) are skipped in the monotonicity check and in the average. The
+    sweep stops once every group of tied scores has a bin of its own (a constant prediction stops at one
+    bin). Labels that never break monotonicity over distinct scores (perfectly ranked data) make it try
+    every count up to ``max_bins``, :math:`O(\text{max\_bins}^2)` in all: set ``max_bins`` for such data.
     """
     rows = check_rows(y_true, y_prob, sample_weight)
     xp = rows.xp
@@ -381,6 +384,8 @@ def ece_sweep(
 
     best = _sweep_bins(1, below, tie_start, total, rows.n, prefix_w, prefix_wp, prefix_wy)
     for n_bins in range(2, limit + 1):
+        if np.count_nonzero(best[:, 0] > 0) == tie_start.size:
+            break  # every tie group has a bin of its own: no bin count can split the rows further
         stats = _sweep_bins(n_bins, below, tie_start, total, rows.n, prefix_w, prefix_wp, prefix_wy)
         kept = stats[stats[:, 0] > 0]
         label_mean = kept[:, 2] / kept[:, 0]

@@ -311,11 +311,17 @@ def _draw_curve(ax: Any, curve: ReliabilityCurve, *, color: str, label: str) -> 
 def _draw_histogram(
     ax: Any, values: Any, sample_weight: Any, curve: ReliabilityCurve, limit: float, *, color: str
 ) -> None:
-    """Draw the (weighted) histogram of one prediction as an outline."""
+    """Draw the (weighted) histogram of one prediction as an outline.
+
+    Equal-width diagrams reuse the curve's own bin weights, so every point sits over the bar of exactly
+    the rows it averages (``ax.hist`` would close bins on the left, the curve closes them on the right).
+    """
     if curve.strategy == "uniform":
-        edges = np.linspace(0.0, 1.0, curve.n_bins + 1)
-    else:
-        edges = np.linspace(0.0, limit, HISTOGRAM_BINS + 1)
+        heights = np.zeros(curve.n_bins)
+        heights[curve.bin_index] = curve.weight
+        ax.stairs(heights, np.linspace(0.0, 1.0, curve.n_bins + 1), color=color, linewidth=1.2)
+        return
+    edges = np.linspace(0.0, limit, HISTOGRAM_BINS + 1)
     weights = None if sample_weight is None else to_numpy(as_1d_array(sample_weight, "sample_weight"))
     ax.hist(to_numpy(values), bins=edges, weights=weights, histtype="step", color=color, linewidth=1.2)
 
