@@ -476,3 +476,14 @@ def test_split_fraction_too_small_raises() -> None:
     s, y = make_data(5)
     with pytest.raises(ValueError, match="left one part"):
         ScalingBinningCalibrator(split_fraction=1e-9).fit(s, y)
+
+
+def test_equal_mass_edge_between_neighbouring_floats_keeps_rows_in_their_bins(tmp_path) -> None:
+    # Regression (review): the midpoint of two neighbouring floats rounded up to the upper bin's score,
+    # so the upper bin's rows were predicted with the lower bin's value, and the state failed to load.
+    score = np.array([1 - 2**-53] * 5 + [1.0] * 5)
+    y = np.array([0, 0, 1, 0, 1, 1, 1, 0, 1, 1], dtype=float)
+    model = HistogramCalibrator(n_bins=2, strategy="quantile").fit(score, y)
+    assert_allclose(model.predict(score), [0.4] * 5 + [0.8] * 5)
+    model.save(tmp_path / "h.json")
+    assert_array_equal(gpucal.load(tmp_path / "h.json").predict(score), model.predict(score))

@@ -666,3 +666,11 @@ def test_dataframe_input_uses_score_col() -> None:
     assert isinstance(out, pd.Series)
     assert out.name == "s"
     assert_array_equal(out.to_numpy(), PlattCalibrator().fit(p, y).predict(p))
+
+
+def test_platt_rejects_constant_scores() -> None:
+    # Regression (review): a singular Hessian let the pseudo-inverse pick a meaningless, even decreasing,
+    # slope; a constant score identifies no slope, so Platt (and scaling-binning) refuse it by name.
+    y = np.array([0.0, 1.0, 1.0, 0.0, 1.0])
+    with pytest.raises(ValueError, match=r"every score is 0\.7; Platt scaling needs at least two distinct"):
+        PlattCalibrator().fit(np.full(5, 0.7), y)

@@ -301,6 +301,10 @@ def midpoint_edges(lows: np.ndarray, highs: np.ndarray, low: float, high: float)
     """Edges of data-driven bins: ``low``, the midpoints between neighbouring bins, ``high``.
 
     The midpoint between the largest score of a bin and the smallest of the next is Kumar et al.'s
-    ``get_equal_bins`` rule; every fitted row stays in its bin.
+    ``get_equal_bins`` rule; every fitted row stays in its bin. When the two scores are neighbouring
+    floats the midpoint rounds to one of them; bins are right-closed, so the edge then falls back to the
+    lower bin's largest score.
     """
-    return np.concatenate([[low], 0.5 * (highs[:-1] + lows[1:]), [high]])
+    mid = 0.5 * (highs[:-1] + lows[1:])
+    mid = np.where(mid >= lows[1:], highs[:-1], mid)
+    return np.concatenate([[low], mid, [high]])

@@ -386,7 +386,6 @@ def logistic_sums(
     X2 = _as_2d(X)
     width = n_features(X2, mode)
     col_idx = np.arange(width, dtype=np.int64) if cols is None else np.asarray(cols, dtype=np.int64)
-    col_idx.shape[0] + int(fit_intercept)
     theta = np.ascontiguousarray(theta, dtype=np.float64)
     if width <= NUMBA_MAX_FEATURES and use_numba(backend, X2, y, w):
         # Embed theta in the full model [x0, x1, 1]; keep the sums of the parameters in use.
@@ -399,7 +398,9 @@ def logistic_sums(
             np.ascontiguousarray(y, dtype=np.float64),
             float(targets[0]),
             float(targets[1]),
-            np.ascontiguousarray(w, dtype=np.float64),
+            # Not made contiguous: unit weights are a zero-stride view, and a copy would cost a pass
+            # and 8n bytes on every Newton step.
+            np.asarray(w, dtype=np.float64),
             full[0],
             full[1],
             full[2],
@@ -413,7 +414,7 @@ def logistic_sums(
         design = xp.concatenate([design, xp.ones((design.shape[0], 1))], axis=1)
     z = design @ xp.asarray(theta)
     t = targets[0] + y * (targets[1] - targets[0])
-    p = 1.0 / (1.0 + xp.exp(-z))
+    p = sigmoid(z)
     loss = xp.sum(w * (xp.logaddexp(0.0, z) - t * z))
     grad = design.T @ (w * (p - t))
     hess = (design * (w * p * (1.0 - p))[:, None]).T @ design
@@ -580,9 +581,14 @@ def predict_logistic(
             np.ascontiguousarray(X2, dtype=np.float64), mode, full[0], full[1], float(intercept), out
         )
     xp = array_namespace(X2)
-    z = features_array(X2, mode)[:, xp.asarray(col_idx)] @ xp.asarray(coef) + intercept
-    out = xp.exp(-xp.abs(z))  # sigmoid without overflow: e / (1 + e) or 1 / (1 + e)
-    return xp.where(z >= 0, 1.0 / (1.0 + out), out / (1.0 + out))
+    return sigmoid(features_array(X2, mode)[:, xp.asarray(col_idx)] @ xp.asarray(coef) + intercept)
+
+
+def sigmoid(z: Any) -> Any:
+    """``1 / (1 + exp(-z))`` without overflow: ``e / (1 + e)`` or ``1 / (1 + e)`` with ``e = exp(-|z|)``."""
+    xp = array_namespace(z)
+    e = xp.exp(-xp.abs(z))
+    return xp.where(z >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
 
 
 def check_two_classes(y: Any, w: Any, name: str = "y") -> None:

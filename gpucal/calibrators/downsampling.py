@@ -17,6 +17,7 @@ from gpucal._backend import array_namespace
 from gpucal._params import check_param
 from gpucal._validation import check_sample_weight, check_scores
 from gpucal.calibrators._base import Calibrator, Constraint, Interval
+from gpucal.calibrators._logistic import sigmoid
 from gpucal.calibrators.platt import OUTPUT_TYPE_OPTIONS, SCORE_KIND_OPTIONS
 from gpucal.persistence import register
 
@@ -54,9 +55,7 @@ def correct_downsampling(p: Any, rate: float, *, score_kind: str = "probability"
 def _correct(score: Any, rate: float, score_kind: str) -> Any:
     xp = array_namespace(score)
     if score_kind == "logit":
-        z = score + xp.log(rate)
-        out = xp.exp(-xp.abs(z))
-        return xp.where(z >= 0, 1.0 / (1.0 + out), out / (1.0 + out))
+        return sigmoid(score + xp.log(rate))
     numerator = score * rate
     out = 1.0 - score
     out += numerator

@@ -13,6 +13,7 @@ import numpy as np
 from gpucal._backend import array_namespace
 from gpucal.calibrators._base import Calibrator, Constraint, Interval, Options
 from gpucal.calibrators._bins import BIN_W, BIN_WY, bin_sums, lookup_bins, mass_bin_stats, midpoint_edges
+from gpucal.calibrators._logistic import sigmoid
 from gpucal.persistence import register
 
 
@@ -20,9 +21,7 @@ def as_probability(score: Any, score_kind: str) -> Any:
     """Return the score as a probability: unchanged, or the logistic function of a margin."""
     if score_kind == "probability":
         return score
-    xp = array_namespace(score)
-    # sigma(z) = (1 + tanh(z / 2)) / 2: no overflow for any finite margin, numpy or cupy alike.
-    return 0.5 * xp.tanh(0.5 * score) + 0.5
+    return sigmoid(score)
 
 
 def fit_histogram(
@@ -190,12 +189,17 @@ class HistogramCalibrator(Calibrator):
 
 
 def check_bin_state(edges: np.ndarray, values: np.ndarray) -> None:
-    """Raise ``ValueError`` unless ``edges`` increase and ``values`` in [0, 1] has one entry per bin."""
+    """Raise ``ValueError`` unless ``edges`` increase and ``values`` in [0, 1] has one entry per bin.
+
+    Interior edges increase strictly; an outer edge may equal its neighbour (a first or last bin that
+    holds a single score).
+    """
     if edges.shape[0] != values.shape[0] + 1 or values.shape[0] == 0:
         msg = f"{edges.shape[0]} bin edges for {values.shape[0]} bin values; need one more edge than values"
         raise ValueError(msg)
-    if np.any(np.diff(edges) <= 0):
-        msg = "bin edges must be strictly increasing"
+    steps = np.diff(edges)
+    if np.any(steps[1:-1] <= 0) or np.any(steps < 0):
+        msg = "bin edges must increase (interior edges strictly)"
         raise ValueError(msg)
     if np.any(values < 0) or np.any(values > 1):
         msg = "bin values must lie in [0, 1]"

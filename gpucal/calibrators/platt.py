@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
+from gpucal._backend import array_namespace
 from gpucal.calibrators._base import Calibrator, Constraint, Options
 from gpucal.calibrators._logistic import (
     FEATURES_COLUMNS,
@@ -49,6 +50,11 @@ def fit_platt(
 ) -> tuple[float, float]:
     """Return Platt's ``(a, b)`` for validated float64 arrays (numpy or cupy); see PlattCalibrator."""
     check_two_classes(y, w)
+    xp = array_namespace(score)
+    if bool(xp.min(score) == xp.max(score)):
+        # The slope is not identified: the Hessian is singular and any slope fits as well as another.
+        msg = f"X: every score is {float(score[0])!r}; Platt scaling needs at least two distinct scores"
+        raise ValueError(msg)
     mode = FEATURES_LOGIT if score_kind == "probability" else FEATURES_COLUMNS
     targets = platt_targets(y, w, smoothing=target_smoothing)
     fit = fit_logistic(score, y, w, mode=mode, targets=targets, what="PlattCalibrator")

@@ -186,7 +186,7 @@ def softmax_temperature_sums(
     xp = array_namespace(Z, labels, w)
     if use_numba(backend, Z, labels, w):
         out = _softmax_temperature_sums_cpu(
-            np.ascontiguousarray(Z), np.ascontiguousarray(labels), np.ascontiguousarray(w), float(beta)
+            np.ascontiguousarray(Z), np.ascontiguousarray(labels), np.asarray(w), float(beta)
         )
         return float(out[0]), float(out[1]), float(out[2])
     scaled = beta * Z
