@@ -301,6 +301,8 @@ def _pandas_column(s: Any, name: str) -> Column:
     if pd.api.types.is_bool_dtype(dtype):
         codes = s.to_numpy(dtype=np.int8, na_value=-1) if s.hasnans else s.to_numpy(dtype=np.int8)
         return Column(codes, np.array([False, True]), str(dtype))
+    if pd.api.types.is_complex_dtype(dtype):
+        raise _unsupported_dtype(name, dtype)
     if pd.api.types.is_numeric_dtype(dtype):
         if s.hasnans:
             return Column(s.to_numpy(dtype=np.float64, na_value=np.nan), None, str(dtype))

@@ -30,6 +30,9 @@ __all__ = ["N_VIEW_STATS", "VIEW_COUNT", "VIEW_W", "VIEW_WP", "VIEW_WY", "view_b
 
 SEED_MODULUS = 2**64
 
+# Bin ids are written as int32 on every backend.
+MAX_BINS = 2**31 - 1
+
 
 def _view_params(n_total: int, n_views: int, bin_size: int, seed: Any) -> tuple[int, int, int, int, int]:
     """Check the view parameters; return ``(n_views, n_bins, seed mod 2**64, right_bits, n_left)``."""
@@ -43,6 +46,9 @@ def _view_params(n_total: int, n_views: int, bin_size: int, seed: Any) -> tuple[
         msg = f"n_total={n_total} exceeds the 2**62 rows the 64-bit view arithmetic covers."
         raise ValueError(msg)
     n_bins = max(1, n_total // bin_size)
+    if n_bins > MAX_BINS:
+        msg = f"n_total={n_total}, bin_size={bin_size}: {n_bins} bins; bin ids are int32 (<= {MAX_BINS})."
+        raise ValueError(msg)
     if max(n_total - 1, 0) * n_bins >= MAX_BIN_PRODUCT:
         msg = (
             f"n_total={n_total} with bin_size={bin_size} overflows the 64-bit bin arithmetic; raise bin_size."
@@ -91,6 +97,9 @@ def view_bins(
     if rows.ndim != 1:
         msg = f"rows must be one-dimensional. Got shape {tuple(rows.shape)} instead."
         raise ValueError(msg)
+    if rows.dtype.kind not in "iu":
+        msg = f"rows must be integer row ids. Got dtype {rows.dtype} instead."
+        raise TypeError(msg)
     if rows.shape[0] and (int(rows.min()) < 0 or int(rows.max()) >= n_total):
         msg = f"rows must lie in [0, n_total) = [0, {n_total})."
         raise ValueError(msg)

