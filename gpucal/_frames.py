@@ -552,7 +552,7 @@ def wrap_output(
     elif family == "pandas":
         import pandas as pd
 
-        return pd.Series(to_numpy(values), index=_host_index(index), name=name)
+        return pd.Series(to_numpy(values), index=index, name=name)
     elif family == "cudf":
         import cudf
 
@@ -572,8 +572,3 @@ def _to_cupy(values: Any) -> Any:
     import cupy
 
     return cupy.asarray(values)
-
-
-def _host_index(index: Any) -> Any:
-    """A cudf index becomes a pandas index for pandas output; a pandas index is returned as is."""
-    return index.to_pandas() if index is not None and _module(index) == "cudf" else index
