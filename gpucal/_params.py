@@ -79,13 +79,29 @@ class Options:
         return f"one of {self.values!r}"
 
 
+@dataclass(frozen=True)
+class AnyOf:
+    """A value that meets at least one of ``constraints`` (e.g. ``"auto"`` or a positive number)."""
+
+    constraints: tuple[Interval | Options, ...]
+
+    def __init__(self, *constraints: Interval | Options) -> None:
+        object.__setattr__(self, "constraints", constraints)
+
+    def accepts(self, value: Any) -> bool:
+        return any(c.accepts(value) for c in self.constraints)
+
+    def describe(self) -> str:
+        return " or ".join(c.describe() for c in self.constraints)
+
+
 def _show(x: float) -> str:
     if math.isinf(x):
         return "inf" if x > 0 else "-inf"
     return str(int(x)) if float(x).is_integer() else str(x)
 
 
-def check_param(func_name: str, name: str, value: Any, constraint: Interval | Options) -> None:
+def check_param(func_name: str, name: str, value: Any, constraint: Interval | Options | AnyOf) -> None:
     """Raise ``ValueError`` (``TypeError`` for a wrong type) when ``value`` breaks ``constraint``."""
     if constraint.accepts(value):
         return

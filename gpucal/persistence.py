@@ -54,6 +54,8 @@ def _encode_state_value(kind: str, value: Any) -> Any:
         return int(value)
     if kind == "bool":
         return bool(value)
+    if kind == "json" and hasattr(value, "to_dict"):
+        return value.to_dict()  # an object the class rebuilds from plain data in ``_check_state``
     return value
 
 

@@ -20,10 +20,10 @@ from sklearn.utils.validation import check_is_fitted
 
 from gpucal._backend import array_namespace
 from gpucal._frames import SplitInput, split_input, wrap_output
-from gpucal._params import Interval, Options, check_param
+from gpucal._params import AnyOf, Interval, Options, check_param
 from gpucal._validation import check_consistent_length, check_labels, check_sample_weight
 
-Constraint = Interval | Options
+Constraint = Interval | Options | AnyOf
 
 
 class Calibrator(BaseEstimator):
@@ -129,4 +129,4 @@ class Calibrator(BaseEstimator):
         save(self, path)
 
 
-__all__ = ["Calibrator", "Constraint", "Interval", "Options"]
+__all__ = ["AnyOf", "Calibrator", "Constraint", "Interval", "Options"]
