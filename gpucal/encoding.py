@@ -483,10 +483,18 @@ def _as_codes(col: Column) -> tuple[Any, np.ndarray]:
         return col.values, col.categories  # type: ignore[return-value]
     xp = array_namespace(col.values)
     v = col.values
-    ok = ~xp.isnan(v) if v.dtype.kind == "f" else xp.ones(v.shape, dtype=bool)
-    uniques, inverse = xp.unique(v[ok], return_inverse=True)
-    codes = xp.full(v.shape, -1, dtype=xp.int64)
-    codes[ok] = inverse.reshape(-1)
+    if xp is np:
+        import pandas as pd
+
+        # A hash table, then a sort of the distinct values only: O(n), where np.unique sorts all n rows
+        # (0.1 s per column at 1e6 rows). NaN becomes -1, as below.
+        codes, uniques = pd.factorize(v, sort=True, use_na_sentinel=True)
+        uniques = np.asarray(uniques)
+    else:
+        ok = ~xp.isnan(v) if v.dtype.kind == "f" else xp.ones(v.shape, dtype=bool)
+        uniques, inverse = xp.unique(v[ok], return_inverse=True)
+        codes = xp.full(v.shape, -1, dtype=xp.int64)
+        codes[ok] = inverse.reshape(-1)
     cats = np.empty(uniques.shape[0], dtype=object)
     cats[:] = to_numpy(uniques).tolist()
     return codes, cats
