@@ -15,11 +15,21 @@ from kernels.group_sums_oracle import (
     STAT_WYY,
     value_offsets,
 )
+from kernels.partition import partition_rows
+from kernels.split_mvce import N_SPLIT_STATS, SPLIT_RESIDUAL, SPLIT_W, mvce_from_split_sums, mvce_split_sums
+from kernels.trees import predict_trees, route_rows, tree_leaves
+from kernels.trees_oracle import LEAF_PLATT, LEAF_SCALE, LEAF_SHIFT
 from kernels.views import N_VIEW_STATS, VIEW_COUNT, VIEW_W, VIEW_WP, VIEW_WY, view_bins, view_sums
 
 __all__ = [
+    "LEAF_PLATT",
+    "LEAF_SCALE",
+    "LEAF_SHIFT",
+    "N_SPLIT_STATS",
     "N_STATS",
     "N_VIEW_STATS",
+    "SPLIT_RESIDUAL",
+    "SPLIT_W",
     "STAT_COUNT",
     "STAT_W",
     "STAT_WF",
@@ -32,6 +42,12 @@ __all__ = [
     "VIEW_WP",
     "VIEW_WY",
     "group_sums",
+    "mvce_from_split_sums",
+    "mvce_split_sums",
+    "partition_rows",
+    "predict_trees",
+    "route_rows",
+    "tree_leaves",
     "value_offsets",
     "view_bins",
     "view_sums",

@@ -95,6 +95,35 @@ def kernel_signatures() -> Iterator[tuple[str, str, Callable[..., Any], tuple[An
         view_bins_kernel.py_func,
         (u64[::1], u64, u64, u64, u64, u64, types.int32[:, ::1]),
     )
+    from kernels.split_mvce_cuda import mvce_split_sums_kernel
+
+    i64_1d, u64_1d = types.int64[::1], types.uint64[::1]
+    for ftype in FLOAT_TYPES:
+        fa = ftype[::1]
+        for ctype in CODE_TYPES:
+            split_args = (
+                *(ctype[:, ::1], fa, fa, fa, types.int32[::1], i64_1d),
+                *(u64_1d, u64_1d, i64_1d, u64_1d, u64_1d),
+                *(types.float64[:, :, ::1], types.float64[:, ::1], i64_1d),
+                *(i64, i64, u64, u64, i64, f64_1d),
+            )
+            yield "mvce_split_sums", f"{ctype}, {ftype}", mvce_split_sums_kernel.py_func, split_args
+    from kernels.trees_cuda import predict_trees_kernel, route_rows_kernel, tree_leaves_kernel
+
+    i32_1d = types.int32[::1]
+    tree_nodes = (i32_1d, types.int64[::1], i32_1d)  # node_feature, node_child_base, child_table
+    for ctype in CODE_TYPES:
+        codes_type = ctype[:, ::1]
+        route_args = (codes_type, i32_1d, *tree_nodes, i32_1d)
+        yield "route_rows", str(ctype), route_rows_kernel.py_func, route_args
+        leaves_args = (codes_type, *tree_nodes, types.int64[::1], types.int32[:, ::1])
+        yield "tree_leaves", str(ctype), tree_leaves_kernel.py_func, leaves_args
+        for ftype in FLOAT_TYPES:
+            predict_args = (
+                *(codes_type, ftype[::1], *tree_nodes),
+                *(types.float64[:, ::1], types.int64[::1], i64, f64_1d),
+            )
+            yield "predict_trees", f"{ctype}, {ftype}", predict_trees_kernel.py_func, predict_args
 
 
 def _parse(kernel: str, dtypes: str, cc: tuple[int, int], log: str) -> PtxReport:

@@ -1,4 +1,4 @@
-"""Runs the CUDA kernels in numba-cuda's simulator (``tests/cudasim/sim_kernels.py``) in a child process.
+"""Runs the CUDA kernels in numba-cuda's simulator (``tests/cudasim/sim_*.py``) in child processes.
 
 ``NUMBA_ENABLE_CUDASIM=1`` must be set before numba is first imported, and this process has imported
 numba already, so the simulator suite runs in a child pytest with the variable set.
@@ -11,18 +11,22 @@ import subprocess
 import sys
 from pathlib import Path
 
-SUITE = Path(__file__).resolve().parent / "cudasim" / "sim_kernels.py"
+import pytest
+
+SUITES = ["sim_kernels.py", "sim_split_mvce.py", "sim_trees.py", "sim_mbct.py"]
 
 
-def test_simulator_suite_matches_the_oracle():
-    repo = SUITE.parent.parent.parent
+@pytest.mark.parametrize("suite", SUITES)
+def test_simulator_suite_matches_the_oracle(suite):
+    path = Path(__file__).resolve().parent / "cudasim" / suite
+    repo = path.parent.parent.parent
     env = {
         **os.environ,
         "NUMBA_ENABLE_CUDASIM": "1",
         "PYTHONPATH": os.pathsep.join([str(repo), os.environ.get("PYTHONPATH", "")]),
     }
     run = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(SUITE)],
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(path)],
         cwd=repo,
         env=env,
         capture_output=True,

@@ -1,0 +1,59 @@
+"""``partition_rows``: the stable order that puts every node's rows next to each other.
+
+A tree level's histogram adds each row into its node's slice of ``(node, feature, value)`` bins. With
+rows in data order, consecutive rows hit different nodes and the additions scatter over the whole
+histogram (hundreds of MB at depth 4-5, so every addition misses the cache); with rows grouped by node,
+each node's slice (tens of KB) stays in cache while its rows are added. This is XGBoost's row
+partitioner (Chen & Guestrin 2016, Sec. 4.1, "column block"), here a stable counting sort by node.
+
+Forms: the numpy oracle (``np.argsort(kind="stable")``), the numba CPU twin (a counting sort, O(n)),
+and on the GPU ``cupy.argsort``, whose radix sort is stable for integer keys.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numba
+import numpy as np
+
+from kernels._dispatch import is_cupy_array, resolve_backend
+
+
+def partition_rows(node_idx: Any, n_nodes: int, *, backend: str = "auto") -> Any:
+    """Return the stable permutation sorting rows by ``node_idx`` (values in ``[0, n_nodes)``), int64.
+
+    Rows of one node keep their relative order, so a row's position inside its node's run is its rank
+    among that node's rows in the original order.
+    """
+    backend = resolve_backend(backend, node_idx)
+    if is_cupy_array(node_idx):
+        import cupy
+
+        return cupy.argsort(node_idx).astype(cupy.int64)
+    node_idx = np.ascontiguousarray(node_idx)
+    if node_idx.ndim != 1 or node_idx.dtype.kind not in "iu":
+        msg = f"node_idx must be a 1-D integer array. Got shape {node_idx.shape}, dtype {node_idx.dtype}."
+        raise ValueError(msg)
+    if node_idx.shape[0] and (int(node_idx.min()) < 0 or int(node_idx.max()) >= n_nodes):
+        msg = f"node_idx must lie in [0, n_nodes) = [0, {n_nodes})."
+        raise ValueError(msg)
+    if backend == "oracle":
+        return np.argsort(node_idx, kind="stable").astype(np.int64)
+    return _counting_sort(node_idx, np.int64(n_nodes))
+
+
+@numba.njit(cache=True)
+def _counting_sort(node_idx, n_nodes):
+    """Stable counting sort: counts per node, their prefix sums, then one placing pass in row order."""
+    nxt = np.zeros(n_nodes + 1, dtype=np.int64)
+    for i in range(node_idx.shape[0]):
+        nxt[node_idx[i] + 1] += 1
+    for m in range(n_nodes):
+        nxt[m + 1] += nxt[m]
+    order = np.empty(node_idx.shape[0], dtype=np.int64)
+    for i in range(node_idx.shape[0]):
+        m = node_idx[i]
+        order[nxt[m]] = i
+        nxt[m] += 1
+    return order
