@@ -18,6 +18,7 @@ from gpucal.calibrators import (
     BetaCalibrator,
     DirichletCalibrator,
     DownsamplingCorrection,
+    FeatureAwarePlattCalibrator,
     HistogramCalibrator,
     IsotonicCalibrator,
     PlattCalibrator,
@@ -29,12 +30,15 @@ from gpucal.calibrators import (
 )
 from gpucal.encoding import FeatureEncoder
 from gpucal.evaluation import evaluate
+from gpucal.mbct import MBCT
 from gpucal.persistence import ModelFileError, load
 
 __all__ = [
+    "MBCT",
     "BetaCalibrator",
     "DirichletCalibrator",
     "DownsamplingCorrection",
+    "FeatureAwarePlattCalibrator",
     "FeatureEncoder",
     "HistogramCalibrator",
     "IsotonicCalibrator",

@@ -14,12 +14,14 @@ from gpucal.calibrators._base import Calibrator
 from gpucal.calibrators.beta import BetaCalibrator
 from gpucal.calibrators.dirichlet import DirichletCalibrator
 from gpucal.calibrators.downsampling import DownsamplingCorrection, correct_downsampling
+from gpucal.calibrators.feature_platt import FeatureAwarePlattCalibrator
 from gpucal.calibrators.histogram import HistogramCalibrator
 from gpucal.calibrators.isotonic import IsotonicCalibrator
 from gpucal.calibrators.platt import PlattCalibrator
 from gpucal.calibrators.scaling_binning import ScalingBinningCalibrator
 from gpucal.calibrators.sir import SIRCalibrator
 from gpucal.calibrators.temperature import TemperatureCalibrator
+from gpucal.mbct.model import MBCT
 
 #: Name -> class. scikit-learn's names ("sigmoid", "isotonic", "temperature") are aliases of ours.
 CALIBRATORS: dict[str, type[Calibrator]] = {
@@ -33,6 +35,8 @@ CALIBRATORS: dict[str, type[Calibrator]] = {
     "sir": SIRCalibrator,
     "dirichlet": DirichletCalibrator,
     "downsampling": DownsamplingCorrection,
+    "feature_platt": FeatureAwarePlattCalibrator,
+    "mbct": MBCT,
 }
 
 
@@ -44,7 +48,7 @@ def make_calibrator(name: str, **params: Any) -> Calibrator:
     name : str
         One of :data:`CALIBRATORS`: ``"platt"`` (alias ``"sigmoid"``), ``"temperature"``, ``"beta"``,
         ``"histogram"``, ``"isotonic"``, ``"scaling_binning"``, ``"sir"``, ``"dirichlet"``,
-        ``"downsampling"``.
+        ``"downsampling"``, ``"feature_platt"``.
     **params
         Constructor parameters of that class; an unknown one raises ``TypeError`` naming it.
 
@@ -72,6 +76,7 @@ __all__ = [
     "Calibrator",
     "DirichletCalibrator",
     "DownsamplingCorrection",
+    "FeatureAwarePlattCalibrator",
     "HistogramCalibrator",
     "IsotonicCalibrator",
     "PlattCalibrator",

@@ -1,0 +1,275 @@
+"""The fitted MBCT model as plain arrays: a chain of multi-way trees over integer feature codes.
+
+Node ids are global over the chain: tree ``t`` holds ids ``[tree_start[t], tree_start[t + 1])`` and its
+root is ``tree_start[t]``. A split node ``m`` on feature ``j`` sends a row with code ``v`` to
+``child_table[node_child_base[m] + v]``; ``-1`` there means no training row of ``m`` had ``v``, and
+such a row stops at ``m`` and takes ``m``'s own map (every node, internal or leaf, carries one).
+
+Maps, with :math:`l = \\operatorname{logit}(\\operatorname{clip}(f, \\epsilon, 1 - \\epsilon))`:
+
+- ``"scale"`` (the paper's :math:`k_b f`, Huang et al. 2022, Sec. 4.1): :math:`f' = \\min(a f, 1)`;
+- ``"shift"``: :math:`l' = l + b` (``a = 1``);
+- ``"platt"``: :math:`l' = a l + b`.
+
+Trees chain: tree ``t`` maps the output of trees ``1..t-1`` (``mbct.md``, "how trees compose").
+
+The trees read *tree codes*: ``code_maps[j]`` sends feature ``j``'s input code (the encoder's code, or
+the score bin) to its tree code. Input codes too light to ever hold a child of their own share one
+"rare" tree code (``rare_codes[j]``, -1 when there is none), so a high-cardinality feature costs the
+histogram only the values that can matter.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+LEAF_MAPS = ("scale", "shift", "platt")
+LEAF_SCALE, LEAF_SHIFT, LEAF_PLATT = range(3)
+
+
+@dataclass(frozen=True)
+class TreeEnsemble:
+    """A fitted chain of calibration trees (see the module docstring for the layout).
+
+    Attributes
+    ----------
+    leaf_map : {"scale", "shift", "platt"}
+        The map every node applies.
+    feature_names : list of str
+        Split features, in code-column order (the score bin last).
+    n_values : int64 array of shape (d,)
+        Codes per feature.
+    node_feature : int32 array of shape (n_nodes,)
+        Split feature of each node, -1 for a leaf.
+    node_child_base : int64 array of shape (n_nodes,)
+        Offset of a split node's children in ``child_table``, -1 for a leaf.
+    child_table : int32 array
+        Child node id per (split node, code), -1 where the node saw no row with that code.
+    node_value : float64 array of shape (n_nodes, 2)
+        The ``(a, b)`` of each node's map.
+    node_weight : float64 array of shape (n_nodes,)
+        Sum of training weights in each node.
+    node_depth : int32 array of shape (n_nodes,)
+        Depth of each node (roots are 0).
+    tree_start : int64 array of shape (n_trees + 1,)
+        First node id of each tree, then ``n_nodes``.
+    code_maps : list of int32 arrays
+        Per feature, the tree code of each input code.
+    rare_codes : int64 array of shape (d,)
+        Per feature, the tree code shared by the rare input codes, or -1.
+    """
+
+    leaf_map: str
+    feature_names: list[str]
+    n_values: np.ndarray
+    node_feature: np.ndarray
+    node_child_base: np.ndarray
+    child_table: np.ndarray
+    node_value: np.ndarray
+    node_weight: np.ndarray
+    node_depth: np.ndarray
+    tree_start: np.ndarray
+    code_maps: list[np.ndarray]
+    rare_codes: np.ndarray
+
+    @property
+    def leaf_map_code(self) -> int:
+        """``LEAF_SCALE``, ``LEAF_SHIFT`` or ``LEAF_PLATT``: the kernels' integer for ``leaf_map``."""
+        return LEAF_MAPS.index(self.leaf_map)
+
+    @property
+    def n_trees(self) -> int:
+        """Number of trees in the chain."""
+        return len(self.tree_start) - 1
+
+    @property
+    def n_nodes(self) -> int:
+        """Number of nodes over all trees."""
+        return len(self.node_feature)
+
+    def tree_nodes(self, tree: int) -> range:
+        """Return the node ids of tree ``tree``."""
+        return range(int(self.tree_start[tree]), int(self.tree_start[tree + 1]))
+
+    def children(self, node: int) -> dict[int, list[int]]:
+        """Return ``{child id: [codes routed to it]}`` of a split node (empty for a leaf)."""
+        j = int(self.node_feature[node])
+        if j < 0:
+            return {}
+        base = int(self.node_child_base[node])
+        table = self.child_table[base : base + int(self.n_values[j])]
+        out: dict[int, list[int]] = {}
+        for code, child in enumerate(table.tolist()):
+            if child >= 0:
+                out.setdefault(child, []).append(code)
+        return out
+
+    def tree_codes(self, codes: Any) -> Any:
+        """Map input codes ``(n, d)`` to tree codes (one gather per column, numpy or cupy)."""
+        from gpucal._backend import array_namespace
+
+        xp = array_namespace(codes)
+        out = xp.empty(codes.shape, dtype=tree_code_dtype(self.n_values))
+        for j, cmap in enumerate(self.code_maps):
+            out[:, j] = xp.asarray(cmap)[codes[:, j]]
+        return out
+
+    def kernel_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Return the node arrays in ``kernels.predict_trees`` order (feature, base, table, value, start)."""
+        return (self.node_feature, self.node_child_base, self.child_table, self.node_value, self.tree_start)
+
+    # ----------------------------------------------------------------------------------------------
+    # Plain data
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the ensemble as JSON-ready lists."""
+        return {
+            "leaf_map": self.leaf_map,
+            "feature_names": list(self.feature_names),
+            "n_values": self.n_values.tolist(),
+            "node_feature": self.node_feature.tolist(),
+            "node_child_base": self.node_child_base.tolist(),
+            "child_table": self.child_table.tolist(),
+            "node_value": self.node_value.tolist(),
+            "node_weight": self.node_weight.tolist(),
+            "node_depth": self.node_depth.tolist(),
+            "tree_start": self.tree_start.tolist(),
+            "code_maps": [m.tolist() for m in self.code_maps],
+            "rare_codes": self.rare_codes.tolist(),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Any) -> TreeEnsemble:
+        """Build an ensemble from :meth:`to_dict` output, checking every index.
+
+        Raises ``ValueError`` naming the field at fault.
+        """
+        if not isinstance(data, dict):
+            msg = f"ensemble: expected an object, got {type(data).__name__}"
+            raise ValueError(msg)
+        expected = {
+            "leaf_map",
+            "feature_names",
+            "n_values",
+            "node_feature",
+            "node_child_base",
+            "child_table",
+            "node_value",
+            "node_weight",
+            "node_depth",
+            "tree_start",
+            "code_maps",
+            "rare_codes",
+        }
+        if set(data) != expected:
+            msg = f"ensemble: fields {sorted(data)} differ from {sorted(expected)}"
+            raise ValueError(msg)
+        if data["leaf_map"] not in LEAF_MAPS:
+            msg = f"ensemble.leaf_map: {data['leaf_map']!r} is not one of {LEAF_MAPS}"
+            raise ValueError(msg)
+        names = data["feature_names"]
+        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+            msg = "ensemble.feature_names: expected a list of strings"
+            raise ValueError(msg)
+        ensemble = cls(
+            leaf_map=data["leaf_map"],
+            feature_names=names,
+            n_values=_int_array(data, "n_values", np.int64),
+            node_feature=_int_array(data, "node_feature", np.int32),
+            node_child_base=_int_array(data, "node_child_base", np.int64),
+            child_table=_int_array(data, "child_table", np.int32),
+            node_value=_float_array(data, "node_value", 2),
+            node_weight=_float_array(data, "node_weight", 1),
+            node_depth=_int_array(data, "node_depth", np.int32),
+            tree_start=_int_array(data, "tree_start", np.int64),
+            code_maps=_code_maps(data),
+            rare_codes=_int_array(data, "rare_codes", np.int64),
+        )
+        ensemble.check()
+        return ensemble
+
+    def check(self) -> None:
+        """Raise ``ValueError`` unless every index points where the kernels may read."""
+        n_nodes, d = self.n_nodes, len(self.feature_names)
+        if self.n_values.shape != (d,) or (d and self.n_values.min() < 1):
+            _fail("n_values", f"expected {d} positive counts")
+        for name in ("node_child_base", "node_weight", "node_depth"):
+            if getattr(self, name).shape[0] != n_nodes:
+                _fail(name, f"expected {n_nodes} entries")
+        if self.node_value.shape != (n_nodes, 2) or not np.isfinite(self.node_value).all():
+            _fail("node_value", f"expected ({n_nodes}, 2) finite numbers")
+        if len(self.code_maps) != d or self.rare_codes.shape != (d,):
+            _fail("code_maps", f"expected one map and one rare code per feature ({d})")
+        for j, (cmap, k) in enumerate(zip(self.code_maps, self.n_values.tolist(), strict=True)):
+            if cmap.ndim != 1 or (cmap.size and (cmap.min() < 0 or cmap.max() >= k)):
+                _fail("code_maps", f"feature {j}'s tree codes must lie in [0, {k})")
+            if not -1 <= self.rare_codes[j] < k:
+                _fail("rare_codes", f"feature {j}'s rare code must lie in [-1, {k})")
+        ts = self.tree_start
+        if ts.shape[0] < 1 or ts[0] != 0 or ts[-1] != n_nodes or (np.diff(ts) < 1).any():
+            _fail("tree_start", f"expected increasing ids from 0 to {n_nodes}, one root per tree")
+        tree_of = np.repeat(np.arange(len(ts) - 1), np.diff(ts))
+        split = self.node_feature >= 0
+        if (self.node_feature >= d).any() or (self.node_feature < -1).any():
+            _fail("node_feature", f"features must lie in [-1, {d})")
+        base = self.node_child_base[split]
+        width = self.n_values[self.node_feature[split]]
+        if (base < 0).any() or (base + width > self.child_table.shape[0]).any():
+            _fail("node_child_base", "a split node's children lie outside child_table")
+        for m, b, k in zip(np.flatnonzero(split).tolist(), base.tolist(), width.tolist(), strict=True):
+            kids = self.child_table[b : b + k]
+            kids = kids[kids >= 0]
+            # Children lie after their parent within its tree, so every walk ends.
+            if (kids <= m).any() or (kids >= n_nodes).any() or (tree_of[kids] != tree_of[m]).any():
+                _fail("child_table", f"node {m} has a child outside its tree or before it")
+            if (self.child_table[b : b + k] < -1).any():
+                _fail("child_table", f"node {m} has a child id below -1")
+
+
+def tree_code_dtype(n_values: np.ndarray) -> np.dtype:
+    """Return the smallest of int8, int16, int32 that holds every tree code (the kernels read all three)."""
+    largest = int(np.max(n_values, initial=1)) - 1
+    for dtype in (np.int8, np.int16):
+        if largest <= np.iinfo(dtype).max:
+            return np.dtype(dtype)
+    return np.dtype(np.int32)
+
+
+def _fail(field: str, problem: str) -> None:
+    msg = f"ensemble.{field}: {problem}"
+    raise ValueError(msg)
+
+
+def _int_array(data: dict[str, Any], name: str, dtype: Any) -> np.ndarray:
+    value = data[name]
+    if not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+        _fail(name, "expected a list of integers")
+    arr = np.asarray(value, dtype=np.int64)
+    info = np.iinfo(dtype)
+    if arr.size and (arr.min() < info.min or arr.max() > info.max):
+        _fail(name, f"values outside {np.dtype(dtype).name}")
+    return arr.astype(dtype)
+
+
+def _code_maps(data: dict[str, Any]) -> list[np.ndarray]:
+    maps = data["code_maps"]
+    if not isinstance(maps, list):
+        _fail("code_maps", "expected a list of lists")
+    return [_int_array({"code_maps": m}, "code_maps", np.int32) for m in maps]
+
+
+def _float_array(data: dict[str, Any], name: str, ndim: int) -> np.ndarray:
+    try:
+        arr = np.asarray(data[name], dtype=np.float64)
+    except (TypeError, ValueError):
+        _fail(name, "expected numbers")
+    if arr.ndim != ndim and not (arr.size == 0 and ndim == 2):
+        _fail(name, f"expected a {ndim}-D array")
+    if arr.size == 0 and ndim == 2:
+        arr = arr.reshape(0, 2)
+    if not np.isfinite(arr).all():
+        _fail(name, "non-finite numbers")
+    return arr

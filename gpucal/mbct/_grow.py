@@ -1,0 +1,380 @@
+r"""Grow one MBCT tree: one histogram pass per level, split decisions from the histogram, one routing pass.
+
+Per level (Huang et al. 2022, Sec. 4.3, operations (1)-(3)):
+
+1. the group-sum histogram ``H[node, feature, value, stat]`` of the open nodes
+   (``kernels.group_sums``; nodes are batched so the histogram stays under ``MAX_HIST_BYTES``);
+2. for every open node and feature, the multi-way split into one child per value (values with less
+   weight than ``min_child_size`` pooled into one child), each child's map fitted from its sums, and the
+   split's loss: the deterministic criterion from the sums alone (``_leaves``), or the faithful MVCE over
+   ``r`` views shared by every candidate of the node (``kernels.mvce_split_sums``, Eq. 10 and 12);
+3. the best feature splits the node when the split has at least two children and lowers the node's
+   loss (stopping rule 3); nodes lighter than ``min_node_size`` (rule 2) or at ``max_depth`` (rule 1)
+   stay leaves; ``kernels.route_rows`` moves every row of a split node to its child.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from gpucal._backend import array_namespace, to_numpy
+from gpucal.mbct._leaves import candidate_values, choose_splits, fit_node, split_children
+from kernels import (
+    N_STATS,
+    STAT_COUNT,
+    STAT_W,
+    group_sums,
+    mvce_from_split_sums,
+    mvce_split_sums,
+    partition_rows,
+    route_rows,
+    value_offsets,
+)
+
+# Histogram memory per batch of open nodes; more open nodes than fit are histogrammed in several passes.
+MAX_HIST_BYTES = 256 << 20
+# MVCE sums (views x bins x candidates x 2 float64) per chunk of views.
+MAX_MVCE_BYTES = 256 << 20
+# A split must lower the node's loss by more than rounding: this fraction of the loss's scale.
+RELATIVE_GAIN_TOL = 1e-12
+
+IDENTITY = np.array([1.0, 0.0])
+
+
+@dataclass(frozen=True)
+class GrowConfig:
+    """Parameters of one tree's growth (the estimator's parameters, resolved)."""
+
+    leaf_map: str  # "scale" or "shift" ("platt" grows as "shift")
+    criterion: str  # "gain" or "mvce"
+    max_depth: int
+    min_node_size: float
+    min_child_size: float
+    penalty: float
+    n_views: int
+    mvce_bin_size: int
+    mvce_p: float
+    seed: int
+    backend: str = "auto"  # kernel backend: "cpu", "cuda" (numpy inputs are copied), "oracle" or "auto"
+
+
+@dataclass
+class TreeNodes:
+    """The nodes of one tree as they are created (ids local to the tree, root 0)."""
+
+    feature: list[int] = field(default_factory=list)
+    child_base: list[int] = field(default_factory=list)
+    child_table: list[np.ndarray] = field(default_factory=list)
+    value: list[np.ndarray] = field(default_factory=list)
+    weight: list[float] = field(default_factory=list)
+    depth: list[int] = field(default_factory=list)
+    table_size: int = 0
+
+    def add(self, value: np.ndarray, weight: float, depth: int) -> int:
+        self.feature.append(-1)
+        self.child_base.append(-1)
+        self.value.append(np.asarray(value, dtype=np.float64))
+        self.weight.append(float(weight))
+        self.depth.append(depth)
+        return len(self.feature) - 1
+
+    def split(self, node: int, feature: int, table: np.ndarray) -> None:
+        self.feature[node] = feature
+        self.child_base[node] = self.table_size
+        self.child_table.append(table.astype(np.int32))
+        self.table_size += table.shape[0]
+
+    def routing_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        table = np.concatenate(self.child_table) if self.child_table else np.zeros(0, dtype=np.int32)
+        return (
+            np.asarray(self.feature, dtype=np.int32),
+            np.asarray(self.child_base, dtype=np.int64),
+            table.astype(np.int32),
+        )
+
+    @property
+    def values(self) -> np.ndarray:
+        return np.stack(self.value).reshape(-1, 2)
+
+
+@dataclass(frozen=True)
+class _Split:
+    """The chosen split of one open node."""
+
+    feature: int
+    table: np.ndarray  # child slot per code: index into ``values``, -1 for no child
+    values: np.ndarray  # (n_children, 2)
+    weights: np.ndarray  # (n_children,)
+
+
+def grow_tree(
+    codes: Any,
+    f: Any,
+    y: Any,
+    w: Any,
+    n_values: np.ndarray,
+    rare_codes: np.ndarray,
+    config: GrowConfig,
+    *,
+    log: Callable[[str], None] | None = None,
+) -> tuple[TreeNodes, Any]:
+    """Grow one tree on the tree input ``f``; return its nodes and the node each row ends in.
+
+    Parameters
+    ----------
+    codes : int array of shape (n, d)
+        Feature codes (the score bin last), numpy or cupy.
+    f, y : float64 arrays of shape (n,)
+        The tree's input probabilities and the labels.
+    w : float64 array of shape (n,) or None
+        Row weights (None: one per row).
+    n_values : int64 array of shape (d,)
+        Codes per feature.
+    rare_codes : int64 array of shape (d,)
+        Per feature, the code of the pooled rare values (always in the rest child), or -1.
+    config : GrowConfig
+    log : callable, optional
+        Receives one line per level.
+
+    Returns
+    -------
+    nodes : TreeNodes
+    leaf : int32 array of shape (n,)
+        The node (tree-local id) each row ends in.
+    """
+    xp = array_namespace(f)
+    offsets = value_offsets(n_values)
+    nodes = TreeNodes()
+    root_stats = _total_stats(f, y, w)
+    root = fit_node(root_stats, IDENTITY[0], IDENTITY[1], config.leaf_map == "scale", config.penalty)
+    nodes.add(np.asarray(root), root_stats[STAT_W], 0)
+    rows = _NodeOrderedRows(codes, f, y, w, xp.zeros(f.shape[0], dtype=xp.int32), None)
+    frontier = [0] if _splittable(nodes, 0, config) else []
+    for depth in range(config.max_depth):
+        if not frontier:
+            break
+        n_split, n_before = 0, len(nodes.feature)
+        starts = rows.node_starts(len(nodes.feature))
+        for batch in _batches(frontier, int(offsets[-1] + n_values[-1])):
+            lo, hi = int(starts[batch[0]]), int(starts[batch[-1] + 1])
+            splits = _decide(
+                rows.slice(lo, hi), starts - lo, batch, nodes, n_values, rare_codes, offsets, config
+            )
+            for node, choice in zip(batch, splits, strict=True):
+                if choice is None:
+                    continue
+                ids = [
+                    nodes.add(v, wt, depth + 1) for v, wt in zip(choice.values, choice.weights, strict=True)
+                ]
+                table = np.where(choice.table >= 0, np.asarray(ids)[np.maximum(choice.table, 0)], -1)
+                nodes.split(node, choice.feature, table)
+                n_split += 1
+        frontier = [m for m in range(n_before, len(nodes.feature)) if _splittable(nodes, m, config)]
+        if n_split:
+            feature, base, table = nodes.routing_arrays()
+            rows.node_idx = route_rows(
+                rows.codes, rows.node_idx, feature, base, table, backend=config.backend
+            )
+            if frontier:
+                rows = rows.partitioned(len(nodes.feature), config.backend)
+        if log is not None:
+            log(f"    level {depth + 1}: {n_split} node(s) split, {len(nodes.feature)} nodes")
+        if not n_split:
+            break
+    return nodes, rows.in_data_order(rows.node_idx)
+
+
+@dataclass
+class _NodeOrderedRows:
+    """The rows, permuted so that every node's rows are contiguous (and in data order within it).
+
+    ``perm[i]`` is the data row at position ``i`` (None: data order). Kept per level by a stable
+    partition (``kernels.partition_rows``), so a node's histogram is added from one run of rows.
+    """
+
+    codes: Any
+    f: Any
+    y: Any
+    w: Any
+    node_idx: Any
+    perm: Any
+
+    def node_starts(self, n_nodes: int) -> np.ndarray:
+        """Return ``starts`` (``n_nodes + 1``): node ``m``'s rows are positions ``starts[m]:starts[m+1]``."""
+        xp = array_namespace(self.node_idx)
+        counts = to_numpy(xp.bincount(self.node_idx, minlength=n_nodes))
+        return np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
+
+    def slice(self, lo: int, hi: int) -> _NodeOrderedRows:
+        return _NodeOrderedRows(
+            self.codes[lo:hi],
+            self.f[lo:hi],
+            self.y[lo:hi],
+            None if self.w is None else self.w[lo:hi],
+            self.node_idx[lo:hi],
+            None,
+        )
+
+    def partitioned(self, n_nodes: int, backend: str) -> _NodeOrderedRows:
+        order = partition_rows(self.node_idx, n_nodes, backend="cpu" if backend == "oracle" else backend)
+        perm = order if self.perm is None else self.perm[order]
+        take = (self.codes, self.f, self.y, self.w, self.node_idx)
+        codes, f, y, w, node_idx = (None if a is None else a[order] for a in take)
+        return _NodeOrderedRows(codes, f, y, w, node_idx, perm)
+
+    def in_data_order(self, values: Any) -> Any:
+        if self.perm is None:
+            return values
+        out = array_namespace(values).empty_like(values)
+        out[self.perm] = values
+        return out
+
+
+def _splittable(nodes: TreeNodes, node: int, config: GrowConfig) -> bool:
+    """Stopping rules 1 and 2: the node is above ``max_depth`` and holds at least ``min_node_size``."""
+    return nodes.depth[node] < config.max_depth and nodes.weight[node] >= config.min_node_size
+
+
+def _batches(frontier: list[int], n_bins: int) -> list[list[int]]:
+    per_batch = max(1, MAX_HIST_BYTES // (n_bins * N_STATS * 8))
+    return [frontier[i : i + per_batch] for i in range(0, len(frontier), per_batch)]
+
+
+def _total_stats(f: Any, y: Any, w: Any) -> np.ndarray:
+    """Return the seven sums of every row (the root's statistics)."""
+    xp = array_namespace(f)
+    wt = xp.ones_like(f) if w is None else w
+    wf, wy = wt * f, wt * y
+    sums = [f.shape[0], wt.sum(), wf.sum(), wy.sum(), (wf * f).sum(), (wf * y).sum(), (wy * y).sum()]
+    return np.array([float(s) for s in sums])
+
+
+def _decide(
+    rows: _NodeOrderedRows,
+    starts: np.ndarray,
+    batch: list[int],
+    nodes: TreeNodes,
+    n_values: np.ndarray,
+    rare_codes: np.ndarray,
+    offsets: np.ndarray,
+    config: GrowConfig,
+) -> list[_Split | None]:
+    """Return the split (or None) of each node of ``batch`` from one histogram pass over its rows.
+
+    ``rows`` is the run of positions holding the batch's nodes (other nodes' rows between them are
+    skipped); ``starts[m]`` is node ``m``'s first position in that run.
+    """
+    xp = array_namespace(rows.f)
+    slot_of_node = np.full(len(nodes.feature), -1, dtype=np.int32)
+    slot_of_node[batch] = np.arange(len(batch), dtype=np.int32)
+    slot = xp.asarray(slot_of_node)[rows.node_idx]
+    hist = group_sums(
+        rows.codes,
+        rows.f,
+        rows.y,
+        rows.w,
+        node_idx=slot,
+        n_nodes=len(batch),
+        n_values=n_values,
+        backend=config.backend,
+    )
+    hist = to_numpy(hist)
+    parent = np.stack([nodes.value[m] for m in batch])
+    scale = config.leaf_map == "scale"
+    rule = (offsets, n_values, rare_codes, parent, scale, config.penalty, config.min_child_size)
+    best, split_loss, own_loss = choose_splits(hist, *rule)
+    if config.criterion == "mvce":
+        local_row = xp.arange(rows.f.shape[0], dtype=xp.int64) - xp.asarray(starts)[rows.node_idx]
+        slot_rows = (starts[np.asarray(batch) + 1] - starts[np.asarray(batch)]).astype(np.int64)
+        mvce_split, own_loss = _mvce_losses(
+            rows, slot, local_row, slot_rows, candidate_values(hist, *rule), parent, n_values, config
+        )
+        # Eq. 12 over the features whose split has at least two children.
+        can_split = _can_split(hist, offsets, n_values, rare_codes, config.min_child_size)
+        mvce_split = np.where(can_split, mvce_split, np.inf)
+        best = np.where(can_split.any(axis=1), np.argmin(mvce_split, axis=1), -1)
+        split_loss = mvce_split[np.arange(len(batch)), np.maximum(best, 0)]
+    loss_scale = np.maximum(np.abs(own_loss), np.abs(split_loss))
+    accept = (best >= 0) & (split_loss < own_loss - RELATIVE_GAIN_TOL * loss_scale)
+    out: list[_Split | None] = []
+    for s in range(len(batch)):
+        if not accept[s]:
+            out.append(None)
+            continue
+        j = int(best[s])
+        o, k = int(offsets[j]), int(n_values[j])
+        table, values, weights = split_children(
+            hist[s, o : o + k],
+            rare_codes[j],
+            parent[s, 0],
+            parent[s, 1],
+            scale,
+            config.penalty,
+            config.min_child_size,
+        )
+        out.append(_Split(j, table, values, weights))
+    return out
+
+
+def _can_split(
+    hist: np.ndarray, offsets: np.ndarray, n_values: np.ndarray, rare_codes: np.ndarray, min_child: float
+) -> np.ndarray:
+    """Return ``(S, d)``: whether each feature's split of each node has at least two children."""
+    out = np.zeros((hist.shape[0], len(n_values)), dtype=bool)
+    for j, (o, k) in enumerate(zip(offsets.tolist(), n_values.tolist(), strict=True)):
+        part = hist[:, o : o + k, :]
+        present = part[..., STAT_COUNT] > 0
+        pooled = present & (part[..., STAT_W] < min_child)
+        if rare_codes[j] >= 0:
+            pooled[:, rare_codes[j]] = present[:, rare_codes[j]]
+        out[:, j] = (present & ~pooled).sum(axis=1) + pooled.any(axis=1) >= 2
+    return out
+
+
+def _mvce_losses(
+    rows: _NodeOrderedRows,
+    slot: Any,
+    local_row: Any,
+    slot_rows: np.ndarray,
+    child_value: np.ndarray,
+    parent: np.ndarray,
+    n_values: np.ndarray,
+    config: GrowConfig,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Return MVCE per (node, candidate feature) and per node unsplit, over views shared by all candidates."""
+    n_slots = parent.shape[0]
+    slot_bins = np.maximum(1, slot_rows // config.mvce_bin_size).astype(np.int64)
+    slot_bin_start = np.concatenate(([0], np.cumsum(slot_bins)[:-1])).astype(np.int64)
+    d = len(n_values)
+    per_view_bytes = int(slot_bins.sum()) * (d + 1) * 2 * 8
+    chunk = max(1, min(config.n_views, MAX_MVCE_BYTES // max(per_view_bytes, 1)))
+    powered = np.zeros((n_slots, d + 1))
+    for start in range(0, config.n_views, chunk):
+        n_chunk = min(chunk, config.n_views - start)
+        sums = mvce_split_sums(
+            rows.codes,
+            rows.f,
+            rows.y,
+            rows.w,
+            slot,
+            local_row,
+            slot_rows,
+            slot_bins,
+            slot_bin_start,
+            child_value,
+            parent,
+            0 if config.leaf_map == "scale" else 1,
+            n_views=n_chunk,
+            view_start=start,
+            seed=config.seed,
+            n_values=n_values,
+            backend=config.backend,
+        )
+        chunk_mvce = mvce_from_split_sums(to_numpy(sums), slot_bins, slot_bin_start, config.mvce_p)
+        powered += n_chunk * chunk_mvce**config.mvce_p
+    mvce = (powered / config.n_views) ** (1.0 / config.mvce_p)
+    return mvce[:, :d], mvce[:, d]

@@ -1,0 +1,190 @@
+r"""Node maps and split choice of MBCT, from the group sums of the tree's input ``f`` and labels ``y``.
+
+Each node holds a map of the tree's input probability ``f`` (``_ensemble``): the paper's
+:math:`k_b f` ("scale") or a logit shift :math:`\sigma(\operatorname{logit} f + d_b)` ("shift"; the
+"platt" map grows its tree like "shift" and refits :math:`(a_b, d_b)` per node at the end). Every
+quantity below is a function of the seven sums :math:`(n, W, \sum wf, \sum wy, \sum wf^2, \sum wfy,
+\sum wy^2)` of a node or of a candidate child, so a split decision needs the histogram alone.
+
+Scale map (Huang et al. 2022, Sec. 4.1; ``mbct.md``, "how k_b is fitted"):
+
+.. math::
+
+    k_b = \frac{\sum w y + \lambda k_p}{\sum w f + \lambda}, \qquad
+    L_b(k) = \sum w (k f - y)^2 = k^2 \textstyle\sum w f^2 - 2 k \sum w f y + \sum w y^2,
+
+:math:`k_b` zeroes the child's partition calibration error (Eq. 4) when :math:`\lambda = 0`; the penalty
+``leaf_penalty`` = :math:`\lambda` (in units of expected positives) shrinks it toward the parent's
+:math:`k_p`. The deterministic criterion is the squared error (Brier) :math:`L` of the split.
+
+Shift map (a Newton step on the log-loss, as XGBoost's leaf weights; Chen & Guestrin 2016, Eq. 5-7):
+with :math:`G = \sum w (f - y)` and :math:`H = \sum w f (1 - f)` at :math:`d = 0`,
+
+.. math::
+
+    d_b = d_p - \frac{G + H d_p}{H + \lambda}, \qquad Q_b(d) = G d + \tfrac12 H d^2,
+
+the second-order log-loss; the criterion is :math:`\sum_b Q_b(d_b)` against the node's :math:`Q(d_p)`.
+
+The functions are numba-compiled: a level's histogram has (open nodes) x (codes) x 7 entries, and one
+compiled pass over it replaces a dozen numpy temporaries of that size.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+from kernels import STAT_COUNT, STAT_W, STAT_WF, STAT_WFF, STAT_WFY, STAT_WY, STAT_WYY
+
+# A logit shift beyond this is a probability ratio of e**30: only a near-empty or separable child asks for
+# it, and a larger one would saturate the sigmoid to exactly 0 or 1 (an infinite log-loss downstream).
+MAX_SHIFT = 30.0
+
+
+@numba.njit(cache=True)
+def fit_node(stats, parent_a, parent_b, scale, penalty):
+    """Return the ``(a, b)`` map of a node with sums ``stats`` (7,) whose parent's map is ``(a_p, b_p)``.
+
+    A node without the mass to fit (``sum w f + lambda = 0`` for scale, ``H + lambda = 0`` for shift)
+    keeps its parent's map.
+    """
+    if scale:
+        den = stats[STAT_WF] + penalty
+        if den <= 0.0:
+            return parent_a, parent_b
+        return (stats[STAT_WY] + penalty * parent_a) / den, parent_b
+    g = stats[STAT_WF] - stats[STAT_WY]
+    h = max(stats[STAT_WF] - stats[STAT_WFF], 0.0)
+    den = h + penalty
+    if den <= 0.0:
+        return parent_a, parent_b
+    d = parent_b - (g + h * parent_b) / den
+    return parent_a, min(max(d, -MAX_SHIFT), MAX_SHIFT)
+
+
+@numba.njit(cache=True)
+def node_loss(stats, a, b, scale):
+    """Return the criterion loss of a node with sums ``stats`` under the map ``(a, b)`` (plus a constant)."""
+    if scale:
+        return a * a * stats[STAT_WFF] - 2.0 * a * stats[STAT_WFY] + stats[STAT_WYY]
+    g = stats[STAT_WF] - stats[STAT_WY]
+    h = max(stats[STAT_WF] - stats[STAT_WFF], 0.0)
+    return g * b + 0.5 * h * b * b
+
+
+@numba.njit(cache=True)
+def _is_pooled(hist_row, code, rare_code, min_child):
+    return code == rare_code or hist_row[STAT_W] < min_child
+
+
+@numba.njit(parallel=True, cache=True)
+def choose_splits(hist, offsets, n_values, rare_codes, parent, scale, penalty, min_child):
+    """Return, per open node, the best feature (-1: none), its split loss and the node's own loss.
+
+    ``hist`` is ``(S, sum(n_values), 7)``; a feature's split has one child per code with rows, codes
+    lighter than ``min_child`` (and the rare code) pooled into one rest child; it is a candidate when it
+    has at least two children. Ties go to the first feature.
+    """
+    n_slots = hist.shape[0]
+    best_feature = np.full(n_slots, -1, dtype=np.int64)
+    best_loss = np.full(n_slots, np.inf)
+    own_loss = np.zeros(n_slots)
+    for s in numba.prange(n_slots):
+        pa, pb = parent[s, 0], parent[s, 1]
+        node = np.zeros(hist.shape[2])
+        for v in range(n_values[0]):
+            node += hist[s, v]
+        own_loss[s] = node_loss(node, pa, pb, scale)
+        rest = np.empty(hist.shape[2])
+        for j in range(n_values.shape[0]):
+            rest[:] = 0.0
+            has_rest = False
+            n_children = 0
+            loss = 0.0
+            for v in range(n_values[j]):
+                row = hist[s, offsets[j] + v]
+                if row[STAT_COUNT] <= 0.0:
+                    continue
+                if _is_pooled(row, v, rare_codes[j], min_child):
+                    rest += row
+                    has_rest = True
+                    continue
+                a, b = fit_node(row, pa, pb, scale, penalty)
+                loss += node_loss(row, a, b, scale)
+                n_children += 1
+            if has_rest:
+                a, b = fit_node(rest, pa, pb, scale, penalty)
+                loss += node_loss(rest, a, b, scale)
+                n_children += 1
+            if n_children >= 2 and loss < best_loss[s]:
+                best_loss[s] = loss
+                best_feature[s] = j
+    return best_feature, best_loss, own_loss
+
+
+@numba.njit(cache=True)
+def split_children(hist_feature, rare_code, parent_a, parent_b, scale, penalty, min_child):
+    """Return one node's split on one feature: child index per code (-1: none), child maps and weights.
+
+    ``hist_feature`` is that node's ``(n_values[j], 7)`` slice; own children come in code order, the
+    pooled rest child (if any) last.
+    """
+    k = hist_feature.shape[0]
+    table = np.full(k, -1, dtype=np.int64)
+    values = np.empty((k + 1, 2))
+    weights = np.empty(k + 1)
+    rest = np.zeros(hist_feature.shape[1])
+    pooled = np.zeros(k, dtype=np.bool_)
+    n = 0
+    for v in range(k):
+        row = hist_feature[v]
+        if row[STAT_COUNT] <= 0.0:
+            continue
+        if _is_pooled(row, v, rare_code, min_child):
+            rest += row
+            pooled[v] = True
+            continue
+        values[n, 0], values[n, 1] = fit_node(row, parent_a, parent_b, scale, penalty)
+        weights[n] = row[STAT_W]
+        table[v] = n
+        n += 1
+    if pooled.any():
+        values[n, 0], values[n, 1] = fit_node(rest, parent_a, parent_b, scale, penalty)
+        weights[n] = rest[STAT_W]
+        for v in range(k):
+            if pooled[v]:
+                table[v] = n
+        n += 1
+    return table, values[:n].copy(), weights[:n].copy()
+
+
+@numba.njit(parallel=True, cache=True)
+def candidate_values(hist, offsets, n_values, rare_codes, parent, scale, penalty, min_child):
+    """Return ``(S, sum(n_values), 2)``: the map of the child each code would join, per node and feature.
+
+    The MVCE criterion evaluates every candidate split row by row with these maps (codes without rows
+    get the node's map; they hold no row).
+    """
+    out = np.empty((hist.shape[0], hist.shape[1], 2))
+    for s in numba.prange(hist.shape[0]):
+        for j in range(n_values.shape[0]):
+            o = offsets[j]
+            table, values, _ = split_children(
+                hist[s, o : o + n_values[j]],
+                rare_codes[j],
+                parent[s, 0],
+                parent[s, 1],
+                scale,
+                penalty,
+                min_child,
+            )
+            for v in range(n_values[j]):
+                c = table[v]
+                if c >= 0:
+                    out[s, o + v, 0] = values[c, 0]
+                    out[s, o + v, 1] = values[c, 1]
+                else:
+                    out[s, o + v, 0] = parent[s, 0]
+                    out[s, o + v, 1] = parent[s, 1]
+    return out

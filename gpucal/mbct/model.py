@@ -1,0 +1,668 @@
+r"""``gpucal.MBCT``: Multiple Boosting Calibration Trees (Huang et al., WWW 2022, Sec. 4).
+
+A chain of multi-way trees over discrete features, each node calibrating the output of the trees
+before it. What the paper fixes, what it leaves open and what gpucal chose is in the class docstring
+and the README; ``mbct.md`` has the reasoning.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+import warnings
+from collections.abc import Hashable, Sequence
+from typing import Any, ClassVar
+
+import numpy as np
+from sklearn.utils.validation import check_is_fitted
+
+from gpucal._backend import array_namespace, resolve_device, to_numpy
+from gpucal._frames import SplitInput, split_input, wrap_output
+from gpucal._validation import check_consistent_length, check_labels, check_sample_weight
+from gpucal.calibrators._base import AnyOf, Calibrator, Constraint, Interval, Options
+from gpucal.calibrators._logistic import EPS
+from gpucal.calibrators.platt import fit_platt, predict_platt
+from gpucal.encoding import FeatureEncoder
+from gpucal.mbct._aggregate import aggregate_rows
+from gpucal.mbct._ensemble import LEAF_MAPS, TreeEnsemble, tree_code_dtype
+from gpucal.mbct._grow import GrowConfig, TreeNodes, grow_tree
+from gpucal.mbct._node_size import min_node_size
+from gpucal.mbct._refit import refit_leaf_maps
+from gpucal.persistence import register
+from kernels import predict_trees, tree_leaves
+
+OUTPUT_TYPE_OPTIONS = Options("input", "numpy", "cupy", "pandas", "cudf", "polars", "pyarrow")
+AUTO = Options("auto")
+
+
+@register
+class MBCT(Calibrator):
+    r"""Multiple Boosting Calibration Trees: feature-aware, individual, non-monotonic calibration.
+
+    Each tree splits the rows by discrete feature values (one child per value, Sec. 4.3) and calibrates
+    every node with a map of its input probability :math:`f`; trees chain, each calibrating the output
+    of the ones before:
+
+    .. math::
+
+        \hat p = g^{(T)}_{b_T(x)} \circ \dots \circ g^{(1)}_{b_1(x)}\big(g_0(s)\big), \qquad
+        g_b(f) = \min(k_b f, 1) \;\text{("scale", the paper's map)}
+
+    or :math:`\sigma(\operatorname{logit} f + d_b)` ("shift") or :math:`\sigma(a_b \operatorname{logit} f
+    + d_b)` ("platt"); :math:`g_0` is the identity or a global Platt map (``init``).
+
+    Parameters
+    ----------
+    score_col : str, default="score"
+        Column holding the base model's probability.
+    feature_cols : list of str, str or None, default=None
+        Split features; None means every column but the score. Categoricals split by value, numbers by
+        ``n_bins`` quantile bins (``FeatureEncoder``); missing values get their own code.
+    categorical_cols : list of str, optional
+        Numeric columns to split by value (IDs).
+    n_bins : int, default=32
+        Quantile bins per numeric feature.
+    score_bins : int, default=100
+        Equal-width bins of the score added as a split feature (App. A.1: "100-equal-width discretized
+        pCTR"); 0 leaves the score out of the splits.
+    leaf_map : {"scale", "shift", "platt"}, default="scale"
+        The node map. "scale" is the paper's :math:`k_b f` with :math:`k_b = \sum w y / \sum w f`.
+    criterion : {"gain", "mvce"}, default="gain"
+        Split choice (Eq. 12). "mvce": the paper's multi-view calibration error over ``n_views`` random
+        uniform-mass views of the node (the same views for every candidate, seeded). "gain":
+        deterministic, from the group sums alone: the decrease of the squared error of :math:`k_b f`
+        (scale) or of the second-order log-loss of the shift (shift, platt).
+    max_depth : int, default=5
+        Stopping rule 1 (the paper: 5).
+    max_trees : int, default=8
+        Most trees (the paper: 8). A tree is kept only while it lowers the global loss.
+    min_node_size : "auto" or float, default="auto"
+        :math:`\beta` of stopping rule 2: nodes lighter than this (sum of weights) are not split.
+        "auto" solves Eq. 13 with ``alpha`` and ``e`` (``gpucal.mbct._node_size``); the value used is
+        ``min_node_size_``.
+    alpha, e : float, default=0.05, 0.1
+        Confidence and permissible deviation of Eq. 13 (the paper's values).
+    min_child_size : "auto" or float, default="auto"
+        Children lighter than this are pooled into one "rest" child of the split (the paper does not
+        pool; 1 turns pooling off). "auto" is :math:`\beta / 2`, the paper's MVCE bin size.
+    n_views : int, default=100
+        MVCE views :math:`r` (criterion "mvce", and the global loss of that criterion).
+    mvce_p : float, default=2
+        The :math:`\ell_p` of MVCE over views (Eq. 10; the paper uses 2).
+    leaf_penalty : float, default=0
+        Shrinks every child's map toward its parent's: pseudo-positives for "scale", an L2 penalty on
+        the logit shift for "shift" / "platt". 0 is the paper.
+    learning_rate : float, default=1
+        Damps each tree: :math:`k^{\eta}` for "scale", :math:`\eta d` for shifts.
+    validation_fraction : float, default=0
+        Hold out this share of the rows (seeded) to decide whether a new tree lowers the global loss;
+        0 uses the training rows, as the paper.
+    init : {"identity", "platt"}, default="identity"
+        A global Platt map fitted before the trees (the paper has none).
+    tol : float, default=0
+        A tree is kept when it lowers the global loss by more than ``tol`` times the loss.
+    aggregate : bool, default=True
+        Merge rows with equal codes and score first (App. A.2; lossless, ``_aggregate``), when that at
+        least halves the rows. CPU path only.
+    seed : int, default=0
+        Seed of the MVCE views and of the validation split.
+    device : {"auto", "cpu", "gpu"}, default="auto"
+        "auto" runs on the GPU when the data is there (cudf / cupy).
+    verbose : int, default=0
+        1 prints a line per tree, 2 also per level (to stderr).
+    output_type : str, default="input"
+        Family of the predictions.
+
+    Attributes
+    ----------
+    encoder_ : FeatureEncoder or None
+        Codes of the feature columns.
+    ensemble_ : TreeEnsemble
+        The fitted trees.
+    feature_cols_ : list
+        The feature columns used.
+    min_node_size_, min_child_size_ : float
+        :math:`\beta` and the pooling threshold used.
+    init_ : list of float
+        ``[a, b]`` of the global Platt map (``[1, 0]``: identity).
+    history_ : list of dict
+        Per tree tried: its size and the global loss before and after.
+    interrupted_ : bool
+        True when the fit was stopped by KeyboardInterrupt; the trees finished before it are kept.
+
+    Notes
+    -----
+    The paper grows trees to minimise MVCE; gpucal's default "gain" criterion is deterministic and one
+    histogram pass per level cheaper; ``benchmarks/results/mbct_quality.md`` compares them.
+    """
+
+    _parameter_constraints: ClassVar[dict[str, Constraint]] = {
+        "n_bins": Interval(int, 1, None),
+        "score_bins": Interval(int, 0, 2**15 - 1),
+        "leaf_map": Options(*LEAF_MAPS),
+        "criterion": Options("gain", "mvce"),
+        "max_depth": Interval(int, 0, None),
+        "max_trees": Interval(int, 0, None),
+        "min_node_size": AnyOf(AUTO, Interval(float, 0, None, closed="neither")),
+        "alpha": Interval(float, 0, 1, closed="neither"),
+        "e": Interval(float, 0, None, closed="neither"),
+        "min_child_size": AnyOf(AUTO, Interval(float, 0, None)),
+        "n_views": Interval(int, 1, None),
+        "mvce_p": Interval(float, 1, None),
+        "leaf_penalty": Interval(float, 0, None),
+        "learning_rate": Interval(float, 0, 1, closed="right"),
+        "validation_fraction": Interval(float, 0, 1, closed="left"),
+        "init": Options("identity", "platt"),
+        "tol": Interval(float, 0, None),
+        "aggregate": Options(True, False),
+        "seed": Interval(int, 0, None),
+        "device": Options("auto", "cpu", "gpu"),
+        "verbose": Interval(int, 0, None),
+        "output_type": OUTPUT_TYPE_OPTIONS,
+    }
+    _state_spec: ClassVar[dict[str, str]] = {
+        "encoder_": "json",
+        "ensemble_": "json",
+        "feature_cols_": "json",
+        "min_node_size_": "float",
+        "min_child_size_": "float",
+        "init_": "float_array",
+        "history_": "json",
+        "interrupted_": "bool",
+    }
+
+    def __init__(
+        self,
+        *,
+        score_col: Hashable = "score",
+        feature_cols: Sequence[Hashable] | str | None = None,
+        categorical_cols: Sequence[Hashable] | str | None = None,
+        n_bins: int = 32,
+        score_bins: int = 100,
+        leaf_map: str = "scale",
+        criterion: str = "gain",
+        max_depth: int = 5,
+        max_trees: int = 8,
+        min_node_size: float | str = "auto",
+        alpha: float = 0.05,
+        e: float = 0.1,
+        min_child_size: float | str = "auto",
+        n_views: int = 100,
+        mvce_p: float = 2.0,
+        leaf_penalty: float = 0.0,
+        learning_rate: float = 1.0,
+        validation_fraction: float = 0.0,
+        init: str = "identity",
+        tol: float = 0.0,
+        aggregate: bool = True,
+        seed: int = 0,
+        device: str = "auto",
+        verbose: int = 0,
+        output_type: str = "input",
+    ) -> None:
+        self.score_col = score_col
+        self.feature_cols = feature_cols
+        self.categorical_cols = categorical_cols
+        self.n_bins = n_bins
+        self.score_bins = score_bins
+        self.leaf_map = leaf_map
+        self.criterion = criterion
+        self.max_depth = max_depth
+        self.max_trees = max_trees
+        self.min_node_size = min_node_size
+        self.alpha = alpha
+        self.e = e
+        self.min_child_size = min_child_size
+        self.n_views = n_views
+        self.mvce_p = mvce_p
+        self.leaf_penalty = leaf_penalty
+        self.learning_rate = learning_rate
+        self.validation_fraction = validation_fraction
+        self.init = init
+        self.tol = tol
+        self.aggregate = aggregate
+        self.seed = seed
+        self.device = device
+        self.verbose = verbose
+        self.output_type = output_type
+
+    @classmethod
+    def paper(cls, **overrides: Any) -> MBCT:
+        """Return MBCT configured as the paper runs it (Sec. 4.3, 5.1, App. A), with ``overrides`` applied.
+
+        The MVCE criterion with r = 100 views and p = 2, the :math:`k_b f` map, max depth 5, at most 8
+        trees kept while the training MVCE falls, beta from Eq. 13 with alpha = 0.05 and e = 0.1, the
+        100-bin score feature, and none of gpucal's extensions (no pooling of rare values, no penalty,
+        no learning rate, no validation split, no global Platt first).
+        """
+        settings: dict[str, Any] = {
+            "leaf_map": "scale",
+            "criterion": "mvce",
+            "max_depth": 5,
+            "max_trees": 8,
+            "min_node_size": "auto",
+            "alpha": 0.05,
+            "e": 0.1,
+            "min_child_size": 0.0,
+            "n_views": 100,
+            "mvce_p": 2.0,
+            "score_bins": 100,
+            "leaf_penalty": 0.0,
+            "learning_rate": 1.0,
+            "validation_fraction": 0.0,
+            "init": "identity",
+        }
+        return cls(**{**settings, **overrides})
+
+    # ----------------------------------------------------------------------------------------------
+    # Input
+
+    def _codes(self, split: SplitInput, encoder: FeatureEncoder | None) -> Any:
+        """Return the ``(n, d)`` codes: the encoded features, then the score bin."""
+        xp = array_namespace(split.score)
+        parts = [] if encoder is None else [encoder.transform(split.features)]
+        if self.score_bins:
+            bins = xp.minimum(xp.floor(split.score * self.score_bins), self.score_bins - 1)
+            parts.append(bins.astype(xp.int16)[:, None])
+        dtype = np.result_type(*(p.dtype for p in parts))
+        return xp.ascontiguousarray(xp.concatenate([p.astype(dtype) for p in parts], axis=1))
+
+    def _n_values(self) -> np.ndarray:
+        enc = [] if self.encoder_ is None else list(self.encoder_.n_values_)
+        return np.asarray(enc + ([self.score_bins] if self.score_bins else []), dtype=np.int64)
+
+    def _split_feature_names(self, encoder: FeatureEncoder | None) -> list[str]:
+        names = [] if encoder is None else [str(c) for c in encoder.feature_names_]
+        return names + ([f"{self.score_col} bin"] if self.score_bins else [])
+
+    # ----------------------------------------------------------------------------------------------
+    # fit
+
+    def fit(self, X: Any, y: Any, sample_weight: Any = None) -> MBCT:
+        """Grow the trees on scores and features ``X``, labels ``y`` and optional row weights.
+
+        Parameters
+        ----------
+        X : dataframe
+            The score column and the feature columns (pandas, cudf, polars, pyarrow, or a dict).
+        y : array-like of shape (n,)
+            Labels in {0, 1} (soft labels in [0, 1] count as that fraction of a positive).
+        sample_weight : array-like of shape (n,), optional
+            Non-negative row weights.
+
+        Returns
+        -------
+        self
+        """
+        self._validate_params()
+        split = split_input(X, score_col=self.score_col, feature_cols=self.feature_cols)
+        score = split.score
+        xp = array_namespace(score)
+        labels = check_labels(y, "y")
+        check_consistent_length(X=score, y=labels)
+        weights = None if sample_weight is None else check_sample_weight(sample_weight, score.shape[0], xp=xp)
+        if not split.features and not self.score_bins:
+            msg = "X: MBCT needs a feature column or score_bins > 0 to split on"
+            raise ValueError(msg)
+        device = resolve_device(self.device, score)
+        self._backend = "cuda" if device == "gpu" else "cpu"
+        if device == "gpu" and xp is np:
+            import cupy
+
+            score, labels = cupy.asarray(score), cupy.asarray(labels)
+            weights = None if weights is None else cupy.asarray(weights)
+            xp = cupy
+        self.encoder_ = None
+        if split.features:
+            self.encoder_ = FeatureEncoder(n_bins=self.n_bins, categorical_cols=self.categorical_cols)
+            self.encoder_.fit(split.features, sample_weight=sample_weight)
+        self.feature_cols_ = [] if self.encoder_ is None else list(self.encoder_.feature_names_)
+        codes = self._codes(split, self.encoder_)
+        if device == "gpu":
+            codes = xp.asarray(codes)
+        self._fit_codes(codes, score, labels, weights)
+        return self
+
+    def _fit_codes(self, codes: Any, score: Any, y: Any, w: Any) -> None:
+        xp = array_namespace(score)
+        train, valid = self._validation_split(score.shape[0], xp)
+        train_rows = (codes, score, y, w) if train is None else _take((codes, score, y, w), train)
+        valid_rows = None if valid is None else _take((codes, score, y, w), valid)
+        c_tr, s_tr, y_tr, w_tr = train_rows
+        self._log(1, f"MBCT: {s_tr.shape[0]} training rows, {codes.shape[1]} split features")
+        if self.aggregate and xp is np:
+            merged = aggregate_rows(c_tr, s_tr, y_tr, w_tr)
+            if merged is not None:
+                c_tr, s_tr, y_tr, w_tr = merged
+                self._log(1, f"  identical rows merged: {s_tr.shape[0]} rows remain")
+        self._resolve_sizes(y_tr, w_tr)
+        self._code_maps, self._rare_codes, self._tree_n_values = tree_code_maps(
+            c_tr, w_tr, self._n_values(), self.min_child_size_
+        )
+        self.init_ = np.array([1.0, 0.0])
+        if self.init == "platt":
+            a, b = fit_platt(s_tr, y_tr, xp.ones_like(s_tr) if w_tr is None else w_tr)
+            self.init_ = np.array([a, b])
+        f_tr = self._apply_init(s_tr)
+        f_va = None if valid_rows is None else self._apply_init(valid_rows[1])
+        maps = self._code_maps
+        c_tr = _map_codes(c_tr, maps, self._tree_n_values)
+        if valid_rows is not None:
+            valid_rows = (_map_codes(valid_rows[0], maps, self._tree_n_values), *valid_rows[1:])
+        self._grow_chain(c_tr, f_tr, y_tr, w_tr, valid_rows, f_va)
+
+    def _validation_split(self, n: int, xp: Any) -> tuple[Any, Any]:
+        if not self.validation_fraction:
+            return None, None
+        held = np.random.default_rng(self.seed).random(n) < self.validation_fraction
+        if held.all() or not held.any():
+            msg = f"validation_fraction={self.validation_fraction} leaves no rows on one side of {n} rows"
+            raise ValueError(msg)
+        return xp.asarray(np.flatnonzero(~held)), xp.asarray(np.flatnonzero(held))
+
+    def _resolve_sizes(self, y: Any, w: Any) -> None:
+        total = float(y.shape[0] if w is None else w.sum())
+        mean = float((y if w is None else w * y).sum()) / total
+        variance = float(((y - mean) ** 2 if w is None else w * (y - mean) ** 2).sum()) / total
+        if self.min_node_size == "auto":
+            beta = float(min_node_size(total, variance, alpha=self.alpha, e=self.e))
+            self._log(1, f"  beta (Eq. 13, alpha={self.alpha}, e={self.e}): {beta:g}")
+        else:
+            beta = float(self.min_node_size)
+        self.min_node_size_ = beta
+        self.min_child_size_ = beta / 2 if self.min_child_size == "auto" else float(self.min_child_size)
+
+    def _apply_init(self, score: Any) -> Any:
+        a, b = (float(v) for v in self.init_)
+        return score if (a, b) == (1.0, 0.0) else predict_platt(score, a, b)
+
+    def _grow_config(self) -> GrowConfig:
+        return GrowConfig(
+            leaf_map="scale" if self.leaf_map == "scale" else "shift",
+            criterion=self.criterion,
+            max_depth=self.max_depth,
+            min_node_size=self.min_node_size_,
+            min_child_size=self.min_child_size_,
+            penalty=float(self.leaf_penalty),
+            n_views=self.n_views,
+            mvce_bin_size=max(1, int(self.min_node_size_ // 2)),
+            mvce_p=float(self.mvce_p),
+            seed=self.seed,
+            backend=self._backend,
+        )
+
+    def _grow_chain(self, codes: Any, f: Any, y: Any, w: Any, valid_rows: Any, f_valid: Any) -> None:
+        """Add trees while the global loss falls (Sec. 4.3), keeping those finished if interrupted."""
+        n_values = self._tree_n_values
+        names = self._split_feature_names(self.encoder_)
+        trees: list[TreeNodes] = []
+        config = self._grow_config()
+        self.history_ = []
+        self.interrupted_ = False
+        loss = self._global_loss(f, y, w, valid_rows, f_valid)
+        try:
+            for t in range(self.max_trees):
+                start = time.perf_counter()
+                log = (lambda line: self._log(2, line)) if self.verbose >= 2 else None
+                nodes, leaf = grow_tree(codes, f, y, w, n_values, self._rare_codes, config, log=log)
+                values = nodes.values
+                if self.leaf_map != "scale":
+                    values = refit_leaf_maps(
+                        f, y, w, leaf, values, self.leaf_map, float(self.leaf_penalty), backend=self._backend
+                    )
+                nodes.value = list(self._damp(values))
+                one = self._ensemble([nodes], names)
+                f_next = _predict(one, codes, f)
+                f_valid_next = None if valid_rows is None else _predict(one, valid_rows[0], f_valid)
+                new_loss = self._global_loss(f_next, y, w, valid_rows, f_valid_next)
+                kept = bool(new_loss < loss - self.tol * abs(loss))
+                self.history_.append(
+                    {
+                        "tree": t,
+                        "nodes": len(nodes.feature),
+                        "loss_before": loss,
+                        "loss_after": new_loss,
+                        "kept": kept,
+                    }
+                )
+                self._log(
+                    1,
+                    f"  tree {t + 1}: {len(nodes.feature)} nodes, depth {max(nodes.depth)}, global loss "
+                    f"{loss:.6g} -> {new_loss:.6g} ({'kept' if kept else 'dropped, stop'}) "
+                    f"[{time.perf_counter() - start:.2f} s]",
+                )
+                if not kept:
+                    break
+                trees.append(nodes)
+                f, f_valid, loss = f_next, f_valid_next, new_loss
+        except KeyboardInterrupt:
+            self.interrupted_ = True
+            warnings.warn(
+                f"MBCT fit interrupted: keeping the {len(trees)} tree(s) finished before the interrupt",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+        self.ensemble_ = self._ensemble(trees, names)
+
+    def _ensemble(self, trees: list[TreeNodes], names: list[str]) -> TreeEnsemble:
+        return join_trees(trees, self.leaf_map, names, self._tree_n_values, self._code_maps, self._rare_codes)
+
+    def _damp(self, values: np.ndarray) -> np.ndarray:
+        """Apply the learning rate to every node map of a tree."""
+        eta = float(self.learning_rate)
+        if eta == 1.0:
+            return values
+        out = values.copy()
+        if self.leaf_map == "scale":
+            out[:, 0] = np.power(np.maximum(values[:, 0], 0.0), eta)
+        else:
+            out[:, 0] = 1.0 + eta * (values[:, 0] - 1.0)
+            out[:, 1] = eta * values[:, 1]
+        return out
+
+    def _global_loss(self, f: Any, y: Any, w: Any, valid_rows: Any, f_valid: Any) -> float:
+        """The chain's global loss: MVCE for criterion "mvce", else Brier (scale) or log-loss."""
+        if valid_rows is not None:
+            _, _, y, w = valid_rows
+            f = f_valid
+        xp = array_namespace(f)
+        wt = xp.ones_like(f) if w is None else w
+        if self.criterion == "mvce":
+            from gpucal.metrics import mvce
+
+            return float(
+                mvce(
+                    y,
+                    f,
+                    sample_weight=w,
+                    n_views=self.n_views,
+                    bin_size=max(1, int(self.min_node_size_)),
+                    p=float(self.mvce_p),
+                    seed=self.seed,
+                )
+            )
+        if self.leaf_map == "scale":
+            return float((wt * (f - y) ** 2).sum() / wt.sum())
+        p = xp.clip(f, EPS, 1.0 - EPS)
+        return float(-(wt * (y * xp.log(p) + (1.0 - y) * xp.log1p(-p))).sum() / wt.sum())
+
+    def _log(self, level: int, line: str) -> None:
+        if self.verbose >= level:
+            print(line, file=sys.stderr, flush=True)
+
+    # ----------------------------------------------------------------------------------------------
+    # predict
+
+    def _predict_input(self, X: Any) -> tuple[Any, Any, SplitInput]:
+        check_is_fitted(self, list(self._state_spec))
+        split = split_input(X, score_col=self.score_col, feature_cols=self.feature_cols_, allow_empty=True)
+        codes = self.ensemble_.tree_codes(self._codes(split, self.encoder_))
+        return codes, self._apply_init(split.score), split
+
+    def predict(self, X: Any) -> Any:
+        """Return calibrated probabilities for the rows of ``X``, in ``X``'s family.
+
+        Parameters
+        ----------
+        X : dataframe
+            The score column and the fitted feature columns (other columns are ignored).
+
+        Returns
+        -------
+        array or Series of shape (n,)
+        """
+        codes, f, split = self._predict_input(X)
+        out = _predict(self.ensemble_, codes, f)
+        return wrap_output(out, split.info, output_type=self.output_type)
+
+    def leaves(self, X: Any) -> Any:
+        """Return the node each row ends in, per tree: int32 array of shape (n, n_trees) (global node ids)."""
+        codes, _, _ = self._predict_input(X)
+        e = self.ensemble_
+        return tree_leaves(codes, e.node_feature, e.node_child_base, e.child_table, e.tree_start)
+
+    def export_rules(self, format: str = "text", **options: Any) -> str:
+        """Return the fitted trees as readable rules ("text"), JSON ("json") or a SQL expression ("sql").
+
+        See :func:`gpucal.mbct.export.export_rules` for ``options`` (e.g. ``table=`` for SQL).
+        """
+        from gpucal.mbct.export import export_rules
+
+        check_is_fitted(self, list(self._state_spec))
+        return export_rules(
+            self.ensemble_,
+            self.encoder_,
+            score_col=self.score_col,
+            score_bins=self.score_bins,
+            init=tuple(float(v) for v in self.init_),
+            format=format,
+            **options,
+        )
+
+    # ----------------------------------------------------------------------------------------------
+    # Saving
+
+    def _check_state(self) -> None:
+        """Turn the loaded plain data back into an encoder and an ensemble, checking both."""
+        if isinstance(self.encoder_, dict):
+            self.encoder_ = FeatureEncoder.from_dict(self.encoder_)
+        elif self.encoder_ is not None and not isinstance(self.encoder_, FeatureEncoder):
+            msg = "encoder_: expected an encoder object or null"
+            raise ValueError(msg)
+        if isinstance(self.ensemble_, dict):
+            self.ensemble_ = TreeEnsemble.from_dict(self.ensemble_)
+        if not isinstance(self.ensemble_, TreeEnsemble):
+            msg = "ensemble_: expected an ensemble object"
+            raise ValueError(msg)
+        if not isinstance(self.feature_cols_, list):
+            msg = "feature_cols_: expected a list"
+            raise ValueError(msg)
+        if self.init_.shape != (2,):
+            msg = "init_: expected [a, b]"
+            raise ValueError(msg)
+        if self.ensemble_.leaf_map != self.leaf_map:
+            msg = f"ensemble_ has leaf_map {self.ensemble_.leaf_map!r}, the parameters {self.leaf_map!r}"
+            raise ValueError(msg)
+        expected = self._n_values().tolist()
+        if [len(m) for m in self.ensemble_.code_maps] != expected:
+            msg = "ensemble_.code_maps do not match the encoder and score_bins"
+            raise ValueError(msg)
+
+
+def _take(arrays: tuple[Any, ...], rows: Any) -> tuple[Any, ...]:
+    return tuple(None if a is None else a[rows] for a in arrays)
+
+
+def tree_code_maps(
+    codes: Any, w: Any, n_values: np.ndarray, min_child_size: float
+) -> tuple[list[np.ndarray], np.ndarray, np.ndarray]:
+    """Return, per feature, the input-to-tree code map, the rare tree code (-1: none) and the code count.
+
+    A code whose total weight is below ``min_child_size`` can never hold a child of its own in any node,
+    so all such codes share one "rare" tree code, which the growth always pools (an unseen category,
+    with no weight, is rare too). This is exact, and it bounds a feature's histogram width by
+    ``sum(w) / min_child_size`` however many values it has.
+    """
+    xp = array_namespace(codes)
+    maps, rare_codes, counts = [], [], []
+    for j, k in enumerate(n_values.tolist()):
+        col = codes[:, j].astype(xp.int64)
+        weight = to_numpy(
+            xp.bincount(col, minlength=k) if w is None else xp.bincount(col, weights=w, minlength=k)
+        )
+        keep = weight >= min_child_size if min_child_size > 0 else weight > 0
+        n_keep = int(keep.sum())
+        cmap = np.full(k, n_keep, dtype=np.int32)
+        cmap[keep] = np.arange(n_keep, dtype=np.int32)
+        has_rare = n_keep < k
+        maps.append(cmap)
+        rare_codes.append(n_keep if has_rare else -1)
+        counts.append(n_keep + int(has_rare))
+    return maps, np.asarray(rare_codes, dtype=np.int64), np.asarray(counts, dtype=np.int64)
+
+
+def _map_codes(codes: Any, maps: list[np.ndarray], n_values: np.ndarray) -> Any:
+    xp = array_namespace(codes)
+    out = xp.empty(codes.shape, dtype=tree_code_dtype(n_values))
+    for j, cmap in enumerate(maps):
+        out[:, j] = xp.asarray(cmap)[codes[:, j]]
+    return out
+
+
+def join_trees(
+    trees: list[TreeNodes],
+    leaf_map: str,
+    names: list[str],
+    n_values: np.ndarray,
+    code_maps: list[np.ndarray],
+    rare_codes: np.ndarray,
+) -> TreeEnsemble:
+    """Concatenate trees (tree-local ids) into one ensemble with global node ids."""
+    features, bases, tables, values, weights, depths, starts = [], [], [], [], [], [], [0]
+    node_offset = table_offset = 0
+    for nodes in trees:
+        feature, base, table = nodes.routing_arrays()
+        features.append(feature)
+        bases.append(np.where(base >= 0, base + table_offset, -1))
+        tables.append(np.where(table >= 0, table + node_offset, -1))
+        values.append(nodes.values)
+        weights.append(np.asarray(nodes.weight))
+        depths.append(np.asarray(nodes.depth))
+        node_offset += feature.shape[0]
+        table_offset += table.shape[0]
+        starts.append(node_offset)
+
+    def join(parts: list[np.ndarray], dtype: Any, shape: tuple[int, ...] = (0,)) -> np.ndarray:
+        return np.concatenate(parts).astype(dtype) if parts else np.zeros(shape, dtype=dtype)
+
+    return TreeEnsemble(
+        leaf_map=leaf_map,
+        feature_names=names,
+        n_values=np.asarray(n_values, dtype=np.int64),
+        node_feature=join(features, np.int32),
+        node_child_base=join(bases, np.int64),
+        child_table=join(tables, np.int32),
+        node_value=join(values, np.float64, (0, 2)),
+        node_weight=join(weights, np.float64),
+        node_depth=join(depths, np.int32),
+        tree_start=np.asarray(starts, dtype=np.int64),
+        code_maps=code_maps,
+        rare_codes=rare_codes,
+    )
+
+
+def _predict(ensemble: TreeEnsemble, codes: Any, f: Any) -> Any:
+    e = ensemble
+    return predict_trees(
+        codes,
+        f,
+        e.node_feature,
+        e.node_child_base,
+        e.child_table,
+        e.node_value,
+        e.tree_start,
+        e.leaf_map_code,
+    )
+
+
+__all__ = ["MBCT"]
