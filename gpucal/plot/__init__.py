@@ -1,17 +1,24 @@
-"""Reliability diagrams: the per-bin numbers (:func:`reliability_curve`) and their plots.
+"""Reliability diagrams: the per-bin numbers (:func:`reliability_curve`) and their plots; MBCT plots.
 
-:func:`reliability_curve` is pure computation (numpy / numba, no matplotlib).
-:func:`plot_reliability` and :func:`plot_reliability_to_png` draw with matplotlib, an optional
-dependency (``pip install gpucal[plot]``) imported only when they are called.
+:func:`reliability_curve` and :func:`feature_calibration` are pure computation (numpy / numba, no
+matplotlib). :func:`plot_reliability`, :func:`plot_reliability_to_png`, :func:`plot_tree` (one tree of
+a fitted MBCT chain) and :func:`plot_feature_calibration` (calibration per feature value, before and
+after) draw with matplotlib, an optional dependency (``pip install gpucal[plot]``) imported only when
+they are called.
 """
 
 from gpucal.plot.curve import ReliabilityCurve, auto_n_bins, reliability_curve
 from gpucal.plot.reliability import plot_reliability, plot_reliability_to_png
+from gpucal.plot.trees import FeatureCalibration, feature_calibration, plot_feature_calibration, plot_tree
 
 __all__ = [
+    "FeatureCalibration",
     "ReliabilityCurve",
     "auto_n_bins",
+    "feature_calibration",
+    "plot_feature_calibration",
     "plot_reliability",
     "plot_reliability_to_png",
+    "plot_tree",
     "reliability_curve",
 ]
