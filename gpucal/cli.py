@@ -1,9 +1,10 @@
 """The ``gpucal`` command line.
 
 ``gpucal demo`` generates the default synthetic CTR-like data (``gpucal.datasets.make_ctr``), fits
-every one-dimensional calibrator on a calibration split and prints the metrics of each on held-out
-rows beside the raw score and the oracle (the true probability), plus the worst segments: the main
-job a fresh install can run with no data of its own. ``fit``, ``predict`` and ``evaluate`` work on
+every one-dimensional calibrator and the feature-aware ones (MBCT, feature-aware Platt) on a
+calibration split and prints the metrics of each on held-out rows beside the raw score and the oracle
+(the true probability), plus the worst segments: the main job a fresh install can run with no data of
+its own. ``fit``, ``predict`` and ``evaluate`` work on
 users' CSV and Parquet files.
 """
 
@@ -27,12 +28,14 @@ def _log(message: str) -> None:
 
 
 DEMO_CALIBRATORS = ("platt", "temperature", "beta", "histogram", "isotonic", "scaling_binning", "sir")
+#: Calibrators that also read the scenario's fields (every field categorical).
+DEMO_FEATURE_CALIBRATORS = ("feature_platt", "mbct")
 #: Columns of the demo's text table; the JSON output holds every metric of ``gpucal.evaluate``.
 DEMO_COLUMNS = ("log_loss", "brier", "roc_auc", "ece_15_uniform", "mvce_r100", "tce_l2")
 
 
 def run_demo(args: argparse.Namespace) -> int:
-    """Fit every one-dimensional calibrator on a calibration split of ``make_ctr`` data; compare held out."""
+    """Fit every calibrator on a calibration split of ``make_ctr`` data; compare them on held-out rows."""
     from gpucal import datasets, make_calibrator, metrics
     from gpucal.evaluation import evaluate
 
@@ -48,6 +51,13 @@ def run_demo(args: argparse.Namespace) -> int:
         tick = time.perf_counter()
         model = make_calibrator(name).fit(calibration["score"], calibration["label"])
         predictions[name] = model.predict(held_out["score"].to_numpy())
+        fit_seconds[name] = time.perf_counter() - tick
+        _log(f"  {name:<16} fit + predict {fit_seconds[name]:.2f} s")
+    for name in DEMO_FEATURE_CALIBRATORS:
+        tick = time.perf_counter()
+        model = make_calibrator(name, feature_cols=fields, categorical_cols=fields)
+        model.fit(calibration[["score", *fields]], calibration["label"])
+        predictions[name] = model.predict(held_out[["score", *fields]]).to_numpy()
         fit_seconds[name] = time.perf_counter() - tick
         _log(f"  {name:<16} fit + predict {fit_seconds[name]:.2f} s")
     predictions["oracle p_true"] = held_out["p_true"].to_numpy()
@@ -89,8 +99,8 @@ def run_demo(args: argparse.Namespace) -> int:
             f"({best}), rows >= {args.min_segment_rows}:"
         )
         print(report.head(args.top).to_string(index=False))
-        print("\nOne-dimensional maps cannot fix errors that live in segments: the feature-aware")
-        print("calibrators (MBCT, heterogeneous, clustered, field-aware) are for those.")
+        print("\nOne-dimensional maps cannot fix errors that live in segments (see worst_field_ece);")
+        print("the feature-aware calibrators (feature_platt, mbct) read the fields and can.")
     _log(f"done in {elapsed:.1f} s")
     return 0
 
@@ -153,6 +163,19 @@ def run_predict(args: argparse.Namespace) -> int:
     frame[args.output_col] = calibrator.predict(frame)
     write_table(frame, args.output)
     _log(f"written to {args.output}")
+    return 0
+
+
+def run_rules(args: argparse.Namespace) -> int:
+    """Print a saved tree model's rules as text, JSON or a SQL expression (MBCT)."""
+    from gpucal.persistence import load
+
+    model = load(args.model)
+    if not hasattr(model, "export_rules"):
+        msg = f"{type(model).__name__} has no rules to export; rules come from tree models such as MBCT"
+        raise TypeError(msg)
+    options = {"table": args.table} if args.table else {}
+    print(model.export_rules(format=args.format, **options))
     return 0
 
 
@@ -235,6 +258,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     predict.add_argument("--output-col", default="calibrated", help="name of the calibrated column")
     predict.set_defaults(handler=run_predict)
+
+    rules = commands.add_parser("rules", help="print a saved MBCT model as if-then rules, JSON or SQL")
+    rules.add_argument("--model", required=True, help="a model written by gpucal fit --method mbct")
+    rules.add_argument("--format", choices=("text", "json", "sql"), default="text")
+    rules.add_argument("--table", default=None, help="SQL only: a full SELECT over this table")
+    rules.set_defaults(handler=run_rules)
 
     evaluate = commands.add_parser("evaluate", help="metrics table of prediction columns of a file")
     evaluate.add_argument("data", help="CSV or Parquet file")

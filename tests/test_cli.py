@@ -10,7 +10,7 @@ import pytest
 
 import gpucal
 from gpucal import metrics
-from gpucal.cli import DEMO_CALIBRATORS, main
+from gpucal.cli import DEMO_CALIBRATORS, DEMO_FEATURE_CALIBRATORS, main
 
 
 @pytest.fixture
@@ -34,7 +34,7 @@ def test_demo_fits_every_calibrator_and_beats_the_raw_score(capsys):
     document = json.loads(capsys.readouterr().out)
     assert document["rows"] == 20000
     table = document["metrics"]
-    assert set(table) == {"raw score", "oracle p_true", *DEMO_CALIBRATORS}
+    assert set(table) == {"raw score", "oracle p_true", *DEMO_CALIBRATORS, *DEMO_FEATURE_CALIBRATORS}
     assert table["oracle p_true"]["tce_l2"] == 0.0
     # The default scenario is over-confident with a bend: a fitted monotone map must help on held-out rows.
     for name in ("platt", "beta", "isotonic", "sir"):
@@ -120,6 +120,30 @@ def test_fit_from_the_cli_equals_the_library(tmp_path, scored, method):
     assert main(["fit", str(data), "--method", method, "--model", str(model)]) == 0
     expected = gpucal.make_calibrator(method).fit(scored["score"], scored["label"]).predict(scored["score"])
     np.testing.assert_array_equal(gpucal.load(model).predict(scored["score"]), expected)
+
+
+def test_mbct_fits_predicts_and_exports_rules_from_the_cli(tmp_path, scored, capsys):
+    data = tmp_path / "data.parquet"
+    scored.to_parquet(data)
+    model = tmp_path / "mbct.json"
+    fit_args = ["fit", str(data), "--method", "mbct", "--model", str(model), "--feature-cols", "segment"]
+    params = ["--param", 'categorical_cols=["segment"]', "--param", "max_trees=2"]
+    assert main([*fit_args, *params]) == 0
+    X = scored[["score", "segment"]]
+    expected = gpucal.MBCT(feature_cols=["segment"], categorical_cols=["segment"], max_trees=2)
+    expected = expected.fit(X, scored["label"]).predict(X)
+    out = tmp_path / "out.parquet"
+    assert main(["predict", str(data), "--model", str(model), "--output", str(out)]) == 0
+    np.testing.assert_array_equal(pd.read_parquet(out)["calibrated"], expected)
+    capsys.readouterr()
+    assert main(["rules", "--model", str(model)]) == 0
+    assert "tree 1" in capsys.readouterr().out
+    assert main(["rules", "--model", str(model), "--format", "sql", "--table", "scores"]) == 0
+    assert "FROM scores" in capsys.readouterr().out
+    platt = tmp_path / "platt.json"
+    assert main(["fit", str(data), "--method", "platt", "--model", str(platt)]) == 0
+    assert main(["rules", "--model", str(platt)]) == 2
+    assert "no rules to export" in capsys.readouterr().err
 
 
 def test_a_parameter_the_method_lacks_is_named(tmp_path, scored, capsys):
