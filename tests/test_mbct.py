@@ -15,6 +15,7 @@ import gpucal
 from gpucal import MBCT, ModelFileError
 from gpucal.datasets import make_ctr
 from gpucal.mbct import _grow
+from gpucal.mbct._aggregate import aggregate_rows, estimated_distinct
 from gpucal.mbct._node_size import min_node_size, theorem1_bound
 from gpucal.metrics import log_loss
 
@@ -303,3 +304,16 @@ def test_no_warnings_on_a_plain_fit() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         MBCT(score_bins=0).fit(X, y).predict(X)
+
+
+def test_merging_is_tried_only_when_a_sample_says_it_halves_the_rows() -> None:
+    rng = np.random.default_rng(0)
+    n = 300_000
+    codes = rng.integers(0, 20, (n, 2)).astype(np.int8)
+    distinct_scores = np.round(rng.random(n), 2)
+    assert estimated_distinct(codes, distinct_scores) == pytest.approx(20 * 20 * 101, rel=0.2)
+    merged = aggregate_rows(codes, distinct_scores, (rng.random(n) < 0.3).astype(float), None)
+    assert merged is not None
+    assert merged[0].shape[0] == np.unique(np.c_[codes, distinct_scores * 100], axis=0).shape[0]
+    assert_allclose(merged[3].sum(), n)
+    assert aggregate_rows(codes, rng.random(n), np.zeros(n), None) is None  # every score distinct

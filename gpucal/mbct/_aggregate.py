@@ -14,6 +14,8 @@ import numpy as np
 
 # Merging pays off only when it at least halves the rows: the merged arrays are copies.
 MIN_SHRINK = 2.0
+# Rows hashed to estimate the number of distinct rows before paying for a sort of all of them.
+SAMPLE_ROWS = 1 << 16
 GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 MIX = np.uint64(0xBF58476D1CE4E5B9)
 
@@ -27,6 +29,8 @@ def aggregate_rows(
     one key) is detected and merging is skipped, so the result is always exact.
     """
     n = codes.shape[0]
+    if n > SAMPLE_ROWS and estimated_distinct(codes, score) * MIN_SHRINK > n:
+        return None
     key = _row_hash(codes, score)
     uniques, first, inverse = np.unique(key, return_index=True, return_inverse=True)
     if uniques.shape[0] * MIN_SHRINK > n:
@@ -40,6 +44,21 @@ def aggregate_rows(
     keep = merged_w > 0
     merged_y = np.divide(merged_wy, merged_w, out=np.zeros_like(merged_w), where=keep)
     return codes[first][keep], score[first][keep], np.clip(merged_y, 0.0, 1.0)[keep], merged_w[keep]
+
+
+def estimated_distinct(codes: np.ndarray, score: np.ndarray) -> float:
+    """Estimate the number of distinct rows from the repeated pairs among ``SAMPLE_ROWS`` evenly spaced rows.
+
+    With ``U`` distinct rows equally frequent, a sample of ``m`` holds ``m (m - 1) / (2 U)`` repeated
+    pairs on average, so ``U ~ m (m - 1) / (2 pairs)`` (infinite when no pair repeats). Unequal
+    frequencies give more pairs, so the estimate errs toward merging, which is then checked exactly.
+    """
+    step = codes.shape[0] // SAMPLE_ROWS
+    sample = slice(0, step * SAMPLE_ROWS, step)
+    _, counts = np.unique(_row_hash(codes[sample], score[sample]), return_counts=True)
+    pairs = float((counts * (counts - 1) // 2).sum())
+    m = float(SAMPLE_ROWS)
+    return np.inf if pairs == 0 else m * (m - 1) / (2.0 * pairs)
 
 
 def _row_hash(codes: np.ndarray, score: np.ndarray) -> np.ndarray:
