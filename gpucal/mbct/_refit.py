@@ -49,33 +49,27 @@ def refit_leaf_maps(
     xp = array_namespace(f)
     n_nodes = values.shape[0]
     constant = xp.zeros((f.shape[0], 1), dtype=xp.int8)
-    one = np.ones(1, dtype=np.int64)
     logit = xp.log(xp.clip(f, EPS, 1.0 - EPS)) - xp.log1p(-xp.clip(f, EPS, 1.0 - EPS))
     target = values.copy()
     out = values.copy()
     for _ in range(N_NEWTON_STEPS):
         a, b = xp.asarray(out[:, 0])[leaf], xp.asarray(out[:, 1])[leaf]
         q = 1.0 / (1.0 + xp.exp(-(a * logit + b)))
-        residual = q - y
-        first = to_numpy(
-            group_sums(
-                constant, logit, residual, w, node_idx=leaf, n_nodes=n_nodes, n_values=one, backend=backend
-            )
-        )
-        curvature = q * (1.0 - q) if w is None else w * q * (1.0 - q)
-        second = to_numpy(
-            group_sums(
-                constant, logit, y, curvature, node_idx=leaf, n_nodes=n_nodes, n_values=one, backend=backend
-            )
-        )
-        first, second = first[:, 0, :], second[:, 0, :]
-        has_rows = first[:, STAT_W] > 0
-        g_b = first[:, STAT_WY] + penalty * (out[:, 1] - target[:, 1])
-        h_bb = second[:, STAT_W] + penalty + RIDGE
         if leaf_map == "shift":
+            # One pass: with f = q, g = sum w (q - y) = WF - WY and H = sum w q (1 - q) = WF - WFF.
+            sums = _leaf_sums(constant, q, y, w, leaf, n_nodes, backend)
+            has_rows = sums[:, STAT_W] > 0
+            g_b = sums[:, STAT_WF] - sums[:, STAT_WY] + penalty * (out[:, 1] - target[:, 1])
+            h_bb = np.maximum(sums[:, STAT_WF] - sums[:, STAT_WFF], 0.0) + penalty + RIDGE
             step_b = np.clip(g_b / h_bb, -MAX_STEP_SHIFT, MAX_STEP_SHIFT)
             out[:, 1] = np.where(has_rows, np.clip(out[:, 1] - step_b, -MAX_SHIFT, MAX_SHIFT), out[:, 1])
             continue
+        first = _leaf_sums(constant, logit, q - y, w, leaf, n_nodes, backend)
+        curvature = q * (1.0 - q) if w is None else w * q * (1.0 - q)
+        second = _leaf_sums(constant, logit, y, curvature, leaf, n_nodes, backend)
+        has_rows = first[:, STAT_W] > 0
+        g_b = first[:, STAT_WY] + penalty * (out[:, 1] - target[:, 1])
+        h_bb = second[:, STAT_W] + penalty + RIDGE
         g_a = first[:, STAT_WFY] + penalty * (out[:, 0] - target[:, 0])
         h_aa = second[:, STAT_WFF] + penalty + RIDGE
         h_ab = second[:, STAT_WF]
@@ -87,3 +81,10 @@ def refit_leaf_maps(
         out[:, 0] = np.where(ok, out[:, 0] - step_a, out[:, 0])
         out[:, 1] = np.where(ok, np.clip(out[:, 1] - step_b, -MAX_SHIFT, MAX_SHIFT), out[:, 1])
     return out
+
+
+def _leaf_sums(constant: Any, f: Any, y: Any, w: Any, leaf: Any, n_nodes: int, backend: str) -> np.ndarray:
+    """Return the seven sums per leaf, ``(n_nodes, 7)``: a group sum with one constant feature."""
+    one = np.ones(1, dtype=np.int64)
+    sums = group_sums(constant, f, y, w, node_idx=leaf, n_nodes=n_nodes, n_values=one, backend=backend)
+    return to_numpy(sums)[:, 0, :]

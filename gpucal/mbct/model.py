@@ -7,6 +7,7 @@ and the README; ``mbct.md`` has the reasoning.
 
 from __future__ import annotations
 
+import math
 import sys
 import time
 import warnings
@@ -65,13 +66,19 @@ class MBCT(Calibrator):
     score_bins : int, default=100
         Equal-width bins of the score added as a split feature (App. A.1: "100-equal-width discretized
         pCTR"); 0 leaves the score out of the splits.
-    leaf_map : {"scale", "shift", "platt"}, default="scale"
-        The node map. "scale" is the paper's :math:`k_b f` with :math:`k_b = \sum w y / \sum w f`.
+    leaf_map : {"scale", "shift", "platt"}, default="platt"
+        The node map. "scale" is the paper's :math:`k_b f` with :math:`k_b = \sum w y / \sum w f`;
+        "shift" a logit offset per node; "platt" a logit slope and offset per node (grown as "shift",
+        refitted by Newton steps). "platt" is the default because it had the lowest held-out log-loss
+        on the real datasets (``benchmarks/results/mbct_quality.md``); "shift" is better on make_ctr's
+        scenarios, whose segment errors are pure logit offsets. The paper's map gives a node with no
+        positives :math:`k = 0`, i.e. probability 0: an infinite log-loss on a later positive.
     criterion : {"gain", "mvce"}, default="gain"
         Split choice (Eq. 12). "mvce": the paper's multi-view calibration error over ``n_views`` random
         uniform-mass views of the node (the same views for every candidate, seeded). "gain":
         deterministic, from the group sums alone: the decrease of the squared error of :math:`k_b f`
-        (scale) or of the second-order log-loss of the shift (shift, platt).
+        (scale) or of the second-order log-loss of the shift (shift, platt). "gain" is the default:
+        as good or better on every dataset of the benchmark and about 10-20x cheaper (no views).
     max_depth : int, default=5
         Stopping rule 1 (the paper: 5).
     max_trees : int, default=8
@@ -84,26 +91,31 @@ class MBCT(Calibrator):
         Confidence and permissible deviation of Eq. 13 (the paper's values).
     min_child_size : "auto" or float, default="auto"
         Children lighter than this are pooled into one "rest" child of the split (the paper does not
-        pool; 1 turns pooling off). "auto" is :math:`\beta / 2`, the paper's MVCE bin size.
+        pool; 0 turns pooling off). "auto" is :math:`\beta`: a child smaller than the paper's own
+        reliable bin size shares its map with the other small ones.
     n_views : int, default=100
         MVCE views :math:`r` (criterion "mvce", and the global loss of that criterion).
     mvce_p : float, default=2
         The :math:`\ell_p` of MVCE over views (Eq. 10; the paper uses 2).
-    leaf_penalty : float, default=0
+    leaf_penalty : float, default=100
         Shrinks every child's map toward its parent's: pseudo-positives for "scale", an L2 penalty on
-        the logit shift for "shift" / "platt". 0 is the paper.
-    learning_rate : float, default=1
-        Damps each tree: :math:`k^{\eta}` for "scale", :math:`\eta d` for shifts.
-    validation_fraction : float, default=0
+        the logit shift (and slope) for "shift" / "platt", in units of the log-loss Hessian
+        :math:`\sum w f (1 - f)`. The paper has none (0).
+    learning_rate : float, default=0.5
+        Damps each tree: :math:`k^{\eta}` for "scale", :math:`\eta d` (and :math:`1 + \eta (a - 1)`)
+        for the logit maps. The paper has none (1).
+    validation_fraction : float, default=0.2
         Hold out this share of the rows (seeded) to decide whether a new tree lowers the global loss;
-        0 uses the training rows, as the paper.
-    init : {"identity", "platt"}, default="identity"
-        A global Platt map fitted before the trees (the paper has none).
+        0 uses the training rows, as the paper, which keeps adding trees that only fit noise.
+    init : {"identity", "platt"}, default="platt"
+        A global Platt map fitted before the trees (the paper has none): a tree of logit offsets cannot
+        fix a global slope, and an over-confident base model has one.
     tol : float, default=0
         A tree is kept when it lowers the global loss by more than ``tol`` times the loss.
     aggregate : bool, default=True
         Merge rows with equal codes and score first (App. A.2; lossless, ``_aggregate``), when that at
-        least halves the rows. CPU path only.
+        least halves the rows. CPU path and criterion "gain" only: MVCE's views are equal-count bins of
+        samples, which merged rows would distort.
     seed : int, default=0
         Seed of the MVCE views and of the validation split.
     device : {"auto", "cpu", "gpu"}, default="auto"
@@ -132,8 +144,10 @@ class MBCT(Calibrator):
 
     Notes
     -----
-    The paper grows trees to minimise MVCE; gpucal's default "gain" criterion is deterministic and one
-    histogram pass per level cheaper; ``benchmarks/results/mbct_quality.md`` compares them.
+    :meth:`paper` returns the configuration of the paper itself. The defaults differ where the
+    benchmark (``benchmarks/results/mbct_quality.md``) showed the paper's choices to overfit or to
+    give infinite log-loss: the map, the penalty, the learning rate, the validation split, the pooling
+    and the global Platt map first. The README's MBCT section lists every choice.
     """
 
     _parameter_constraints: ClassVar[dict[str, Constraint]] = {
@@ -179,7 +193,7 @@ class MBCT(Calibrator):
         categorical_cols: Sequence[Hashable] | str | None = None,
         n_bins: int = 32,
         score_bins: int = 100,
-        leaf_map: str = "scale",
+        leaf_map: str = "platt",
         criterion: str = "gain",
         max_depth: int = 5,
         max_trees: int = 8,
@@ -189,10 +203,10 @@ class MBCT(Calibrator):
         min_child_size: float | str = "auto",
         n_views: int = 100,
         mvce_p: float = 2.0,
-        leaf_penalty: float = 0.0,
-        learning_rate: float = 1.0,
-        validation_fraction: float = 0.0,
-        init: str = "identity",
+        leaf_penalty: float = 100.0,
+        learning_rate: float = 0.5,
+        validation_fraction: float = 0.2,
+        init: str = "platt",
         tol: float = 0.0,
         aggregate: bool = True,
         seed: int = 0,
@@ -330,7 +344,9 @@ class MBCT(Calibrator):
         valid_rows = None if valid is None else _take((codes, score, y, w), valid)
         c_tr, s_tr, y_tr, w_tr = train_rows
         self._log(1, f"MBCT: {s_tr.shape[0]} training rows, {codes.shape[1]} split features")
-        if self.aggregate and xp is np:
+        # MVCE's views cut samples into bins of equal count: a merged row would be one sample of many,
+        # so rows are merged for the deterministic criterion only.
+        if self.aggregate and self.criterion == "gain" and xp is np:
             merged = aggregate_rows(c_tr, s_tr, y_tr, w_tr)
             if merged is not None:
                 c_tr, s_tr, y_tr, w_tr = merged
@@ -341,8 +357,7 @@ class MBCT(Calibrator):
         )
         self.init_ = np.array([1.0, 0.0])
         if self.init == "platt":
-            a, b = fit_platt(s_tr, y_tr, xp.ones_like(s_tr) if w_tr is None else w_tr)
-            self.init_ = np.array([a, b])
+            self.init_ = np.array(_fit_init_platt(s_tr, y_tr, w_tr))
         f_tr = self._apply_init(s_tr)
         f_va = None if valid_rows is None else self._apply_init(valid_rows[1])
         maps = self._code_maps
@@ -370,7 +385,7 @@ class MBCT(Calibrator):
         else:
             beta = float(self.min_node_size)
         self.min_node_size_ = beta
-        self.min_child_size_ = beta / 2 if self.min_child_size == "auto" else float(self.min_child_size)
+        self.min_child_size_ = beta if self.min_child_size == "auto" else float(self.min_child_size)
 
     def _apply_init(self, score: Any) -> Any:
         a, b = (float(v) for v in self.init_)
@@ -567,6 +582,18 @@ class MBCT(Calibrator):
         if [len(m) for m in self.ensemble_.code_maps] != expected:
             msg = "ensemble_.code_maps do not match the encoder and score_bins"
             raise ValueError(msg)
+
+
+def _fit_init_platt(score: Any, y: Any, w: Any) -> tuple[float, float]:
+    """Fit the global Platt map; with a single distinct score, only the offset to the mean label."""
+    xp = array_namespace(score)
+    weights = xp.ones_like(score) if w is None else w
+    if bool(xp.min(score) != xp.max(score)):
+        return fit_platt(score, y, weights)
+    mean = float((weights * y).sum() / weights.sum())
+    clip = (min(max(v, EPS), 1.0 - EPS) for v in (mean, float(score[0])))
+    target, base = (math.log(v) - math.log1p(-v) for v in clip)
+    return 1.0, target - base
 
 
 def _take(arrays: tuple[Any, ...], rows: Any) -> tuple[Any, ...]:
