@@ -10,7 +10,11 @@ different thread counts, are bit-identical):
   against the packed 7-stat layout (measured on 10**6 x 8 rows, 1 thread, 112 -> 51 ms);
 * **features** (``n_chunks == 0``): one task per feature writes straight into the output, since
   feature ``j`` owns bins ``offsets[j]:offsets[j] + n_values[j]``; used when even one padded copy of
-  the histogram exceeds ``PRIVATE_HIST_BYTES``.
+  the histogram exceeds ``PRIVATE_HIST_BYTES``;
+* **node runs** (rows grouped by node, as MBCT's levels keep them): the rows are cut into runs at node
+  boundaries, and each run writes straight into its own nodes' bins. No private copies, no reduction,
+  and each node's rows are added in row order by one task. Taken whenever ``node_idx`` (ignoring -1)
+  never decreases and there is more than one node.
 
 ``n_chunks`` depends only on the input sizes (``row_chunk_count``), never on the thread count.
 """
@@ -88,6 +92,12 @@ def group_sums_cpu(codes, f, y, w, node_idx, offsets, n_nodes, n_bins, n_chunks)
     row-adding ones are compiled once per code dtype (parallel functions are slow to compile).
     """
     n_hist_bins = n_nodes * n_bins
+    if n_nodes > 1 and node_idx.shape[0] > 0:
+        bounds = node_run_bounds(node_idx, MAX_ROW_CHUNKS)
+        if bounds.shape[0] > 0:
+            out = np.zeros(n_hist_bins * N_STATS, dtype=np.float64)
+            _fill_by_node_runs(out, codes, f, y, w, node_idx, offsets, n_bins, bounds)
+            return out
     if n_chunks == 0:
         out = np.zeros(n_hist_bins * N_STATS, dtype=np.float64)
         _fill_by_feature(out, codes, f, y, w, node_idx, offsets, n_bins)
@@ -103,6 +113,48 @@ def _fill_by_feature(out, codes, f, y, w, node_idx, offsets, n_bins):
     n, d = codes.shape
     for j in numba.prange(d):
         _add_rows(out, N_STATS, codes, f, y, w, node_idx, offsets, n_bins, 0, n, j, j + 1)
+
+
+@numba.njit(cache=True)
+def node_run_bounds(node_idx, n_runs):
+    """Return row bounds cutting rows grouped by node into about ``n_runs`` runs, none sharing a node.
+
+    Returns an empty array when the non-negative ``node_idx`` ever decreases (rows not grouped). A bound
+    is moved forward past every row (and every -1 row) of the node that straddles it.
+    """
+    n = node_idx.shape[0]
+    last = -1
+    for i in range(n):
+        m = node_idx[i]
+        if m >= 0:
+            if m < last:
+                return np.empty(0, dtype=np.int64)
+            last = m
+    bounds = np.empty(n_runs + 1, dtype=np.int64)
+    bounds[0] = 0
+    count = 1
+    for k in range(1, n_runs):
+        i = max(k * n // n_runs, bounds[count - 1])
+        before = -1
+        for j in range(i - 1, bounds[count - 1] - 1, -1):
+            if node_idx[j] >= 0:
+                before = node_idx[j]
+                break
+        while i < n and (node_idx[i] < 0 or node_idx[i] == before):
+            i += 1
+        if i > bounds[count - 1] and i < n:
+            bounds[count] = i
+            count += 1
+    bounds[count] = n
+    return bounds[: count + 1].copy()
+
+
+@numba.njit(parallel=True, cache=True)
+def _fill_by_node_runs(out, codes, f, y, w, node_idx, offsets, n_bins, bounds):
+    """Node-run schedule: run ``r`` adds rows ``bounds[r]:bounds[r+1]``, whose nodes no other run holds."""
+    d = codes.shape[1]
+    for r in numba.prange(bounds.shape[0] - 1):
+        _add_rows(out, N_STATS, codes, f, y, w, node_idx, offsets, n_bins, bounds[r], bounds[r + 1], 0, d)
 
 
 @numba.njit(parallel=True, cache=True)

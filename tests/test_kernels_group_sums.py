@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -15,6 +17,7 @@ from kernels.group_sums_cpu import (
     aligned_zeros,
     code_range,
     group_sums_cpu,
+    node_run_bounds,
     row_chunk_count,
 )
 from kernels.group_sums_oracle import value_offsets
@@ -213,3 +216,28 @@ def test_auto_backend_on_numpy_is_cpu():
 
 def test_stat_order_constants():
     assert (STAT_COUNT, STAT_W, STAT_WF, STAT_WY, STAT_WFF, STAT_WFY, STAT_WYY) == tuple(range(N_STATS))
+
+
+@pytest.mark.parametrize("n_nodes", [2, 7, 300])
+def test_rows_grouped_by_node_take_the_node_run_schedule_and_match_the_oracle(n_nodes):
+    rng = np.random.default_rng(n_nodes)
+    n = 50_000
+    codes = rng.integers(0, 5, (n, 3)).astype(np.int8)
+    f, y, w = rng.random(n), (rng.random(n) < 0.3).astype(float), rng.random(n)
+    node_idx = np.sort(rng.integers(0, n_nodes, n)).astype(np.int32)
+    node_idx[rng.random(n) < 0.2] = -1  # rows of closed nodes, interleaved
+    bounds = node_run_bounds(node_idx, 16)
+    assert bounds[0] == 0
+    assert bounds[-1] == n
+    assert (np.diff(bounds) > 0).all()
+    runs = [set(node_idx[a:b][node_idx[a:b] >= 0].tolist()) for a, b in itertools.pairwise(bounds)]
+    assert all(not (runs[i] & runs[j]) for i in range(len(runs)) for j in range(i + 1, len(runs)))
+    kwargs = {"node_idx": node_idx, "n_nodes": n_nodes, "n_values": [5, 5, 5]}
+    got = group_sums(codes, f, y, w, backend="cpu", **kwargs)
+    np.testing.assert_allclose(
+        got, group_sums(codes, f, y, w, backend="oracle", **kwargs), rtol=1e-12, atol=1e-9
+    )
+    assert_array_equal(got, group_sums(codes, f, y, w, backend="cpu", **kwargs))
+    shuffled = node_idx.copy()
+    shuffled[:2] = [1, 0]
+    assert node_run_bounds(shuffled, 16).shape == (0,)
