@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from numpy.testing import assert_array_equal
 
-from kernels import partition_rows
+from kernels import partition_rows, take_rows
 
 
 @pytest.mark.parametrize("dtype", [np.int32, np.int64])
@@ -39,3 +39,14 @@ def test_empty_nodes_and_empty_input():
 def test_bad_node_ids_raise(node, match):
     with pytest.raises(ValueError, match=match):
         partition_rows(node, 5)
+
+
+def test_take_rows_equals_fancy_indexing():
+    rng = np.random.default_rng(1)
+    order = rng.permutation(1000)
+    codes = rng.integers(0, 9, (1000, 3)).astype(np.int16)
+    f = rng.random(1000)
+    got_codes, got_f, got_none = take_rows(order, codes, f, None)
+    assert_array_equal(got_codes, codes[order])
+    assert_array_equal(got_f, f[order])
+    assert got_none is None

@@ -31,6 +31,7 @@ from kernels import (
     mvce_from_split_sums,
     mvce_split_sums,
     partition_rows,
+    take_rows,
     route_rows,
     value_offsets,
 )
@@ -222,8 +223,7 @@ class _NodeOrderedRows:
     def partitioned(self, n_nodes: int, backend: str) -> _NodeOrderedRows:
         order = partition_rows(self.node_idx, n_nodes, backend="cpu" if backend == "oracle" else backend)
         perm = order if self.perm is None else self.perm[order]
-        take = (self.codes, self.f, self.y, self.w, self.node_idx)
-        codes, f, y, w, node_idx = (None if a is None else a[order] for a in take)
+        codes, f, y, w, node_idx = take_rows(order, self.codes, self.f, self.y, self.w, self.node_idx)
         return _NodeOrderedRows(codes, f, y, w, node_idx, perm)
 
     def in_data_order(self, values: Any) -> Any:
