@@ -56,7 +56,7 @@ def take_rows(order: Any, *arrays: Any) -> tuple[Any, ...]:
 
 @numba.njit(parallel=True, cache=True)
 def _take(a, order):
-    out = np.empty((order.shape[0],) + a.shape[1:], dtype=a.dtype)
+    out = np.empty((order.shape[0], *a.shape[1:]), dtype=a.dtype)
     for i in numba.prange(order.shape[0]):
         out[i] = a[order[i]]
     return out

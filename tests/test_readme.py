@@ -16,3 +16,15 @@ def test_quick_start_runs(tmp_path, monkeypatch):
     exec(compile(block.group(1).replace("1_000_000", "50_000"), "README.md", "exec"), namespace)
     assert (tmp_path / "isotonic.json").exists()
     assert 0.0 <= namespace["metrics"].ece(namespace["held_out"]["label"], namespace["p"]) < 0.05
+
+
+def test_mbct_example_runs(capsys):
+    block = re.search(r"## MBCT\n\n```python\n(.*?)```", README.read_text(), re.S)
+    assert block is not None, "README has no MBCT python block"
+    namespace: dict = {}
+    code = block.group(1).replace("400_000", "40_000").replace("200_000", "20_000")
+    exec(compile(code, "README.md", "exec"), namespace)
+    assert namespace["calibrated"].index.equals(namespace["test"].index)
+    out = capsys.readouterr()
+    assert "FROM impressions" in out.out
+    assert "tree 1" in out.err

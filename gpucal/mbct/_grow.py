@@ -31,8 +31,8 @@ from kernels import (
     mvce_from_split_sums,
     mvce_split_sums,
     partition_rows,
-    take_rows,
     route_rows,
+    take_rows,
     value_offsets,
 )
 
