@@ -54,6 +54,8 @@ from gpucal._validation import check_consistent_length, check_not_empty, check_s
 HANDLE_UNSEEN = ("separate", "missing", "error")
 CODE_DTYPES = (np.int8, np.int16, np.int32)  # the dtypes the group-sum kernel takes
 KIND_BINS = "bins"
+# Integer categories spanning fewer values than this are encoded by a lookup table (4 MiB of int64).
+MAX_LOOKUP_SPAN = 1 << 19
 KIND_VALUES = "values"
 _FORMAT = "gpucal.FeatureEncoder"
 _FORMAT_VERSION = 1
@@ -279,6 +281,9 @@ class FeatureEncoder(BaseEstimator):
         return self.fit(columns, sample_weight=sample_weight).transform(columns)
 
     def _transform_values(self, coding: _Coding, col: Column) -> Any:
+        fast = self._transform_small_ints(coding, col)
+        if fast is not None:
+            return fast
         codes, cats = _as_codes(col)
         xp = array_namespace(codes)
         import pandas as pd
@@ -301,6 +306,42 @@ class FeatureEncoder(BaseEstimator):
         # Entry -1 (the last one) is the missing code, so missing rows (code -1) need no branch.
         table = np.append(np.where(unseen, fallback, lookup), coding.missing_code).astype(self.codes_dtype_)
         return xp.asarray(table)[codes]
+
+    def _transform_small_ints(self, coding: _Coding, col: Column) -> Any:
+        """Codes of an integer column by one table lookup, or None when the fast path does not apply.
+
+        Integer IDs read by value (hours, ad categories, site IDs) are the common case of prediction
+        time. When every fitted category is an integer and they span at most ``MAX_LOOKUP_SPAN``
+        values, ``table[v - min]`` gives each row's code without hashing or sorting (the general path
+        factorises the column first); values outside the span or in its gaps are unseen.
+        """
+        values = col.values
+        cats = coding.categories
+        if col.categories is not None or values.dtype.kind not in "iu" or cats is None or len(cats) == 0:
+            return None
+        if not all(isinstance(c, int) and not isinstance(c, bool) for c in cats):
+            return None
+        low, high = min(cats), max(cats)
+        if high - low >= MAX_LOOKUP_SPAN:
+            return None
+        xp = array_namespace(values)
+        table = np.full(high - low + 1, -1, dtype=np.int64)
+        table[np.asarray(cats, dtype=np.int64) - low] = np.arange(len(cats))
+        shifted = values.astype(xp.int64) - low
+        inside = (shifted >= 0) & (shifted <= high - low)
+        found = xp.where(inside, xp.asarray(table)[xp.where(inside, shifted, 0)], -1)
+        unseen = found < 0
+        if bool(unseen.any()):
+            if self.handle_unseen == "error":
+                first = int(to_numpy(values[unseen][:1])[0])
+                msg = (
+                    f"X[{coding.name!r}]: {int(unseen.sum())} row(s) hold values not seen at fit time "
+                    f"(e.g. {first!r}); set handle_unseen='separate' or 'missing' to encode them"
+                )
+                raise ValueError(msg)
+            fallback = coding.unseen_code if coding.has_unseen_code else coding.missing_code
+            found = xp.where(unseen, fallback, found)
+        return found.astype(self.codes_dtype_)
 
     # ----------------------------------------------------------------------------------------------
     # Reports and plain-data state

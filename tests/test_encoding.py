@@ -438,3 +438,27 @@ def test_inverted_cdf_agrees_with_numpy(data, n_bins):
     levels = np.arange(1, n_bins) / n_bins
     assert_array_equal(_inverted_cdf(v, levels, None), np.quantile(v, levels, method="inverted_cdf"))
     assert_array_equal(_inverted_cdf(v, levels, w), np.quantile(v, levels, method="inverted_cdf", weights=w))
+
+
+@pytest.mark.parametrize("handle_unseen", ["separate", "missing"])
+def test_integer_lookup_path_equals_the_general_path(monkeypatch, handle_unseen):
+    from gpucal import encoding
+
+    rng = np.random.default_rng(0)
+    fit_values = rng.choice([3, 7, 8, 40, 41, 1000], 5000)
+    new_values = rng.choice([3, 7, 8, 40, 41, 1000, 5, -2, 2000], 5000)  # gaps and both sides unseen
+    enc = FeatureEncoder(categorical_cols=["id"], handle_unseen=handle_unseen)
+    enc.fit(pd.DataFrame({"id": fit_values}))
+    fast = enc.transform(pd.DataFrame({"id": new_values}))
+    monkeypatch.setattr(encoding, "MAX_LOOKUP_SPAN", 0)
+    general = enc.transform(pd.DataFrame({"id": new_values}))
+    np.testing.assert_array_equal(fast, general)
+    assert fast.dtype == general.dtype
+
+
+def test_integer_lookup_path_names_an_unseen_value():
+    enc = FeatureEncoder(categorical_cols=["id"], handle_unseen="error").fit(pd.DataFrame({"id": [1, 2, 3]}))
+    with pytest.raises(
+        ValueError, match=r"X\['id'\]: 1 row\(s\) hold values not seen at fit time \(e.g. 9\)"
+    ):
+        enc.transform(pd.DataFrame({"id": [1, 9, 2]}))
