@@ -150,7 +150,7 @@ def grow_tree(
     xp = array_namespace(f)
     offsets = value_offsets(n_values)
     nodes = TreeNodes()
-    root_stats = _total_stats(f, y, w)
+    root_stats = _total_stats(f, y, w, config.backend)
     root = fit_node(root_stats, IDENTITY[0], IDENTITY[1], config.leaf_map == "scale", config.penalty)
     nodes.add(np.asarray(root), root_stats[STAT_W], 0)
     rows = _NodeOrderedRows(codes, f, y, w, xp.zeros(f.shape[0], dtype=xp.int32), None)
@@ -222,9 +222,10 @@ class _NodeOrderedRows:
 
     def partitioned(self, n_nodes: int, backend: str) -> _NodeOrderedRows:
         order = partition_rows(self.node_idx, n_nodes, backend="cpu" if backend == "oracle" else backend)
-        perm = order if self.perm is None else self.perm[order]
-        codes, f, y, w, node_idx = take_rows(order, self.codes, self.f, self.y, self.w, self.node_idx)
-        return _NodeOrderedRows(codes, f, y, w, node_idx, perm)
+        codes, f, y, w, node_idx, perm = take_rows(
+            order, self.codes, self.f, self.y, self.w, self.node_idx, self.perm
+        )
+        return _NodeOrderedRows(codes, f, y, w, node_idx, order if perm is None else perm)
 
     def in_data_order(self, values: Any) -> Any:
         if self.perm is None:
@@ -244,13 +245,12 @@ def _batches(frontier: list[int], n_bins: int) -> list[list[int]]:
     return [frontier[i : i + per_batch] for i in range(0, len(frontier), per_batch)]
 
 
-def _total_stats(f: Any, y: Any, w: Any) -> np.ndarray:
-    """Return the seven sums of every row (the root's statistics)."""
+def _total_stats(f: Any, y: Any, w: Any, backend: str) -> np.ndarray:
+    """Return the seven sums of every row (the root's statistics): one group-sum pass, one constant code."""
     xp = array_namespace(f)
-    wt = xp.ones_like(f) if w is None else w
-    wf, wy = wt * f, wt * y
-    sums = [f.shape[0], wt.sum(), wf.sum(), wy.sum(), (wf * f).sum(), (wf * y).sum(), (wy * y).sum()]
-    return np.array([float(s) for s in sums])
+    constant = xp.zeros((f.shape[0], 1), dtype=xp.int8)
+    sums = group_sums(constant, f, y, w, n_values=np.ones(1, dtype=np.int64), backend=backend)
+    return to_numpy(sums)[0, 0, :]
 
 
 def _decide(
