@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+import kernels.trees
 from gpucal.encoding import FeatureEncoder
 from gpucal.mbct._ensemble import TreeEnsemble
 from gpucal.mbct.export import export_rules, sql_float, sql_value
@@ -557,10 +558,9 @@ def test_errors():
 
 @pytest.mark.parametrize("leaf_map", ["scale", "shift", "platt"])
 def test_reference_walk_matches_predict_trees(leaf_map):
-    trees = pytest.importorskip("kernels.trees", reason="kernels.trees is not written yet")
     _, ens, rows, codes = setup(leaf_map, seed=6)
     score = rows["score"].to_numpy()
-    got = trees.predict_trees(
+    got = kernels.trees.predict_trees(
         ens.tree_codes(np.ascontiguousarray(codes, dtype=np.int32)),
         score,
         *ens.kernel_arrays(),

@@ -25,7 +25,6 @@ from gpucal._backend import array_namespace, to_numpy
 from gpucal.mbct._leaves import candidate_values, choose_splits, fit_node, split_children
 from kernels import (
     N_STATS,
-    STAT_COUNT,
     STAT_W,
     group_sums,
     mvce_from_split_sums,
@@ -286,7 +285,7 @@ def _decide(
     parent = np.stack([nodes.value[m] for m in batch])
     scale = config.leaf_map == "scale"
     rule = (offsets, n_values, rare_codes, parent, scale, config.penalty, config.min_child_size)
-    best, split_loss, own_loss = choose_splits(hist, *rule)
+    split_loss, own_loss = choose_splits(hist, *rule)
     if config.criterion == "mvce":
         local_row = xp.arange(rows.f.shape[0], dtype=xp.int64) - xp.asarray(starts)[rows.node_idx]
         slot_rows = (starts[np.asarray(batch) + 1] - starts[np.asarray(batch)]).astype(np.int64)
@@ -294,12 +293,12 @@ def _decide(
             rows, slot, local_row, slot_rows, candidate_values(hist, *rule), parent, n_values, config
         )
         # Eq. 12 over the features whose split has at least two children.
-        can_split = _can_split(hist, offsets, n_values, rare_codes, config.min_child_size)
-        mvce_split = np.where(can_split, mvce_split, np.inf)
-        best = np.where(can_split.any(axis=1), np.argmin(mvce_split, axis=1), -1)
-        split_loss = mvce_split[np.arange(len(batch)), np.maximum(best, 0)]
+        split_loss = np.where(np.isfinite(split_loss), mvce_split, np.inf)
+    # The first feature wins a tie: deterministic.
+    best = np.argmin(split_loss, axis=1)
+    split_loss = split_loss[np.arange(len(batch)), best]
     loss_scale = np.maximum(np.abs(own_loss), np.abs(split_loss))
-    accept = (best >= 0) & (split_loss < own_loss - RELATIVE_GAIN_TOL * loss_scale)
+    accept = np.isfinite(split_loss) & (split_loss < own_loss - RELATIVE_GAIN_TOL * loss_scale)
     out: list[_Split | None] = []
     for s in range(len(batch)):
         if not accept[s]:
@@ -317,21 +316,6 @@ def _decide(
             config.min_child_size,
         )
         out.append(_Split(j, table, values, weights))
-    return out
-
-
-def _can_split(
-    hist: np.ndarray, offsets: np.ndarray, n_values: np.ndarray, rare_codes: np.ndarray, min_child: float
-) -> np.ndarray:
-    """Return ``(S, d)``: whether each feature's split of each node has at least two children."""
-    out = np.zeros((hist.shape[0], len(n_values)), dtype=bool)
-    for j, (o, k) in enumerate(zip(offsets.tolist(), n_values.tolist(), strict=True)):
-        part = hist[:, o : o + k, :]
-        present = part[..., STAT_COUNT] > 0
-        pooled = present & (part[..., STAT_W] < min_child)
-        if rare_codes[j] >= 0:
-            pooled[:, rare_codes[j]] = present[:, rare_codes[j]]
-        out[:, j] = (present & ~pooled).sum(axis=1) + pooled.any(axis=1) >= 2
     return out
 
 

@@ -80,15 +80,14 @@ def _is_pooled(hist_row, code, rare_code, min_child):
 
 @numba.njit(parallel=True, cache=True)
 def choose_splits(hist, offsets, n_values, rare_codes, parent, scale, penalty, min_child):
-    """Return, per open node, the best feature (-1: none), its split loss and the node's own loss.
+    """Return the loss of each open node's split on each feature, ``(S, d)``, and each node's own loss.
 
     ``hist`` is ``(S, sum(n_values), 7)``; a feature's split has one child per code with rows, codes
-    lighter than ``min_child`` (and the rare code) pooled into one rest child; it is a candidate when it
-    has at least two children. Ties go to the first feature.
+    lighter than ``min_child`` (and the rare code) pooled into one rest child; a split with fewer than
+    two children is no candidate and gets an infinite loss.
     """
     n_slots = hist.shape[0]
-    best_feature = np.full(n_slots, -1, dtype=np.int64)
-    best_loss = np.full(n_slots, np.inf)
+    split_loss = np.full((n_slots, n_values.shape[0]), np.inf)
     own_loss = np.zeros(n_slots)
     for s in numba.prange(n_slots):
         pa, pb = parent[s, 0], parent[s, 1]
@@ -117,10 +116,9 @@ def choose_splits(hist, offsets, n_values, rare_codes, parent, scale, penalty, m
                 a, b = fit_node(rest, pa, pb, scale, penalty)
                 loss += node_loss(rest, a, b, scale)
                 n_children += 1
-            if n_children >= 2 and loss < best_loss[s]:
-                best_loss[s] = loss
-                best_feature[s] = j
-    return best_feature, best_loss, own_loss
+            if n_children >= 2:
+                split_loss[s, j] = loss
+    return split_loss, own_loss
 
 
 @numba.njit(cache=True)
