@@ -310,6 +310,10 @@ def test_parameters_are_checked_when_fit_starts_and_clone_works() -> None:
         MBCT(min_node_size="big").fit(X, y)
     with pytest.raises(KeyError, match="nope"):
         MBCT(feature_cols=["nope"]).fit(X, y)
+    with pytest.raises(ValueError, match="positive"):
+        MBCT(**PAPER_MAP).fit(X, np.zeros(len(y)))
+    with pytest.raises(ValueError, match=r"X\[.score.\]: 1 value\(s\) \(first at row 3: nan\) are NaN"):
+        MBCT().fit(X.assign(score=np.where(np.arange(len(y)) == 3, np.nan, X["score"])), y)
     with pytest.raises(ValueError, match="needs a feature column"):
         MBCT(score_bins=0).fit(X[["score"]], y)
 

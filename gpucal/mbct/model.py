@@ -21,8 +21,8 @@ from gpucal._backend import array_namespace, resolve_device, to_numpy
 from gpucal._frames import SplitInput, split_input, wrap_output
 from gpucal._validation import check_consistent_length, check_labels, check_sample_weight
 from gpucal.calibrators._base import AnyOf, Calibrator, Constraint, Interval, Options
-from gpucal.calibrators._logistic import EPS
-from gpucal.calibrators.platt import fit_platt, predict_platt
+from gpucal.calibrators._logistic import EPS, check_two_classes
+from gpucal.calibrators.platt import OUTPUT_TYPE_OPTIONS, fit_platt, predict_platt
 from gpucal.encoding import FeatureEncoder
 from gpucal.mbct._aggregate import aggregate_rows
 from gpucal.mbct._ensemble import LEAF_MAPS, TreeEnsemble, tree_code_dtype
@@ -32,7 +32,6 @@ from gpucal.mbct._refit import refit_leaf_maps
 from gpucal.persistence import register
 from kernels import predict_trees, tree_leaves
 
-OUTPUT_TYPE_OPTIONS = Options("input", "numpy", "cupy", "pandas", "cudf", "polars", "pyarrow")
 AUTO = Options("auto")
 
 
@@ -315,6 +314,8 @@ class MBCT(Calibrator):
         labels = check_labels(y, "y")
         check_consistent_length(X=score, y=labels)
         weights = None if sample_weight is None else check_sample_weight(sample_weight, score.shape[0], xp=xp)
+        # One class only: every map sends the scores to it (k = 0, or a logit running to infinity).
+        check_two_classes(labels, xp.ones_like(labels) if weights is None else weights)
         if not split.features and not self.score_bins:
             msg = "X: MBCT needs a feature column or score_bins > 0 to split on"
             raise ValueError(msg)
