@@ -1,6 +1,6 @@
 r"""``route_rows``, ``tree_leaves``, ``predict_trees``: MBCT's multi-way trees over integer codes.
 
-The node arrays are those of ``gpucal.mbct._ensemble.TreeEnsemble`` (layout and formulas in
+The node arrays are those of ``gpucal.partition.ensemble.TreeEnsemble`` (layout and formulas in
 ``kernels.trees_oracle``). They are checked here on every call (a pass over the nodes, not the rows):
 dtypes, shapes, ``node_feature`` in ``[-1, d)``, split nodes' ``node_child_base`` inside ``child_table``,
 ``child_table`` in ``[-1, n_nodes)``, finite ``node_value`` and ``tree_start`` running from 0 to

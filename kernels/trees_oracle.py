@@ -1,7 +1,7 @@
 r"""Numpy oracle for the tree kernels: routing rows through MBCT's multi-way trees and chained prediction.
 
 Layout shared by all three forms (oracle, numba CPU twin, numba-cuda kernel); it is the one of
-``gpucal.mbct._ensemble.TreeEnsemble``:
+``gpucal.partition.ensemble.TreeEnsemble``:
 
 - ``node_feature[m]``: split feature of node ``m``, ``-1`` for a leaf;
 - ``node_child_base[m]``: offset of a split node's children in ``child_table``;
@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import numpy as np
 
-# Leaf maps as the kernels take them (the same numbers as gpucal.mbct._ensemble).
+# Leaf maps as the kernels take them (the same numbers as gpucal.partition.ensemble).
 LEAF_SCALE = 0
 LEAF_SHIFT = 1
 LEAF_PLATT = 2

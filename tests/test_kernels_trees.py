@@ -168,7 +168,7 @@ def test_deep_ensemble_with_many_rows(code_dtype, leaf_map):
 
 
 def test_leaf_map_numbers_are_the_ensembles():
-    from gpucal.mbct import _ensemble
+    from gpucal.partition import ensemble as _ensemble
 
     assert (_ensemble.LEAF_SCALE, _ensemble.LEAF_SHIFT, _ensemble.LEAF_PLATT) == LEAF_MAPS
     assert _ensemble.LEAF_MAPS == ("scale", "shift", "platt")

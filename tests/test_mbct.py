@@ -14,11 +14,11 @@ from sklearn.base import clone
 import gpucal
 from gpucal import MBCT, ModelFileError
 from gpucal.datasets import make_ctr
-from gpucal.mbct import _grow
-from gpucal.mbct._aggregate import aggregate_rows, estimated_distinct
 from gpucal.mbct._node_size import min_node_size, theorem1_bound
-from gpucal.mbct._refit import newton_sums
 from gpucal.metrics import log_loss
+from gpucal.partition import grow as _grow
+from gpucal.partition.aggregate import aggregate_rows, estimated_distinct
+from gpucal.partition.local_maps import newton_sums
 
 
 def two_segment_frame() -> tuple[pd.DataFrame, np.ndarray]:

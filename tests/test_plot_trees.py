@@ -14,7 +14,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from gpucal.encoding import FeatureEncoder
-from gpucal.mbct._ensemble import TreeEnsemble
+from gpucal.partition.ensemble import TreeEnsemble
 from gpucal.plot import feature_calibration, plot_feature_calibration, plot_tree
 
 sys.path.insert(0, str(Path(__file__).parent))

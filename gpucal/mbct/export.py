@@ -1,7 +1,7 @@
 r"""Export a fitted MBCT chain as if-then rules: readable text, JSON, or one SQL expression.
 
 The paper serves its trees online as plain if-then rules (Huang et al. 2022, App. A.2); this module
-writes the rules of a :class:`~gpucal.mbct._ensemble.TreeEnsemble` in three forms, each computing
+writes the rules of a :class:`~gpucal.partition.ensemble.TreeEnsemble` in three forms, each computing
 exactly what the Python predictor computes.
 
 The model
@@ -100,7 +100,7 @@ from gpucal.encoding import KIND_BINS
 
 if TYPE_CHECKING:
     from gpucal.encoding import FeatureEncoder
-    from gpucal.mbct._ensemble import TreeEnsemble
+    from gpucal.partition.ensemble import TreeEnsemble
 
 EXPORT_FORMATS = ("text", "json", "sql")
 RULES_FORMAT = "gpucal.MBCT.rules"

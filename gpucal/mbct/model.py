@@ -17,20 +17,27 @@ from typing import Any, ClassVar
 import numpy as np
 from sklearn.utils.validation import check_is_fitted
 
-from gpucal._backend import array_namespace, resolve_device, to_numpy
+from gpucal._backend import array_namespace, resolve_device
 from gpucal._frames import SplitInput, split_input, wrap_output
 from gpucal._validation import check_consistent_length, check_labels, check_sample_weight
 from gpucal.calibrators._base import AnyOf, Calibrator, Constraint, Interval, Options
 from gpucal.calibrators._logistic import EPS, check_two_classes
 from gpucal.calibrators.platt import OUTPUT_TYPE_OPTIONS, fit_platt, predict_platt
 from gpucal.encoding import FeatureEncoder
-from gpucal.mbct._aggregate import aggregate_rows
-from gpucal.mbct._ensemble import LEAF_MAPS, TreeEnsemble, tree_code_dtype
-from gpucal.mbct._grow import GrowConfig, TreeNodes, grow_tree
 from gpucal.mbct._node_size import min_node_size
-from gpucal.mbct._refit import refit_leaf_maps
+from gpucal.partition.aggregate import aggregate_rows
+from gpucal.partition.ensemble import (
+    LEAF_MAPS,
+    TreeEnsemble,
+    join_trees,
+    map_codes,
+    predict_ensemble,
+    tree_code_maps,
+)
+from gpucal.partition.grow import GrowConfig, TreeNodes, grow_tree
+from gpucal.partition.local_maps import refit_leaf_maps
 from gpucal.persistence import register
-from kernels import predict_trees, tree_leaves
+from kernels import tree_leaves
 
 AUTO = Options("auto")
 
@@ -362,9 +369,9 @@ class MBCT(Calibrator):
         f_tr = self._apply_init(s_tr)
         f_va = None if valid_rows is None else self._apply_init(valid_rows[1])
         maps = self._code_maps
-        c_tr = _map_codes(c_tr, maps, self._tree_n_values)
+        c_tr = map_codes(c_tr, maps, self._tree_n_values)
         if valid_rows is not None:
-            valid_rows = (_map_codes(valid_rows[0], maps, self._tree_n_values), *valid_rows[1:])
+            valid_rows = (map_codes(valid_rows[0], maps, self._tree_n_values), *valid_rows[1:])
         self._grow_chain(c_tr, f_tr, y_tr, w_tr, valid_rows, f_va)
 
     def _validation_split(self, n: int, xp: Any) -> tuple[Any, Any]:
@@ -428,8 +435,8 @@ class MBCT(Calibrator):
                     )
                 nodes.value = list(self._damp(values))
                 one = self._ensemble([nodes], names)
-                f_next = _predict(one, codes, f)
-                f_valid_next = None if valid_rows is None else _predict(one, valid_rows[0], f_valid)
+                f_next = predict_ensemble(one, codes, f)
+                f_valid_next = None if valid_rows is None else predict_ensemble(one, valid_rows[0], f_valid)
                 new_loss = self._global_loss(f_next, y, w, valid_rows, f_valid_next)
                 kept = bool(new_loss < loss - self.tol * abs(loss))
                 self.history_.append(
@@ -528,7 +535,7 @@ class MBCT(Calibrator):
         array or Series of shape (n,)
         """
         codes, f, split = self._predict_input(X)
-        out = _predict(self.ensemble_, codes, f)
+        out = predict_ensemble(self.ensemble_, codes, f)
         return wrap_output(out, split.info, output_type=self.output_type)
 
     def leaves(self, X: Any) -> Any:
@@ -599,98 +606,6 @@ def _fit_init_platt(score: Any, y: Any, w: Any) -> tuple[float, float]:
 
 def _take(arrays: tuple[Any, ...], rows: Any) -> tuple[Any, ...]:
     return tuple(None if a is None else a[rows] for a in arrays)
-
-
-def tree_code_maps(
-    codes: Any, w: Any, n_values: np.ndarray, min_child_size: float
-) -> tuple[list[np.ndarray], np.ndarray, np.ndarray]:
-    """Return, per feature, the input-to-tree code map, the rare tree code (-1: none) and the code count.
-
-    A code whose total weight is below ``min_child_size`` can never hold a child of its own in any node,
-    so all such codes share one "rare" tree code, which the growth always pools (an unseen category,
-    with no weight, is rare too). This is exact, and it bounds a feature's histogram width by
-    ``sum(w) / min_child_size`` however many values it has.
-    """
-    xp = array_namespace(codes)
-    maps, rare_codes, counts = [], [], []
-    for j, k in enumerate(n_values.tolist()):
-        col = codes[:, j].astype(xp.int64)
-        weight = to_numpy(
-            xp.bincount(col, minlength=k) if w is None else xp.bincount(col, weights=w, minlength=k)
-        )
-        keep = weight >= min_child_size if min_child_size > 0 else weight > 0
-        n_keep = int(keep.sum())
-        cmap = np.full(k, n_keep, dtype=np.int32)
-        cmap[keep] = np.arange(n_keep, dtype=np.int32)
-        has_rare = n_keep < k
-        maps.append(cmap)
-        rare_codes.append(n_keep if has_rare else -1)
-        counts.append(n_keep + int(has_rare))
-    return maps, np.asarray(rare_codes, dtype=np.int64), np.asarray(counts, dtype=np.int64)
-
-
-def _map_codes(codes: Any, maps: list[np.ndarray], n_values: np.ndarray) -> Any:
-    xp = array_namespace(codes)
-    out = xp.empty(codes.shape, dtype=tree_code_dtype(n_values))
-    for j, cmap in enumerate(maps):
-        out[:, j] = xp.asarray(cmap)[codes[:, j]]
-    return out
-
-
-def join_trees(
-    trees: list[TreeNodes],
-    leaf_map: str,
-    names: list[str],
-    n_values: np.ndarray,
-    code_maps: list[np.ndarray],
-    rare_codes: np.ndarray,
-) -> TreeEnsemble:
-    """Concatenate trees (tree-local ids) into one ensemble with global node ids."""
-    features, bases, tables, values, weights, depths, starts = [], [], [], [], [], [], [0]
-    node_offset = table_offset = 0
-    for nodes in trees:
-        feature, base, table = nodes.routing_arrays()
-        features.append(feature)
-        bases.append(np.where(base >= 0, base + table_offset, -1))
-        tables.append(np.where(table >= 0, table + node_offset, -1))
-        values.append(nodes.values)
-        weights.append(np.asarray(nodes.weight))
-        depths.append(np.asarray(nodes.depth))
-        node_offset += feature.shape[0]
-        table_offset += table.shape[0]
-        starts.append(node_offset)
-
-    def join(parts: list[np.ndarray], dtype: Any, shape: tuple[int, ...] = (0,)) -> np.ndarray:
-        return np.concatenate(parts).astype(dtype) if parts else np.zeros(shape, dtype=dtype)
-
-    return TreeEnsemble(
-        leaf_map=leaf_map,
-        feature_names=names,
-        n_values=np.asarray(n_values, dtype=np.int64),
-        node_feature=join(features, np.int32),
-        node_child_base=join(bases, np.int64),
-        child_table=join(tables, np.int32),
-        node_value=join(values, np.float64, (0, 2)),
-        node_weight=join(weights, np.float64),
-        node_depth=join(depths, np.int32),
-        tree_start=np.asarray(starts, dtype=np.int64),
-        code_maps=code_maps,
-        rare_codes=rare_codes,
-    )
-
-
-def _predict(ensemble: TreeEnsemble, codes: Any, f: Any) -> Any:
-    e = ensemble
-    return predict_trees(
-        codes,
-        f,
-        e.node_feature,
-        e.node_child_base,
-        e.child_table,
-        e.node_value,
-        e.tree_start,
-        e.leaf_map_code,
-    )
 
 
 __all__ = ["MBCT"]

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from numpy.testing import assert_allclose, assert_array_equal
 
-from gpucal.mbct._grow import GrowConfig, grow_tree
+from gpucal.partition.grow import GrowConfig, grow_tree
 
 if os.environ.get("NUMBA_ENABLE_CUDASIM") != "1":
     msg = "run this file with NUMBA_ENABLE_CUDASIM=1 (tests/test_kernels_cudasim.py does)"

@@ -22,9 +22,15 @@ histogram only the values that can matter.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+from gpucal._backend import array_namespace, to_numpy
+from kernels import predict_trees
+
+if TYPE_CHECKING:
+    from gpucal.partition.grow import TreeNodes
 
 LEAF_MAPS = ("scale", "shift", "platt")
 LEAF_SCALE, LEAF_SHIFT, LEAF_PLATT = range(3)
@@ -273,3 +279,97 @@ def _float_array(data: dict[str, Any], name: str, ndim: int) -> np.ndarray:
     if not np.isfinite(arr).all():
         _fail(name, "non-finite numbers")
     return arr
+
+
+def tree_code_maps(
+    codes: Any, w: Any, n_values: np.ndarray, min_child_size: float
+) -> tuple[list[np.ndarray], np.ndarray, np.ndarray]:
+    """Return, per feature, the input-to-tree code map, the rare tree code (-1: none) and the code count.
+
+    A code whose total weight is below ``min_child_size`` can never hold a child of its own in any node,
+    so all such codes share one "rare" tree code, which the growth always pools (an unseen category,
+    with no weight, is rare too). This is exact, and it bounds a feature's histogram width by
+    ``sum(w) / min_child_size`` however many values it has.
+    """
+    xp = array_namespace(codes)
+    maps, rare_codes, counts = [], [], []
+    for j, k in enumerate(n_values.tolist()):
+        col = codes[:, j].astype(xp.int64)
+        weight = to_numpy(
+            xp.bincount(col, minlength=k) if w is None else xp.bincount(col, weights=w, minlength=k)
+        )
+        keep = weight >= min_child_size if min_child_size > 0 else weight > 0
+        n_keep = int(keep.sum())
+        cmap = np.full(k, n_keep, dtype=np.int32)
+        cmap[keep] = np.arange(n_keep, dtype=np.int32)
+        has_rare = n_keep < k
+        maps.append(cmap)
+        rare_codes.append(n_keep if has_rare else -1)
+        counts.append(n_keep + int(has_rare))
+    return maps, np.asarray(rare_codes, dtype=np.int64), np.asarray(counts, dtype=np.int64)
+
+
+def map_codes(codes: Any, maps: list[np.ndarray], n_values: np.ndarray) -> Any:
+    """Return input codes translated to tree codes by the per-feature ``maps``."""
+    xp = array_namespace(codes)
+    out = xp.empty(codes.shape, dtype=tree_code_dtype(n_values))
+    for j, cmap in enumerate(maps):
+        out[:, j] = xp.asarray(cmap)[codes[:, j]]
+    return out
+
+
+def join_trees(
+    trees: list[TreeNodes],
+    leaf_map: str,
+    names: list[str],
+    n_values: np.ndarray,
+    code_maps: list[np.ndarray],
+    rare_codes: np.ndarray,
+) -> TreeEnsemble:
+    """Concatenate trees (tree-local ids) into one ensemble with global node ids."""
+    features, bases, tables, values, weights, depths, starts = [], [], [], [], [], [], [0]
+    node_offset = table_offset = 0
+    for nodes in trees:
+        feature, base, table = nodes.routing_arrays()
+        features.append(feature)
+        bases.append(np.where(base >= 0, base + table_offset, -1))
+        tables.append(np.where(table >= 0, table + node_offset, -1))
+        values.append(nodes.values)
+        weights.append(np.asarray(nodes.weight))
+        depths.append(np.asarray(nodes.depth))
+        node_offset += feature.shape[0]
+        table_offset += table.shape[0]
+        starts.append(node_offset)
+
+    def join(parts: list[np.ndarray], dtype: Any, shape: tuple[int, ...] = (0,)) -> np.ndarray:
+        return np.concatenate(parts).astype(dtype) if parts else np.zeros(shape, dtype=dtype)
+
+    return TreeEnsemble(
+        leaf_map=leaf_map,
+        feature_names=names,
+        n_values=np.asarray(n_values, dtype=np.int64),
+        node_feature=join(features, np.int32),
+        node_child_base=join(bases, np.int64),
+        child_table=join(tables, np.int32),
+        node_value=join(values, np.float64, (0, 2)),
+        node_weight=join(weights, np.float64),
+        node_depth=join(depths, np.int32),
+        tree_start=np.asarray(starts, dtype=np.int64),
+        code_maps=code_maps,
+        rare_codes=rare_codes,
+    )
+
+
+def predict_ensemble(ensemble: TreeEnsemble, codes: Any, f: Any) -> Any:
+    """Return the chain's output for tree codes ``codes`` and tree input ``f`` (``kernels.predict_trees``)."""
+    e = ensemble
+    return predict_trees(
+        codes,
+        f,
+        e.node_feature,
+        e.node_child_base,
+        e.child_table,
+        e.node_value,
+        e.tree_start,
+        e.leaf_map_code,
+    )

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from gpucal._backend import array_namespace, to_numpy
-from gpucal.mbct._leaves import candidate_values, choose_splits, fit_node, split_children
+from gpucal.partition.splits import candidate_values, choose_splits, fit_node, split_children
 from kernels import (
     N_STATS,
     STAT_W,

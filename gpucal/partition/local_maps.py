@@ -24,7 +24,7 @@ import numpy as np
 
 from gpucal._backend import array_namespace, to_numpy
 from gpucal.calibrators._logistic import EPS
-from gpucal.mbct._leaves import MAX_SHIFT
+from gpucal.partition.splits import MAX_SHIFT
 from kernels import STAT_W, STAT_WF, STAT_WFF, STAT_WFY, STAT_WY, group_sums
 
 N_NEWTON_STEPS = 4
