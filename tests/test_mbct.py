@@ -18,7 +18,6 @@ from gpucal.mbct._node_size import min_node_size, theorem1_bound
 from gpucal.metrics import log_loss
 from gpucal.partition import grow as _grow
 from gpucal.partition.aggregate import aggregate_rows, estimated_distinct
-from gpucal.partition.local_maps import newton_sums
 
 
 def two_segment_frame() -> tuple[pd.DataFrame, np.ndarray]:
@@ -336,17 +335,3 @@ def test_merging_is_tried_only_when_a_sample_says_it_halves_the_rows() -> None:
     assert merged[0].shape[0] == np.unique(np.c_[codes, distinct_scores * 100], axis=0).shape[0]
     assert_allclose(merged[3].sum(), n)
     assert aggregate_rows(codes, rng.random(n), np.zeros(n), None) is None  # every score distinct
-
-
-@pytest.mark.parametrize("weighted", [False, True])
-def test_fused_newton_sums_equal_the_group_sum_path(weighted) -> None:
-    rng = np.random.default_rng(4)
-    n = 200_000
-    logit = rng.normal(-2.0, 1.0, n)
-    y = (rng.random(n) < 0.1).astype(float)
-    w = rng.random(n) if weighted else None
-    leaf = rng.integers(-1, 7, n).astype(np.int32)
-    values = np.c_[rng.uniform(0.5, 1.5, 7), rng.normal(0, 0.3, 7)]
-    fused = newton_sums(logit, y, w, leaf, values)
-    generic = newton_sums(logit, y, w, leaf, values, backend="oracle")
-    assert_allclose(fused, generic, rtol=1e-10, atol=1e-9)

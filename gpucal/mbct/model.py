@@ -35,11 +35,13 @@ from gpucal.partition.ensemble import (
     tree_code_maps,
 )
 from gpucal.partition.grow import GrowConfig, TreeNodes, grow_tree
-from gpucal.partition.local_maps import refit_leaf_maps
+from gpucal.partition.local_maps import fit_local_maps
 from gpucal.persistence import register
 from kernels import tree_leaves
 
 AUTO = Options("auto")
+# Newton steps refitting the shift / Platt leaves of a grown tree (they start from the grown map).
+N_REFIT_STEPS = 4
 
 
 @register
@@ -430,9 +432,7 @@ class MBCT(Calibrator):
                 nodes, leaf = grow_tree(codes, f, y, w, n_values, self._rare_codes, config, log=log)
                 values = nodes.values
                 if self.leaf_map != "scale":
-                    values = refit_leaf_maps(
-                        f, y, w, leaf, values, self.leaf_map, float(self.leaf_penalty), backend=self._backend
-                    )
+                    values = self._refit_leaves(f, y, w, leaf, values)
                 nodes.value = list(self._damp(values))
                 one = self._ensemble([nodes], names)
                 f_next = predict_ensemble(one, codes, f)
@@ -466,6 +466,32 @@ class MBCT(Calibrator):
                 stacklevel=3,
             )
         self.ensemble_ = self._ensemble(trees, names)
+
+    def _refit_leaves(self, f: Any, y: Any, w: Any, leaf: Any, values: np.ndarray) -> np.ndarray:
+        """Refit the shift or Platt map of every node holding rows: a few Newton steps from the grown map.
+
+        Growth fits a shift leaf with one Newton step; once the structure is fixed, ``N_REFIT_STEPS`` more
+        make it the penalised maximum-likelihood value, shrunk toward the grown map by ``leaf_penalty``.
+        """
+        platt = self.leaf_map == "platt"
+        params = fit_local_maps(
+            f,
+            y,
+            w,
+            leaf,
+            values.shape[0],
+            self.leaf_map,
+            prior=values if platt else values[:, 1:],
+            penalty=float(self.leaf_penalty),
+            n_steps=N_REFIT_STEPS,
+            tol=0.0,
+            backend=self._backend,
+        )
+        out = values.copy()
+        out[:, 1] = params[:, -1]
+        if platt:
+            out[:, 0] = params[:, 0]
+        return out
 
     def _ensemble(self, trees: list[TreeNodes], names: list[str]) -> TreeEnsemble:
         return join_trees(trees, self.leaf_map, names, self._tree_n_values, self._code_maps, self._rare_codes)

@@ -1,18 +1,42 @@
-r"""Refit the leaves of a grown tree by grouped Newton steps on the log-loss (the "shift" and "platt" maps).
+r"""The map that calibrates each part: one-dimensional maps fitted per part by grouped Newton steps.
 
-Growth fits a shift leaf with a single Newton step from the tree input (``_leaves``); once the structure
-is fixed, a few more steps per leaf make it the penalised maximum-likelihood value. Every step needs only
-per-leaf sums (``newton_sums``: one fused numba pass on the CPU, ``kernels.group_sums`` with one
-constant feature and the leaf as the node elsewhere):
+Every map but ``"scale"`` is a logistic model of the score inside a part :math:`m`,
 
 .. math::
 
-    g = \sum_{i \in b} w_i (q_i - y_i)\, x_i, \qquad
-    H = \sum_{i \in b} w_i q_i (1 - q_i)\, x_i x_i^\top, \qquad
-    q_i = \sigma(a l_i + d), \quad x_i = (l_i, 1),
+    q_i = \sigma\big(o_i + \theta_m^\top x_i\big),
 
-with :math:`l = \operatorname{logit} f` and a ridge ``penalty`` pulling :math:`(a, d)` toward the grown
-:math:`(1, d_0)`; the shift map keeps :math:`a = 1` and uses the second coordinate only.
+with a design :math:`x_i` and offset :math:`o_i` fixed by the kind (:math:`l = \operatorname{logit} p`,
+``p`` the clipped score):
+
+===============  =============================  ======  ===============================================
+kind             :math:`x_i`                    offset  map
+===============  =============================  ======  ===============================================
+``constant``     :math:`(1)`                    0       :math:`\sigma(c)`, the part's label rate
+``shift``        :math:`(1)`                    l       :math:`\sigma(l + d)`
+``temperature``  :math:`(l)`                    0       :math:`\sigma(a l)` (Guo et al. 2017, binary)
+``platt``        :math:`(l, 1)`                 0       :math:`\sigma(a l + b)` (Platt 1999)
+``beta``         :math:`(\ln p, -\ln(1-p), 1)`  0       :math:`\sigma(a \ln p - b \ln(1-p) + c)`, a, b >= 0
+===============  =============================  ======  ===============================================
+
+(beta: Kull et al. 2017). A Newton step needs per part only
+
+.. math::
+
+    g_m = \sum_{i \in m} w_i (q_i - y_i)\, x_i + \lambda (\theta_m - \theta^0_m), \qquad
+    H_m = \sum_{i \in m} w_i q_i (1 - q_i)\, x_i x_i^\top + \lambda I,
+
+sums over rows grouped by part (:func:`local_map_sums`: one fused numba pass on the CPU,
+``kernels.group_sums`` passes on the GPU and in the oracle), so every part of a partition is fitted at
+once and a Dask fit is the same steps over summed partitions. The ridge :math:`\lambda` (``penalty``)
+pulls a part toward :math:`\theta^0` (``prior``, also the starting point): MBCT uses it to shrink
+leaves toward the grown map. Steps are clipped per coordinate (a trust region, as XGBoost's
+``max_delta_step``): a part with no positives, or separable ones, has no finite optimum, and an undamped
+step there overshoots by orders of magnitude. Beta's ``a, b >= 0`` are kept by projected Newton: a
+coordinate at its bound whose gradient pushes it below is frozen for that step.
+
+``"scale"`` is the paper map of MBCT (Huang et al. 2022, Sec. 4.1), :math:`\min(k f, 1)` with
+:math:`k_m = (\sum w y + \lambda k^0_m) / (\sum w f + \lambda)`, closed form from one group-sum pass.
 """
 
 from __future__ import annotations
@@ -24,122 +48,293 @@ import numpy as np
 
 from gpucal._backend import array_namespace, to_numpy
 from gpucal.calibrators._logistic import EPS
-from gpucal.partition.splits import MAX_SHIFT
-from kernels import STAT_W, STAT_WF, STAT_WFF, STAT_WFY, STAT_WY, group_sums
+from kernels import STAT_W, STAT_WF, STAT_WY, group_sums
 
-N_NEWTON_STEPS = 4
-# Trust region per step (XGBoost's max_delta_step, for the same reason): a leaf with no positives, or
-# separable ones, has no finite optimum, and an undamped Newton step there overshoots by orders of magnitude.
-MAX_STEP_SLOPE = 0.5
-MAX_STEP_SHIFT = 2.0
-# Columns of newton_sums.
-N_SUMS = 6
-SUM_W, SUM_R, SUM_RL, SUM_H, SUM_HL, SUM_HLL = range(N_SUMS)
+LOCAL_MAP_KINDS = ("constant", "scale", "shift", "temperature", "platt", "beta")
+_N_PARAMS = {"constant": 1, "scale": 1, "shift": 1, "temperature": 1, "platt": 2, "beta": 3}
+# The identity map of each kind (the start when no prior is given; "constant" starts at the part's rate).
+_IDENTITY = {
+    "constant": (0.0,),
+    "scale": (1.0,),
+    "shift": (0.0,),
+    "temperature": (1.0,),
+    "platt": (1.0, 0.0),
+    "beta": (1.0, 1.0, 0.0),
+}
+# Per-coordinate trust region: slopes move at most 0.5 per step, intercepts 2 (in logits).
+_MAX_STEP = {
+    "constant": (2.0,),
+    "shift": (2.0,),
+    "temperature": (0.5,),
+    "platt": (0.5, 2.0),
+    "beta": (0.5, 0.5, 2.0),
+}
+# An intercept beyond this is a probability ratio of e**30: only a near-empty or separable part asks for
+# it, and a larger one would saturate the sigmoid to exactly 0 or 1 (an infinite log-loss downstream).
+MAX_SHIFT = 30.0
+# Keeps a part's Hessian invertible when its design is degenerate (all logits equal: the slope is then
+# not identified, and the step is the minimum-norm one).
+RIDGE = 1e-9
 # Row chunks of the fused CPU pass: a fixed count (so sums do not depend on the thread count).
 MAX_CHUNKS = 16
 MIN_CHUNK_ROWS = 1 << 16
-# Keeps a leaf's 2x2 Hessian invertible when its logits are all equal (the slope is then not identified).
-RIDGE = 1e-9
 
 
-def refit_leaf_maps(
-    f: Any,
+def n_map_params(kind: str) -> int:
+    """Return the number of parameters of a part's map of ``kind``."""
+    _check_kind(kind)
+    return _N_PARAMS[kind]
+
+
+def identity_params(kind: str) -> np.ndarray:
+    """Return the parameters under which a map of ``kind`` leaves the score unchanged."""
+    _check_kind(kind)
+    return np.array(_IDENTITY[kind], dtype=np.float64)
+
+
+def fit_local_maps(
+    score: Any,
     y: Any,
     w: Any,
-    leaf: Any,
-    values: np.ndarray,
-    leaf_map: str,
-    penalty: float,
+    part: Any,
+    n_parts: int,
+    kind: str,
     *,
+    prior: np.ndarray | None = None,
+    penalty: float = 0.0,
+    min_part_weight: float = 0.0,
+    fallback: np.ndarray | None = None,
+    n_steps: int = 25,
+    tol: float = 1e-10,
     backend: str = "auto",
 ) -> np.ndarray:
-    """Return ``values`` (``(n_nodes, 2)``) with every node that holds rows refitted; others unchanged."""
-    xp = array_namespace(f)
-    logit = xp.log(xp.clip(f, EPS, 1.0 - EPS)) - xp.log1p(-xp.clip(f, EPS, 1.0 - EPS))
-    target = values.copy()
-    out = values.copy()
-    for _ in range(N_NEWTON_STEPS):
-        sums = newton_sums(logit, y, w, leaf, out, backend=backend)
-        has_rows = sums[:, SUM_W] > 0
-        g_b = sums[:, SUM_R] + penalty * (out[:, 1] - target[:, 1])
-        h_bb = sums[:, SUM_H] + penalty + RIDGE
-        if leaf_map == "shift":
-            step_b = np.clip(g_b / h_bb, -MAX_STEP_SHIFT, MAX_STEP_SHIFT)
-            out[:, 1] = np.where(has_rows, np.clip(out[:, 1] - step_b, -MAX_SHIFT, MAX_SHIFT), out[:, 1])
-            continue
-        g_a = sums[:, SUM_RL] + penalty * (out[:, 0] - target[:, 0])
-        h_aa = sums[:, SUM_HLL] + penalty + RIDGE
-        h_ab = sums[:, SUM_HL]
-        det = h_aa * h_bb - h_ab * h_ab
-        ok = has_rows & (det > 0)
-        safe = np.where(ok, det, 1.0)
-        step_a = np.clip((h_bb * g_a - h_ab * g_b) / safe, -MAX_STEP_SLOPE, MAX_STEP_SLOPE)
-        step_b = np.clip((h_aa * g_b - h_ab * g_a) / safe, -MAX_STEP_SHIFT, MAX_STEP_SHIFT)
-        out[:, 0] = np.where(ok, out[:, 0] - step_a, out[:, 0])
-        out[:, 1] = np.where(ok, np.clip(out[:, 1] - step_b, -MAX_SHIFT, MAX_SHIFT), out[:, 1])
-    return out
+    """Fit one map of ``kind`` per part; return the parameters, ``(n_parts, n_map_params(kind))``.
 
-
-def newton_sums(
-    logit: Any, y: Any, w: Any, leaf: Any, values: np.ndarray, *, backend: str = "auto"
-) -> np.ndarray:
-    r"""Return per node the six Newton sums ``(n_nodes, 6)`` at the maps ``values`` (columns ``SUM_*``).
-
-    With :math:`q = \sigma(a_b l + d_b)`, :math:`r = q - y`, :math:`h = w q (1 - q)`: :math:`\sum w`,
-    :math:`\sum w r`, :math:`\sum w r l`, :math:`\sum h`, :math:`\sum h l`, :math:`\sum h l^2`. On numpy
-    inputs with the CPU backend, one fused numba pass; otherwise two ``kernels.group_sums`` passes (the
-    GPU and oracle path), which give the same sums in another order.
+    Parameters
+    ----------
+    score, y : float64 arrays of shape (n,)
+        Probabilities to calibrate and labels in [0, 1] (numpy or cupy).
+    w : float64 array of shape (n,) or None
+        Row weights.
+    part : int array of shape (n,)
+        Each row's part in ``[0, n_parts)``; -1 leaves a row out.
+    n_parts : int
+    kind : {"constant", "scale", "shift", "temperature", "platt", "beta"}
+    prior : array of shape (n_parts, n_params), optional
+        Start of the Newton steps and target of the ridge; default the identity map (for
+        ``"constant"``, the logit of the weighted label mean of all rows).
+    penalty : float, default 0
+        Ridge weight :math:`\\lambda`, in units of row weight.
+    min_part_weight : float, default 0
+        Parts lighter than this (and parts with no rows) are not fitted: they get ``fallback``.
+    fallback : array of shape (n_params,), optional
+        Parameters of the unfitted parts; default their ``prior`` row.
+    n_steps : int, default 25
+        Most Newton steps; fewer when every step is below ``tol``.
+    tol : float, default 1e-10
+    backend : {"auto", "cpu", "cuda", "oracle"}
+        Kernel backend of the sums.
     """
-    xp = array_namespace(logit)
-    n_nodes = values.shape[0]
+    _check_kind(kind)
+    k = _N_PARAMS[kind]
+    start = _start(score, y, w, n_parts, kind) if prior is None else np.array(prior, dtype=np.float64)
+    if start.shape != (n_parts, k):
+        msg = f"prior: expected shape {(n_parts, k)} for {n_parts} parts of kind {kind!r}, got {start.shape}"
+        raise ValueError(msg)
+    if kind == "scale":
+        sums = _part_sums(score, y, w, part, n_parts, backend)
+        weight = sums[:, STAT_W]
+        den = sums[:, STAT_WF] + penalty
+        safe = np.where(den > 0, den, 1.0)
+        theta = np.where(den > 0, (sums[:, STAT_WY] + penalty * start[:, 0]) / safe, start[:, 0])[:, None]
+    else:
+        theta, weight = _newton(score, y, w, part, start, kind, penalty, n_steps, tol, backend)
+    unfitted = (weight <= 0) | (weight < min_part_weight)
+    if fallback is None:
+        return np.where(unfitted[:, None], start, theta)
+    fallback = np.asarray(fallback, dtype=np.float64).reshape(k)
+    return np.where(unfitted[:, None], fallback[None, :], theta)
+
+
+def apply_local_maps(score: Any, part: Any, params: np.ndarray, kind: str) -> Any:
+    """Return each row's score through its part's map (``part`` indexes the rows of ``params``)."""
+    _check_kind(kind)
+    xp = array_namespace(score)
+    theta = xp.asarray(params)[part]
+    if kind == "scale":
+        return xp.minimum(theta[:, 0] * score, 1.0)
+    design, offset = _design(score, kind)
+    eta = offset + (design * theta).sum(axis=1)
+    return 1.0 / (1.0 + xp.exp(-eta))
+
+
+def local_map_sums(
+    score: Any, y: Any, w: Any, part: Any, theta: np.ndarray, kind: str, *, backend: str = "auto"
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    r"""Return per part :math:`\sum w`, the gradient ``(P, k)`` and the Hessian ``(P, k, k)`` at ``theta``.
+
+    On numpy inputs with the CPU backend, one fused numba pass; otherwise one ``kernels.group_sums``
+    pass per distinct sum (the GPU and oracle path), which gives the same sums in another order.
+    """
+    design, offset = _design(score, kind)
+    xp = array_namespace(score)
+    n_parts, k = theta.shape
     if xp is np and backend in ("auto", "cpu"):
         wt = np.empty(0) if w is None else np.ascontiguousarray(w, dtype=np.float64)
-        n_chunks = max(1, min(MAX_CHUNKS, logit.shape[0] // MIN_CHUNK_ROWS))
-        return _newton_sums_cpu(logit, y, wt, leaf, values[:, 0].copy(), values[:, 1].copy(), n_chunks)
-    constant = xp.zeros((logit.shape[0], 1), dtype=xp.int8)
-    a, b = xp.asarray(values[:, 0])[leaf], xp.asarray(values[:, 1])[leaf]
-    q = 1.0 / (1.0 + xp.exp(-(a * logit + b)))
-    first = _leaf_sums(constant, logit, q - y, w, leaf, n_nodes, backend)
-    curvature = q * (1.0 - q) if w is None else w * q * (1.0 - q)
-    second = _leaf_sums(constant, logit, y, curvature, leaf, n_nodes, backend)
-    columns = [first[:, STAT_W], first[:, STAT_WY], first[:, STAT_WFY]]
-    columns += [second[:, STAT_W], second[:, STAT_WF], second[:, STAT_WFF]]
-    return np.stack(columns, axis=1)
+        n_chunks = max(1, min(MAX_CHUNKS, score.shape[0] // MIN_CHUNK_ROWS))
+        flat = _glm_sums_cpu(design, offset, y, wt, part, theta, n_chunks)
+        weight, grad, hess_upper = flat[:, 0], flat[:, 1 : 1 + k], flat[:, 1 + k :]
+    else:
+        theta_rows = xp.asarray(theta)[part]
+        q = 1.0 / (1.0 + xp.exp(-(offset + (design * theta_rows).sum(axis=1))))
+        ones = xp.ones_like(q)
+        weighted = ones if w is None else w
+        curvature = weighted * q * (1.0 - q)
+        weight = _group_total(ones, weighted, part, n_parts, backend)
+        grad = np.stack(
+            [_group_total(design[:, j] * (q - y), weighted, part, n_parts, backend) for j in range(k)], axis=1
+        )
+        hess_upper = np.stack(
+            [
+                _group_total(design[:, a] * design[:, b], curvature, part, n_parts, backend)
+                for a in range(k)
+                for b in range(a, k)
+            ],
+            axis=1,
+        )
+    hess = np.empty((n_parts, k, k))
+    c = 0
+    for a in range(k):
+        for b in range(a, k):
+            hess[:, a, b] = hess[:, b, a] = hess_upper[:, c]
+            c += 1
+    return weight, grad, hess
+
+
+def _newton(
+    score: Any,
+    y: Any,
+    w: Any,
+    part: Any,
+    start: np.ndarray,
+    kind: str,
+    penalty: float,
+    n_steps: int,
+    tol: float,
+    backend: str,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Return the fitted ``theta`` and each part's weight after at most ``n_steps`` Newton steps."""
+    theta = start.copy()
+    k = theta.shape[1]
+    max_step = np.array(_MAX_STEP[kind])
+    eye = np.eye(k)
+    weight = np.zeros(theta.shape[0])
+    for _ in range(n_steps):
+        weight, grad, hess = local_map_sums(score, y, w, part, theta, kind, backend=backend)
+        grad = grad + penalty * (theta - start)
+        hess = hess + (penalty + RIDGE) * eye
+        if kind == "beta":
+            grad, hess = _freeze_bounded(theta, grad, hess)
+        step = np.clip(np.linalg.solve(hess, grad[:, :, None])[:, :, 0], -max_step, max_step)
+        step[weight <= 0] = 0.0
+        theta = theta - step
+        theta[:, -1] = np.clip(theta[:, -1], -MAX_SHIFT, MAX_SHIFT)
+        if kind == "beta":
+            theta[:, :2] = np.maximum(theta[:, :2], 0.0)
+        if float(np.abs(step).max(initial=0.0)) <= tol:
+            break
+    return theta, weight
+
+
+def _freeze_bounded(theta: np.ndarray, grad: np.ndarray, hess: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Freeze beta's ``a`` or ``b`` where it sits at 0 and the gradient would push it below."""
+    grad, hess = grad.copy(), hess.copy()
+    for j in (0, 1):
+        frozen = (theta[:, j] <= 0.0) & (grad[:, j] > 0.0)
+        grad[frozen, j] = 0.0
+        hess[frozen, j, :] = 0.0
+        hess[frozen, :, j] = 0.0
+        hess[frozen, j, j] = 1.0
+    return grad, hess
+
+
+def _start(score: Any, y: Any, w: Any, n_parts: int, kind: str) -> np.ndarray:
+    """The identity map for every part; for ``"constant"``, the logit of the overall label mean."""
+    if kind != "constant":
+        return np.tile(identity_params(kind), (n_parts, 1))
+    mean = float(y.mean()) if w is None else float((w * y).sum() / w.sum())
+    mean = min(max(mean, EPS), 1.0 - EPS)
+    return np.full((n_parts, 1), np.log(mean) - np.log1p(-mean))
+
+
+def _design(score: Any, kind: str) -> tuple[Any, Any]:
+    """Return the design ``(n, k)`` and offset ``(n,)`` of a kind's logistic model (module table)."""
+    xp = array_namespace(score)
+    p = xp.clip(score, EPS, 1.0 - EPS)
+    log_p, log_q = xp.log(p), xp.log1p(-p)
+    ones = xp.ones_like(p)
+    zeros = xp.zeros_like(p)
+    if kind == "constant":
+        return ones[:, None], zeros
+    if kind == "shift":
+        return ones[:, None], log_p - log_q
+    if kind == "temperature":
+        return (log_p - log_q)[:, None], zeros
+    if kind == "platt":
+        return xp.stack([log_p - log_q, ones], axis=1), zeros
+    return xp.stack([log_p, -log_q, ones], axis=1), zeros
 
 
 @numba.njit(parallel=True, cache=True)
-def _newton_sums_cpu(logit, y, w, leaf, a_node, b_node, n_chunks):
-    """One fused pass: each fixed row chunk fills a private ``(n_nodes, 6)`` block, added in chunk order."""
-    n = logit.shape[0]
-    n_nodes = a_node.shape[0]
+def _glm_sums_cpu(design, offset, y, w, part, theta, n_chunks):
+    """One fused pass: per part ``[sum w, g (k), upper H (k(k+1)/2)]``, fixed row chunks added in order."""
+    n, k = design.shape
+    n_parts = theta.shape[0]
+    n_sums = 1 + k + k * (k + 1) // 2
     has_w = w.shape[0] > 0
-    private = np.zeros((n_chunks, n_nodes, N_SUMS))
+    private = np.zeros((n_chunks, n_parts, n_sums))
     size = (n + n_chunks - 1) // n_chunks
     for c in numba.prange(n_chunks):
         acc = private[c]
         for i in range(c * size, min(n, (c + 1) * size)):
-            m = leaf[i]
+            m = part[i]
             if m < 0:
                 continue
-            li = logit[i]
-            q = 1.0 / (1.0 + np.exp(-(a_node[m] * li + b_node[m])))
+            eta = offset[i]
+            for j in range(k):
+                eta += theta[m, j] * design[i, j]
+            q = 1.0 / (1.0 + np.exp(-eta))
             wi = w[i] if has_w else 1.0
             wr = wi * (q - y[i])
             h = wi * q * (1.0 - q)
             acc[m, 0] += wi
-            acc[m, 1] += wr
-            acc[m, 2] += wr * li
-            acc[m, 3] += h
-            acc[m, 4] += h * li
-            acc[m, 5] += h * li * li
-    out = np.zeros((n_nodes, N_SUMS))
+            s = 1 + k
+            for a in range(k):
+                acc[m, 1 + a] += wr * design[i, a]
+                for b in range(a, k):
+                    acc[m, s] += h * design[i, a] * design[i, b]
+                    s += 1
+    out = np.zeros((n_parts, n_sums))
     for c in range(n_chunks):
         out += private[c]
     return out
 
 
-def _leaf_sums(constant: Any, f: Any, y: Any, w: Any, leaf: Any, n_nodes: int, backend: str) -> np.ndarray:
-    """Return the seven sums per leaf, ``(n_nodes, 7)``: a group sum with one constant feature."""
+def _part_sums(f: Any, y: Any, w: Any, part: Any, n_parts: int, backend: str) -> np.ndarray:
+    """Return the seven sums of ``(f, y, w)`` per part, ``(n_parts, 7)``: a group sum on one constant code."""
+    xp = array_namespace(f)
+    constant = xp.zeros((f.shape[0], 1), dtype=xp.int8)
     one = np.ones(1, dtype=np.int64)
-    sums = group_sums(constant, f, y, w, node_idx=leaf, n_nodes=n_nodes, n_values=one, backend=backend)
+    sums = group_sums(constant, f, y, w, node_idx=part, n_nodes=n_parts, n_values=one, backend=backend)
     return to_numpy(sums)[:, 0, :]
+
+
+def _group_total(values: Any, weight: Any, part: Any, n_parts: int, backend: str) -> np.ndarray:
+    r"""Return :math:`\sum_{i \in m} w_i v_i` per part (the ``sum w f`` statistic of a group sum)."""
+    return _part_sums(values, values, weight, part, n_parts, backend)[:, STAT_WF]
+
+
+def _check_kind(kind: str) -> None:
+    if kind not in _N_PARAMS:
+        msg = f"kind: expected one of {list(LOCAL_MAP_KINDS)}, got {kind!r}"
+        raise ValueError(msg)
