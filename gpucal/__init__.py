@@ -30,6 +30,7 @@ from gpucal.calibrators import (
 )
 from gpucal.encoding import FeatureEncoder
 from gpucal.evaluation import evaluate
+from gpucal.hc import HeterogeneousCalibrator
 from gpucal.mbct import MBCT
 from gpucal.persistence import ModelFileError, load
 
@@ -40,6 +41,7 @@ __all__ = [
     "DownsamplingCorrection",
     "FeatureAwarePlattCalibrator",
     "FeatureEncoder",
+    "HeterogeneousCalibrator",
     "HistogramCalibrator",
     "IsotonicCalibrator",
     "ModelFileError",

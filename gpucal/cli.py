@@ -1,11 +1,11 @@
 """The ``gpucal`` command line.
 
 ``gpucal demo`` generates the default synthetic CTR-like data (``gpucal.datasets.make_ctr``), fits
-every one-dimensional calibrator and the feature-aware ones (MBCT, feature-aware Platt) on a
-calibration split and prints the metrics of each on held-out rows beside the raw score and the oracle
-(the true probability), plus the worst segments: the main job a fresh install can run with no data of
-its own. ``fit``, ``predict`` and ``evaluate`` work on
-users' CSV and Parquet files.
+every one-dimensional calibrator and the feature-aware ones (MBCT, heterogeneous calibration,
+feature-aware Platt) on a calibration split and prints the metrics of each on held-out rows beside the
+raw score and the oracle (the true probability), plus the worst segments: the main job a fresh install
+can run with no data of its own. ``fit``, ``predict`` and ``evaluate`` work on users' CSV and Parquet
+files.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ def _log(message: str) -> None:
 
 DEMO_CALIBRATORS = ("platt", "temperature", "beta", "histogram", "isotonic", "scaling_binning", "sir")
 #: Calibrators that also read the scenario's fields (every field categorical).
-DEMO_FEATURE_CALIBRATORS = ("feature_platt", "mbct")
+DEMO_FEATURE_CALIBRATORS = ("feature_platt", "mbct", "hc")
 #: Columns of the demo's text table; the JSON output holds every metric of ``gpucal.evaluate``.
 DEMO_COLUMNS = ("log_loss", "brier", "roc_auc", "ece_15_uniform", "mvce_r100", "tce_l2")
 
@@ -100,7 +100,7 @@ def run_demo(args: argparse.Namespace) -> int:
         )
         print(report.head(args.top).to_string(index=False))
         print("\nOne-dimensional maps cannot fix errors that live in segments (see worst_field_ece);")
-        print("the feature-aware calibrators (feature_platt, mbct) read the fields and can.")
+        print("the feature-aware calibrators (feature_platt, mbct, hc) read the fields and can.")
     _log(f"done in {elapsed:.1f} s")
     return 0
 
@@ -172,7 +172,8 @@ def run_rules(args: argparse.Namespace) -> int:
 
     model = load(args.model)
     if not hasattr(model, "export_rules"):
-        msg = f"{type(model).__name__} has no rules to export; rules come from tree models such as MBCT"
+        name = type(model).__name__
+        msg = f"{name} has no rules to export; rules come from tree models such as MBCT and HC"
         raise TypeError(msg)
     options = {"table": args.table} if args.table else {}
     print(model.export_rules(format=args.format, **options))
@@ -259,8 +260,8 @@ def build_parser() -> argparse.ArgumentParser:
     predict.add_argument("--output-col", default="calibrated", help="name of the calibrated column")
     predict.set_defaults(handler=run_predict)
 
-    rules = commands.add_parser("rules", help="print a saved MBCT model as if-then rules, JSON or SQL")
-    rules.add_argument("--model", required=True, help="a model written by gpucal fit --method mbct")
+    rules = commands.add_parser("rules", help="print a saved MBCT or HC model as if-then rules, JSON or SQL")
+    rules.add_argument("--model", required=True, help="a model written by gpucal fit --method mbct or hc")
     rules.add_argument("--format", choices=("text", "json", "sql"), default="text")
     rules.add_argument("--table", default=None, help="SQL only: a full SELECT over this table")
     rules.set_defaults(handler=run_rules)

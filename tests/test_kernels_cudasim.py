@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-SUITES = ["sim_kernels.py", "sim_split_mvce.py", "sim_trees.py", "sim_mbct.py"]
+SUITES = ["sim_kernels.py", "sim_split_mvce.py", "sim_trees.py", "sim_mbct.py", "sim_hc.py"]
 
 
 @pytest.mark.parametrize("suite", SUITES)

@@ -180,3 +180,12 @@ def test_unknown_kind_and_wrong_prior_shape_are_named() -> None:
     with pytest.raises(ValueError, match="prior: expected shape"):
         fit_local_maps(score, y, None, part, 1, "platt", prior=np.ones((2, 2)))
     assert set(LOCAL_MAP_KINDS) == {"constant", "scale", "shift", "temperature", "platt", "beta"}
+
+
+def test_apply_saturates_without_overflow() -> None:
+    score = np.array([1e-12, 0.5, 1 - 1e-12])
+    params = np.array([[40.0, -50.0]])
+    with np.errstate(over="raise"):
+        out = apply_local_maps(score, np.zeros(3, dtype=np.int32), params, "platt")
+    assert np.isfinite(out).all()
+    assert out[0] == pytest.approx(0.0, abs=1e-300)

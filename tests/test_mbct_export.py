@@ -446,7 +446,7 @@ def test_text_rules():
     enc, ens, _, _ = setup("scale")
     text = export_rules(ens, enc, score_col="score", score_bins=SCORE_BINS)
     lines = text.splitlines()
-    assert lines[0] == 'MBCT calibration rules: 2 tree(s), leaf map "scale"'
+    assert lines[0] == 'Calibration tree rules: 2 tree(s), leaf map "scale"'
     assert "  f_0 = score" in lines
     assert "  tree t: f_t = min(k * f_(t-1), 1), k of the rule the row meets" in lines
     assert "  score bin = min(floor(score * 10), 9)" in lines
@@ -620,7 +620,7 @@ def test_fitted_model_rules_reproduce_predict(leaf_map, init):
     else:
         np.testing.assert_allclose(got, expected, rtol=0, atol=1e-12)
         np.testing.assert_allclose(from_json, expected[:1500], rtol=0, atol=1e-12)
-    assert model.export_rules().startswith("MBCT calibration rules: ")
+    assert model.export_rules().startswith("Calibration tree rules: ")
 
 
 def chain_of(parts: list[TreeEnsemble]) -> TreeEnsemble:

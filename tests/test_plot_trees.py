@@ -64,7 +64,7 @@ def test_plot_tree_boxes_and_highlighted_leaves():
     fig = plot_tree(ens, enc, tree=0, score_col="score", score_bins=SCORE_BINS)
     texts = render(fig)
     ax = fig.axes[0]
-    assert ax.get_title() == 'MBCT tree 1 of 2 (leaf map "scale")'
+    assert ax.get_title() == 'Calibration tree 1 of 2 (leaf map "scale")'
     assert len(texts) == 9  # every node of tree 1
     root = next(t for t in texts if t.startswith("all rows"))
     assert root.splitlines() == [

@@ -21,6 +21,7 @@ from gpucal.calibrators.platt import PlattCalibrator
 from gpucal.calibrators.scaling_binning import ScalingBinningCalibrator
 from gpucal.calibrators.sir import SIRCalibrator
 from gpucal.calibrators.temperature import TemperatureCalibrator
+from gpucal.hc.model import HeterogeneousCalibrator
 from gpucal.mbct.model import MBCT
 
 #: Name -> class. scikit-learn's names ("sigmoid", "isotonic", "temperature") are aliases of ours.
@@ -37,6 +38,7 @@ CALIBRATORS: dict[str, type[Calibrator]] = {
     "downsampling": DownsamplingCorrection,
     "feature_platt": FeatureAwarePlattCalibrator,
     "mbct": MBCT,
+    "hc": HeterogeneousCalibrator,
 }
 
 
@@ -48,7 +50,7 @@ def make_calibrator(name: str, **params: Any) -> Calibrator:
     name : str
         One of :data:`CALIBRATORS`: ``"platt"`` (alias ``"sigmoid"``), ``"temperature"``, ``"beta"``,
         ``"histogram"``, ``"isotonic"``, ``"scaling_binning"``, ``"sir"``, ``"dirichlet"``,
-        ``"downsampling"``, ``"feature_platt"``.
+        ``"downsampling"``, ``"feature_platt"``, ``"mbct"``, ``"hc"``.
     **params
         Constructor parameters of that class; an unknown one raises ``TypeError`` naming it.
 

@@ -479,7 +479,7 @@ class _TextWriter:
 
     def write(self) -> str:
         ens = self.ens
-        lines = [f'MBCT calibration rules: {ens.n_trees} tree(s), leaf map "{ens.leaf_map}"']
+        lines = [f'Calibration tree rules: {ens.n_trees} tree(s), leaf map "{ens.leaf_map}"']
         lines += ["  " + line for line in self.chain.formula()]
         lines.append(
             "  'otherwise': values that no training row of the node had; 'unseen': categories new since fit"
@@ -695,7 +695,8 @@ class _SqlWriter:
     def write(self) -> str:
         ens, p = self.ens, self.p
         score = sql_ident(self.chain.score_col)
-        header = "/* gpucal MBCT rules: " + "; ".join(self.chain.formula()).replace("*/", "* /") + " */\n"
+        formula = "; ".join(self.chain.formula()).replace("*/", "* /")
+        header = "/* gpucal calibration tree rules: " + formula + " */\n"
         a0, b0 = self.init
         platt_init = (a0, b0) != (1.0, 0.0)
         f0 = score

@@ -1,4 +1,4 @@
-r"""Grow one MBCT tree: one histogram pass per level, split decisions from the histogram, one routing pass.
+r"""Grow one tree (MBCT's or HC's): one histogram pass per level, split decisions from the histogram, routing.
 
 Per level (Huang et al. 2022, Sec. 4.3, operations (1)-(3)):
 
@@ -11,6 +11,11 @@ Per level (Huang et al. 2022, Sec. 4.3, operations (1)-(3)):
 3. the best feature splits the node when the split has at least two children and lowers the node's
    loss (stopping rule 3); nodes lighter than ``min_node_size`` (rule 2) or at ``max_depth`` (rule 1)
    stay leaves; ``kernels.route_rows`` moves every row of a split node to its child.
+
+With ``split_mode="binary"`` step 2 is instead the best two-way split per feature
+(``splits.choose_binary_splits``: thresholds in code order for ordinal features, in label-rate order for
+categorical ones), scored by the map's loss ("gain") or by a label impurity ("entropy", "gini": the
+heterogeneous-calibration tree); ``feature_mask`` keeps a random forest's tree to its features.
 """
 
 from __future__ import annotations
@@ -22,7 +27,17 @@ from typing import Any
 import numpy as np
 
 from gpucal._backend import array_namespace, to_numpy
-from gpucal.partition.splits import candidate_values, choose_splits, fit_node, split_children
+from gpucal.partition.splits import (
+    LABEL_CRITERIA,
+    binary_children,
+    candidate_values,
+    choose_binary_splits,
+    choose_splits,
+    criterion_code,
+    fit_node,
+    node_value,
+    split_children,
+)
 from kernels import (
     N_STATS,
     STAT_W,
@@ -43,6 +58,7 @@ MAX_MVCE_BYTES = 256 << 20
 RELATIVE_GAIN_TOL = 1e-12
 
 IDENTITY = np.array([1.0, 0.0])
+SPLIT_MODES = ("multiway", "binary")
 
 
 @dataclass(frozen=True)
@@ -50,7 +66,7 @@ class GrowConfig:
     """Parameters of one tree's growth (the estimator's parameters, resolved)."""
 
     leaf_map: str  # "scale" or "shift" ("platt" grows as "shift")
-    criterion: str  # "gain" or "mvce"
+    criterion: str  # "gain" or "mvce"; "entropy" or "gini" (label criteria, binary splits only)
     max_depth: int
     min_node_size: float
     min_child_size: float
@@ -60,6 +76,26 @@ class GrowConfig:
     mvce_p: float
     seed: int
     backend: str = "auto"  # kernel backend: "cpu", "cuda" (numpy inputs are copied), "oracle" or "auto"
+    split_mode: str = "multiway"  # "multiway": a child per code (MBCT); "binary": two children
+    ordinal: tuple[bool, ...] = ()  # per feature, cut by threshold in code order (binary; () = none)
+    feature_mask: tuple[bool, ...] = ()  # per feature, may split on it (binary; () = every feature)
+
+    def __post_init__(self) -> None:
+        if self.split_mode not in SPLIT_MODES:
+            msg = f"split_mode: expected one of {SPLIT_MODES}, got {self.split_mode!r}"
+            raise ValueError(msg)
+        binary_only = self.criterion in LABEL_CRITERIA or self.ordinal or self.feature_mask
+        if self.split_mode == "multiway" and binary_only:
+            msg = "label criteria, ordinal features and feature masks need split_mode='binary'"
+            raise ValueError(msg)
+        if self.split_mode == "binary" and self.criterion == "mvce":
+            msg = "criterion 'mvce' grows multi-way splits only"
+            raise ValueError(msg)
+
+    @property
+    def kind(self) -> int:
+        """The ``splits.CRIT_*`` code of the criterion."""
+        return criterion_code(self.criterion, self.leaf_map)
 
 
 @dataclass
@@ -135,7 +171,8 @@ def grow_tree(
     n_values : int64 array of shape (d,)
         Codes per feature.
     rare_codes : int64 array of shape (d,)
-        Per feature, the code of the pooled rare values (always in the rest child), or -1.
+        Per feature, the code of the pooled rare values (always in the rest child of a multi-way split;
+        one more code to a binary split), or -1.
     config : GrowConfig
     log : callable, optional
         Receives one line per level.
@@ -150,7 +187,10 @@ def grow_tree(
     offsets = value_offsets(n_values)
     nodes = TreeNodes()
     root_stats = _total_stats(f, y, w, config.backend)
-    root = fit_node(root_stats, IDENTITY[0], IDENTITY[1], config.leaf_map == "scale", config.penalty)
+    if config.split_mode == "binary":
+        root = node_value(root_stats, IDENTITY[0], IDENTITY[1], config.kind, config.penalty)
+    else:
+        root = fit_node(root_stats, IDENTITY[0], IDENTITY[1], config.leaf_map == "scale", config.penalty)
     nodes.add(np.asarray(root), root_stats[STAT_W], 0)
     rows = _NodeOrderedRows(codes, f, y, w, xp.zeros(f.shape[0], dtype=xp.int32), None)
     frontier = [0] if _splittable(nodes, 0, config) else []
@@ -283,6 +323,8 @@ def _decide(
     )
     hist = to_numpy(hist)
     parent = np.stack([nodes.value[m] for m in batch])
+    if config.split_mode == "binary":
+        return _decide_binary(hist, parent, offsets, n_values, config)
     scale = config.leaf_map == "scale"
     rule = (offsets, n_values, rare_codes, parent, scale, config.penalty, config.min_child_size)
     split_loss, own_loss = choose_splits(hist, *rule)
@@ -314,6 +356,40 @@ def _decide(
             scale,
             config.penalty,
             config.min_child_size,
+        )
+        out.append(_Split(j, table, values, weights))
+    return out
+
+
+def _decide_binary(
+    hist: np.ndarray, parent: np.ndarray, offsets: np.ndarray, n_values: np.ndarray, config: GrowConfig
+) -> list[_Split | None]:
+    """Return the best two-way split (or None) of each node of a batch, from its histogram."""
+    d = len(n_values)
+    ordinal = np.asarray(config.ordinal or (False,) * d, dtype=np.bool_)
+    allowed = np.asarray(config.feature_mask or (True,) * d, dtype=np.bool_)
+    if ordinal.shape != (d,) or allowed.shape != (d,):
+        msg = f"ordinal and feature_mask: expected one flag per feature ({d})"
+        raise ValueError(msg)
+    kind = config.kind
+    split_loss, own_loss, side = choose_binary_splits(
+        hist, offsets, n_values, ordinal, allowed, parent, kind, config.penalty, config.min_child_size
+    )
+    # The first feature wins a tie: deterministic.
+    best = np.argmin(split_loss, axis=1)
+    split_loss = split_loss[np.arange(hist.shape[0]), best]
+    loss_scale = np.maximum(np.abs(own_loss), np.abs(split_loss))
+    accept = np.isfinite(split_loss) & (split_loss < own_loss - RELATIVE_GAIN_TOL * loss_scale)
+    out: list[_Split | None] = []
+    for s in range(hist.shape[0]):
+        if not accept[s]:
+            out.append(None)
+            continue
+        j = int(best[s])
+        o, k = int(offsets[j]), int(n_values[j])
+        table = side[s, o : o + k].astype(np.int64)
+        values, weights = binary_children(
+            hist[s, o : o + k], table, parent[s, 0], parent[s, 1], kind, config.penalty
         )
         out.append(_Split(j, table, values, weights))
     return out

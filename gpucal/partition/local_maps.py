@@ -164,8 +164,7 @@ def apply_local_maps(score: Any, part: Any, params: np.ndarray, kind: str) -> An
     if kind == "scale":
         return xp.minimum(theta[:, 0] * score, 1.0)
     design, offset = _design(score, kind)
-    eta = offset + (design * theta).sum(axis=1)
-    return 1.0 / (1.0 + xp.exp(-eta))
+    return _sigmoid(offset + (design * theta).sum(axis=1))
 
 
 def local_map_sums(
@@ -186,7 +185,7 @@ def local_map_sums(
         weight, grad, hess_upper = flat[:, 0], flat[:, 1 : 1 + k], flat[:, 1 + k :]
     else:
         theta_rows = xp.asarray(theta)[part]
-        q = 1.0 / (1.0 + xp.exp(-(offset + (design * theta_rows).sum(axis=1))))
+        q = _sigmoid(offset + (design * theta_rows).sum(axis=1))
         ones = xp.ones_like(q)
         weighted = ones if w is None else w
         curvature = weighted * q * (1.0 - q)
@@ -265,6 +264,13 @@ def _start(score: Any, y: Any, w: Any, n_parts: int, kind: str) -> np.ndarray:
     mean = float(y.mean()) if w is None else float((w * y).sum() / w.sum())
     mean = min(max(mean, EPS), 1.0 - EPS)
     return np.full((n_parts, 1), np.log(mean) - np.log1p(-mean))
+
+
+def _sigmoid(eta: Any) -> Any:
+    """The logistic function, exp of non-positive arguments only: no overflow however far a logit runs."""
+    xp = array_namespace(eta)
+    e = xp.exp(-xp.abs(eta))
+    return xp.where(eta >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
 
 
 def _design(score: Any, kind: str) -> tuple[Any, Any]:

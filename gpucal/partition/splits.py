@@ -26,16 +26,46 @@ with :math:`G = \sum w (f - y)` and :math:`H = \sum w f (1 - f)` at :math:`d = 0
 
 the second-order log-loss; the criterion is :math:`\sum_b Q_b(d_b)` against the node's :math:`Q(d_p)`.
 
+Label criteria (the heterogeneous-calibration tree, Durfee et al. 2022, Sec. 5.1: a decision tree that
+predicts the label from the features). A node's loss is an impurity of its label rate
+:math:`p = \sum w y / W`, from :math:`W = \sum w` and :math:`\sum w y` only:
+
+.. math::
+
+    \text{entropy:}\ L = -W \big(p \ln p + (1 - p) \ln (1 - p)\big), \qquad
+    \text{gini:}\ L = 2 W p (1 - p),
+
+(entropy is half the binomial deviance of the node's constant prediction), and the node's map is that
+constant, :math:`(a, b) = (0, \operatorname{logit} p)`.
+
+Binary splits (``choose_binary_splits``): per node and feature, the best two-way split. An ordinal
+feature (numeric bins, the score bin) is cut at a threshold in code order; a categorical one is cut at a
+threshold after sorting its codes by their own fitted value (the label rate for the label criteria,
+the child map's :math:`d` or :math:`k` for the gain criteria). For a binary label and an impurity that is
+concave in :math:`p` (entropy, Gini) the best of these ``k - 1`` cuts is the best of all
+:math:`2^{k-1} - 1` two-way partitions (Breiman et al. 1984, Sec. 9.4); for the quadratic shift loss
+the same holds for the ratio :math:`G / H` (Fisher 1958), which the fitted :math:`d` is when
+:math:`\lambda = 0`. Each side must weigh at least ``min_child``; under that constraint the result is the
+best cut in sorted order, which the best partition need not be. Codes without rows in the node get no
+side.
+
 The functions are numba-compiled: a level's histogram has (open nodes) x (codes) x 7 entries, and one
 compiled pass over it replaces a dozen numpy temporaries of that size.
 """
 
 from __future__ import annotations
 
+import math
+
 import numba
 import numpy as np
 
 from kernels import STAT_COUNT, STAT_W, STAT_WF, STAT_WFF, STAT_WFY, STAT_WY, STAT_WYY
+
+# Criterion codes of the binary split functions: the node map's loss (MBCT's "gain" with the scale or the
+# shift map) or an impurity of the label (HC).
+CRIT_SCALE, CRIT_SHIFT, CRIT_ENTROPY, CRIT_GINI = range(4)
+LABEL_CRITERIA = ("entropy", "gini")
 
 # A logit shift beyond this is a probability ratio of e**30: only a near-empty or separable child asks for
 # it, and a larger one would saturate the sigmoid to exactly 0 or 1 (an infinite log-loss downstream).
@@ -186,3 +216,158 @@ def candidate_values(hist, offsets, n_values, rare_codes, parent, scale, penalty
                     out[s, o + v, 0] = parent[s, 0]
                     out[s, o + v, 1] = parent[s, 1]
     return out
+
+
+# --------------------------------------------------------------------------------------------------
+# Label criteria and binary splits
+
+
+def criterion_code(criterion: str, leaf_map: str) -> int:
+    """Return the ``CRIT_*`` code of a growth criterion ("gain" reads the map: scale or shift)."""
+    if criterion == "entropy":
+        return CRIT_ENTROPY
+    if criterion == "gini":
+        return CRIT_GINI
+    return CRIT_SCALE if leaf_map == "scale" else CRIT_SHIFT
+
+
+@numba.njit(cache=True)
+def label_loss(stats, kind):
+    """Return the impurity of a node with sums ``stats`` (7,): entropy or Gini, times its weight."""
+    w = stats[STAT_W]
+    if w <= 0.0:
+        return 0.0
+    pos = min(max(stats[STAT_WY], 0.0), w)
+    p = pos / w
+    if kind == CRIT_GINI:
+        return 2.0 * w * p * (1.0 - p)
+    loss = 0.0
+    if pos > 0.0:
+        loss -= pos * math.log(p)
+    if pos < w:
+        loss -= (w - pos) * math.log1p(-p)
+    return loss
+
+
+@numba.njit(cache=True)
+def node_value(stats, parent_a, parent_b, kind, penalty):
+    """Return the ``(a, b)`` map of a node: the fitted map (gain) or its label rate as a constant."""
+    if kind == CRIT_ENTROPY or kind == CRIT_GINI:
+        w = stats[STAT_W]
+        if w <= 0.0:
+            return parent_a, parent_b
+        p = min(max(stats[STAT_WY] / w, 0.0), 1.0)
+        logit = math.log(max(p, 1e-300)) - math.log(max(1.0 - p, 1e-300))
+        return 0.0, min(max(logit, -MAX_SHIFT), MAX_SHIFT)
+    return fit_node(stats, parent_a, parent_b, kind == CRIT_SCALE, penalty)
+
+
+@numba.njit(cache=True)
+def criterion_loss(stats, parent_a, parent_b, kind, penalty):
+    """Return the loss of a candidate child: its impurity, or its map's loss at the fitted map."""
+    if kind == CRIT_ENTROPY or kind == CRIT_GINI:
+        return label_loss(stats, kind)
+    a, b = fit_node(stats, parent_a, parent_b, kind == CRIT_SCALE, penalty)
+    return node_loss(stats, a, b, kind == CRIT_SCALE)
+
+
+@numba.njit(cache=True)
+def _sort_key(stats, parent_a, parent_b, kind, penalty):
+    """A categorical code's place in the scan: its label rate, or its own fitted ``d`` (shift) or ``k``."""
+    if kind == CRIT_ENTROPY or kind == CRIT_GINI:
+        w = stats[STAT_W]
+        return stats[STAT_WY] / w if w > 0.0 else 0.0
+    a, b = fit_node(stats, parent_a, parent_b, kind == CRIT_SCALE, penalty)
+    return a if kind == CRIT_SCALE else b
+
+
+@numba.njit(cache=True)
+def scan_order(hist_feature, ordinal, parent_a, parent_b, kind, penalty):
+    """Return the codes with rows in the node, in the order a threshold cuts them (see the module doc)."""
+    k = hist_feature.shape[0]
+    codes = np.empty(k, dtype=np.int64)
+    m = 0
+    for v in range(k):
+        if hist_feature[v, STAT_COUNT] > 0.0:
+            codes[m] = v
+            m += 1
+    codes = codes[:m]
+    if ordinal:
+        return codes
+    key = np.empty(m)
+    for i in range(m):
+        key[i] = _sort_key(hist_feature[codes[i]], parent_a, parent_b, kind, penalty)
+    # A stable sort: codes with equal keys stay in code order (deterministic).
+    return codes[np.argsort(key, kind="mergesort")]
+
+
+@numba.njit(cache=True)
+def best_threshold(hist_feature, order, parent_a, parent_b, kind, penalty, min_child):
+    """Return the least loss of cutting ``order`` after position ``i`` and that ``i`` (-1: no valid cut)."""
+    n_stats = hist_feature.shape[1]
+    total = np.zeros(n_stats)
+    for v in order:
+        total += hist_feature[v]
+    left = np.zeros(n_stats)
+    best, best_at = np.inf, -1
+    for i in range(order.shape[0] - 1):
+        left += hist_feature[order[i]]
+        right = total - left
+        if left[STAT_W] < min_child or right[STAT_W] < min_child:
+            continue
+        loss = criterion_loss(left, parent_a, parent_b, kind, penalty)
+        loss += criterion_loss(right, parent_a, parent_b, kind, penalty)
+        if loss < best:
+            best, best_at = loss, i
+    return best, best_at
+
+
+@numba.njit(parallel=True, cache=True)
+def choose_binary_splits(hist, offsets, n_values, ordinal, allowed, parent, kind, penalty, min_child):
+    """Return the best two-way split of each open node on each feature.
+
+    Returns ``split_loss`` ``(S, d)`` (infinite where a feature has no valid cut or is not
+    ``allowed``), each node's own loss ``(S,)``, and ``side`` ``(S, sum(n_values))``: the child (0 or 1)
+    of each code under that feature's best cut, -1 for codes without rows in the node.
+    """
+    n_slots = hist.shape[0]
+    split_loss = np.full((n_slots, n_values.shape[0]), np.inf)
+    own_loss = np.zeros(n_slots)
+    side = np.full((n_slots, hist.shape[1]), -1, dtype=np.int8)
+    for s in numba.prange(n_slots):
+        pa, pb = parent[s, 0], parent[s, 1]
+        node = np.zeros(hist.shape[2])
+        for v in range(n_values[0]):
+            node += hist[s, v]
+        if kind == CRIT_ENTROPY or kind == CRIT_GINI:
+            own_loss[s] = label_loss(node, kind)
+        else:
+            own_loss[s] = node_loss(node, pa, pb, kind == CRIT_SCALE)
+        for j in range(n_values.shape[0]):
+            if not allowed[j]:
+                continue
+            o = offsets[j]
+            feature_hist = hist[s, o : o + n_values[j]]
+            order = scan_order(feature_hist, ordinal[j], pa, pb, kind, penalty)
+            loss, cut = best_threshold(feature_hist, order, pa, pb, kind, penalty, min_child)
+            if cut < 0:
+                continue
+            split_loss[s, j] = loss
+            for i in range(order.shape[0]):
+                side[s, o + order[i]] = 0 if i <= cut else 1
+    return split_loss, own_loss, side
+
+
+@numba.njit(cache=True)
+def binary_children(hist_feature, side, parent_a, parent_b, kind, penalty):
+    """Return the two children of a binary split: their maps ``(2, 2)`` and weights ``(2,)``."""
+    sums = np.zeros((2, hist_feature.shape[1]))
+    for v in range(hist_feature.shape[0]):
+        if side[v] >= 0:
+            sums[side[v]] += hist_feature[v]
+    values = np.empty((2, 2))
+    weights = np.empty(2)
+    for c in range(2):
+        values[c, 0], values[c, 1] = node_value(sums[c], parent_a, parent_b, kind, penalty)
+        weights[c] = sums[c, STAT_W]
+    return values, weights

@@ -141,7 +141,7 @@ def plot_tree(
     ax.set_xlim(-0.6, n_columns - 0.4)
     ax.set_ylim(-depth - 0.6, 0.6)
     ax.axis("off")
-    ax.set_title(f'MBCT tree {tree + 1} of {ensemble.n_trees} (leaf map "{ensemble.leaf_map}")')
+    ax.set_title(f'Calibration tree {tree + 1} of {ensemble.n_trees} (leaf map "{ensemble.leaf_map}")')
     return fig
 
 

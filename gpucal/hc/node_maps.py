@@ -1,0 +1,141 @@
+r"""A map on every node of a grown tree, fitted top-down on the calibration rows beneath the node.
+
+Heterogeneous calibration fits one calibration map per part (Durfee et al. 2022, Algorithm 1, lines
+2-5). The parts are the leaves, but a row whose value of a split feature no tree row of that node had
+stops at the split node (``gpucal.partition.ensemble``), so every node needs a map: node :math:`m`'s
+map is fitted on all calibration rows whose walk passes through :math:`m`.
+
+Levels are fitted from the root down, one :func:`~gpucal.partition.local_maps.fit_local_maps` call
+(one grouped Newton fit of all the level's nodes) per level. The root gets the plain global fit; a
+deeper node starts from its parent's map and, with ``penalty`` :math:`\lambda > 0`, is pulled toward
+it,
+
+.. math::
+
+    \hat\theta_m = \arg\min_\theta \sum_{i \in m} w_i\, \ell\big(y_i, g_\theta(s_i)\big)
+        + \tfrac{\lambda}{2} \lVert \theta - \hat\theta_{\mathrm{parent}(m)} \rVert^2,
+
+so a node with few calibration rows (or a separable one) keeps close to its parent instead of running
+off; a node with no calibration row keeps its parent's map.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from gpucal._backend import array_namespace
+from gpucal.partition.grow import TreeNodes
+from gpucal.partition.local_maps import apply_local_maps, fit_local_maps
+
+# The kinds of local map a TreeEnsemble node can carry as (a, b): the kernels' "platt" map
+# sigmoid(a logit f + b) (or "scale": min(a f, 1)). Beta has three parameters and no such form.
+ENSEMBLE_KINDS = ("constant", "scale", "shift", "temperature", "platt")
+
+
+def tree_parents(nodes: TreeNodes) -> np.ndarray:
+    """Return each node's parent id (tree-local), -1 for the root."""
+    parent = np.full(len(nodes.feature), -1, dtype=np.int64)
+    for m, table in zip([m for m, j in enumerate(nodes.feature) if j >= 0], nodes.child_table, strict=True):
+        children = table[table >= 0]
+        parent[children] = m
+    return parent
+
+
+def node_ancestors(leaf: Any, depth: np.ndarray, parent: np.ndarray) -> list[Any]:
+    """Return, per depth ``d``, each row's node at depth ``d`` (-1 when the row stopped above it).
+
+    ``leaf`` is the tree-local node each row ends in (numpy or cupy).
+    """
+    xp = array_namespace(leaf)
+    d_node, p_node = xp.asarray(depth), xp.asarray(parent)
+    current = leaf.astype(xp.int64)
+    levels: list[Any] = []
+    for d in range(int(depth.max(initial=0)), -1, -1):
+        at_d = d_node[current] == d
+        levels.append(xp.where(at_d, current, -1))
+        current = xp.where(at_d & (p_node[current] >= 0), p_node[current], current)
+    return levels[::-1]
+
+
+def fit_node_maps(
+    nodes: TreeNodes,
+    leaf: Any,
+    score: Any,
+    y: Any,
+    w: Any,
+    kind: str,
+    *,
+    penalty: float,
+    backend: str = "auto",
+) -> np.ndarray:
+    """Return ``(n_nodes, n_params)``: each node's map of ``kind``, fitted top-down (module docstring).
+
+    Parameters
+    ----------
+    nodes : TreeNodes
+        One grown tree (tree-local ids).
+    leaf : int array of shape (n,)
+        The node each calibration row stops at (numpy or cupy, like ``score``).
+    score, y, w : arrays of shape (n,)
+        The calibration rows' input probabilities, labels and weights (``w`` may be None).
+    kind : str
+        A ``gpucal.partition.local_maps`` kind.
+    penalty : float
+        Ridge pulling a node's map toward its parent's (the root has none).
+    backend : str
+        Kernel backend of the sums.
+    """
+    depth = np.asarray(nodes.depth, dtype=np.int64)
+    parent = tree_parents(nodes)
+    n_nodes = depth.shape[0]
+    params: np.ndarray | None = None
+    for d, part in enumerate(node_ancestors(leaf, depth, parent)):
+        if params is None:
+            root = fit_local_maps(score, y, w, part, 1, kind, backend=backend)
+            params = np.repeat(root, n_nodes, axis=0)
+            continue
+        prior = params[np.maximum(parent, 0)]
+        fitted = fit_local_maps(
+            score, y, w, part, n_nodes, kind, prior=prior, penalty=penalty, backend=backend
+        )
+        level = depth == d
+        params[level] = fitted[level]
+    if params is None:
+        msg = "fit_node_maps: the tree has no node"
+        raise ValueError(msg)
+    return params
+
+
+def ensemble_values(params: np.ndarray, kind: str) -> np.ndarray:
+    """Return the ``(a, b)`` a TreeEnsemble node carries for maps of ``kind`` (``ENSEMBLE_KINDS``).
+
+    ``constant`` :math:`c` is :math:`(0, c)`, ``shift`` :math:`d` is :math:`(1, d)`, ``temperature``
+    :math:`a` is :math:`(a, 0)`, ``scale`` :math:`k` is :math:`(k, 0)` (the ensemble's scale map).
+    """
+    if kind not in ENSEMBLE_KINDS:
+        msg = f"kind: {kind!r} maps have no (a, b) form; expected one of {ENSEMBLE_KINDS}"
+        raise ValueError(msg)
+    if kind == "platt":
+        return params[:, :2].copy()
+    zeros, ones, first = np.zeros(params.shape[0]), np.ones(params.shape[0]), params[:, 0]
+    a, b = {"constant": (zeros, first), "shift": (ones, first)}.get(kind, (first, zeros))
+    return np.stack([a, b], axis=1)
+
+
+def apply_chain(score: Any, leaves: Any, params: np.ndarray, kind: str) -> Any:
+    """Return the nested composition: tree ``t``'s node maps applied to the output of trees ``< t``."""
+    out = score
+    for t in range(leaves.shape[1]):
+        out = apply_local_maps(out, leaves[:, t], params, kind)
+    return out
+
+
+def apply_average(score: Any, leaves: Any, params: np.ndarray, kind: str) -> Any:
+    """Return the mean over trees of each tree's calibrated probability (the forest)."""
+    xp = array_namespace(score)
+    total = xp.zeros_like(score)
+    for t in range(leaves.shape[1]):
+        total += apply_local_maps(score, leaves[:, t], params, kind)
+    return total / leaves.shape[1]
