@@ -12,7 +12,7 @@ import os
 # a value the user set wins.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-from gpucal import datasets, metrics
+from gpucal import datasets, distributed, metrics
 from gpucal._version import __version__
 from gpucal.calibrators import (
     BetaCalibrator,
@@ -52,6 +52,7 @@ __all__ = [
     "__version__",
     "correct_downsampling",
     "datasets",
+    "distributed",
     "evaluate",
     "load",
     "make_calibrator",

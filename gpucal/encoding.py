@@ -241,6 +241,49 @@ class FeatureEncoder(BaseEstimator):
         self._set_fitted(codings)
         return self
 
+    def fit_summaries(
+        self,
+        columns: Sequence[Hashable],
+        *,
+        value_weights: Mapping[Hashable, tuple[np.ndarray, np.ndarray]],
+        categories: Mapping[Hashable, np.ndarray],
+    ) -> FeatureEncoder:
+        """Fit from per-column summaries instead of rows: what ``gpucal.distributed.fit_encoder`` gathers.
+
+        Parameters
+        ----------
+        columns : sequence of hashable
+            Column names in output order; each is in exactly one of the two mappings.
+        value_weights : mapping
+            Bins columns: ``(values, weights)``, the distinct finite values of positive weight,
+            increasing, and the total weight (or row count) of each.
+        categories : mapping
+            Value columns: every category value some row uses (any order, repeats allowed).
+
+        Returns
+        -------
+        FeatureEncoder
+            ``self``, fitted exactly as :meth:`fit` on the rows the summaries describe.
+        """
+        self._check_params()
+        codings = []
+        for name in columns:
+            if name in value_weights:
+                values, weights = value_weights[name]
+                edges = bin_edges_from_values(values, weights, int(self.n_bins))
+                codings.append(_Coding(name, KIND_BINS, edges=edges))
+            else:
+                cats = np.asarray(categories[name], dtype=object)
+                observed = _observed_categories((np.arange(len(cats)), cats))
+                codings.append(
+                    _Coding(name, KIND_VALUES, categories=observed, has_unseen_code=self._separate)
+                )
+        if not codings:
+            msg = "X: no feature columns to encode"
+            raise ValueError(msg)
+        self._set_fitted(codings)
+        return self
+
     @property
     def _separate(self) -> bool:
         return self.handle_unseen == "separate"
@@ -481,6 +524,23 @@ def _fit_bins(values: Any, weight: Any, n_bins: int) -> np.ndarray:
     cuts = to_numpy(cuts)
     # A cut at the minimum would leave bin 0 empty at fit time.
     return np.unique(cuts[cuts > float(v.min())])
+
+
+def bin_edges_from_values(values: np.ndarray, weights: np.ndarray, n_bins: int) -> np.ndarray:
+    """:func:`_fit_bins` from distinct finite values (increasing) and the weight of each.
+
+    The inverted CDF is the first value whose cumulative share of the weight reaches the level; with
+    row counts as weights that is numpy's index rule ``ceil(n q - 1)`` exactly (both compare the same
+    rationals, each rounded once).
+    """
+    values = np.asarray(values, dtype=np.float64)
+    if values.shape[0] == 0 or n_bins == 1:
+        return np.empty(0, dtype=np.float64)
+    levels = np.arange(1, n_bins, dtype=np.float64) / n_bins
+    cdf = np.cumsum(np.asarray(weights, dtype=np.float64))
+    cdf /= cdf[-1]
+    cuts = values[np.clip(np.searchsorted(cdf, levels, side="left"), 0, values.shape[0] - 1)]
+    return np.unique(cuts[cuts > values[0]])
 
 
 def _inverted_cdf(v: Any, levels: Any, weight: Any) -> Any:

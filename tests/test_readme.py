@@ -28,3 +28,9 @@ def test_mbct_example_runs(capsys):
     out = capsys.readouterr()
     assert "FROM impressions" in out.out
     assert "tree 1" in out.err
+
+
+def test_dask_example_runs():
+    block = re.search(r"## Dask and Docker\n\n.*?```python\n(.*?)```", README.read_text(), re.S)
+    assert block is not None, "README has no Dask python block"
+    exec(compile(block.group(1).replace("200_000", "20_000"), "README.md", "exec"), {})

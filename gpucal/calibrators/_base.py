@@ -9,6 +9,13 @@ names). Subclasses add three things:
 - ``_state_spec``: the fitted attributes and their kinds; it is what ``save`` writes and what
   ``gpucal.load`` checks before anything is set (``gpucal.persistence``);
 - ``_fit_scores`` / ``_predict_scores``: pure array code on validated float64 arrays.
+
+Dask: :meth:`Calibrator.fit` and :meth:`Calibrator.predict` accept dask collections (the one place
+that does). ``predict`` maps ``_predict_scores`` over the partitions (``map_partitions``), so every
+fitted one-dimensional calibrator predicts distributed. ``fit`` calls ``_fit_partitions`` with a
+``gpucal.distributed.calibrators.PartitionRows``: only the calibrators whose fit reduces to sums over
+rows define it (histogram, isotonic, Platt, beta, temperature); for the others it raises
+``NotImplementedError`` rather than gathering the rows on one worker.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ from gpucal._backend import array_namespace
 from gpucal._frames import SplitInput, split_input, wrap_output
 from gpucal._params import AnyOf, Interval, Options, check_param
 from gpucal._validation import check_consistent_length, check_labels, check_sample_weight
+from gpucal.distributed._collections import any_dask, no_distributed_fit
 
 Constraint = Interval | Options | AnyOf
 
@@ -89,6 +97,13 @@ class Calibrator(BaseEstimator):
         self
         """
         self._validate_params()
+        if any_dask(X, y, sample_weight):
+            if type(self)._fit_partitions is Calibrator._fit_partitions:
+                raise no_distributed_fit(self)  # before any pass over the partitions
+            from gpucal.distributed.calibrators import PartitionRows
+
+            self._fit_partitions(PartitionRows.of(self, X, y, sample_weight))
+            return self
         score, labels, weights = self._fit_input(X, y, sample_weight)
         self._fit_scores(score, labels, weights)
         return self
@@ -107,6 +122,10 @@ class Calibrator(BaseEstimator):
             Calibrated probabilities in [0, 1].
         """
         check_is_fitted(self, list(self._state_spec))
+        if any_dask(X):
+            from gpucal.distributed.calibrators import predict_partitions
+
+            return predict_partitions(self, X)
         split = self._split(X, allow_empty=True)
         calibrated = self._predict_scores(split.score)
         return wrap_output(calibrated, split.info, output_type=getattr(self, "output_type", "input"))
@@ -118,6 +137,13 @@ class Calibrator(BaseEstimator):
     def _predict_scores(self, score: Any) -> Any:
         """Map validated float64 scores to calibrated probabilities."""
         raise NotImplementedError
+
+    def _fit_partitions(self, rows: Any) -> None:
+        """Fit from sums over dask partitions (``rows``: ``gpucal.distributed.calibrators.PartitionRows``).
+
+        Calibrators without a distributed fit keep this default, which refuses.
+        """
+        raise no_distributed_fit(self)
 
     # ----------------------------------------------------------------------------------------------
     # Saving

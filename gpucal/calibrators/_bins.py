@@ -297,6 +297,29 @@ def mass_bin_stats(
     return stats[keep], lows[keep], highs[keep]
 
 
+def mass_bin_stats_from_groups(
+    xs: np.ndarray, stats: np.ndarray, n_bins: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`mass_bin_stats` from rows already summed per distinct score (the distributed fit).
+
+    ``xs`` holds the distinct scores of the rows of positive weight, increasing, and ``stats`` their
+    sums ``w``, ``w * y``, ``w * p`` (columns ``BIN_*``). The bins are those of :func:`mass_bin_stats`:
+    a score's bin depends only on the weight below it, and tied rows always share one.
+    """
+    weight = stats[:, BIN_W]
+    below = np.concatenate([[0.0], np.cumsum(weight)[:-1]])
+    ids = np.minimum(np.floor(n_bins * below / weight.sum()), n_bins - 1).astype(np.int64)
+    binned = np.stack(
+        [np.bincount(ids, weights=stats[:, j], minlength=n_bins) for j in range(N_BIN_STATS)], 1
+    )
+    lows = np.full(n_bins, np.inf)
+    highs = np.full(n_bins, -np.inf)
+    np.minimum.at(lows, ids, xs)
+    np.maximum.at(highs, ids, xs)
+    keep = binned[:, BIN_W] > 0
+    return binned[keep], lows[keep], highs[keep]
+
+
 def midpoint_edges(lows: np.ndarray, highs: np.ndarray, low: float, high: float) -> np.ndarray:
     """Edges of data-driven bins: ``low``, the midpoints between neighbouring bins, ``high``.
 

@@ -30,7 +30,7 @@ import math
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numba
 import numpy as np
@@ -462,6 +462,37 @@ class LogisticFit:
     converged: bool
 
 
+def newton_start(
+    d: int,
+    total_weight: float,
+    label_sum: float,
+    *,
+    fit_intercept: bool = True,
+    targets: tuple[float, float] = (0.0, 1.0),
+    l2: float = 0.0,
+    theta0: Any = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    r"""Return the Newton start and the ridge weights of :func:`fit_logistic` from two row sums.
+
+    The start is ``theta0``, or zero coefficients and the intercept of the best constant model,
+    :math:`\operatorname{logit}\bar t` with :math:`\bar t` from ``label_sum / total_weight``
+    (:math:`\sum w y / \sum w`); the intercept is not penalised.
+    """
+    m = d + int(fit_intercept)
+    if theta0 is None:
+        start = np.zeros(m)
+        if fit_intercept:
+            mean_y = label_sum / total_weight
+            mean_t = min(max(targets[0] + mean_y * (targets[1] - targets[0]), 1e-12), 1.0 - 1e-12)
+            start[-1] = math.log(mean_t / (1.0 - mean_t))
+    else:
+        start = np.asarray(theta0, dtype=np.float64)
+    ridge = np.full(m, float(l2))
+    if fit_intercept:
+        ridge[-1] = 0.0
+    return start, ridge
+
+
 def fit_logistic(
     X: Any,
     y: Any,
@@ -497,19 +528,13 @@ def fit_logistic(
         X2 = features_cpu(X2, mode)
         mode = FEATURES_COLUMNS
     d = width if cols is None else len(cols)
-    m = d + int(fit_intercept)
     total_weight = float(xp.sum(w))
-    if theta0 is None:
-        start = np.zeros(m)
-        if fit_intercept:
-            mean_y = float(w @ y) / total_weight  # a dot product: no n-sized temporary
-            mean_t = min(max(targets[0] + mean_y * (targets[1] - targets[0]), 1e-12), 1.0 - 1e-12)
-            start[-1] = math.log(mean_t / (1.0 - mean_t))
-    else:
-        start = np.asarray(theta0, dtype=np.float64)
-    ridge = np.full(m, float(l2))
-    if fit_intercept:
-        ridge[-1] = 0.0
+    label_sum = (
+        float(w @ y) if theta0 is None and fit_intercept else 0.0
+    )  # a dot product: no n-sized temporary
+    start, ridge = newton_start(
+        d, total_weight, label_sum, fit_intercept=fit_intercept, targets=targets, l2=l2, theta0=theta0
+    )
     options = {"mode": mode, "cols": cols, "fit_intercept": fit_intercept, "targets": targets}
     n_rows = int(X2.shape[0])
     if n_rows >= WARM_START_MIN_ROWS:
@@ -599,8 +624,11 @@ def check_two_classes(y: Any, w: Any, name: str = "y") -> None:
     """
     xp = array_namespace(y, w)
     weighted = w > 0
-    has_positive = bool(xp.any(weighted & (y > 0)))
-    has_negative = bool(xp.any(weighted & (y < 1)))
+    check_class_weights(bool(xp.any(weighted & (y > 0))), bool(xp.any(weighted & (y < 1))), name)
+
+
+def check_class_weights(has_positive: bool, has_negative: bool, name: str = "y") -> None:
+    """Raise the error of :func:`check_two_classes` from whether each class carries weight."""
     if not (has_positive and has_negative):
         which = "negative" if has_positive else "positive"
         msg = (
@@ -608,3 +636,50 @@ def check_two_classes(y: Any, w: Any, name: str = "y") -> None:
             "because its maximum likelihood fit does not exist for one class"
         )
         raise ValueError(msg)
+
+
+# --------------------------------------------------------------------------------------------------
+# Where the rows of a scaling fit live
+
+
+class LogisticRows(Protocol):
+    """The rows a scaling calibrator fits on, whatever holds them.
+
+    :class:`ArrayRows` holds arrays on one device; ``gpucal.distributed`` implements the same four
+    methods over dask partitions (each a pass over the rows), so Platt, beta and temperature fits are
+    written once.
+    """
+
+    def check_two_classes(self) -> None:
+        """Raise ``ValueError`` unless both classes carry weight (:func:`check_two_classes`)."""
+
+    def label_sums(self) -> tuple[float, float]:
+        """Return ``(sum w, sum w*y)``."""
+
+    def score_range(self) -> tuple[float, float]:
+        """Return the smallest and largest score."""
+
+    def fit(self, **options: Any) -> LogisticFit:
+        """Fit as :func:`fit_logistic` with these keyword options."""
+
+
+@dataclass(frozen=True)
+class ArrayRows:
+    """:class:`LogisticRows` over validated float64 arrays (numpy or cupy)."""
+
+    score: Any
+    y: Any
+    w: Any
+
+    def check_two_classes(self) -> None:
+        check_two_classes(self.y, self.w)
+
+    def label_sums(self) -> tuple[float, float]:
+        return float(self.w.sum()), float(self.w @ self.y)
+
+    def score_range(self) -> tuple[float, float]:
+        xp = array_namespace(self.score)
+        return float(xp.min(self.score)), float(xp.max(self.score))
+
+    def fit(self, **options: Any) -> LogisticFit:
+        return fit_logistic(self.score, self.y, self.w, **options)

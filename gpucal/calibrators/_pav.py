@@ -230,6 +230,38 @@ def pool_groups(stats: np.ndarray) -> PavBlocks:
     return PavBlocks.from_stats(_pool_groups(np.ascontiguousarray(stats, dtype=np.float64)))
 
 
+@numba.njit(cache=True)
+def _tie_group_starts(xs, tie_eps):  # pragma: no cover - compiled
+    """Flag the distinct scores that open a tie group (scikit-learn's rule, as :func:`_isotonic_walk`)."""
+    starts = np.zeros(xs.shape[0], dtype=np.bool_)
+    g_x = 0.0
+    for i in range(xs.shape[0]):
+        if i == 0 or xs[i] - g_x >= tie_eps:
+            starts[i] = True
+            g_x = xs[i]
+    return starts
+
+
+def isotonic_blocks_from_groups(xs: np.ndarray, weight: np.ndarray, weighted_y: np.ndarray) -> PavBlocks:
+    """:func:`isotonic_blocks` from rows already summed per distinct score (the distributed fit).
+
+    ``xs`` are the distinct scores of the rows of positive weight, increasing, with their sums
+    :math:`\\sum w` and :math:`\\sum w y`. Scores within ``TIE_EPS`` of a group's first score join it,
+    exactly as row by row: the rule looks only at the distinct values.
+    """
+    xs = np.ascontiguousarray(xs, dtype=np.float64)
+    starts = np.flatnonzero(_tie_group_starts(xs, TIE_EPS))
+    group_x = xs[starts]
+    group_w = np.add.reduceat(weight, starts)
+    stats = np.empty((starts.shape[0], N_BLOCK_STATS))
+    stats[:, SUM_W] = group_w
+    stats[:, SUM_WY] = np.add.reduceat(weighted_y, starts)
+    stats[:, SUM_WX] = group_w * group_x
+    stats[:, X_FIRST] = group_x
+    stats[:, X_LAST] = group_x
+    return pool_groups(stats)
+
+
 def clip_blocks(blocks: PavBlocks, low: float, high: float) -> PavBlocks:
     """Clip the block values to ``[low, high]`` (scikit-learn's ``y_min`` / ``y_max``) and pool equal ones.
 

@@ -19,8 +19,8 @@ from gpucal.calibrators._logistic import (
     FEATURES_BETA_AB,
     FEATURES_LOGIT,
     LN2,
-    check_two_classes,
-    fit_logistic,
+    ArrayRows,
+    LogisticRows,
     predict_logistic,
 )
 from gpucal.calibrators.platt import OUTPUT_TYPE_OPTIONS
@@ -37,22 +37,27 @@ def fit_beta(score: Any, y: Any, w: Any, *, parameters: str = "abm") -> tuple[fl
     first). ``"am"`` fits ``logit(p)`` with an intercept (``a = b``). ``"ab"`` fits
     ``[ln 2p, -ln 2(1-p)]`` without an intercept (midpoint ``m = 1/2``, so ``c = (a - b) ln 2``).
     """
-    check_two_classes(y, w)
+    return fit_beta_rows(ArrayRows(score, y, w), parameters=parameters)
+
+
+def fit_beta_rows(rows: LogisticRows, *, parameters: str = "abm") -> tuple[float, float, float]:
+    """:func:`fit_beta` on rows held anywhere (arrays, or dask partitions via ``gpucal.distributed``)."""
+    rows.check_two_classes()
     if parameters == "am":
-        fit = fit_logistic(score, y, w, mode=FEATURES_LOGIT, what="BetaCalibrator")
+        fit = rows.fit(mode=FEATURES_LOGIT, what="BetaCalibrator")
         slope = float(fit.coef[0])
         return slope, slope, fit.intercept
     if parameters == "ab":
-        fit = fit_logistic(score, y, w, mode=FEATURES_BETA_AB, fit_intercept=False, what="BetaCalibrator")
+        fit = rows.fit(mode=FEATURES_BETA_AB, fit_intercept=False, what="BetaCalibrator")
         a, b = float(fit.coef[0]), float(fit.coef[1])
         return a, b, (a - b) * LN2
-    fit = fit_logistic(score, y, w, mode=FEATURES_BETA, what="BetaCalibrator")
+    fit = rows.fit(mode=FEATURES_BETA, what="BetaCalibrator")
     a, b = float(fit.coef[0]), float(fit.coef[1])
     if a < 0:
-        refit = fit_logistic(score, y, w, mode=FEATURES_BETA, cols=[1], what="BetaCalibrator")
+        refit = rows.fit(mode=FEATURES_BETA, cols=[1], what="BetaCalibrator")
         return 0.0, float(refit.coef[0]), refit.intercept
     if b < 0:
-        refit = fit_logistic(score, y, w, mode=FEATURES_BETA, cols=[0], what="BetaCalibrator")
+        refit = rows.fit(mode=FEATURES_BETA, cols=[0], what="BetaCalibrator")
         return float(refit.coef[0]), 0.0, refit.intercept
     return a, b, fit.intercept
 
@@ -138,6 +143,9 @@ class BetaCalibrator(Calibrator):
 
     def _fit_scores(self, score: Any, y: Any, sample_weight: Any) -> None:
         self.a_, self.b_, self.c_ = fit_beta(score, y, sample_weight, parameters=self.parameters)
+
+    def _fit_partitions(self, rows: Any) -> None:
+        self.a_, self.b_, self.c_ = fit_beta_rows(rows.logistic(), parameters=self.parameters)
 
     def _predict_scores(self, score: Any) -> Any:
         return predict_beta(score, self.a_, self.b_, self.c_)

@@ -20,6 +20,7 @@ from gpucal._validation import check_sample_weight
 from gpucal.calibrators._base import Calibrator, Constraint, Interval
 from gpucal.calibrators._logistic import newton_minimize
 from gpucal.calibrators.temperature import as_2d_scores, check_class_labels, check_several_classes
+from gpucal.distributed import reject_dask
 from gpucal.persistence import register
 
 # A block of rows holds block_rows * (k + 1)^2 float64 for the Hessian products: about 32 MiB.
@@ -213,6 +214,7 @@ class DirichletCalibrator(Calibrator):
         -------
         self
         """
+        reject_dask(self, X, y, sample_weight)
         self._validate_params()
         log_p = as_2d_scores(X)
         n, k = log_p.shape

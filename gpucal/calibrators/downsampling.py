@@ -19,6 +19,7 @@ from gpucal._validation import check_sample_weight, check_scores
 from gpucal.calibrators._base import Calibrator, Constraint, Interval
 from gpucal.calibrators._logistic import sigmoid
 from gpucal.calibrators.platt import OUTPUT_TYPE_OPTIONS, SCORE_KIND_OPTIONS
+from gpucal.distributed import is_dask_collection
 from gpucal.persistence import register
 
 RATE = Interval(float, 0.0, 1.0, closed="right")
@@ -140,6 +141,10 @@ class DownsamplingCorrection(Calibrator):
         self
         """
         self._validate_params()
+        if is_dask_collection(X):
+            # The map needs no data: nothing to compute, and predict maps the partitions.
+            self.rate_ = float(self.rate)
+            return self
         if y is None:
             score = self._score_input(X)
             check_sample_weight(sample_weight, score.shape[0], xp=array_namespace(score))

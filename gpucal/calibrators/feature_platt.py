@@ -45,6 +45,7 @@ from gpucal._validation import check_consistent_length, check_labels, check_samp
 from gpucal.calibrators._base import Calibrator, Constraint, Interval, Options
 from gpucal.calibrators._logistic import EPS, check_two_classes, sigmoid
 from gpucal.calibrators.platt import OUTPUT_TYPE_OPTIONS, SCORE_KIND_OPTIONS
+from gpucal.distributed import reject_dask
 from gpucal.encoding import FeatureEncoder
 from gpucal.persistence import register
 from kernels import STAT_WF, STAT_WFF, STAT_WFY, STAT_WY, group_sums, value_offsets
@@ -596,6 +597,7 @@ class FeatureAwarePlattCalibrator(Calibrator):
         -------
         self
         """
+        reject_dask(self, X, y, sample_weight)
         self._validate_params()
         split = split_input(
             X,

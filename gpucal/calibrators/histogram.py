@@ -12,7 +12,15 @@ import numpy as np
 
 from gpucal._backend import array_namespace
 from gpucal.calibrators._base import Calibrator, Constraint, Interval, Options
-from gpucal.calibrators._bins import BIN_W, BIN_WY, bin_sums, lookup_bins, mass_bin_stats, midpoint_edges
+from gpucal.calibrators._bins import (
+    BIN_W,
+    BIN_WY,
+    bin_sums,
+    lookup_bins,
+    mass_bin_stats,
+    mass_bin_stats_from_groups,
+    midpoint_edges,
+)
 from gpucal.calibrators._logistic import sigmoid
 from gpucal.persistence import register
 
@@ -60,11 +68,22 @@ def fit_histogram(
     else:
         stats, lows, highs = mass_bin_stats(p, y, w, n_bins)
         edges = midpoint_edges(lows, highs, 0.0, 1.0)
+    return histogram_from_stats(edges, stats)
+
+
+def histogram_from_stats(edges: np.ndarray, stats: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Return :func:`fit_histogram`'s ``(edges, values, weights)`` from the per-bin sums (``BIN_*``)."""
     weights = stats[:, BIN_W]
     centres = 0.5 * (edges[:-1] + edges[1:])
     with np.errstate(divide="ignore", invalid="ignore"):
         values = np.where(weights > 0, stats[:, BIN_WY] / weights, centres)
     return edges, np.clip(values, 0.0, 1.0), weights
+
+
+def uniform_bin_sums(score: Any, y: Any, w: Any, n_bins: int, score_kind: str) -> np.ndarray:
+    """Per-bin sums of one block of rows on equal-width bins (the distributed fit adds them up)."""
+    edges = np.linspace(0.0, 1.0, n_bins + 1)
+    return bin_sums(as_probability(score, score_kind), y, w, edges[1:-1], uniform=True)
 
 
 @register
@@ -171,6 +190,16 @@ class HistogramCalibrator(Calibrator):
         self.bin_edges_, self.bin_values_, self.bin_weights_ = fit_histogram(
             p, y, sample_weight, n_bins=self.n_bins, strategy=self.strategy
         )
+
+    def _fit_partitions(self, rows: Any) -> None:
+        if self.strategy == "uniform":
+            stats = rows.sum(uniform_bin_sums, self.n_bins, self.score_kind)
+            edges = np.linspace(0.0, 1.0, self.n_bins + 1)
+        else:
+            table = rows.score_table(probability=True)
+            stats, lows, highs = mass_bin_stats_from_groups(table.keys[0], table.stats, self.n_bins)
+            edges = midpoint_edges(lows, highs, 0.0, 1.0)
+        self.bin_edges_, self.bin_values_, self.bin_weights_ = histogram_from_stats(edges, stats)
 
     def _predict_scores(self, score: Any) -> Any:
         p = as_probability(score, self.score_kind)

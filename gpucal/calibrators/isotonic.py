@@ -12,8 +12,8 @@ from typing import Any, ClassVar
 import numpy as np
 
 from gpucal.calibrators._base import Calibrator, Constraint, Interval, Options
-from gpucal.calibrators._bins import interp_clipped
-from gpucal.calibrators._pav import PavBlocks, clip_blocks, isotonic_blocks
+from gpucal.calibrators._bins import BIN_W, BIN_WY, interp_clipped
+from gpucal.calibrators._pav import PavBlocks, clip_blocks, isotonic_blocks, isotonic_blocks_from_groups
 from gpucal.calibrators._sorted import host_float64
 from gpucal.persistence import register
 
@@ -109,7 +109,14 @@ def fit_isotonic(
     s = host_float64(score)
     t = host_float64(y)
     w = np.ones(s.shape[0]) if sample_weight is None else host_float64(sample_weight)
-    blocks = clip_blocks(isotonic_blocks(s, t, w), clip_eps, 1.0 - clip_eps)
+    return isotonic_knots(isotonic_blocks(s, t, w), clip_eps=clip_eps, rank_preserving=rank_preserving)
+
+
+def isotonic_knots(
+    blocks: PavBlocks, *, clip_eps: float = 0.0, rank_preserving: bool = False
+) -> tuple[np.ndarray, np.ndarray]:
+    """Clip the blocks of a fit and return the knots of its map (the last step of :func:`fit_isotonic`)."""
+    blocks = clip_blocks(blocks, clip_eps, 1.0 - clip_eps)
     if rank_preserving:
         return _rank_preserving_knots(blocks, clip_eps, 1.0 - clip_eps)
     return _step_knots(blocks)
@@ -240,6 +247,13 @@ class IsotonicCalibrator(Calibrator):
     def _fit_scores(self, score: Any, y: Any, sample_weight: Any) -> None:
         self.X_thresholds_, self.y_thresholds_ = fit_isotonic(
             score, y, sample_weight, clip_eps=self.clip_eps, rank_preserving=self.rank_preserving
+        )
+
+    def _fit_partitions(self, rows: Any) -> None:
+        table = rows.score_table(probability=False)
+        blocks = isotonic_blocks_from_groups(table.keys[0], table.stats[:, BIN_W], table.stats[:, BIN_WY])
+        self.X_thresholds_, self.y_thresholds_ = isotonic_knots(
+            blocks, clip_eps=self.clip_eps, rank_preserving=self.rank_preserving
         )
 
     def _predict_scores(self, score: Any) -> Any:

@@ -11,13 +11,12 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from gpucal._backend import array_namespace
 from gpucal.calibrators._base import Calibrator, Constraint, Options
 from gpucal.calibrators._logistic import (
     FEATURES_COLUMNS,
     FEATURES_LOGIT,
-    check_two_classes,
-    fit_logistic,
+    ArrayRows,
+    LogisticRows,
     predict_logistic,
 )
 from gpucal.persistence import register
@@ -40,24 +39,35 @@ def platt_targets(y: Any, w: Any, *, smoothing: bool) -> tuple[float, float]:
     """
     if not smoothing:
         return 0.0, 1.0
-    n_pos = float(w @ y)
-    n_neg = float(w.sum()) - n_pos
-    return 1.0 / (n_neg + 2.0), (n_pos + 1.0) / (n_pos + 2.0)
+    return platt_targets_from_sums(float(w.sum()), float(w @ y))
+
+
+def platt_targets_from_sums(total_weight: float, positive_weight: float) -> tuple[float, float]:
+    r"""Platt's smoothed targets from :math:`\sum w` and :math:`N_+ = \sum w y` (:func:`platt_targets`)."""
+    n_neg = total_weight - positive_weight
+    return 1.0 / (n_neg + 2.0), (positive_weight + 1.0) / (positive_weight + 2.0)
 
 
 def fit_platt(
     score: Any, y: Any, w: Any, *, score_kind: str = "probability", target_smoothing: bool = True
 ) -> tuple[float, float]:
     """Return Platt's ``(a, b)`` for validated float64 arrays (numpy or cupy); see PlattCalibrator."""
-    check_two_classes(y, w)
-    xp = array_namespace(score)
-    if bool(xp.min(score) == xp.max(score)):
+    return fit_platt_rows(ArrayRows(score, y, w), score_kind=score_kind, target_smoothing=target_smoothing)
+
+
+def fit_platt_rows(
+    rows: LogisticRows, *, score_kind: str = "probability", target_smoothing: bool = True
+) -> tuple[float, float]:
+    """:func:`fit_platt` on rows held anywhere (arrays, or dask partitions via ``gpucal.distributed``)."""
+    rows.check_two_classes()
+    low, high = rows.score_range()
+    if low == high:
         # The slope is not identified: the Hessian is singular and any slope fits as well as another.
-        msg = f"X: every score is {float(score[0])!r}; Platt scaling needs at least two distinct scores"
+        msg = f"X: every score is {low!r}; Platt scaling needs at least two distinct scores"
         raise ValueError(msg)
     mode = FEATURES_LOGIT if score_kind == "probability" else FEATURES_COLUMNS
-    targets = platt_targets(y, w, smoothing=target_smoothing)
-    fit = fit_logistic(score, y, w, mode=mode, targets=targets, what="PlattCalibrator")
+    targets = platt_targets_from_sums(*rows.label_sums()) if target_smoothing else (0.0, 1.0)
+    fit = rows.fit(mode=mode, targets=targets, what="PlattCalibrator")
     return float(fit.coef[0]), fit.intercept
 
 
@@ -168,6 +178,11 @@ class PlattCalibrator(Calibrator):
     def _fit_scores(self, score: Any, y: Any, sample_weight: Any) -> None:
         self.a_, self.b_ = fit_platt(
             score, y, sample_weight, score_kind=self.score_kind, target_smoothing=self.target_smoothing
+        )
+
+    def _fit_partitions(self, rows: Any) -> None:
+        self.a_, self.b_ = fit_platt_rows(
+            rows.logistic(), score_kind=self.score_kind, target_smoothing=self.target_smoothing
         )
 
     def _predict_scores(self, score: Any) -> Any:

@@ -26,8 +26,8 @@ from gpucal.calibrators._logistic import (
     EPS,
     FEATURES_COLUMNS,
     FEATURES_LOGIT,
-    check_two_classes,
-    fit_logistic,
+    ArrayRows,
+    LogisticRows,
     newton_minimize,
     predict_logistic,
     use_numba,
@@ -237,12 +237,14 @@ def softmax_with_temperature(Z: Any, temperature: float) -> Any:
 
 def fit_temperature_binary(score: Any, y: Any, w: Any, *, score_kind: str = "probability") -> float:
     """Return :math:`T` for :math:`\\sigma(x / T)`, ``x`` the logit of ``score`` or the margin itself."""
-    check_two_classes(y, w)
+    return fit_temperature_rows(ArrayRows(score, y, w), score_kind=score_kind)
+
+
+def fit_temperature_rows(rows: LogisticRows, *, score_kind: str = "probability") -> float:
+    """:func:`fit_temperature_binary` on rows held anywhere (arrays, or dask partitions)."""
+    rows.check_two_classes()
     mode = FEATURES_LOGIT if score_kind == "probability" else FEATURES_COLUMNS
-    fit = fit_logistic(
-        score,
-        y,
-        w,
+    fit = rows.fit(
         mode=mode,
         fit_intercept=False,
         theta0=np.ones(1),
@@ -401,6 +403,11 @@ class TemperatureCalibrator(Calibrator):
 
     def _fit_scores(self, score: Any, y: Any, sample_weight: Any) -> None:
         self.temperature_ = fit_temperature_binary(score, y, sample_weight, score_kind=self.score_kind)
+        self.n_classes_ = 2
+        self.multiclass_ = False
+
+    def _fit_partitions(self, rows: Any) -> None:
+        self.temperature_ = fit_temperature_rows(rows.logistic(), score_kind=self.score_kind)
         self.n_classes_ = 2
         self.multiclass_ = False
 

@@ -22,6 +22,7 @@ from gpucal._validation import check_consistent_length, check_labels, check_samp
 from gpucal.calibrators._base import AnyOf, Calibrator, Constraint, Interval, Options
 from gpucal.calibrators._logistic import EPS, check_two_classes
 from gpucal.calibrators.platt import OUTPUT_TYPE_OPTIONS
+from gpucal.distributed import reject_dask
 from gpucal.encoding import KIND_BINS, FeatureEncoder
 from gpucal.hc.node_maps import (
     ENSEMBLE_KINDS,
@@ -265,6 +266,7 @@ class HeterogeneousCalibrator(Calibrator):
         -------
         self
         """
+        reject_dask(self, X, y, sample_weight, X_tree, y_tree)
         self._validate_params()
         if (X_tree is None) != (y_tree is None) or (X_tree is None and sample_weight_tree is not None):
             msg = "X_tree and y_tree: give both (and sample_weight_tree only with them), or neither"

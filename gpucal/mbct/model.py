@@ -23,6 +23,7 @@ from gpucal._validation import check_consistent_length, check_labels, check_samp
 from gpucal.calibrators._base import AnyOf, Calibrator, Constraint, Interval, Options
 from gpucal.calibrators._logistic import EPS, check_two_classes
 from gpucal.calibrators.platt import OUTPUT_TYPE_OPTIONS, fit_platt, predict_platt
+from gpucal.distributed import reject_dask
 from gpucal.encoding import FeatureEncoder
 from gpucal.mbct._node_size import min_node_size
 from gpucal.partition.aggregate import aggregate_rows
@@ -316,6 +317,7 @@ class MBCT(Calibrator):
         -------
         self
         """
+        reject_dask(self, X, y, sample_weight)
         self._validate_params()
         split = split_input(X, score_col=self.score_col, feature_cols=self.feature_cols)
         score = split.score

@@ -3,13 +3,20 @@
 Labels, probabilities and weights go through ``gpucal._validation`` (one wording for every error). A
 field (the values of one feature) is factorised to dense int32 codes here with pandas or cupy: the
 shared encoder (``gpucal.encoding``) will take this over once it lands.
+
+Dask: every public metric carries :func:`accepts_dask`, the one place where a call with dask
+collections (labels, probabilities, weights or a field given as dask DataFrames, Series or Arrays)
+is routed to its distributed twin in ``gpucal.distributed.metrics``; nothing else in a metric knows
+about dask.
 """
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import pandas as pd
@@ -22,6 +29,29 @@ from gpucal._validation import (
     check_probabilities,
     check_sample_weight,
 )
+from gpucal.distributed._checks import check_partition_weight
+from gpucal.distributed._collections import any_dask
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def accepts_dask(metric: F) -> F:
+    """Let ``metric`` take dask collections: such calls go to the distributed twin of the same name.
+
+    The twin (``gpucal.distributed.metrics``) takes the same arguments and returns the same value as
+    the metric on the concatenated rows, up to the order of floating-point additions. Importing it
+    (and dask) happens on the first dask call only.
+    """
+
+    @functools.wraps(metric)
+    def dispatch(*args: Any, **kwargs: Any) -> Any:
+        if any_dask(*args, *kwargs.values()):
+            from gpucal.distributed.metrics import distributed_metric
+
+            return distributed_metric(metric.__name__)(*args, **kwargs)
+        return metric(*args, **kwargs)
+
+    return dispatch  # type: ignore[return-value]
 
 
 @dataclass(frozen=True)
@@ -64,11 +94,31 @@ def check_rows(
     return Rows(y=y, p=p, w=w, xp=xp)
 
 
-def factorize(values: Any, name: str, rows: Rows) -> tuple[Any, Any]:
-    """Return ``(codes, uniques)``: int32 codes on the rows' device and the distinct values (host).
+def check_partition_rows(
+    y_true: Any,
+    y_prob: Any,
+    sample_weight: Any,
+    *,
+    allow_soft: bool = True,
+    label_name: str = "y_true",
+) -> Rows:
+    """:func:`check_rows` for one partition of distributed rows: it may be empty or weigh nothing.
 
-    Any 1-D column works: numbers, strings, booleans, pandas categoricals, polars / pyarrow / cudf
-    columns. Missing values (NaN, None) form one group of their own rather than being dropped.
+    The whole data set must have rows and some weight; the distributed metric checks that on the
+    reduced sums. Row numbers in error messages count from the partition's first row.
+    """
+    p = check_probabilities(y_prob, "y_prob")
+    y = check_labels(y_true, label_name, allow_soft=allow_soft)
+    xp = array_namespace(y, p)
+    n = check_consistent_length(**{label_name: y, "y_prob": p})
+    w = None if sample_weight is None else check_partition_weight(sample_weight, n, xp)
+    return Rows(y=y, p=p, w=w, xp=xp)
+
+
+def factorize_values(values: Any, name: str) -> tuple[Any, Any]:
+    """Return ``(codes, uniques)`` of a 1-D column: int codes (numpy or cupy) and its distinct values.
+
+    Uniques are in order of first appearance, on the host. See :func:`factorize`.
     """
     module = type(values).__module__.split(".")[0]
     if is_cupy_array(values):
@@ -86,6 +136,16 @@ def factorize(values: Any, name: str, rows: Rows) -> tuple[Any, Any]:
             msg = f"{name}: expected a 1-D array, got shape {tuple(values.shape)}"
             raise ValueError(msg)
         codes, uniques = pd.factorize(values, use_na_sentinel=False)
+    return codes, uniques
+
+
+def factorize(values: Any, name: str, rows: Rows) -> tuple[Any, Any]:
+    """Return ``(codes, uniques)``: int32 codes on the rows' device and the distinct values (host).
+
+    Any 1-D column works: numbers, strings, booleans, pandas categoricals, polars / pyarrow / cudf
+    columns. Missing values (NaN, None) form one group of their own rather than being dropped.
+    """
+    codes, uniques = factorize_values(values, name)
     check_consistent_length(y_prob=rows.p, **{name: codes})
     codes = rows.xp.asarray(codes, dtype=rows.xp.int32)
     return codes, uniques

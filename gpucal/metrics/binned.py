@@ -23,7 +23,7 @@ import numpy as np
 from gpucal._backend import to_numpy
 from gpucal._params import Interval, Options, validate_params
 from gpucal.metrics._binning import bin_ids
-from gpucal.metrics._inputs import Rows, check_rows
+from gpucal.metrics._inputs import Rows, accepts_dask, check_rows
 from gpucal.metrics._reduce import bin_gaps, lp_average, ratio_error
 from gpucal.metrics._sums import WP, WY, W, group_stats
 
@@ -39,6 +39,7 @@ def binned_stats(rows: Rows, n_bins: int, strategy: str) -> np.ndarray:
     return group_stats(codes, rows.p, rows.y, rows.w, n_bins)
 
 
+@accepts_dask
 def pce(y_true: Any, y_prob: Any, *, sample_weight: Any = None) -> float:
     r"""Partition calibration error of one set of rows: the gap between mean prediction and mean label.
 
@@ -77,6 +78,7 @@ def pce(y_true: Any, y_prob: Any, *, sample_weight: Any = None) -> float:
 
 
 @validate_params(n_bins=N_BINS, strategy=STRATEGY, p=NORM, weighting=WEIGHTING)
+@accepts_dask
 def ece(
     y_true: Any,
     y_prob: Any,
@@ -153,6 +155,7 @@ def ece(
 
 
 @validate_params(n_bins=N_BINS, strategy=STRATEGY)
+@accepts_dask
 def mce(
     y_true: Any, y_prob: Any, *, sample_weight: Any = None, n_bins: int = 15, strategy: str = "uniform"
 ) -> float:
@@ -187,6 +190,7 @@ def mce(
 
 
 @validate_params(n_bins=N_BINS)
+@accepts_dask
 def ada_ece(y_true: Any, y_prob: Any, *, sample_weight: Any = None, n_bins: int = 15) -> float:
     r"""Adaptive ECE: equal-mass bins, bins weighted by mass, squared gaps.
 
@@ -218,6 +222,7 @@ def ada_ece(y_true: Any, y_prob: Any, *, sample_weight: Any = None, n_bins: int 
 
 
 @validate_params(n_bins=N_BINS, strategy=STRATEGY)
+@accepts_dask
 def prob_ece(
     y_true: Any, y_prob: Any, *, sample_weight: Any = None, n_bins: int = 15, strategy: str = "uniform"
 ) -> float:
@@ -255,6 +260,7 @@ def prob_ece(
 
 
 @validate_params(n_bins=N_BINS, strategy=STRATEGY)
+@accepts_dask
 def cal_n(
     y_true: Any, y_prob: Any, *, sample_weight: Any = None, n_bins: int = 10, strategy: str = "quantile"
 ) -> float:
@@ -311,6 +317,7 @@ def cal_n_per_group(stats: np.ndarray) -> np.ndarray:
 
 
 @validate_params(p=NORM, weighting=WEIGHTING, max_bins=Interval(int, 1, None, allow_none=True))
+@accepts_dask
 def ece_sweep(
     y_true: Any,
     y_prob: Any,
@@ -378,15 +385,34 @@ def ece_sweep(
     )
     new_tie = xp.concatenate([xp.ones(1, dtype=bool), p_sorted[1:] != p_sorted[:-1]])
     tie_start = np.asarray(to_numpy(xp.flatnonzero(new_tie)))
+    limit = rows.n if max_bins is None else min(max_bins, rows.n)
+    return sweep_from_prefix(tie_start, prefix_w, prefix_wp, prefix_wy, limit=limit, p=p, weighting=weighting)
+
+
+def sweep_from_prefix(
+    tie_start: np.ndarray,
+    prefix_w: np.ndarray,
+    prefix_wp: np.ndarray,
+    prefix_wy: np.ndarray,
+    *,
+    limit: int,
+    p: float,
+    weighting: str,
+) -> float:
+    """Run :func:`ece_sweep`'s sweep on prefix sums over rows sorted by ``p`` (``prefix[i]``: rows before i).
+
+    ``tie_start`` holds the first row of every group of tied probabilities. The rows may also be
+    groups already summed (one per distinct probability, as the distributed path has them): bins are
+    cut only between tie groups, so the bins and their sums are the same.
+    """
     below = prefix_w[tie_start]  # weight strictly below each tie group, non-decreasing
     total = float(prefix_w[-1])
-    limit = rows.n if max_bins is None else min(max_bins, rows.n)
-
-    best = _sweep_bins(1, below, tie_start, total, rows.n, prefix_w, prefix_wp, prefix_wy)
+    n_rows = prefix_w.shape[0] - 1
+    best = _sweep_bins(1, below, tie_start, total, n_rows, prefix_w, prefix_wp, prefix_wy)
     for n_bins in range(2, limit + 1):
         if np.count_nonzero(best[:, 0] > 0) == tie_start.size:
             break  # every tie group has a bin of its own: no bin count can split the rows further
-        stats = _sweep_bins(n_bins, below, tie_start, total, rows.n, prefix_w, prefix_wp, prefix_wy)
+        stats = _sweep_bins(n_bins, below, tie_start, total, n_rows, prefix_w, prefix_wp, prefix_wy)
         kept = stats[stats[:, 0] > 0]
         label_mean = kept[:, 2] / kept[:, 0]
         if np.any(np.diff(label_mean) < 0):

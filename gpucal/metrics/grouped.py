@@ -21,7 +21,7 @@ import pandas as pd
 
 from gpucal._params import Interval, Options, validate_params
 from gpucal.metrics._binning import mass_bin_ids, uniform_bin_ids
-from gpucal.metrics._inputs import check_rows, factorize
+from gpucal.metrics._inputs import accepts_dask, check_rows, factorize
 from gpucal.metrics._reduce import bin_gaps, lp_average, pcoc_ratio
 from gpucal.metrics._sums import COUNT, WP, WY, W, group_stats
 from gpucal.metrics.binned import N_BINS, STRATEGY, cal_n_per_group
@@ -33,6 +33,7 @@ def _field_stats(y_true: Any, y_prob: Any, field: Any, sample_weight: Any, name:
     return group_stats(codes, rows.p, rows.y, rows.w, len(uniques))
 
 
+@accepts_dask
 def field_ece(y_true: Any, y_prob: Any, field: Any, *, sample_weight: Any = None) -> float:
     r"""Field-level calibration error: summed absolute excess of positives per value of a field.
 
@@ -71,6 +72,7 @@ def field_ece(y_true: Any, y_prob: Any, field: Any, *, sample_weight: Any = None
 
 
 @validate_params(eps=Interval(float, 0, None, closed="neither"))
+@accepts_dask
 def field_rce(y_true: Any, y_prob: Any, field: Any, *, sample_weight: Any = None, eps: float = 1e-6) -> float:
     r"""Field-level relative calibration error: per-value relative excess, weighted by the value's mass.
 
@@ -115,6 +117,7 @@ def field_rce(y_true: Any, y_prob: Any, field: Any, *, sample_weight: Any = None
 
 
 @validate_params(n_bins=N_BINS, strategy=STRATEGY)
+@accepts_dask
 def gc_n(
     y_true: Any,
     y_prob: Any,
@@ -173,6 +176,7 @@ def gc_n(
 
 
 @validate_params(metric=Options("ece", "mce", "ada_ece"))
+@accepts_dask
 def cece(y_true: Any, y_prob: Any, clusters: Any, *, sample_weight: Any = None, metric: str = "ece") -> float:
     r"""Clustered ECE: ECE, MCE or AdaECE with given clusters as the bins.
 
@@ -186,14 +190,17 @@ def cece(y_true: Any, y_prob: Any, clusters: Any, *, sample_weight: Any = None, 
     Representation"), Section 2.4, Eq. 4 (clustered binning) applied to Eq. 1 and its MCE / AdaECE
     forms. Groups by the given cluster labels: the bins do not move when a calibrator changes the scores,
     which is what makes CECE comparable across calibrators. It sees nothing the clustering does not
-    separate. Clusters of zero total weight are skipped.
+    separate. Clusters of zero total weight are skipped. The weights :math:`W_c / W` are the paper's
+    :math:`|B_i| / N` (row counts when unweighted); AdaECE is the paper's
+    :math:`\sqrt{\frac1N \sum_i |B_i| (\hat P(B_i) - P(B_i))^2}` on these bins.
 
     Parameters
     ----------
     y_true, y_prob : array-like of shape (n,)
         Labels and predicted probabilities.
     clusters : array-like of shape (n,)
-        Cluster label of each row (any 1-D column).
+        Cluster label of each row (any 1-D column); for a fitted
+        :class:`~gpucal.ClusteredCalibrator`, ``cal.clusters(X)``.
     sample_weight : array-like of shape (n,), optional
         Non-negative row weights.
     metric : {"ece", "mce", "ada_ece"}, default "ece"
@@ -202,6 +209,14 @@ def cece(y_true: Any, y_prob: Any, clusters: Any, *, sample_weight: Any = None, 
     Returns
     -------
     float
+
+    Examples
+    --------
+    Cluster "a" is calibrated on average, cluster "b" predicts 0.75 where every label is 1:
+
+    >>> y, p, clusters = [1, 0, 1, 1], [0.5, 0.5, 0.75, 0.75], ["a", "a", "b", "b"]
+    >>> cece(y, p, clusters), cece(y, p, clusters, metric="mce")
+    (0.125, 0.25)
     """
     stats = _field_stats(y_true, y_prob, clusters, sample_weight, "clusters")
     gap, mass = bin_gaps(stats)
@@ -209,6 +224,7 @@ def cece(y_true: Any, y_prob: Any, clusters: Any, *, sample_weight: Any = None, 
     return lp_average(gap, mass, norm, "mass")
 
 
+@accepts_dask
 def pcoc(y_true: Any, y_prob: Any, *, sample_weight: Any = None) -> float:
     r"""Predicted over observed positives.
 
@@ -238,6 +254,7 @@ def pcoc(y_true: Any, y_prob: Any, *, sample_weight: Any = None) -> float:
 
 
 @validate_params(sort_by=Options("excess", "error"), min_rows=Interval(int, 1, None))
+@accepts_dask
 def segment_report(
     y_true: Any,
     y_prob: Any,

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from gpucal._params import Interval, validate_params
-from gpucal.metrics._inputs import check_rows
+from gpucal.metrics._inputs import accepts_dask, check_rows
 from gpucal.metrics._sums import WP, WY, W, view_stats
 from gpucal.metrics.binned import NORM
 
@@ -19,6 +19,7 @@ from gpucal.metrics.binned import NORM
     p=NORM,
     seed=Interval(int, 0, 2**64, closed="left"),
 )
+@accepts_dask
 def mvce(
     y_true: Any,
     y_prob: Any,
@@ -74,6 +75,11 @@ def mvce(
     """
     rows = check_rows(y_true, y_prob, sample_weight)
     stats = view_stats(rows.p, rows.y, rows.w, n_views=n_views, bin_size=bin_size, seed=seed)
+    return mvce_from_view_stats(stats, p)
+
+
+def mvce_from_view_stats(stats: np.ndarray, p: float) -> float:
+    """Return MVCE from the ``(n_views, n_bins, 4)`` sums ``count, w, w*p, w*y`` of its views."""
     weight = stats[:, :, W]
     has_weight = weight > 0
     gaps = np.where(

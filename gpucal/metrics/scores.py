@@ -20,10 +20,11 @@ from gpucal._validation import (
     check_probabilities,
     check_sample_weight,
 )
-from gpucal.metrics._inputs import check_rows
+from gpucal.metrics._inputs import accepts_dask, check_rows
 from gpucal.metrics.binned import NORM
 
 
+@accepts_dask
 def log_loss(y_true: Any, y_prob: Any, *, sample_weight: Any = None) -> float:
     r"""Weighted binary log-loss (cross-entropy), with probabilities clipped like scikit-learn.
 
@@ -54,6 +55,7 @@ def log_loss(y_true: Any, y_prob: Any, *, sample_weight: Any = None) -> float:
     return float(rows.weights() @ loss) / rows.total_weight
 
 
+@accepts_dask
 def brier(y_true: Any, y_prob: Any, *, sample_weight: Any = None) -> float:
     r"""Weighted Brier score: mean squared difference between probability and label.
 
@@ -80,6 +82,7 @@ def brier(y_true: Any, y_prob: Any, *, sample_weight: Any = None) -> float:
     return float(rows.weights() @ (diff * diff)) / rows.total_weight
 
 
+@accepts_dask
 def roc_auc(y_true: Any, y_prob: Any, *, sample_weight: Any = None) -> float:
     r"""Weighted area under the ROC curve; tied probabilities count one half.
 
@@ -137,6 +140,7 @@ def roc_auc(y_true: Any, y_prob: Any, *, sample_weight: Any = None) -> float:
 
 
 @validate_params(p=NORM)
+@accepts_dask
 def tce(p_true: Any, y_prob: Any, *, p: float = 2.0, sample_weight: Any = None) -> float:
     r"""True calibration error against known true probabilities (simulations only).
 

@@ -1,0 +1,180 @@
+"""Dask collections seen as lists of partitions: detection, alignment, lengths and global row offsets.
+
+Nothing here imports dask at module level: :func:`is_dask_collection` answers False without importing
+it when dask was never imported (an object cannot be a dask collection before its module is loaded),
+so ``import gpucal`` stays free of dask and the single-machine metrics pay one dictionary look-up.
+
+A *row input* is a dask DataFrame or Series (pandas or cudf partitions) or a one-dimensional dask
+Array (numpy or cupy chunks). Several row inputs of one call (labels, probabilities, weights, a field)
+must cut the rows the same way: the same number of partitions, and partition ``i`` of each holds the
+same rows. Series taken from one dataframe always do; dask Arrays with other chunks are rechunked to
+the first array's chunks; anything else is checked per partition (lengths must agree).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+
+def is_dask_collection(x: Any) -> bool:
+    """Return True when ``x`` is a dask collection; never imports dask itself."""
+    if "dask" not in sys.modules:
+        return False
+    from dask import is_dask_collection as _is_collection
+
+    return bool(_is_collection(x))
+
+
+def any_dask(*values: Any) -> bool:
+    """Return True when any of ``values`` is a dask collection."""
+    return any(is_dask_collection(v) for v in values)
+
+
+#: The calibrators whose fit runs on dask collections (the others raise ``NotImplementedError``).
+DISTRIBUTED_FITS = (
+    "HistogramCalibrator",
+    "IsotonicCalibrator",
+    "PlattCalibrator",
+    "BetaCalibrator",
+    "TemperatureCalibrator",
+)
+
+
+def no_distributed_fit(estimator: Any) -> NotImplementedError:
+    """The error of an estimator that cannot fit on dask collections (it never gathers the rows)."""
+    name = type(estimator).__name__
+    msg = (
+        f"{name} has no distributed fit, and gpucal does not gather the rows of a dask collection on one "
+        f"worker. Calibrators that fit on dask collections: {', '.join(DISTRIBUTED_FITS)}. Fit {name} on "
+        "one machine (for instance on a sample brought in with .compute())."
+    )
+    return NotImplementedError(msg)
+
+
+def reject_dask(estimator: Any, *inputs: Any) -> None:
+    """Raise :func:`no_distributed_fit`'s error when any input is a dask collection.
+
+    The first line of the ``fit`` of an estimator without a distributed path, so that a dask frame is
+    refused by name instead of being converted (and computed) somewhere down the line.
+    """
+    if any_dask(*inputs):
+        raise no_distributed_fit(estimator)
+
+
+def collection_kind(x: Any) -> str:
+    """Return ``"frame"`` (dask DataFrame or Series), ``"array"`` or ``"other"``."""
+    module = type(x).__module__
+    if module.startswith(("dask.dataframe", "dask_cudf")):
+        return "frame"
+    if module.startswith("dask.array"):
+        return "array"
+    return "other"
+
+
+@dataclass(frozen=True)
+class Partitions:
+    """Aligned row inputs: ``parts[i]`` is the tuple of partition ``i`` of every input (dask Delayed).
+
+    An input given as None stays None in every tuple, so partition functions keep one signature.
+    """
+
+    names: tuple[str, ...]
+    parts: list[tuple[Any, ...]]
+
+    @property
+    def n_partitions(self) -> int:
+        return len(self.parts)
+
+
+def _delayed_parts(x: Any, name: str) -> list[Any]:
+    kind = collection_kind(x)
+    if kind == "frame":
+        return list(x.to_delayed())
+    if kind == "array":
+        if x.ndim != 1:
+            msg = f"{name}: expected a 1-D dask array, got {x.ndim} dimensions"
+            raise ValueError(msg)
+        return list(x.to_delayed().ravel())
+    msg = (
+        f"{name}: unsupported dask collection {type(x).__module__}.{type(x).__qualname__}; "
+        "expected a dask DataFrame, Series or 1-D Array"
+    )
+    raise TypeError(msg)
+
+
+def partitions(inputs: dict[str, Any]) -> Partitions:
+    """Align the named row inputs (None entries are kept as None) and list their partitions.
+
+    Raises
+    ------
+    TypeError
+        Some inputs are dask collections and others are not (a silent ``compute`` of the dask ones, or
+        a scatter of the local ones, would hide where the rows are).
+    ValueError
+        The inputs have different numbers of partitions.
+    """
+    given = {k: v for k, v in inputs.items() if v is not None}
+    local = [k for k, v in given.items() if not is_dask_collection(v)]
+    if local:
+        dask_names = [k for k in given if k not in local]
+        dask_verb = "is a dask collection" if len(dask_names) == 1 else "are dask collections"
+        local_verb = "is" if len(local) == 1 else "are"
+        msg = (
+            f"{', '.join(dask_names)} {dask_verb} but {', '.join(local)} {local_verb} not; pass every row "
+            "input as a dask collection with the same partitions (e.g. columns of one dask dataframe)"
+        )
+        raise TypeError(msg)
+    arrays = [k for k, v in given.items() if collection_kind(v) == "array"]
+    if len(arrays) > 1:
+        chunks = given[arrays[0]].chunks
+        for k in arrays[1:]:
+            if given[k].chunks != chunks:
+                given[k] = given[k].rechunk(chunks)
+    columns = {k: _delayed_parts(v, k) for k, v in given.items()}
+    counts = {k: len(v) for k, v in columns.items()}
+    if len(set(counts.values())) > 1:
+        shown = ", ".join(f"{k} has {n}" for k, n in counts.items())
+        msg = f"row inputs have different numbers of partitions: {shown}; repartition them alike"
+        raise ValueError(msg)
+    n_parts = next(iter(counts.values()), 0)
+    names = tuple(inputs)
+    parts = [tuple(columns[k][i] if k in columns else None for k in names) for i in range(n_parts)]
+    return Partitions(names, parts)
+
+
+def as_partitions(collections: Any) -> Partitions:
+    """Return :class:`Partitions` for one collection or a sequence of aligned collections."""
+    if isinstance(collections, Sequence) and not is_dask_collection(collections):
+        return partitions({f"collections[{i}]": c for i, c in enumerate(collections)})
+    return partitions({"collection": collections})
+
+
+def _length(*parts: Any) -> int:
+    """Rows of a partition: the length of its first input (the others are checked by the metric)."""
+    first = next(p for p in parts if p is not None)
+    return len(first)
+
+
+def partition_lengths(collections: Any) -> np.ndarray:
+    """Return the number of rows of every partition (int64), in partition order: one pass."""
+    import dask
+
+    parts = collections if isinstance(collections, Partitions) else as_partitions(collections)
+    lengths = dask.compute(*[dask.delayed(_length)(*part) for part in parts.parts])
+    return np.asarray(lengths, dtype=np.int64)
+
+
+def partition_offsets(collections: Any) -> tuple[np.ndarray, int]:
+    """Return ``(offsets, n_total)``: the global index of each partition's first row, and all rows.
+
+    Row ``j`` of partition ``i`` is global row ``offsets[i] + j``, the index it would have in the
+    concatenated data on one machine (what the counter-based MVCE views hash).
+    """
+    lengths = partition_lengths(collections)
+    offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+    return offsets, int(lengths.sum())
