@@ -189,3 +189,18 @@ def test_apply_saturates_without_overflow() -> None:
         out = apply_local_maps(score, np.zeros(3, dtype=np.int32), params, "platt")
     assert np.isfinite(out).all()
     assert out[0] == pytest.approx(0.0, abs=1e-300)
+
+
+def test_two_close_scores_reach_the_likelihood_maximum() -> None:
+    """A part with two close scores has a far, flat optimum: shortened Newton steps still reach it."""
+    score = np.array([0.7] * 6 + [0.72] * 34)
+    y = np.ones(40)
+    y[[0, 6]] = 0.0
+    w = np.ones(40)
+    w[0], w[6] = 2.4, 0.6
+    params = fit_local_maps(score, y, w, np.zeros(40, dtype=np.int32), 1, "platt")
+    logit = np.log(score) - np.log1p(-score)
+    lr = LogisticRegression(C=np.inf, solver="newton-cholesky", tol=1e-12).fit(
+        logit[:, None], y, sample_weight=w
+    )
+    assert_allclose(params[0], [lr.coef_[0, 0], lr.intercept_[0]], rtol=1e-5)
