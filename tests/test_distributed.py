@@ -92,12 +92,22 @@ METRICS: list[tuple[str, MetricCall]] = [
 ]
 
 
+@pytest.mark.parametrize("n_partitions", [4, 16])
+def test_rejection_curve_equals_one_machine(client, n_partitions: int) -> None:
+    frame = FRAME
+    ddf = dd.from_pandas(frame, npartitions=n_partitions)
+    thresholds = [0.5, 0.6, 0.8, 0.95]
+    got = metrics.rejection_curve(ddf.y, ddf.p, thresholds=thresholds, sample_weight=ddf.w)
+    expected = metrics.rejection_curve(frame.y, frame.p, thresholds=thresholds, sample_weight=frame.w)
+    pd.testing.assert_frame_equal(got, expected, rtol=1e-9)
+
+
 def test_every_public_metric_is_covered() -> None:
     """A new public metric needs a distributed twin (gpucal.distributed.metrics) and a case here."""
     from gpucal.distributed.metrics import _TWINS
 
     suffixes = ("_quantile", "_uniform", "_inf")
-    covered = {name for name, _ in METRICS} | {"segment_report"}
+    covered = {name for name, _ in METRICS} | {"segment_report", "rejection_curve"}
     covered |= {name.removesuffix(s) for name in covered for s in suffixes}
     missing = sorted(set(metrics.__all__) - covered)
     assert not missing, f"metrics without a distributed test case: {missing}"

@@ -53,6 +53,12 @@ from gpucal.metrics._binning import uniform_bin_ids
 from gpucal.metrics._inputs import check_partition_rows, factorize_values
 from gpucal.metrics._reduce import bin_gaps, lp_average, pcoc_ratio
 from gpucal.metrics._sums import COUNT, WP, WY, W, group_stats
+from gpucal.metrics.rejection import (
+    DEFAULT_THRESHOLDS,
+    binary_threshold_sums,
+    check_thresholds,
+    curve_from_sums,
+)
 
 # --------------------------------------------------------------------------------------------------
 # Partition functions (module level, so process workers can unpickle them)
@@ -515,6 +521,16 @@ def _report_rows(name: str, uniques: np.ndarray, stats: np.ndarray, min_rows: in
     return part[part["rows"] >= min_rows]
 
 
+def rejection_curve(
+    y_true: Any, y_prob: Any, *, thresholds: Any = DEFAULT_THRESHOLDS, sample_weight: Any = None
+) -> pd.DataFrame:
+    """Binary rows only: per threshold, the accepted rows' sums are added over partitions."""
+    levels = check_thresholds(thresholds)
+    sums = sum_partitions(_row_parts(y_true, y_prob, sample_weight), binary_threshold_sums, args=(levels,))
+    _check_total(float(sums[-1, 0]), float(sums[-1, 1]))
+    return curve_from_sums(levels, sums)
+
+
 _TWINS: dict[str, Callable[..., Any]] = {
     f.__name__: f
     for f in (
@@ -528,6 +544,7 @@ _TWINS: dict[str, Callable[..., Any]] = {
         field_rce,
         gc_n,
         log_loss,
+        rejection_curve,
         mce,
         mvce,
         pce,

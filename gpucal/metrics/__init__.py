@@ -9,12 +9,14 @@ sources and what each metric can and cannot see are in each docstring (``notes/m
 * Random partitions, blind to score and features: :func:`mvce`.
 * Group by a feature or clusters: :func:`field_ece`, :func:`field_rce`, :func:`gc_n`, :func:`cece`,
   :func:`segment_report`.
-* No bins: :func:`pce`, :func:`pcoc`, :func:`log_loss`, :func:`brier`, :func:`roc_auc`, :func:`tce`.
+* No bins: :func:`pce`, :func:`pcoc`, :func:`log_loss`, :func:`brier`, :func:`roc_auc`, :func:`tce`,
+  :func:`rejection_curve`.
 """
 
 from gpucal.metrics.binned import ada_ece, cal_n, ece, ece_sweep, mce, pce, prob_ece
 from gpucal.metrics.grouped import cece, field_ece, field_rce, gc_n, pcoc, segment_report
 from gpucal.metrics.mvce import mvce
+from gpucal.metrics.rejection import rejection_curve
 from gpucal.metrics.scores import brier, log_loss, roc_auc, tce
 
 __all__ = [
@@ -33,6 +35,7 @@ __all__ = [
     "pce",
     "pcoc",
     "prob_ece",
+    "rejection_curve",
     "roc_auc",
     "segment_report",
     "tce",

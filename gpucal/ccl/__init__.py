@@ -1,0 +1,17 @@
+"""Clustered calibration (CCL; Lavi, Shapira and Rappoport): embed rows, cluster them, calibrate each cluster.
+
+- :mod:`~gpucal.ccl.embeddings`: leaf indices or exact tree SHAP values of an XGBoost, LightGBM or gpucal
+  tree model, saved as data;
+- :mod:`~gpucal.ccl.clustering`: k-means or Ward clusters, the number given or by the elbow, rows assigned
+  to the nearest centroid;
+- :mod:`~gpucal.ccl.model`: :class:`ClusteredCalibrator`, one map per cluster from
+  ``gpucal.partition.local_maps`` (or a Dirichlet fit per cluster), a constant for a homogeneous cluster,
+  the global map for a cluster too light to fit.
+
+CECE (the paper's metric) is :func:`gpucal.metrics.cece` over ``ClusteredCalibrator.clusters(X)``; the
+rejection curve of its Sec. 4 is :func:`gpucal.metrics.rejection.rejection_curve`.
+"""
+
+from gpucal.ccl.model import ClusteredCalibrator
+
+__all__ = ["ClusteredCalibrator"]

@@ -1,0 +1,618 @@
+r"""``gpucal.ClusteredCalibrator``: clustered calibration, CCL (Lavi, Shapira and Rappoport, Sec. 2).
+
+Embed every row with a tree ensemble (leaf indices or exact tree SHAP values), cluster the embeddings,
+and calibrate each cluster with its own one-dimensional map (Eq. 2); a homogeneous cluster gets a
+constant (Eq. 3). What the paper fixes, what it leaves open and what gpucal chose is in the class
+docstring.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Hashable, Sequence
+from typing import Any, ClassVar
+
+import numpy as np
+from sklearn.utils.validation import check_is_fitted
+
+from gpucal._backend import array_namespace, resolve_device, to_numpy
+from gpucal._frames import split_input, wrap_output
+from gpucal._validation import check_consistent_length, check_labels, check_sample_weight
+from gpucal.calibrators._base import AnyOf, Calibrator, Constraint, Interval, Options
+from gpucal.calibrators._logistic import EPS
+from gpucal.calibrators.platt import OUTPUT_TYPE_OPTIONS
+from gpucal.ccl.clustering import CLUSTERINGS, assign_clusters, fit_clusters, project
+from gpucal.ccl.embeddings import EMBEDDINGS, LEAF_ENCODINGS, TreeEmbedding, _as_pandas, make_embedding
+from gpucal.persistence import register
+
+#: Maps fitted by grouped Newton steps (``gpucal.partition.local_maps``) and the per-cluster Dirichlet fit.
+LOCAL_MAPS = ("platt", "temperature", "beta")
+CALIBRATORS = (*LOCAL_MAPS, "dirichlet")
+# What happened to each cluster (``cluster_role_``).
+FITTED, CONSTANT, FALLBACK = 0, 1, 2
+# A cluster whose scores vary less than this (weighted variance of the logit, or of every log-probability
+# column) has no slope to fit: all its scores are equal up to rounding.
+MIN_LOGIT_VARIANCE = 1e-10
+# Default rows for the clustering fit: Ward needs O(n^2) memory and time, k-means is linear.
+AUTO_MAX_ROWS = {"kmeans": 200_000, "agglomerative": 5_000}
+
+
+@register
+class ClusteredCalibrator(Calibrator):
+    r"""Clustered calibration (CCL): one calibration map per cluster of learnt row embeddings.
+
+    .. math::
+
+        \hat p(x) = c_{\mathrm{CL}(x)}\big(f(x)\big)  \quad\text{(Eq. 2)}, \qquad
+        \hat p(x) = \frac{\sum_{i \in B_j} w_i y_i + 1}{\sum_{i \in B_j} w_i + 2}
+        \quad\text{for a homogeneous cluster } B_j \text{ (Eq. 3, smoothed)},
+
+    with :math:`f` the base model's probability, :math:`\mathrm{CL}` the cluster of the row's embedding
+    and :math:`c_j` the map fitted on cluster :math:`j`'s rows (Algorithm 1).
+
+    Parameters
+    ----------
+    embedding_model : object or path
+        The tree model whose representation is clustered: a fitted XGBoost or LightGBM model (``Booster``,
+        ``XGBClassifier``, ``LGBMClassifier``, or one inside ``sklearn.frozen.FrozenEstimator``), gpucal's
+        own fitted trees (any object with ``leaves(X)``, e.g. a fitted :class:`gpucal.MBCT`), or the path of
+        a saved one (a gpucal model file, XGBoost's ``.json`` / ``.ubj``, LightGBM's model text; what the
+        command line passes). Required: the paper embeds with the base model itself. ``sklearn.clone``
+        makes unfitted copies of scikit-learn models: pass a Booster or a ``FrozenEstimator`` when the
+        calibrator will be cloned.
+    embedding : {"leaves", "shap"}, default="leaves"
+        Leaf indices (He et al. 2014) or SHAP values from the library's exact tree algorithm (bias dropped).
+    leaf_encoding : {"onehot", "index"}, default="onehot"
+        Leaves as one indicator column per (tree, leaf) (sparse), or the raw leaf numbers.
+    clustering : {"kmeans", "agglomerative"}, default="kmeans"
+        k-means (scikit-learn on the CPU, cuML on the GPU) or Ward agglomerative clustering (subsampled to
+        ``max_cluster_rows``; new rows go to the nearest cluster centroid).
+    n_clusters : int or "elbow", default="elbow"
+        The number of clusters, or the knee of the within-cluster sum of squares over
+        ``[min_clusters, max_clusters]`` (``gpucal.ccl.clustering.elbow_k``).
+    min_clusters, max_clusters : int, default=2, 30
+        The elbow's range (the paper tries 5 to 100 clusters).
+    n_init : int, default=1
+        k-means restarts (seeded) for the chosen number of clusters, the best kept (the elbow's scan runs
+        one per candidate). 1 is scikit-learn's default with k-means++ starts.
+    n_components : int, default=32
+        Embeddings wider than this (one-hot leaves) are clustered in the span of their top
+        ``n_components`` singular vectors (``gpucal.ccl.clustering``); narrower ones (SHAP) as they are.
+    max_cluster_rows : int or "auto", default="auto"
+        Rows the clustering is fitted on (a seeded subsample when there are more; every row is then
+        assigned to the nearest centroid). "auto": 5,000 for agglomerative, 200,000 for k-means.
+    calibrator : {"platt", "temperature", "beta", "dirichlet"}, default="platt"
+        The map per cluster. Platt :math:`\sigma(a\,\mathrm{logit}\,p + b)`, temperature
+        :math:`\sigma(a\,\mathrm{logit}\,p)`, beta :math:`\sigma(a \ln p - b \ln(1-p) + c)` are fitted for
+        all clusters at once by grouped Newton steps on per-cluster sums (``gpucal.partition.local_maps``);
+        Dirichlet (:class:`~gpucal.calibrators.DirichletCalibrator`, the paper's multi-class map; on binary
+        scores it acts on :math:`(1 - p, p)`) by one fit per cluster. Multi-class scores (``score_col`` a
+        list) take "dirichlet" only.
+    min_cluster_size : float, default=50
+        Clusters whose total weight is below this get the global map of the same kind (fitted on every
+        row), the fallback for clusters too small to fit.
+    penalty : float, default=0
+        Ridge pulling each cluster's parameters toward the global map's (``penalty / 2`` times the squared
+        distance, added to the cluster's summed log-loss); 0 is the paper's independent fit per cluster.
+    score_col : str or list of str, default="score"
+        The base model's probability column; a list of columns is a multi-class probability matrix.
+    feature_cols : list of str or None, default=None
+        Columns handed to an XGBoost / LightGBM embedding model; None: the model's own feature names when
+        it has them, else every column but the score. gpucal models read their own columns.
+    seed : int, default=0
+        Seed of k-means and of the clustering subsample.
+    device : {"auto", "cpu", "gpu"}, default="auto"
+        "gpu" clusters with cuML and fits the maps on the device; "auto" does so when the score is there.
+    output_type : str, default="input"
+        Family of binary predictions; multi-class predictions are an ``(n, K)`` array.
+
+    Attributes
+    ----------
+    embedding_ : TreeEmbedding
+        The embedding model and its leaf-to-column table.
+    projection_ : numpy.ndarray of shape (d, c)
+        Embedding columns to clustering coordinates (the identity for ``d <= n_components``).
+    centroids_ : numpy.ndarray of shape (n_clusters_, c)
+        Cluster centres in clustering coordinates.
+    n_clusters_ : int
+        Clusters used (the elbow's choice when ``n_clusters="elbow"``).
+    params_ : numpy.ndarray of shape (n_clusters_, n_params)
+        Each cluster's map (Platt ``(a, b)``, temperature ``(a,)`` with :math:`a = 1/T`, beta
+        ``(a, b, c)``, Dirichlet ``W`` flattened then ``b``); the global map for fallback clusters.
+    global_params_ : numpy.ndarray of shape (n_params,)
+        The map fitted on every row (the fallback).
+    cluster_role_ : numpy.ndarray of int
+        Per cluster: 0 its own map, 1 a constant (homogeneous), 2 the fallback (too light).
+    cluster_rate_ : numpy.ndarray of shape (n_clusters_, n_outputs)
+        Smoothed observed rate per cluster (the constant of a homogeneous cluster): Laplace's
+        :math:`(\sum w y + 1)/(\sum w + 2)`, per class :math:`(\sum_{y=c} w + 1)/(\sum w + K)`.
+    cluster_weight_ : numpy.ndarray
+        Total weight of the fitting rows per cluster.
+    elbow_ : dict or None
+        ``{"k": [...], "inertia": [...]}``: the elbow's curve (None when ``n_clusters`` is an int).
+    n_classes_ : int
+
+    Notes
+    -----
+    What the paper leaves open and gpucal chose:
+
+    - **Homogeneous cluster** (Eq. 3): one whose rows all carry one label (one class has zero weight), or
+      whose scores do not vary (weighted variance of the logit below ``1e-10``: no slope to fit). Its
+      output is Laplace's smoothed rate, never exactly 0 or 1 (a constant 0 would give an infinite
+      log-loss on the first positive). Clusters lighter than ``min_cluster_size`` take the fallback first.
+    - **Assignment**: every row, at fit and at predict, goes to the nearest centroid, so the maps are
+      fitted on the assignment they are applied with. For k-means that is its own rule; Ward has no
+      ``predict``, so its clusters are represented by their means.
+    - **Elbow**: the paper names the method, not the rule; gpucal takes the knee farthest below the chord
+      of :math:`S(k)` (deterministic). k-means fits once per candidate :math:`k`.
+    - The embedding model is saved inside the model file as data (XGBoost's JSON, LightGBM's model text,
+      a gpucal model's JSON), not pickled, so a loaded calibrator predicts alone and cannot be handed a
+      different (say, retrained) model by mistake. The saved parameters hold ``embedding_model=None``
+      (or the path it was given): refit with a model.
+    - Algorithm 1 fits the clustering on train + calibration rows (Sec. 3.1); here the clustering and the
+      maps see the rows passed to ``fit``.
+
+    CECE (Sec. 2.4) over the fitted clusters: ``gpucal.metrics.cece(y, cal.predict(X), cal.clusters(X))``.
+
+    References
+    ----------
+    .. [1] T. Lavi, B. Shapira, N. Rappoport, "Calibration and Discrimination Optimization Using Clusters
+       of Learned Representation", 2024.
+    .. [2] X. He et al., "Practical lessons from predicting clicks on ads at Facebook", ADKDD 2014.
+
+    Examples
+    --------
+    >>> import lightgbm as lgb, numpy as np, pandas as pd
+    >>> from gpucal.ccl import ClusteredCalibrator
+    >>> rng = np.random.default_rng(0)
+    >>> X = pd.DataFrame({"a": rng.normal(size=2000), "b": rng.normal(size=2000)})
+    >>> y = (X.a + rng.normal(size=2000) > 0).astype(int)
+    >>> model = lgb.LGBMClassifier(n_estimators=10, num_leaves=4, verbose=-1).fit(X, y)
+    >>> X["score"] = model.predict_proba(X)[:, 1]
+    >>> cal = ClusteredCalibrator(embedding_model=model.booster_, n_clusters=4).fit(X, y)
+    >>> cal.predict(X).shape
+    (2000,)
+    """
+
+    _parameter_constraints: ClassVar[dict[str, Constraint]] = {
+        "embedding": Options(*EMBEDDINGS),
+        "leaf_encoding": Options(*LEAF_ENCODINGS),
+        "clustering": Options(*CLUSTERINGS),
+        "n_clusters": AnyOf(Interval(int, 1, None), Options("elbow")),
+        "min_clusters": Interval(int, 1, None),
+        "max_clusters": Interval(int, 1, None),
+        "n_init": Interval(int, 1, None),
+        "n_components": Interval(int, 1, None),
+        "max_cluster_rows": AnyOf(Interval(int, 2, None), Options("auto")),
+        "calibrator": Options(*CALIBRATORS),
+        "min_cluster_size": Interval(float, 0, None),
+        "penalty": Interval(float, 0, None),
+        "seed": Interval(int, 0, None),
+        "device": Options("auto", "cpu", "gpu"),
+        "output_type": OUTPUT_TYPE_OPTIONS,
+    }
+    _state_spec: ClassVar[dict[str, str]] = {
+        "embedding_": "json",
+        "projection_": "float_matrix",
+        "centroids_": "float_matrix",
+        "n_clusters_": "int",
+        "params_": "float_matrix",
+        "global_params_": "float_array",
+        "cluster_role_": "int_array",
+        "cluster_rate_": "float_matrix",
+        "cluster_weight_": "float_array",
+        "elbow_": "json",
+        "n_classes_": "int",
+    }
+
+    def __init__(
+        self,
+        *,
+        embedding_model: Any = None,
+        embedding: str = "leaves",
+        leaf_encoding: str = "onehot",
+        clustering: str = "kmeans",
+        n_clusters: int | str = "elbow",
+        min_clusters: int = 2,
+        max_clusters: int = 30,
+        n_init: int = 1,
+        n_components: int = 32,
+        max_cluster_rows: int | str = "auto",
+        calibrator: str = "platt",
+        min_cluster_size: float = 50.0,
+        penalty: float = 0.0,
+        score_col: Hashable | Sequence[Hashable] = "score",
+        feature_cols: Sequence[Hashable] | None = None,
+        seed: int = 0,
+        device: str = "auto",
+        output_type: str = "input",
+    ) -> None:
+        self.embedding_model = embedding_model
+        self.embedding = embedding
+        self.leaf_encoding = leaf_encoding
+        self.clustering = clustering
+        self.n_clusters = n_clusters
+        self.min_clusters = min_clusters
+        self.max_clusters = max_clusters
+        self.n_init = n_init
+        self.n_components = n_components
+        self.max_cluster_rows = max_cluster_rows
+        self.calibrator = calibrator
+        self.min_cluster_size = min_cluster_size
+        self.penalty = penalty
+        self.score_col = score_col
+        self.feature_cols = feature_cols
+        self.seed = seed
+        self.device = device
+        self.output_type = output_type
+
+    # ----------------------------------------------------------------------------------------------
+    # Input
+
+    @property
+    def _multiclass(self) -> bool:
+        return not isinstance(self.score_col, str) and isinstance(self.score_col, Sequence)
+
+    def _scores(self, X: Any, *, allow_empty: bool = False) -> tuple[Any, Any]:
+        """Return ``(score, info)``: the 1-D probability or the ``(n, K)`` probability matrix."""
+        if not self._multiclass:
+            split = split_input(X, score_col=self.score_col, feature_cols=[], allow_empty=allow_empty)
+            return split.score, split.info
+        from gpucal.calibrators.temperature import as_2d_scores
+
+        cols: list[Hashable] = list(self.score_col)  # type: ignore[arg-type]
+        frame = _as_pandas(X)
+        missing = [c for c in cols if c not in frame.columns]
+        if missing:
+            msg = (
+                f"X: probability column(s) {missing} not found (score_col); available: {list(frame.columns)}"
+            )
+            raise KeyError(msg)
+        matrix = frame[cols].to_numpy()
+        as_2d_scores(matrix, "X[score_col]")  # checks: numbers in [0, 1], rows summing to 1
+        return np.asarray(matrix, dtype=np.float64), None
+
+    def _other_columns(self, X: Any) -> list[Hashable]:
+        scores = set(self.score_col) if self._multiclass else {self.score_col}  # type: ignore[arg-type]
+        return [c for c in _as_pandas(X).columns if c not in scores]
+
+    # ----------------------------------------------------------------------------------------------
+    # fit
+
+    def fit(self, X: Any, y: Any, sample_weight: Any = None) -> ClusteredCalibrator:
+        """Embed, cluster, and fit one map per cluster (Algorithm 1).
+
+        Parameters
+        ----------
+        X : dataframe
+            The score column (or the class-probability columns) and the embedding model's features.
+        y : array-like of shape (n,)
+            Labels in {0, 1} (binary; soft labels count as that fraction of a positive), or class indices in
+            ``[0, K)`` (multi-class).
+        sample_weight : array-like of shape (n,), optional
+            Non-negative row weights (k-means, the maps and the rates use them; the Ward tree does not).
+
+        Returns
+        -------
+        self
+        """
+        self._validate_params()
+        if self.min_clusters > self.max_clusters:
+            msg = f"min_clusters={self.min_clusters} is above max_clusters={self.max_clusters}"
+            raise ValueError(msg)
+        if self._multiclass and self.calibrator != "dirichlet":
+            msg = f"calibrator={self.calibrator!r}: multi-class scores (score_col a list) take 'dirichlet'"
+            raise ValueError(msg)
+        score, _ = self._scores(X)
+        xp = array_namespace(score)
+        n = score.shape[0]
+        if self._multiclass:
+            from gpucal.calibrators.temperature import check_class_labels, check_several_classes
+
+            labels = check_class_labels(y, n, score.shape[1])
+            weights = check_sample_weight(sample_weight, n, xp=xp)
+            check_several_classes(labels, weights, score.shape[1])
+        else:
+            from gpucal.calibrators._logistic import check_two_classes
+
+            labels = check_labels(y, "y")
+            check_consistent_length(X=score, y=labels)
+            weights = check_sample_weight(sample_weight, n, xp=xp)
+            check_two_classes(labels, weights)
+        device = resolve_device(self.device, score)
+        self._backend = "cuda" if device == "gpu" else "cpu"
+        if device == "gpu" and xp is np and self.calibrator != "dirichlet":
+            import cupy  # the maps are fitted where the backend runs; Dirichlet fits stay on the host
+
+            score, labels, weights = cupy.asarray(score), cupy.asarray(labels), cupy.asarray(weights)
+            xp = cupy
+
+        self.embedding_ = make_embedding(
+            self.embedding_model,
+            self.embedding,
+            self.leaf_encoding,
+            self.feature_cols,
+            self._other_columns(X),
+        )
+        embedded = self.embedding_.fit_transform(X)
+        max_rows = (
+            AUTO_MAX_ROWS[self.clustering] if self.max_cluster_rows == "auto" else self.max_cluster_rows
+        )
+        clusters = fit_clusters(
+            embedded,
+            self.clustering,
+            self.n_clusters,
+            k_range=(self.min_clusters, self.max_clusters),
+            n_init=self.n_init,
+            max_rows=int(max_rows),
+            n_components=self.n_components,
+            seed=self.seed,
+            sample_weight=to_numpy(weights),
+            device=device,
+        )
+        self.projection_ = clusters.projection
+        self.centroids_ = clusters.centroids
+        self.n_clusters_ = int(clusters.centroids.shape[0])
+        self.elbow_ = None
+        if clusters.ks.shape[0]:
+            self.elbow_ = {"k": clusters.ks.tolist(), "inertia": clusters.inertia.tolist()}
+        part = xp.asarray(assign_clusters(project(embedded, self.projection_), self.centroids_))
+        if self.calibrator == "dirichlet":
+            self._fit_dirichlet(score, labels, weights, part)
+        else:
+            self._fit_local(score, labels, weights, part)
+        return self
+
+    def _fit_local(self, score: Any, y: Any, w: Any, part: Any) -> None:
+        """Binary Platt / temperature / beta maps for every cluster from per-cluster sums."""
+        from gpucal.partition.local_maps import fit_local_maps
+
+        xp = array_namespace(score)
+        k = self.n_clusters_
+        logit = _logit(score)
+        weight, rate = self._cluster_rates(y[:, None], w, part)
+        too_light = weight < self.min_cluster_size
+        homogeneous = _homogeneous_binary(y, w, part, k, weight) | _flat(logit[:, None], w, part, k, weight)
+        self.global_params_ = fit_local_maps(
+            score, y, w, xp.zeros(score.shape[0], dtype=xp.int32), 1, self.calibrator, backend=self._backend
+        )[0]
+        constant = homogeneous & ~too_light
+        rows = xp.asarray(~constant)[part]  # rows of constant clusters do not enter the fits
+        prior = np.tile(self.global_params_, (k, 1))
+        score, y, w, part = score[rows], y[rows], w[rows], part[rows]
+        params = fit_local_maps(
+            score,
+            y,
+            w,
+            part,
+            k,
+            self.calibrator,
+            prior=prior,
+            penalty=float(self.penalty),
+            min_part_weight=float(self.min_cluster_size),
+            fallback=self.global_params_,
+            backend=self._backend,
+        )
+        params[constant | too_light] = self.global_params_
+        self._set_clusters(params, weight, rate, constant, too_light)
+
+    def _fit_dirichlet(self, score: Any, y: Any, w: Any, part: Any) -> None:
+        """One :class:`DirichletCalibrator` per cluster (a loop: each fit is its own Newton solve)."""
+        from gpucal.calibrators.dirichlet import DirichletCalibrator
+
+        probs = _as_matrix(to_numpy(score))
+        labels = np.asarray(to_numpy(y) if self._multiclass else to_numpy(y) >= 0.5, dtype=np.int64)
+        if not self._multiclass and not np.isin(to_numpy(y), (0.0, 1.0)).all():
+            msg = "y: calibrator='dirichlet' needs hard labels in {0, 1}; soft labels have no class"
+            raise ValueError(msg)
+        w_np, part_np = to_numpy(w), to_numpy(part)
+        n_classes = probs.shape[1]
+        k = self.n_clusters_
+        # Binary rates are of the positive class only, as for the other maps.
+        targets = np.eye(n_classes)[labels] if self._multiclass else labels[:, None].astype(np.float64)
+        weight, rate = self._cluster_rates(targets, w_np, part_np)
+        too_light = weight < self.min_cluster_size
+        class_mass = np.stack(
+            [np.bincount(part_np, weights=w_np * (labels == c), minlength=k) for c in range(n_classes)],
+            axis=1,
+        )
+        single_class = (class_mass > 0).sum(axis=1) <= 1
+        constant = (
+            single_class | _flat(np.log(np.maximum(probs, EPS)), w_np, part_np, k, weight)
+        ) & ~too_light
+        glob = DirichletCalibrator().fit(probs, labels, sample_weight=w_np)
+        self.global_params_ = np.concatenate([glob.coef_.ravel(), glob.intercept_])
+        params = np.tile(self.global_params_, (k, 1))
+        for j in np.flatnonzero(~(constant | too_light)):
+            rows = part_np == j
+            cal = DirichletCalibrator().fit(probs[rows], labels[rows], sample_weight=w_np[rows])
+            params[j] = np.concatenate([cal.coef_.ravel(), cal.intercept_])
+        self._set_clusters(params, weight, rate, constant, too_light)
+
+    def _cluster_rates(self, targets: Any, w: Any, part: Any) -> tuple[np.ndarray, np.ndarray]:
+        """Per cluster: total weight and Laplace-smoothed rate of each target column (host arrays)."""
+        xp = array_namespace(targets)
+        k = self.n_clusters_
+        weight = to_numpy(xp.bincount(part, weights=w, minlength=k)).astype(np.float64)
+        mass = np.stack(
+            [
+                to_numpy(xp.bincount(part, weights=w * targets[:, j], minlength=k))
+                for j in range(targets.shape[1])
+            ],
+            axis=1,
+        )
+        n_outcomes = 2 if targets.shape[1] == 1 else targets.shape[1]
+        return weight, (mass + 1.0) / (weight[:, None] + n_outcomes)
+
+    def _set_clusters(
+        self,
+        params: np.ndarray,
+        weight: np.ndarray,
+        rate: np.ndarray,
+        constant: np.ndarray,
+        too_light: np.ndarray,
+    ) -> None:
+        self.params_ = np.asarray(params, dtype=np.float64)
+        self.cluster_weight_ = weight
+        self.cluster_rate_ = rate
+        role = np.full(self.n_clusters_, FITTED, dtype=np.int64)
+        role[constant] = CONSTANT
+        role[too_light] = FALLBACK
+        self.cluster_role_ = role
+        self.n_classes_ = rate.shape[1] if self._multiclass else 2
+
+    # ----------------------------------------------------------------------------------------------
+    # predict
+
+    def clusters(self, X: Any) -> np.ndarray:
+        """Return the cluster of every row of ``X`` (int32, host): the bins of CECE (Sec. 2.4, Eq. 4)."""
+        check_is_fitted(self, list(self._state_spec))
+        embedded = self.embedding_.transform(X)
+        if embedded.shape[1] != self.projection_.shape[0]:
+            msg = f"X: embeds into {embedded.shape[1]} columns, the fit had {self.projection_.shape[0]}"
+            raise ValueError(msg)
+        return assign_clusters(project(embedded, self.projection_), self.centroids_)
+
+    def predict(self, X: Any) -> Any:
+        """Return calibrated probabilities (Algorithm 2): 1-D for binary scores, ``(n, K)`` for multi-class.
+
+        Parameters
+        ----------
+        X : dataframe
+            The score column(s) and the embedding model's features.
+
+        Returns
+        -------
+        array or Series of shape (n,), or array of shape (n, K)
+        """
+        check_is_fitted(self, list(self._state_spec))
+        score, info = self._scores(X, allow_empty=True)
+        xp = array_namespace(score)
+        if score.shape[0] == 0:
+            out = xp.zeros((0, self.n_classes_)) if self._multiclass else xp.zeros(0)
+            return out if self._multiclass else wrap_output(out, info, output_type=self.output_type)
+        part = self.clusters(X)
+        if self.calibrator == "dirichlet":
+            out = self._predict_dirichlet(to_numpy(score), part)
+            if not self._multiclass:
+                out = xp.asarray(out[:, 1])
+        else:
+            from gpucal.partition.local_maps import apply_local_maps
+
+            part_xp = xp.asarray(part)
+            out = apply_local_maps(score, part_xp, self.params_, self.calibrator)
+            constant = xp.asarray(self.cluster_role_ == CONSTANT)[part_xp]
+            out = xp.where(constant, xp.asarray(self.cluster_rate_[:, 0])[part_xp], out)
+        if self._multiclass:
+            return out
+        return wrap_output(out, info, output_type=self.output_type)
+
+    def _predict_dirichlet(self, score: np.ndarray, part: np.ndarray) -> np.ndarray:
+        from gpucal.calibrators.dirichlet import predict_dirichlet
+
+        probs = _as_matrix(score)
+        log_p = np.log(np.maximum(probs, EPS))
+        n_classes = probs.shape[1]
+        out = np.empty_like(probs)
+        for j in np.unique(part):
+            rows = part == j
+            if self.cluster_role_[j] == CONSTANT:
+                out[rows] = self._class_rates(j)
+                continue
+            coef = self.params_[j, : n_classes * n_classes].reshape(n_classes, n_classes)
+            out[rows] = predict_dirichlet(log_p[rows], coef, self.params_[j, n_classes * n_classes :])
+        return out
+
+    def _class_rates(self, j: int) -> np.ndarray:
+        rate = self.cluster_rate_[j]
+        return np.array([1.0 - rate[0], rate[0]]) if rate.shape[0] == 1 else rate
+
+    # ----------------------------------------------------------------------------------------------
+    # Saving
+
+    def save(self, path: Any) -> None:
+        """Write the fitted calibrator, its embedding model included (as data), to ``path`` as JSON.
+
+        The embedding model lives in the fitted state; the saved parameters hold ``embedding_model=None``
+        (or the path it was given), since a model object is not JSON data.
+        """
+        from gpucal.persistence import to_dict
+
+        document = to_dict(self)
+        model = self.embedding_model
+        document["params"]["embedding_model"] = (
+            os.fspath(model) if isinstance(model, str | os.PathLike) else None
+        )
+        text = json.dumps(document, allow_nan=False, indent=1)
+        with open(os.fspath(path), "w", encoding="utf-8") as handle:
+            handle.write(text)
+
+    def _check_state(self) -> None:
+        """Rebuild the embedding from plain data and check the shapes agree."""
+        if isinstance(self.embedding_, dict):
+            self.embedding_ = TreeEmbedding.from_dict(self.embedding_)
+        if not isinstance(self.embedding_, TreeEmbedding):
+            msg = "embedding_: expected an embedding object"
+            raise ValueError(msg)
+        k = self.n_clusters_
+        n_params = self.global_params_.shape[0]
+        if self.centroids_.shape != (k, self.projection_.shape[1]) or self.params_.shape != (k, n_params):
+            msg = (
+                f"centroids_ {self.centroids_.shape}, params_ {self.params_.shape} do not fit n_clusters_={k}"
+            )
+            raise ValueError(msg)
+        n_out = self.n_classes_ if self._multiclass else 1
+        if self.cluster_rate_.shape != (k, n_out) or self.cluster_role_.shape != (k,):
+            msg = "cluster_rate_ / cluster_role_ do not fit n_clusters_"
+            raise ValueError(msg)
+        elbow = self.elbow_
+        if elbow is not None and not (
+            isinstance(elbow, dict)
+            and set(elbow) == {"k", "inertia"}
+            and all(isinstance(v, list) for v in elbow.values())
+            and len(elbow["k"]) == len(elbow["inertia"])
+        ):
+            msg = "elbow_: expected null or {'k': [...], 'inertia': [...]} of equal lengths"
+            raise ValueError(msg)
+        if not np.isin(self.cluster_role_, (FITTED, CONSTANT, FALLBACK)).all():
+            msg = "cluster_role_ holds an unknown role"
+            raise ValueError(msg)
+        if not ((self.cluster_rate_ > 0) & (self.cluster_rate_ < 1)).all():
+            msg = "cluster_rate_ must lie strictly between 0 and 1"
+            raise ValueError(msg)
+
+
+def _logit(score: Any) -> Any:
+    xp = array_namespace(score)
+    p = xp.clip(score, EPS, 1.0 - EPS)
+    return xp.log(p) - xp.log1p(-p)
+
+
+def _as_matrix(score: np.ndarray) -> np.ndarray:
+    """A binary score as the two-column matrix ``(1 - p, p)``; a matrix as it is."""
+    return np.stack([1.0 - score, score], axis=1) if score.ndim == 1 else score
+
+
+def _homogeneous_binary(y: Any, w: Any, part: Any, k: int, weight: np.ndarray) -> np.ndarray:
+    """Clusters whose rows carry weight on one label only (all positives or all negatives)."""
+    xp = array_namespace(y)
+    positive = to_numpy(xp.bincount(part, weights=w * y, minlength=k))
+    return (positive <= 0.0) | (positive >= weight)
+
+
+def _flat(values: Any, w: Any, part: Any, k: int, weight: np.ndarray) -> np.ndarray:
+    """Clusters whose score columns all have weighted variance below ``MIN_LOGIT_VARIANCE``."""
+    xp = array_namespace(values)
+    safe = np.where(weight > 0, weight, 1.0)
+    flat = np.ones(k, dtype=bool)
+    for j in range(values.shape[1]):
+        v = values[:, j]
+        mean = to_numpy(xp.bincount(part, weights=w * v, minlength=k)) / safe
+        centred = v - xp.asarray(mean)[part]
+        variance = to_numpy(xp.bincount(part, weights=w * centred * centred, minlength=k)) / safe
+        flat &= variance < MIN_LOGIT_VARIANCE
+    return flat
+
+
+__all__ = ["ClusteredCalibrator"]

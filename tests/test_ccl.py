@@ -1,0 +1,589 @@
+"""Clustered calibration (CCL, issue 5): embeddings, clusters, per-cluster maps, CECE, the rejection curve.
+
+The hand-checkable cases use an embedding model whose "leaves" are a column of the frame, so the clusters
+are known in advance and each cluster's map can be compared with scikit-learn fitted on its rows alone.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from sklearn.base import clone
+from sklearn.linear_model import LogisticRegression
+from sklearn.metrics import adjusted_rand_score
+
+import gpucal
+from gpucal.calibrators.dirichlet import DirichletCalibrator
+from gpucal.ccl import ClusteredCalibrator
+from gpucal.ccl.clustering import _ward, elbow_candidates, elbow_k, fit_clusters, kmeans_cpu
+from gpucal.ccl.model import CONSTANT, FALLBACK, FITTED
+from gpucal.metrics import cece
+from gpucal.metrics.rejection import rejection_curve
+
+xgb = pytest.importorskip("xgboost")
+lgb = pytest.importorskip("lightgbm")
+
+
+class ColumnLeaves:
+    """A one-tree "model" whose leaf is the frame's ``leaf`` column: the clusters are known in advance."""
+
+    def leaves(self, X):
+        return np.asarray(X["leaf"], dtype=np.int32)[:, None]
+
+
+def _logit(p):
+    p = np.clip(np.asarray(p, dtype=float), np.finfo(float).eps, 1 - np.finfo(float).eps)
+    return np.log(p) - np.log1p(-p)
+
+
+def _sklearn_platt(score, y, w=None):
+    """Unpenalised logistic regression on logit(score): the reference for a cluster's Platt map."""
+    model = LogisticRegression(C=np.inf, solver="newton-cholesky", tol=1e-12, max_iter=200)
+    model.fit(_logit(score)[:, None], y, sample_weight=w)
+    return float(model.coef_[0, 0]), float(model.intercept_[0])
+
+
+def _groups(sizes, slopes, shifts, seed=0):
+    """Rows in groups (leaf = group); group g's labels follow sigmoid(slope_g * logit(score) + shift_g)."""
+    rng = np.random.default_rng(seed)
+    leaf = np.repeat(np.arange(len(sizes)), sizes)
+    score = rng.uniform(0.02, 0.98, leaf.shape[0])
+    eta = np.asarray(slopes)[leaf] * _logit(score) + np.asarray(shifts)[leaf]
+    y = (rng.random(leaf.shape[0]) < 1 / (1 + np.exp(-eta))).astype(float)
+    return pd.DataFrame({"score": score, "leaf": leaf}), y
+
+
+def _same_partition(labels, groups):
+    """Each group is one cluster and each cluster one group (the numbering may differ)."""
+    pairs = set(zip(groups.tolist(), labels.tolist(), strict=True))
+    return len(pairs) == len(set(groups.tolist())) == len(set(labels.tolist()))
+
+
+# --------------------------------------------------------------------------------------------------
+# Parts and per-part parameters on hand-checkable data
+
+
+def test_clusters_and_platt_per_cluster_match_sklearn():
+    X, y = _groups([400, 300, 500], slopes=[0.5, 1.5, 1.0], shifts=[-1.0, 0.5, 1.0])
+    w = np.random.default_rng(1).uniform(0.5, 2.0, y.shape[0])
+    cal = ClusteredCalibrator(embedding_model=ColumnLeaves(), n_clusters=3, min_cluster_size=10)
+    cal.fit(X, y, sample_weight=w)
+    labels = cal.clusters(X)
+    assert _same_partition(labels, X["leaf"].to_numpy())
+    assert cal.cluster_role_.tolist() == [FITTED] * 3
+    for j in range(3):
+        rows = labels == j
+        np.testing.assert_allclose(
+            cal.params_[j], _sklearn_platt(X["score"][rows], y[rows], w[rows]), atol=1e-6
+        )
+        np.testing.assert_allclose(cal.cluster_weight_[j], w[rows].sum())
+    # The prediction of a row is its cluster's map (Eq. 2).
+    a, b = cal.params_[labels].T
+    expected = 1 / (1 + np.exp(-(a * _logit(X["score"].to_numpy()) + b)))
+    np.testing.assert_allclose(cal.predict(X), expected, rtol=1e-12)
+    # The global map (the fallback) is the same fit on every row.
+    np.testing.assert_allclose(cal.global_params_, _sklearn_platt(X["score"], y, w), atol=1e-6)
+
+
+def test_integer_weights_equal_repeated_rows():
+    X, y = _groups([200, 250], slopes=[0.7, 1.3], shifts=[0.3, -0.4], seed=2)
+    counts = np.random.default_rng(3).integers(1, 4, y.shape[0])
+    params = dict(embedding_model=ColumnLeaves(), n_clusters=2, min_cluster_size=5)
+    weighted = ClusteredCalibrator(**params).fit(X, y, sample_weight=counts.astype(float))
+    repeated = ClusteredCalibrator(**params).fit(X.loc[X.index.repeat(counts)], np.repeat(y, counts))
+    np.testing.assert_allclose(weighted.params_, repeated.params_, atol=1e-9)
+
+
+@pytest.mark.parametrize("calibrator", ["temperature", "beta"])
+def test_other_local_maps_match_their_calibrators_per_cluster(calibrator):
+    X, y = _groups([500, 400], slopes=[0.6, 1.4], shifts=[0.0, 0.0], seed=4)
+    cal = ClusteredCalibrator(embedding_model=ColumnLeaves(), n_clusters=2, calibrator=calibrator)
+    cal.fit(X, y)
+    labels = cal.clusters(X)
+    for j in range(2):
+        rows = labels == j
+        one = gpucal.make_calibrator(calibrator).fit(X["score"][rows].to_numpy(), y[rows])
+        reference = one.predict(X["score"][rows].to_numpy())
+        np.testing.assert_allclose(cal.predict(X)[rows], reference, atol=1e-6)
+
+
+def test_homogeneous_clusters_get_the_smoothed_rate():
+    X, y = _groups([300, 200, 250], slopes=[1.0, 1.0, 1.0], shifts=[0.0, 0.0, 0.0], seed=5)
+    y[X["leaf"] == 1] = 0.0  # all negatives
+    flat = (X["leaf"] == 2).to_numpy()
+    X.loc[flat, "score"] = 0.3  # mixed labels, but every score equal: no slope to fit
+    cal = ClusteredCalibrator(embedding_model=ColumnLeaves(), n_clusters=3).fit(X, y)
+    labels = cal.clusters(X)
+    out = cal.predict(X)
+    role = {g: int(cal.cluster_role_[labels[X["leaf"] == g][0]]) for g in range(3)}
+    assert role == {0: FITTED, 1: CONSTANT, 2: CONSTANT}
+    # Laplace's rule: (positives + 1) / (rows + 2), never exactly 0 or 1.
+    np.testing.assert_allclose(out[X["leaf"] == 1], 1 / 202)
+    np.testing.assert_allclose(out[flat], (y[flat].sum() + 1) / (flat.sum() + 2))
+    # The fitted cluster's map is not disturbed by the constant ones.
+    rows = (X["leaf"] == 0).to_numpy()
+    np.testing.assert_allclose(
+        cal.params_[labels[rows][0]], _sklearn_platt(X["score"][rows], y[rows]), atol=1e-6
+    )
+
+
+def test_tiny_cluster_falls_back_to_the_global_map():
+    X, y = _groups([400, 400, 6], slopes=[0.8, 1.2, 1.0], shifts=[0.5, -0.5, 0.0], seed=6)
+    y[X["leaf"] == 2] = 1.0  # homogeneous too, but too light to trust: the fallback wins
+    cal = ClusteredCalibrator(embedding_model=ColumnLeaves(), n_clusters=3, min_cluster_size=10).fit(X, y)
+    labels = cal.clusters(X)
+    tiny = labels[(X["leaf"] == 2).to_numpy()][0]
+    assert cal.cluster_role_[tiny] == FALLBACK
+    np.testing.assert_allclose(cal.params_[tiny], cal.global_params_)
+    np.testing.assert_allclose(cal.global_params_, _sklearn_platt(X["score"], y), atol=1e-6)
+
+
+def test_dirichlet_per_cluster_multiclass():
+    rng = np.random.default_rng(7)
+    leaf = np.repeat([0, 1, 2], [300, 300, 120])
+    probs = rng.dirichlet([2.0, 2.0, 2.0], leaf.shape[0])
+    labels = np.array([rng.choice(3, p=row) for row in probs])
+    labels[leaf == 2] = 1  # one class only: a constant
+    X = pd.DataFrame({"p0": probs[:, 0], "p1": probs[:, 1], "p2": probs[:, 2], "leaf": leaf})
+    cal = ClusteredCalibrator(
+        embedding_model=ColumnLeaves(), n_clusters=3, calibrator="dirichlet", score_col=["p0", "p1", "p2"]
+    ).fit(X, labels)
+    part = cal.clusters(X)
+    out = cal.predict(X)
+    assert out.shape == (720, 3)
+    for g in (0, 1):
+        rows = leaf == g
+        reference = DirichletCalibrator().fit(probs[rows], labels[rows]).predict(probs[rows])
+        np.testing.assert_allclose(out[rows], reference, atol=1e-9)
+        assert cal.cluster_role_[part[rows][0]] == FITTED
+    assert cal.cluster_role_[part[leaf == 2][0]] == CONSTANT
+    np.testing.assert_allclose(out[leaf == 2], np.tile([1 / 123, 121 / 123, 1 / 123], (120, 1)))
+
+
+def test_binary_dirichlet_is_per_cluster_dirichlet_on_two_columns():
+    X, y = _groups([300, 350], slopes=[0.7, 1.3], shifts=[0.4, -0.2], seed=8)
+    cal = ClusteredCalibrator(embedding_model=ColumnLeaves(), n_clusters=2, calibrator="dirichlet").fit(X, y)
+    part = cal.clusters(X)
+    for j in range(2):
+        rows = part == j
+        two = np.stack([1 - X["score"][rows], X["score"][rows]], axis=1)
+        ref = DirichletCalibrator().fit(two, y[rows].astype(int)).predict(two)[:, 1]
+        np.testing.assert_allclose(cal.predict(X)[rows], ref, atol=1e-9)
+
+
+# --------------------------------------------------------------------------------------------------
+# Clustering
+
+
+def _blobs(k=5, n_per=120, seed=0):
+    rng = np.random.default_rng(seed)
+    centres = np.array([[0.0, 0.0], [30.0, 0.0], [0.0, 30.0], [30.0, 30.0], [15.0, 60.0]])[:k]
+    return np.concatenate([c + rng.normal(size=(n_per, 2)) for c in centres]), np.repeat(np.arange(k), n_per)
+
+
+@pytest.mark.parametrize("method", ["kmeans", "agglomerative"])
+def test_elbow_picks_the_planted_number_of_clusters(method):
+    Z, truth = _blobs(k=5)
+    fitted = fit_clusters(
+        Z, method, "elbow", k_range=(2, 12), n_init=3, max_rows=10_000, n_components=32, seed=0
+    )
+    assert fitted.centroids.shape == (5, 2)
+    assert fitted.ks.tolist() == list(range(2, 13))
+    assert np.all(np.diff(fitted.inertia)[:3] < 0)
+    from gpucal.ccl.clustering import assign_clusters
+
+    assert adjusted_rand_score(truth, assign_clusters(Z, fitted.centroids)) == 1.0
+
+
+def test_elbow_rule_is_the_knee_below_the_chord():
+    ks = np.arange(1, 8)
+    assert elbow_k(ks, np.array([100.0, 60, 20, 15, 12, 10, 9])) == 3
+    assert elbow_k(ks, np.full(7, 5.0)) == 1  # flat: nothing gained by more clusters
+    assert elbow_candidates(5, 100)[[0, -1]].tolist() == [5, 100]
+    assert len(elbow_candidates(5, 100)) <= 18
+
+
+def test_ward_matches_sklearn_agglomerative():
+    from sklearn.cluster import AgglomerativeClustering
+
+    Z, _ = _blobs(k=4, n_per=50, seed=3)
+    Z = Z + np.random.default_rng(0).normal(scale=4.0, size=Z.shape)  # overlapping: a real tree cut
+    k, centroids, inertia = _ward(Z, np.array([4]))
+    theirs = AgglomerativeClustering(n_clusters=4, linkage="ward").fit_predict(Z)
+    ours = _ward_labels(Z, 4)
+    assert adjusted_rand_score(theirs, ours) == 1.0
+    # S(k) read off the merge heights equals the within-cluster sum of squares of the cut.
+    sse = sum(((Z[ours == c] - Z[ours == c].mean(axis=0)) ** 2).sum() for c in range(4))
+    np.testing.assert_allclose(inertia[0], sse, rtol=1e-9)
+    assert k == 4
+    assert centroids.shape == (4, 2)
+
+
+def _ward_labels(Z, k):
+    from scipy.cluster.hierarchy import fcluster, ward
+
+    return fcluster(ward(Z), t=k, criterion="maxclust") - 1
+
+
+def test_too_many_clusters_for_the_distinct_rows():
+    X, y = _groups([100, 100], slopes=[1, 1], shifts=[0, 0])
+    with pytest.raises(ValueError, match="only 2 distinct rows"):
+        ClusteredCalibrator(embedding_model=ColumnLeaves(), n_clusters=3).fit(X, y)
+
+
+@pytest.mark.gpu
+def test_cuml_kmeans_matches_sklearn():
+    pytest.importorskip("cuml")
+    from gpucal.ccl.clustering import assign_clusters, kmeans_gpu
+
+    Z, truth = _blobs(k=4, seed=2)
+    gpu_centroids, gpu_inertia = kmeans_gpu(Z, 4, n_init=3, seed=0)
+    _, cpu_inertia = kmeans_cpu(Z, 4, n_init=3, seed=0)
+    assert adjusted_rand_score(truth, assign_clusters(Z, gpu_centroids)) == 1.0
+    np.testing.assert_allclose(gpu_inertia, cpu_inertia, rtol=1e-6)
+
+
+# --------------------------------------------------------------------------------------------------
+# Embeddings from XGBoost, LightGBM and gpucal's own trees
+
+
+@pytest.fixture(scope="module")
+def tabular():
+    rng = np.random.default_rng(11)
+    n = 1600
+    X = pd.DataFrame(rng.normal(size=(n, 4)), columns=["a", "b", "c", "d"])
+    eta = 1.5 * X["a"] + X["b"] * X["c"]
+    y = (rng.random(n) < 1 / (1 + np.exp(-eta))).astype(int)
+    return X, y
+
+
+def _models(tabular):
+    X, y = tabular
+    fit = X.iloc[:800], y[:800]
+    return {
+        "xgboost": xgb.XGBClassifier(n_estimators=6, max_depth=3, n_jobs=1).fit(*fit),
+        "lightgbm": lgb.LGBMClassifier(n_estimators=6, num_leaves=6, verbose=-1, n_jobs=1).fit(*fit),
+    }
+
+
+@pytest.fixture(scope="module")
+def tree_models(tabular):
+    return _models(tabular)
+
+
+def _calibration_frame(tabular, model):
+    X, y = tabular
+    frame = X.iloc[800:].reset_index(drop=True)
+    frame["score"] = model.predict_proba(X.iloc[800:])[:, 1]
+    return frame, y[800:]
+
+
+def _raw_outputs(library, model, X, what):
+    if library == "xgboost":
+        matrix = xgb.DMatrix(X)
+        return model.get_booster().predict(matrix, pred_leaf=what == "leaves", pred_contribs=what == "shap")
+    return model.booster_.predict(X, pred_leaf=what == "leaves", pred_contrib=what == "shap")
+
+
+@pytest.mark.parametrize("library", ["xgboost", "lightgbm"])
+def test_leaf_and_shap_embeddings(library, tabular, tree_models):
+    model = tree_models[library]
+    frame, y = _calibration_frame(tabular, model)
+    features = frame[["a", "b", "c", "d"]]
+    cal = ClusteredCalibrator(embedding_model=model, n_clusters=4, n_components=1000).fit(frame, y)
+    onehot = cal.embedding_.transform(frame).toarray()
+    leaves = _raw_outputs(library, model, features, "leaves").astype(int)
+    assert onehot.shape[0] == 800
+    assert (onehot.sum(axis=1) == leaves.shape[1]).all()
+    # Two rows share a one-hot row exactly when they share every leaf.
+    _, by_leaves = np.unique(leaves, axis=0, return_inverse=True)
+    _, by_onehot = np.unique(onehot, axis=0, return_inverse=True)
+    assert adjusted_rand_score(by_leaves.ravel(), by_onehot.ravel()) == 1.0
+    index = ClusteredCalibrator(embedding_model=model, n_clusters=4, leaf_encoding="index").fit(frame, y)
+    np.testing.assert_array_equal(index.embedding_.transform(frame), leaves)
+
+    shap = ClusteredCalibrator(embedding_model=model, embedding="shap", n_clusters=4).fit(frame, y)
+    contribs = _raw_outputs(library, model, features, "shap")
+    np.testing.assert_allclose(shap.embedding_.transform(frame), contribs[:, :-1], rtol=1e-6)
+    # Without a projection (4 features), the clusters are k-means of the SHAP values themselves.
+    np.testing.assert_array_equal(shap.projection_, np.eye(4))
+    out = shap.predict(frame)
+    assert out.shape == (800,)
+    assert ((out > 0) & (out < 1)).all()
+
+
+@pytest.mark.parametrize("library", ["xgboost", "lightgbm"])
+def test_multiclass_shap_drops_every_bias_column(library, tabular):
+    X, _ = tabular
+    labels = np.digitize(X["a"] + X["b"], [-0.5, 0.5])
+    if library == "xgboost":
+        model = xgb.XGBClassifier(n_estimators=3, max_depth=2, n_jobs=1).fit(X, labels)
+    else:
+        model = lgb.LGBMClassifier(n_estimators=3, num_leaves=4, verbose=-1, n_jobs=1).fit(X, labels)
+    from gpucal.ccl.embeddings import make_embedding
+
+    embedding = make_embedding(model, "shap", "onehot", None, [])
+    shap = embedding.fit_transform(X)
+    contribs = _raw_outputs(library, model, X, "shap").reshape(len(X), 3, 5)
+    np.testing.assert_allclose(shap, contribs[:, :, :4].reshape(len(X), 12), rtol=1e-6)
+
+
+def _mbct_frame(tabular, n=800):
+    """Scores blind to ``b * c``: MBCT's trees split on it, so their leaves are real segments."""
+    X, y = tabular
+    frame = X.iloc[:n].copy()
+    frame["score"] = np.clip(1 / (1 + np.exp(-1.2 * frame["a"])), 0.01, 0.99)
+    mbct = gpucal.MBCT(max_trees=2, max_depth=2, n_bins=4, min_node_size=40.0, validation_fraction=0.0)
+    return frame, np.asarray(y[:n]), mbct.fit(frame, y[:n])
+
+
+def test_gpucal_trees_as_the_embedding(tabular):
+    frame, y, mbct = _mbct_frame(tabular)
+    cal = ClusteredCalibrator(embedding_model=mbct, n_clusters=4).fit(frame, y)
+    leaves = np.asarray(mbct.leaves(frame))
+    codes = np.unique(leaves, axis=0, return_inverse=True)[1].ravel()
+    assert codes.max() >= 4
+    # Rows in the same leaves of every tree share their embedding, hence their cluster.
+    part = cal.clusters(frame)
+    for code in np.unique(codes):
+        assert len(set(part[codes == code].tolist())) == 1
+
+
+# --------------------------------------------------------------------------------------------------
+# CECE and the rejection curve against plain loops
+
+
+def test_cece_over_the_fitted_clusters_matches_a_loop(tabular, tree_models):
+    frame, y = _calibration_frame(tabular, tree_models["lightgbm"])
+    y = np.asarray(y, dtype=float)
+    w = np.random.default_rng(12).uniform(0.2, 3.0, y.shape[0])
+    cal = ClusteredCalibrator(embedding_model=tree_models["lightgbm"], n_clusters=5, calibrator="temperature")
+    cal.fit(frame, y, sample_weight=w)
+    bins = cal.clusters(frame)
+    p = cal.predict(frame).to_numpy()
+    gaps, masses = [], []
+    for c in np.unique(bins):
+        rows = bins == c
+        gaps.append(
+            abs(np.sum(w[rows] * y[rows]) / w[rows].sum() - np.sum(w[rows] * p[rows]) / w[rows].sum())
+        )
+        masses.append(w[rows].sum())
+    gaps, share = np.array(gaps), np.array(masses) / w.sum()
+    assert gaps.max() > 1e-3  # temperature has no intercept: the clusters keep a bias for CECE to see
+    np.testing.assert_allclose(cece(y, p, bins, sample_weight=w), np.sum(share * gaps), rtol=1e-12)
+    np.testing.assert_allclose(cece(y, p, bins, sample_weight=w, metric="mce"), gaps.max(), rtol=1e-12)
+    ada = np.sqrt(np.sum(share * gaps**2))
+    np.testing.assert_allclose(cece(y, p, bins, sample_weight=w, metric="ada_ece"), ada, rtol=1e-12)
+
+
+def test_platt_per_cluster_zeroes_cece_on_its_own_rows(tabular, tree_models):
+    """The intercept's score equation: a converged Platt fit matches each cluster's mean label."""
+    frame, y = _calibration_frame(tabular, tree_models["lightgbm"])
+    w = np.random.default_rng(12).uniform(0.2, 3.0, len(y))
+    cal = ClusteredCalibrator(embedding_model=tree_models["lightgbm"], n_clusters=5, min_cluster_size=100.0)
+    cal.fit(frame, y, sample_weight=w)
+    fitted = np.isin(cal.clusters(frame), np.flatnonzero(cal.cluster_role_ == FITTED))
+    assert fitted.mean() > 0.8
+    p, y = cal.predict(frame).to_numpy()[fitted], np.asarray(y)[fitted]
+    assert cece(y, p, cal.clusters(frame)[fitted], sample_weight=w[fitted]) < 1e-9
+
+
+def test_ill_conditioned_cluster_still_gets_its_likelihood_maximum():
+    """Two close distinct scores (common in leaf clusters): the slope is steep, 33.7, and still exact."""
+    X, y = _groups([300], slopes=[1.0], shifts=[0.0], seed=9)
+    hard = pd.DataFrame({"score": np.repeat([0.7, 0.72], [6, 34]), "leaf": 1})
+    y_hard = np.ones(40)
+    y_hard[[0, 6]] = 0.0
+    w = np.ones(340)
+    w[[300, 306]] = [2.4, 0.6]
+    X, y = pd.concat([X, hard], ignore_index=True), np.concatenate([y, y_hard])
+    cal = ClusteredCalibrator(embedding_model=ColumnLeaves(), n_clusters=2, min_cluster_size=10)
+    cal.fit(X, y, sample_weight=w)
+    j = cal.clusters(X)[-1]
+    expected = _sklearn_platt(hard["score"], y_hard, w[300:])
+    np.testing.assert_allclose(cal.params_[j], expected, rtol=1e-6)
+    assert expected[0] > 30
+
+
+def test_rejection_curve_matches_a_loop():
+    rng = np.random.default_rng(13)
+    p = rng.uniform(size=500)
+    y = (rng.random(500) < p).astype(float)
+    y[:20] = 0.3  # soft labels count as that fraction of an error
+    w = rng.uniform(0.0, 2.0, 500)
+    thresholds = [0.5, 0.6, 0.75, 0.9, 0.99, 1.0]
+    curve = rejection_curve(y, p, thresholds=thresholds, sample_weight=w)
+    for row, t in zip(curve.itertuples(), thresholds, strict=True):
+        accepted = np.maximum(p, 1 - p) >= t
+        error = np.where(p >= 0.5, 1 - y, y)
+        assert row.rows == accepted.sum()
+        np.testing.assert_allclose(row.accepted, w[accepted].sum() / w.sum(), rtol=1e-12)
+        if w[accepted].sum() > 0:
+            np.testing.assert_allclose(
+                row.error_rate, np.sum(w * error * accepted) / w[accepted].sum(), rtol=1e-12
+            )
+        else:
+            assert np.isnan(row.error_rate)
+    matrix = rng.dirichlet([1, 1, 1], 300)
+    labels = rng.integers(0, 3, 300)
+    curve = rejection_curve(labels, matrix, thresholds=[0.0, 0.5])
+    top = matrix.max(axis=1)
+    wrong = matrix.argmax(axis=1) != labels
+    np.testing.assert_allclose(curve["error_rate"], [wrong.mean(), wrong[top >= 0.5].mean()])
+
+
+def test_rejection_curve_rejects_bad_thresholds():
+    with pytest.raises(ValueError, match="thresholds"):
+        rejection_curve([0, 1], [0.2, 0.7], thresholds=[0.5, 1.5])
+
+
+# --------------------------------------------------------------------------------------------------
+# Saving, cloning, bad input
+
+
+@pytest.mark.parametrize("library", ["xgboost", "lightgbm"])
+@pytest.mark.parametrize("embedding", ["leaves", "shap"])
+def test_save_load_round_trip(library, embedding, tabular, tree_models, tmp_path):
+    model = tree_models[library]
+    frame, y = _calibration_frame(tabular, model)
+    calibrator = "dirichlet" if library == "xgboost" else "beta"
+    cal = ClusteredCalibrator(embedding_model=model, embedding=embedding, n_clusters=4, calibrator=calibrator)
+    cal.fit(frame, y)
+    cal.save(tmp_path / "ccl.json")
+    loaded = gpucal.load(tmp_path / "ccl.json")
+    assert loaded.embedding_model is None  # the model travels in the state, as text
+    np.testing.assert_array_equal(loaded.predict(frame), cal.predict(frame))
+    np.testing.assert_array_equal(loaded.clusters(frame), cal.clusters(frame))
+
+
+def test_multiclass_save_load(tabular, tmp_path):
+    X, _ = tabular
+    labels = np.digitize(X["a"] + X["b"], [-0.5, 0.5])
+    model = xgb.XGBClassifier(n_estimators=4, max_depth=2, n_jobs=1).fit(X.iloc[:800], labels[:800])
+    frame = X.iloc[800:].reset_index(drop=True)
+    probs = model.predict_proba(X.iloc[800:])
+    frame[["p0", "p1", "p2"]] = probs / probs.sum(axis=1, keepdims=True)
+    cal = ClusteredCalibrator(
+        embedding_model=model,
+        embedding="shap",
+        n_clusters=3,
+        calibrator="dirichlet",
+        score_col=["p0", "p1", "p2"],
+    ).fit(frame, labels[800:])
+    out = cal.predict(frame)
+    np.testing.assert_allclose(out.sum(axis=1), 1.0)
+    cal.save(tmp_path / "ccl.json")
+    np.testing.assert_array_equal(gpucal.load(tmp_path / "ccl.json").predict(frame), out)
+
+
+def test_save_load_with_gpucal_trees(tabular, tmp_path):
+    frame, y, mbct = _mbct_frame(tabular)
+    cal = ClusteredCalibrator(embedding_model=mbct, n_clusters=3).fit(frame, y)
+    cal.save(tmp_path / "ccl.json")
+    loaded = gpucal.load(tmp_path / "ccl.json")
+    assert isinstance(loaded.embedding_.model, gpucal.MBCT)
+    np.testing.assert_array_equal(loaded.predict(frame), cal.predict(frame))
+
+
+def test_embedding_model_from_a_file(tabular, tree_models, tmp_path):
+    """The command line's way in: the path of a saved XGBoost, LightGBM or gpucal model."""
+    paths = {"xgboost": tmp_path / "m.json", "lightgbm": tmp_path / "m.txt"}
+    tree_models["xgboost"].get_booster().save_model(paths["xgboost"])
+    tree_models["lightgbm"].booster_.save_model(paths["lightgbm"])
+    for library, path in paths.items():
+        frame, y = _calibration_frame(tabular, tree_models[library])
+        from_object = ClusteredCalibrator(embedding_model=tree_models[library], n_clusters=3).fit(frame, y)
+        from_file = ClusteredCalibrator(embedding_model=str(path), n_clusters=3).fit(frame, y)
+        np.testing.assert_array_equal(from_file.predict(frame), from_object.predict(frame))
+        from_file.save(tmp_path / "ccl.json")
+        assert gpucal.load(tmp_path / "ccl.json").embedding_model == str(path)
+    frame, y, mbct = _mbct_frame(tabular)
+    mbct.save(tmp_path / "mbct.json")
+    from_file = ClusteredCalibrator(embedding_model=tmp_path / "mbct.json", n_clusters=3).fit(frame, y)
+    from_object = ClusteredCalibrator(embedding_model=mbct, n_clusters=3).fit(frame, y)
+    np.testing.assert_array_equal(from_file.predict(frame), from_object.predict(frame))
+
+
+def test_corrupt_file_is_refused(tabular, tree_models, tmp_path):
+    import json
+
+    from gpucal.persistence import ModelFileError
+
+    frame, y = _calibration_frame(tabular, tree_models["lightgbm"])
+    ClusteredCalibrator(embedding_model=tree_models["lightgbm"], n_clusters=3).fit(frame, y).save(
+        tmp_path / "m.json"
+    )
+    document = json.loads((tmp_path / "m.json").read_text())
+    for key, bad, match in [
+        ("cluster_role_", [0, 7, 0], "unknown role"),
+        ("cluster_rate_", [[0.0], [0.5], [0.5]], "strictly between 0 and 1"),
+        ("embedding_", {"library": "sklearn"}, "embedding_"),
+    ]:
+        broken = json.loads(json.dumps(document))
+        broken["state"][key] = bad
+        (tmp_path / "bad.json").write_text(json.dumps(broken))
+        with pytest.raises(ModelFileError, match=match):
+            gpucal.load(tmp_path / "bad.json")
+
+
+def test_unsaveable_embedding_model(tmp_path):
+    X, y = _groups([100, 100], slopes=[1, 1], shifts=[0, 0])
+    cal = ClusteredCalibrator(embedding_model=ColumnLeaves(), n_clusters=2).fit(X, y)
+    with pytest.raises(TypeError, match="cannot be saved"):
+        cal.save(tmp_path / "x.json")
+
+
+def test_clone(tabular, tree_models):
+    from sklearn.frozen import FrozenEstimator
+
+    frame, y = _calibration_frame(tabular, tree_models["lightgbm"])
+    for model in (tree_models["lightgbm"].booster_, FrozenEstimator(tree_models["lightgbm"])):
+        cal = ClusteredCalibrator(embedding_model=model, n_clusters=3).fit(frame, y)
+        twin = clone(cal).fit(frame, y)
+        np.testing.assert_array_equal(twin.predict(frame), cal.predict(frame))
+    # clone() rebuilds a scikit-learn model unfitted: the error says what to pass instead.
+    cal = clone(ClusteredCalibrator(embedding_model=tree_models["xgboost"], n_clusters=3))
+    with pytest.raises(ValueError, match=r"not fitted.*FrozenEstimator"):
+        cal.fit(frame, y)
+
+
+@pytest.mark.parametrize(
+    ("params", "error", "match"),
+    [
+        ({}, ValueError, "needs a fitted tree model"),
+        ({"embedding_model": ColumnLeaves(), "embedding": "pca"}, ValueError, "'embedding' parameter"),
+        (
+            {"embedding_model": ColumnLeaves(), "embedding": "shap"},
+            ValueError,
+            "needs an XGBoost or LightGBM",
+        ),
+        ({"embedding_model": "no/such/model.json"}, FileNotFoundError, "no model file"),
+        ({"embedding_model": object()}, TypeError, "leaves"),
+        ({"embedding_model": ColumnLeaves(), "n_clusters": 0}, ValueError, "'n_clusters' parameter"),
+        (
+            {"embedding_model": ColumnLeaves(), "min_clusters": 5, "max_clusters": 3},
+            ValueError,
+            "min_clusters",
+        ),
+        ({"embedding_model": ColumnLeaves(), "calibrator": "isotonic"}, ValueError, "'calibrator' parameter"),
+    ],
+)
+def test_bad_parameters(params, error, match):
+    X, y = _groups([100, 100], slopes=[1, 1], shifts=[0, 0])
+    with pytest.raises(error, match=match):
+        ClusteredCalibrator(**{"n_clusters": 2, **params}).fit(X, y)
+
+
+def test_bad_data(tabular, tree_models):
+    frame, y = _calibration_frame(tabular, tree_models["xgboost"])
+    cal = ClusteredCalibrator(embedding_model=tree_models["xgboost"], n_clusters=3)
+    with pytest.raises(KeyError, match="'d'"):
+        cal.fit(frame.drop(columns="d"), y)
+    with pytest.raises(ValueError, match="no positive labels"):
+        cal.fit(frame, np.zeros(len(frame)))
+    with pytest.raises(ValueError, match="multi-class scores"):
+        ClusteredCalibrator(embedding_model=ColumnLeaves(), score_col=["a", "b"]).fit(frame, y)
+    fitted = cal.fit(frame, y)
+    with pytest.raises(KeyError, match="score"):
+        fitted.predict(frame.drop(columns="score"))
