@@ -19,8 +19,10 @@ from gpucal.calibrators import (
     DirichletCalibrator,
     DownsamplingCorrection,
     FeatureAwarePlattCalibrator,
+    FieldAwareCalibrator,
     HistogramCalibrator,
     IsotonicCalibrator,
+    PiecewiseLogitCalibrator,
     PlattCalibrator,
     ScalingBinningCalibrator,
     SIRCalibrator,
@@ -28,6 +30,7 @@ from gpucal.calibrators import (
     correct_downsampling,
     make_calibrator,
 )
+from gpucal.ccl import ClusteredCalibrator
 from gpucal.encoding import FeatureEncoder
 from gpucal.evaluation import evaluate
 from gpucal.hc import HeterogeneousCalibrator
@@ -37,14 +40,17 @@ from gpucal.persistence import ModelFileError, load
 __all__ = [
     "MBCT",
     "BetaCalibrator",
+    "ClusteredCalibrator",
     "DirichletCalibrator",
     "DownsamplingCorrection",
     "FeatureAwarePlattCalibrator",
     "FeatureEncoder",
+    "FieldAwareCalibrator",
     "HeterogeneousCalibrator",
     "HistogramCalibrator",
     "IsotonicCalibrator",
     "ModelFileError",
+    "PiecewiseLogitCalibrator",
     "PlattCalibrator",
     "SIRCalibrator",
     "ScalingBinningCalibrator",

@@ -30,6 +30,11 @@ def _log(message: str) -> None:
 DEMO_CALIBRATORS = ("platt", "temperature", "beta", "histogram", "isotonic", "scaling_binning", "sir")
 #: Calibrators that also read the scenario's fields (every field categorical).
 DEMO_FEATURE_CALIBRATORS = ("feature_platt", "mbct", "hc")
+#: Clustered calibration (CCL) over the leaves of the MBCT fitted just before: gpucal's own trees.
+DEMO_CLUSTERED_CALIBRATORS = ("ccl",)
+#: The neural calibrators (NeuCalib's eta alone; eta + field network): in the demo when torch is installed.
+DEMO_NEURAL_CALIBRATORS = ("piecewise_logit",)
+DEMO_NEURAL_FEATURE_CALIBRATORS = ("neucalib",)
 #: Columns of the demo's text table; the JSON output holds every metric of ``gpucal.evaluate``.
 DEMO_COLUMNS = ("log_loss", "brier", "roc_auc", "ece_15_uniform", "mvce_r100", "tce_l2")
 
@@ -38,6 +43,11 @@ def run_demo(args: argparse.Namespace) -> int:
     """Fit every calibrator on a calibration split of ``make_ctr`` data; compare them on held-out rows."""
     from gpucal import datasets, make_calibrator, metrics
     from gpucal.evaluation import evaluate
+    from gpucal.neural import torch_available
+
+    neural = torch_available()  # the neural extra: fitting needs PyTorch
+    one_dim = DEMO_CALIBRATORS + DEMO_NEURAL_CALIBRATORS * neural
+    feature_aware = DEMO_FEATURE_CALIBRATORS + DEMO_NEURAL_FEATURE_CALIBRATORS * neural
 
     started = time.perf_counter()
     _log(f"generating 2 x make_ctr(n_rows={args.rows}, scenario={args.scenario!r}, seed={args.seed}) ...")
@@ -47,15 +57,24 @@ def run_demo(args: argparse.Namespace) -> int:
     _log(f"  {args.rows:,} + {args.rows:,} rows, positive rate {calibration['label'].mean():.4f}")
     predictions = {"raw score": held_out["score"].to_numpy()}
     fit_seconds = {"raw score": 0.0}
-    for name in DEMO_CALIBRATORS:
+    for name in one_dim:
         tick = time.perf_counter()
         model = make_calibrator(name).fit(calibration["score"], calibration["label"])
         predictions[name] = model.predict(held_out["score"].to_numpy())
         fit_seconds[name] = time.perf_counter() - tick
         _log(f"  {name:<16} fit + predict {fit_seconds[name]:.2f} s")
-    for name in DEMO_FEATURE_CALIBRATORS:
+    fitted = {}
+    for name in feature_aware:
         tick = time.perf_counter()
         model = make_calibrator(name, feature_cols=fields, categorical_cols=fields)
+        model.fit(calibration[["score", *fields]], calibration["label"])
+        fitted[name] = model
+        predictions[name] = model.predict(held_out[["score", *fields]]).to_numpy()
+        fit_seconds[name] = time.perf_counter() - tick
+        _log(f"  {name:<16} fit + predict {fit_seconds[name]:.2f} s")
+    for name in DEMO_CLUSTERED_CALIBRATORS:
+        tick = time.perf_counter()
+        model = make_calibrator(name, embedding_model=fitted["mbct"], n_clusters=20)
         model.fit(calibration[["score", *fields]], calibration["label"])
         predictions[name] = model.predict(held_out[["score", *fields]]).to_numpy()
         fit_seconds[name] = time.perf_counter() - tick
@@ -100,7 +119,8 @@ def run_demo(args: argparse.Namespace) -> int:
         )
         print(report.head(args.top).to_string(index=False))
         print("\nOne-dimensional maps cannot fix errors that live in segments (see worst_field_ece);")
-        print("the feature-aware calibrators (feature_platt, mbct, hc) read the fields and can.")
+        names = ", ".join([*feature_aware, *DEMO_CLUSTERED_CALIBRATORS])
+        print(f"the feature-aware calibrators ({names}) read the fields and can.")
     _log(f"done in {elapsed:.1f} s")
     return 0
 

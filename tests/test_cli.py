@@ -10,7 +10,14 @@ import pytest
 
 import gpucal
 from gpucal import metrics
-from gpucal.cli import DEMO_CALIBRATORS, DEMO_FEATURE_CALIBRATORS, main
+from gpucal.cli import (
+    DEMO_CALIBRATORS,
+    DEMO_CLUSTERED_CALIBRATORS,
+    DEMO_FEATURE_CALIBRATORS,
+    DEMO_NEURAL_CALIBRATORS,
+    DEMO_NEURAL_FEATURE_CALIBRATORS,
+    main,
+)
 
 
 @pytest.fixture
@@ -34,7 +41,9 @@ def test_demo_fits_every_calibrator_and_beats_the_raw_score(capsys):
     document = json.loads(capsys.readouterr().out)
     assert document["rows"] == 20000
     table = document["metrics"]
-    assert set(table) == {"raw score", "oracle p_true", *DEMO_CALIBRATORS, *DEMO_FEATURE_CALIBRATORS}
+    expected = {"raw score", "oracle p_true", *DEMO_CALIBRATORS, *DEMO_FEATURE_CALIBRATORS}
+    expected |= {*DEMO_CLUSTERED_CALIBRATORS, *DEMO_NEURAL_CALIBRATORS, *DEMO_NEURAL_FEATURE_CALIBRATORS}
+    assert set(table) == expected
     assert table["oracle p_true"]["tce_l2"] == 0.0
     # The default scenario is over-confident with a bend: a fitted monotone map must help on held-out rows.
     for name in ("platt", "beta", "isotonic", "sir"):

@@ -34,3 +34,17 @@ def test_dask_example_runs():
     block = re.search(r"## Dask and Docker\n\n.*?```python\n(.*?)```", README.read_text(), re.S)
     assert block is not None, "README has no Dask python block"
     exec(compile(block.group(1).replace("200_000", "20_000"), "README.md", "exec"), {})
+
+
+def test_partition_example_runs(capsys):
+    block = re.search(
+        r"## Heterogeneous and clustered calibration\n\n```python\n(.*?)```", README.read_text(), re.S
+    )
+    assert block is not None, "README has no HC / CCL python block"
+    code = (
+        block.group(1).replace("300_000", "30_000").replace("100_000", "10_000").replace("200_000", "20_000")
+    )
+    namespace: dict = {}
+    exec(compile(code, "README.md", "exec"), namespace)
+    assert "Calibration tree rules" in capsys.readouterr().out
+    assert namespace["p"].index.equals(namespace["test"].index)

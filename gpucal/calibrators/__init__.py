@@ -21,8 +21,10 @@ from gpucal.calibrators.platt import PlattCalibrator
 from gpucal.calibrators.scaling_binning import ScalingBinningCalibrator
 from gpucal.calibrators.sir import SIRCalibrator
 from gpucal.calibrators.temperature import TemperatureCalibrator
+from gpucal.ccl.model import ClusteredCalibrator
 from gpucal.hc.model import HeterogeneousCalibrator
 from gpucal.mbct.model import MBCT
+from gpucal.neural import FieldAwareCalibrator, PiecewiseLogitCalibrator
 
 #: Name -> class. scikit-learn's names ("sigmoid", "isotonic", "temperature") are aliases of ours.
 CALIBRATORS: dict[str, type[Calibrator]] = {
@@ -39,6 +41,10 @@ CALIBRATORS: dict[str, type[Calibrator]] = {
     "feature_platt": FeatureAwarePlattCalibrator,
     "mbct": MBCT,
     "hc": HeterogeneousCalibrator,
+    "ccl": ClusteredCalibrator,
+    "piecewise_logit": PiecewiseLogitCalibrator,
+    "neucalib": FieldAwareCalibrator,
+    "field_aware": FieldAwareCalibrator,
 }
 
 
@@ -50,7 +56,8 @@ def make_calibrator(name: str, **params: Any) -> Calibrator:
     name : str
         One of :data:`CALIBRATORS`: ``"platt"`` (alias ``"sigmoid"``), ``"temperature"``, ``"beta"``,
         ``"histogram"``, ``"isotonic"``, ``"scaling_binning"``, ``"sir"``, ``"dirichlet"``,
-        ``"downsampling"``, ``"feature_platt"``, ``"mbct"``, ``"hc"``.
+        ``"downsampling"``, ``"feature_platt"``, ``"mbct"``, ``"hc"``, ``"ccl"``, ``"piecewise_logit"``,
+        ``"neucalib"`` (alias ``"field_aware"``).
     **params
         Constructor parameters of that class; an unknown one raises ``TypeError`` naming it.
 
@@ -76,11 +83,15 @@ __all__ = [
     "CALIBRATORS",
     "BetaCalibrator",
     "Calibrator",
+    "ClusteredCalibrator",
     "DirichletCalibrator",
     "DownsamplingCorrection",
     "FeatureAwarePlattCalibrator",
+    "FieldAwareCalibrator",
+    "HeterogeneousCalibrator",
     "HistogramCalibrator",
     "IsotonicCalibrator",
+    "PiecewiseLogitCalibrator",
     "PlattCalibrator",
     "SIRCalibrator",
     "ScalingBinningCalibrator",
