@@ -42,6 +42,7 @@ DISTRIBUTED_FITS = (
     "PlattCalibrator",
     "BetaCalibrator",
     "TemperatureCalibrator",
+    "MBCT",
 )
 
 

@@ -73,7 +73,7 @@ def _apply(X: Any, y: Any, w: Any, fn: Any, score_col: Any, score_kind: str, *ar
     return fn(*_read(X, y, w, score_col, score_kind), *args)
 
 
-def _summary(score: Any, y: Any, w: Any) -> np.ndarray:
+def score_summary(score: Any, y: Any, w: Any) -> np.ndarray:
     xp = array_namespace(score)
     n = int(score.shape[0])
     weighted = w > 0
@@ -90,7 +90,7 @@ def _summary(score: Any, y: Any, w: Any) -> np.ndarray:
     )
 
 
-def _combine_summaries(*summaries: np.ndarray) -> np.ndarray:
+def combine_score_summaries(*summaries: np.ndarray) -> np.ndarray:
     stacked = np.stack(summaries)
     out = stacked.sum(axis=0)
     out[_MIN] = stacked[:, _MIN].min()
@@ -151,7 +151,7 @@ class PartitionRows:
             parts, getattr(estimator, "score_col", "score"), getattr(estimator, "score_kind", "probability")
         )
         summary = reduce_partitions(
-            parts, _apply, _combine_summaries, args=(_summary, rows.score_col, rows.score_kind)
+            parts, _apply, combine_score_summaries, args=(score_summary, rows.score_col, rows.score_kind)
         )
         if summary[_COUNT] == 0:
             msg = "X: no rows"

@@ -11,8 +11,9 @@ import math
 import sys
 import time
 import warnings
-from collections.abc import Hashable, Sequence
-from typing import Any, ClassVar
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, ClassVar, Protocol
 
 import numpy as np
 from sklearn.utils.validation import check_is_fitted
@@ -21,9 +22,9 @@ from gpucal._backend import array_namespace, resolve_device
 from gpucal._frames import SplitInput, split_input, wrap_output
 from gpucal._validation import check_consistent_length, check_labels, check_sample_weight
 from gpucal.calibrators._base import AnyOf, Calibrator, Constraint, Interval, Options
-from gpucal.calibrators._logistic import EPS, check_two_classes
-from gpucal.calibrators.platt import OUTPUT_TYPE_OPTIONS, fit_platt, predict_platt
-from gpucal.distributed import reject_dask
+from gpucal.calibrators._logistic import EPS, ArrayRows, LogisticRows, check_two_classes
+from gpucal.calibrators.platt import OUTPUT_TYPE_OPTIONS, fit_platt_rows, predict_platt
+from gpucal.distributed._collections import any_dask
 from gpucal.encoding import FeatureEncoder
 from gpucal.mbct._node_size import min_node_size
 from gpucal.partition.aggregate import aggregate_rows
@@ -36,11 +37,13 @@ from gpucal.partition.ensemble import (
     tree_code_maps,
 )
 from gpucal.partition.grow import GrowConfig, TreeNodes, grow_tree
-from gpucal.partition.local_maps import fit_local_maps
+from gpucal.partition.local_maps import MapSums, fit_local_maps_from_sums, local_map_sums
 from gpucal.persistence import register
 from kernels import tree_leaves
 
 AUTO = Options("auto")
+# Receives one line per level of a growing tree (or None: no log).
+LevelLog = Callable[[str], None] | None
 # Newton steps refitting the shift / Platt leaves of a grown tree (they start from the grown map).
 N_REFIT_STEPS = 4
 
@@ -317,7 +320,12 @@ class MBCT(Calibrator):
         -------
         self
         """
-        reject_dask(self, X, y, sample_weight)
+        if any_dask(X, y, sample_weight):
+            from gpucal.distributed.mbct import fit_mbct_partitions
+
+            self._validate_params()
+            fit_mbct_partitions(self, X, y, sample_weight)
+            return self
         self._validate_params()
         split = split_input(X, score_col=self.score_col, feature_cols=self.feature_cols)
         score = split.score
@@ -356,6 +364,8 @@ class MBCT(Calibrator):
         valid_rows = None if valid is None else _take((codes, score, y, w), valid)
         c_tr, s_tr, y_tr, w_tr = train_rows
         self._log(1, f"MBCT: {s_tr.shape[0]} training rows, {codes.shape[1]} split features")
+        # Eq. 13 reads the label variance of the rows: before merging, whose soft labels would lower it.
+        self._resolve_sizes(*label_moments(y_tr, w_tr))
         # MVCE's views cut samples into bins of equal count: a merged row would be one sample of many,
         # so rows are merged for the deterministic criterion only.
         if self.aggregate and self.criterion == "gain" and xp is np:
@@ -363,34 +373,30 @@ class MBCT(Calibrator):
             if merged is not None:
                 c_tr, s_tr, y_tr, w_tr = merged
                 self._log(1, f"  identical rows merged: {s_tr.shape[0]} rows remain")
-        self._resolve_sizes(y_tr, w_tr)
         self._code_maps, self._rare_codes, self._tree_n_values = tree_code_maps(
             c_tr, w_tr, self._n_values(), self.min_child_size_
         )
         self.init_ = np.array([1.0, 0.0])
         if self.init == "platt":
-            self.init_ = np.array(_fit_init_platt(s_tr, y_tr, w_tr))
+            w_init = xp.ones_like(s_tr) if w_tr is None else w_tr
+            self.init_ = np.array(fit_init_platt(ArrayRows(s_tr, y_tr, w_init)))
         f_tr = self._apply_init(s_tr)
         f_va = None if valid_rows is None else self._apply_init(valid_rows[1])
         maps = self._code_maps
         c_tr = map_codes(c_tr, maps, self._tree_n_values)
         if valid_rows is not None:
             valid_rows = (map_codes(valid_rows[0], maps, self._tree_n_values), *valid_rows[1:])
-        self._grow_chain(c_tr, f_tr, y_tr, w_tr, valid_rows, f_va)
+        self._grow_chain(_ArrayChainRows(self, c_tr, f_tr, y_tr, w_tr, valid_rows, f_va))
 
     def _validation_split(self, n: int, xp: Any) -> tuple[Any, Any]:
         if not self.validation_fraction:
             return None, None
-        held = np.random.default_rng(self.seed).random(n) < self.validation_fraction
-        if held.all() or not held.any():
-            msg = f"validation_fraction={self.validation_fraction} leaves no rows on one side of {n} rows"
-            raise ValueError(msg)
+        held = held_out_mask(n, self.validation_fraction, self.seed)
+        check_held_out(int(held.sum()), n, self.validation_fraction)
         return xp.asarray(np.flatnonzero(~held)), xp.asarray(np.flatnonzero(held))
 
-    def _resolve_sizes(self, y: Any, w: Any) -> None:
-        total = float(y.shape[0] if w is None else w.sum())
-        mean = float((y if w is None else w * y).sum()) / total
-        variance = float(((y - mean) ** 2 if w is None else w * (y - mean) ** 2).sum()) / total
+    def _resolve_sizes(self, total: float, variance: float) -> None:
+        """Set ``min_node_size_`` and ``min_child_size_`` from the training weight and label variance."""
         if self.min_node_size == "auto":
             beta = float(min_node_size(total, variance, alpha=self.alpha, e=self.e))
             self._log(1, f"  beta (Eq. 13, alpha={self.alpha}, e={self.e}): {beta:g}")
@@ -418,7 +424,7 @@ class MBCT(Calibrator):
             backend=self._backend,
         )
 
-    def _grow_chain(self, codes: Any, f: Any, y: Any, w: Any, valid_rows: Any, f_valid: Any) -> None:
+    def _grow_chain(self, rows: ChainRows) -> None:
         """Add trees while the global loss falls (Sec. 4.3), keeping those finished if interrupted."""
         n_values = self._tree_n_values
         names = self._split_feature_names(self.encoder_)
@@ -426,20 +432,18 @@ class MBCT(Calibrator):
         config = self._grow_config()
         self.history_ = []
         self.interrupted_ = False
-        loss = self._global_loss(f, y, w, valid_rows, f_valid)
+        loss = rows.global_loss()
         try:
             for t in range(self.max_trees):
                 start = time.perf_counter()
                 log = (lambda line: self._log(2, line)) if self.verbose >= 2 else None
-                nodes, leaf = grow_tree(codes, f, y, w, n_values, self._rare_codes, config, log=log)
+                nodes, leaf = rows.grow(n_values, self._rare_codes, config, log)
                 values = nodes.values
                 if self.leaf_map != "scale":
-                    values = self._refit_leaves(f, y, w, leaf, values)
+                    values = self._refit_leaves(rows.map_sums(leaf, self.leaf_map), values)
                 nodes.value = list(self._damp(values))
-                one = self._ensemble([nodes], names)
-                f_next = predict_ensemble(one, codes, f)
-                f_valid_next = None if valid_rows is None else predict_ensemble(one, valid_rows[0], f_valid)
-                new_loss = self._global_loss(f_next, y, w, valid_rows, f_valid_next)
+                next_rows = rows.through(self._ensemble([nodes], names))
+                new_loss = next_rows.global_loss()
                 kept = bool(new_loss < loss - self.tol * abs(loss))
                 self.history_.append(
                     {
@@ -459,7 +463,7 @@ class MBCT(Calibrator):
                 if not kept:
                     break
                 trees.append(nodes)
-                f, f_valid, loss = f_next, f_valid_next, new_loss
+                rows, loss = next_rows, new_loss
         except KeyboardInterrupt:
             self.interrupted_ = True
             warnings.warn(
@@ -469,25 +473,21 @@ class MBCT(Calibrator):
             )
         self.ensemble_ = self._ensemble(trees, names)
 
-    def _refit_leaves(self, f: Any, y: Any, w: Any, leaf: Any, values: np.ndarray) -> np.ndarray:
+    def _refit_leaves(self, sums: MapSums, values: np.ndarray) -> np.ndarray:
         """Refit the shift or Platt map of every node holding rows: a few Newton steps from the grown map.
 
         Growth fits a shift leaf with one Newton step; once the structure is fixed, ``N_REFIT_STEPS`` more
         make it the penalised maximum-likelihood value, shrunk toward the grown map by ``leaf_penalty``.
+        ``sums(theta)`` is ``local_map_sums`` of the tree's nodes at ``theta``, wherever the rows are.
         """
         platt = self.leaf_map == "platt"
-        params = fit_local_maps(
-            f,
-            y,
-            w,
-            leaf,
-            values.shape[0],
+        params = fit_local_maps_from_sums(
+            sums,
+            values if platt else values[:, 1:],
             self.leaf_map,
-            prior=values if platt else values[:, 1:],
             penalty=float(self.leaf_penalty),
             n_steps=N_REFIT_STEPS,
             tol=0.0,
-            backend=self._backend,
         )
         out = values.copy()
         out[:, 1] = params[:, -1]
@@ -516,8 +516,6 @@ class MBCT(Calibrator):
         if valid_rows is not None:
             _, _, y, w = valid_rows
             f = f_valid
-        xp = array_namespace(f)
-        wt = xp.ones_like(f) if w is None else w
         if self.criterion == "mvce":
             from gpucal.metrics import mvce
 
@@ -532,10 +530,8 @@ class MBCT(Calibrator):
                     seed=self.seed,
                 )
             )
-        if self.leaf_map == "scale":
-            return float((wt * (f - y) ** 2).sum() / wt.sum())
-        p = xp.clip(f, EPS, 1.0 - EPS)
-        return float(-(wt * (y * xp.log(p) + (1.0 - y) * xp.log1p(-p))).sum() / wt.sum())
+        loss_sum, weight_sum = global_loss_sums(f, y, w, self.leaf_map)
+        return loss_sum / weight_sum
 
     def _log(self, level: int, line: str) -> None:
         if self.verbose >= level:
@@ -556,12 +552,18 @@ class MBCT(Calibrator):
         Parameters
         ----------
         X : dataframe
-            The score column and the fitted feature columns (other columns are ignored).
+            The score column and the fitted feature columns (other columns are ignored); a dask
+            DataFrame gives a dask Series of its partitions' predictions.
 
         Returns
         -------
         array or Series of shape (n,)
         """
+        if any_dask(X):
+            from gpucal.distributed.calibrators import predict_partitions
+
+            check_is_fitted(self, list(self._state_spec))
+            return predict_partitions(self, X)  # this method on every partition, lazily
         codes, f, split = self._predict_input(X)
         out = predict_ensemble(self.ensemble_, codes, f)
         return wrap_output(out, split.info, output_type=self.output_type)
@@ -620,16 +622,123 @@ class MBCT(Calibrator):
             raise ValueError(msg)
 
 
-def _fit_init_platt(score: Any, y: Any, w: Any) -> tuple[float, float]:
+def fit_init_platt(rows: LogisticRows) -> tuple[float, float]:
     """Fit the global Platt map; with a single distinct score, only the offset to the mean label."""
-    xp = array_namespace(score)
-    weights = xp.ones_like(score) if w is None else w
-    if bool(xp.min(score) != xp.max(score)):
-        return fit_platt(score, y, weights)
-    mean = float((weights * y).sum() / weights.sum())
-    clip = (min(max(v, EPS), 1.0 - EPS) for v in (mean, float(score[0])))
+    low, high = rows.score_range()
+    if low != high:
+        return fit_platt_rows(rows)
+    total, label_sum = rows.label_sums()
+    clip = (min(max(v, EPS), 1.0 - EPS) for v in (label_sum / total, low))
     target, base = (math.log(v) - math.log1p(-v) for v in clip)
     return 1.0, target - base
+
+
+def held_out_mask(n: int, fraction: float, seed: int, row_offset: int = 0) -> np.ndarray:
+    """Return which of rows ``row_offset .. row_offset + n - 1`` are held out for validation.
+
+    Row ``r`` is held out when the ``r``-th draw of ``numpy.random.default_rng(seed).random`` is below
+    ``fraction``. PCG64 spends one 64-bit output per double, so a partition starting at global row
+    ``row_offset`` advances the generator by that many outputs and draws the same numbers as one machine.
+    """
+    bit_generator = np.random.PCG64(seed)  # what default_rng(seed) wraps
+    bit_generator.advance(row_offset)
+    return np.random.Generator(bit_generator).random(n) < fraction
+
+
+def check_held_out(n_held: int, n: int, fraction: float) -> None:
+    """Raise ``ValueError`` when the validation split leaves no rows on one side."""
+    if n_held == n or n_held == 0:
+        msg = f"validation_fraction={fraction} leaves no rows on one side of {n} rows"
+        raise ValueError(msg)
+
+
+def label_moments(y: Any, w: Any) -> tuple[float, float]:
+    r"""Return the rows' weight :math:`W = \sum w` and label variance :math:`\sum w (y - \bar y)^2 / W`."""
+    total = float(y.shape[0] if w is None else w.sum())
+    mean = float((y if w is None else w * y).sum()) / total
+    return total, label_square_sum(y, w, mean) / total
+
+
+def label_square_sum(y: Any, w: Any, mean: float) -> float:
+    r"""Return :math:`\sum w (y - \bar y)^2` (the second pass of :func:`label_moments`)."""
+    return float(((y - mean) ** 2 if w is None else w * (y - mean) ** 2).sum())
+
+
+def global_loss_sums(f: Any, y: Any, w: Any, leaf_map: str) -> tuple[float, float]:
+    r"""Return :math:`\sum w \ell(f, y)` and :math:`\sum w`: squared error for "scale", else log-loss."""
+    xp = array_namespace(f)
+    wt = xp.ones_like(f) if w is None else w
+    if leaf_map == "scale":
+        return float((wt * (f - y) ** 2).sum()), float(wt.sum())
+    p = xp.clip(f, EPS, 1.0 - EPS)
+    return float(-(wt * (y * xp.log(p) + (1.0 - y) * xp.log1p(-p))).sum()), float(wt.sum())
+
+
+class ChainRows(Protocol):
+    """The rows of a chain's fit (training, and validation when held out) with the current tree input.
+
+    :class:`_ArrayChainRows` holds arrays on one device; ``gpucal.distributed.mbct`` holds dask
+    partitions and adds every sum over them, so :meth:`MBCT._grow_chain` is one loop for both.
+    """
+
+    def global_loss(self) -> float:
+        """Return the chain's global loss on the current input (``MBCT._global_loss``)."""
+
+    def grow(
+        self,
+        n_values: np.ndarray,
+        rare_codes: np.ndarray,
+        config: GrowConfig,
+        log: Callable[[str], None] | None,
+    ) -> tuple[TreeNodes, Any]:
+        """Grow a tree on the training rows; return its nodes and the node of every row (any form)."""
+
+    def map_sums(self, leaf: Any, kind: str) -> MapSums:
+        """Return ``theta -> local_map_sums`` over the training rows grouped by ``leaf``."""
+
+    def through(self, tree: TreeEnsemble) -> ChainRows:
+        """Return these rows with the input passed through ``tree`` (training and validation rows)."""
+
+
+@dataclass(frozen=True)
+class _ArrayChainRows:
+    """:class:`ChainRows` on one device: tree codes, input, labels and weights of training rows, and of
+    the validation rows (``valid_rows`` = codes, score, labels, weights; ``f_valid`` their input)."""
+
+    model: MBCT
+    codes: Any
+    f: Any
+    y: Any
+    w: Any
+    valid_rows: Any
+    f_valid: Any
+
+    def global_loss(self) -> float:
+        return self.model._global_loss(self.f, self.y, self.w, self.valid_rows, self.f_valid)
+
+    def grow(
+        self,
+        n_values: np.ndarray,
+        rare_codes: np.ndarray,
+        config: GrowConfig,
+        log: Callable[[str], None] | None,
+    ) -> tuple[TreeNodes, Any]:
+        return grow_tree(self.codes, self.f, self.y, self.w, n_values, rare_codes, config, log=log)
+
+    def map_sums(self, leaf: Any, kind: str) -> MapSums:
+        backend = self.model._backend
+
+        def sums(theta: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+            return local_map_sums(self.f, self.y, self.w, leaf, theta, kind, backend=backend)
+
+        return sums
+
+    def through(self, tree: TreeEnsemble) -> _ArrayChainRows:
+        f = predict_ensemble(tree, self.codes, self.f)
+        f_valid = (
+            None if self.valid_rows is None else predict_ensemble(tree, self.valid_rows[0], self.f_valid)
+        )
+        return replace(self, f=f, f_valid=f_valid)
 
 
 def _take(arrays: tuple[Any, ...], rows: Any) -> tuple[Any, ...]:

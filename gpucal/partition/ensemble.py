@@ -291,13 +291,30 @@ def tree_code_maps(
     with no weight, is rare too). This is exact, and it bounds a feature's histogram width by
     ``sum(w) / min_child_size`` however many values it has.
     """
+    return code_maps_from_weights(code_weights(codes, w, n_values), n_values, min_child_size)
+
+
+def code_weights(codes: Any, w: Any, n_values: np.ndarray) -> np.ndarray:
+    """Return the weight of every input code, all features concatenated (feature ``j``'s ``n_values[j]``
+    codes after those of the features before it): a weighted bincount per feature, so a sum over rows."""
     xp = array_namespace(codes)
-    maps, rare_codes, counts = [], [], []
+    weights = []
     for j, k in enumerate(n_values.tolist()):
         col = codes[:, j].astype(xp.int64)
-        weight = to_numpy(
-            xp.bincount(col, minlength=k) if w is None else xp.bincount(col, weights=w, minlength=k)
+        weights.append(
+            to_numpy(xp.bincount(col, minlength=k) if w is None else xp.bincount(col, weights=w, minlength=k))
         )
+    return np.concatenate(weights).astype(np.float64) if weights else np.zeros(0)
+
+
+def code_maps_from_weights(
+    weights: np.ndarray, n_values: np.ndarray, min_child_size: float
+) -> tuple[list[np.ndarray], np.ndarray, np.ndarray]:
+    """:func:`tree_code_maps` from :func:`code_weights` (over all rows)."""
+    maps, rare_codes, counts = [], [], []
+    ends = np.cumsum(n_values)
+    for j, k in enumerate(n_values.tolist()):
+        weight = weights[ends[j] - k : ends[j]]
         keep = weight >= min_child_size if min_child_size > 0 else weight > 0
         n_keep = int(keep.sum())
         cmap = np.full(k, n_keep, dtype=np.int32)

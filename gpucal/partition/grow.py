@@ -16,13 +16,17 @@ With ``split_mode="binary"`` step 2 is instead the best two-way split per featur
 (``splits.choose_binary_splits``: thresholds in code order for ordinal features, in label-rate order for
 categorical ones), scored by the map's loss ("gain") or by a label impurity ("entropy", "gini": the
 heterogeneous-calibration tree); ``feature_mask`` keeps a random forest's tree to its features.
+
+The loop (:func:`grow_tree_on`) reads the rows only through a :class:`RowStore`: the root's sums, a
+batch's histogram, routing, the final node per row. :func:`grow_tree` runs it on one device
+(``_NodeOrderedRows``); ``gpucal.distributed.trees`` runs the same loop over dask partitions.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -184,26 +188,67 @@ def grow_tree(
         The node (tree-local id) each row ends in.
     """
     xp = array_namespace(f)
+    rows = _NodeOrderedRows(codes, f, y, w, xp.zeros(f.shape[0], dtype=xp.int32), None)
+    return grow_tree_on(rows, n_values, rare_codes, config, log=log)
+
+
+class RowStore(Protocol):
+    """What the level loop reads from the rows, wherever they are (one array, or dask partitions).
+
+    :class:`_NodeOrderedRows` holds them on one device; ``gpucal.distributed.trees`` holds them in
+    partitions and adds each histogram over them. Every row starts in the root (node 0).
+    """
+
+    def root_stats(self, backend: str) -> np.ndarray:
+        """Return the seven sums of every row (``kernels.N_STATS``)."""
+
+    def start_level(self, n_nodes: int) -> None:
+        """Prepare the histograms of a level of a tree of ``n_nodes`` nodes."""
+
+    def histogram(
+        self, batch: list[int], n_nodes: int, n_values: np.ndarray, backend: str
+    ) -> tuple[np.ndarray, _BatchRows | None]:
+        """Return the group-sum histogram ``(len(batch), n_bins, N_STATS)`` of the nodes of ``batch``
+        (slot ``s`` holds node ``batch[s]``), and the batch's rows for MVCE (None: not available)."""
+
+    def routed(
+        self, feature: Any, base: Any, table: Any, n_nodes: int, more_levels: bool, backend: str
+    ) -> Any:
+        """Return the store with every row moved to its child (``kernels.route_rows``)."""
+
+    def final_nodes(self) -> Any:
+        """Return the node each row ends in (the store's own form)."""
+
+
+def grow_tree_on(
+    rows: RowStore,
+    n_values: np.ndarray,
+    rare_codes: np.ndarray,
+    config: GrowConfig,
+    *,
+    log: Callable[[str], None] | None = None,
+) -> tuple[TreeNodes, Any]:
+    """Grow one tree on the rows of ``rows`` (every row in the root); see :func:`grow_tree`.
+
+    Returns the nodes and ``rows.final_nodes()``, the node each row ends in.
+    """
     offsets = value_offsets(n_values)
     nodes = TreeNodes()
-    root_stats = _total_stats(f, y, w, config.backend)
+    root_stats = rows.root_stats(config.backend)
     if config.split_mode == "binary":
         root = node_value(root_stats, IDENTITY[0], IDENTITY[1], config.kind, config.penalty)
     else:
         root = fit_node(root_stats, IDENTITY[0], IDENTITY[1], config.leaf_map == "scale", config.penalty)
     nodes.add(np.asarray(root), root_stats[STAT_W], 0)
-    rows = _NodeOrderedRows(codes, f, y, w, xp.zeros(f.shape[0], dtype=xp.int32), None)
     frontier = [0] if _splittable(nodes, 0, config) else []
     for depth in range(config.max_depth):
         if not frontier:
             break
         n_split, n_before = 0, len(nodes.feature)
-        starts = rows.node_starts(len(nodes.feature))
+        rows.start_level(len(nodes.feature))
         for batch in _batches(frontier, int(offsets[-1] + n_values[-1])):
-            lo, hi = int(starts[batch[0]]), int(starts[batch[-1] + 1])
-            splits = _decide(
-                rows.slice(lo, hi), starts - lo, batch, nodes, n_values, rare_codes, offsets, config
-            )
+            hist, batch_rows = rows.histogram(batch, len(nodes.feature), n_values, config.backend)
+            splits = _decide(hist, batch_rows, batch, nodes, n_values, rare_codes, offsets, config)
             for node, choice in zip(batch, splits, strict=True):
                 if choice is None:
                     continue
@@ -216,16 +261,42 @@ def grow_tree(
         frontier = [m for m in range(n_before, len(nodes.feature)) if _splittable(nodes, m, config)]
         if n_split:
             feature, base, table = nodes.routing_arrays()
-            rows.node_idx = route_rows(
-                rows.codes, rows.node_idx, feature, base, table, backend=config.backend
-            )
-            if frontier:
-                rows = rows.partitioned(len(nodes.feature), config.backend)
+            rows = rows.routed(feature, base, table, len(nodes.feature), bool(frontier), config.backend)
         if log is not None:
             log(f"    level {depth + 1}: {n_split} node(s) split, {len(nodes.feature)} nodes")
         if not n_split:
             break
-    return nodes, rows.in_data_order(rows.node_idx)
+    return nodes, rows.final_nodes()
+
+
+def batch_histogram(
+    codes: Any,
+    f: Any,
+    y: Any,
+    w: Any,
+    node_idx: Any,
+    batch: list[int],
+    n_nodes: int,
+    n_values: np.ndarray,
+    backend: str,
+) -> tuple[np.ndarray, Any]:
+    """Return the group sums of the rows of the nodes of ``batch`` (slot ``s``: node ``batch[s]``) and
+    each row's slot (-1: a node outside the batch), ``kernels.group_sums`` over ``(codes, f, y, w)``."""
+    xp = array_namespace(f)
+    slot_of_node = np.full(n_nodes, -1, dtype=np.int32)
+    slot_of_node[batch] = np.arange(len(batch), dtype=np.int32)
+    slot = xp.asarray(slot_of_node)[node_idx]
+    hist = group_sums(codes, f, y, w, node_idx=slot, n_nodes=len(batch), n_values=n_values, backend=backend)
+    return to_numpy(hist), slot
+
+
+@dataclass(frozen=True)
+class _BatchRows:
+    """The contiguous run of rows of one batch of nodes, as MVCE's views need them."""
+
+    rows: _NodeOrderedRows
+    slot: Any  # each row's slot in the batch, -1 for rows of other nodes in the run
+    starts: np.ndarray  # node m's first position in the run
 
 
 @dataclass
@@ -242,6 +313,36 @@ class _NodeOrderedRows:
     w: Any
     node_idx: Any
     perm: Any
+    starts: np.ndarray | None = None  # node_starts of the current level
+
+    def root_stats(self, backend: str) -> np.ndarray:
+        return total_stats(self.f, self.y, self.w, backend)
+
+    def start_level(self, n_nodes: int) -> None:
+        self.starts = self.node_starts(n_nodes)
+
+    def histogram(
+        self, batch: list[int], n_nodes: int, n_values: np.ndarray, backend: str
+    ) -> tuple[np.ndarray, _BatchRows]:
+        # Only the run of positions holding the batch's nodes is read (other nodes' rows between
+        # them get slot -1).
+        starts = self.node_starts(n_nodes) if self.starts is None else self.starts
+        lo, hi = int(starts[batch[0]]), int(starts[batch[-1] + 1])
+        run = self.slice(lo, hi)
+        hist, slot = batch_histogram(
+            run.codes, run.f, run.y, run.w, run.node_idx, batch, n_nodes, n_values, backend
+        )
+        return hist, _BatchRows(run, slot, starts - lo)
+
+    def routed(
+        self, feature: Any, base: Any, table: Any, n_nodes: int, more_levels: bool, backend: str
+    ) -> _NodeOrderedRows:
+        self.node_idx = route_rows(self.codes, self.node_idx, feature, base, table, backend=backend)
+        self.starts = None
+        return self.partitioned(n_nodes, backend) if more_levels else self
+
+    def final_nodes(self) -> Any:
+        return self.in_data_order(self.node_idx)
 
     def node_starts(self, n_nodes: int) -> np.ndarray:
         """Return ``starts`` (``n_nodes + 1``): node ``m``'s rows are positions ``starts[m]:starts[m+1]``."""
@@ -284,7 +385,7 @@ def _batches(frontier: list[int], n_bins: int) -> list[list[int]]:
     return [frontier[i : i + per_batch] for i in range(0, len(frontier), per_batch)]
 
 
-def _total_stats(f: Any, y: Any, w: Any, backend: str) -> np.ndarray:
+def total_stats(f: Any, y: Any, w: Any, backend: str) -> np.ndarray:
     """Return the seven sums of every row (the root's statistics): one group-sum pass, one constant code."""
     xp = array_namespace(f)
     constant = xp.zeros((f.shape[0], 1), dtype=xp.int8)
@@ -293,8 +394,8 @@ def _total_stats(f: Any, y: Any, w: Any, backend: str) -> np.ndarray:
 
 
 def _decide(
-    rows: _NodeOrderedRows,
-    starts: np.ndarray,
+    hist: np.ndarray,
+    batch_rows: _BatchRows | None,
     batch: list[int],
     nodes: TreeNodes,
     n_values: np.ndarray,
@@ -302,26 +403,10 @@ def _decide(
     offsets: np.ndarray,
     config: GrowConfig,
 ) -> list[_Split | None]:
-    """Return the split (or None) of each node of ``batch`` from one histogram pass over its rows.
+    """Return the split (or None) of each node of ``batch`` from its histogram ``hist``.
 
-    ``rows`` is the run of positions holding the batch's nodes (other nodes' rows between them are
-    skipped); ``starts[m]`` is node ``m``'s first position in that run.
+    ``batch_rows`` (the batch's run of rows) is read by the MVCE criterion only.
     """
-    xp = array_namespace(rows.f)
-    slot_of_node = np.full(len(nodes.feature), -1, dtype=np.int32)
-    slot_of_node[batch] = np.arange(len(batch), dtype=np.int32)
-    slot = xp.asarray(slot_of_node)[rows.node_idx]
-    hist = group_sums(
-        rows.codes,
-        rows.f,
-        rows.y,
-        rows.w,
-        node_idx=slot,
-        n_nodes=len(batch),
-        n_values=n_values,
-        backend=config.backend,
-    )
-    hist = to_numpy(hist)
     parent = np.stack([nodes.value[m] for m in batch])
     if config.split_mode == "binary":
         return _decide_binary(hist, parent, offsets, n_values, config)
@@ -329,6 +414,11 @@ def _decide(
     rule = (offsets, n_values, rare_codes, parent, scale, config.penalty, config.min_child_size)
     split_loss, own_loss = choose_splits(hist, *rule)
     if config.criterion == "mvce":
+        if batch_rows is None:
+            msg = "criterion 'mvce' needs the rows of each node on one device (its views are not sums)"
+            raise NotImplementedError(msg)
+        rows, slot, starts = batch_rows.rows, batch_rows.slot, batch_rows.starts
+        xp = array_namespace(rows.f)
         local_row = xp.arange(rows.f.shape[0], dtype=xp.int64) - xp.asarray(starts)[rows.node_idx]
         slot_rows = (starts[np.asarray(batch) + 1] - starts[np.asarray(batch)]).astype(np.int64)
         mvce_split, own_loss = _mvce_losses(

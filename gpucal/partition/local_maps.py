@@ -42,6 +42,7 @@ gradient pushes it below is frozen for that step.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numba
@@ -144,17 +145,69 @@ def fit_local_maps(
         msg = f"prior: expected shape {(n_parts, k)} for {n_parts} parts of kind {kind!r}, got {start.shape}"
         raise ValueError(msg)
     if kind == "scale":
-        sums = _part_sums(score, y, w, part, n_parts, backend)
-        weight = sums[:, STAT_W]
-        den = sums[:, STAT_WF] + penalty
+        stats = _part_sums(score, y, w, part, n_parts, backend)
+        weight = stats[:, STAT_W]
+        den = stats[:, STAT_WF] + penalty
         safe = np.where(den > 0, den, 1.0)
-        theta = np.where(den > 0, (sums[:, STAT_WY] + penalty * start[:, 0]) / safe, start[:, 0])[:, None]
-    else:
-        theta, weight = _newton(score, y, w, part, start, kind, penalty, n_steps, tol, backend)
+        theta = np.where(den > 0, (stats[:, STAT_WY] + penalty * start[:, 0]) / safe, start[:, 0])[:, None]
+        return _with_fallback(theta, weight, start, min_part_weight, fallback)
+
+    def sums(theta: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        return local_map_sums(score, y, w, part, theta, kind, backend=backend)
+
+    return fit_local_maps_from_sums(
+        sums,
+        start,
+        kind,
+        penalty=penalty,
+        min_part_weight=min_part_weight,
+        fallback=fallback,
+        n_steps=n_steps,
+        tol=tol,
+    )
+
+
+MapSums = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray]]
+
+
+def fit_local_maps_from_sums(
+    sums: MapSums,
+    start: np.ndarray,
+    kind: str,
+    *,
+    penalty: float = 0.0,
+    min_part_weight: float = 0.0,
+    fallback: np.ndarray | None = None,
+    n_steps: int = 100,
+    tol: float = 1e-10,
+) -> np.ndarray:
+    """:func:`fit_local_maps` of a logistic ``kind`` from a function of the per-part sums.
+
+    ``sums(theta)`` returns :func:`local_map_sums` at ``theta`` (per part :math:`\\sum w`, gradient and
+    Hessian), over rows held anywhere: one array, or dask partitions whose sums are added
+    (``gpucal.distributed``). ``start`` (``(n_parts, k)``) is both the first point and the ridge target.
+    """
+    _check_kind(kind)
+    if kind == "scale":
+        msg = "kind 'scale' is fitted in closed form by fit_local_maps, not by Newton steps"
+        raise ValueError(msg)
+    start = np.array(start, dtype=np.float64)
+    theta, weight = _newton(sums, start, kind, penalty, n_steps, tol)
+    return _with_fallback(theta, weight, start, min_part_weight, fallback)
+
+
+def _with_fallback(
+    theta: np.ndarray,
+    weight: np.ndarray,
+    start: np.ndarray,
+    min_part_weight: float,
+    fallback: np.ndarray | None,
+) -> np.ndarray:
+    """Give parts with no weight, or lighter than ``min_part_weight``, ``fallback`` (default their start)."""
     unfitted = (weight <= 0) | (weight < min_part_weight)
     if fallback is None:
         return np.where(unfitted[:, None], start, theta)
-    fallback = np.asarray(fallback, dtype=np.float64).reshape(k)
+    fallback = np.asarray(fallback, dtype=np.float64).reshape(theta.shape[1])
     return np.where(unfitted[:, None], fallback[None, :], theta)
 
 
@@ -213,16 +266,12 @@ def local_map_sums(
 
 
 def _newton(
-    score: Any,
-    y: Any,
-    w: Any,
-    part: Any,
+    sums: MapSums,
     start: np.ndarray,
     kind: str,
     penalty: float,
     n_steps: int,
     tol: float,
-    backend: str,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Return the fitted ``theta`` and each part's weight after at most ``n_steps`` Newton steps."""
     theta = start.copy()
@@ -231,7 +280,7 @@ def _newton(
     eye = np.eye(k)
     weight = np.zeros(theta.shape[0])
     for _ in range(n_steps):
-        weight, grad, hess = local_map_sums(score, y, w, part, theta, kind, backend=backend)
+        weight, grad, hess = sums(theta)
         grad = grad + penalty * (theta - start)
         hess = hess + (penalty + RIDGE) * eye
         if kind == "beta":

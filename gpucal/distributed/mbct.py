@@ -1,0 +1,321 @@
+"""``MBCT.fit`` on dask collections: the single-machine fit, with every statistic a sum over partitions.
+
+The rows never leave their partitions. Each step of ``MBCT._fit_codes`` becomes passes over them:
+
+====================================  ===========================================================
+one machine                           over partitions
+====================================  ===========================================================
+``FeatureEncoder.fit``                :func:`~gpucal.distributed.fit_encoder` (the same encoder)
+codes, score bins                     ``MBCT._codes`` per partition
+validation split                      ``held_out_mask`` per partition, the generator advanced to
+                                      the partition's global row offset (the same rows held out)
+``label_moments`` (Eq. 13's beta)     sums of ``w``, ``w y``, then of ``w (y - mean)^2``
+``tree_code_maps``                    sum of ``code_weights`` (per-code weighted bincounts)
+initial Platt map                     ``DaskLogisticRows``: Newton steps of summed passes
+``grow_tree``                         ``grow_tree_on`` a :class:`~gpucal.distributed.trees.PartitionedRows`
+leaf refit (``fit_local_maps``)       ``fit_local_maps_from_sums`` of summed ``local_map_sums``
+global loss                           sums of ``w * loss`` and ``w``
+the chain's output ``f``              ``predict_ensemble`` per partition, persisted
+====================================  ===========================================================
+
+so the trees are those of one machine up to the order of the additions (about 1e-15 relative per
+sum). Identical rows are not merged (``aggregate``): merging is lossless, so it changes only that
+order. Criterion "mvce" is refused: its views are equal-count bins over a node's rows in order, not
+sums over partitions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, cast
+
+import numpy as np
+
+from gpucal._backend import array_namespace, is_cupy_array
+from gpucal._frames import split_input
+from gpucal._validation import check_consistent_length, check_labels
+from gpucal.calibrators._logistic import LogisticRows, check_class_weights
+from gpucal.distributed._checks import check_partition_weight
+from gpucal.distributed._collections import partition_offsets, partitions
+from gpucal.distributed._reduce import reduce_partitions, sum_partitions
+from gpucal.distributed.calibrators import (
+    DaskLogisticRows,
+    PartitionRows,
+    combine_score_summaries,
+    score_summary,
+)
+from gpucal.distributed.encoding import fit_encoder
+from gpucal.distributed.trees import PartitionedRows, as_partitions, map_persisted, persist
+from gpucal.encoding import FeatureEncoder
+from gpucal.mbct.model import (
+    LevelLog,
+    check_held_out,
+    fit_init_platt,
+    global_loss_sums,
+    held_out_mask,
+    label_square_sum,
+)
+from gpucal.partition.ensemble import (
+    TreeEnsemble,
+    code_maps_from_weights,
+    code_weights,
+    map_codes,
+    predict_ensemble,
+)
+from gpucal.partition.grow import GrowConfig, TreeNodes, grow_tree_on
+from gpucal.partition.local_maps import MapSums, local_map_sums
+
+if TYPE_CHECKING:
+    from gpucal.mbct.model import MBCT
+
+# Columns of the input summary pass.
+_N_ROWS, _N_HELD, _N_POSITIVE, _N_NEGATIVE = range(4)
+
+
+@dataclass(frozen=True)
+class RowsPart:
+    """One partition's rows of one side of the split: codes, score (or tree input), labels, weights."""
+
+    codes: Any
+    f: Any
+    y: Any
+    w: Any  # None: unit weights
+
+
+@dataclass(frozen=True)
+class _SplitPart:
+    """One partition read and split: training rows, validation rows (None without a split), summary."""
+
+    train: RowsPart
+    valid: RowsPart | None
+    summary: np.ndarray
+
+
+def fit_mbct_partitions(model: MBCT, X: Any, y: Any, sample_weight: Any) -> None:
+    """Fit ``model`` (parameters validated) on the dask DataFrame ``X``, labels and weights alike.
+
+    Sets the fitted attributes of ``MBCT.fit``. Raises ``NotImplementedError`` for criterion "mvce".
+    """
+    if model.criterion == "mvce":
+        msg = (
+            "MBCT(criterion='mvce') has no distributed fit: MVCE's views are equal-count bins over the rows "
+            "of a node in order, which are not sums over partitions. Use criterion='gain' on a dask "
+            "collection, or fit on one machine."
+        )
+        raise NotImplementedError(msg)
+    parts = partitions({"X": X, "y": y, "sample_weight": sample_weight})
+    meta = split_input(X._meta, score_col=model.score_col, feature_cols=model.feature_cols, allow_empty=True)
+    names = list(meta.features)
+    if not names and not model.score_bins:
+        msg = "X: MBCT needs a feature column or score_bins > 0 to split on"
+        raise ValueError(msg)
+    model._backend = "cuda" if is_cupy_array(meta.score) else "cpu"
+    model.encoder_ = None
+    if names:
+        encoder = FeatureEncoder(n_bins=model.n_bins, categorical_cols=model.categorical_cols)
+        model.encoder_ = fit_encoder(encoder, X[names], sample_weight=sample_weight)
+    model.feature_cols_ = [] if model.encoder_ is None else list(model.encoder_.feature_names_)
+
+    offsets, _ = partition_offsets(parts)
+    import dask
+
+    read = dask.delayed(_read_part, pure=False)
+    split_parts = persist([read(*part, model, int(o)) for part, o in zip(parts.parts, offsets, strict=True)])
+    summary = sum_partitions(as_partitions(split_parts), _part_summary)
+    _check_summary(model, summary)
+    train = map_persisted(_side, split_parts, "train")
+    valid = map_persisted(_side, split_parts, "valid") if model.validation_fraction else None
+    del split_parts  # the workers free each partition's read copy once both sides are taken
+    n_train = int(summary[_N_ROWS] - summary[_N_HELD])
+    n_features = len(model._n_values())
+    model._log(
+        1, f"MBCT: {n_train} training rows, {n_features} split features (dask, {len(train)} partitions)"
+    )
+
+    model._resolve_sizes(*_label_moments(train))
+    weights = sum_partitions(as_partitions(train), _code_weights, args=(model._n_values(),))
+    model._code_maps, model._rare_codes, model._tree_n_values = code_maps_from_weights(
+        weights, model._n_values(), model.min_child_size_
+    )
+    model.init_ = np.array([1.0, 0.0])
+    if model.init == "platt":
+        # DaskLogisticRows spells out fit's keyword options where the protocol takes **options.
+        score_rows = cast(LogisticRows, DaskLogisticRows(_ScoreRows.of_parts(train)))
+        model.init_ = np.array(fit_init_platt(score_rows))
+    maps, n_values = model._code_maps, model._tree_n_values
+    chain_train = map_persisted(_chain_input, train, model, maps, n_values)
+    chain_valid = None if valid is None else map_persisted(_chain_input, valid, model, maps, n_values)
+    del train, valid  # the chain holds tree codes; input codes are freed
+    model._grow_chain(DaskChainRows(model, chain_train, chain_valid))
+
+
+# --------------------------------------------------------------------------------------------------
+# Reading the partitions
+
+
+def _read_part(X: Any, y: Any, w: Any, model: MBCT, row_offset: int) -> _SplitPart:
+    """Check one partition as ``MBCT.fit`` checks its input, encode it and split it (train, valid)."""
+    split = split_input(X, score_col=model.score_col, feature_cols=model.feature_cols_, allow_empty=True)
+    score = split.score
+    labels = check_labels(y, "y")
+    n = check_consistent_length(X=score, y=labels)
+    xp = array_namespace(score)
+    weights = None if w is None else check_partition_weight(w, n, xp)
+    codes = model._codes(split, model.encoder_)
+    weighted = xp.ones(n, dtype=bool) if weights is None else weights > 0
+    held = np.zeros(n, dtype=bool)
+    if model.validation_fraction:
+        held = held_out_mask(n, model.validation_fraction, model.seed, row_offset)
+    summary = np.array(
+        [
+            n,
+            int(held.sum()),
+            int(xp.count_nonzero(weighted & (labels > 0))),
+            int(xp.count_nonzero(weighted & (labels < 1))),
+        ],
+        dtype=np.float64,
+    )
+
+    def side(rows: Any) -> RowsPart:
+        take = xp.asarray(rows)
+        return RowsPart(codes[take], score[take], labels[take], None if weights is None else weights[take])
+
+    train = side(np.flatnonzero(~held))
+    valid = side(np.flatnonzero(held)) if model.validation_fraction else None
+    return _SplitPart(train, valid, summary)
+
+
+def _part_summary(part: _SplitPart) -> np.ndarray:
+    return part.summary
+
+
+def _side(part: _SplitPart, which: str) -> RowsPart | None:
+    return part.train if which == "train" else part.valid
+
+
+def _check_summary(model: MBCT, summary: np.ndarray) -> None:
+    """The whole-data checks of ``MBCT.fit``: rows, both classes weighted, both sides of the split."""
+    n = int(summary[_N_ROWS])
+    if n == 0:
+        msg = "X: no rows"
+        raise ValueError(msg)
+    check_class_weights(summary[_N_POSITIVE] > 0, summary[_N_NEGATIVE] > 0)
+    if model.validation_fraction:
+        check_held_out(int(summary[_N_HELD]), n, model.validation_fraction)
+
+
+# --------------------------------------------------------------------------------------------------
+# Sums before the trees
+
+
+def _label_sums(part: RowsPart) -> np.ndarray:
+    """``[sum w, sum w y]`` of a partition (``label_moments``' first pass)."""
+    total = float(part.y.shape[0] if part.w is None else part.w.sum())
+    return np.array([total, float((part.y if part.w is None else part.w * part.y).sum())])
+
+
+def _label_square_sum(part: RowsPart, mean: float) -> np.ndarray:
+    return np.array([label_square_sum(part.y, part.w, mean)])
+
+
+def _label_moments(train: list[Any]) -> tuple[float, float]:
+    """``gpucal.mbct.model.label_moments`` over partitions: two passes, the second around the mean."""
+    total, label_sum = sum_partitions(as_partitions(train), _label_sums)
+    square_sum = sum_partitions(as_partitions(train), _label_square_sum, args=(float(label_sum / total),))
+    return float(total), float(square_sum[0]) / float(total)
+
+
+def _code_weights(part: RowsPart, n_values: np.ndarray) -> np.ndarray:
+    return code_weights(part.codes, part.w, n_values)
+
+
+def _weighted_scores(part: RowsPart, fn: Any, *args: Any) -> Any:
+    """``fn(score, y, w, *args)`` with unit weights made explicit (the logistic sums need an array)."""
+    xp = array_namespace(part.f)
+    w = xp.ones_like(part.f) if part.w is None else part.w
+    return fn(part.f, part.y, w, *args)
+
+
+@dataclass
+class _ScoreRows(PartitionRows):
+    """The training scores as the ``PartitionRows`` that ``DaskLogisticRows`` fits the Platt map on."""
+
+    @classmethod
+    def of_parts(cls, parts: list[Any]) -> _ScoreRows:
+        """The training partitions, with the summary pass (weights, classes, score range) done."""
+        rows = cls(as_partitions(parts), None, "probability")
+        rows.summary = reduce_partitions(
+            rows.parts, _weighted_scores, combine_score_summaries, args=(score_summary,)
+        )
+        return rows
+
+    def sum(self, fn: Any, *args: Any) -> np.ndarray:
+        return sum_partitions(self.parts, _weighted_scores, args=(fn, *args))
+
+
+def _chain_input(part: RowsPart, model: MBCT, maps: list[np.ndarray], n_values: np.ndarray) -> RowsPart:
+    """A partition's tree codes and the chain's first input (the initial map of the score)."""
+    return RowsPart(map_codes(part.codes, maps, n_values), model._apply_init(part.f), part.y, part.w)
+
+
+# --------------------------------------------------------------------------------------------------
+# The chain
+
+
+def _loss_sums(part: RowsPart, leaf_map: str) -> np.ndarray:
+    return np.array(global_loss_sums(part.f, part.y, part.w, leaf_map))
+
+
+def _map_sums(part: Any, theta: np.ndarray, kind: str, backend: str) -> np.ndarray:
+    """``local_map_sums`` of a partition grouped by its rows' nodes, flattened ``[w, grad, hess]``."""
+    weight, grad, hess = local_map_sums(part.f, part.y, part.w, part.node_idx, theta, kind, backend=backend)
+    return np.concatenate([weight, grad.ravel(), hess.ravel()])
+
+
+def _through(part: RowsPart, tree: TreeEnsemble) -> RowsPart:
+    return RowsPart(part.codes, predict_ensemble(tree, part.codes, part.f), part.y, part.w)
+
+
+@dataclass(frozen=True)
+class DaskChainRows:
+    """``gpucal.mbct.model.ChainRows`` over persisted partitions of :class:`RowsPart` (tree codes)."""
+
+    model: MBCT
+    train: list[Any]
+    valid: list[Any] | None
+
+    def global_loss(self) -> float:
+        """``MBCT._global_loss`` ("gain"): summed ``w * loss`` over summed ``w``, validation rows if held."""
+        rows = self.train if self.valid is None else self.valid
+        loss_sum, weight_sum = sum_partitions(as_partitions(rows), _loss_sums, args=(self.model.leaf_map,))
+        return float(loss_sum) / float(weight_sum)
+
+    def grow(
+        self, n_values: np.ndarray, rare_codes: np.ndarray, config: GrowConfig, log: LevelLog
+    ) -> tuple[TreeNodes, PartitionedRows]:
+        """Grow on the training partitions; the leaf is the store, each partition's rows in their node."""
+        return grow_tree_on(PartitionedRows.in_root(self.train), n_values, rare_codes, config, log=log)
+
+    def map_sums(self, leaf: PartitionedRows, kind: str) -> MapSums:
+        """``theta -> local_map_sums`` added over the partitions of the grown tree."""
+        backend = self.model._backend
+
+        def sums(theta: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+            n_parts, k = theta.shape
+            flat = sum_partitions(as_partitions(leaf.parts), _map_sums, args=(theta, kind, backend))
+            grad_end = n_parts + n_parts * k
+            return (
+                flat[:n_parts],
+                flat[n_parts:grad_end].reshape(n_parts, k),
+                flat[grad_end:].reshape(n_parts, k, k),
+            )
+
+        return sums
+
+    def through(self, tree: TreeEnsemble) -> DaskChainRows:
+        """Both sides' input passed through ``tree`` on every partition, persisted."""
+        valid = None if self.valid is None else map_persisted(_through, self.valid, tree)
+        return DaskChainRows(self.model, map_persisted(_through, self.train, tree), valid)
+
+
+__all__ = ["DaskChainRows", "RowsPart", "fit_mbct_partitions"]
