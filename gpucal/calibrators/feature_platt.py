@@ -24,6 +24,10 @@ Dask partitions):
   the score's coefficient): one pass over the rows per product;
 - the score and intercept entries of the gradient and diagonal, and the loss, are plain row sums (fused
   numba loops on the CPU, array code on the GPU).
+
+The solver reads the rows only through a :class:`RowStore`: :class:`LocalRows` holds arrays on one
+device, and ``gpucal.distributed.feature_platt`` holds dask partitions (each a :class:`LocalRows`) and
+adds their sums, so one Newton-CG fits both and takes the same steps.
 """
 
 from __future__ import annotations
@@ -32,7 +36,8 @@ import math
 import warnings
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from types import ModuleType
+from typing import Any, ClassVar, Protocol
 
 import numba
 import numpy as np
@@ -45,7 +50,7 @@ from gpucal._validation import check_consistent_length, check_labels, check_samp
 from gpucal.calibrators._base import Calibrator, Constraint, Interval, Options
 from gpucal.calibrators._logistic import EPS, check_two_classes, sigmoid
 from gpucal.calibrators.platt import OUTPUT_TYPE_OPTIONS, SCORE_KIND_OPTIONS
-from gpucal.distributed import reject_dask
+from gpucal.distributed._collections import any_dask
 from gpucal.encoding import FeatureEncoder
 from gpucal.persistence import register
 from kernels import STAT_WF, STAT_WFF, STAT_WFY, STAT_WY, group_sums, value_offsets
@@ -170,18 +175,138 @@ def linear_predictor(x: Any, a: float, b: float, coef: Any, codes: Any, offsets:
     return out
 
 
-class _Problem:
-    """The rows of one fit on one device, and the passes over them that Newton-CG needs."""
+class RowStore(Protocol):
+    """The passes over the rows that Newton-CG needs, wherever the rows are (one device, or partitions).
 
-    def __init__(self, x: Any, codes: Any, n_values: np.ndarray, y: Any, w: Any, l2: float) -> None:
-        self.xp = array_namespace(x, codes, y, w)
+    :class:`LocalRows` holds numpy or cupy arrays; ``gpucal.distributed.feature_platt`` holds dask
+    partitions, each a :class:`LocalRows`, and adds their results. Every method returning numbers
+    returns a sum over rows, so the two agree up to the order of the additions. A *row vector* (the
+    predictor ``z``, a step's ``X d``, the curvatures ``D``) is an array on one device, a list of
+    persisted per-partition arrays on dask: the solver only hands it back to the store.
+    """
+
+    @property
+    def n_rows(self) -> int:
+        """Number of rows."""
+
+    def check_two_classes(self) -> None:
+        """Raise ``ValueError`` unless both classes carry weight."""
+
+    def label_sums(self) -> tuple[float, float]:
+        """Return ``(sum w, sum w y)``."""
+
+    def strided(self, stride: int) -> RowStore:
+        """Return the store of rows ``0, stride, 2 stride, ...`` (the warm start's sample)."""
+
+    def code_weights(self, n_values: np.ndarray) -> np.ndarray:
+        """Return ``sum w`` per code, features in order (flat, ``sum(n_values)`` entries)."""
+
+    def linear(self, theta: np.ndarray, offsets: np.ndarray) -> Any:
+        """Return the row vector :math:`X \\theta`."""
+
+    def shifted(self, z: Any, scale: float, dz: Any) -> Any:
+        """Return the row vector ``z + scale * dz``."""
+
+    def loss(self, z: Any) -> float:
+        r"""Return :math:`\sum_i w_i (\log(1 + e^{z_i}) - y_i z_i)`."""
+
+    def gradient_sums(self, z: Any, n_values: np.ndarray) -> tuple[np.ndarray, np.ndarray, Any]:
+        """Return ``[sum r x, sum r, sum D x^2, sum D]`` (``r = w (p - y)``, ``D = w p (1 - p)``), the
+        group sums ``(sum(n_values), N_STATS)`` of ``(f=p, y, w)``, and the row vector ``D``."""
+
+    def hessian_sums(
+        self, v: np.ndarray, offsets: np.ndarray, n_values: np.ndarray, curvature: Any
+    ) -> np.ndarray:
+        """Return the group sums ``(sum(n_values), N_STATS)`` of ``(f=X v, y=x, w=D)``."""
+
+
+class LocalRows:
+    """:class:`RowStore` over validated arrays on one device (numpy: fused numba loops; cupy: array code)."""
+
+    def __init__(self, x: Any, codes: Any, y: Any, w: Any) -> None:
+        array_namespace(x, codes, y, w)  # one device
         self.x, self.codes, self.y, self.w = x, codes, y, w
+        # Unit weights arrive as a zero-stride view (check_sample_weight); the kernel takes None for them.
+        unit = w.shape[0] > 0 and w.strides[0] == 0 and float(w[0]) == 1.0
+        self.w_kernel = None if unit else w
+
+    @property
+    def xp(self) -> ModuleType:
+        """numpy or cupy (not an attribute: a partition's store is pickled between dask workers)."""
+        return array_namespace(self.x)
+
+    @property
+    def n_rows(self) -> int:
+        return int(self.x.shape[0])
+
+    def check_two_classes(self) -> None:
+        check_two_classes(self.y, self.w)
+
+    def label_sums(self) -> tuple[float, float]:
+        xp = self.xp
+        return float(xp.sum(self.w)), float(xp.sum(self.w * self.y))
+
+    def strided(self, stride: int, start: int = 0) -> LocalRows:
+        """Rows ``start, start + stride, ...`` (a partition starts where its global row index says)."""
+        xp = self.xp
+        rows = (self.x, self.codes, self.y, self.w)
+        x, codes, y, w = (xp.ascontiguousarray(a[start::stride]) for a in rows)
+        return LocalRows(x, codes, y, w)
+
+    def code_weights(self, n_values: np.ndarray) -> np.ndarray:
+        counts = [
+            to_numpy(self.xp.bincount(self.codes[:, j], weights=self.w, minlength=int(k)))
+            for j, k in enumerate(n_values)
+        ]
+        return np.concatenate(counts)
+
+    def linear(self, theta: np.ndarray, offsets: np.ndarray) -> Any:
+        return linear_predictor(self.x, theta[0], theta[1], theta[2:], self.codes, offsets)
+
+    def shifted(self, z: Any, scale: float, dz: Any) -> Any:
+        return z + scale * dz
+
+    def loss(self, z: Any) -> float:
+        xp = self.xp
+        if xp is np and not FORCE_ARRAY_PATH:
+            return float(_loss_cpu(z, self.y, self.w))
+        return float(xp.sum(self.w * (xp.logaddexp(0.0, z) - self.y * z)))
+
+    def gradient_sums(self, z: Any, n_values: np.ndarray) -> tuple[np.ndarray, np.ndarray, Any]:
+        xp = self.xp
+        if xp is np and not FORCE_ARRAY_PATH:
+            p, curvature = np.empty_like(z), np.empty_like(z)
+            row_sums = _gradient_rows_cpu(z, self.x, self.y, self.w, p, curvature)
+        else:
+            p = sigmoid(z)
+            residual = self.w * (p - self.y)
+            curvature = self.w * p * (1.0 - p)
+            row_sums = np.array(
+                [
+                    float(residual @ self.x),
+                    float(xp.sum(residual)),
+                    float(curvature @ (self.x * self.x)),
+                    float(xp.sum(curvature)),
+                ]
+            )
+        stats = to_numpy(group_sums(self.codes, p, self.y, self.w_kernel, n_values=n_values)[0])
+        return row_sums, stats, curvature
+
+    def hessian_sums(
+        self, v: np.ndarray, offsets: np.ndarray, n_values: np.ndarray, curvature: Any
+    ) -> np.ndarray:
+        u = self.linear(v, offsets)
+        return to_numpy(group_sums(self.codes, u, self.x, curvature, n_values=n_values)[0])
+
+
+class _Problem:
+    """The penalised objective of one fit over a :class:`RowStore`, and what Newton-CG reads of it."""
+
+    def __init__(self, rows: RowStore, n_values: np.ndarray, l2: float) -> None:
+        self.rows = rows
         self.n_values = np.asarray(n_values, dtype=np.int64)
         self.offsets = value_offsets(self.n_values)
         self.n_codes = int(self.n_values.sum())
-        # Unit weights arrive as a zero-stride view (check_sample_weight); the kernel takes None for them.
-        unit = w.strides[0] == 0 and float(w[0]) == 1.0
-        self.w_kernel = None if unit else w
         self.l2 = float(l2)
         # Only the intercept (the second parameter) is not penalised.
         self.ridge = np.full(2 + self.n_codes, self.l2)
@@ -189,11 +314,7 @@ class _Problem:
         self.first = slice(0, int(self.n_values[0]))  # the codes of feature 0: every row has one
         # Codes some row of non-zero weight has; the others keep offset 0 (their gradient and Hessian are
         # the penalty's alone), and no row changes when they are left out.
-        counts = [
-            to_numpy(self.xp.bincount(codes[:, j], weights=w, minlength=int(k)))
-            for j, k in enumerate(self.n_values)
-        ]
-        self.used = np.concatenate([[True, True], *(c > 0.0 for c in counts)])
+        self.used = np.concatenate([[True, True], rows.code_weights(self.n_values) > 0.0])
 
     def blocks(self) -> list[slice]:
         """The slices of ``theta`` holding each feature's offsets."""
@@ -217,31 +338,20 @@ class _Problem:
         return theta
 
     def linear(self, theta: np.ndarray) -> Any:
-        """Return :math:`X \\theta` per row: ``theta = [a, b, beta]``."""
-        return linear_predictor(self.x, theta[0], theta[1], theta[2:], self.codes, self.offsets)
+        """Return the row vector :math:`X \\theta`: ``theta = [a, b, beta]``."""
+        return self.rows.linear(theta, self.offsets)
+
+    def shifted(self, z: Any, scale: float, dz: Any) -> Any:
+        """Return the row vector ``z + scale * dz`` (a line-search trial's predictor)."""
+        return self.rows.shifted(z, scale, dz)
 
     def objective(self, theta: np.ndarray, z: Any) -> float:
         """Return the penalised loss at ``theta`` whose row predictor is ``z``."""
-        xp = self.xp
-        if xp is np and not FORCE_ARRAY_PATH:
-            loss = float(_loss_cpu(z, self.y, self.w))
-        else:
-            loss = float(xp.sum(self.w * (xp.logaddexp(0.0, z) - self.y * z)))
-        return loss + 0.5 * float(self.ridge @ (theta * theta))
+        return self.rows.loss(z) + 0.5 * float(self.ridge @ (theta * theta))
 
     def gradient(self, theta: np.ndarray, z: Any) -> tuple[np.ndarray, np.ndarray, Any]:
         """Return the gradient, the Hessian diagonal and the row curvatures :math:`D = w p (1 - p)`."""
-        xp = self.xp
-        if xp is np and not FORCE_ARRAY_PATH:
-            p, curvature = np.empty_like(z), np.empty_like(z)
-            rx, r_sum, dxx, d_sum = _gradient_rows_cpu(z, self.x, self.y, self.w, p, curvature)
-        else:
-            p = sigmoid(z)
-            residual = self.w * (p - self.y)
-            curvature = self.w * p * (1.0 - p)
-            rx, r_sum = float(residual @ self.x), float(xp.sum(residual))
-            dxx, d_sum = float(curvature @ (self.x * self.x)), float(xp.sum(curvature))
-        stats = to_numpy(group_sums(self.codes, p, self.y, self.w_kernel, n_values=self.n_values)[0])
+        (rx, r_sum, dxx, d_sum), stats, curvature = self.rows.gradient_sums(z, self.n_values)
         grad = np.empty_like(theta)
         diag = np.empty_like(theta)
         grad[0], grad[1] = rx, r_sum
@@ -252,8 +362,7 @@ class _Problem:
 
     def hessian_product(self, v: np.ndarray, curvature: Any) -> np.ndarray:
         """Return :math:`(X^\\top D X + \\Lambda) v` from one group-sum pass."""
-        u = self.linear(v)
-        stats = to_numpy(group_sums(self.codes, u, self.x, curvature, n_values=self.n_values)[0])
+        stats = self.rows.hessian_sums(v, self.offsets, self.n_values, curvature)
         out = np.empty_like(v)
         out[0] = stats[self.first, STAT_WFY].sum()  # sum D u x, over the values of feature 0
         out[1] = stats[self.first, STAT_WF].sum()  # sum D u
@@ -340,27 +449,40 @@ def fit_feature_platt(
     -------
     FeaturePlattFit
     """
-    check_two_classes(y, w)
-    xp = array_namespace(x, codes, y, w)
-    total_weight = float(xp.sum(w))
-    mean_y = float(xp.sum(w * y)) / total_weight
+    return fit_feature_platt_on(
+        LocalRows(x, codes, y, w), n_values, l2=l2, max_iter=max_iter, tol=tol, what=what
+    )
+
+
+def fit_feature_platt_on(
+    rows: RowStore,
+    n_values: Any,
+    *,
+    l2: float = 1.0,
+    max_iter: int = 100,
+    tol: float = 1e-8,
+    what: str = "FeatureAwarePlattCalibrator",
+) -> FeaturePlattFit:
+    """:func:`fit_feature_platt` on the rows of a :class:`RowStore` (one device, or dask partitions)."""
+    rows.check_two_classes()
+    total_weight, label_sum = rows.label_sums()
+    mean_y = label_sum / total_weight
     theta = np.zeros(2 + int(np.sum(n_values)))
     theta[1] = math.log(mean_y / (1.0 - mean_y))  # the best constant model
-    n_rows = int(x.shape[0])
+    n_rows = rows.n_rows
     if n_rows >= WARM_START_MIN_ROWS:
         # Start from the fit on evenly strided rows. The penalty is not scaled down to their share of the
         # weight: a value with a handful of sampled rows would get an extreme offset, a far worse start than
         # a shrunk one. The objective is convex: the start changes how many passes over all rows are
         # needed, not the answer.
-        stride = n_rows // WARM_START_ROWS
-        x_sub, codes_sub, y_sub, w_sub = (xp.ascontiguousarray(a[::stride]) for a in (x, codes, y, w))
-        sub_weight = float(xp.sum(w_sub))
+        sample = rows.strided(n_rows // WARM_START_ROWS)
+        sub_weight, _ = sample.label_sums()
         if sub_weight > 0.0:
-            sub = _Problem(x_sub, codes_sub, n_values, y_sub, w_sub, l2)
+            sub = _Problem(sample, n_values, l2)
             warm = _newton_cg(sub, theta, max_iter=max_iter, tol=WARM_TOL, what=what, warn=False)
             if warm.converged:
                 theta = np.concatenate(([warm.coef_score, warm.intercept], warm.coef))
-    problem = _Problem(x, codes, n_values, y, w, l2)
+    problem = _Problem(rows, n_values, l2)
     return _newton_cg(problem, theta, max_iter=max_iter, tol=tol, what=what, warn=True)
 
 
@@ -386,7 +508,7 @@ def _newton_cg(
         scale = 1.0
         for _ in range(MAX_HALVINGS):
             trial = theta + scale * step
-            z_trial = z + scale * x_step
+            z_trial = problem.shifted(z, scale, x_step)
             trial_loss = problem.objective(trial, z_trial)
             allowed = loss + ARMIJO * scale * slope + LOSS_RTOL * abs(loss)
             if math.isfinite(trial_loss) and trial_loss <= allowed:
@@ -587,7 +709,10 @@ class FeatureAwarePlattCalibrator(Calibrator):
         Parameters
         ----------
         X : dataframe or dict of columns
-            Holds ``score_col`` and the feature columns (pandas, polars, pyarrow, cudf).
+            Holds ``score_col`` and the feature columns (pandas, polars, pyarrow, cudf), or a dask
+            DataFrame of pandas or cudf partitions: then ``y`` and ``sample_weight`` are dask Series
+            partitioned alike, and the fit is the single-machine one with every sum added over the
+            partitions (``gpucal.distributed.feature_platt``).
         y : array-like of shape (n,)
             Labels in {0, 1}; soft labels in [0, 1] count as that fraction of a positive.
         sample_weight : array-like of shape (n,), default=None
@@ -597,8 +722,12 @@ class FeatureAwarePlattCalibrator(Calibrator):
         -------
         self
         """
-        reject_dask(self, X, y, sample_weight)
         self._validate_params()
+        if any_dask(X, y, sample_weight):
+            from gpucal.distributed.feature_platt import fit_feature_platt_partitions
+
+            encoder, fit = fit_feature_platt_partitions(self, X, y, sample_weight)
+            return self._set_fitted(encoder, fit)
         split = split_input(
             X,
             score_col=self.score_col,
@@ -623,6 +752,10 @@ class FeatureAwarePlattCalibrator(Calibrator):
             max_iter=int(self.max_iter),
             tol=float(self.tol),
         )
+        return self._set_fitted(encoder, fit)
+
+    def _set_fitted(self, encoder: FeatureEncoder, fit: FeaturePlattFit) -> FeatureAwarePlattCalibrator:
+        """Store the fitted encoder and coefficients; return self."""
         self.encoder_ = encoder.to_dict()
         self._encoder = encoder
         self.coef_score_ = fit.coef_score
@@ -637,7 +770,8 @@ class FeatureAwarePlattCalibrator(Calibrator):
         Parameters
         ----------
         X : dataframe or dict of columns
-            Holds ``score_col`` and every feature column seen in ``fit`` (other columns are ignored).
+            Holds ``score_col`` and every feature column seen in ``fit`` (other columns are ignored); a
+            dask DataFrame gives a dask Series of its partitions' predictions.
 
         Returns
         -------
@@ -645,6 +779,10 @@ class FeatureAwarePlattCalibrator(Calibrator):
             Calibrated probabilities in [0, 1].
         """
         check_is_fitted(self, list(self._state_spec))
+        if any_dask(X):
+            from gpucal.distributed.calibrators import predict_partitions
+
+            return predict_partitions(self, X)  # this method on every partition, lazily
         encoder = self._fitted_encoder()
         split = split_input(
             X,

@@ -43,6 +43,7 @@ DISTRIBUTED_FITS = (
     "BetaCalibrator",
     "TemperatureCalibrator",
     "MBCT",
+    "FeatureAwarePlattCalibrator",
 )
 
 

@@ -1,0 +1,113 @@
+"""FeatureAwarePlattCalibrator on dask DataFrames (issue 7): the single-machine coefficients, sums added.
+
+The reference is ``FeatureAwarePlattCalibrator.fit`` on the concatenated rows. Newton-CG reads only sums
+over rows, and the dask fit adds them over partitions, so it takes the same steps: the encoder must be
+equal exactly, the number of Newton steps too, and every coefficient (score slope, intercept, each
+value's offset) and prediction within 1e-8 relative (they agree to about 1e-12; the sums are added in
+another order). Partitions are pandas on a ``distributed.LocalCluster`` of threads.
+"""
+
+from __future__ import annotations
+
+import dask.dataframe as dd
+import distributed
+import numpy as np
+import pandas as pd
+import pytest
+
+from gpucal.calibrators import feature_platt
+from gpucal.calibrators.feature_platt import FeatureAwarePlattCalibrator
+from gpucal.datasets import make_ctr
+from gpucal.distributed import DISTRIBUTED_FITS, local_cluster
+
+RTOL = 1e-8
+N_ROWS = 24_000
+PARAMS = {"categorical_cols": ["hour"], "n_bins": 16}
+
+
+@pytest.fixture(scope="module")
+def client():  # type: ignore[no-untyped-def]
+    with (
+        local_cluster(2, processes=False, threads_per_worker=1) as cluster,
+        distributed.Client(cluster) as c,
+    ):
+        yield c
+
+
+@pytest.fixture(scope="module")
+def ctr() -> tuple[pd.DataFrame, pd.Series, np.ndarray]:
+    """Four categorical fields (one as strings, one an integer read by value), a numeric one; labels;
+    weights, zero on the first 2,000 rows (a whole partition of 16 carries no weight)."""
+    df = make_ctr(N_ROWS, "mixed", seed=3)
+    X = df[["score", "region", "user_segment", "device", "hour"]].copy()
+    X["region"] = "r" + X["region"].astype(str)
+    X["p_noisy"] = df["p_true"] * np.exp(np.random.default_rng(1).normal(0.0, 0.3, N_ROWS))
+    w = np.random.default_rng(2).random(N_ROWS) * 2.0
+    w[:2000] = 0.0
+    return X, df["label"].astype(np.float64), w
+
+
+def _dask(X: pd.DataFrame, y: pd.Series, w: np.ndarray | None, n_parts: int) -> tuple:
+    dw = None if w is None else dd.from_pandas(pd.Series(w, index=X.index), npartitions=n_parts)
+    return dd.from_pandas(X, npartitions=n_parts), dd.from_pandas(y, npartitions=n_parts), dw
+
+
+def _coefficients(cal: FeatureAwarePlattCalibrator) -> np.ndarray:
+    return np.r_[cal.coef_score_, cal.intercept_, cal.coef_]
+
+
+def _assert_same_fit(two: FeatureAwarePlattCalibrator, one: FeatureAwarePlattCalibrator) -> None:
+    assert two.encoder_ == one.encoder_
+    assert two.n_iter_ == one.n_iter_
+    # Codes no row of positive weight has are exactly 0 in both; every other entry is compared relatively.
+    np.testing.assert_allclose(_coefficients(two), _coefficients(one), rtol=RTOL, atol=0.0)
+
+
+@pytest.mark.parametrize(
+    ("n_parts", "weighted"),
+    [
+        (4, False),
+        (16, True),
+        pytest.param(4, True, marks=pytest.mark.slow),
+        pytest.param(16, False, marks=pytest.mark.slow),
+    ],
+)
+def test_dask_fit_is_the_single_machine_fit(client, ctr, n_parts, weighted) -> None:  # type: ignore[no-untyped-def]
+    X, y, w = ctr
+    sw = w if weighted else None
+    one = FeatureAwarePlattCalibrator(**PARAMS).fit(X, y, sample_weight=sw)
+    dX, dy, dw = _dask(X, y, sw, n_parts)
+    two = FeatureAwarePlattCalibrator(**PARAMS).fit(dX, dy, sample_weight=dw)
+    assert one.n_iter_ >= 3  # Newton steps, not a start that is already the optimum, are compared
+    _assert_same_fit(two, one)
+    predicted = two.predict(dX)
+    assert isinstance(predicted, dd.Series)
+    np.testing.assert_allclose(
+        predicted.compute().to_numpy(), np.asarray(one.predict(X)), rtol=RTOL, atol=0.0
+    )
+
+
+def test_warm_start_samples_the_single_machine_rows(client, ctr, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The warm start fits every 7th global row; partitions of 2,000 rows start at offsets 7 does not
+    divide. With a loose ``tol`` the answer depends on the start, so other rows would give another."""
+    X, y, w = (a[:12_000] for a in ctr)
+    params = {**PARAMS, "tol": 1e-3}
+    cold = FeatureAwarePlattCalibrator(**params).fit(X, y, sample_weight=w)
+    monkeypatch.setattr(feature_platt, "WARM_START_MIN_ROWS", 1000)
+    monkeypatch.setattr(feature_platt, "WARM_START_ROWS", 12_000 // 7)
+    one = FeatureAwarePlattCalibrator(**params).fit(X, y, sample_weight=w)
+    dX, dy, dw = _dask(X, y, w, 6)
+    two = FeatureAwarePlattCalibrator(**params).fit(dX, dy, sample_weight=dw)
+    _assert_same_fit(two, one)
+    assert not np.allclose(_coefficients(one), _coefficients(cold), rtol=1e-6, atol=0.0)
+
+
+def test_dask_fit_checks_the_whole_data(client, ctr) -> None:  # type: ignore[no-untyped-def]
+    X, _, _ = ctr
+    dX, dy, _ = _dask(X, pd.Series(np.ones(len(X)), index=X.index), None, 4)
+    with pytest.raises(ValueError, match="no negative labels"):
+        FeatureAwarePlattCalibrator(**PARAMS).fit(dX, dy)
+
+
+def test_listed_among_the_distributed_fits() -> None:
+    assert "FeatureAwarePlattCalibrator" in DISTRIBUTED_FITS
