@@ -24,6 +24,7 @@ from gpucal.calibrators._logistic import EPS
 from gpucal.calibrators.platt import OUTPUT_TYPE_OPTIONS
 from gpucal.ccl.clustering import CLUSTERINGS, assign_clusters, fit_clusters, project
 from gpucal.ccl.embeddings import EMBEDDINGS, LEAF_ENCODINGS, TreeEmbedding, _as_pandas, make_embedding
+from gpucal.distributed import reject_dask
 from gpucal.persistence import register
 
 #: Maps fitted by grouped Newton steps (``gpucal.partition.local_maps``) and the per-cluster Dirichlet fit.
@@ -297,6 +298,7 @@ class ClusteredCalibrator(Calibrator):
         -------
         self
         """
+        reject_dask(self, X, y, sample_weight)
         self._validate_params()
         if self.min_clusters > self.max_clusters:
             msg = f"min_clusters={self.min_clusters} is above max_clusters={self.max_clusters}"

@@ -27,6 +27,7 @@ from gpucal.calibrators._base import Calibrator, Constraint, Interval, Options
 from gpucal.calibrators._logistic import sigmoid
 from gpucal.calibrators.feature_platt import score_feature
 from gpucal.calibrators.platt import OUTPUT_TYPE_OPTIONS, SCORE_KIND_OPTIONS
+from gpucal.distributed import reject_dask
 from gpucal.encoding import FeatureEncoder
 from gpucal.neural._torch import as_tensor, load_training, require_torch, torch_device, torch_threads
 from gpucal.neural.piecewise import check_knots, eta_logit, finish_eta, fit_eta, knot_coordinates
@@ -383,6 +384,7 @@ class FieldAwareCalibrator(Calibrator):
         -------
         self
         """
+        reject_dask(self, X, y, sample_weight)
         self._validate_params()
         require_torch(type(self).__name__)  # before any work: the install hint names this class
         split = split_input(
