@@ -44,6 +44,7 @@ DISTRIBUTED_FITS = (
     "TemperatureCalibrator",
     "MBCT",
     "FeatureAwarePlattCalibrator",
+    "HeterogeneousCalibrator",
 )
 
 

@@ -272,6 +272,22 @@ def _map_sums(part: Any, theta: np.ndarray, kind: str, backend: str) -> np.ndarr
     return np.concatenate([weight, grad.ravel(), hess.ravel()])
 
 
+def partition_map_sums(parts: list[Any], kind: str, backend: str) -> MapSums:
+    """``theta -> local_map_sums`` added over persisted partitions grouped by their ``node_idx``."""
+
+    def sums(theta: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        n_parts, k = theta.shape
+        flat = sum_partitions(as_partitions(parts), _map_sums, args=(theta, kind, backend))
+        grad_end = n_parts + n_parts * k
+        return (
+            flat[:n_parts],
+            flat[n_parts:grad_end].reshape(n_parts, k),
+            flat[grad_end:].reshape(n_parts, k, k),
+        )
+
+    return sums
+
+
 def _through(part: RowsPart, tree: TreeEnsemble) -> RowsPart:
     return RowsPart(part.codes, predict_ensemble(tree, part.codes, part.f), part.y, part.w)
 
@@ -298,19 +314,7 @@ class DaskChainRows:
 
     def map_sums(self, leaf: PartitionedRows, kind: str) -> MapSums:
         """``theta -> local_map_sums`` added over the partitions of the grown tree."""
-        backend = self.model._backend
-
-        def sums(theta: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-            n_parts, k = theta.shape
-            flat = sum_partitions(as_partitions(leaf.parts), _map_sums, args=(theta, kind, backend))
-            grad_end = n_parts + n_parts * k
-            return (
-                flat[:n_parts],
-                flat[n_parts:grad_end].reshape(n_parts, k),
-                flat[grad_end:].reshape(n_parts, k, k),
-            )
-
-        return sums
+        return partition_map_sums(leaf.parts, kind, self.model._backend)
 
     def through(self, tree: TreeEnsemble) -> DaskChainRows:
         """Both sides' input passed through ``tree`` on every partition, persisted."""
@@ -318,4 +322,4 @@ class DaskChainRows:
         return DaskChainRows(self.model, map_persisted(_through, self.train, tree), valid)
 
 
-__all__ = ["DaskChainRows", "RowsPart", "fit_mbct_partitions"]
+__all__ = ["DaskChainRows", "RowsPart", "fit_mbct_partitions", "partition_map_sums"]

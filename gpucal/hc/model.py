@@ -22,7 +22,7 @@ from gpucal._validation import check_consistent_length, check_labels, check_samp
 from gpucal.calibrators._base import AnyOf, Calibrator, Constraint, Interval, Options
 from gpucal.calibrators._logistic import EPS, check_two_classes
 from gpucal.calibrators.platt import OUTPUT_TYPE_OPTIONS
-from gpucal.distributed import reject_dask
+from gpucal.distributed._collections import any_dask
 from gpucal.encoding import KIND_BINS, FeatureEncoder
 from gpucal.hc.node_maps import (
     ENSEMBLE_KINDS,
@@ -31,7 +31,14 @@ from gpucal.hc.node_maps import (
     ensemble_values,
     fit_node_maps,
 )
-from gpucal.partition.ensemble import TreeEnsemble, join_trees, map_codes, predict_ensemble, tree_code_maps
+from gpucal.partition.ensemble import (
+    TreeEnsemble,
+    code_maps_from_weights,
+    code_weights,
+    join_trees,
+    map_codes,
+    predict_ensemble,
+)
 from gpucal.partition.grow import GrowConfig, TreeNodes, grow_tree
 from gpucal.partition.local_maps import LOCAL_MAP_KINDS, apply_local_maps, n_map_params
 from gpucal.persistence import register
@@ -249,7 +256,9 @@ class HeterogeneousCalibrator(Calibrator):
         Parameters
         ----------
         X : dataframe
-            The score column and the feature columns (pandas, cudf, polars, pyarrow, or a dict).
+            The score column and the feature columns (pandas, cudf, polars, pyarrow, or a dict). A dask
+            DataFrame (with every row input a dask collection) fits mode "tree" over its partitions: the
+            tree and maps of one machine, its sums added (``gpucal.distributed.hc``).
         y : array-like of shape (n,)
             Labels in {0, 1} (soft labels in [0, 1] count as that fraction of a positive).
         sample_weight : array-like of shape (n,), optional
@@ -266,11 +275,15 @@ class HeterogeneousCalibrator(Calibrator):
         -------
         self
         """
-        reject_dask(self, X, y, sample_weight, X_tree, y_tree)
+        if any_dask(X, y, sample_weight, X_tree, y_tree, sample_weight_tree):
+            from gpucal.distributed.hc import fit_hc_partitions
+
+            self._validate_params()
+            self._check_tree_inputs(X_tree, y_tree, sample_weight_tree)
+            fit_hc_partitions(self, X, y, sample_weight, X_tree, y_tree, sample_weight_tree)
+            return self
         self._validate_params()
-        if (X_tree is None) != (y_tree is None) or (X_tree is None and sample_weight_tree is not None):
-            msg = "X_tree and y_tree: give both (and sample_weight_tree only with them), or neither"
-            raise ValueError(msg)
+        self._check_tree_inputs(X_tree, y_tree, sample_weight_tree)
         split = split_input(
             X, score_col=self.score_col, feature_cols=self.feature_cols, require_features=True
         )
@@ -299,6 +312,12 @@ class HeterogeneousCalibrator(Calibrator):
         self._fit_rows(tree, cal)
         return self
 
+    @staticmethod
+    def _check_tree_inputs(X_tree: Any, y_tree: Any, sample_weight_tree: Any) -> None:
+        if (X_tree is None) != (y_tree is None) or (X_tree is None and sample_weight_tree is not None):
+            msg = "X_tree and y_tree: give both (and sample_weight_tree only with them), or neither"
+            raise ValueError(msg)
+
     def _fit_encoder(self, features: dict[Hashable, Column], sample_weight: Any) -> FeatureEncoder:
         encoder = FeatureEncoder(n_bins=self.n_bins, categorical_cols=self.categorical_cols)
         return encoder.fit(features, sample_weight=sample_weight)
@@ -310,25 +329,38 @@ class HeterogeneousCalibrator(Calibrator):
     def _fit_rows(self, tree: _Rows, cal: _Rows) -> None:
         """Grow on ``tree``, fit the maps on ``cal`` (both encoded); set the fitted attributes."""
         n_values = np.asarray(self.encoder_.n_values_, dtype=np.int64)
-        ordinal = [kind == KIND_BINS for kind in self.encoder_.kinds_]
-        maps, rare, counts = tree_code_maps(tree.codes, tree.w, n_values, float(self.min_leaf_size))
-        # Bins keep their order: only categories are pooled (a pooled code has no place in code order).
-        for j in np.flatnonzero(ordinal):
-            maps[j], rare[j], counts[j] = np.arange(n_values[j], dtype=np.int32), -1, n_values[j]
-        self._rare_codes, self._tree_n_values = rare, counts
+        maps, counts = self._set_code_maps(code_weights(tree.codes, tree.w, n_values))
         tree = tree.with_codes(map_codes(tree.codes, maps, counts))
         cal = cal.with_codes(map_codes(cal.codes, maps, counts))
-        self._ordinal = tuple(ordinal)
         self._log(
             1,
             f"HC ({self.mode}): {tree.y.shape[0]} tree rows, {cal.y.shape[0]} map rows, "
-            f"{len(ordinal)} features",
+            f"{len(self._ordinal)} features",
         )
         self.history_: list[dict[str, Any]] = []
         if self.mode == "boosted":
             trees, params = self._fit_boosted(tree, cal)
         else:
             trees, params = self._fit_trees(tree, cal)
+        self._set_ensemble(trees, params, maps, counts)
+
+    def _set_code_maps(self, weights: np.ndarray) -> tuple[list[np.ndarray], np.ndarray]:
+        """From the tree rows' weight per input code (``code_weights``): the input-to-tree code maps and
+        the tree code counts (``tree_code_maps``); sets the rare codes and which features are ordinal."""
+        n_values = np.asarray(self.encoder_.n_values_, dtype=np.int64)
+        ordinal = [kind == KIND_BINS for kind in self.encoder_.kinds_]
+        maps, rare, counts = code_maps_from_weights(weights, n_values, float(self.min_leaf_size))
+        # Bins keep their order: only categories are pooled (a pooled code has no place in code order).
+        for j in np.flatnonzero(ordinal):
+            maps[j], rare[j], counts[j] = np.arange(n_values[j], dtype=np.int32), -1, n_values[j]
+        self._rare_codes, self._tree_n_values = rare, counts
+        self._ordinal = tuple(ordinal)
+        return maps, counts
+
+    def _set_ensemble(
+        self, trees: list[TreeNodes], params: np.ndarray, maps: list[np.ndarray], counts: np.ndarray
+    ) -> None:
+        """Join the grown trees, each node carrying its map, into ``ensemble_``; keep ``node_params_``."""
         kind = self.local_map
         names = [str(c) for c in self.encoder_.feature_names_]
         leaf_map = "scale" if kind == "scale" else "platt"
@@ -341,7 +373,7 @@ class HeterogeneousCalibrator(Calibrator):
             n = len(nodes.feature)
             nodes.value = list(values[offset : offset + n])
             offset += n
-        self.ensemble_ = join_trees(trees, leaf_map, names, counts, maps, rare)
+        self.ensemble_ = join_trees(trees, leaf_map, names, counts, maps, self._rare_codes)
         self.node_params_ = params
 
     def _grow_config(self, criterion: str, mask: tuple[bool, ...] = ()) -> GrowConfig:
@@ -496,12 +528,18 @@ class HeterogeneousCalibrator(Calibrator):
         Parameters
         ----------
         X : dataframe
-            The score column and the fitted feature columns (other columns are ignored).
+            The score column and the fitted feature columns (other columns are ignored); a dask
+            DataFrame gives a dask Series of its partitions' predictions.
 
         Returns
         -------
         array or Series of shape (n,)
         """
+        if any_dask(X):
+            from gpucal.distributed.calibrators import predict_partitions
+
+            check_is_fitted(self, list(self._state_spec))
+            return predict_partitions(self, X)  # this method on every partition, lazily
         codes, score, split = self._predict_input(X)
         if self.mode != "forest" and self.local_map in ENSEMBLE_KINDS:
             out = predict_ensemble(self.ensemble_, codes, score)

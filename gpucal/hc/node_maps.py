@@ -21,6 +21,7 @@ off; a node with no calibration row keeps its parent's map.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -87,24 +88,40 @@ def fit_node_maps(
     backend : str
         Kernel backend of the sums.
     """
+    parent = tree_parents(nodes)
+    levels = node_ancestors(leaf, np.asarray(nodes.depth, dtype=np.int64), parent)
+
+    def fit_level(d: int, n_parts: int, prior: np.ndarray | None, level_penalty: float) -> np.ndarray:
+        return fit_local_maps(
+            score, y, w, levels[d], n_parts, kind, prior=prior, penalty=level_penalty, backend=backend
+        )
+
+    return fit_node_maps_on(nodes, fit_level, penalty)
+
+
+# fit_level(d, n_parts, prior, penalty): the maps of the rows' nodes at depth ``d`` (parts are tree-local
+# node ids, -1 for a row that stopped above ``d``), as ``fit_local_maps`` with that prior and penalty.
+LevelFit = Callable[[int, int, "np.ndarray | None", float], np.ndarray]
+
+
+def fit_node_maps_on(nodes: TreeNodes, fit_level: LevelFit, penalty: float) -> np.ndarray:
+    """Return ``(n_nodes, n_params)``: the top-down loop of :func:`fit_node_maps` over any rows.
+
+    ``fit_level`` reads the rows wherever they are (one array here, dask partitions in
+    ``gpucal.distributed.hc``): the root is one part with the default start and no ridge; depth
+    ``d`` starts from and is pulled toward each node's parent map.
+    """
     depth = np.asarray(nodes.depth, dtype=np.int64)
     parent = tree_parents(nodes)
     n_nodes = depth.shape[0]
-    params: np.ndarray | None = None
-    for d, part in enumerate(node_ancestors(leaf, depth, parent)):
-        if params is None:
-            root = fit_local_maps(score, y, w, part, 1, kind, backend=backend)
-            params = np.repeat(root, n_nodes, axis=0)
-            continue
-        prior = params[np.maximum(parent, 0)]
-        fitted = fit_local_maps(
-            score, y, w, part, n_nodes, kind, prior=prior, penalty=penalty, backend=backend
-        )
-        level = depth == d
-        params[level] = fitted[level]
-    if params is None:
+    if n_nodes == 0:
         msg = "fit_node_maps: the tree has no node"
         raise ValueError(msg)
+    params = np.repeat(fit_level(0, 1, None, 0.0), n_nodes, axis=0)
+    for d in range(1, int(depth.max()) + 1):
+        fitted = fit_level(d, n_nodes, params[np.maximum(parent, 0)], penalty)
+        level = depth == d
+        params[level] = fitted[level]
     return params
 
 
