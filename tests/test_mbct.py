@@ -335,3 +335,13 @@ def test_merging_is_tried_only_when_a_sample_says_it_halves_the_rows() -> None:
     assert merged[0].shape[0] == np.unique(np.c_[codes, distinct_scores * 100], axis=0).shape[0]
     assert_allclose(merged[3].sum(), n)
     assert aggregate_rows(codes, rng.random(n), np.zeros(n), None) is None  # every score distinct
+
+
+def test_split_losses_equal_but_for_rounding_pick_the_first_feature() -> None:
+    """A field and its relabelled copy split a node alike; their losses differ only in the last bits,
+    by summation order, which differs between backends and Dask partitions: the first must win."""
+    lowest = 2.0
+    split_loss = np.array([[3.0, lowest * (1 + 4e-16), lowest, np.inf], [np.inf] * 4])
+    chosen = _grow.first_best(split_loss, np.array([10.0, 1.0]))
+    assert chosen[0] == 1
+    assert np.isinf(split_loss[1, chosen[1]])

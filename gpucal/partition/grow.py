@@ -426,8 +426,7 @@ def _decide(
         )
         # Eq. 12 over the features whose split has at least two children.
         split_loss = np.where(np.isfinite(split_loss), mvce_split, np.inf)
-    # The first feature wins a tie: deterministic.
-    best = np.argmin(split_loss, axis=1)
+    best = first_best(split_loss, own_loss)
     split_loss = split_loss[np.arange(len(batch)), best]
     loss_scale = np.maximum(np.abs(own_loss), np.abs(split_loss))
     accept = np.isfinite(split_loss) & (split_loss < own_loss - RELATIVE_GAIN_TOL * loss_scale)
@@ -451,6 +450,20 @@ def _decide(
     return out
 
 
+def first_best(split_loss: np.ndarray, own_loss: np.ndarray) -> np.ndarray:
+    """Return per node the first feature whose split loss is within rounding of the lowest.
+
+    Two features can split a node into the same children (a field and its cross with a constant), so
+    their losses are equal but for the order of the additions, which differs between backends and
+    between one machine and Dask partitions. Losses within ``RELATIVE_GAIN_TOL`` of the node's loss
+    scale count as tied, and the first feature wins a tie: the same tree everywhere.
+    """
+    lowest = split_loss.min(axis=1, initial=np.inf)
+    scale = np.maximum(np.abs(own_loss), np.where(np.isfinite(lowest), np.abs(lowest), 0.0))
+    tied = split_loss <= (lowest + RELATIVE_GAIN_TOL * scale)[:, None]
+    return np.argmax(tied, axis=1)
+
+
 def _decide_binary(
     hist: np.ndarray, parent: np.ndarray, offsets: np.ndarray, n_values: np.ndarray, config: GrowConfig
 ) -> list[_Split | None]:
@@ -465,8 +478,7 @@ def _decide_binary(
     split_loss, own_loss, side = choose_binary_splits(
         hist, offsets, n_values, ordinal, allowed, parent, kind, config.penalty, config.min_child_size
     )
-    # The first feature wins a tie: deterministic.
-    best = np.argmin(split_loss, axis=1)
+    best = first_best(split_loss, own_loss)
     split_loss = split_loss[np.arange(hist.shape[0]), best]
     loss_scale = np.maximum(np.abs(own_loss), np.abs(split_loss))
     accept = np.isfinite(split_loss) & (split_loss < own_loss - RELATIVE_GAIN_TOL * loss_scale)
