@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -53,6 +53,7 @@ from gpucal.metrics._binning import uniform_bin_ids
 from gpucal.metrics._inputs import check_partition_rows, factorize_values
 from gpucal.metrics._reduce import bin_gaps, lp_average, pcoc_ratio
 from gpucal.metrics._sums import COUNT, WP, WY, W, group_stats
+from gpucal.metrics.grouped import report_columns, segment_rows, sort_segments
 from gpucal.metrics.rejection import (
     DEFAULT_THRESHOLDS,
     binary_threshold_sums,
@@ -470,17 +471,7 @@ def segment_report(
     sort_by: str = "excess",
     min_rows: int = 1,
 ) -> pd.DataFrame:
-    if hasattr(features, "columns"):
-        columns = {str(name): features[name] for name in features.columns}
-    elif isinstance(features, Mapping):
-        columns = {str(name): values for name, values in features.items()}
-    else:
-        kind = type(features).__name__
-        msg = f"features: expected a dask DataFrame or a mapping of column name to values, got {kind}"
-        raise TypeError(msg)
-    if not columns:
-        msg = "features: no columns to report on"
-        raise ValueError(msg)
+    columns = report_columns(features)
     field_names = {f"features[{name!r}]": values for name, values in columns.items()}
     parts = _row_parts(y_true, y_prob, sample_weight, **field_names)
     uniques = _field_uniques_of(parts, list(field_names))
@@ -489,36 +480,9 @@ def segment_report(
     report_parts = []
     start = 0
     for name, u in zip(columns, uniques, strict=True):
-        stats = stats_all[start : start + len(u)]
+        report_parts.append(segment_rows(name, u, stats_all[start : start + len(u)], min_rows))
         start += len(u)
-        report_parts.append(_report_rows(name, u, stats, min_rows))
-    report = pd.concat(report_parts, ignore_index=True)
-    key = report[sort_by].abs().fillna(-1.0)
-    order = np.argsort(-key.to_numpy(), kind="stable")
-    return report.iloc[order].reset_index(drop=True)
-
-
-def _report_rows(name: str, uniques: np.ndarray, stats: np.ndarray, min_rows: int) -> pd.DataFrame:
-    """One feature's rows of the segment report (the columns of ``gpucal.metrics.segment_report``)."""
-    weight = stats[:, W]
-    has_weight = weight > 0
-    safe = np.where(has_weight, weight, 1.0)
-    observed = np.where(has_weight, stats[:, WY] / safe, np.nan)
-    predicted = np.where(has_weight, stats[:, WP] / safe, np.nan)
-    part = pd.DataFrame(
-        {
-            "feature": name,
-            "value": pd.Series(np.asarray(uniques, dtype=object)),
-            "rows": stats[:, COUNT].astype(np.int64),
-            "weight": weight,
-            "observed": observed,
-            "predicted": predicted,
-            "error": predicted - observed,
-            "excess": stats[:, WP] - stats[:, WY],
-            "pcoc": [pcoc_ratio(a, b) for a, b in zip(stats[:, WP], stats[:, WY], strict=True)],
-        }
-    )
-    return part[part["rows"] >= min_rows]
+    return sort_segments(report_parts, sort_by)
 
 
 def rejection_curve(

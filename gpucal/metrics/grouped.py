@@ -301,6 +301,16 @@ def segment_report(
     ``excess`` 0; ``pcoc`` follows :func:`pcoc` (``inf`` with no positives, NaN for 0/0).
     """
     rows = check_rows(y_true, y_prob, sample_weight)
+    parts = []
+    for name, values in report_columns(features).items():
+        codes, uniques = factorize(values, f"features[{name!r}]", rows)
+        stats = group_stats(codes, rows.p, rows.y, rows.w, len(uniques))
+        parts.append(segment_rows(name, uniques, stats, min_rows))
+    return sort_segments(parts, sort_by)
+
+
+def report_columns(features: Any) -> dict[str, Any]:
+    """The columns of :func:`segment_report`'s ``features`` (a DataFrame or a mapping), by name."""
     if hasattr(features, "columns"):
         columns = {str(name): features[name] for name in features.columns}
     elif isinstance(features, Mapping):
@@ -312,29 +322,34 @@ def segment_report(
     if not columns:
         msg = "features: no columns to report on"
         raise ValueError(msg)
-    parts = []
-    for name, values in columns.items():
-        codes, uniques = factorize(values, f"features[{name!r}]", rows)
-        stats = group_stats(codes, rows.p, rows.y, rows.w, len(uniques))
-        weight = stats[:, W]
-        has_weight = weight > 0
-        safe = np.where(has_weight, weight, 1.0)
-        observed = np.where(has_weight, stats[:, WY] / safe, np.nan)
-        predicted = np.where(has_weight, stats[:, WP] / safe, np.nan)
-        part = pd.DataFrame(
-            {
-                "feature": name,
-                "value": pd.Series(np.asarray(uniques, dtype=object)),
-                "rows": stats[:, COUNT].astype(np.int64),
-                "weight": weight,
-                "observed": observed,
-                "predicted": predicted,
-                "error": predicted - observed,
-                "excess": stats[:, WP] - stats[:, WY],
-                "pcoc": [pcoc_ratio(a, b) for a, b in zip(stats[:, WP], stats[:, WY], strict=True)],
-            }
-        )
-        parts.append(part[part["rows"] >= min_rows])
+    return columns
+
+
+def segment_rows(name: str, uniques: Any, stats: np.ndarray, min_rows: int) -> pd.DataFrame:
+    """One feature's rows of :func:`segment_report` from its per-value sums (``metrics._sums`` columns)."""
+    weight = stats[:, W]
+    has_weight = weight > 0
+    safe = np.where(has_weight, weight, 1.0)
+    observed = np.where(has_weight, stats[:, WY] / safe, np.nan)
+    predicted = np.where(has_weight, stats[:, WP] / safe, np.nan)
+    part = pd.DataFrame(
+        {
+            "feature": name,
+            "value": pd.Series(np.asarray(uniques, dtype=object)),
+            "rows": stats[:, COUNT].astype(np.int64),
+            "weight": weight,
+            "observed": observed,
+            "predicted": predicted,
+            "error": predicted - observed,
+            "excess": stats[:, WP] - stats[:, WY],
+            "pcoc": [pcoc_ratio(a, b) for a, b in zip(stats[:, WP], stats[:, WY], strict=True)],
+        }
+    )
+    return part[part["rows"] >= min_rows]
+
+
+def sort_segments(parts: list[pd.DataFrame], sort_by: str) -> pd.DataFrame:
+    """Concatenate features' segment rows, worst first by ``|sort_by|`` (stable: ties keep their order)."""
     report = pd.concat(parts, ignore_index=True)
     key = report[sort_by].abs().fillna(-1.0)
     order = np.argsort(-key.to_numpy(), kind="stable")
