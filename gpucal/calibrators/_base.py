@@ -121,14 +121,21 @@ class Calibrator(BaseEstimator):
         array or Series of shape (n,)
             Calibrated probabilities in [0, 1].
         """
-        check_is_fitted(self, list(self._state_spec))
-        if any_dask(X):
-            from gpucal.distributed.calibrators import predict_partitions
-
-            return predict_partitions(self, X)
+        lazy = self._predict_partitions(X)
+        if lazy is not None:
+            return lazy
         split = self._split(X, allow_empty=True)
         calibrated = self._predict_scores(split.score)
         return wrap_output(calibrated, split.info, output_type=getattr(self, "output_type", "input"))
+
+    def _predict_partitions(self, X: Any) -> Any:
+        """Check the fit; for a dask ``X`` return ``predict`` mapped over its partitions (lazy), else None."""
+        check_is_fitted(self, list(self._state_spec))
+        if not any_dask(X):
+            return None
+        from gpucal.distributed.calibrators import predict_partitions
+
+        return predict_partitions(self, X)
 
     def _fit_scores(self, score: Any, y: Any, sample_weight: Any) -> None:
         """Fit from validated float64 arrays; sets the attributes of ``_state_spec``."""

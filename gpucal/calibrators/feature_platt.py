@@ -42,7 +42,6 @@ from typing import Any, ClassVar, Protocol
 import numba
 import numpy as np
 from sklearn.exceptions import ConvergenceWarning
-from sklearn.utils.validation import check_is_fitted
 
 from gpucal._backend import array_namespace, is_cupy_array, resolve_device, to_numpy
 from gpucal._frames import split_input, wrap_output
@@ -778,11 +777,9 @@ class FeatureAwarePlattCalibrator(Calibrator):
         array or Series of shape (n,)
             Calibrated probabilities in [0, 1].
         """
-        check_is_fitted(self, list(self._state_spec))
-        if any_dask(X):
-            from gpucal.distributed.calibrators import predict_partitions
-
-            return predict_partitions(self, X)  # this method on every partition, lazily
+        lazy = self._predict_partitions(X)
+        if lazy is not None:
+            return lazy
         encoder = self._fitted_encoder()
         split = split_input(
             X,

@@ -535,11 +535,9 @@ class HeterogeneousCalibrator(Calibrator):
         -------
         array or Series of shape (n,)
         """
-        if any_dask(X):
-            from gpucal.distributed.calibrators import predict_partitions
-
-            check_is_fitted(self, list(self._state_spec))
-            return predict_partitions(self, X)  # this method on every partition, lazily
+        lazy = self._predict_partitions(X)
+        if lazy is not None:
+            return lazy
         codes, score, split = self._predict_input(X)
         if self.mode != "forest" and self.local_map in ENSEMBLE_KINDS:
             out = predict_ensemble(self.ensemble_, codes, score)

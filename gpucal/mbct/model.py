@@ -559,11 +559,9 @@ class MBCT(Calibrator):
         -------
         array or Series of shape (n,)
         """
-        if any_dask(X):
-            from gpucal.distributed.calibrators import predict_partitions
-
-            check_is_fitted(self, list(self._state_spec))
-            return predict_partitions(self, X)  # this method on every partition, lazily
+        lazy = self._predict_partitions(X)
+        if lazy is not None:
+            return lazy
         codes, f, split = self._predict_input(X)
         out = predict_ensemble(self.ensemble_, codes, f)
         return wrap_output(out, split.info, output_type=self.output_type)
