@@ -38,15 +38,6 @@ N_ROWS = 2000
 PARTITION_COUNTS = [4, 16]
 
 
-@pytest.fixture(scope="module")
-def client():  # type: ignore[no-untyped-def]
-    with (
-        local_cluster(2, processes=False, threads_per_worker=1) as cluster,
-        distributed.Client(cluster) as c,
-    ):
-        yield c
-
-
 def make_frame(n: int = N_ROWS, seed: int = 0) -> pd.DataFrame:
     rng = np.random.default_rng(seed)
     p = np.round(rng.beta(0.7, 1.2, n), 3)  # ties: binning and AUC must keep them together

@@ -10,7 +10,6 @@ another order). Partitions are pandas on a ``distributed.LocalCluster`` of threa
 from __future__ import annotations
 
 import dask.dataframe as dd
-import distributed
 import numpy as np
 import pandas as pd
 import pytest
@@ -18,20 +17,11 @@ import pytest
 from gpucal.calibrators import feature_platt
 from gpucal.calibrators.feature_platt import FeatureAwarePlattCalibrator
 from gpucal.datasets import make_ctr
-from gpucal.distributed import DISTRIBUTED_FITS, local_cluster
+from gpucal.distributed import DISTRIBUTED_FITS
 
 RTOL = 1e-8
 N_ROWS = 24_000
 PARAMS = {"categorical_cols": ["hour"], "n_bins": 16}
-
-
-@pytest.fixture(scope="module")
-def client():  # type: ignore[no-untyped-def]
-    with (
-        local_cluster(2, processes=False, threads_per_worker=1) as cluster,
-        distributed.Client(cluster) as c,
-    ):
-        yield c
 
 
 @pytest.fixture(scope="module")

@@ -9,28 +9,17 @@ relative to ``max(|v|, 1)`` (sums are added in another order). Partitions are pa
 from __future__ import annotations
 
 import dask.dataframe as dd
-import distributed
 import numpy as np
 import pandas as pd
 import pytest
 
 from gpucal.datasets import make_ctr
-from gpucal.distributed import local_cluster
 from gpucal.hc import HeterogeneousCalibrator
 
 RTOL = 1e-9
 N_ROWS = 6_000
 STRUCTURE = ("node_feature", "node_child_base", "child_table", "tree_start")
 SMALL = {"max_depth": 3, "min_leaf_size": 100.0, "n_bins": 16}
-
-
-@pytest.fixture(scope="module")
-def client():  # type: ignore[no-untyped-def]
-    with (
-        local_cluster(2, processes=False, threads_per_worker=1) as cluster,
-        distributed.Client(cluster) as c,
-    ):
-        yield c
 
 
 def _ctr(n: int, seed: int) -> tuple[pd.DataFrame, pd.Series, np.ndarray]:

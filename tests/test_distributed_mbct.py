@@ -12,29 +12,19 @@ from __future__ import annotations
 import itertools
 
 import dask.dataframe as dd
-import distributed
 import numpy as np
 import pandas as pd
 import pytest
 
 from gpucal import MBCT
 from gpucal.datasets import make_ctr
-from gpucal.distributed import fit_encoder, local_cluster
+from gpucal.distributed import fit_encoder
 from gpucal.encoding import FeatureEncoder
 from gpucal.mbct.model import held_out_mask
 
 RTOL = 1e-9
 N_ROWS = 24_000
 STRUCTURE = ("node_feature", "node_child_base", "child_table", "tree_start")
-
-
-@pytest.fixture(scope="module")
-def client():  # type: ignore[no-untyped-def]
-    with (
-        local_cluster(2, processes=False, threads_per_worker=1) as cluster,
-        distributed.Client(cluster) as c,
-    ):
-        yield c
 
 
 @pytest.fixture(scope="module")

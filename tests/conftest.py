@@ -1,0 +1,18 @@
+"""Fixtures shared by several test modules."""
+
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.fixture(scope="module")
+def client():  # type: ignore[no-untyped-def]
+    """A Dask client on a two-worker, one-thread-each LocalCluster of threads, one per test module."""
+    distributed = pytest.importorskip("distributed")
+    from gpucal.distributed import local_cluster
+
+    with (
+        local_cluster(2, processes=False, threads_per_worker=1) as cluster,
+        distributed.Client(cluster) as c,
+    ):
+        yield c
