@@ -50,6 +50,7 @@ from gpucal._backend import array_namespace, to_numpy
 from gpucal._frames import Column, frame_columns
 from gpucal._params import Interval, Options, check_param
 from gpucal._validation import check_consistent_length, check_not_empty, check_sample_weight
+from kernels.lookup import VALUE_DTYPES, lookup_codes
 
 HANDLE_UNSEEN = ("separate", "missing", "error")
 CODE_DTYPES = (np.int8, np.int16, np.int32)  # the dtypes the group-sum kernel takes
@@ -197,6 +198,8 @@ class FeatureEncoder(BaseEstimator):
         self.bin_edges_ = {c.name: c.edges for c in codings if c.kind == KIND_BINS}
         self.categories_ = {c.name: c.categories for c in codings if c.kind == KIND_VALUES}
         self.codes_dtype_ = _codes_dtype(codings)
+        # Lookup tables of integer-valued columns, built at their first transform (not saved).
+        self._value_tables: dict[int, tuple[int, np.ndarray, int] | None] = {}
 
     # ----------------------------------------------------------------------------------------------
     # fit / transform
@@ -288,13 +291,24 @@ class FeatureEncoder(BaseEstimator):
     def _separate(self) -> bool:
         return self.handle_unseen == "separate"
 
-    def transform(self, X: Any) -> Any:
+    def transform(self, X: Any, *, code_maps: Sequence[np.ndarray] | None = None, out: Any = None) -> Any:
         """Return the codes of ``X``'s fitted columns (other columns are ignored).
+
+        Parameters
+        ----------
+        X : dataframe or mapping of columns
+            Holds every fitted column.
+        code_maps : sequence of int arrays, optional
+            One per fitted column: ``code_maps[j][c]`` replaces code ``c`` of column ``j`` (a tree's
+            pooled codes). Composed with the encoding into one table read per row where it can be.
+        out : int8, int16 or int32 array of shape (n_rows, d), d >= n_features, optional
+            Written in its first ``n_features`` columns (C-contiguous, the input's array family), so a
+            caller adding columns of its own writes no second copy.
 
         Returns
         -------
         numpy.ndarray or cupy.ndarray of shape (n_rows, n_features)
-            C-ordered, dtype ``codes_dtype_``; column ``j`` in ``[0, n_values_[j])``.
+            C-ordered, dtype ``codes_dtype_`` (``out`` when given); column ``j`` in ``[0, n_values_[j])``.
 
         Raises
         ------
@@ -309,14 +323,27 @@ class FeatureEncoder(BaseEstimator):
         columns = frame_columns(X, self.feature_names_)
         n_rows = check_consistent_length(**{repr(k): c.values for k, c in columns.items()})
         xp = array_namespace(*(c.values for c in columns.values()))
-        out = xp.empty((n_rows, len(self._codings)), dtype=self.codes_dtype_)
+        if out is None:
+            dtype = self.codes_dtype_ if code_maps is None else _map_codes_dtype(code_maps)
+            out = xp.empty((n_rows, len(self._codings)), dtype=dtype)
+        elif out.shape[0] != n_rows or out.shape[1] < len(self._codings):
+            msg = f"out: shape {tuple(out.shape)} cannot hold {n_rows} rows of {len(self._codings)} codes"
+            raise ValueError(msg)
         for j, coding in enumerate(self._codings):
             col = columns[coding.name]
-            if coding.kind == KIND_BINS:
-                out[:, j] = _transform_bins(coding, col)
+            code_map = None if code_maps is None else np.asarray(code_maps[j])
+            if self._lookup_small_ints(j, col, code_map, out):
+                continue
+            codes = (
+                _transform_bins(coding, col)
+                if coding.kind == KIND_BINS
+                else self._transform_values(coding, col)
+            )
+            if code_map is None:
+                out[:, j] = codes
             else:
-                out[:, j] = self._transform_values(coding, col)
-        return out
+                lookup_codes(codes.astype(self.codes_dtype_), 0, code_map, -1, out, j)
+        return out if out.shape[1] == len(self._codings) else out[:, : len(self._codings)]
 
     def fit_transform(self, X: Any, *, sample_weight: Any = None) -> Any:
         """Fit on ``X``, then return its codes (same as ``fit(X).transform(X)``, converting ``X`` once)."""
@@ -324,9 +351,6 @@ class FeatureEncoder(BaseEstimator):
         return self.fit(columns, sample_weight=sample_weight).transform(columns)
 
     def _transform_values(self, coding: _Coding, col: Column) -> Any:
-        fast = self._transform_small_ints(coding, col)
-        if fast is not None:
-            return fast
         codes, cats = _as_codes(col)
         xp = array_namespace(codes)
         import pandas as pd
@@ -350,41 +374,58 @@ class FeatureEncoder(BaseEstimator):
         table = np.append(np.where(unseen, fallback, lookup), coding.missing_code).astype(self.codes_dtype_)
         return xp.asarray(table)[codes]
 
-    def _transform_small_ints(self, coding: _Coding, col: Column) -> Any:
-        """Codes of an integer column by one table lookup, or None when the fast path does not apply.
+    def _lookup_small_ints(self, j: int, col: Column, code_map: np.ndarray | None, out: Any) -> bool:
+        """Write column ``j``'s codes (through ``code_map``) by one table read per row; False if it cannot.
 
         Integer IDs read by value (hours, ad categories, site IDs) are the common case of prediction
         time. When every fitted category is an integer and they span at most ``MAX_LOOKUP_SPAN``
         values, ``table[v - min]`` gives each row's code without hashing or sorting (the general path
-        factorises the column first); values outside the span or in its gaps are unseen.
+        factorises the column first); values outside the span or in its gaps are unseen. The table is
+        built once per fitted column and kept.
         """
         values = col.values
+        if col.categories is not None or np.dtype(values.dtype) not in VALUE_DTYPES:
+            return False
+        if j not in self._value_tables:
+            self._value_tables[j] = self._value_table(self._codings[j])
+        found = self._value_tables[j]
+        if found is None:
+            return False
+        low, table, fallback = found
+        if code_map is not None:
+            table = np.where(table >= 0, code_map[np.maximum(table, 0)], -1)
+            fallback = int(code_map[fallback]) if fallback >= 0 else -1
+        if lookup_codes(values, low, table, fallback, out, j):
+            unseen = array_namespace(values).asarray(out[:, j] < 0)
+            first = int(to_numpy(values[unseen][:1])[0])
+            msg = (
+                f"X[{self._codings[j].name!r}]: {int(unseen.sum())} row(s) hold values not seen at fit time "
+                f"(e.g. {first!r}); set handle_unseen='separate' or 'missing' to encode them"
+            )
+            raise ValueError(msg)
+        return True
+
+    def _value_table(self, coding: _Coding) -> tuple[int, np.ndarray, int] | None:
+        """``(low, table, fallback)`` of an integer-valued coding: code of value ``low + k`` at ``table[k]``.
+
+        Gaps and values outside the table get the unseen (or missing) code, or ``-1`` to reject them
+        when ``handle_unseen="error"``. None when a category is not an integer or they span too many.
+        """
         cats = coding.categories
-        if col.categories is not None or values.dtype.kind not in "iu" or cats is None or len(cats) == 0:
+        if cats is None or len(cats) == 0:
             return None
-        if not all(isinstance(c, int) and not isinstance(c, bool) for c in cats):
+        if not all(isinstance(c, int | np.integer) and not isinstance(c, bool | np.bool_) for c in cats):
             return None
-        low, high = min(cats), max(cats)
+        ints = np.asarray(cats, dtype=np.int64)
+        low, high = int(ints.min()), int(ints.max())
         if high - low >= MAX_LOOKUP_SPAN:
             return None
-        xp = array_namespace(values)
-        table = np.full(high - low + 1, -1, dtype=np.int64)
-        table[np.asarray(cats, dtype=np.int64) - low] = np.arange(len(cats))
-        shifted = values.astype(xp.int64) - low
-        inside = (shifted >= 0) & (shifted <= high - low)
-        found = xp.where(inside, xp.asarray(table)[xp.where(inside, shifted, 0)], -1)
-        unseen = found < 0
-        if bool(unseen.any()):
-            if self.handle_unseen == "error":
-                first = int(to_numpy(values[unseen][:1])[0])
-                msg = (
-                    f"X[{coding.name!r}]: {int(unseen.sum())} row(s) hold values not seen at fit time "
-                    f"(e.g. {first!r}); set handle_unseen='separate' or 'missing' to encode them"
-                )
-                raise ValueError(msg)
+        fallback = -1
+        if self.handle_unseen != "error":
             fallback = coding.unseen_code if coding.has_unseen_code else coding.missing_code
-            found = xp.where(unseen, fallback, found)
-        return found.astype(self.codes_dtype_)
+        table = np.full(high - low + 1, fallback, dtype=np.int64)
+        table[ints - low] = np.arange(len(ints))
+        return low, table, fallback
 
     # ----------------------------------------------------------------------------------------------
     # Reports and plain-data state
@@ -640,6 +681,12 @@ def _plain_name(name: Any) -> Any:
         msg = f"X[{name!r}]: column name of type {kind} cannot be saved as plain data (str or int)"
         raise TypeError(msg)
     return name
+
+
+def _map_codes_dtype(code_maps: Sequence[np.ndarray]) -> np.dtype:
+    """The smallest kernel dtype holding every code the maps give."""
+    largest = max((int(np.max(m, initial=0)) for m in code_maps), default=0)
+    return next(np.dtype(d) for d in CODE_DTYPES if largest <= np.iinfo(d).max)
 
 
 def _codes_dtype(codings: list[_Coding]) -> np.dtype:

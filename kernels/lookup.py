@@ -1,0 +1,119 @@
+r"""``lookup_codes``: integer values to codes by one table read per row, written into a code column.
+
+Prediction encodes every feature column of every row before the trees are walked; for integer IDs read
+by value (site, ad category, hour) the code of a value :math:`v` is a table entry:
+
+.. math::
+
+    \mathrm{out}_{ij} = \begin{cases}
+        \mathrm{table}[v_i - \mathrm{low}] & \text{if } 0 \le v_i - \mathrm{low} < |\mathrm{table}| \\
+        \mathrm{fallback} & \text{otherwise}
+    \end{cases}
+
+The table may already be composed with a second map (an encoder's codes, then a tree's pooled codes),
+so one read per row replaces a chain of gathers and their int64 temporaries. A ``-1`` written to
+``out`` marks a value the caller must reject; the function returns how many rows got one.
+
+Forms, as ``kernels.partition``: the numpy oracle, the numba CPU twin (parallel over rows, writing the
+column of the ``(n, d)`` code array in place) and, for cupy arrays, cupy's gathers.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numba
+import numpy as np
+
+from kernels._dispatch import CODE_DTYPES, is_cupy_array, resolve_backend
+
+#: Value dtypes the lookup reads as they are (uint64 could wrap into the table's range as int64).
+VALUE_DTYPES = tuple(
+    np.dtype(t) for t in (np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32)
+)
+
+
+def lookup_codes(
+    values: Any, low: int, table: Any, fallback: int, out: Any, column: int, *, backend: str = "auto"
+) -> int:
+    """Write ``table[values - low]`` (``fallback`` outside the table) into ``out[:, column]``.
+
+    Parameters
+    ----------
+    values : integer array of shape (n,)
+        int8 to int64 or uint8 to uint32.
+    low : int
+        The value ``table[0]`` is for.
+    table : integer array of shape (k,)
+        Code per value ``low .. low + k - 1``, ``-1`` for a value to reject; read in ``out``'s dtype.
+    fallback : int
+        Code of values outside the table (``-1`` to reject them).
+    out : int8, int16 or int32 array of shape (n, d), C-contiguous
+        Written in column ``column`` only.
+    backend : {'auto', 'oracle', 'cpu', 'cuda'}
+        'auto' and 'cuda' use cupy's gathers for cupy arrays; 'cpu' the numba twin; 'oracle' numpy.
+
+    Returns
+    -------
+    int
+        Rows whose code is ``-1``.
+    """
+    backend = resolve_backend(backend, values, out)
+    if values.ndim != 1 or np.dtype(values.dtype) not in VALUE_DTYPES:
+        msg = f"values must be a 1-D array of one of {[str(d) for d in VALUE_DTYPES]}. Got {values.dtype}."
+        raise TypeError(msg)
+    if out.ndim != 2 or out.shape[0] != values.shape[0] or np.dtype(out.dtype) not in CODE_DTYPES:
+        msg = (
+            f"out must be an (n, d) int8, int16 or int32 array with n = {values.shape[0]}. "
+            f"Got {out.dtype}, shape {tuple(out.shape)}."
+        )
+        raise ValueError(msg)
+    if not 0 <= column < out.shape[1]:
+        msg = f"column must lie in [0, {out.shape[1]}). Got {column}."
+        raise ValueError(msg)
+    if backend == "cuda" or is_cupy_array(values):
+        return _lookup_cupy(values, low, table, fallback, out, column)
+    table = np.ascontiguousarray(table, dtype=out.dtype)
+    if backend == "oracle":
+        return _lookup_oracle(values, low, table, fallback, out, column)
+    if not out.flags.c_contiguous:
+        msg = "out must be C-contiguous."
+        raise ValueError(msg)
+    return int(_lookup_cpu(values, np.int64(low), table, out.dtype.type(fallback), out, np.int64(column)))
+
+
+def _lookup_oracle(
+    values: np.ndarray, low: int, table: np.ndarray, fallback: int, out: np.ndarray, column: int
+) -> int:
+    shifted = values.astype(np.int64) - low
+    inside = (shifted >= 0) & (shifted < table.shape[0])
+    codes = np.where(inside, table[np.where(inside, shifted, 0)] if table.shape[0] else fallback, fallback)
+    out[:, column] = codes
+    return int((codes < 0).sum())
+
+
+def _lookup_cupy(values: Any, low: int, table: Any, fallback: int, out: Any, column: int) -> int:
+    import cupy
+
+    table = cupy.asarray(table, dtype=out.dtype)
+    shifted = values.astype(cupy.int64) - low
+    inside = (shifted >= 0) & (shifted < table.shape[0])
+    codes = cupy.where(
+        inside, table[cupy.where(inside, shifted, 0)] if table.shape[0] else fallback, fallback
+    )
+    out[:, column] = codes
+    return int((codes < 0).sum())
+
+
+@numba.njit(parallel=True, cache=True)
+def _lookup_cpu(values, low, table, fallback, out, column):
+    k = np.int64(table.shape[0])
+    j = np.uint64(column)
+    rejected = 0
+    for i in numba.prange(values.shape[0]):
+        v = np.int64(values[i]) - low
+        code = table[np.uint64(v)] if v >= 0 and v < k else fallback
+        out[np.uint64(i), j] = code
+        if code < 0:
+            rejected += 1
+    return rejected

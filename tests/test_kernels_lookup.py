@@ -1,0 +1,114 @@
+"""``kernels.lookup_codes`` against a loop, and ``FeatureEncoder.transform(code_maps=, out=)``."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from gpucal.encoding import FeatureEncoder
+from kernels import lookup_codes
+
+
+def lookup_loop(values: np.ndarray, low: int, table: np.ndarray, fallback: int) -> np.ndarray:
+    out = np.empty(values.shape[0], dtype=np.int64)
+    for i, v in enumerate(values.tolist()):
+        k = v - low
+        out[i] = table[k] if 0 <= k < table.shape[0] else fallback
+    return out
+
+
+@pytest.mark.parametrize("backend", ["oracle", "cpu"])
+@pytest.mark.parametrize(
+    ("value_dtype", "out_dtype"),
+    [
+        (np.int8, np.int8),
+        (np.int16, np.int16),
+        (np.int32, np.int16),
+        (np.int64, np.int32),
+        (np.uint8, np.int8),
+        (np.uint32, np.int16),
+    ],
+)
+def test_lookup_matches_a_loop(backend: str, value_dtype: type, out_dtype: type) -> None:
+    rng = np.random.default_rng(3)
+    info = np.iinfo(value_dtype)
+    values = rng.integers(max(info.min, -20), min(info.max, 120), 5_000).astype(value_dtype)
+    table = rng.integers(0, 100, 90).astype(np.int64)
+    table[[5, 40]] = -1  # values to reject
+    out = np.full((values.shape[0], 3), 55, dtype=out_dtype)
+    rejected = lookup_codes(values, 7, table, 99, out, 1, backend=backend)
+    expected = lookup_loop(values, 7, table, 99)
+    np.testing.assert_array_equal(out[:, 1], expected)
+    assert rejected == int((expected < 0).sum()) > 0
+    assert (out[:, [0, 2]] == 55).all()  # other columns untouched
+
+
+def test_lookup_rejects_values_outside_with_fallback_minus_one() -> None:
+    values = np.array([0, 5, 6, -3, 2], dtype=np.int32)
+    out = np.zeros((5, 1), dtype=np.int16)
+    assert lookup_codes(values, 0, np.array([4, 3, 2, 1, 0, 9]), -1, out, 0, backend="cpu") == 2
+    np.testing.assert_array_equal(out[:, 0], [4, 9, -1, -1, 2])
+
+
+def test_lookup_checks_its_arguments() -> None:
+    out = np.zeros((3, 2), dtype=np.int16)
+    with pytest.raises(TypeError, match="values must be a 1-D array"):
+        lookup_codes(np.zeros(3, dtype=np.uint64), 0, np.zeros(2), 0, out, 0)
+    with pytest.raises(TypeError, match="values must be a 1-D array"):
+        lookup_codes(np.zeros(3), 0, np.zeros(2), 0, out, 0)
+    with pytest.raises(ValueError, match="out must be an"):
+        lookup_codes(np.zeros(4, dtype=np.int32), 0, np.zeros(2), 0, out, 0)
+    with pytest.raises(ValueError, match="column must lie in"):
+        lookup_codes(np.zeros(3, dtype=np.int32), 0, np.zeros(2), 0, out, 2)
+
+
+@pytest.fixture
+def frames() -> tuple[pd.DataFrame, pd.DataFrame]:
+    rng = np.random.default_rng(0)
+    fit = pd.DataFrame(
+        {
+            "site": rng.integers(100, 400, 3_000).astype(np.int32),
+            "hour": rng.integers(0, 24, 3_000).astype(np.int8),
+            "city": rng.choice(["a", "b", "c"], 3_000),
+            "age": rng.normal(40, 10, 3_000),
+        }
+    )
+    new = fit.sample(2_000, random_state=1, ignore_index=True)
+    new.loc[:9, "site"] = 7  # unseen, below the table
+    new.loc[10:19, "site"] = 1_000  # unseen, above it
+    return fit, new
+
+
+@pytest.mark.parametrize("handle_unseen", ["separate", "missing"])
+def test_transform_with_code_maps_is_the_map_of_the_codes(frames: tuple, handle_unseen: str) -> None:
+    fit, new = frames
+    enc = FeatureEncoder(categorical_cols=["site", "hour", "city"], handle_unseen=handle_unseen).fit(fit)
+    rng = np.random.default_rng(1)
+    maps = [rng.integers(0, 300, k).astype(np.int32) for k in enc.n_values_.tolist()]
+    codes = enc.transform(new)
+    mapped = enc.transform(new, code_maps=maps)
+    expected = np.stack([maps[j][codes[:, j]] for j in range(codes.shape[1])], axis=1)
+    np.testing.assert_array_equal(mapped, expected)
+    assert mapped.dtype == np.int16  # codes up to 299
+
+    out = np.full((len(new), 6), -7, dtype=np.int32)
+    returned = enc.transform(new, code_maps=maps, out=out)
+    np.testing.assert_array_equal(returned, expected)
+    assert (out[:, 4:] == -7).all()
+
+
+def test_transform_rejects_unseen_integers_by_name(frames: tuple) -> None:
+    fit, new = frames
+    enc = FeatureEncoder(categorical_cols=["site", "hour"], handle_unseen="error").fit(fit)
+    with pytest.raises(
+        ValueError, match=r"X\['site'\]: 20 row\(s\) hold values not seen at fit time \(e.g. 7\)"
+    ):
+        enc.transform(new)
+
+
+def test_transform_checks_out_shape(frames: tuple) -> None:
+    fit, new = frames
+    enc = FeatureEncoder(categorical_cols=["site"]).fit(fit)
+    with pytest.raises(ValueError, match="out: shape"):
+        enc.transform(new, out=np.zeros((len(new), 2), dtype=np.int16))
