@@ -34,12 +34,13 @@ from gpucal.partition.ensemble import (
     join_trees,
     map_codes,
     predict_ensemble,
+    tree_code_dtype,
     tree_code_maps,
 )
 from gpucal.partition.grow import GrowConfig, TreeNodes, grow_tree
 from gpucal.partition.local_maps import MapSums, fit_local_maps_from_sums, local_map_sums
 from gpucal.persistence import register
-from kernels import tree_leaves
+from kernels import lookup_codes, tree_leaves
 
 AUTO = Options("auto")
 # Receives one line per level of a growing tree (or None: no log).
@@ -288,10 +289,25 @@ class MBCT(Calibrator):
         xp = array_namespace(split.score)
         parts = [] if encoder is None else [encoder.transform(split.features)]
         if self.score_bins:
-            bins = xp.minimum(xp.floor(split.score * self.score_bins), self.score_bins - 1)
-            parts.append(bins.astype(xp.int16)[:, None])
+            parts.append(self._score_bins(split.score)[:, None])
         dtype = np.result_type(*(p.dtype for p in parts))
         return xp.ascontiguousarray(xp.concatenate([p.astype(dtype) for p in parts], axis=1))
+
+    def _score_bins(self, score: Any) -> Any:
+        """The score's equal-width bin, ``min(floor(s B), B - 1)``, int16."""
+        xp = array_namespace(score)
+        return xp.minimum(xp.floor(score * self.score_bins), self.score_bins - 1).astype(xp.int16)
+
+    def _tree_codes(self, split: SplitInput) -> Any:
+        """Return the rows' ``(n, d)`` tree codes, each column encoded and pooled in one table read."""
+        e = self.ensemble_
+        xp = array_namespace(split.score)
+        out = xp.empty((split.score.shape[0], len(e.code_maps)), dtype=tree_code_dtype(e.n_values))
+        if self.encoder_ is not None:
+            self.encoder_.transform(split.features, code_maps=e.code_maps, out=out)
+        if self.score_bins:
+            lookup_codes(self._score_bins(split.score), 0, e.code_maps[-1], -1, out, out.shape[1] - 1)
+        return out
 
     def _n_values(self) -> np.ndarray:
         enc = [] if self.encoder_ is None else list(self.encoder_.n_values_)
@@ -543,8 +559,7 @@ class MBCT(Calibrator):
     def _predict_input(self, X: Any) -> tuple[Any, Any, SplitInput]:
         check_is_fitted(self, list(self._state_spec))
         split = split_input(X, score_col=self.score_col, feature_cols=self.feature_cols_, allow_empty=True)
-        codes = self.ensemble_.tree_codes(self._codes(split, self.encoder_))
-        return codes, self._apply_init(split.score), split
+        return self._tree_codes(split), self._apply_init(split.score), split
 
     def predict(self, X: Any) -> Any:
         """Return calibrated probabilities for the rows of ``X``, in ``X``'s family.
