@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from kernels._dispatch import check_1d, code_dtype, is_cupy_array, namespace_of, resolve_backend, to_host
-from kernels.trees_cpu import predict_trees_cpu, route_rows_cpu, tree_leaves_cpu
+from kernels.trees_cpu import predict_trees_cpu, route_rows_cpu, tree_depths_cpu, tree_leaves_cpu
 from kernels.trees_oracle import (
     LEAF_MAP_CODES,
     predict_trees_oracle,
@@ -146,7 +146,7 @@ def tree_leaves(
         return tree_leaves_oracle(codes, *nodes, starts)
     if backend == "cpu":
         out = np.empty((codes.shape[0], starts.shape[0] - 1), dtype=np.int32)
-        return tree_leaves_cpu(codes, *nodes, starts, out)
+        return tree_leaves_cpu(codes, *nodes, starts, tree_depths_cpu(*nodes, starts), out)
     return _tree_leaves_cuda(codes, nodes, starts, n_blocks, threads_per_block)
 
 
@@ -237,7 +237,8 @@ def predict_trees(
     if backend == "cpu":
         f = np.ascontiguousarray(f, dtype=np.float64)
         out = np.empty(codes.shape[0], dtype=np.float64)
-        return predict_trees_cpu(codes, f, *nodes, values, starts, leaf_map, out)
+        depths = tree_depths_cpu(*nodes, starts)
+        return predict_trees_cpu(codes, f, *nodes, values, starts, depths, leaf_map, out)
     return _predict_trees_cuda(codes, f, nodes, values, starts, leaf_map, n_blocks, threads_per_block)
 
 
