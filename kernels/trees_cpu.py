@@ -112,8 +112,8 @@ def predict_trees_cpu(
     """Write into ``out`` (float64) the chained prediction of each row; return ``out``."""
     n = codes.shape[0]
     n_quads = n // 4
-    for i in numba.prange(n):
-        out[np.uint64(i)] = start_value(f[np.uint64(i)], leaf_map)
+    for row in numba.prange(n):
+        out[np.uint64(row)] = start_value(f[np.uint64(row)], leaf_map)
     for t in range(tree_start.shape[0] - 1):
         root, steps = np.int64(tree_start[t]), tree_depth[t]
         for q in numba.prange(n_quads):
@@ -126,6 +126,6 @@ def predict_trees_cpu(
         for r in range(4 * n_quads, n):
             m = _walk1(codes, np.uint64(r), root, steps, node_feature, node_child_base, child_table)
             _apply_leaf(out, np.uint64(r), m, node_value, leaf_map)
-    for i in numba.prange(n):
-        out[np.uint64(i)] = finish_value(out[np.uint64(i)], leaf_map)
+    for row in numba.prange(n):
+        out[np.uint64(row)] = finish_value(out[np.uint64(row)], leaf_map)
     return out
