@@ -16,7 +16,15 @@ from sklearn.metrics import adjusted_rand_score
 import gpucal
 from gpucal.calibrators.dirichlet import DirichletCalibrator
 from gpucal.ccl import ClusteredCalibrator
-from gpucal.ccl.clustering import _ward, elbow_candidates, elbow_k, fit_clusters, kmeans_cpu
+from gpucal.ccl.clustering import (
+    _ward,
+    elbow_candidates,
+    elbow_k,
+    fit_clusters,
+    kmeans_plus_plus,
+    lloyd,
+    lloyd_sums,
+)
 from gpucal.ccl.model import CONSTANT, FALLBACK, FITTED
 from gpucal.metrics import cece
 from gpucal.metrics.rejection import rejection_curve
@@ -232,16 +240,17 @@ def test_too_many_clusters_for_the_distinct_rows():
         ClusteredCalibrator(embedding_model=ColumnLeaves(), n_clusters=3).fit(X, y)
 
 
-@pytest.mark.gpu
-def test_cuml_kmeans_matches_sklearn():
-    pytest.importorskip("cuml")
-    from gpucal.ccl.clustering import assign_clusters, kmeans_gpu
+def test_lloyd_matches_sklearn_kmeans_from_the_same_start():
+    from sklearn.cluster import KMeans
 
-    Z, truth = _blobs(k=4, seed=2)
-    gpu_centroids, gpu_inertia = kmeans_gpu(Z, 4, n_init=3, seed=0)
-    _, cpu_inertia = kmeans_cpu(Z, 4, n_init=3, seed=0)
-    assert adjusted_rand_score(truth, assign_clusters(Z, gpu_centroids)) == 1.0
-    np.testing.assert_allclose(gpu_inertia, cpu_inertia, rtol=1e-6)
+    Z, _ = _blobs(k=4, n_per=80, seed=2)
+    Z = Z + np.random.default_rng(1).normal(scale=8.0, size=Z.shape)  # overlapping: several steps
+    w = np.random.default_rng(3).random(Z.shape[0]) + 0.5
+    start = kmeans_plus_plus(Z, w, 4, seed=0)
+    ours, inertia = lloyd(lambda c: lloyd_sums(Z, w, c), start)
+    theirs = KMeans(n_clusters=4, init=start, n_init=1, tol=0.0, algorithm="lloyd").fit(Z, sample_weight=w)
+    np.testing.assert_allclose(ours, theirs.cluster_centers_, rtol=1e-10)
+    np.testing.assert_allclose(inertia, theirs.inertia_, rtol=1e-10)
 
 
 # --------------------------------------------------------------------------------------------------

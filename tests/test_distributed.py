@@ -323,7 +323,7 @@ def test_reject_dask_names_the_estimator(client) -> None:
         reject_dask(MBCT(), ddf, ddf.y)
 
 
-@pytest.mark.parametrize("name", ["ccl", "dirichlet", "neucalib", "piecewise_logit"])
+@pytest.mark.parametrize("name", ["dirichlet", "neucalib", "piecewise_logit"])
 def test_feature_aware_fits_refuse_dask_by_name(client, name: str) -> None:
     frame = calibration_frame().assign(field=lambda f: (f.score * 4).astype(int) % 3)
     ddf = dd.from_pandas(frame, npartitions=2)

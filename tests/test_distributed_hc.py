@@ -100,21 +100,6 @@ def test_dask_fit_with_tree_data_is_the_single_machine_fit(client, ctr, weighted
     _assert_close(two.predict(dX).compute().to_numpy(), np.asarray(one.predict(X)))
 
 
-@pytest.mark.parametrize(
-    ("params", "match"),
-    [
-        ({"mode": "forest"}, r"mode='forest'\) has no distributed fit"),
-        ({"mode": "boosted"}, r"mode='boosted'\) has no distributed fit"),
-        ({"local_map": "scale"}, r"local_map='scale'\) has no distributed fit"),
-    ],
-)
-def test_unsupported_modes_refuse_dask_by_name(client, ctr, params, match) -> None:  # type: ignore[no-untyped-def]
-    X, y, _ = ctr
-    dX, dy, _ = _dask(X, y, None, 2)
-    with pytest.raises(NotImplementedError, match=match):
-        HeterogeneousCalibrator(**params).fit(dX, dy)
-
-
 def test_dask_fit_checks_the_whole_data(client, ctr) -> None:  # type: ignore[no-untyped-def]
     X, y, _ = ctr
     dX, dy, _ = _dask(X, pd.Series(np.zeros(len(X)), index=X.index), None, 2)

@@ -4,50 +4,63 @@ CCL (Lavi et al., Sec. 2.1.2, 3.1) clusters the embeddings with k-means (Lloyd) 
 clustering (Ward), choosing the number of clusters by "the elbow method" over a range (the paper tries 5
 to 100). Whatever the method, a fitted clustering here is a linear **projection** and a set of
 **centroids**, and every row (those of the fit too) goes to the nearest centroid of its projection in
-Euclidean distance. For k-means this is its own ``predict``; agglomerative clustering has no ``predict``,
-so rows go to the nearest centroid of the clusters cut from its tree (the mean of their rows): the same
-rule at fit and at predict, so the per-cluster maps are fitted on the assignment they are applied with.
+Euclidean distance. For k-means this is its own assignment rule; agglomerative clustering has no
+``predict``, so rows go to the nearest centroid of the clusters cut from its tree (the mean of their
+rows): the same rule at fit and at predict, so the per-cluster maps are fitted on the assignment they
+are applied with.
+
+The rows are read in two ways only (:class:`EmbeddedRows`), so one array and the partitions of a dask
+collection (``gpucal.distributed.ccl``) run the same fit: a **seeded sample** (:func:`sample_rows`:
+row :math:`r` is in it when its counter-based uniform, hashed from the seed and :math:`r`, is below
+``max_rows / n``; the same rows at any partitioning) and **fixed-shape sums** over every row
+(:func:`lloyd_sums`: per cluster the weight, the weighted sum of the rows and their inertia).
 
 - **projection**: an embedding wider than ``n_components`` columns (one-hot leaves have one column per
   leaf of every tree: thousands) is projected on its top ``n_components`` right singular vectors
-  (``TruncatedSVD``, randomized, seeded, fitted on the clustering rows). k-means' centroids lie in the
-  span of the leading principal directions (Ding and He 2004), so little is lost for ``k`` up to about
+  (``TruncatedSVD``, randomized, seeded, fitted on the sample). k-means' centroids lie in the span of
+  the leading principal directions (Ding and He 2004), so little is lost for ``k`` up to about
   ``n_components``, while Ward (dense pairwise distances) and every k-means pass get cheap. Narrower
   embeddings (SHAP: one column per feature) keep the identity.
-- **k-means**: scikit-learn's ``KMeans`` (k-means++ starts, ``n_init`` seeded restarts, row weights
-  honoured) on the CPU; cuML's ``KMeans`` on the GPU path (:func:`kmeans_gpu`).
+- **k-means**: gpucal's own weighted Lloyd iterations (:func:`lloyd`), each one pass of summed
+  :func:`lloyd_sums` over every row, stopping when no centroid moves; started from weighted k-means++
+  on the sample (seeded) and Lloyd's iterations there, ``n_init`` such starts (seeds ``seed``,
+  ``seed + 1``, ...) with the lowest inertia kept. (Not scikit-learn's ``KMeans``: its sums are not
+  exposed, so a partitioned fit could not reproduce it.)
 - **agglomerative**: Ward linkage (``scipy.cluster.hierarchy.ward``, which is what scikit-learn's
   ``AgglomerativeClustering(linkage="ward")`` runs without a connectivity graph), one tree for every
-  candidate number of clusters. It needs the pairwise distances of its rows (:math:`O(n^2)` memory and
-  time), so it is fitted on a seeded subsample of at most ``max_rows`` rows; row weights are not used by
-  the tree (Ward has none), only by the maps after it.
+  candidate number of clusters, fitted on the sample: it needs the pairwise distances of its rows
+  (:math:`O(n^2)` memory and time). Row weights are not used by the tree (Ward has none), only by the
+  maps after it.
 - **elbow** (:func:`elbow_k`): the within-cluster sum of squares :math:`S(k)` over candidate ``k``, and
   the :math:`k` farthest below the chord from the first point to the last, both axes scaled to [0, 1]
-  (the "knee" of Satopää et al. 2011; deterministic). For k-means :math:`S(k)` is the inertia of one
-  seeded run per candidate (the chosen ``k`` is then refitted with ``n_init`` restarts); for Ward it is
-  read off the tree: each merge adds :math:`d^2/2` to :math:`S` (:math:`d` the Ward distance scipy
-  reports), so one tree gives every :math:`S(k)`. The k-means scan runs on at most ``ELBOW_SCAN_ROWS``
-  rows. A range wider than ``MAX_ELBOW_CANDIDATES`` values is
-  scanned on a geometric grid (always with both ends).
+  (the "knee" of Satopää et al. 2011; deterministic). For k-means, :math:`S(k)` is the inertia over
+  every row of the centroids that Lloyd's iterations on the sample reach for that ``k`` (one summed
+  pass for all candidates); the chosen ``k`` is then iterated over every row. For Ward it is read off
+  the tree: each merge adds :math:`d^2/2` to :math:`S` (:math:`d` the Ward distance scipy reports), so
+  one tree gives every :math:`S(k)`. A range wider than ``MAX_ELBOW_CANDIDATES`` values is scanned on
+  a geometric grid (always with both ends).
 """
 
 from __future__ import annotations
 
-import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import scipy.sparse as sp
+
+from gpucal._row_draws import row_uniforms
 
 CLUSTERINGS = ("kmeans", "agglomerative")
 # Rows per block when assigning rows to centroids (bounds the (block, k) distance matrix).
 ASSIGN_BLOCK_ROWS = 1 << 16
 # Most values of k the elbow tries; a wider range is scanned on a geometric grid.
 MAX_ELBOW_CANDIDATES = 16
-# k-means' elbow scan runs on at most this many of the clustering rows (seeded; the chosen k is then
-# fitted on all of them): the curve's knee does not need every row.
-ELBOW_SCAN_ROWS = 10_000
+# Most Lloyd iterations (each one pass over the rows); they stop earlier when no centroid moves.
+LLOYD_MAX_ITER = 100
+# The stream of ``row_uniforms`` that draws the clustering sample.
+SAMPLE_STREAM = 0
 
 
 @dataclass(frozen=True)
@@ -62,15 +75,15 @@ class FittedClusters:
         Cluster centres in clustering coordinates; rows go to the nearest one.
     ks, inertia : numpy.ndarray
         The elbow's curve :math:`S(k)` over the candidate ``ks`` (empty when ``n_clusters`` was given).
-    n_fit_rows : int
-        Rows the clustering was fitted on (after subsampling).
+    n_sample_rows : int
+        Rows in the seeded sample (the projection, the starts, Ward's tree).
     """
 
     projection: np.ndarray
     centroids: np.ndarray
     ks: np.ndarray
     inertia: np.ndarray
-    n_fit_rows: int
+    n_sample_rows: int
 
 
 def elbow_k(ks: np.ndarray, inertia: np.ndarray) -> int:
@@ -131,6 +144,151 @@ def fit_projection(E: Any, n_components: int, seed: int) -> np.ndarray:
     return np.ascontiguousarray(svd.components_.T, dtype=np.float64)
 
 
+# --------------------------------------------------------------------------------------------------
+# Rows wherever they are: one array, or dask partitions (gpucal.distributed.ccl)
+
+
+class EmbeddedRows(Protocol):
+    """The rows a clustering is fitted on, read only through a seeded sample and per-cluster sums."""
+
+    def sample(self, max_rows: int, seed: int) -> tuple[Any, np.ndarray]:
+        """Return the embeddings (dense or CSR) and weights of :func:`sample_rows`' rows, in row order."""
+        ...
+
+    def projected(self, projection: np.ndarray) -> ProjectedRows:
+        """Return the rows in clustering coordinates ``E @ projection``."""
+        ...
+
+
+class ProjectedRows(Protocol):
+    """Rows in clustering coordinates, read through fixed-shape sums over all of them."""
+
+    def lloyd_sums(self, centroids: np.ndarray) -> np.ndarray:
+        """Return :func:`lloyd_sums` over every row (added over partitions)."""
+        ...
+
+    def inertias(self, centroid_sets: list[np.ndarray]) -> np.ndarray:
+        """Return every row's weighted squared distance to its nearest centroid, summed, per set."""
+        ...
+
+
+def sample_rows(rows: np.ndarray, n_total: int, max_rows: int, seed: int) -> np.ndarray:
+    r"""Return which of the global row indices ``rows`` are in the clustering sample (boolean).
+
+    Row :math:`r` is in the sample when its counter-based uniform :math:`u_r` (``row_uniforms``) is
+    below ``max_rows / n_total``: a Bernoulli sample of about ``max_rows`` rows (every row when
+    ``n_total <= max_rows``), the same rows for the same seed however the rows are partitioned.
+    """
+    if n_total <= max_rows:
+        return np.ones(rows.shape[0], dtype=bool)
+    return row_uniforms(seed, SAMPLE_STREAM, rows) < max_rows / n_total
+
+
+def lloyd_sums(Z: np.ndarray, w: np.ndarray, centroids: np.ndarray) -> np.ndarray:
+    r"""Return the ``(k, c + 2)`` sums of one Lloyd step: per cluster :math:`[\sum w, \sum w z,
+    \sum w \lVert z - \mu \rVert^2]`, each row in the cluster of its nearest centroid :math:`\mu`."""
+    k, c = centroids.shape
+    out = np.zeros((k, c + 2))
+    n = Z.shape[0]
+    if n == 0:
+        return out
+    nearest = assign_clusters(Z, centroids)
+    diff = Z - centroids[nearest]
+    # One sparse product per sum: row j of ``member`` holds the weights of cluster j's rows.
+    member = sp.csr_matrix((w, (nearest, np.arange(n))), shape=(k, n))
+    out[:, 0] = np.asarray(member.sum(axis=1))[:, 0]
+    out[:, 1:-1] = member @ Z
+    out[:, -1] = member @ np.einsum("ij,ij->i", diff, diff)
+    return out
+
+
+def inertias(Z: np.ndarray, w: np.ndarray, centroid_sets: list[np.ndarray]) -> np.ndarray:
+    """Return, per set of centroids, the weighted within-cluster sum of squares of ``Z`` under it."""
+    return np.array([lloyd_sums(Z, w, centroids)[:, -1].sum() for centroids in centroid_sets])
+
+
+def lloyd(sums: Callable[[np.ndarray], np.ndarray], start: np.ndarray) -> tuple[np.ndarray, float]:
+    r"""Lloyd's iterations from ``start``: return the centroids and their inertia.
+
+    Each iteration reads the rows once, through ``sums(centroids)`` (:func:`lloyd_sums`, added over
+    wherever the rows are), and moves every centroid to the weighted mean of its rows (a cluster left
+    empty keeps its centroid). It stops when no centroid moves, exactly: the assignment has not
+    changed, so every later step would return the same sums; or after ``LLOYD_MAX_ITER`` steps. The
+    stopping rule has no tolerance, so two paths whose sums differ in the last bits stop together.
+    """
+    centroids = np.array(start, dtype=np.float64)
+    for _ in range(LLOYD_MAX_ITER):
+        step = sums(centroids)
+        weight = step[:, 0]
+        moved = np.where(
+            (weight > 0)[:, None], step[:, 1:-1] / np.where(weight > 0, weight, 1.0)[:, None], centroids
+        )
+        if np.array_equal(moved, centroids):
+            return centroids, float(step[:, -1].sum())
+        centroids = moved
+    return centroids, float(sums(centroids)[:, -1].sum())
+
+
+def kmeans_plus_plus(Z: np.ndarray, w: np.ndarray, k: int, seed: int) -> np.ndarray:
+    r"""Return ``k`` starting centroids drawn from the rows of ``Z`` by weighted k-means++.
+
+    The first row with probability :math:`\propto w_i`, each next one :math:`\propto w_i D_i^2`,
+    :math:`D_i` the distance to the nearest centroid drawn so far (Arthur and Vassilvitskii 2007), by
+    inversion of ``default_rng(seed)``'s uniforms. The caller checks that ``Z`` has ``k`` distinct rows.
+    """
+    rng = np.random.default_rng(seed)
+
+    def draw(mass: np.ndarray) -> int:
+        cumulative = np.cumsum(mass)
+        return int(
+            min(np.searchsorted(cumulative, rng.random() * cumulative[-1], side="right"), len(mass) - 1)
+        )
+
+    chosen = [draw(w)]
+    d2 = np.einsum("ij,ij->i", Z - Z[chosen[0]], Z - Z[chosen[0]])
+    for _ in range(1, k):
+        mass = w * d2
+        if not mass.sum() > 0:  # every weighted row sits on a centroid: the sample has fewer than k
+            break
+        chosen.append(draw(mass))
+        diff = Z - Z[chosen[-1]]
+        d2 = np.minimum(d2, np.einsum("ij,ij->i", diff, diff))
+    return Z[chosen].copy()
+
+
+def _sample_kmeans(Z: np.ndarray, w: np.ndarray, k: int, seed: int) -> np.ndarray:
+    """Centroids of Lloyd's iterations on the sample itself, from k-means++ starts."""
+    centroids, _ = lloyd(lambda c: lloyd_sums(Z, w, c), kmeans_plus_plus(Z, w, k, seed))
+    return centroids
+
+
+class InMemoryRows:
+    """:class:`EmbeddedRows` of one embedding matrix (dense or CSR) and its weights."""
+
+    def __init__(self, E: Any, w: np.ndarray | None) -> None:
+        self.E = E
+        self.w = np.ones(E.shape[0]) if w is None else np.asarray(w, dtype=np.float64)
+
+    def sample(self, max_rows: int, seed: int) -> tuple[Any, np.ndarray]:
+        n = self.E.shape[0]
+        rows = np.flatnonzero(sample_rows(np.arange(n), n, max_rows, seed))
+        return self.E[rows], self.w[rows]
+
+    def projected(self, projection: np.ndarray) -> _InMemoryProjected:
+        return _InMemoryProjected(project(self.E, projection), self.w)
+
+
+class _InMemoryProjected:
+    def __init__(self, Z: np.ndarray, w: np.ndarray) -> None:
+        self.Z, self.w = Z, w
+
+    def lloyd_sums(self, centroids: np.ndarray) -> np.ndarray:
+        return lloyd_sums(self.Z, self.w, centroids)
+
+    def inertias(self, centroid_sets: list[np.ndarray]) -> np.ndarray:
+        return inertias(self.Z, self.w, centroid_sets)
+
+
 def fit_clusters(
     E: Any,
     method: str,
@@ -142,19 +300,45 @@ def fit_clusters(
     n_components: int,
     seed: int,
     sample_weight: np.ndarray | None = None,
-    device: str = "cpu",
 ) -> FittedClusters:
-    """Cluster the rows of ``E`` (host, dense or CSR): projection, centroids and the elbow's curve.
+    """:func:`fit_clusters_on` the rows of one embedding matrix ``E`` (host, dense or CSR)."""
+    return fit_clusters_on(
+        InMemoryRows(E, sample_weight),
+        method,
+        n_clusters,
+        k_range=k_range,
+        n_init=n_init,
+        max_rows=max_rows,
+        n_components=n_components,
+        seed=seed,
+    )
+
+
+def fit_clusters_on(
+    rows: EmbeddedRows,
+    method: str,
+    n_clusters: int | str,
+    *,
+    k_range: tuple[int, int],
+    n_init: int,
+    max_rows: int,
+    n_components: int,
+    seed: int,
+) -> FittedClusters:
+    """Cluster ``rows``: projection, centroids and the elbow's curve (module docstring).
 
     ``n_clusters`` is an int or ``"elbow"`` (the knee of :math:`S(k)` over ``k_range``, both ends
-    included). Rows beyond ``max_rows`` are subsampled (seeded) before the fit. Raises ``ValueError`` when
-    the rows have fewer distinct projections than the clusters asked for.
+    included). The projection, the k-means++ starts, the elbow's candidates and Ward's tree come from
+    the seeded sample of about ``max_rows`` rows (:func:`sample_rows`); k-means' final Lloyd
+    iterations and the k-means elbow's :math:`S(k)` read every row. Raises ``ValueError`` when the
+    sample has fewer distinct projections than the clusters asked for.
     """
-    rows = _subsample(E.shape[0], max_rows, seed)
-    fit_rows = E if rows is None else E[rows]
-    w = sample_weight if rows is None or sample_weight is None else sample_weight[rows]
-    projection = fit_projection(fit_rows, n_components, seed)
-    Z = project(fit_rows, projection)
+    E_sample, w_sample = rows.sample(max_rows, seed)
+    if E_sample.shape[0] == 0:
+        msg = f"max_cluster_rows={max_rows}: the seeded clustering sample drew no row; ask for more"
+        raise ValueError(msg)
+    projection = fit_projection(E_sample, n_components, seed)
+    Z = project(E_sample, projection)
     n_distinct = int(np.unique(Z, axis=0).shape[0])
     if n_clusters == "elbow":
         low, high = k_range
@@ -170,69 +354,36 @@ def fit_clusters(
     if method == "agglomerative":
         _, centroids, inertia = _ward(Z, ks)
     else:
-        _, centroids, inertia = _kmeans(Z, ks, n_init=n_init, seed=seed, sample_weight=w, device=device)
+        centroids, inertia = _kmeans(rows.projected(projection), Z, w_sample, ks, n_init=n_init, seed=seed)
     scanned = n_clusters == "elbow"
     return FittedClusters(
         projection=projection,
         centroids=centroids,
         ks=ks if scanned else np.empty(0, dtype=np.int64),
         inertia=inertia if scanned else np.empty(0),
-        n_fit_rows=int(Z.shape[0]),
+        n_sample_rows=int(Z.shape[0]),
     )
 
 
-def _subsample(n: int, max_rows: int, seed: int) -> np.ndarray | None:
-    if n <= max_rows:
-        return None
-    return np.sort(np.random.default_rng(seed).choice(n, size=max_rows, replace=False))
-
-
 def _kmeans(
-    Z: np.ndarray, ks: np.ndarray, *, n_init: int, seed: int, sample_weight: np.ndarray | None, device: str
-) -> tuple[int, np.ndarray, np.ndarray]:
-    """k-means: one seeded run per candidate for the elbow, then the chosen ``k`` with ``n_init`` restarts."""
-    run = kmeans_gpu if device == "gpu" else kmeans_cpu
+    rows: ProjectedRows, Z: np.ndarray, w: np.ndarray, ks: np.ndarray, *, n_init: int, seed: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """k-means: the elbow from every candidate's sample centroids, then ``n_init`` runs over all rows.
+
+    Candidate :math:`k` gets Lloyd's iterations on the sample from k-means++ starts (seed ``seed``);
+    its :math:`S(k)` is the inertia of those centroids over every row (one pass for all candidates).
+    The chosen :math:`k` is then run over every row from ``n_init`` such sample fits (seeds ``seed``,
+    ``seed + 1``, ...), the lowest inertia kept (the first on ties).
+    """
     inertia = np.empty(ks.shape[0])
     if ks.shape[0] > 1:
-        scan = _subsample(Z.shape[0], ELBOW_SCAN_ROWS, seed)
-        Z_scan = Z if scan is None else Z[scan]
-        w_scan = sample_weight if scan is None or sample_weight is None else sample_weight[scan]
-        for i, k in enumerate(ks.tolist()):
-            inertia[i] = run(Z_scan, k, n_init=1, seed=seed, sample_weight=w_scan)[1]
-    k = elbow_k(ks, inertia)
-    centroids, final = run(Z, k, n_init=n_init, seed=seed, sample_weight=sample_weight)
+        inertia = rows.inertias([_sample_kmeans(Z, w, int(k), seed) for k in ks.tolist()])
+    k = elbow_k(ks, inertia) if ks.shape[0] > 1 else int(ks[0])
+    runs = [lloyd(rows.lloyd_sums, _sample_kmeans(Z, w, k, seed + r)) for r in range(n_init)]
+    centroids, total = min(runs, key=lambda run: run[1])  # the first of equal inertias
     if ks.shape[0] == 1:
-        inertia[0] = final
-    return k, centroids, inertia
-
-
-def kmeans_cpu(
-    Z: np.ndarray, k: int, *, n_init: int, seed: int, sample_weight: np.ndarray | None = None
-) -> tuple[np.ndarray, float]:
-    """scikit-learn ``KMeans`` (Lloyd, k-means++ starts, ``n_init`` restarts seeded by ``seed``)."""
-    from sklearn.cluster import KMeans
-    from sklearn.exceptions import ConvergenceWarning
-
-    model = KMeans(n_clusters=k, n_init=n_init, random_state=seed)
-    with warnings.catch_warnings():
-        # At least k distinct rows are checked by the caller; scikit-learn may still warn when a start
-        # leaves a cluster empty and it reseeds it, which is no error of the user's.
-        warnings.simplefilter("ignore", ConvergenceWarning)
-        model.fit(Z, sample_weight=sample_weight)
-    return np.asarray(model.cluster_centers_, dtype=np.float64), float(model.inertia_)
-
-
-def kmeans_gpu(
-    Z: np.ndarray, k: int, *, n_init: int, seed: int, sample_weight: np.ndarray | None = None
-) -> tuple[np.ndarray, float]:
-    """cuML ``KMeans`` on the GPU (k-means|| starts, ``n_init`` restarts seeded by ``seed``)."""
-    import cupy
-    from cuml.cluster import KMeans
-
-    weights = None if sample_weight is None else cupy.asarray(sample_weight, dtype=cupy.float64)
-    model = KMeans(n_clusters=k, n_init=n_init, random_state=seed, output_type="cupy")
-    model.fit(cupy.asarray(Z, dtype=cupy.float64), sample_weight=weights)
-    return cupy.asnumpy(model.cluster_centers_).astype(np.float64), float(model.inertia_)
+        inertia[0] = total
+    return centroids, inertia
 
 
 def _ward(Z: np.ndarray, ks: np.ndarray) -> tuple[int, np.ndarray, np.ndarray]:

@@ -252,17 +252,39 @@ class TreeEmbedding:
         """Learn the leaf columns (one-hot leaves) from ``X`` and return its embedding."""
         if self.embedding == "leaves" and self.leaf_encoding == "onehot":
             leaves = self._raw(X, "leaves")
-            if leaves.shape[1] == 0:
-                msg = "embedding_model: the model has no trees, so there are no leaves to embed"
-                raise ValueError(msg)
-            widths = leaves.max(axis=0) + 1
-            self.tree_offset = np.concatenate([[0], np.cumsum(widths)]).astype(np.int64)
-            seen = np.zeros(int(self.tree_offset[-1]), dtype=bool)
-            seen[(leaves + self.tree_offset[:-1]).ravel()] = True
-            self.leaf_column = np.full(seen.shape[0], -1, dtype=np.int64)
-            self.leaf_column[seen] = np.arange(int(seen.sum()))
+            offset = self.tree_offsets(leaf_widths(leaves))
+            self.set_leaf_table(offset, leaf_counts(leaves, offset))
             return self._onehot(leaves)
         return self.transform(X)
+
+    def raw_leaves(self, X: Any) -> np.ndarray:
+        """Return the model's leaf of every row per tree, ``(n, n_trees)`` int64."""
+        return self._raw(X, "leaves")
+
+    def embed_leaves(self, leaves: np.ndarray) -> sp.csr_matrix:
+        """Return the one-hot embedding of raw leaves, in the columns the fit learnt."""
+        return self._onehot(leaves)
+
+    @property
+    def one_hot(self) -> bool:
+        """Whether the embedding is one-hot leaves (whose columns the fit learns)."""
+        return self.embedding == "leaves" and self.leaf_encoding == "onehot"
+
+    @staticmethod
+    def tree_offsets(widths: np.ndarray) -> np.ndarray:
+        """Return each tree's first entry of the leaf table, then its length, from the trees' widths."""
+        if widths.shape[0] == 0:
+            msg = "embedding_model: the model has no trees, so there are no leaves to embed"
+            raise ValueError(msg)
+        return np.concatenate([[0], np.cumsum(widths)]).astype(np.int64)
+
+    def set_leaf_table(self, offset: np.ndarray, counts: np.ndarray) -> None:
+        """Learn the one-hot columns: one per (tree, leaf) with rows (``counts`` from :func:`leaf_counts`,
+        summed over all the fit's rows), numbered in order."""
+        seen = counts > 0
+        self.tree_offset = offset
+        self.leaf_column = np.full(seen.shape[0], -1, dtype=np.int64)
+        self.leaf_column[seen] = np.arange(int(seen.sum()))
 
     def transform(self, X: Any) -> Any:
         """Return the embedding of ``X``: CSR one-hot leaves, or a dense float64 matrix."""
@@ -347,6 +369,17 @@ class TreeEmbedding:
                 msg = "embedding_: tree offsets must increase and leaf columns be >= -1"
                 raise ValueError(msg)
         return cls(library, _load_model(library, data["model"]), embedding, encoding, names, table, offset)
+
+
+def leaf_widths(leaves: np.ndarray) -> np.ndarray:
+    """Return per tree one more than the largest leaf id among the rows (0 without rows)."""
+    return leaves.max(axis=0, initial=-1) + 1
+
+
+def leaf_counts(leaves: np.ndarray, offset: np.ndarray) -> np.ndarray:
+    """Return the rows per (tree, leaf) entry of the leaf table (``offset`` from ``tree_offsets``)."""
+    entries = (leaves + offset[:-1]).ravel()
+    return np.bincount(entries, minlength=int(offset[-1])).astype(np.float64)
 
 
 def _int_list(values: Any, name: str) -> np.ndarray | None:

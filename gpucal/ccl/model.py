@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Hashable, Sequence
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 import numpy as np
 from sklearn.utils.validation import check_is_fitted
@@ -22,9 +22,22 @@ from gpucal._validation import check_consistent_length, check_labels, check_samp
 from gpucal.calibrators._base import AnyOf, Calibrator, Constraint, Interval, Options
 from gpucal.calibrators._logistic import EPS
 from gpucal.calibrators.platt import OUTPUT_TYPE_OPTIONS
-from gpucal.ccl.clustering import CLUSTERINGS, assign_clusters, fit_clusters, project
+from gpucal.ccl.clustering import (
+    CLUSTERINGS,
+    FittedClusters,
+    InMemoryRows,
+    assign_clusters,
+    fit_clusters_on,
+    project,
+)
 from gpucal.ccl.embeddings import EMBEDDINGS, LEAF_ENCODINGS, TreeEmbedding, _as_pandas, make_embedding
-from gpucal.distributed import reject_dask
+from gpucal.distributed._collections import any_dask
+from gpucal.partition.local_maps import (
+    MapSums,
+    fit_local_maps_from_sums,
+    identity_params,
+    local_map_sums,
+)
 from gpucal.persistence import register
 
 #: Maps fitted by grouped Newton steps (``gpucal.partition.local_maps``) and the per-cluster Dirichlet fit.
@@ -35,8 +48,9 @@ FITTED, CONSTANT, FALLBACK = 0, 1, 2
 # A cluster whose scores vary less than this (weighted variance of the logit, or of every log-probability
 # column) has no slope to fit: all its scores are equal up to rounding.
 MIN_LOGIT_VARIANCE = 1e-10
-# Default rows for the clustering fit: Ward needs O(n^2) memory and time, k-means is linear.
-AUTO_MAX_ROWS = {"kmeans": 200_000, "agglomerative": 5_000}
+# Default rows of the clustering sample: Ward's tree needs O(n^2) memory and time; k-means takes its
+# projection, starts and elbow candidates from the sample and iterates over every row.
+AUTO_MAX_ROWS = {"kmeans": 10_000, "agglomerative": 5_000}
 
 
 @register
@@ -67,22 +81,25 @@ class ClusteredCalibrator(Calibrator):
     leaf_encoding : {"onehot", "index"}, default="onehot"
         Leaves as one indicator column per (tree, leaf) (sparse), or the raw leaf numbers.
     clustering : {"kmeans", "agglomerative"}, default="kmeans"
-        k-means (scikit-learn on the CPU, cuML on the GPU) or Ward agglomerative clustering (subsampled to
-        ``max_cluster_rows``; new rows go to the nearest cluster centroid).
+        k-means (gpucal's weighted Lloyd iterations over every row, each a sum of per-cluster statistics,
+        started from k-means++ on the seeded sample) or Ward agglomerative clustering (fitted on the
+        sample; every row goes to the nearest cluster centroid). ``gpucal.ccl.clustering``.
     n_clusters : int or "elbow", default="elbow"
         The number of clusters, or the knee of the within-cluster sum of squares over
         ``[min_clusters, max_clusters]`` (``gpucal.ccl.clustering.elbow_k``).
     min_clusters, max_clusters : int, default=2, 30
         The elbow's range (the paper tries 5 to 100 clusters).
     n_init : int, default=1
-        k-means restarts (seeded) for the chosen number of clusters, the best kept (the elbow's scan runs
-        one per candidate). 1 is scikit-learn's default with k-means++ starts.
+        k-means restarts (seeds ``seed``, ``seed + 1``, ...) for the chosen number of clusters, the lowest
+        inertia kept (the elbow's scan runs one per candidate).
     n_components : int, default=32
         Embeddings wider than this (one-hot leaves) are clustered in the span of their top
         ``n_components`` singular vectors (``gpucal.ccl.clustering``); narrower ones (SHAP) as they are.
     max_cluster_rows : int or "auto", default="auto"
-        Rows the clustering is fitted on (a seeded subsample when there are more; every row is then
-        assigned to the nearest centroid). "auto": 5,000 for agglomerative, 200,000 for k-means.
+        About this many rows form the clustering sample (row :math:`r` is in it when a uniform hashed
+        from ``seed`` and :math:`r` is below ``max_cluster_rows / n``: the same rows at any
+        partitioning; every row when there are fewer). The sample fits the projection, k-means' starts
+        and elbow candidates, and Ward's tree. "auto": 5,000 for agglomerative, 10,000 for k-means.
     calibrator : {"platt", "temperature", "beta", "dirichlet"}, default="platt"
         The map per cluster. Platt :math:`\sigma(a\,\mathrm{logit}\,p + b)`, temperature
         :math:`\sigma(a\,\mathrm{logit}\,p)`, beta :math:`\sigma(a \ln p - b \ln(1-p) + c)` are fitted for
@@ -102,9 +119,10 @@ class ClusteredCalibrator(Calibrator):
         Columns handed to an XGBoost / LightGBM embedding model; None: the model's own feature names when
         it has them, else every column but the score. gpucal models read their own columns.
     seed : int, default=0
-        Seed of k-means and of the clustering subsample.
+        Seed of the clustering sample, the projection and k-means' starts.
     device : {"auto", "cpu", "gpu"}, default="auto"
-        "gpu" clusters with cuML and fits the maps on the device; "auto" does so when the score is there.
+        "gpu" fits the maps on the device; "auto" does so when the score is there. The clustering runs
+        on the host.
     output_type : str, default="input"
         Family of binary predictions; multi-class predictions are an ``(n, K)`` array.
 
@@ -287,7 +305,11 @@ class ClusteredCalibrator(Calibrator):
         Parameters
         ----------
         X : dataframe
-            The score column (or the class-probability columns) and the embedding model's features.
+            The score column (or the class-probability columns) and the embedding model's features. A
+            dask DataFrame (with ``y`` and ``sample_weight`` dask collections too) fits over its
+            partitions, binary scores with a Platt, temperature or beta map: the clusters and maps of
+            one machine, its sums added (``gpucal.distributed.ccl``); the embedding model is shipped
+            to the workers.
         y : array-like of shape (n,)
             Labels in {0, 1} (binary; soft labels count as that fraction of a positive), or class indices in
             ``[0, K)`` (multi-class).
@@ -298,7 +320,6 @@ class ClusteredCalibrator(Calibrator):
         -------
         self
         """
-        reject_dask(self, X, y, sample_weight)
         self._validate_params()
         if self.min_clusters > self.max_clusters:
             msg = f"min_clusters={self.min_clusters} is above max_clusters={self.max_clusters}"
@@ -306,6 +327,11 @@ class ClusteredCalibrator(Calibrator):
         if self._multiclass and self.calibrator != "dirichlet":
             msg = f"calibrator={self.calibrator!r}: multi-class scores (score_col a list) take 'dirichlet'"
             raise ValueError(msg)
+        if any_dask(X, y, sample_weight):
+            from gpucal.distributed.ccl import fit_ccl_partitions
+
+            fit_ccl_partitions(self, X, y, sample_weight)
+            return self
         score, _ = self._scores(X)
         xp = array_namespace(score)
         n = score.shape[0]
@@ -338,63 +364,59 @@ class ClusteredCalibrator(Calibrator):
             self._other_columns(X),
         )
         embedded = self.embedding_.fit_transform(X)
+        self._set_clustering(
+            fit_clusters_on(InMemoryRows(embedded, to_numpy(weights)), **self._cluster_options())
+        )
+        part = xp.asarray(assign_clusters(project(embedded, self.projection_), self.centroids_))
+        if self.calibrator == "dirichlet":
+            self._fit_dirichlet(score, labels, weights, part)
+        else:
+            self._fit_local(_ClusterRows(score, labels, weights, part, self._backend))
+        return self
+
+    def _cluster_options(self) -> dict[str, Any]:
+        """The keyword arguments of ``fit_clusters_on`` but the rows."""
         max_rows = (
             AUTO_MAX_ROWS[self.clustering] if self.max_cluster_rows == "auto" else self.max_cluster_rows
         )
-        clusters = fit_clusters(
-            embedded,
-            self.clustering,
-            self.n_clusters,
-            k_range=(self.min_clusters, self.max_clusters),
-            n_init=self.n_init,
-            max_rows=int(max_rows),
-            n_components=self.n_components,
-            seed=self.seed,
-            sample_weight=to_numpy(weights),
-            device=device,
-        )
+        return {
+            "method": self.clustering,
+            "n_clusters": self.n_clusters,
+            "k_range": (self.min_clusters, self.max_clusters),
+            "n_init": self.n_init,
+            "max_rows": int(max_rows),
+            "n_components": self.n_components,
+            "seed": self.seed,
+        }
+
+    def _set_clustering(self, clusters: FittedClusters) -> None:
         self.projection_ = clusters.projection
         self.centroids_ = clusters.centroids
         self.n_clusters_ = int(clusters.centroids.shape[0])
         self.elbow_ = None
         if clusters.ks.shape[0]:
             self.elbow_ = {"k": clusters.ks.tolist(), "inertia": clusters.inertia.tolist()}
-        part = xp.asarray(assign_clusters(project(embedded, self.projection_), self.centroids_))
-        if self.calibrator == "dirichlet":
-            self._fit_dirichlet(score, labels, weights, part)
-        else:
-            self._fit_local(score, labels, weights, part)
-        return self
 
-    def _fit_local(self, score: Any, y: Any, w: Any, part: Any) -> None:
+    def _fit_local(self, rows: ClusterMapRows) -> None:
         """Binary Platt / temperature / beta maps for every cluster from per-cluster sums."""
-        from gpucal.partition.local_maps import fit_local_maps
-
-        xp = array_namespace(score)
-        k = self.n_clusters_
-        logit = _logit(score)
-        weight, rate = self._cluster_rates(y[:, None], w, part)
+        k, kind = self.n_clusters_, self.calibrator
+        weight, positive, logit_sum = rows.cluster_sums(k).T
+        rate = ((positive + 1.0) / (weight + 2.0))[:, None]
         too_light = weight < self.min_cluster_size
-        homogeneous = _homogeneous_binary(y, w, part, k, weight) | _flat(logit[:, None], w, part, k, weight)
-        self.global_params_ = fit_local_maps(
-            score, y, w, xp.zeros(score.shape[0], dtype=xp.int32), 1, self.calibrator, backend=self._backend
+        safe = np.where(weight > 0, weight, 1.0)
+        variance = rows.centred_logit_sums(k, logit_sum / safe) / safe
+        homogeneous = (positive <= 0.0) | (positive >= weight) | (variance < MIN_LOGIT_VARIANCE)
+        self.global_params_ = fit_local_maps_from_sums(
+            rows.map_sums(kind, None), identity_params(kind)[None, :], kind
         )[0]
         constant = homogeneous & ~too_light
-        rows = xp.asarray(~constant)[part]  # rows of constant clusters do not enter the fits
-        prior = np.tile(self.global_params_, (k, 1))
-        score, y, w, part = score[rows], y[rows], w[rows], part[rows]
-        params = fit_local_maps(
-            score,
-            y,
-            w,
-            part,
-            k,
-            self.calibrator,
-            prior=prior,
+        params = fit_local_maps_from_sums(
+            rows.map_sums(kind, constant),  # rows of constant clusters do not enter the fits
+            np.tile(self.global_params_, (k, 1)),
+            kind,
             penalty=float(self.penalty),
             min_part_weight=float(self.min_cluster_size),
             fallback=self.global_params_,
-            backend=self._backend,
         )
         params[constant | too_light] = self.global_params_
         self._set_clusters(params, weight, rate, constant, too_light)
@@ -467,9 +489,15 @@ class ClusteredCalibrator(Calibrator):
     # ----------------------------------------------------------------------------------------------
     # predict
 
-    def clusters(self, X: Any) -> np.ndarray:
-        """Return the cluster of every row of ``X`` (int32, host): the bins of CECE (Sec. 2.4, Eq. 4)."""
+    def clusters(self, X: Any) -> Any:
+        """Return the cluster of every row of ``X`` (int32, host): the bins of CECE (Sec. 2.4, Eq. 4).
+
+        A dask DataFrame gives a dask Series of its partitions' clusters (binary scores).
+        """
         check_is_fitted(self, list(self._state_spec))
+        if any_dask(X):
+            self._check_dask_predict()
+            return X.map_partitions(_partition_clusters, self, meta=_partition_clusters(X._meta, self))
         embedded = self.embedding_.transform(X)
         if embedded.shape[1] != self.projection_.shape[0]:
             msg = f"X: embeds into {embedded.shape[1]} columns, the fit had {self.projection_.shape[0]}"
@@ -482,13 +510,17 @@ class ClusteredCalibrator(Calibrator):
         Parameters
         ----------
         X : dataframe
-            The score column(s) and the embedding model's features.
+            The score column(s) and the embedding model's features; a dask DataFrame (binary scores)
+            gives a dask Series of its partitions' predictions.
 
         Returns
         -------
         array or Series of shape (n,), or array of shape (n, K)
         """
         check_is_fitted(self, list(self._state_spec))
+        if any_dask(X):
+            self._check_dask_predict()
+            return self._predict_partitions(X)
         score, info = self._scores(X, allow_empty=True)
         xp = array_namespace(score)
         if score.shape[0] == 0:
@@ -509,6 +541,14 @@ class ClusteredCalibrator(Calibrator):
         if self._multiclass:
             return out
         return wrap_output(out, info, output_type=self.output_type)
+
+    def _check_dask_predict(self) -> None:
+        if self._multiclass:
+            msg = (
+                "ClusteredCalibrator: multi-class predictions are an (n, K) matrix, not a column of a dask "
+                "collection's partitions; predict multi-class scores on one machine"
+            )
+            raise NotImplementedError(msg)
 
     def _predict_dirichlet(self, score: np.ndarray, part: np.ndarray) -> np.ndarray:
         from gpucal.calibrators.dirichlet import predict_dirichlet
@@ -585,6 +625,75 @@ class ClusteredCalibrator(Calibrator):
             raise ValueError(msg)
 
 
+class ClusterMapRows(Protocol):
+    """The rows the per-cluster maps are fitted on, read through per-cluster sums only (one array here,
+    dask partitions in ``gpucal.distributed.ccl``)."""
+
+    def cluster_sums(self, k: int) -> np.ndarray:
+        """Return :func:`cluster_sums` over every row."""
+        ...
+
+    def centred_logit_sums(self, k: int, mean: np.ndarray) -> np.ndarray:
+        """Return :func:`centred_logit_sums` over every row."""
+        ...
+
+    def map_sums(self, kind: str, skip: np.ndarray | None) -> MapSums:
+        """Return ``theta -> local_map_sums`` of the rows in :func:`map_parts`' parts."""
+        ...
+
+
+def cluster_sums(score: Any, y: Any, w: Any, part: Any, k: int) -> np.ndarray:
+    r"""Return ``(k, 3)``: per cluster :math:`\sum w`, :math:`\sum w y`, :math:`\sum w\,\mathrm{logit}(f)`."""
+    xp = array_namespace(score)
+    columns = [w, w * y, w * _logit(score)]
+    return np.stack([to_numpy(xp.bincount(part, weights=c, minlength=k)) for c in columns], axis=1)
+
+
+def centred_logit_sums(score: Any, w: Any, part: Any, mean: np.ndarray) -> np.ndarray:
+    r"""Return per cluster :math:`\sum w (\mathrm{logit}(f) - m_c)^2` around the clusters' means ``mean``."""
+    xp = array_namespace(score)
+    centred = _logit(score) - xp.asarray(mean)[part]
+    return to_numpy(xp.bincount(part, weights=w * centred * centred, minlength=mean.shape[0]))
+
+
+def map_parts(part: Any, skip: np.ndarray | None) -> Any:
+    """Each row's part of a map fit: all in part 0 (``skip`` None: the global map), else its cluster,
+    -1 (left out) for the clusters ``skip`` marks."""
+    xp = array_namespace(part)
+    if skip is None:
+        return xp.zeros(part.shape[0], dtype=xp.int32)
+    return xp.where(xp.asarray(skip)[part], -1, part).astype(xp.int32)
+
+
+class _ClusterRows:
+    """:class:`ClusterMapRows` of one set of arrays (numpy or cupy): score, labels, weights, clusters."""
+
+    def __init__(self, score: Any, y: Any, w: Any, part: Any, backend: str) -> None:
+        self.score, self.y, self.w, self.part, self.backend = score, y, w, part, backend
+
+    def cluster_sums(self, k: int) -> np.ndarray:
+        return cluster_sums(self.score, self.y, self.w, self.part, k)
+
+    def centred_logit_sums(self, k: int, mean: np.ndarray) -> np.ndarray:
+        return centred_logit_sums(self.score, self.w, self.part, mean)
+
+    def map_sums(self, kind: str, skip: np.ndarray | None) -> MapSums:
+        parts = map_parts(self.part, skip)
+
+        def sums(theta: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+            return local_map_sums(self.score, self.y, self.w, parts, theta, kind, backend=self.backend)
+
+        return sums
+
+
+def _partition_clusters(X: Any, model: ClusteredCalibrator) -> Any:
+    """One partition's clusters as a column of its family (``cluster``), empty partitions included."""
+    score, info = model._scores(X, allow_empty=True)
+    xp = array_namespace(score)
+    part = model.clusters(X) if score.shape[0] else np.zeros(0, dtype=np.int32)
+    return wrap_output(xp.asarray(part), info, name="cluster")
+
+
 def _logit(score: Any) -> Any:
     xp = array_namespace(score)
     p = xp.clip(score, EPS, 1.0 - EPS)
@@ -594,13 +703,6 @@ def _logit(score: Any) -> Any:
 def _as_matrix(score: np.ndarray) -> np.ndarray:
     """A binary score as the two-column matrix ``(1 - p, p)``; a matrix as it is."""
     return np.stack([1.0 - score, score], axis=1) if score.ndim == 1 else score
-
-
-def _homogeneous_binary(y: Any, w: Any, part: Any, k: int, weight: np.ndarray) -> np.ndarray:
-    """Clusters whose rows carry weight on one label only (all positives or all negatives)."""
-    xp = array_namespace(y)
-    positive = to_numpy(xp.bincount(part, weights=w * y, minlength=k))
-    return (positive <= 0.0) | (positive >= weight)
 
 
 def _flat(values: Any, w: Any, part: Any, k: int, weight: np.ndarray) -> np.ndarray:

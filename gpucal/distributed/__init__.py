@@ -12,8 +12,10 @@ Importing this package imports no dask and no GPU library; each function imports
   over partitions (:mod:`~gpucal.distributed.trees`) and the fit driver (:mod:`~gpucal.distributed.mbct`).
 * ``FeatureAwarePlattCalibrator.fit`` / ``predict`` accept dask DataFrames: the Newton-CG of one machine
   over a row store of persisted partitions (:mod:`~gpucal.distributed.feature_platt`).
-* ``HeterogeneousCalibrator.fit`` / ``predict`` accept dask DataFrames (mode ``"tree"``): the tree
-  engine's row store over partitions and per-depth summed node-map sums (:mod:`~gpucal.distributed.hc`).
+* ``HeterogeneousCalibrator.fit`` / ``predict`` accept dask DataFrames in every mode and local map: the
+  tree engine's row store over partitions and per-depth summed node-map sums (:mod:`~gpucal.distributed.hc`).
+* ``ClusteredCalibrator.fit`` / ``predict`` accept dask DataFrames (binary scores; Platt, temperature or
+  beta maps): embeddings per partition, Lloyd iterations as summed passes (:mod:`~gpucal.distributed.ccl`).
 * :func:`local_cluster` / :func:`local_cuda_cluster` start a CPU or a one-worker-per-GPU cluster;
   :func:`dataframe_backend` chooses pandas or cudf partitions.
 * :func:`fit_encoder` learns a :class:`~gpucal.encoding.FeatureEncoder` over all partitions, and

@@ -18,6 +18,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from gpucal._backend import array_namespace, resolve_device
 from gpucal._frames import Column, SplitInput, frame_columns, split_input, wrap_output
+from gpucal._row_draws import poisson_one, row_uniforms
 from gpucal._validation import check_consistent_length, check_labels, check_sample_weight
 from gpucal.calibrators._base import AnyOf, Calibrator, Constraint, Interval, Options
 from gpucal.calibrators._logistic import EPS, check_two_classes
@@ -154,8 +155,10 @@ class HeterogeneousCalibrator(Calibrator):
     - Every node, internal ones included, gets a map fitted on all calibration rows beneath it: a row
       with a value its node's tree rows never had stops there. Maps are fitted top-down with a ridge
       toward the parent's map (``leaf_penalty``).
-    - Forest: Poisson(1) bootstrap weights of the tree rows (seeded) and a feature subset per tree; the
-      maps of every tree are fitted on all calibration rows.
+    - Forest: Poisson(1) bootstrap weights of the tree rows and a feature subset per tree; the maps of
+      every tree are fitted on all calibration rows. A row's count is drawn by inversion from one
+      uniform hashed from ``(seed, tree, row position in the input)`` (counter-based, so a dask fit
+      draws the same counts per partition); the feature subsets come from ``seed`` alone.
     - Boosted: tree 1 is the label tree; trees 2.. are grown on the tree rows' current calibrated
       output with MBCT's "gain" criterion with logit-shift leaves, which is the gradient-boosting split
       on the log-loss (the Newton gain :math:`G^2 / (H + \lambda)`), and each is followed by its
@@ -257,8 +260,8 @@ class HeterogeneousCalibrator(Calibrator):
         ----------
         X : dataframe
             The score column and the feature columns (pandas, cudf, polars, pyarrow, or a dict). A dask
-            DataFrame (with every row input a dask collection) fits mode "tree" over its partitions: the
-            tree and maps of one machine, its sums added (``gpucal.distributed.hc``).
+            DataFrame (with every row input a dask collection) fits over its partitions, every mode and
+            local map: the trees and maps of one machine, its sums added (``gpucal.distributed.hc``).
         y : array-like of shape (n,)
             Labels in {0, 1} (soft labels in [0, 1] count as that fraction of a positive).
         sample_weight : array-like of shape (n,), optional
@@ -424,7 +427,7 @@ class HeterogeneousCalibrator(Calibrator):
         xp = array_namespace(tree.y)
         # The tree input f: read by the gain criteria only, so any probability does for the label ones.
         f = xp.full_like(tree.y, 0.5)
-        rng = np.random.default_rng(self.seed)
+        rng = np.random.default_rng(self.seed)  # the feature subsets: one draw per tree, from the seed
         d = len(self._ordinal)
         n_trees = 1 if self.mode == "tree" else self.n_trees
         trees, params = [], []
@@ -433,7 +436,7 @@ class HeterogeneousCalibrator(Calibrator):
             w = tree.w
             mask: tuple[bool, ...] = ()
             if self.mode == "forest":
-                boot = xp.asarray(rng.poisson(1.0, tree.y.shape[0]).astype(np.float64))
+                boot = xp.asarray(bootstrap_weights(self.seed, t, tree.index))
                 w = boot if tree.w is None else tree.w * boot
                 mask = self._feature_mask(rng, d)
             nodes = self._grow(tree, f, w, self._grow_config(self.criterion, mask))
@@ -519,7 +522,7 @@ class HeterogeneousCalibrator(Calibrator):
         check_is_fitted(self, list(self._state_spec))
         split = split_input(X, score_col=self.score_col, feature_cols=self.feature_cols_, allow_empty=True)
         xp = array_namespace(split.score)
-        codes = self.ensemble_.tree_codes(xp.asarray(self.encoder_.transform(split.features)))
+        codes = xp.asarray(self.encoder_.transform(split.features, code_maps=self.ensemble_.code_maps))
         return codes, split.score, split
 
     def predict(self, X: Any) -> Any:
@@ -620,14 +623,19 @@ class _Rows:
     """Rows of one role (tree growth or map fitting): feature columns, codes, score, labels, weights.
 
     ``score`` is None for tree rows given as ``X_tree`` (the label tree does not read it); ``features``
-    describe all the rows the object was made from (only read before ``divide``).
+    describe all the rows the object was made from (only read before ``divide``); ``index`` (host
+    int64) is each row's position in the input it came from (``X`` or ``X_tree``), what the forest's
+    bootstrap draws are keyed by.
     """
 
-    def __init__(self, features: dict[Hashable, Column], codes: Any, score: Any, y: Any, w: Any) -> None:
+    def __init__(
+        self, features: dict[Hashable, Column], codes: Any, score: Any, y: Any, w: Any, index: np.ndarray
+    ) -> None:
         self.features, self.codes, self.score, self.y, self.w = features, codes, score, y, w
+        self.index = index
 
     def with_codes(self, codes: Any) -> _Rows:
-        return _Rows(self.features, codes, self.score, self.y, self.w)
+        return _Rows(self.features, codes, self.score, self.y, self.w, self.index)
 
     def to_gpu(self) -> _Rows:
         import cupy
@@ -635,13 +643,18 @@ class _Rows:
         def put(a: Any) -> Any:
             return None if a is None else cupy.asarray(a)
 
-        return _Rows(self.features, put(self.codes), put(self.score), put(self.y), put(self.w))
+        return _Rows(self.features, put(self.codes), put(self.score), put(self.y), put(self.w), self.index)
 
-    def take(self, rows: Any) -> _Rows:
+    def take(self, rows: np.ndarray) -> _Rows:
+        """The rows at host positions ``rows``."""
+        on_device = array_namespace(self.y).asarray(rows)
+
         def cut(a: Any) -> Any:
-            return None if a is None else a[rows]
+            return None if a is None else a[on_device]
 
-        return _Rows(self.features, cut(self.codes), cut(self.score), cut(self.y), cut(self.w))
+        return _Rows(
+            self.features, cut(self.codes), cut(self.score), cut(self.y), cut(self.w), self.index[rows]
+        )
 
     def divide(self, share: float, seed: int) -> tuple[_Rows, _Rows]:
         """Split the rows at random (seeded): ``share`` of them first, the rest second; both non-empty."""
@@ -650,8 +663,7 @@ class _Rows:
         if first.all() or not first.any():
             msg = f"a share of {share:g} of {n} rows leaves one side empty: give more rows"
             raise ValueError(msg)
-        xp = array_namespace(self.y)
-        return self.take(xp.asarray(np.flatnonzero(first))), self.take(xp.asarray(np.flatnonzero(~first)))
+        return self.take(np.flatnonzero(first)), self.take(np.flatnonzero(~first))
 
 
 def _checked_rows(
@@ -664,7 +676,17 @@ def _checked_rows(
     xp = array_namespace(labels)
     weights = None if w is None else check_sample_weight(w, n, xp=xp)
     check_two_classes(labels, xp.ones_like(labels) if weights is None else weights, y_name)
-    return _Rows(features, None, score, labels, weights)
+    return _Rows(features, None, score, labels, weights, np.arange(n, dtype=np.int64))
+
+
+def bootstrap_weights(seed: int, tree: int, index: np.ndarray) -> np.ndarray:
+    """Return the Poisson(1) bootstrap weights of forest tree ``tree`` for the rows at ``index`` (host).
+
+    A row's count is a function of ``(seed, tree, index)`` alone (``gpucal._row_draws``),
+    so the partitions of a dask collection draw, from their rows' global positions, the counts one
+    machine draws.
+    """
+    return poisson_one(row_uniforms(seed, tree, index))
 
 
 def _log_loss(p: Any, y: Any, w: Any) -> float:

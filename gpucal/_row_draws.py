@@ -1,0 +1,68 @@
+r"""Random draws per global row index: the same numbers on one machine and over any partitioning.
+
+A generator consumed row after row cannot be advanced to a partition's first row when a draw spends a
+varying number of outputs (numpy's Poisson sampler does), so the draws that must agree between one
+machine and the partitions of a dask collection are counter-based instead: the uniform of row
+:math:`r` in stream :math:`s` under seed :math:`\sigma` is
+
+.. math::
+
+    u_r = 2^{-53} \left\lfloor \operatorname{mix}\big(k_{\sigma,s} + (r + 1)\,\gamma\big) / 2^{11}
+    \right\rfloor, \qquad k_{\sigma,s} = \operatorname{mix}\big(\operatorname{mix}(\sigma + \gamma)
+    + s\big),
+
+with :math:`\operatorname{mix}` the splitmix64 finaliser and :math:`\gamma` its golden-ratio increment
+(Steele, Lea & Flood, "Fast splittable pseudorandom number generators", OOPSLA 2014), all modulo
+:math:`2^{64}`: value :math:`r` of the SplitMix64 sequence keyed by seed and stream, so a row's draw
+needs only its global index (a partition's offset plus its position, ``partition_offsets``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_MIX_1 = np.uint64(0xBF58476D1CE4E5B9)
+_MIX_2 = np.uint64(0x94D049BB133111EB)
+_SHIFTS = (np.uint64(30), np.uint64(27), np.uint64(31))
+_MANTISSA_SHIFT = np.uint64(11)
+_TWO_POW_M53 = 2.0**-53
+# Poisson(1) counts beyond this have probability below 1e-19: a uniform never reaches them.
+_MAX_POISSON = 20
+
+
+def _mix(z: np.ndarray) -> np.ndarray:
+    """The splitmix64 finaliser of a uint64 array (array arithmetic wraps modulo 2**64 silently)."""
+    z = (z ^ (z >> _SHIFTS[0])) * _MIX_1
+    z = (z ^ (z >> _SHIFTS[1])) * _MIX_2
+    return z ^ (z >> _SHIFTS[2])
+
+
+def row_uniforms(seed: int, stream: int, rows: np.ndarray) -> np.ndarray:
+    """Return the uniform in [0, 1) of every global row index in ``rows`` for ``(seed, stream)``."""
+    seed_key = _mix(np.array([seed], dtype=np.uint64) + _GOLDEN)
+    key = _mix(seed_key + np.array([stream], dtype=np.uint64))
+    counter = np.asarray(rows, dtype=np.int64).astype(np.uint64) + np.uint64(1)
+    z = _mix(key + counter * _GOLDEN)
+    return (z >> _MANTISSA_SHIFT).astype(np.float64) * _TWO_POW_M53
+
+
+def _poisson_one_cdf() -> np.ndarray:
+    k = np.arange(_MAX_POISSON + 1)
+    log_pmf = -1.0 - np.cumsum(np.log(np.maximum(k, 1)))
+    return np.cumsum(np.exp(log_pmf))
+
+
+_POISSON_ONE_CDF = _poisson_one_cdf()
+
+
+def poisson_one(u: np.ndarray) -> np.ndarray:
+    r"""Return Poisson(1) counts by inversion: the least :math:`k` with :math:`F(k) > u` (float64).
+
+    :math:`F(k) = e^{-1} \sum_{j \le k} 1/j!`; one uniform per count, so a count is a function of
+    its row's uniform alone.
+    """
+    return np.searchsorted(_POISSON_ONE_CDF, u, side="right").astype(np.float64)
+
+
+__all__ = ["poisson_one", "row_uniforms"]
