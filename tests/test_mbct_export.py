@@ -13,7 +13,7 @@ import pytest
 import kernels.trees
 from gpucal.encoding import FeatureEncoder
 from gpucal.mbct.export import export_rules, sql_float, sql_value
-from gpucal.partition.ensemble import TreeEnsemble
+from gpucal.partition.ensemble import TreeEnsemble, map_codes
 
 EPS = float(np.finfo(np.float64).eps)
 SCORE_BINS = 10
@@ -561,7 +561,7 @@ def test_reference_walk_matches_predict_trees(leaf_map):
     _, ens, rows, codes = setup(leaf_map, seed=6)
     score = rows["score"].to_numpy()
     got = kernels.trees.predict_trees(
-        ens.tree_codes(np.ascontiguousarray(codes, dtype=np.int32)),
+        map_codes(np.ascontiguousarray(codes, dtype=np.int32), ens.code_maps, ens.n_values),
         score,
         *ens.kernel_arrays(),
         ens.leaf_map_code,

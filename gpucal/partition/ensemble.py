@@ -113,16 +113,6 @@ class TreeEnsemble:
                 out.setdefault(child, []).append(code)
         return out
 
-    def tree_codes(self, codes: Any) -> Any:
-        """Map input codes ``(n, d)`` to tree codes (one gather per column, numpy or cupy)."""
-        from gpucal._backend import array_namespace
-
-        xp = array_namespace(codes)
-        out = xp.empty(codes.shape, dtype=tree_code_dtype(self.n_values))
-        for j, cmap in enumerate(self.code_maps):
-            out[:, j] = xp.asarray(cmap)[codes[:, j]]
-        return out
-
     def kernel_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Return the node arrays in ``kernels.predict_trees`` order (feature, base, table, value, start)."""
         return (self.node_feature, self.node_child_base, self.child_table, self.node_value, self.tree_start)
