@@ -1,4 +1,4 @@
-r"""``lookup_codes``: integer values to codes by one table read per row, written into a code column.
+r"""``lookup_codes``, ``lookup_bins``: values to codes by one table read per row, into a code column.
 
 Prediction encodes every feature column of every row before the trees are walked; for integer IDs read
 by value (site, ad category, hour) the code of a value :math:`v` is a table entry:
@@ -9,6 +9,9 @@ by value (site, ad category, hour) the code of a value :math:`v` is a table entr
         \mathrm{table}[v_i - \mathrm{low}] & \text{if } 0 \le v_i - \mathrm{low} < |\mathrm{table}| \\
         \mathrm{fallback} & \text{otherwise}
     \end{cases}
+
+``lookup_bins`` does the same for probabilities cut into ``n_bins`` equal-width bins, the code of
+:math:`p` being ``table[min(floor(p * n_bins), n_bins - 1)]`` (MBCT's score feature).
 
 The table may already be composed with a second map (an encoder's codes, then a tree's pooled codes),
 so one read per row replaces a chain of gathers and their int64 temporaries. A ``-1`` written to
@@ -25,7 +28,7 @@ from typing import Any
 import numba
 import numpy as np
 
-from kernels._dispatch import CODE_DTYPES, is_cupy_array, resolve_backend
+from kernels._dispatch import CODE_DTYPES, is_cupy_array, namespace_of, resolve_backend
 
 #: Value dtypes the lookup reads as they are (uint64 could wrap into the table's range as int64).
 VALUE_DTYPES = tuple(
@@ -117,3 +120,39 @@ def _lookup_cpu(values, low, table, fallback, out, column):
         if code < 0:
             rejected += 1
     return rejected
+
+
+def lookup_bins(
+    values: Any, n_bins: int, table: Any, out: Any, column: int, *, backend: str = "auto"
+) -> None:
+    """Write ``table[min(floor(p * n_bins), n_bins - 1)]`` into ``out[:, column]`` for probabilities ``p``.
+
+    ``values`` must lie in [0, 1] (checked by the caller: a NaN has no bin); ``table`` holds ``n_bins``
+    codes; ``out`` and ``backend`` as in :func:`lookup_codes`.
+    """
+    backend = resolve_backend(backend, values, out)
+    if values.ndim != 1 or np.dtype(values.dtype).kind != "f":
+        msg = f"values must be a 1-D array of probabilities. Got {values.dtype}, shape {tuple(values.shape)}."
+        raise TypeError(msg)
+    if out.ndim != 2 or out.shape[0] != values.shape[0] or not 0 <= column < out.shape[1]:
+        msg = f"out must be an (n, d) array with n = {values.shape[0]} and column {column} < d."
+        raise ValueError(msg)
+    if len(table) != n_bins or n_bins < 1:
+        msg = f"table must hold one code per bin ({n_bins}). Got {len(table)}."
+        raise ValueError(msg)
+    if backend == "cuda" or backend == "oracle" or is_cupy_array(values):
+        xp = namespace_of(values)
+        bins = xp.minimum(xp.floor(values * n_bins), n_bins - 1).astype(xp.int64)
+        out[:, column] = xp.asarray(table, dtype=out.dtype)[bins]
+        return
+    table = np.ascontiguousarray(table, dtype=out.dtype)
+    _lookup_bins_cpu(values, np.int64(n_bins), table, out, np.int64(column))
+
+
+@numba.njit(parallel=True, cache=True)
+def _lookup_bins_cpu(values, n_bins, table, out, column):
+    last = n_bins - 1
+    j = np.uint64(column)
+    for i in numba.prange(values.shape[0]):
+        b = np.int64(values[i] * n_bins)  # truncation is floor for p >= 0
+        out[np.uint64(i), j] = table[np.uint64(b if b < last else last)]

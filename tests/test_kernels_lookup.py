@@ -1,4 +1,4 @@
-"""``kernels.lookup_codes`` against a loop, and ``FeatureEncoder.transform(code_maps=, out=)``."""
+"""``kernels.lookup_codes`` and ``lookup_bins`` against numpy; ``FeatureEncoder.transform(code_maps=)``."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from gpucal.encoding import FeatureEncoder
-from kernels import lookup_codes
+from kernels import lookup_bins, lookup_codes
 
 
 def lookup_loop(values: np.ndarray, low: int, table: np.ndarray, fallback: int) -> np.ndarray:
@@ -112,3 +112,25 @@ def test_transform_checks_out_shape(frames: tuple) -> None:
     enc = FeatureEncoder(categorical_cols=["site"]).fit(fit)
     with pytest.raises(ValueError, match="out: shape"):
         enc.transform(new, out=np.zeros((len(new), 2), dtype=np.int16))
+
+
+@pytest.mark.parametrize("backend", ["oracle", "cpu"])
+def test_lookup_bins_matches_floor(backend: str) -> None:
+    rng = np.random.default_rng(5)
+    p = np.concatenate([rng.random(3_000), [0.0, 1.0, 0.5, 0.99, 0.01, np.nextafter(1.0, 0.0)]])
+    table = rng.permutation(100).astype(np.int16)
+    out = np.full((p.shape[0], 2), -5, dtype=np.int16)
+    lookup_bins(p, 100, table, out, 1, backend=backend)
+    expected = table[np.minimum(np.floor(p * 100), 99).astype(np.int64)]
+    np.testing.assert_array_equal(out[:, 1], expected)
+    assert (out[:, 0] == -5).all()
+
+
+def test_lookup_bins_checks_its_arguments() -> None:
+    out = np.zeros((3, 1), dtype=np.int16)
+    with pytest.raises(TypeError, match="probabilities"):
+        lookup_bins(np.zeros(3, dtype=np.int32), 10, np.arange(10), out, 0)
+    with pytest.raises(ValueError, match="one code per bin"):
+        lookup_bins(np.zeros(3), 10, np.arange(9), out, 0)
+    with pytest.raises(ValueError, match="column"):
+        lookup_bins(np.zeros(3), 10, np.arange(10), out, 1)

@@ -40,7 +40,7 @@ from gpucal.partition.ensemble import (
 from gpucal.partition.grow import GrowConfig, TreeNodes, grow_tree
 from gpucal.partition.local_maps import MapSums, fit_local_maps_from_sums, local_map_sums
 from gpucal.persistence import register
-from kernels import lookup_codes, tree_leaves
+from kernels import lookup_bins, tree_leaves
 
 AUTO = Options("auto")
 # Receives one line per level of a growing tree (or None: no log).
@@ -306,7 +306,7 @@ class MBCT(Calibrator):
         if self.encoder_ is not None:
             self.encoder_.transform(split.features, code_maps=e.code_maps, out=out)
         if self.score_bins:
-            lookup_codes(self._score_bins(split.score), 0, e.code_maps[-1], -1, out, out.shape[1] - 1)
+            lookup_bins(split.score, self.score_bins, e.code_maps[-1], out, out.shape[1] - 1)
         return out
 
     def _n_values(self) -> np.ndarray:
