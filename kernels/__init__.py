@@ -15,7 +15,7 @@ from kernels.group_sums_oracle import (
     STAT_WYY,
     value_offsets,
 )
-from kernels.lookup import lookup_bins, lookup_codes
+from kernels.lookup import lookup_bins, lookup_codes, lookup_edges
 from kernels.partition import partition_rows, take_rows
 from kernels.split_mvce import N_SPLIT_STATS, SPLIT_RESIDUAL, SPLIT_W, mvce_from_split_sums, mvce_split_sums
 from kernels.trees import predict_trees, route_rows, tree_leaves
@@ -45,6 +45,7 @@ __all__ = [
     "group_sums",
     "lookup_bins",
     "lookup_codes",
+    "lookup_edges",
     "mvce_from_split_sums",
     "mvce_split_sums",
     "partition_rows",

@@ -1,4 +1,4 @@
-r"""``lookup_codes``, ``lookup_bins``: values to codes by one table read per row, into a code column.
+r"""``lookup_codes``, ``lookup_bins``, ``lookup_edges``: values to codes by one table read per row.
 
 Prediction encodes every feature column of every row before the trees are walked; for integer IDs read
 by value (site, ad category, hour) the code of a value :math:`v` is a table entry:
@@ -11,7 +11,9 @@ by value (site, ad category, hour) the code of a value :math:`v` is a table entr
     \end{cases}
 
 ``lookup_bins`` does the same for probabilities cut into ``n_bins`` equal-width bins, the code of
-:math:`p` being ``table[min(floor(p * n_bins), n_bins - 1)]`` (MBCT's score feature).
+:math:`p` being ``table[min(floor(p * n_bins), n_bins - 1)]`` (MBCT's score feature), and
+``lookup_edges`` for numbers cut at sorted edges (an encoder's quantile bins), the code of :math:`x`
+being ``table[#{edges <= x}]`` and ``table[nan_index]`` for a NaN.
 
 The table may already be composed with a second map (an encoder's codes, then a tree's pooled codes),
 so one read per row replaces a chain of gathers and their int64 temporaries. A ``-1`` written to
@@ -156,3 +158,63 @@ def _lookup_bins_cpu(values, n_bins, table, out, column):
     for i in numba.prange(values.shape[0]):
         b = np.int64(values[i] * n_bins)  # truncation is floor for p >= 0
         out[np.uint64(i), j] = table[np.uint64(b if b < last else last)]
+
+
+def lookup_edges(
+    values: Any, edges: Any, table: Any, nan_index: int, out: Any, column: int, *, backend: str = "auto"
+) -> None:
+    """Write ``table[searchsorted(edges, x, side="right")]`` (``table[nan_index]`` for NaN) into a column.
+
+    ``values`` holds numbers (read as float64), ``edges`` sorted float64 cut points, ``table`` a code
+    per bin (``len(edges) + 1`` of them) and per extra index such as ``nan_index``; ``out`` and
+    ``backend`` as in :func:`lookup_codes`.
+    """
+    backend = resolve_backend(backend, values, out)
+    if values.ndim != 1 or np.dtype(values.dtype).kind not in "iuf":
+        msg = f"values must be a 1-D array of numbers. Got {values.dtype}, shape {tuple(values.shape)}."
+        raise TypeError(msg)
+    if out.ndim != 2 or out.shape[0] != values.shape[0] or not 0 <= column < out.shape[1]:
+        msg = f"out must be an (n, d) array with n = {values.shape[0]} and column {column} < d."
+        raise ValueError(msg)
+    if len(table) <= max(len(edges), nan_index) or nan_index < 0:
+        msg = f"table must hold a code per bin ({len(edges) + 1}) and at nan_index {nan_index}."
+        raise ValueError(msg)
+    if backend == "cuda" or backend == "oracle" or is_cupy_array(values):
+        xp = namespace_of(values)
+        x = xp.asarray(values, dtype=xp.float64)
+        bins = xp.where(
+            xp.isnan(x), nan_index, xp.searchsorted(xp.asarray(edges, dtype=xp.float64), x, side="right")
+        )
+        out[:, column] = xp.asarray(table, dtype=out.dtype)[bins]
+        return
+    edges = np.ascontiguousarray(edges, dtype=np.float64)
+    table = np.ascontiguousarray(table, dtype=out.dtype)
+    _lookup_edges_cpu(values, edges, table, np.int64(nan_index), out, np.int64(column))
+
+
+@numba.njit(inline="always")
+def _edges_at_or_below(edges, x):
+    """``searchsorted(edges, x, side="right")`` for one number, by a binary search without branches.
+
+    The answer lies in ``[base, base + n]`` and every edge before ``base`` is at or below ``x``; each
+    step halves ``n`` by a conditional move (Khuong & Morin, "Array layouts for comparison-based
+    searching", 2017): a branching search mispredicts about half its steps, 45 ns a row on 255 edges.
+    """
+    n = edges.shape[0]
+    if n == 0:
+        return 0
+    base = 0
+    while n > 1:
+        half = n >> 1
+        base = base + half if edges[np.uint64(base + half)] <= x else base
+        n -= half
+    return base + (1 if edges[np.uint64(base)] <= x else 0)
+
+
+@numba.njit(parallel=True, cache=True)
+def _lookup_edges_cpu(values, edges, table, nan_index, out, column):
+    j = np.uint64(column)
+    for i in numba.prange(values.shape[0]):
+        x = np.float64(values[i])
+        k = nan_index if np.isnan(x) else _edges_at_or_below(edges, x)
+        out[np.uint64(i), j] = table[np.uint64(k)]

@@ -1,4 +1,4 @@
-"""``kernels.lookup_codes`` and ``lookup_bins`` against numpy; ``FeatureEncoder.transform(code_maps=)``."""
+"""``kernels.lookup_codes``, ``lookup_bins``, ``lookup_edges`` against numpy; ``transform(code_maps=)``."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from gpucal.encoding import FeatureEncoder
-from kernels import lookup_bins, lookup_codes
+from kernels import lookup_bins, lookup_codes, lookup_edges
 
 
 def lookup_loop(values: np.ndarray, low: int, table: np.ndarray, fallback: int) -> np.ndarray:
@@ -134,3 +134,40 @@ def test_lookup_bins_checks_its_arguments() -> None:
         lookup_bins(np.zeros(3), 10, np.arange(9), out, 0)
     with pytest.raises(ValueError, match="column"):
         lookup_bins(np.zeros(3), 10, np.arange(10), out, 1)
+
+
+@pytest.mark.parametrize("backend", ["oracle", "cpu"])
+@pytest.mark.parametrize("value_dtype", [np.float64, np.float32, np.int32])
+def test_lookup_edges_matches_searchsorted(backend: str, value_dtype: type) -> None:
+    rng = np.random.default_rng(6)
+    values = (rng.normal(0, 30, 4_000)).astype(value_dtype)
+    edges = np.array([-20.0, -3.5, 0.0, 0.0, 7.0, 12.25, 40.0])
+    if values.dtype.kind == "f":
+        values[::97] = np.nan
+        values[1::89] = 7.0  # on an edge: counted as at or above it
+    table = rng.permutation(20).astype(np.int16)
+    out = np.zeros((values.shape[0], 1), dtype=np.int16)
+    lookup_edges(values, edges, table, 9, out, 0, backend=backend)
+    x = values.astype(np.float64)
+    expected = table[np.where(np.isnan(x), 9, np.searchsorted(edges, x, side="right"))]
+    np.testing.assert_array_equal(out[:, 0], expected)
+
+
+def test_lookup_edges_checks_its_table() -> None:
+    out = np.zeros((3, 1), dtype=np.int16)
+    with pytest.raises(ValueError, match="a code per bin"):
+        lookup_edges(np.zeros(3), np.array([0.5]), np.arange(2), 2, out, 0)
+    with pytest.raises(TypeError, match="numbers"):
+        lookup_edges(np.array(["a", "b", "c"]), np.array([0.5]), np.arange(3), 2, out, 0)
+
+
+def test_integer_numbers_bin_by_table_as_floats_by_search() -> None:
+    rng = np.random.default_rng(7)
+    fit = pd.DataFrame({"distance": rng.integers(30, 5_000, 4_000).astype(np.int32)})
+    enc = FeatureEncoder(n_bins=40).fit(fit)
+    new = pd.DataFrame({"distance": rng.integers(-100, 6_000, 3_000).astype(np.int32)})
+    by_table = enc.transform(new)
+    by_search = enc.transform(new.astype({"distance": np.float64}))
+    edges = enc.bin_edges_["distance"]
+    np.testing.assert_array_equal(by_table[:, 0], np.searchsorted(edges, new["distance"], side="right"))
+    np.testing.assert_array_equal(by_table, by_search)
