@@ -45,6 +45,7 @@ DISTRIBUTED_FITS = (
     "MBCT",
     "FeatureAwarePlattCalibrator",
     "HeterogeneousCalibrator",
+    "ClusteredCalibrator",
 )
 
 
@@ -110,6 +111,63 @@ def _delayed_parts(x: Any, name: str) -> list[Any]:
     raise TypeError(msg)
 
 
+#: Prefix of the columns under which :func:`_joined_frame_parts` carries the inputs besides the first.
+_JOINED = "__gpucal_input_"
+
+
+def _drop_columns(part: Any, names: list[str]) -> Any:
+    return part.drop(columns=names)
+
+
+def _column(part: Any, name: str, original: Any) -> Any:
+    return part[name].rename(original)
+
+
+def _joined_frame_parts(given: dict[str, Any]) -> dict[str, list[Any]] | None:
+    """The partitions of co-aligned dask frames read once: one frame, each input taken from its partition.
+
+    ``X`` and ``y`` taken from one dataframe (``ddf[columns]``, ``ddf.label``) are two expressions over
+    the same partitions; listed apart, a pass needing both computes each partition twice (two reads of
+    every Parquet file). Joined with ``assign`` (a blockwise operation for co-aligned expressions) they
+    are computed once per pass, and each input's partition is a cheap task on the joined one. Returns
+    None (list them apart) unless there are several frame inputs, all co-aligned, at most one of them
+    a DataFrame and the others Series.
+    """
+    frames = {k: v for k, v in given.items() if collection_kind(v) == "frame"}
+    if len(frames) < 2 or len(frames) != len(given):
+        return None
+    try:
+        from dask.dataframe.dask_expr._expr import are_co_aligned
+    except ImportError:  # pragma: no cover - another dask-expr layout: no joining, same results
+        return None
+    if not all(hasattr(v, "expr") for v in frames.values()) or not are_co_aligned(
+        *(v.expr for v in frames.values())
+    ):
+        return None
+    tables = [k for k, v in frames.items() if v.ndim == 2]
+    if len(tables) > 1:
+        return None
+    base_name = tables[0] if tables else next(iter(frames))
+    base = frames[base_name]
+    if tables and any(str(c).startswith(_JOINED) for c in base.columns):
+        return None
+    carried = {k: f"{_JOINED}{i}" for i, k in enumerate(frames) if k != base_name or not tables}
+    if tables:
+        joined = base.assign(**{carried[k]: frames[k] for k in carried})
+    else:
+        joined = frames[base_name].to_frame(name=carried[base_name])
+        joined = joined.assign(**{carried[k]: frames[k] for k in carried if k != base_name})
+    import dask
+
+    drop = dask.delayed(_drop_columns, pure=True)
+    column = dask.delayed(_column, pure=True)
+    parts = list(joined.to_delayed())
+    out = {k: [column(p, carried[k], frames[k].name) for p in parts] for k in carried}
+    if tables:
+        out[base_name] = [drop(p, list(carried.values())) for p in parts]
+    return out
+
+
 def partitions(inputs: dict[str, Any]) -> Partitions:
     """Align the named row inputs (None entries are kept as None) and list their partitions.
 
@@ -138,7 +196,7 @@ def partitions(inputs: dict[str, Any]) -> Partitions:
         for k in arrays[1:]:
             if given[k].chunks != chunks:
                 given[k] = given[k].rechunk(chunks)
-    columns = {k: _delayed_parts(v, k) for k, v in given.items()}
+    columns = _joined_frame_parts(given) or {k: _delayed_parts(v, k) for k, v in given.items()}
     counts = {k: len(v) for k, v in columns.items()}
     if len(set(counts.values())) > 1:
         shown = ", ".join(f"{k} has {n}" for k, n in counts.items())

@@ -65,7 +65,7 @@ def _tree(items: list[Any], combine: Callable[..., Any], split_every: int) -> An
     """Combine delayed ``items`` in consecutive groups of ``split_every`` until one is left (order kept)."""
     import dask
 
-    combine_task = dask.delayed(combine, pure=True)
+    combine_task = dask.delayed(combine, pure=False)  # fresh keys: partial results are not hashed
     while len(items) > 1:
         items = [combine_task(*items[i : i + split_every]) for i in range(0, len(items), split_every)]
     return items[0]
@@ -103,7 +103,9 @@ def reduce_partitions(
         offset_array, n_total = partition_offsets(parts)
         offsets = [int(o) for o in offset_array]
         kwargs["n_total"] = n_total
-    call = dask.delayed(_call, pure=True)
+    # Fresh keys for every pass: dask does not hash the arguments (histogram batches, Newton thetas,
+    # models), and two passes with equal arguments never share a key.
+    call = dask.delayed(_call, pure=False)
     leaves = []
     for part, offset in zip(parts.parts, offsets, strict=True):
         extra = {**kwargs, "row_offset": offset} if with_offsets else kwargs

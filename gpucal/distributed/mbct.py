@@ -1,6 +1,9 @@
 """``MBCT.fit`` on dask collections: the single-machine fit, with every statistic a sum over partitions.
 
-The rows never leave their partitions. Each step of ``MBCT._fit_codes`` becomes passes over them:
+The rows never leave the worker that read them. Each partition is read and encoded once; then each
+worker's partitions are concatenated there (:func:`~gpucal.distributed.trees.per_worker`), so every
+later pass ships one small result per worker whatever the number of partitions. Each step of
+``MBCT._fit_codes`` becomes passes over them:
 
 ====================================  ===========================================================
 one machine                           over partitions
@@ -9,13 +12,15 @@ one machine                           over partitions
 codes, score bins                     ``MBCT._codes`` per partition
 validation split                      ``held_out_mask`` per partition, the generator advanced to
                                       the partition's global row offset (the same rows held out)
-``label_moments`` (Eq. 13's beta)     sums of ``w``, ``w y``, then of ``w (y - mean)^2``
-``tree_code_maps``                    sum of ``code_weights`` (per-code weighted bincounts)
+``label_moments`` (Eq. 13's beta)     sums of ``w``, ``w y`` (with the split's summary), then
+                                      of ``w (y - mean)^2``
+``tree_code_maps``                    sum of ``code_weights`` (with the split's summary)
 initial Platt map                     ``DaskLogisticRows``: Newton steps of summed passes
 ``grow_tree``                         ``grow_tree_on`` a :class:`~gpucal.distributed.trees.PartitionedRows`
+                                      (one node-ordered store per worker, splits decided there)
 leaf refit (``fit_local_maps``)       ``fit_local_maps_from_sums`` of summed ``local_map_sums``
 global loss                           sums of ``w * loss`` and ``w``
-the chain's output ``f``              ``predict_ensemble`` per partition, persisted
+the chain's output ``f``              ``predict_ensemble`` per worker, persisted
 ====================================  ===========================================================
 
 so the trees are those of one machine up to the order of the additions (about 1e-15 relative per
@@ -26,7 +31,7 @@ sums over partitions.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
@@ -36,7 +41,7 @@ from gpucal._frames import split_input
 from gpucal._validation import check_consistent_length, check_labels
 from gpucal.calibrators._logistic import LogisticRows, check_class_weights
 from gpucal.distributed._checks import check_partition_weight
-from gpucal.distributed._collections import partition_offsets, partitions
+from gpucal.distributed._collections import partitions
 from gpucal.distributed._reduce import reduce_partitions, sum_partitions
 from gpucal.distributed.calibrators import (
     DaskLogisticRows,
@@ -45,7 +50,7 @@ from gpucal.distributed.calibrators import (
     score_summary,
 )
 from gpucal.distributed.encoding import fit_encoder
-from gpucal.distributed.trees import PartitionedRows, as_partitions, map_persisted, persist
+from gpucal.distributed.trees import PartitionedRows, as_partitions, map_persisted, per_worker, persist
 from gpucal.encoding import FeatureEncoder
 from gpucal.mbct.model import (
     LevelLog,
@@ -68,8 +73,8 @@ from gpucal.partition.local_maps import MapSums, local_map_sums
 if TYPE_CHECKING:
     from gpucal.mbct.model import MBCT
 
-# Columns of the input summary pass.
-_N_ROWS, _N_HELD, _N_POSITIVE, _N_NEGATIVE = range(4)
+# Columns of the input summary pass (the code weights from _CODE_WEIGHTS on).
+_N_ROWS, _N_HELD, _N_POSITIVE, _N_NEGATIVE, _W_SUM, _WY_SUM, _CODE_WEIGHTS = range(7)
 
 
 @dataclass(frozen=True)
@@ -96,6 +101,13 @@ def fit_mbct_partitions(model: MBCT, X: Any, y: Any, sample_weight: Any) -> None
 
     Sets the fitted attributes of ``MBCT.fit``. Raises ``NotImplementedError`` for criterion "mvce".
     """
+    # No local holds the first chain's rows (nor the input codes) while the trees grow: each tree's
+    # rows are freed on the workers once the next tree's are made.
+    model._grow_chain(_first_chain(model, X, y, sample_weight))
+
+
+def _first_chain(model: MBCT, X: Any, y: Any, sample_weight: Any) -> DaskChainRows:
+    """Everything before the trees: encoder, encoded and split rows, sizes, code maps, initial map."""
     if model.criterion == "mvce":
         msg = (
             "MBCT(criterion='mvce') has no distributed fit: MVCE's views are equal-count bins over the rows "
@@ -116,26 +128,34 @@ def fit_mbct_partitions(model: MBCT, X: Any, y: Any, sample_weight: Any) -> None
         model.encoder_ = fit_encoder(encoder, X[names], sample_weight=sample_weight)
     model.feature_cols_ = [] if model.encoder_ is None else list(model.encoder_.feature_names_)
 
-    offsets, _ = partition_offsets(parts)
     import dask
 
-    read = dask.delayed(_read_part, pure=False)
-    split_parts = persist([read(*part, model, int(o)) for part, o in zip(parts.parts, offsets, strict=True)])
-    summary = sum_partitions(as_partitions(split_parts), _part_summary)
+    # Each partition is read and encoded once; the validation split needs the global row offsets, known
+    # when every partition's length is (a small gather of the persisted parts, no second read).
+    encoded = persist([dask.delayed(_encode_part, pure=False)(*part, model) for part in parts.parts])
+    lengths = dask.compute(*[dask.delayed(_n_rows, pure=False)(part) for part in encoded])
+    offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+    # One split part per worker (its partitions concatenated where they are): every later pass ships one
+    # result per worker, and each tree's store is built without another copy.
+    split_parts = per_worker(_split_group, encoded, model, offsets)
+    del encoded  # the workers free the encoded partitions once their worker's split part exists
+    n_values = model._n_values()
+    summary = sum_partitions(as_partitions(split_parts), _part_summary, args=(n_values,))
     _check_summary(model, summary)
     train = map_persisted(_side, split_parts, "train")
     valid = map_persisted(_side, split_parts, "valid") if model.validation_fraction else None
-    del split_parts  # the workers free each partition's read copy once both sides are taken
+    del split_parts  # the workers free each read copy once both sides are taken
     n_train = int(summary[_N_ROWS] - summary[_N_HELD])
-    n_features = len(model._n_values())
     model._log(
-        1, f"MBCT: {n_train} training rows, {n_features} split features (dask, {len(train)} partitions)"
+        1,
+        f"MBCT: {n_train} training rows, {len(n_values)} split features (dask, {len(parts.parts)} "
+        f"partitions on {len(train)} worker(s))",
     )
 
-    model._resolve_sizes(*_label_moments(train))
-    weights = sum_partitions(as_partitions(train), _code_weights, args=(model._n_values(),))
+    total, label_sum = summary[_W_SUM], summary[_WY_SUM]
+    model._resolve_sizes(*_label_moments(train, float(total), float(label_sum)))
     model._code_maps, model._rare_codes, model._tree_n_values = code_maps_from_weights(
-        weights, model._n_values(), model.min_child_size_
+        summary[_CODE_WEIGHTS:], n_values, model.min_child_size_
     )
     model.init_ = np.array([1.0, 0.0])
     if model.init == "platt":
@@ -145,48 +165,97 @@ def fit_mbct_partitions(model: MBCT, X: Any, y: Any, sample_weight: Any) -> None
     maps, n_values = model._code_maps, model._tree_n_values
     chain_train = map_persisted(_chain_input, train, model, maps, n_values)
     chain_valid = None if valid is None else map_persisted(_chain_input, valid, model, maps, n_values)
-    del train, valid  # the chain holds tree codes; input codes are freed
-    model._grow_chain(DaskChainRows(model, chain_train, chain_valid))
+    return DaskChainRows(model, chain_train, chain_valid)  # the input codes are freed on return
 
 
 # --------------------------------------------------------------------------------------------------
 # Reading the partitions
 
 
-def _read_part(X: Any, y: Any, w: Any, model: MBCT, row_offset: int) -> _SplitPart:
-    """Check one partition as ``MBCT.fit`` checks its input, encode it and split it (train, valid)."""
+@dataclass(frozen=True)
+class _EncodedPart:
+    """One partition checked and encoded: its rows and ``[n, positive, negative]`` (weighted rows)."""
+
+    rows: RowsPart
+    counts: np.ndarray
+
+
+def _encode_part(X: Any, y: Any, w: Any, model: MBCT) -> _EncodedPart:
+    """Check one partition as ``MBCT.fit`` checks its input and encode it (codes, score, labels, weights)."""
     split = split_input(X, score_col=model.score_col, feature_cols=model.feature_cols_, allow_empty=True)
     score = split.score
     labels = check_labels(y, "y")
     n = check_consistent_length(X=score, y=labels)
     xp = array_namespace(score)
     weights = None if w is None else check_partition_weight(w, n, xp)
-    codes = model._codes(split, model.encoder_)
     weighted = xp.ones(n, dtype=bool) if weights is None else weights > 0
-    held = np.zeros(n, dtype=bool)
-    if model.validation_fraction:
-        held = held_out_mask(n, model.validation_fraction, model.seed, row_offset)
-    summary = np.array(
-        [
-            n,
-            int(held.sum()),
-            int(xp.count_nonzero(weighted & (labels > 0))),
-            int(xp.count_nonzero(weighted & (labels < 1))),
-        ],
+    counts = np.array(
+        [n, int(xp.count_nonzero(weighted & (labels > 0))), int(xp.count_nonzero(weighted & (labels < 1)))],
         dtype=np.float64,
     )
+    return _EncodedPart(RowsPart(model._codes(split, model.encoder_), score, labels, weights), counts)
 
-    def side(rows: Any) -> RowsPart:
-        take = xp.asarray(rows)
-        return RowsPart(codes[take], score[take], labels[take], None if weights is None else weights[take])
 
-    train = side(np.flatnonzero(~held))
-    valid = side(np.flatnonzero(held)) if model.validation_fraction else None
+def _n_rows(part: _EncodedPart) -> int:
+    return int(part.counts[0])
+
+
+def _take(parts: list[RowsPart], keep: list[np.ndarray], xp: Any) -> RowsPart:
+    """The rows ``keep[i]`` (boolean masks) of every partition, concatenated in partition order.
+
+    The output is allocated once and filled partition by partition, so a worker holds its encoded
+    partitions and one copy of the kept rows, not a copy per partition as well.
+    """
+    n = int(sum(int(k.sum()) for k in keep))
+    first = parts[0]
+    codes = xp.empty((n, first.codes.shape[1]), dtype=first.codes.dtype)
+    f = xp.empty(n, dtype=first.f.dtype)
+    y = xp.empty(n, dtype=first.y.dtype)
+    w = None if first.w is None else xp.empty(n, dtype=first.w.dtype)
+    at = 0
+    for part, mask in zip(parts, keep, strict=True):
+        take = xp.asarray(np.flatnonzero(mask))
+        end = at + int(take.shape[0])
+        codes[at:end] = part.codes[take]
+        f[at:end] = part.f[take]
+        y[at:end] = part.y[take]
+        if w is not None:
+            w[at:end] = part.w[take]
+        at = end
+    return RowsPart(codes, f, y, w)
+
+
+def _split_group(
+    parts: list[_EncodedPart], indices: list[int], model: MBCT, offsets: np.ndarray
+) -> _SplitPart:
+    """One worker's encoded partitions split (train, valid) and concatenated, with their summary.
+
+    Partition ``i``'s held-out rows are those of one machine: ``held_out_mask`` from its global offset.
+    """
+    rows = [p.rows for p in parts]
+    xp = array_namespace(rows[0].f)
+    weighted = [r.w is not None for r in rows]
+    if any(weighted) and not all(weighted):
+        msg = "sample_weight: some partitions have weights and others not"
+        raise ValueError(msg)
+    sizes = [int(p.counts[0]) for p in parts]
+    held = [
+        held_out_mask(n, model.validation_fraction, model.seed, int(offsets[i]))
+        if model.validation_fraction
+        else np.zeros(n, dtype=bool)
+        for n, i in zip(sizes, indices, strict=True)
+    ]
+    train = _take(rows, [~h for h in held], xp)
+    valid = _take(rows, held, xp) if model.validation_fraction else None
+    counts = np.sum([p.counts for p in parts], axis=0)
+    summary = np.array([counts[0], sum(int(h.sum()) for h in held), counts[1], counts[2]], dtype=np.float64)
     return _SplitPart(train, valid, summary)
 
 
-def _part_summary(part: _SplitPart) -> np.ndarray:
-    return part.summary
+def _part_summary(part: _SplitPart, n_values: np.ndarray) -> np.ndarray:
+    """``[rows, held, positive, negative, sum w, sum w y, code weights...]``: the checks, the first
+    label moment and the code weights of the training rows, in one pass."""
+    return np.concatenate([part.summary, _label_sums(part.train), _code_weights(part.train, n_values)])
 
 
 def _side(part: _SplitPart, which: str) -> RowsPart | None:
@@ -218,9 +287,9 @@ def _label_square_sum(part: RowsPart, mean: float) -> np.ndarray:
     return np.array([label_square_sum(part.y, part.w, mean)])
 
 
-def _label_moments(train: list[Any]) -> tuple[float, float]:
-    """``gpucal.mbct.model.label_moments`` over partitions: two passes, the second around the mean."""
-    total, label_sum = sum_partitions(as_partitions(train), _label_sums)
+def _label_moments(train: list[Any], total: float, label_sum: float) -> tuple[float, float]:
+    """``gpucal.mbct.model.label_moments`` over partitions from the summary's ``sum w`` and ``sum w y``:
+    one more pass, around the mean."""
     square_sum = sum_partitions(as_partitions(train), _label_square_sum, args=(float(label_sum / total),))
     return float(total), float(square_sum[0]) / float(total)
 
@@ -294,11 +363,18 @@ def _through(part: RowsPart, tree: TreeEnsemble) -> RowsPart:
 
 @dataclass(frozen=True)
 class DaskChainRows:
-    """``gpucal.mbct.model.ChainRows`` over persisted partitions of :class:`RowsPart` (tree codes)."""
+    """``gpucal.mbct.model.ChainRows`` over persisted partitions of :class:`RowsPart` (tree codes).
+
+    The training rows of a tree are its workers' stores: after a tree is grown, the next tree's input
+    is predicted on the rows of that tree's stores (in their node order), so a worker holds one copy
+    of its training rows, not a data-ordered copy beside the node-ordered one. Every statistic is a
+    sum over rows, so the order changes nothing but the order of the additions.
+    """
 
     model: MBCT
     train: list[Any]
     valid: list[Any] | None
+    grown: list[PartitionedRows] = field(default_factory=list, compare=False, repr=False)
 
     def global_loss(self) -> float:
         """``MBCT._global_loss`` ("gain"): summed ``w * loss`` over summed ``w``, validation rows if held."""
@@ -309,17 +385,21 @@ class DaskChainRows:
     def grow(
         self, n_values: np.ndarray, rare_codes: np.ndarray, config: GrowConfig, log: LevelLog
     ) -> tuple[TreeNodes, PartitionedRows]:
-        """Grow on the training partitions; the leaf is the store, each partition's rows in their node."""
-        return grow_tree_on(PartitionedRows.in_root(self.train), n_values, rare_codes, config, log=log)
+        """Grow on the training partitions; the leaf is the store, each worker's rows in their node."""
+        nodes, leaf = grow_tree_on(PartitionedRows.in_root(self.train), n_values, rare_codes, config, log=log)
+        self.grown[:] = [leaf]
+        return nodes, leaf
 
     def map_sums(self, leaf: PartitionedRows, kind: str) -> MapSums:
         """``theta -> local_map_sums`` added over the partitions of the grown tree."""
         return partition_map_sums(leaf.parts, kind, self.model._backend)
 
     def through(self, tree: TreeEnsemble) -> DaskChainRows:
-        """Both sides' input passed through ``tree`` on every partition, persisted."""
+        """Both sides' input passed through ``tree`` on every partition (the training rows: those of the
+        tree's stores when it was grown here), persisted."""
+        train = self.grown[0].parts if self.grown else self.train
         valid = None if self.valid is None else map_persisted(_through, self.valid, tree)
-        return DaskChainRows(self.model, map_persisted(_through, self.train, tree), valid)
+        return DaskChainRows(self.model, map_persisted(_through, train, tree), valid)
 
 
 __all__ = ["DaskChainRows", "RowsPart", "fit_mbct_partitions", "partition_map_sums"]

@@ -1,16 +1,19 @@
-"""Grow a partition tree over dask partitions: the same level loop, with its sums added over partitions.
+"""Grow a partition tree over dask partitions: the same level loop, with its sums added over workers.
 
 ``gpucal.partition.grow.grow_tree_on`` reads the rows through a small interface (``RowStore``): the
 root's seven sums, the group-sum histogram of a batch of open nodes, routing every row to its child
-after the splits, and the node each row ends in. :class:`PartitionedRows` implements it over persisted
-partitions, each holding its rows' tree codes, tree input ``f``, labels ``y``, weights ``w`` and
-current node:
+after the splits, and the node each row ends in. :class:`PartitionedRows` implements it with one
+``grow.NodeOrderedRows`` per worker, the one-machine store:
 
-* root sums and histograms are :func:`~gpucal.distributed.sum_partitions` of the one-machine functions
-  (``grow.total_stats``, ``grow.batch_histogram``: ``kernels.group_sums`` with the batch's slot per
-  node), so a level's decisions see the one-machine histogram up to the order of the additions;
-* routing is ``kernels.route_rows`` on every partition where it lives (a new persisted partition
-  sharing the other arrays), so no row moves between workers.
+* :meth:`PartitionedRows.in_root` concatenates the partitions each worker holds into that worker's
+  store (:func:`per_worker`: one task pinned to the worker, so no row moves between workers);
+* the store keeps its rows grouped by node (a stable counting sort per level, done by the routing
+  task), so the histogram of a batch of open nodes reads only the contiguous run of the batch's rows
+  (``NodeOrderedRows.histogram``), not every row of the worker;
+* root sums and histograms are :func:`~gpucal.distributed.sum_partitions` over the stores: one result
+  per worker is shipped and added, so a pass moves ``n_workers`` histograms, whatever the number of
+  partitions; a level's decisions see the one-machine histogram up to the order of the additions;
+* routing is ``kernels.route_rows`` on every store where it lives, followed by the partition by node.
 
 MVCE's views are drawn over the rows of a node in order, which are not partition sums: the store
 offers no rows for them, and ``grow_tree_on`` refuses criterion "mvce" on it.
@@ -18,8 +21,9 @@ offers no rows for them, and ``grow_tree_on`` refuses criterion "mvce" on it.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -27,8 +31,7 @@ import numpy as np
 from gpucal._backend import array_namespace
 from gpucal.distributed._collections import Partitions
 from gpucal.distributed._reduce import sum_partitions
-from gpucal.partition.grow import batch_histogram, total_stats
-from kernels import route_rows
+from gpucal.partition.grow import GrowConfig, NodeOrderedRows, Split, decide_splits, total_stats
 
 
 @dataclass(frozen=True)
@@ -62,72 +65,316 @@ def as_partitions(parts: Sequence[Any]) -> Partitions:
     return Partitions(("rows",), [(part,) for part in parts])
 
 
-def _with_root(part: Any) -> TreeRowsPart:
-    """Every row of a partition (an object with ``codes, f, y, w``) in the root."""
-    xp = array_namespace(part.f)
-    return TreeRowsPart(part.codes, part.f, part.y, part.w, xp.zeros(part.f.shape[0], dtype=xp.int32))
+# --------------------------------------------------------------------------------------------------
+# One task per worker
 
 
-def _root_stats(part: TreeRowsPart, backend: str) -> np.ndarray:
-    """The seven sums of a partition's rows (``grow.total_stats``)."""
+def _client() -> Any:
+    """The active ``distributed`` client, or None (no client: dask's local schedulers)."""
+    try:
+        from distributed import default_client
+    except ImportError:  # pragma: no cover - distributed is installed with gpucal's dask extra
+        return None
+    try:
+        return default_client()
+    except ValueError:
+        return None
+
+
+def _future_of(part: Any) -> Any:
+    """The future holding a persisted delayed partition on the cluster, or None (not on a cluster)."""
+    from distributed import futures_of
+
+    return next((f for f in futures_of(part) if f.key == part.key), None)
+
+
+def holders(parts: Sequence[Any]) -> list[tuple[str, Any]] | None:
+    """``(address, future)`` of every persisted partition: a worker holding it and its future.
+
+    Waits for the partitions to be computed (a partition's holder is known only then). None without a
+    ``distributed`` client, or when a partition is not persisted on it.
+    """
+    client = _client()
+    if client is None:
+        return None
+    futures = [_future_of(p) for p in parts]
+    if any(f is None for f in futures):
+        return None
+    from distributed import wait
+
+    wait(futures)
+    held_by = client.who_has(futures)
+    out = []
+    for future in futures:
+        addresses = sorted(held_by.get(future.key, ()))
+        if not addresses:
+            return None
+        out.append((addresses[0], future))
+    return out
+
+
+def worker_groups(parts: Sequence[Any]) -> list[tuple[str | None, list[int]]]:
+    """Group persisted partitions by the worker holding them: ``(address, partition indices)`` per worker.
+
+    Indices are ascending in each group and groups are ordered by their first partition, so a result
+    built group by group keeps partition order within a worker. Without a ``distributed`` client, or
+    for partitions not persisted on it, every partition is in one group with no address.
+    """
+    placed = holders(parts)
+    if placed is None:
+        return [(None, list(range(len(parts))))]
+    groups: dict[str | None, list[int]] = {}
+    for i, (address, _) in enumerate(placed):
+        groups.setdefault(address, []).append(i)
+    return sorted(groups.items(), key=lambda item: item[1][0])
+
+
+def _on_group(fn: Callable[..., Any], indices: list[int], args: tuple[Any, ...], *parts: Any) -> Any:
+    return fn(list(parts), indices, *args)
+
+
+def per_worker(fn: Callable[..., Any], parts: Sequence[Any], *args: Any) -> list[Any]:
+    """Return ``fn(parts_of_worker, indices, *args)`` once per worker, computed and kept on that worker.
+
+    ``parts`` are persisted delayed partitions; each worker's call receives the partitions it holds (in
+    partition order) and their indices, and runs pinned to that worker, so nothing moves between
+    workers. The results (persisted delayed objects, one per worker, ordered by their first partition)
+    are the partitions of the passes that follow: every pass then ships one result per worker.
+    """
+    import dask
+
+    groups = worker_groups(parts)
+    client = _client()
+    out = []
+    for address, indices in groups:
+        group = [parts[i] for i in indices]
+        if address is None or client is None:
+            out.extend(persist([dask.delayed(_on_group, pure=False)(fn, indices, args, *group)]))
+            continue
+        future = client.submit(
+            _on_group,
+            fn,
+            indices,
+            args,
+            *[_future_of(p) for p in group],
+            workers=[address],
+            allow_other_workers=False,
+            pure=False,
+        )
+        out.append(dask.delayed(future))
+    return out
+
+
+def concat_rows(parts: Sequence[Any], xp: Any) -> tuple[Any, Any, Any, Any]:
+    """``codes, f, y, w`` of partitions (objects with those fields) concatenated in order (w None: unit)."""
+    if len(parts) == 1:
+        p = parts[0]
+        return p.codes, p.f, p.y, p.w
+    weighted = [p.w is not None for p in parts]
+    if any(weighted) and not all(weighted):
+        msg = "sample_weight: some partitions have weights and others not"
+        raise ValueError(msg)
+    return (
+        xp.concatenate([p.codes for p in parts]),
+        xp.concatenate([p.f for p in parts]),
+        xp.concatenate([p.y for p in parts]),
+        xp.concatenate([p.w for p in parts]) if all(weighted) else None,
+    )
+
+
+# --------------------------------------------------------------------------------------------------
+# The store's passes, run on each worker's NodeOrderedRows
+
+
+def _root_store(parts: list[Any], indices: list[int]) -> NodeOrderedRows:
+    """A worker's partitions (objects with ``codes, f, y, w``) as one store, every row in the root."""
+    xp = array_namespace(parts[0].f)
+    store = NodeOrderedRows.in_root(*concat_rows(parts, xp), keep_perm=False)  # sums need no data order
+    store.start_level(1)
+    return store
+
+
+def _root_stats(part: Any, backend: str) -> np.ndarray:
+    """The seven sums of a store's (or partition's) rows (``grow.total_stats``)."""
     return total_stats(part.f, part.y, part.w, backend)
 
 
 def _histogram(
-    part: TreeRowsPart, batch: list[int], n_nodes: int, n_values: np.ndarray, backend: str
+    store: NodeOrderedRows, batch: list[int], n_nodes: int, n_values: np.ndarray, backend: str
 ) -> np.ndarray:
-    """A partition's group sums ``(len(batch), n_bins, N_STATS)`` of the batch's nodes."""
-    hist, _ = batch_histogram(
-        part.codes, part.f, part.y, part.w, part.node_idx, batch, n_nodes, n_values, backend
-    )
+    """A store's group sums ``(len(batch), n_bins, N_STATS)`` of the batch's nodes, from their run."""
+    if store.starts is None or store.starts.shape[0] != n_nodes + 1:
+        store = replace(store, starts=store.node_starts(n_nodes))
+    hist, _ = store.histogram(batch, n_nodes, n_values, backend)
     return hist
 
 
-def _routed(part: TreeRowsPart, feature: Any, base: Any, table: Any, backend: str) -> TreeRowsPart:
-    """A partition with every row moved to its child (``kernels.route_rows``); the rest is shared."""
-    node_idx = route_rows(part.codes, part.node_idx, feature, base, table, backend=backend)
-    return replace(part, node_idx=node_idx)
+def _routed(
+    store: NodeOrderedRows,
+    feature: Any,
+    base: Any,
+    table: Any,
+    n_nodes: int,
+    more_levels: bool,
+    backend: str,
+) -> NodeOrderedRows:
+    """The store with every row moved to its child and, when a level follows, regrouped by node.
+
+    The next level's node starts are computed here, with the regrouping (``NodeOrderedRows.routed``
+    routes in place: it runs on a copy, the input stays as dask persisted it).
+    """
+    out = copy.copy(store).routed(feature, base, table, n_nodes, more_levels, backend)
+    if more_levels:
+        out.start_level(n_nodes)
+    return out
+
+
+def _rows_of(hist: np.ndarray, lo: int, hi: int) -> np.ndarray:
+    """Slots ``lo:hi`` of a batch histogram (the part another worker adds up and decides)."""
+    return hist[lo:hi]
+
+
+def _decide_share(
+    lo: int,
+    hi: int,
+    batch: list[int],
+    parent: np.ndarray,
+    n_values: np.ndarray,
+    rare_codes: np.ndarray,
+    config: GrowConfig,
+    *hists: np.ndarray,
+) -> list[Split | None]:
+    """The splits of slots ``lo:hi`` of a batch: the workers' histograms of them added (in store order),
+    then ``grow.decide_splits``. A full histogram (this worker's own) is cut to ``lo:hi`` here."""
+    shares = [h if h.shape[0] == hi - lo else h[lo:hi] for h in hists]
+    total = np.array(shares[0], copy=True)
+    for share in shares[1:]:
+        total += share
+    return decide_splits(total, None, batch, parent, n_values, rare_codes, config)
 
 
 @dataclass(frozen=True)
 class PartitionedRows:
-    """``gpucal.partition.grow.RowStore`` over persisted dask partitions of :class:`TreeRowsPart`.
+    """``gpucal.partition.grow.RowStore`` over one persisted ``grow.NodeOrderedRows`` per worker.
 
-    Every method that reads rows is one pass: a sum over partitions, or a map that stays on them.
+    Every method that reads rows is one pass: a sum over the workers' stores, or a map that stays on
+    them. ``parts`` (the stores) have ``f, y, w, node_idx`` in the same (node) order, which is all that
+    sums grouped by node (the leaf refit, ``gpucal.distributed.mbct.partition_map_sums``) need.
     """
 
-    parts: list[Any]  # persisted delayed TreeRowsPart, in partition order
+    parts: list[Any]  # persisted delayed NodeOrderedRows, one per worker
+    # [holders(parts)] once looked up: (address, future) of every store, or None (no cluster).
+    _placed: list[Any] = field(default_factory=list, compare=False, repr=False)
 
     @classmethod
     def in_root(cls, parts: Sequence[Any]) -> PartitionedRows:
-        """Start a tree on delayed partitions holding ``codes, f, y, w`` (every row in the root)."""
-        return cls(map_persisted(_with_root, parts))
+        """Start a tree on persisted partitions holding ``codes, f, y, w`` (every row in the root).
+
+        The partitions of each worker are concatenated into its store there (:func:`per_worker`).
+        """
+        return cls(per_worker(_root_store, parts))
 
     def root_stats(self, backend: str) -> np.ndarray:
-        """Sum over partitions of the seven sums of their rows."""
+        """Sum over workers of the seven sums of their rows."""
         return sum_partitions(as_partitions(self.parts), _root_stats, args=(backend,))
 
     def start_level(self, n_nodes: int) -> None:
-        """Nothing to prepare: every histogram pass reads each partition once."""
+        """Nothing to do here: the routing task already computed the level's node starts."""
 
     def histogram(
         self, batch: list[int], n_nodes: int, n_values: np.ndarray, backend: str
     ) -> tuple[np.ndarray, None]:
-        """Sum over partitions of the batch's group sums; no rows for MVCE."""
+        """Sum over workers of the batch's group sums, each from its run of rows; no rows for MVCE."""
         hist = sum_partitions(
             as_partitions(self.parts), _histogram, args=(list(batch), n_nodes, n_values, backend)
         )
         return hist, None
 
+    def splits(
+        self,
+        batch: list[int],
+        parent: np.ndarray,
+        n_nodes: int,
+        n_values: np.ndarray,
+        rare_codes: np.ndarray,
+        config: GrowConfig,
+    ) -> list[Split | None]:
+        """The batch's splits, decided on the workers from the histogram added there (a reduce-scatter).
+
+        Each worker histograms its run of the batch's rows and keeps the result; the batch's slots are
+        cut into one contiguous share per worker, and each worker adds every worker's histogram of its
+        share (its own and the others' slices: the only histogram bytes that move) and decides those
+        nodes' splits. Only the splits come back to the client. The additions are those of
+        :meth:`histogram` (store order), so the splits are the same. Without a cluster: the histogram
+        summed here and decided by the client.
+        """
+        placed = self._placement()
+        if not placed:
+            hist, _ = self.histogram(batch, n_nodes, n_values, config.backend)
+            return decide_splits(hist, None, batch, parent, n_values, rare_codes, config)
+        client = _client()
+        batch = list(batch)
+        hists = [
+            client.submit(
+                _histogram, store, batch, n_nodes, n_values, config.backend, workers=[address], pure=False
+            )
+            for address, store in placed
+        ]
+        bounds = np.linspace(0, len(batch), len(placed) + 1).astype(int)
+        shares = []
+        for h, (address, _) in enumerate(placed):
+            lo, hi = int(bounds[h]), int(bounds[h + 1])
+            if lo == hi:
+                continue
+            pieces = [
+                hist
+                if holder == address
+                else client.submit(_rows_of, hist, lo, hi, workers=[holder], pure=False)
+                for (holder, _), hist in zip(placed, hists, strict=True)
+            ]
+            shares.append(
+                client.submit(
+                    _decide_share,
+                    lo,
+                    hi,
+                    batch[lo:hi],
+                    parent[lo:hi],
+                    n_values,
+                    rare_codes,
+                    config,
+                    *pieces,
+                    workers=[address],
+                    pure=False,
+                )
+            )
+        return [split for share in client.gather(shares) for split in share]
+
+    def _placement(self) -> list[tuple[str, Any]]:
+        """``(address, future)`` of every store on its worker (looked up once); empty without a cluster."""
+        if not self._placed:
+            self._placed.append(holders(self.parts))
+        return self._placed[0] or []
+
     def routed(
         self, feature: Any, base: Any, table: Any, n_nodes: int, more_levels: bool, backend: str
     ) -> PartitionedRows:
-        """Route every partition's rows where they live (``n_nodes`` and ``more_levels`` are not needed)."""
-        return PartitionedRows(map_persisted(_routed, self.parts, feature, base, table, backend))
+        """Route every store's rows where they live, regrouped by node when a level follows."""
+        stores = map_persisted(_routed, self.parts, feature, base, table, n_nodes, more_levels, backend)
+        return PartitionedRows(stores)
 
     def final_nodes(self) -> PartitionedRows:
-        """The store itself: ``node_idx`` of every partition is the node its rows end in."""
+        """The store itself: ``node_idx`` of every store is the node its rows (in store order) end in."""
         return self
 
 
-__all__ = ["PartitionedRows", "TreeRowsPart", "as_partitions", "map_persisted", "persist"]
+__all__ = [
+    "PartitionedRows",
+    "TreeRowsPart",
+    "as_partitions",
+    "concat_rows",
+    "holders",
+    "map_persisted",
+    "per_worker",
+    "persist",
+    "worker_groups",
+]

@@ -18,8 +18,9 @@ categorical ones), scored by the map's loss ("gain") or by a label impurity ("en
 heterogeneous-calibration tree); ``feature_mask`` keeps a random forest's tree to its features.
 
 The loop (:func:`grow_tree_on`) reads the rows only through a :class:`RowStore`: the root's sums, a
-batch's histogram, routing, the final node per row. :func:`grow_tree` runs it on one device
-(``_NodeOrderedRows``); ``gpucal.distributed.trees`` runs the same loop over dask partitions.
+batch's splits (:func:`decide_splits` of the batch's histogram), routing, the final node per row.
+:func:`grow_tree` runs it on one device (``NodeOrderedRows``); ``gpucal.distributed.trees`` runs the
+same loop over dask partitions.
 """
 
 from __future__ import annotations
@@ -142,8 +143,8 @@ class TreeNodes:
 
 
 @dataclass(frozen=True)
-class _Split:
-    """The chosen split of one open node."""
+class Split:
+    """The chosen split of one open node (what a :class:`RowStore` returns for each node of a batch)."""
 
     feature: int
     table: np.ndarray  # child slot per code: index into ``values``, -1 for no child
@@ -187,16 +188,15 @@ def grow_tree(
     leaf : int32 array of shape (n,)
         The node (tree-local id) each row ends in.
     """
-    xp = array_namespace(f)
-    rows = _NodeOrderedRows(codes, f, y, w, xp.zeros(f.shape[0], dtype=xp.int32), None)
-    return grow_tree_on(rows, n_values, rare_codes, config, log=log)
+    return grow_tree_on(NodeOrderedRows.in_root(codes, f, y, w), n_values, rare_codes, config, log=log)
 
 
 class RowStore(Protocol):
     """What the level loop reads from the rows, wherever they are (one array, or dask partitions).
 
-    :class:`_NodeOrderedRows` holds them on one device; ``gpucal.distributed.trees`` holds them in
-    partitions and adds each histogram over them. Every row starts in the root (node 0).
+    :class:`NodeOrderedRows` holds them on one device; ``gpucal.distributed.trees`` holds them on
+    dask workers, adds each histogram over them and decides the splits there. Every row starts in the
+    root (node 0).
     """
 
     def root_stats(self, backend: str) -> np.ndarray:
@@ -205,11 +205,18 @@ class RowStore(Protocol):
     def start_level(self, n_nodes: int) -> None:
         """Prepare the histograms of a level of a tree of ``n_nodes`` nodes."""
 
-    def histogram(
-        self, batch: list[int], n_nodes: int, n_values: np.ndarray, backend: str
-    ) -> tuple[np.ndarray, _BatchRows | None]:
-        """Return the group-sum histogram ``(len(batch), n_bins, N_STATS)`` of the nodes of ``batch``
-        (slot ``s`` holds node ``batch[s]``), and the batch's rows for MVCE (None: not available)."""
+    def splits(
+        self,
+        batch: list[int],
+        parent: np.ndarray,
+        n_nodes: int,
+        n_values: np.ndarray,
+        rare_codes: np.ndarray,
+        config: GrowConfig,
+    ) -> list[Split | None]:
+        """Return the split (or None) of each node of ``batch`` (``parent[s]``: node ``batch[s]``'s map):
+        :func:`decide_splits` of the group-sum histogram ``(len(batch), n_bins, N_STATS)`` of the batch's
+        rows, wherever it is added up and decided."""
 
     def routed(
         self, feature: Any, base: Any, table: Any, n_nodes: int, more_levels: bool, backend: str
@@ -247,8 +254,8 @@ def grow_tree_on(
         n_split, n_before = 0, len(nodes.feature)
         rows.start_level(len(nodes.feature))
         for batch in _batches(frontier, int(offsets[-1] + n_values[-1])):
-            hist, batch_rows = rows.histogram(batch, len(nodes.feature), n_values, config.backend)
-            splits = _decide(hist, batch_rows, batch, nodes, n_values, rare_codes, offsets, config)
+            parent = np.stack([nodes.value[m] for m in batch])
+            splits = rows.splits(batch, parent, len(nodes.feature), n_values, rare_codes, config)
             for node, choice in zip(batch, splits, strict=True):
                 if choice is None:
                     continue
@@ -294,17 +301,18 @@ def batch_histogram(
 class _BatchRows:
     """The contiguous run of rows of one batch of nodes, as MVCE's views need them."""
 
-    rows: _NodeOrderedRows
+    rows: NodeOrderedRows
     slot: Any  # each row's slot in the batch, -1 for rows of other nodes in the run
     starts: np.ndarray  # node m's first position in the run
 
 
 @dataclass
-class _NodeOrderedRows:
+class NodeOrderedRows:
     """The rows, permuted so that every node's rows are contiguous (and in data order within it).
 
     ``perm[i]`` is the data row at position ``i`` (None: data order). Kept per level by a stable
     partition (``kernels.partition_rows``), so a node's histogram is added from one run of rows.
+    The store of one device in :func:`grow_tree`, and of each worker in ``gpucal.distributed.trees``.
     """
 
     codes: Any
@@ -314,6 +322,13 @@ class _NodeOrderedRows:
     node_idx: Any
     perm: Any
     starts: np.ndarray | None = None  # node_starts of the current level
+    keep_perm: bool = True  # False: no ``perm``, 8 B a row saved (for sums only: no ``final_nodes``)
+
+    @classmethod
+    def in_root(cls, codes: Any, f: Any, y: Any, w: Any, *, keep_perm: bool = True) -> NodeOrderedRows:
+        """Every row in the root (node 0), in data order."""
+        xp = array_namespace(f)
+        return cls(codes, f, y, w, xp.zeros(f.shape[0], dtype=xp.int32), None, keep_perm=keep_perm)
 
     def root_stats(self, backend: str) -> np.ndarray:
         return total_stats(self.f, self.y, self.w, backend)
@@ -334,9 +349,21 @@ class _NodeOrderedRows:
         )
         return hist, _BatchRows(run, slot, starts - lo)
 
+    def splits(
+        self,
+        batch: list[int],
+        parent: np.ndarray,
+        n_nodes: int,
+        n_values: np.ndarray,
+        rare_codes: np.ndarray,
+        config: GrowConfig,
+    ) -> list[Split | None]:
+        hist, batch_rows = self.histogram(batch, n_nodes, n_values, config.backend)
+        return decide_splits(hist, batch_rows, batch, parent, n_values, rare_codes, config)
+
     def routed(
         self, feature: Any, base: Any, table: Any, n_nodes: int, more_levels: bool, backend: str
-    ) -> _NodeOrderedRows:
+    ) -> NodeOrderedRows:
         self.node_idx = route_rows(self.codes, self.node_idx, feature, base, table, backend=backend)
         self.starts = None
         return self.partitioned(n_nodes, backend) if more_levels else self
@@ -350,8 +377,8 @@ class _NodeOrderedRows:
         counts = to_numpy(xp.bincount(self.node_idx, minlength=n_nodes))
         return np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
 
-    def slice(self, lo: int, hi: int) -> _NodeOrderedRows:
-        return _NodeOrderedRows(
+    def slice(self, lo: int, hi: int) -> NodeOrderedRows:
+        return NodeOrderedRows(
             self.codes[lo:hi],
             self.f[lo:hi],
             self.y[lo:hi],
@@ -360,12 +387,14 @@ class _NodeOrderedRows:
             None,
         )
 
-    def partitioned(self, n_nodes: int, backend: str) -> _NodeOrderedRows:
+    def partitioned(self, n_nodes: int, backend: str) -> NodeOrderedRows:
         order = partition_rows(self.node_idx, n_nodes, backend="cpu" if backend == "oracle" else backend)
         codes, f, y, w, node_idx, perm = take_rows(
             order, self.codes, self.f, self.y, self.w, self.node_idx, self.perm
         )
-        return _NodeOrderedRows(codes, f, y, w, node_idx, order if perm is None else perm)
+        if self.keep_perm and perm is None:
+            perm = order
+        return NodeOrderedRows(codes, f, y, w, node_idx, perm, keep_perm=self.keep_perm)
 
     def in_data_order(self, values: Any) -> Any:
         if self.perm is None:
@@ -393,21 +422,21 @@ def total_stats(f: Any, y: Any, w: Any, backend: str) -> np.ndarray:
     return to_numpy(sums)[0, 0, :]
 
 
-def _decide(
+def decide_splits(
     hist: np.ndarray,
     batch_rows: _BatchRows | None,
     batch: list[int],
-    nodes: TreeNodes,
+    parent: np.ndarray,
     n_values: np.ndarray,
     rare_codes: np.ndarray,
-    offsets: np.ndarray,
     config: GrowConfig,
-) -> list[_Split | None]:
+) -> list[Split | None]:
     """Return the split (or None) of each node of ``batch`` from its histogram ``hist``.
 
-    ``batch_rows`` (the batch's run of rows) is read by the MVCE criterion only.
+    ``parent[s]`` is node ``batch[s]``'s map; ``batch_rows`` (the batch's run of rows) is read by the
+    MVCE criterion only. Reads nothing else of the tree, so it runs wherever the histogram is.
     """
-    parent = np.stack([nodes.value[m] for m in batch])
+    offsets = value_offsets(n_values)
     if config.split_mode == "binary":
         return _decide_binary(hist, parent, offsets, n_values, config)
     scale = config.leaf_map == "scale"
@@ -430,7 +459,7 @@ def _decide(
     split_loss = split_loss[np.arange(len(batch)), best]
     loss_scale = np.maximum(np.abs(own_loss), np.abs(split_loss))
     accept = np.isfinite(split_loss) & (split_loss < own_loss - RELATIVE_GAIN_TOL * loss_scale)
-    out: list[_Split | None] = []
+    out: list[Split | None] = []
     for s in range(len(batch)):
         if not accept[s]:
             out.append(None)
@@ -446,7 +475,7 @@ def _decide(
             config.penalty,
             config.min_child_size,
         )
-        out.append(_Split(j, table, values, weights))
+        out.append(Split(j, table, values, weights))
     return out
 
 
@@ -466,7 +495,7 @@ def first_best(split_loss: np.ndarray, own_loss: np.ndarray) -> np.ndarray:
 
 def _decide_binary(
     hist: np.ndarray, parent: np.ndarray, offsets: np.ndarray, n_values: np.ndarray, config: GrowConfig
-) -> list[_Split | None]:
+) -> list[Split | None]:
     """Return the best two-way split (or None) of each node of a batch, from its histogram."""
     d = len(n_values)
     ordinal = np.asarray(config.ordinal or (False,) * d, dtype=np.bool_)
@@ -482,7 +511,7 @@ def _decide_binary(
     split_loss = split_loss[np.arange(hist.shape[0]), best]
     loss_scale = np.maximum(np.abs(own_loss), np.abs(split_loss))
     accept = np.isfinite(split_loss) & (split_loss < own_loss - RELATIVE_GAIN_TOL * loss_scale)
-    out: list[_Split | None] = []
+    out: list[Split | None] = []
     for s in range(hist.shape[0]):
         if not accept[s]:
             out.append(None)
@@ -493,12 +522,12 @@ def _decide_binary(
         values, weights = binary_children(
             hist[s, o : o + k], table, parent[s, 0], parent[s, 1], kind, config.penalty
         )
-        out.append(_Split(j, table, values, weights))
+        out.append(Split(j, table, values, weights))
     return out
 
 
 def _mvce_losses(
-    rows: _NodeOrderedRows,
+    rows: NodeOrderedRows,
     slot: Any,
     local_row: Any,
     slot_rows: np.ndarray,
