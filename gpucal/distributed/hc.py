@@ -49,8 +49,12 @@ from gpucal.hc.node_maps import fit_node_maps_on, node_ancestors, tree_parents
 from gpucal.mbct.model import held_out_mask
 from gpucal.partition.ensemble import map_codes
 from gpucal.partition.grow import GrowConfig, TreeNodes, grow_tree_on
-from gpucal.partition.local_maps import _part_sums, _start, fit_local_maps_from_sums
-from kernels import STAT_W, STAT_WF, STAT_WY
+from gpucal.partition.local_maps import (
+    fit_local_maps_from_sums,
+    fit_scale_maps_from_sums,
+    part_sums,
+    start_params,
+)
 
 if TYPE_CHECKING:
     from gpucal.hc.model import HeterogeneousCalibrator
@@ -407,17 +411,7 @@ def _label_sums(part: _Part) -> np.ndarray:
 
 def _scale_sums(part: TreeRowsPart, n_parts: int, backend: str) -> np.ndarray:
     """The seven group sums per node of a partition's rows (what ``fit_local_maps`` "scale" reads)."""
-    return _part_sums(part.f, part.y, part.w, part.node_idx, n_parts, backend)
-
-
-def _scale_maps(stats: np.ndarray, start: np.ndarray, penalty: float) -> np.ndarray:
-    r"""``fit_local_maps`` of kind "scale" from summed group sums: :math:`k_m = (\sum w y + \lambda k^0_m)
-    / (\sum w f + \lambda)` (Huang et al. 2022, Sec. 4.1, with the ridge); a node without weight keeps
-    its start."""
-    den = stats[:, STAT_WF] + penalty
-    safe = np.where(den > 0, den, 1.0)
-    theta = np.where(den > 0, (stats[:, STAT_WY] + penalty * start[:, 0]) / safe, start[:, 0])[:, None]
-    return np.where((stats[:, STAT_W] <= 0)[:, None], start, theta)
+    return part_sums(part.f, part.y, part.w, part.node_idx, n_parts, backend)
 
 
 def _fit_node_maps(model: HeterogeneousCalibrator, nodes: TreeNodes, cal: list[Any]) -> np.ndarray:
@@ -433,11 +427,11 @@ def _fit_node_maps(model: HeterogeneousCalibrator, nodes: TreeNodes, cal: list[A
             if kind == "constant":
                 weight, label = sum_partitions(as_partitions(cal), _label_sums)
                 mean = np.array([float(label) / float(weight)])
-            start = _start(mean, mean, None, n_parts, kind)
+            start = start_params(mean, mean, None, n_parts, kind)
         level = map_persisted(_level, levels, d)
         if kind == "scale":
             stats = sum_partitions(as_partitions(level), _scale_sums, args=(n_parts, backend))
-            return _scale_maps(stats, start, penalty)
+            return fit_scale_maps_from_sums(stats, start, penalty=penalty)
         sums = partition_map_sums(level, kind, backend)
         return fit_local_maps_from_sums(sums, start, kind, penalty=penalty)
 

@@ -140,20 +140,20 @@ def fit_local_maps(
     """
     _check_kind(kind)
     k = _N_PARAMS[kind]
-    start = _start(score, y, w, n_parts, kind) if prior is None else np.array(prior, dtype=np.float64)
+    start = start_params(score, y, w, n_parts, kind) if prior is None else np.array(prior, dtype=np.float64)
     if start.shape != (n_parts, k):
         msg = f"prior: expected shape {(n_parts, k)} for {n_parts} parts of kind {kind!r}, got {start.shape}"
         raise ValueError(msg)
     if kind == "scale":
-        stats = _part_sums(score, y, w, part, n_parts, backend)
-        weight = stats[:, STAT_W]
-        den = stats[:, STAT_WF] + penalty
-        safe = np.where(den > 0, den, 1.0)
-        theta = np.where(den > 0, (stats[:, STAT_WY] + penalty * start[:, 0]) / safe, start[:, 0])[:, None]
-        return _with_fallback(theta, weight, start, min_part_weight, fallback)
+        stats = part_sums(score, y, w, part, n_parts, backend)
+        return fit_scale_maps_from_sums(
+            stats, start, penalty=penalty, min_part_weight=min_part_weight, fallback=fallback
+        )
+
+    design_offset = map_design(score, kind)
 
     def sums(theta: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        return local_map_sums(score, y, w, part, theta, kind, backend=backend)
+        return local_map_sums(score, y, w, part, theta, kind, backend=backend, design_offset=design_offset)
 
     return fit_local_maps_from_sums(
         sums,
@@ -168,6 +168,26 @@ def fit_local_maps(
 
 
 MapSums = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray]]
+
+
+def fit_scale_maps_from_sums(
+    stats: np.ndarray,
+    start: np.ndarray,
+    *,
+    penalty: float = 0.0,
+    min_part_weight: float = 0.0,
+    fallback: np.ndarray | None = None,
+) -> np.ndarray:
+    r"""Kind "scale" from per-part group sums ``(n_parts, 7)`` (:func:`part_sums`), in closed form.
+
+    :math:`k_m = (\sum w y + \lambda k^0_m) / (\sum w f + \lambda)` (Huang et al. 2022, Sec. 4.1, with
+    the ridge toward the start :math:`k^0`); parts without weight, or lighter than ``min_part_weight``,
+    get ``fallback`` (default their start), as in :func:`fit_local_maps`.
+    """
+    den = stats[:, STAT_WF] + penalty
+    safe = np.where(den > 0, den, 1.0)
+    theta = np.where(den > 0, (stats[:, STAT_WY] + penalty * start[:, 0]) / safe, start[:, 0])[:, None]
+    return _with_fallback(theta, stats[:, STAT_W], start, min_part_weight, fallback)
 
 
 def fit_local_maps_from_sums(
@@ -218,19 +238,29 @@ def apply_local_maps(score: Any, part: Any, params: np.ndarray, kind: str) -> An
     theta = xp.asarray(params)[part]
     if kind == "scale":
         return xp.minimum(theta[:, 0] * score, 1.0)
-    design, offset = _design(score, kind)
+    design, offset = map_design(score, kind)
     return _sigmoid(offset + (design * theta).sum(axis=1))
 
 
 def local_map_sums(
-    score: Any, y: Any, w: Any, part: Any, theta: np.ndarray, kind: str, *, backend: str = "auto"
+    score: Any,
+    y: Any,
+    w: Any,
+    part: Any,
+    theta: np.ndarray,
+    kind: str,
+    *,
+    backend: str = "auto",
+    design_offset: tuple[Any, Any] | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     r"""Return per part :math:`\sum w`, the gradient ``(P, k)`` and the Hessian ``(P, k, k)`` at ``theta``.
 
     On numpy inputs with the CPU backend, one fused numba pass; otherwise one ``kernels.group_sums``
     pass per distinct sum (the GPU and oracle path), which gives the same sums in another order.
+    ``design_offset`` is :func:`map_design` of ``score`` and ``kind``, passed by callers that take several
+    Newton steps on the same scores (two logarithms per row, computed once).
     """
-    design, offset = _design(score, kind)
+    design, offset = map_design(score, kind) if design_offset is None else design_offset
     xp = array_namespace(score)
     n_parts, k = theta.shape
     if xp is np and backend in ("auto", "cpu"):
@@ -312,7 +342,7 @@ def _freeze_bounded(theta: np.ndarray, grad: np.ndarray, hess: np.ndarray) -> tu
     return grad, hess
 
 
-def _start(score: Any, y: Any, w: Any, n_parts: int, kind: str) -> np.ndarray:
+def start_params(score: Any, y: Any, w: Any, n_parts: int, kind: str) -> np.ndarray:
     """The identity map for every part; for ``"constant"``, the logit of the overall label mean."""
     if kind != "constant":
         return np.tile(identity_params(kind), (n_parts, 1))
@@ -328,7 +358,7 @@ def _sigmoid(eta: Any) -> Any:
     return xp.where(eta >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
 
 
-def _design(score: Any, kind: str) -> tuple[Any, Any]:
+def map_design(score: Any, kind: str) -> tuple[Any, Any]:
     """Return the design ``(n, k)`` and offset ``(n,)`` of a kind's logistic model (module table)."""
     xp = array_namespace(score)
     p = xp.clip(score, EPS, 1.0 - EPS)
@@ -381,7 +411,7 @@ def _glm_sums_cpu(design, offset, y, w, part, theta, n_chunks):
     return out
 
 
-def _part_sums(f: Any, y: Any, w: Any, part: Any, n_parts: int, backend: str) -> np.ndarray:
+def part_sums(f: Any, y: Any, w: Any, part: Any, n_parts: int, backend: str) -> np.ndarray:
     """Return the seven sums of ``(f, y, w)`` per part, ``(n_parts, 7)``: a group sum on one constant code."""
     xp = array_namespace(f)
     constant = xp.zeros((f.shape[0], 1), dtype=xp.int8)
@@ -392,7 +422,7 @@ def _part_sums(f: Any, y: Any, w: Any, part: Any, n_parts: int, backend: str) ->
 
 def _group_total(values: Any, weight: Any, part: Any, n_parts: int, backend: str) -> np.ndarray:
     r"""Return :math:`\sum_{i \in m} w_i v_i` per part (the ``sum w f`` statistic of a group sum)."""
-    return _part_sums(values, values, weight, part, n_parts, backend)[:, STAT_WF]
+    return part_sums(values, values, weight, part, n_parts, backend)[:, STAT_WF]
 
 
 def _check_kind(kind: str) -> None:
