@@ -51,7 +51,13 @@ def take_rows(order: Any, *arrays: Any) -> tuple[Any, ...]:
     """
     if is_cupy_array(order):
         return tuple(None if a is None else a[order] for a in arrays)
-    return tuple(None if a is None else _take(np.ascontiguousarray(a), order) for a in arrays)
+    return tuple(None if a is None else _take_any(np.ascontiguousarray(a), order) for a in arrays)
+
+
+def _take_any(a: np.ndarray, order: np.ndarray) -> np.ndarray:
+    if a.ndim == 2:
+        return _take_2d(a, order)
+    return _take(a, order)
 
 
 @numba.njit(parallel=True, cache=True)
@@ -59,6 +65,19 @@ def _take(a, order):
     out = np.empty((order.shape[0], *a.shape[1:]), dtype=a.dtype)
     for i in numba.prange(order.shape[0]):
         out[i] = a[order[i]]
+    return out
+
+
+@numba.njit(parallel=True, cache=True)
+def _take_2d(a, order):
+    """Rows of a 2-D array by ``order``, element by element: a row slice per row (``out[i] = a[k]``)
+    builds two array views, which took twice the time of the copy on (1e6, 9) int16 codes."""
+    n, d = order.shape[0], a.shape[1]
+    out = np.empty((n, d), dtype=a.dtype)
+    for i in numba.prange(n):
+        k, row = np.uint64(order[i]), np.uint64(i)
+        for j in range(d):
+            out[row, np.uint64(j)] = a[k, np.uint64(j)]
     return out
 
 

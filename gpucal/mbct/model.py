@@ -38,9 +38,9 @@ from gpucal.partition.ensemble import (
     tree_code_maps,
 )
 from gpucal.partition.grow import GrowConfig, TreeNodes, grow_tree
-from gpucal.partition.local_maps import MapSums, fit_local_maps_from_sums, local_map_sums
+from gpucal.partition.local_maps import MapSums, fit_local_maps_from_sums, local_map_sums, map_design
 from gpucal.persistence import register
-from kernels import lookup_bins, tree_leaves
+from kernels import lookup_bins, take_rows, tree_leaves
 
 AUTO = Options("auto")
 # Receives one line per level of a growing tree (or None: no log).
@@ -285,18 +285,17 @@ class MBCT(Calibrator):
     # Input
 
     def _codes(self, split: SplitInput, encoder: FeatureEncoder | None) -> Any:
-        """Return the ``(n, d)`` codes: the encoded features, then the score bin."""
+        """Return the ``(n, d)`` codes: the encoded features, then the score bin, written in one array."""
         xp = array_namespace(split.score)
-        parts = [] if encoder is None else [encoder.transform(split.features)]
+        dtype = np.result_type(
+            *([] if encoder is None else [encoder.codes_dtype_]), *([np.int16] if self.score_bins else [])
+        )
+        out = xp.empty((split.score.shape[0], len(self._n_values())), dtype=dtype)
+        if encoder is not None:
+            encoder.transform(split.features, out=out)
         if self.score_bins:
-            parts.append(self._score_bins(split.score)[:, None])
-        dtype = np.result_type(*(p.dtype for p in parts))
-        return xp.ascontiguousarray(xp.concatenate([p.astype(dtype) for p in parts], axis=1))
-
-    def _score_bins(self, score: Any) -> Any:
-        """The score's equal-width bin, ``min(floor(s B), B - 1)``, int16."""
-        xp = array_namespace(score)
-        return xp.minimum(xp.floor(score * self.score_bins), self.score_bins - 1).astype(xp.int16)
+            lookup_bins(split.score, self.score_bins, np.arange(self.score_bins), out, out.shape[1] - 1)
+        return out
 
     def _tree_codes(self, split: SplitInput) -> Any:
         """Return the rows' ``(n, d)`` tree codes, each column encoded and pooled in one table read."""
@@ -376,8 +375,8 @@ class MBCT(Calibrator):
     def _fit_codes(self, codes: Any, score: Any, y: Any, w: Any) -> None:
         xp = array_namespace(score)
         train, valid = self._validation_split(score.shape[0], xp)
-        train_rows = (codes, score, y, w) if train is None else _take((codes, score, y, w), train)
-        valid_rows = None if valid is None else _take((codes, score, y, w), valid)
+        train_rows = (codes, score, y, w) if train is None else take_rows(train, codes, score, y, w)
+        valid_rows = None if valid is None else take_rows(valid, codes, score, y, w)
         c_tr, s_tr, y_tr, w_tr = train_rows
         self._log(1, f"MBCT: {s_tr.shape[0]} training rows, {codes.shape[1]} split features")
         # Eq. 13 reads the label variance of the rows: before merging, whose soft labels would lower it.
@@ -740,9 +739,12 @@ class _ArrayChainRows:
 
     def map_sums(self, leaf: Any, kind: str) -> MapSums:
         backend = self.model._backend
+        design_offset = map_design(self.f, kind)
 
         def sums(theta: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-            return local_map_sums(self.f, self.y, self.w, leaf, theta, kind, backend=backend)
+            return local_map_sums(
+                self.f, self.y, self.w, leaf, theta, kind, backend=backend, design_offset=design_offset
+            )
 
         return sums
 
@@ -752,10 +754,6 @@ class _ArrayChainRows:
             None if self.valid_rows is None else predict_ensemble(tree, self.valid_rows[0], self.f_valid)
         )
         return replace(self, f=f, f_valid=f_valid)
-
-
-def _take(arrays: tuple[Any, ...], rows: Any) -> tuple[Any, ...]:
-    return tuple(None if a is None else a[rows] for a in arrays)
 
 
 __all__ = ["MBCT"]

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from gpucal._backend import array_namespace, to_numpy
-from kernels import predict_trees
+from kernels import lookup_codes, predict_trees
 
 if TYPE_CHECKING:
     from gpucal.partition.grow import TreeNodes
@@ -321,7 +321,7 @@ def map_codes(codes: Any, maps: list[np.ndarray], n_values: np.ndarray) -> Any:
     xp = array_namespace(codes)
     out = xp.empty(codes.shape, dtype=tree_code_dtype(n_values))
     for j, cmap in enumerate(maps):
-        out[:, j] = xp.asarray(cmap)[codes[:, j]]
+        lookup_codes(codes[:, j], 0, cmap, -1, out, j)
     return out
 
 
