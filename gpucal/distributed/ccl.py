@@ -46,11 +46,11 @@ from gpucal.ccl.clustering import (
 )
 from gpucal.ccl.embeddings import TreeEmbedding, leaf_counts, leaf_widths, make_embedding
 from gpucal.ccl.model import centred_logit_sums, cluster_sums, map_parts
-from gpucal.distributed._checks import check_partition_weight
-from gpucal.distributed._collections import is_dask_collection, partition_offsets, partitions
+from gpucal.distributed._checks import check_all_dask, check_partition_weight
+from gpucal.distributed._collections import partition_offsets, partitions
 from gpucal.distributed._reduce import reduce_partitions, sum_partitions
 from gpucal.distributed.trees import as_partitions, map_persisted, persist
-from gpucal.partition.local_maps import MapSums, local_map_sums
+from gpucal.partition.local_maps import MapSums, flatten_map_sums, local_map_sums, unflatten_map_sums
 
 if TYPE_CHECKING:
     from gpucal.ccl.model import ClusteredCalibrator
@@ -80,13 +80,7 @@ def fit_ccl_partitions(model: ClusteredCalibrator, X: Any, y: Any, sample_weight
     """
     _check_supported(model)
     given = {"X": X, "y": y, "sample_weight": sample_weight}
-    local = [k for k, v in given.items() if v is not None and not is_dask_collection(v)]
-    if local:
-        msg = (
-            f"{', '.join(local)}: not dask collections while other inputs are; pass every row input of "
-            "a distributed fit as a dask collection"
-        )
-        raise TypeError(msg)
+    check_all_dask(given)
     meta_score, _ = model._scores(X._meta, allow_empty=True)
     model._backend = "cuda" if is_cupy_array(meta_score) else "cpu"
     model.embedding_ = make_embedding(
@@ -284,10 +278,10 @@ def _centred_sums(part: _Part, mean: np.ndarray) -> np.ndarray:
 
 def _map_sums(part: _Part, theta: np.ndarray, kind: str, skip: np.ndarray | None, backend: str) -> np.ndarray:
     """``local_map_sums`` of a partition in ``map_parts``' parts, flattened ``[w, grad, hess]``."""
-    weight, grad, hess = local_map_sums(
+    sums = local_map_sums(
         part.score, part.y, part.w, map_parts(part.cluster, skip), theta, kind, backend=backend
     )
-    return np.concatenate([weight, grad.ravel(), hess.ravel()])
+    return flatten_map_sums(*sums)
 
 
 @dataclass(frozen=True)
@@ -305,16 +299,10 @@ class _DaskClusterRows:
 
     def map_sums(self, kind: str, skip: np.ndarray | None) -> MapSums:
         def sums(theta: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-            n_parts, k = theta.shape
             flat = sum_partitions(
                 as_partitions(self.parts), _map_sums, args=(theta, kind, skip, self.backend)
             )
-            grad_end = n_parts + n_parts * k
-            return (
-                flat[:n_parts],
-                flat[n_parts:grad_end].reshape(n_parts, k),
-                flat[grad_end:].reshape(n_parts, k, k),
-            )
+            return unflatten_map_sums(flat, *theta.shape)
 
         return sums
 

@@ -37,8 +37,8 @@ from gpucal._backend import array_namespace, is_cupy_array
 from gpucal._frames import frame_columns, split_input
 from gpucal._validation import check_consistent_length, check_labels
 from gpucal.calibrators._logistic import EPS, check_class_weights
-from gpucal.distributed._checks import check_partition_weight
-from gpucal.distributed._collections import is_dask_collection, partition_offsets, partitions
+from gpucal.distributed._checks import check_all_dask, check_partition_weight
+from gpucal.distributed._collections import partition_offsets, partitions
 from gpucal.distributed._reduce import sum_partitions
 from gpucal.distributed.encoding import fit_encoder
 from gpucal.distributed.mbct import _code_weights, partition_map_sums
@@ -105,13 +105,7 @@ def fit_hc_partitions(
         "y_tree": y_tree,
         "sample_weight_tree": sample_weight_tree,
     }
-    local = [k for k, v in given.items() if v is not None and not is_dask_collection(v)]
-    if local:
-        msg = (
-            f"{', '.join(local)}: not dask collections while other inputs are; pass every row input of "
-            "a distributed fit as a dask collection"
-        )
-        raise TypeError(msg)
+    check_all_dask(given)
     meta = split_input(
         X._meta,
         score_col=model.score_col,

@@ -68,7 +68,7 @@ from gpucal.partition.ensemble import (
     predict_ensemble,
 )
 from gpucal.partition.grow import GrowConfig, TreeNodes, grow_tree_on
-from gpucal.partition.local_maps import MapSums, local_map_sums
+from gpucal.partition.local_maps import MapSums, flatten_map_sums, local_map_sums, unflatten_map_sums
 
 if TYPE_CHECKING:
     from gpucal.mbct.model import MBCT
@@ -337,22 +337,17 @@ def _loss_sums(part: RowsPart, leaf_map: str) -> np.ndarray:
 
 def _map_sums(part: Any, theta: np.ndarray, kind: str, backend: str) -> np.ndarray:
     """``local_map_sums`` of a partition grouped by its rows' nodes, flattened ``[w, grad, hess]``."""
-    weight, grad, hess = local_map_sums(part.f, part.y, part.w, part.node_idx, theta, kind, backend=backend)
-    return np.concatenate([weight, grad.ravel(), hess.ravel()])
+    return flatten_map_sums(
+        *local_map_sums(part.f, part.y, part.w, part.node_idx, theta, kind, backend=backend)
+    )
 
 
 def partition_map_sums(parts: list[Any], kind: str, backend: str) -> MapSums:
     """``theta -> local_map_sums`` added over persisted partitions grouped by their ``node_idx``."""
 
     def sums(theta: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        n_parts, k = theta.shape
         flat = sum_partitions(as_partitions(parts), _map_sums, args=(theta, kind, backend))
-        grad_end = n_parts + n_parts * k
-        return (
-            flat[:n_parts],
-            flat[n_parts:grad_end].reshape(n_parts, k),
-            flat[grad_end:].reshape(n_parts, k, k),
-        )
+        return unflatten_map_sums(flat, *theta.shape)
 
     return sums
 

@@ -170,6 +170,17 @@ def fit_local_maps(
 MapSums = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray]]
 
 
+def flatten_map_sums(weight: np.ndarray, grad: np.ndarray, hess: np.ndarray) -> np.ndarray:
+    """:func:`local_map_sums`' three arrays as one vector ``[w, grad, hess]``, to be added elementwise."""
+    return np.concatenate([weight, grad.ravel(), hess.ravel()])
+
+
+def unflatten_map_sums(flat: np.ndarray, n_parts: int, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The inverse of :func:`flatten_map_sums` for ``n_parts`` parts of ``k`` parameters."""
+    grad_end = n_parts + n_parts * k
+    return flat[:n_parts], flat[n_parts:grad_end].reshape(n_parts, k), flat[grad_end:].reshape(n_parts, k, k)
+
+
 def fit_scale_maps_from_sums(
     stats: np.ndarray,
     start: np.ndarray,
