@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -9,6 +11,7 @@ from hypothesis import strategies as st
 from numpy.testing import assert_allclose, assert_array_equal
 
 from kernels import LEAF_PLATT, LEAF_SCALE, LEAF_SHIFT, predict_trees, route_rows, tree_leaves
+from kernels.trees_cpu import tree_depths_cpu
 from kernels.trees_oracle import EPS
 
 # "shift" and "platt" go through log and exp, which numpy and libm round differently by an ulp or so;
@@ -219,6 +222,20 @@ def hand_ensemble():
 
 
 HAND_CODES = np.array([[0, 0], [0, 1], [1, 0], [2, 1]], dtype=np.int8)
+
+
+def test_cpu_walk_steps_are_each_trees_depth():
+    """tree_depths_cpu, the CPU walk's fixed step count, is each tree's depth on tiling child tables."""
+    rng = np.random.default_rng(12)
+    n_values = np.array([6, 30, 2], dtype=np.int64)
+    feature, base, table, _, tree_start = random_ensemble(rng, n_values, 5, 6)
+    depth = np.zeros(len(feature), dtype=np.int64)
+    for m in np.flatnonzero(feature >= 0):  # children after parents: one pass in id order
+        kids = table[base[m] : base[m] + n_values[feature[m]]]
+        depth[kids[kids >= 0]] = depth[m] + 1
+    expected = [depth[a:b].max() for a, b in itertools.pairwise(tree_start)]
+    assert_array_equal(tree_depths_cpu(feature, base, table, tree_start), expected)
+    assert max(expected) >= 3
 
 
 @pytest.mark.parametrize("backend", ["oracle", "cpu"])
