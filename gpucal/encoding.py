@@ -341,7 +341,7 @@ class FeatureEncoder(BaseEstimator):
             if code_map is None:
                 out[:, j] = codes
             else:
-                lookup_codes(codes.astype(self.codes_dtype_), 0, code_map, -1, out, j)
+                lookup_codes(codes.astype(self.codes_dtype_, copy=False), 0, code_map, -1, out, j)
         return out if out.shape[1] == len(self._codings) else out[:, : len(self._codings)]
 
     def fit_transform(self, X: Any, *, sample_weight: Any = None) -> Any:
@@ -692,18 +692,23 @@ def _plain_name(name: Any) -> Any:
     return name
 
 
+def _smallest_code_dtype(largest: int) -> np.dtype | None:
+    """The smallest kernel dtype whose maximum is at least ``largest``; None when not even int32's is."""
+    return next((np.dtype(d) for d in CODE_DTYPES if largest <= np.iinfo(d).max), None)
+
+
 def _map_codes_dtype(code_maps: Sequence[np.ndarray]) -> np.dtype:
-    """The smallest kernel dtype holding every code the maps give."""
+    """The smallest kernel dtype holding every code the maps give (int32 at most: ``lookup_codes``
+    rejects a code it cannot hold)."""
     largest = max((int(np.max(m, initial=0)) for m in code_maps), default=0)
-    return next(np.dtype(d) for d in CODE_DTYPES if largest <= np.iinfo(d).max)
+    return _smallest_code_dtype(largest) or np.dtype(np.int32)
 
 
 def _codes_dtype(codings: list[_Coding]) -> np.dtype:
     """The smallest kernel dtype whose maximum is at least the largest code."""
-    largest = max((c.n_values - 1 for c in codings), default=0)
-    for dtype in CODE_DTYPES:
-        if largest <= np.iinfo(dtype).max:
-            return np.dtype(dtype)
+    dtype = _smallest_code_dtype(max((c.n_values - 1 for c in codings), default=0))
+    if dtype is not None:
+        return dtype
     worst = max(codings, key=lambda c: c.n_values)
     msg = f"X[{worst.name!r}]: {worst.n_values} distinct codes do not fit in int32"
     raise ValueError(msg)

@@ -76,36 +76,36 @@ def lookup_codes(
     if not 0 <= column < out.shape[1]:
         msg = f"column must lie in [0, {out.shape[1]}). Got {column}."
         raise ValueError(msg)
-    if backend == "cuda" or is_cupy_array(values):
-        return _lookup_cupy(values, low, table, fallback, out, column)
-    table = np.ascontiguousarray(table, dtype=out.dtype)
-    if backend == "oracle":
-        return _lookup_oracle(values, low, table, fallback, out, column)
+    _check_table(table, out, fallback)
+    if backend in ("cuda", "oracle") or is_cupy_array(values):
+        return _lookup_array(values, low, table, fallback, out, column)
     if not out.flags.c_contiguous:
         msg = "out must be C-contiguous."
         raise ValueError(msg)
+    table = np.ascontiguousarray(table, dtype=out.dtype)
     return int(_lookup_cpu(values, np.int64(low), table, out.dtype.type(fallback), out, np.int64(column)))
 
 
-def _lookup_oracle(
-    values: np.ndarray, low: int, table: np.ndarray, fallback: int, out: np.ndarray, column: int
-) -> int:
-    shifted = values.astype(np.int64) - low
+def _check_table(table: Any, out: Any, *extra: int) -> None:
+    """Raise ``ValueError`` unless every code of ``table`` (and ``extra``) fits ``out``'s dtype, -1 allowed.
+
+    The table is cast to that dtype, which would silently wrap a code too large for it into another code.
+    """
+    codes = np.asarray(table.get() if is_cupy_array(table) else table, dtype=np.int64).reshape(-1)
+    ends = ([int(codes.min()), int(codes.max())] if codes.size else []) + [int(e) for e in extra]
+    high = int(np.iinfo(out.dtype).max)
+    if ends and (min(ends) < -1 or max(ends) > high):
+        msg = f"table: codes must lie in [-1, {high}] to fit {out.dtype}. Got {min(ends)} to {max(ends)}."
+        raise ValueError(msg)
+
+
+def _lookup_array(values: Any, low: int, table: Any, fallback: int, out: Any, column: int) -> int:
+    """The numpy oracle, and cupy's gathers for cupy arrays (the same array code)."""
+    xp = namespace_of(values)
+    table = xp.asarray(table, dtype=out.dtype)
+    shifted = values.astype(xp.int64) - low
     inside = (shifted >= 0) & (shifted < table.shape[0])
-    codes = np.where(inside, table[np.where(inside, shifted, 0)] if table.shape[0] else fallback, fallback)
-    out[:, column] = codes
-    return int((codes < 0).sum())
-
-
-def _lookup_cupy(values: Any, low: int, table: Any, fallback: int, out: Any, column: int) -> int:
-    import cupy
-
-    table = cupy.asarray(table, dtype=out.dtype)
-    shifted = values.astype(cupy.int64) - low
-    inside = (shifted >= 0) & (shifted < table.shape[0])
-    codes = cupy.where(
-        inside, table[cupy.where(inside, shifted, 0)] if table.shape[0] else fallback, fallback
-    )
+    codes = xp.where(inside, table[xp.where(inside, shifted, 0)] if table.shape[0] else fallback, fallback)
     out[:, column] = codes
     return int((codes < 0).sum())
 
@@ -142,7 +142,8 @@ def lookup_bins(
     if len(table) != n_bins or n_bins < 1:
         msg = f"table must hold one code per bin ({n_bins}). Got {len(table)}."
         raise ValueError(msg)
-    if backend == "cuda" or backend == "oracle" or is_cupy_array(values):
+    _check_table(table, out)
+    if backend in ("cuda", "oracle") or is_cupy_array(values):
         xp = namespace_of(values)
         bins = xp.minimum(xp.floor(values * n_bins), n_bins - 1).astype(xp.int64)
         out[:, column] = xp.asarray(table, dtype=out.dtype)[bins]
@@ -179,7 +180,8 @@ def lookup_edges(
     if len(table) <= max(len(edges), nan_index) or nan_index < 0:
         msg = f"table must hold a code per bin ({len(edges) + 1}) and at nan_index {nan_index}."
         raise ValueError(msg)
-    if backend == "cuda" or backend == "oracle" or is_cupy_array(values):
+    _check_table(table, out)
+    if backend in ("cuda", "oracle") or is_cupy_array(values):
         xp = namespace_of(values)
         x = xp.asarray(values, dtype=xp.float64)
         bins = xp.where(

@@ -171,3 +171,17 @@ def test_integer_numbers_bin_by_table_as_floats_by_search() -> None:
     edges = enc.bin_edges_["distance"]
     np.testing.assert_array_equal(by_table[:, 0], np.searchsorted(edges, new["distance"], side="right"))
     np.testing.assert_array_equal(by_table, by_search)
+
+
+@pytest.mark.parametrize("backend", ["oracle", "cpu"])
+def test_lookups_reject_codes_their_column_cannot_hold(backend: str) -> None:
+    out = np.zeros((3, 1), dtype=np.int8)
+    too_big = np.array([0, 200, 3])  # would wrap to -56 as int8
+    with pytest.raises(ValueError, match=r"codes must lie in \[-1, 127\]"):
+        lookup_codes(np.zeros(3, dtype=np.int32), 0, too_big, 0, out, 0, backend=backend)
+    with pytest.raises(ValueError, match=r"codes must lie in \[-1, 127\]"):
+        lookup_codes(np.zeros(3, dtype=np.int32), 0, np.arange(3), 300, out, 0, backend=backend)
+    with pytest.raises(ValueError, match=r"codes must lie in \[-1, 127\]"):
+        lookup_bins(np.zeros(3), 3, too_big, out, 0, backend=backend)
+    with pytest.raises(ValueError, match=r"codes must lie in \[-1, 127\]"):
+        lookup_edges(np.zeros(3), np.array([0.5, 1.5]), np.array([0, 1, -7]), 1, out, 0, backend=backend)
