@@ -284,28 +284,32 @@ class MBCT(Calibrator):
     # ----------------------------------------------------------------------------------------------
     # Input
 
-    def _codes(self, split: SplitInput, encoder: FeatureEncoder | None) -> Any:
-        """Return the ``(n, d)`` codes: the encoded features, then the score bin, written in one array."""
-        xp = array_namespace(split.score)
-        dtype = np.result_type(
-            *([] if encoder is None else [encoder.codes_dtype_]), *([np.int16] if self.score_bins else [])
-        )
-        out = xp.empty((split.score.shape[0], len(self._n_values())), dtype=dtype)
-        if encoder is not None:
-            encoder.transform(split.features, out=out)
-        if self.score_bins:
-            lookup_bins(split.score, self.score_bins, np.arange(self.score_bins), out, out.shape[1] - 1)
-        return out
+    def _codes(
+        self, split: SplitInput, encoder: FeatureEncoder | None, tree: TreeEnsemble | None = None
+    ) -> Any:
+        """Return the ``(n, d)`` codes: the encoded features, then the score bin, written in one array.
 
-    def _tree_codes(self, split: SplitInput) -> Any:
-        """Return the rows' ``(n, d)`` tree codes, each column encoded and pooled in one table read."""
-        e = self.ensemble_
+        With ``tree``, its pooled tree codes instead (``tree.code_maps`` composed with the encoding, one
+        table read per row and column).
+        """
         xp = array_namespace(split.score)
-        out = xp.empty((split.score.shape[0], len(e.code_maps)), dtype=tree_code_dtype(e.n_values))
-        if self.encoder_ is not None:
-            self.encoder_.transform(split.features, code_maps=e.code_maps, out=out)
+        width = (0 if encoder is None else len(encoder.feature_names_)) + (1 if self.score_bins else 0)
+        if tree is None:
+            maps = None
+            bin_codes = np.arange(self.score_bins)
+            parts = ([] if encoder is None else [encoder.codes_dtype_]) + (
+                [np.int16] if self.score_bins else []
+            )
+            dtype = np.result_type(*parts)
+        else:
+            maps = tree.code_maps
+            bin_codes = maps[-1]
+            dtype = tree_code_dtype(tree.n_values)
+        out = xp.empty((split.score.shape[0], width), dtype=dtype)
+        if encoder is not None:
+            encoder.transform(split.features, code_maps=maps, out=out)
         if self.score_bins:
-            lookup_bins(split.score, self.score_bins, e.code_maps[-1], out, out.shape[1] - 1)
+            lookup_bins(split.score, self.score_bins, bin_codes, out, width - 1)
         return out
 
     def _n_values(self) -> np.ndarray:
@@ -558,7 +562,7 @@ class MBCT(Calibrator):
     def _predict_input(self, X: Any) -> tuple[Any, Any, SplitInput]:
         check_is_fitted(self, list(self._state_spec))
         split = split_input(X, score_col=self.score_col, feature_cols=self.feature_cols_, allow_empty=True)
-        return self._tree_codes(split), self._apply_init(split.score), split
+        return self._codes(split, self.encoder_, self.ensemble_), self._apply_init(split.score), split
 
     def predict(self, X: Any) -> Any:
         """Return calibrated probabilities for the rows of ``X``, in ``X``'s family.
