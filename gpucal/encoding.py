@@ -326,9 +326,12 @@ class FeatureEncoder(BaseEstimator):
         if out is None:
             dtype = self.codes_dtype_ if code_maps is None else _map_codes_dtype(code_maps)
             out = xp.empty((n_rows, len(self._codings)), dtype=dtype)
-        elif out.shape[0] != n_rows or out.shape[1] < len(self._codings):
+        elif out.ndim != 2 or out.shape[0] != n_rows or out.shape[1] < len(self._codings):
             msg = f"out: shape {tuple(out.shape)} cannot hold {n_rows} rows of {len(self._codings)} codes"
             raise ValueError(msg)
+        elif np.dtype(out.dtype) not in [np.dtype(d) for d in CODE_DTYPES]:
+            msg = f"out: dtype {out.dtype} is not a code dtype (int8, int16 or int32)"
+            raise TypeError(msg)
         for j, coding in enumerate(self._codings):
             col = columns[coding.name]
             code_map = None if code_maps is None else np.asarray(code_maps[j])

@@ -112,6 +112,8 @@ def test_transform_checks_out_shape(frames: tuple) -> None:
     enc = FeatureEncoder(categorical_cols=["site"]).fit(fit)
     with pytest.raises(ValueError, match="out: shape"):
         enc.transform(new, out=np.zeros((len(new), 2), dtype=np.int16))
+    with pytest.raises(TypeError, match="out: dtype float64 is not a code dtype"):
+        enc.transform(new, out=np.zeros((len(new), 4)))
 
 
 @pytest.mark.parametrize("backend", ["oracle", "cpu"])
