@@ -21,7 +21,14 @@ from gpucal.datasets import make_ctr
 from gpucal.distributed import sum_partitions
 from gpucal.distributed._collections import partitions
 from gpucal.distributed.mbct import RowsPart
-from gpucal.distributed.trees import PartitionedRows, per_worker, persist, worker_groups
+from gpucal.distributed.trees import (
+    PartitionedRows,
+    balanced_shares,
+    holders,
+    per_worker,
+    persist,
+    worker_groups,
+)
 from gpucal.partition import grow
 from gpucal.partition.grow import GrowConfig, grow_tree, grow_tree_on
 
@@ -93,16 +100,19 @@ def test_worker_stores_grow_the_one_machine_tree_in_batches(client, monkeypatch,
     np.testing.assert_allclose(leaf_weight, expected, rtol=1e-12)
 
 
-def test_per_worker_runs_where_the_partitions_are(client) -> None:  # type: ignore[no-untyped-def]
+def test_per_worker_keeps_partitions_where_they_are_up_to_a_share(client) -> None:  # type: ignore[no-untyped-def]
     from distributed import futures_of, get_worker
 
     parts = persist([dask.delayed(np.arange, pure=False)(10 * i, 10 * i + 10) for i in range(6)])
     groups = worker_groups(parts)
     assert sorted(i for _, idx in groups for i in idx) == list(range(6))
+    assert sorted(len(idx) for _, idx in groups) == [3, 3]
     holders = client.who_has([futures_of(p)[0] for p in parts])
     for address, indices in groups:
         assert indices == sorted(indices)
-        assert all(holders[parts[i].key] == (address,) or address in holders[parts[i].key] for i in indices)
+        held = sum(address in holders[p.key] for p in parts)
+        kept = sum(address in holders[parts[i].key] for i in indices)
+        assert kept == min(held, 3)  # only the partitions beyond a worker's share move
 
     def where(group: list, indices: list[int]) -> tuple[str, list[int], int]:
         return get_worker().address, indices, int(sum(int(g.sum()) for g in group))
@@ -110,6 +120,37 @@ def test_per_worker_runs_where_the_partitions_are(client) -> None:  # type: igno
     results = dask.compute(*per_worker(where, parts))
     assert [(a, idx) for a, idx, _ in results] == groups
     assert sum(s for _, _, s in results) == sum(range(60))
+
+
+def test_per_worker_balances_partitions_read_on_one_worker(client) -> None:  # type: ignore[no-untyped-def]
+    from distributed import get_worker
+
+    first = sorted(client.scheduler_info()["workers"])[0]
+    with dask.annotate(workers=[first], allow_other_workers=False):
+        tasks = [dask.delayed(np.arange, pure=False)(10 * i, 10 * i + 10) for i in range(5)]
+    parts = persist(tasks)
+    assert {a for a, _ in (holders(parts) or [])} == {first}
+
+    def where(group: list, indices: list[int]) -> tuple[str, list[int], int]:
+        return get_worker().address, indices, int(sum(int(g.sum()) for g in group))
+
+    results = dask.compute(*per_worker(where, parts))
+    assert sorted(len(idx) for _, idx, _ in results) == [2, 3]
+    assert len({a for a, _, _ in results}) == 2  # both workers hold a store
+    assert sum(s for _, _, s in results) == sum(range(50))
+
+
+@pytest.mark.parametrize(
+    ("held_by", "expected"),
+    [
+        (["a"] * 5, {"a": [0, 1, 4], "b": [2, 3]}),
+        (["a", "b", "a", "b"], {"a": [0, 2], "b": [1, 3]}),
+        (["b", "b", "b", "a", "x"], {"a": [2, 3, 4], "b": [0, 1]}),
+        (["a"], {"a": [0], "b": []}),
+    ],
+)
+def test_balanced_shares(held_by: list[str], expected: dict[str, list[int]]) -> None:
+    assert balanced_shares(held_by, ["a", "b"]) == expected
 
 
 def test_per_worker_without_a_cluster_is_one_group() -> None:

@@ -5,8 +5,8 @@ root's seven sums, the group-sum histogram of a batch of open nodes, routing eve
 after the splits, and the node each row ends in. :class:`PartitionedRows` implements it with one
 ``grow.NodeOrderedRows`` per worker, the one-machine store:
 
-* :meth:`PartitionedRows.in_root` concatenates the partitions each worker holds into that worker's
-  store (:func:`per_worker`: one task pinned to the worker, so no row moves between workers);
+* :meth:`PartitionedRows.in_root` concatenates each worker's partitions into that worker's store
+  (:func:`per_worker`: one task pinned to the worker);
 * the store keeps its rows grouped by node (a stable counting sort per level, done by the routing
   task), so the histogram of a batch of open nodes reads only the contiguous run of the batch's rows
   (``NodeOrderedRows.histogram``), not every row of the worker;
@@ -114,19 +114,47 @@ def holders(parts: Sequence[Any]) -> list[tuple[str, Any]] | None:
 
 
 def worker_groups(parts: Sequence[Any]) -> list[tuple[str | None, list[int]]]:
-    """Group persisted partitions by the worker holding them: ``(address, partition indices)`` per worker.
+    """Assign persisted partitions to the cluster's workers: ``(address, partition indices)`` per worker.
 
-    Indices are ascending in each group and groups are ordered by their first partition, so a result
-    built group by group keeps partition order within a worker. Without a ``distributed`` client, or
-    for partitions not persisted on it, every partition is in one group with no address.
+    Every worker gets ``len(parts) // n_workers`` partitions, or one more, whatever dask placed where:
+    a worker keeps the partitions it holds up to its share, and the rest move once to the workers
+    short of theirs (:func:`balanced_shares`). The stores built from the groups then split every later
+    pass evenly, even when the reads ran on one worker. Indices are ascending in each group and groups
+    are ordered by their first partition, so a result built group by group keeps partition order within
+    a worker. Without a ``distributed`` client, or for partitions not persisted on it, every partition
+    is in one group with no address.
     """
     placed = holders(parts)
-    if placed is None:
+    client = _client()
+    if placed is None or client is None:
         return [(None, list(range(len(parts))))]
-    groups: dict[str | None, list[int]] = {}
-    for i, (address, _) in enumerate(placed):
-        groups.setdefault(address, []).append(i)
-    return sorted(groups.items(), key=lambda item: item[1][0])
+    workers = sorted(client.scheduler_info(n_workers=-1)["workers"])
+    shares = balanced_shares([address for address, _ in placed], workers)
+    return sorted(((w, idx) for w, idx in shares.items() if idx), key=lambda item: item[1][0])
+
+
+def balanced_shares(held_by: Sequence[str], workers: Sequence[str]) -> dict[str, list[int]]:
+    """Partition ``i`` (held by ``held_by[i]``) to a worker, ``len(held_by) // len(workers)`` or one more
+    each. Each worker keeps what it holds up to the smaller share; only the partitions beyond it move:
+    first to the workers short of the smaller share (in index order), then the remainder one each to
+    its holder if that holder has no extra one yet, else to the first worker without one."""
+    small = len(held_by) // len(workers)
+    groups: dict[str, list[int]] = {w: [] for w in workers}
+    spare = []
+    for i, address in enumerate(held_by):
+        if address in groups and len(groups[address]) < small:
+            groups[address].append(i)
+        else:
+            spare.append(i)
+    short = [w for w in workers for _ in range(small - len(groups[w]))]
+    for w, i in zip(short, spare, strict=False):
+        groups[w].append(i)
+    for i in spare[len(short) :]:  # fewer than len(workers) left: every worker is at the smaller share
+        holder = held_by[i]
+        has_room = holder in groups and len(groups[holder]) == small
+        target = holder if has_room else next(w for w in workers if len(groups[w]) == small)
+        groups[target].append(i)
+    return {w: sorted(idx) for w, idx in groups.items()}
 
 
 def _on_group(fn: Callable[..., Any], indices: list[int], args: tuple[Any, ...], *parts: Any) -> Any:
@@ -136,10 +164,11 @@ def _on_group(fn: Callable[..., Any], indices: list[int], args: tuple[Any, ...],
 def per_worker(fn: Callable[..., Any], parts: Sequence[Any], *args: Any) -> list[Any]:
     """Return ``fn(parts_of_worker, indices, *args)`` once per worker, computed and kept on that worker.
 
-    ``parts`` are persisted delayed partitions; each worker's call receives the partitions it holds (in
-    partition order) and their indices, and runs pinned to that worker, so nothing moves between
-    workers. The results (persisted delayed objects, one per worker, ordered by their first partition)
-    are the partitions of the passes that follow: every pass then ships one result per worker.
+    ``parts`` are persisted delayed partitions; each worker's call receives its group of
+    :func:`worker_groups` (in partition order) and their indices, and runs pinned to that worker: a
+    partition moves only when its holder has more than its share. The results (persisted delayed
+    objects, one per worker, ordered by their first partition) are the partitions of the passes that
+    follow: every pass then ships one result per worker.
     """
     import dask
 
@@ -371,6 +400,7 @@ __all__ = [
     "PartitionedRows",
     "TreeRowsPart",
     "as_partitions",
+    "balanced_shares",
     "concat_rows",
     "holders",
     "map_persisted",
