@@ -252,10 +252,12 @@ def grow_tree_on(
         if not frontier:
             break
         n_split, n_before = 0, len(nodes.feature)
-        rows.start_level(len(nodes.feature))
+        rows.start_level(n_before)
         for batch in _batches(frontier, int(offsets[-1] + n_values[-1])):
             parent = np.stack([nodes.value[m] for m in batch])
-            splits = rows.splits(batch, parent, len(nodes.feature), n_values, rare_codes, config)
+            # The nodes when the level started: every row is in one of them, and a store's node
+            # starts (``start_level``) stay valid for all the level's batches.
+            splits = rows.splits(batch, parent, n_before, n_values, rare_codes, config)
             for node, choice in zip(batch, splits, strict=True):
                 if choice is None:
                     continue
