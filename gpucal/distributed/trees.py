@@ -259,42 +259,43 @@ def _routed(
     return out
 
 
-def _compact_rows(hist: np.ndarray, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
-    """Slots ``lo:hi`` of a batch histogram as its (slot, bin) pairs with rows: their flat positions
-    in the ``(hi - lo) * n_bins`` pairs and their sums ``(k, N_STATS)``.
+def _compact_histogram(
+    store: NodeOrderedRows, nodes: list[int], n_nodes: int, n_values: np.ndarray, backend: str
+) -> tuple[np.ndarray, np.ndarray]:
+    """A store's histogram of ``nodes`` as its (slot, bin) pairs with rows: their flat positions in the
+    ``len(nodes) * n_bins`` pairs and their sums ``(k, N_STATS)``.
 
-    What one worker sends another of a batch (:meth:`PartitionedRows.splits`). A pair without rows
-    holds seven exact zeros, so leaving it out changes no sum; a deep node's rows touch few of the
-    codes, so this is a fraction of the dense bytes (30% of the pairs in a 1e7-row fit).
+    What one worker sends another (:meth:`PartitionedRows.splits`). A pair without rows holds seven
+    exact zeros, so leaving it out changes no sum; a deep node's rows touch few of the codes, so this
+    is a fraction of the dense bytes (30% of the pairs in a 1e7-row fit).
     """
-    pairs = hist[lo:hi].reshape(-1, hist.shape[2])
+    pairs = _histogram(store, nodes, n_nodes, n_values, backend).reshape(-1, N_STATS)
     at = np.flatnonzero(pairs[:, STAT_COUNT] > 0)
     return at, pairs[at]
 
 
 def _decide_share(
-    lo: int,
-    hi: int,
-    batch: list[int],
+    store: NodeOrderedRows,
+    nodes: list[int],
     parent: np.ndarray,
+    n_nodes: int,
     n_values: np.ndarray,
     rare_codes: np.ndarray,
     config: GrowConfig,
-    *pieces: Any,
+    *others: tuple[np.ndarray, np.ndarray],
 ) -> list[Split | None]:
-    """The splits of slots ``lo:hi`` of a batch: the workers' histograms of them added, then
-    ``grow.decide_splits``. This worker's histogram comes whole (cut to ``lo:hi`` here), the others'
-    as :func:`_compact_rows`, added to it pair by pair. Each pair's sum has one term per worker that
-    has rows in it, and floating-point addition of two terms commutes, so with two workers the sums
-    are bit for bit those of :meth:`PartitionedRows.histogram`; with more, the order of the additions
-    may differ (about 1e-16 relative per sum)."""
-    total = next(np.array(p[lo:hi], copy=True) for p in pieces if isinstance(p, np.ndarray))
+    """The splits of ``nodes`` (a contiguous share of a batch): this store's histogram of them, the
+    other workers' :func:`_compact_histogram` added pair by pair, then ``grow.decide_splits``.
+
+    Each pair's sum has one term per worker with rows in it, and floating-point addition of two terms
+    commutes, so with two workers the sums are bit for bit those of :meth:`PartitionedRows.histogram`;
+    with more, the order of the additions may differ (about 1e-16 relative per sum).
+    """
+    total = _histogram(store, nodes, n_nodes, n_values, config.backend)
     pairs = total.reshape(-1, N_STATS)
-    for piece in pieces:
-        if not isinstance(piece, np.ndarray):
-            at, sums = piece
-            pairs[at] += sums  # distinct positions: one addition per pair
-    return decide_splits(total, None, batch, parent, n_values, rare_codes, config)
+    for at, sums in others:
+        pairs[at] += sums  # distinct positions: one addition per pair
+    return decide_splits(total, None, nodes, parent, n_values, rare_codes, config)
 
 
 @dataclass(frozen=True)
@@ -345,10 +346,11 @@ class PartitionedRows:
     ) -> list[Split | None]:
         """The batch's splits, decided on the workers from the histogram added there (a reduce-scatter).
 
-        Each worker histograms its run of the batch's rows and keeps the result; the batch's slots are
-        cut into one contiguous share per worker, and each worker adds every worker's histogram of its
-        share (its own, and the others' :func:`_compact_rows`: the only histogram bytes that move) and
-        decides those nodes' splits. Only the splits come back to the client. The sums are those of
+        The batch's nodes are cut into one contiguous share per worker. Each worker histograms the rows
+        it holds of every share (one run of its rows per share): its own share densely, the others' as
+        :func:`_compact_histogram`, the only histogram bytes that move. It adds the other workers'
+        compact histograms of its share to its own and decides those nodes' splits
+        (:func:`_decide_share`); only the splits come back to the client. The sums are those of
         :meth:`histogram` up to the order of the additions (:func:`_decide_share`), so the splits are
         the same. Without a cluster: the histogram summed here and decided by the client.
         """
@@ -358,35 +360,38 @@ class PartitionedRows:
             return decide_splits(hist, None, batch, parent, n_values, rare_codes, config)
         client = _client()
         batch = list(batch)
-        hists = [
-            client.submit(
-                _histogram, store, batch, n_nodes, n_values, config.backend, workers=[address], pure=False
-            )
-            for address, store in placed
-        ]
         bounds = np.linspace(0, len(batch), len(placed) + 1).astype(int)
         shares = []
-        for h, (address, _) in enumerate(placed):
+        for h, (address, store) in enumerate(placed):
             lo, hi = int(bounds[h]), int(bounds[h + 1])
             if lo == hi:
                 continue
-            pieces = [
-                hist
-                if holder == address
-                else client.submit(_compact_rows, hist, lo, hi, workers=[holder], pure=False)
-                for (holder, _), hist in zip(placed, hists, strict=True)
+            nodes = batch[lo:hi]
+            others = [
+                client.submit(
+                    _compact_histogram,
+                    other,
+                    nodes,
+                    n_nodes,
+                    n_values,
+                    config.backend,
+                    workers=[holder],
+                    pure=False,
+                )
+                for g, (holder, other) in enumerate(placed)
+                if g != h
             ]
             shares.append(
                 client.submit(
                     _decide_share,
-                    lo,
-                    hi,
-                    batch[lo:hi],
+                    store,
+                    nodes,
                     parent[lo:hi],
+                    n_nodes,
                     n_values,
                     rare_codes,
                     config,
-                    *pieces,
+                    *others,
                     workers=[address],
                     pure=False,
                 )
