@@ -589,9 +589,10 @@ def render(report: dict[str, Any]) -> str:
         "once and run on the workers in the background, so their work is part of the wait of the next sum "
         "pass. The files are read twice: by `encoder` (the encoder's categories) and by the encoding pass "
         "(its wait shows in `sum:_part_summary`, with the validation split and the concatenation of each "
-        "worker's partitions). `sum:_histogram` is one batch of open nodes: each worker histograms its "
-        "run of the batch's rows, the workers add each other's share of the histogram and decide its "
-        "splits there (only the splits come back).",
+        "worker's partitions). `sum:_histogram` is one batch of open nodes, cut into one share per "
+        "worker: each worker histograms its rows of every share, sends the other workers their shares "
+        "as the (node, code) pairs with rows, adds what it receives to its own share and decides those "
+        "splits (only the splits come back).",
         "",
         "| pass | count | client wait s | per pass s |",
         "|---|---|---|---|",
