@@ -31,6 +31,7 @@ sums over partitions.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
@@ -41,7 +42,7 @@ from gpucal._frames import split_input
 from gpucal._validation import check_consistent_length, check_labels
 from gpucal.calibrators._logistic import LogisticRows, check_class_weights
 from gpucal.distributed._checks import check_partition_weight
-from gpucal.distributed._collections import partitions
+from gpucal.distributed._collections import Partitions, partitions
 from gpucal.distributed._reduce import reduce_partitions, sum_partitions
 from gpucal.distributed.calibrators import (
     DaskLogisticRows,
@@ -100,14 +101,22 @@ def fit_mbct_partitions(model: MBCT, X: Any, y: Any, sample_weight: Any) -> None
     """Fit ``model`` (parameters validated) on the dask DataFrame ``X``, labels and weights alike.
 
     Sets the fitted attributes of ``MBCT.fit``. Raises ``NotImplementedError`` for criterion "mvce".
+    With ``dask.config`` key ``gpucal.stream-partitions`` set, no rows are held between passes
+    (``gpucal.distributed.mbct_stream``).
     """
+    parts = _encoded_input(model, X, y, sample_weight)
+    from gpucal.distributed.mbct_stream import first_streamed_chain, stream_partitions
+
+    if stream_partitions():
+        model._grow_chain(first_streamed_chain(model, parts.parts))
+        return
     # No local holds the first chain's rows (nor the input codes) while the trees grow: each tree's
     # rows are freed on the workers once the next tree's are made.
-    model._grow_chain(_first_chain(model, X, y, sample_weight))
+    model._grow_chain(_first_chain(model, parts))
 
 
-def _first_chain(model: MBCT, X: Any, y: Any, sample_weight: Any) -> DaskChainRows:
-    """Everything before the trees: encoder, encoded and split rows, sizes, code maps, initial map."""
+def _encoded_input(model: MBCT, X: Any, y: Any, sample_weight: Any) -> Partitions:
+    """Check the input's columns, fit the encoder (one pass); return the aligned input partitions."""
     if model.criterion == "mvce":
         msg = (
             "MBCT(criterion='mvce') has no distributed fit: MVCE's views are equal-count bins over the rows "
@@ -127,7 +136,11 @@ def _first_chain(model: MBCT, X: Any, y: Any, sample_weight: Any) -> DaskChainRo
         encoder = FeatureEncoder(n_bins=model.n_bins, categorical_cols=model.categorical_cols)
         model.encoder_ = fit_encoder(encoder, X[names], sample_weight=sample_weight)
     model.feature_cols_ = [] if model.encoder_ is None else list(model.encoder_.feature_names_)
+    return parts
 
+
+def _first_chain(model: MBCT, parts: Partitions) -> DaskChainRows:
+    """Everything before the trees: encoded and split rows held per worker, sizes, code maps, initial map."""
     import dask
 
     # Each partition is read and encoded once; the validation split needs the global row offsets, known
@@ -139,8 +152,7 @@ def _first_chain(model: MBCT, X: Any, y: Any, sample_weight: Any) -> DaskChainRo
     # result per worker, and each tree's store is built without another copy.
     split_parts = per_worker(_split_group, encoded, model, offsets)
     del encoded  # the workers free the encoded partitions once their worker's split part exists
-    n_values = model._n_values()
-    summary = sum_partitions(as_partitions(split_parts), _part_summary, args=(n_values,))
+    summary = sum_partitions(as_partitions(split_parts), _part_summary, args=(model._n_values(),))
     _check_summary(model, summary)
     train = map_persisted(_side, split_parts, "train")
     valid = map_persisted(_side, split_parts, "valid") if model.validation_fraction else None
@@ -148,24 +160,41 @@ def _first_chain(model: MBCT, X: Any, y: Any, sample_weight: Any) -> DaskChainRo
     n_train = int(summary[_N_ROWS] - summary[_N_HELD])
     model._log(
         1,
-        f"MBCT: {n_train} training rows, {len(n_values)} split features (dask, {len(parts.parts)} "
-        f"partitions on {len(train)} worker(s))",
+        f"MBCT: {n_train} training rows, {len(model._n_values())} split features (dask, "
+        f"{len(parts.parts)} partitions on {len(train)} worker(s))",
     )
 
-    total, label_sum = summary[_W_SUM], summary[_WY_SUM]
-    model._resolve_sizes(*_label_moments(train, float(total), float(label_sum)))
-    model._code_maps, model._rare_codes, model._tree_n_values = code_maps_from_weights(
-        summary[_CODE_WEIGHTS:], n_values, model.min_child_size_
-    )
-    model.init_ = np.array([1.0, 0.0])
-    if model.init == "platt":
-        # DaskLogisticRows spells out fit's keyword options where the protocol takes **options.
-        score_rows = cast(LogisticRows, DaskLogisticRows(_ScoreRows.of_parts(train)))
-        model.init_ = np.array(fit_init_platt(score_rows))
+    def square_sum(mean: float) -> float:
+        return float(sum_partitions(as_partitions(train), _label_square_sum, args=(mean,))[0])
+
+    fit_input_state(model, summary, square_sum, lambda: _ScoreRows.of_parts(train))
     maps, n_values = model._code_maps, model._tree_n_values
     chain_train = map_persisted(_chain_input, train, model, maps, n_values)
     chain_valid = None if valid is None else map_persisted(_chain_input, valid, model, maps, n_values)
     return DaskChainRows(model, chain_train, chain_valid)  # the input codes are freed on return
+
+
+def fit_input_state(
+    model: MBCT,
+    summary: np.ndarray,
+    label_square_sum: Callable[[float], float],
+    score_rows: Callable[[], _ScoreRows],
+) -> None:
+    """Set what the trees start from, from the input summary (:func:`_part_summary` added up).
+
+    ``min_node_size_`` (Eq. 13's beta, from the label moments: ``label_square_sum(mean)`` is one more
+    pass), the tree code maps (from the code weights), and ``init_`` (the initial Platt map: Newton
+    steps of summed passes over ``score_rows()``, the training scores).
+    """
+    total, label_sum = float(summary[_W_SUM]), float(summary[_WY_SUM])
+    model._resolve_sizes(total, label_square_sum(label_sum / total) / total)
+    model._code_maps, model._rare_codes, model._tree_n_values = code_maps_from_weights(
+        summary[_CODE_WEIGHTS:], model._n_values(), model.min_child_size_
+    )
+    model.init_ = np.array([1.0, 0.0])
+    if model.init == "platt":
+        # DaskLogisticRows spells out fit's keyword options where the protocol takes **options.
+        model.init_ = np.array(fit_init_platt(cast(LogisticRows, DaskLogisticRows(score_rows()))))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -285,13 +314,6 @@ def _label_sums(part: RowsPart) -> np.ndarray:
 
 def _label_square_sum(part: RowsPart, mean: float) -> np.ndarray:
     return np.array([label_square_sum(part.y, part.w, mean)])
-
-
-def _label_moments(train: list[Any], total: float, label_sum: float) -> tuple[float, float]:
-    """``gpucal.mbct.model.label_moments`` over partitions from the summary's ``sum w`` and ``sum w y``:
-    one more pass, around the mean."""
-    square_sum = sum_partitions(as_partitions(train), _label_square_sum, args=(float(label_sum / total),))
-    return float(total), float(square_sum[0]) / float(total)
 
 
 def _code_weights(part: RowsPart, n_values: np.ndarray) -> np.ndarray:

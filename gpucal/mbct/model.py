@@ -329,7 +329,12 @@ class MBCT(Calibrator):
         Parameters
         ----------
         X : dataframe
-            The score column and the feature columns (pandas, cudf, polars, pyarrow, or a dict).
+            The score column and the feature columns (pandas, cudf, polars, pyarrow, or a dict), or a
+            dask DataFrame (``y`` and ``sample_weight`` partitioned alike): the same trees, fitted by
+            passes over the partitions with each worker's rows held in its memory
+            (``gpucal.distributed.mbct``), or, under ``dask.config.set({"gpucal.stream-partitions":
+            True})``, read again by every pass for data larger than memory
+            (``gpucal.distributed.mbct_stream``).
         y : array-like of shape (n,)
             Labels in {0, 1} (soft labels in [0, 1] count as that fraction of a positive).
         sample_weight : array-like of shape (n,), optional
