@@ -18,7 +18,7 @@ import pytest
 
 from gpucal import MBCT
 from gpucal.datasets import make_ctr
-from gpucal.distributed.mbct_stream import STREAM_KEY, stream_partitions
+from gpucal.distributed.mbct_stream import STREAM_KEY, fold_in_lanes, stream_partitions
 
 FEATURES = ["region", "user_segment", "device"]
 
@@ -96,3 +96,20 @@ def test_streamed_fit_reads_its_parquet_files_once_per_pass(client, tmp_path: Pa
     assert len(set(per_file)) == 1  # every pass reads every file once
     assert per_file[0] > 10  # ... and the fit is many passes: the rows are not held
     _assert_same_trees(held, streamed, df[["score", *FEATURES]])
+
+
+@pytest.mark.parametrize("n_lanes", [1, 2, 3, 8])
+def test_fold_in_lanes_adds_every_part_in_lane_order(n_lanes: int) -> None:
+    rng = np.random.default_rng(n_lanes)
+    arrays = [rng.normal(size=(3, 4)) for _ in range(7)]
+    parts = [dask.delayed(a) for a in arrays]
+    with dask.config.set(scheduler="sync"):
+        total = fold_in_lanes(parts, n_lanes)
+    lanes = [arrays[k::n_lanes] for k in range(min(n_lanes, len(arrays)))]
+    expected = None
+    for lane in lanes:
+        lane_sum = lane[0]
+        for a in lane[1:]:
+            lane_sum = lane_sum + a
+        expected = lane_sum if expected is None else expected + lane_sum
+    np.testing.assert_array_equal(total, expected)  # the same additions in the same order

@@ -10,6 +10,8 @@ Importing this package imports no dask and no GPU library; each function imports
   (histogram, isotonic, Platt, beta, temperature) accept dask DataFrames, Series and Arrays directly.
 * ``MBCT.fit`` / ``predict`` accept dask DataFrames (criterion ``"gain"``): the tree engine's row store
   over partitions (:mod:`~gpucal.distributed.trees`) and the fit driver (:mod:`~gpucal.distributed.mbct`).
+  For data larger than memory, ``dask.config.set({"gpucal.stream-partitions": True})`` holds no rows:
+  every pass reads the partitions again (:mod:`~gpucal.distributed.mbct_stream`).
 * ``FeatureAwarePlattCalibrator.fit`` / ``predict`` accept dask DataFrames: the Newton-CG of one machine
   over a row store of persisted partitions (:mod:`~gpucal.distributed.feature_platt`).
 * ``HeterogeneousCalibrator.fit`` / ``predict`` accept dask DataFrames in every mode and local map: the

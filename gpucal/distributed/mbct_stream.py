@@ -14,13 +14,16 @@ reads the file), then on the worker that computed it:
 3. for the tree being grown, finds each row's node by walking the tree as far as it is built
    (``kernels.tree_leaves``: the nodes of the current level are leaves of that walk);
 
-and returns the pass's fixed-shape sums. The sums are those of the held fit, in another order of the
-additions (partition by partition, not worker by worker), so the trees are the same (up to the ties that
+and returns the pass's fixed-shape sums. A histogram pass is one task per partition (nothing of
+partition size outlives it) and the histograms are added in one sequential fold per worker
+(:func:`fold_in_lanes`), so a worker holds about two of them whatever the number of partitions. The sums
+are those of the held fit in another order of the additions, so the trees are the same (up to the ties that
 ``grow.first_best`` settles) and the node values agree to rounding (``tests/test_distributed_stream.py``).
 
 What it costs: every pass pays the read and the encoding, and a histogram pass scatters into the
 batch's histogram from rows in data order (the held fit reads one run of node-ordered rows). A 6-tree
-fit is about 280 passes. Memory on a worker is one partition in flight and the histograms.
+fit is about 280 passes. Memory on a worker is the partitions in flight and a few batch histograms,
+whatever the number of rows.
 """
 
 from __future__ import annotations
@@ -46,7 +49,7 @@ from gpucal.distributed.mbct import (
     _split_group,
     fit_input_state,
 )
-from gpucal.distributed.trees import TreeRowsPart, as_partitions
+from gpucal.distributed.trees import TreeRowsPart, _client, as_partitions
 from gpucal.partition.ensemble import TreeEnsemble, map_codes, predict_ensemble
 from gpucal.partition.grow import (
     GrowConfig,
@@ -128,12 +131,61 @@ def _root_stats(part: RowsPart, backend: str) -> np.ndarray:
 
 
 def _histogram(
-    part: TreeRowsPart, batch: list[int], n_nodes: int, n_values: np.ndarray, backend: str
+    X: Any,
+    y: Any,
+    w: Any,
+    index: int,
+    offsets: np.ndarray,
+    model: MBCT,
+    trees: list[TreeEnsemble],
+    tree: tuple[np.ndarray, np.ndarray, np.ndarray],
+    batch: list[int],
+    n_nodes: int,
+    n_values: np.ndarray,
+    backend: str,
 ) -> np.ndarray:
+    """One partition's batch histogram, from its source: rows, nodes and group sums in one task (no
+    partition-sized result is kept between tasks)."""
+    rows = _side_rows(X, y, w, index, offsets, model, "train", trees)
+    part = _in_nodes(rows, *tree)
     hist, _ = batch_histogram(
         part.codes, part.f, part.y, part.w, part.node_idx, batch, n_nodes, n_values, backend
     )
     return hist
+
+
+def _added(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return a + b
+
+
+def fold_in_lanes(parts: list[Any], n_lanes: int) -> np.ndarray:
+    """Add delayed arrays in ``n_lanes`` sequential folds (partitions ``k, k + n_lanes, ...``), then the
+    lanes in order; return the sum.
+
+    A fold holds its running sum and one more array, so a lane per worker keeps about two histograms
+    alive on each, where a reduction tree can compute every partition's first. The order of the
+    additions is fixed by ``n_lanes``.
+    """
+    import dask
+
+    add = dask.delayed(_added, pure=False)
+    lanes = []
+    for k in range(min(n_lanes, len(parts))):
+        total = parts[k]
+        for part in parts[k + n_lanes :: n_lanes]:
+            total = add(total, part)
+        lanes.append(total)
+    total = lanes[0]
+    for lane in lanes[1:]:
+        total = add(total, lane)
+    (out,) = dask.compute(total)
+    return np.asarray(out)
+
+
+def _n_workers() -> int:
+    """Workers of the active ``distributed`` client (1 without one)."""
+    client = _client()
+    return 1 if client is None else max(1, len(client.scheduler_info(n_workers=-1)["workers"]))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -232,9 +284,26 @@ class StreamedRows:
         rare_codes: np.ndarray,
         config: GrowConfig,
     ) -> list[Split | None]:
-        hist = sum_partitions(
-            as_partitions(self.rows()), _histogram, args=(list(batch), n_nodes, n_values, config.backend)
-        )
+        import dask
+
+        chain, task = self.chain, dask.delayed(_histogram, pure=False)
+        tree = (self.feature, self.base, self.table)
+        hists = [
+            task(
+                *source,
+                i,
+                chain.offsets,
+                chain.model,
+                list(chain.trees),
+                tree,
+                list(batch),
+                n_nodes,
+                n_values,
+                config.backend,
+            )
+            for i, source in enumerate(chain.sources)
+        ]
+        hist = fold_in_lanes(hists, _n_workers())
         return decide_splits(hist, None, batch, parent, n_values, rare_codes, config)
 
     def routed(
@@ -270,4 +339,11 @@ def first_streamed_chain(model: MBCT, sources: list[tuple[Any, ...]]) -> Streame
     return chain
 
 
-__all__ = ["STREAM_KEY", "StreamedChainRows", "StreamedRows", "first_streamed_chain", "stream_partitions"]
+__all__ = [
+    "STREAM_KEY",
+    "StreamedChainRows",
+    "StreamedRows",
+    "first_streamed_chain",
+    "fold_in_lanes",
+    "stream_partitions",
+]
