@@ -179,6 +179,7 @@ class MemorySampler:
     @contextlib.contextmanager
     def phase(self, result: dict[str, Any]) -> Iterator[None]:
         self.peak = self.total_rss()
+        result["rss_before_mb"] = self.peak / 2**20
         yield
         self.peak = max(self.peak, self.total_rss())
         result["peak_rss_all_mb"] = self.peak / 2**20
@@ -255,9 +256,10 @@ class PassLog:
 def instrument() -> PassLog:
     """Wrap the pass functions where the distributed MBCT fit looks them up (this process only)."""
     from gpucal.distributed import mbct as dist_mbct
-    from gpucal.distributed import trees
+    from gpucal.distributed import mbct_stream, trees
 
     log = PassLog()
+    mbct_stream.sum_partitions = log.wrap("sum", mbct_stream.sum_partitions, 1)
     for module in (dist_mbct, trees):
         module.sum_partitions = log.wrap("sum", module.sum_partitions, 1)
         module.map_persisted = log.wrap("map", module.map_persisted, 0)
@@ -320,7 +322,7 @@ def warm_up(files: list[Path], features: list[str]) -> None:
 
 
 def distributed_fit(
-    files: list[Path], features: list[str], log: PassLog, limit_s: float
+    files: list[Path], features: list[str], log: PassLog, limit_s: float, *, stream: bool = False
 ) -> tuple[Any, dict[str, Any]]:
     """``MBCT.fit`` on one partition per Parquet file, read on the workers, timed and logged.
 
@@ -337,7 +339,9 @@ def distributed_fit(
     # A shell starting a job in the background ignores SIGINT, and interrupt_main then does nothing.
     signal.signal(signal.SIGINT, signal.default_int_handler)
     limit = threading.Timer(limit_s, _thread.interrupt_main)
-    with log.recording() as entries:
+    import dask
+
+    with log.recording() as entries, dask.config.set({"gpucal.stream-partitions": stream}):
         t0 = time.perf_counter()
         limit.start()
         try:
@@ -578,6 +582,7 @@ def render(report: dict[str, Any]) -> str:
         "",
         f"Trees of the distributed fit against one machine's ({n_over:,} rows): " + _tree_line(over["trees"]),
         "",
+        *render_stream(report),
         f"VmHWM per process at the end of the {n_scale:.0e}-row fit (the workers were restarted before "
         "its warm-up): "
         + ", ".join(f"{p['role']} {p['vmhwm_mb']:.0f} MiB" for p in scale["processes"])
@@ -616,6 +621,40 @@ def render(report: dict[str, Any]) -> str:
     ]
     lines += render_projection(report["projection"], report["layout"], n_scale)
     return "\n".join(lines) + "\n"
+
+
+def render_stream(report: dict[str, Any]) -> list[str]:
+    """The streamed fit of the overhead files against their held fit, or nothing when it was skipped."""
+    streamed, held = report.get("stream"), report["overhead"]
+    if not streamed:
+        return []
+    same = (
+        f"trees identical in structure, node values within {streamed['max_abs_value_diff']:.1e}"
+        if streamed["same_structure"]
+        else "**trees differ in structure**"
+    )
+    held_passes = sum(1 for e in held["passes"] if e["kind"] != "map")
+    lines = [
+        f"## Streamed: the rows read again by every pass ({report['overhead_rows']:,} rows)",
+        "",
+        "The overhead files fitted again on restarted workers under "
+        "`dask.config.set({'gpucal.stream-partitions': True})`: nothing is held between passes, every "
+        "pass reads the Parquet files again, encodes them and walks the trees so far "
+        f"(`gpucal/distributed/mbct_stream.py`); against the held fit above: {same}. Memory added is "
+        "the peak minus the processes' RSS before the fit.",
+        "",
+        "| fit | fit s | passes | peak RSS, all processes | memory added by the fit |",
+        "|---|---|---|---|---|",
+    ]
+    for name, r, n in (
+        ("rows held (the overhead fit)", held, held_passes),
+        ("streamed", streamed, streamed["n_passes"]),
+    ):
+        lines.append(
+            f"| {name} | {r['fit_s']:.1f} | {n} | {r['peak_rss_all_mb']:.0f} MiB | "
+            f"{r['peak_rss_all_mb'] - r['rss_before_mb']:.0f} MiB |"
+        )
+    return [*lines, ""]
 
 
 def render_projection(p: dict[str, Any], layout: dict[str, Any], n_rows: int) -> list[str]:
@@ -773,6 +812,31 @@ def _yes(ok: bool) -> str:
     return "yes" if ok else "**no**"
 
 
+def streamed_fit(
+    files: list[Path], features: list[str], log: PassLog, sampler: MemorySampler, held: Any
+) -> dict[str, Any]:
+    """The files fitted streamed (``gpucal.stream-partitions``) on restarted workers: time, peak
+    memory, passes, and the trees against ``held`` (the same files fitted with the rows held)."""
+    from distributed import default_client
+
+    default_client().restart()
+    warm_up(files, features)
+    out: dict[str, Any] = {}
+    with sampler.phase(out):
+        model, result = distributed_fit(files, features, log, 3600.0, stream=True)
+        out.update(result)
+    out["n_passes"] = sum(1 for e in out.pop("passes") if e["kind"] != "map")
+    a, b = held.ensemble_, model.ensemble_
+    out["same_structure"] = all(
+        np.array_equal(getattr(a, name), getattr(b, name))
+        for name in ("node_feature", "child_table", "tree_start")
+    )
+    out["max_abs_value_diff"] = (
+        float(np.max(np.abs(a.node_value - b.node_value))) if out["same_structure"] else None
+    )
+    return out
+
+
 # --------------------------------------------------------------------------------------------------
 
 
@@ -786,6 +850,9 @@ def main() -> None:
         type=float,
         default=600.0,
         help="seconds before the scale fit is stopped (half: overhead)",
+    )
+    parser.add_argument(
+        "--no-stream", dest="stream", action="store_false", help="skip the streamed fit of the overhead files"
     )
     parser.add_argument("--quick", action="store_true", help="4 files of 2e5 rows: a smoke run")
     parser.add_argument("--out", default=None, help="report path (.md; the .json goes beside it)")
@@ -828,6 +895,7 @@ def main() -> None:
             over.update(result)
         rows = pd.read_parquet(files[0], columns=["score", *features])
         over["trees"] = compare_trees(model, trees_path, rows)
+        over_model = model
         del rows
         report["overhead"] = over
         print("overhead", over["fit_s"], over["trees"], flush=True)
@@ -839,6 +907,9 @@ def main() -> None:
             scale.update(result)
         report["scale"] = scale
         print("scale", scale["fit_s"], scale["peak_rss_all_mb"], scale["pass_summary"], flush=True)
+        if args.stream:
+            report["stream"] = streamed_fit(over_files, features, log, sampler, over_model)
+            print("stream", report["stream"]["fit_s"], report["stream"]["same_structure"], flush=True)
     sampler.close()
     trees_path.unlink(missing_ok=True)
     layout = model_layout(model, len(features))
