@@ -260,6 +260,7 @@ def instrument() -> PassLog:
 
     log = PassLog()
     mbct_stream.sum_partitions = log.wrap("sum", mbct_stream.sum_partitions, 1)
+    mbct_stream.fold_in_lanes = log.wrap("fold", mbct_stream.fold_in_lanes, 99)  # streamed histograms
     for module in (dist_mbct, trees):
         module.sum_partitions = log.wrap("sum", module.sum_partitions, 1)
         module.map_persisted = log.wrap("map", module.map_persisted, 0)
@@ -624,10 +625,15 @@ def render(report: dict[str, Any]) -> str:
 
 
 def render_stream(report: dict[str, Any]) -> list[str]:
-    """The streamed fit of the overhead files against their held fit, or nothing when it was skipped."""
-    streamed, held = report.get("stream"), report["overhead"]
+    """The streamed fit against the held fit of the same files, or nothing when it was skipped."""
+    streamed = report.get("stream")
     if not streamed:
         return []
+    everything = streamed.get("which") == "all"
+    held = report["scale" if everything else "overhead"]
+    n_rows = (
+        report["data"]["files"] * report["data"]["rows_per_file"] if everything else report["overhead_rows"]
+    )
     same = (
         f"trees identical in structure, node values within {streamed['max_abs_value_diff']:.1e}"
         if streamed["same_structure"]
@@ -635,9 +641,9 @@ def render_stream(report: dict[str, Any]) -> list[str]:
     )
     held_passes = sum(1 for e in held["passes"] if e["kind"] != "map")
     lines = [
-        f"## Streamed: the rows read again by every pass ({report['overhead_rows']:,} rows)",
+        f"## Streamed: the rows read again by every pass ({n_rows:,} rows)",
         "",
-        "The overhead files fitted again on restarted workers under "
+        f"The {'scale' if everything else 'overhead'} fit's files fitted again on restarted workers under "
         "`dask.config.set({'gpucal.stream-partitions': True})`: nothing is held between passes, every "
         "pass reads the Parquet files again, encodes them and walks the trees so far "
         f"(`gpucal/distributed/mbct_stream.py`); against the held fit above: {same}. Memory added is "
@@ -647,7 +653,7 @@ def render_stream(report: dict[str, Any]) -> list[str]:
         "|---|---|---|---|---|",
     ]
     for name, r, n in (
-        ("rows held (the overhead fit)", held, held_passes),
+        (f"rows held (the {'scale' if everything else 'overhead'} fit)", held, held_passes),
         ("streamed", streamed, streamed["n_passes"]),
     ):
         lines.append(
@@ -852,7 +858,10 @@ def main() -> None:
         help="seconds before the scale fit is stopped (half: overhead)",
     )
     parser.add_argument(
-        "--no-stream", dest="stream", action="store_false", help="skip the streamed fit of the overhead files"
+        "--stream",
+        choices=("overhead", "all", "none"),
+        default="overhead",
+        help="files fitted again streamed: the overhead files, all files, or none",
     )
     parser.add_argument("--quick", action="store_true", help="4 files of 2e5 rows: a smoke run")
     parser.add_argument("--out", default=None, help="report path (.md; the .json goes beside it)")
@@ -907,8 +916,10 @@ def main() -> None:
             scale.update(result)
         report["scale"] = scale
         print("scale", scale["fit_s"], scale["peak_rss_all_mb"], scale["pass_summary"], flush=True)
-        if args.stream:
-            report["stream"] = streamed_fit(over_files, features, log, sampler, over_model)
+        if args.stream != "none":
+            stream_files, held_model = (files, model) if args.stream == "all" else (over_files, over_model)
+            report["stream"] = streamed_fit(stream_files, features, log, sampler, held_model)
+            report["stream"]["which"] = args.stream
             print("stream", report["stream"]["fit_s"], report["stream"]["same_structure"], flush=True)
     sampler.close()
     trees_path.unlink(missing_ok=True)
