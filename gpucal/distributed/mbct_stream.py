@@ -15,10 +15,11 @@ reads the file), then on the worker that computed it:
    (``kernels.tree_leaves``: the nodes of the current level are leaves of that walk);
 
 and returns the pass's fixed-shape sums. A histogram pass is one task per partition (nothing of
-partition size outlives it) and the histograms are added in one sequential fold per worker
-(:func:`fold_in_lanes`), so a worker holds about two of them whatever the number of partitions. The sums
-are those of the held fit in another order of the additions, so the trees are the same (up to the ties that
-``grow.first_best`` settles) and the node values agree to rounding (``tests/test_distributed_stream.py``).
+partition size outlives it) and each adds its histogram to the one before it in its lane, one
+lane per worker (:func:`fold_in_lanes`), so a lane holds two histograms whatever the number of
+partitions. The sums are those of the held fit in another order of the additions, so the trees are the
+same (up to the ties that ``grow.first_best`` settles) and the node values agree to rounding
+(``tests/test_distributed_stream.py``).
 
 What it costs: every pass pays the read and the encoding, and a histogram pass scatters into the
 batch's histogram from rows in data order (the held fit reads one run of node-ordered rows). A 6-tree
@@ -143,38 +144,40 @@ def _histogram(
     n_nodes: int,
     n_values: np.ndarray,
     backend: str,
+    before: np.ndarray | None,
 ) -> np.ndarray:
-    """One partition's batch histogram, from its source: rows, nodes and group sums in one task (no
-    partition-sized result is kept between tasks)."""
+    """``before`` plus one partition's batch histogram, from its source: rows, nodes and group sums in
+    one task (nothing of partition size outlives it)."""
     rows = _side_rows(X, y, w, index, offsets, model, "train", trees)
     part = _in_nodes(rows, *tree)
     hist, _ = batch_histogram(
         part.codes, part.f, part.y, part.w, part.node_idx, batch, n_nodes, n_values, backend
     )
-    return hist
+    return hist if before is None else before + hist
 
 
 def _added(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return a + b
 
 
-def fold_in_lanes(parts: list[Any], n_lanes: int) -> np.ndarray:
-    """Add delayed arrays in ``n_lanes`` sequential folds (partitions ``k, k + n_lanes, ...``), then the
-    lanes in order; return the sum.
+def fold_in_lanes(n_parts: int, n_lanes: int, step: Callable[[int, Any], Any]) -> np.ndarray:
+    """Sum partitions in ``n_lanes`` chains: lane ``k`` is ``step(i, sum so far)`` for partitions
+    ``k, k + n_lanes, ...`` (the first step gets None), then the lanes are added in order.
 
-    A fold holds its running sum and one more array, so a lane per worker keeps about two histograms
-    alive on each, where a reduction tree can compute every partition's first. The order of the
-    additions is fixed by ``n_lanes``.
+    ``step(i, before)`` returns a delayed ``before`` plus partition ``i``'s array. Each step waits for
+    the one before it, so a lane holds its running sum and one partition's array whatever the number of
+    partitions, where a reduction tree can compute every partition's first. The order of the additions
+    is fixed by ``n_lanes``.
     """
     import dask
 
-    add = dask.delayed(_added, pure=False)
     lanes = []
-    for k in range(min(n_lanes, len(parts))):
-        total = parts[k]
-        for part in parts[k + n_lanes :: n_lanes]:
-            total = add(total, part)
+    for k in range(min(n_lanes, n_parts)):
+        total = None
+        for i in range(k, n_parts, n_lanes):
+            total = step(i, total)
         lanes.append(total)
+    add = dask.delayed(_added, pure=False)
     total = lanes[0]
     for lane in lanes[1:]:
         total = add(total, lane)
@@ -288,22 +291,25 @@ class StreamedRows:
 
         chain, task = self.chain, dask.delayed(_histogram, pure=False)
         tree = (self.feature, self.base, self.table)
-        hists = [
-            task(
+        trees, batch = list(chain.trees), list(batch)
+
+        def step(i: int, before: Any) -> Any:
+            source = chain.sources[i]
+            return task(
                 *source,
                 i,
                 chain.offsets,
                 chain.model,
-                list(chain.trees),
+                trees,
                 tree,
-                list(batch),
+                batch,
                 n_nodes,
                 n_values,
                 config.backend,
+                before,
             )
-            for i, source in enumerate(chain.sources)
-        ]
-        hist = fold_in_lanes(hists, _n_workers())
+
+        hist = fold_in_lanes(len(chain.sources), _n_workers(), step)
         return decide_splits(hist, None, batch, parent, n_values, rare_codes, config)
 
     def routed(
