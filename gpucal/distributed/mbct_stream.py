@@ -48,9 +48,10 @@ from gpucal.distributed.mbct import (
     _part_summary,
     _ScoreRows,
     _split_group,
+    _SplitPart,
     fit_input_state,
 )
-from gpucal.distributed.trees import TreeRowsPart, _client, as_partitions
+from gpucal.distributed.trees import TreeRowsPart, as_partitions, worker_addresses
 from gpucal.partition.ensemble import TreeEnsemble, map_codes, predict_ensemble
 from gpucal.partition.grow import (
     GrowConfig,
@@ -86,6 +87,11 @@ def _n_rows(X: Any) -> int:
     return len(X)
 
 
+def _split_part(X: Any, y: Any, w: Any, index: int, offsets: np.ndarray, model: MBCT) -> _SplitPart:
+    """Partition ``index`` checked, encoded and split as the held fit splits it (``mbct._split_group``)."""
+    return _split_group([_encode_part(X, y, w, model)], [index], model, offsets)
+
+
 def _side_rows(
     X: Any,
     y: Any,
@@ -101,7 +107,7 @@ def _side_rows(
     ``trees`` None: the input codes and the score as read. Otherwise the tree codes and the chain's
     input after the initial map and ``trees``.
     """
-    split = _split_group([_encode_part(X, y, w, model)], [index], model, offsets)
+    split = _split_part(X, y, w, index, offsets, model)
     rows = split.train if side == "train" else split.valid
     if rows is None:
         msg = f"side {side!r}: the fit holds no validation rows"
@@ -117,8 +123,7 @@ def _side_rows(
 
 def _summary(X: Any, y: Any, w: Any, index: int, offsets: np.ndarray, model: MBCT) -> np.ndarray:
     """The held fit's input summary (``mbct._part_summary``) of one partition."""
-    split = _split_group([_encode_part(X, y, w, model)], [index], model, offsets)
-    return _part_summary(split, model._n_values())
+    return _part_summary(_split_part(X, y, w, index, offsets, model), model._n_values())
 
 
 def _in_nodes(part: RowsPart, feature: np.ndarray, base: np.ndarray, table: np.ndarray) -> TreeRowsPart:
@@ -183,12 +188,6 @@ def fold_in_lanes(n_parts: int, n_lanes: int, step: Callable[[int, Any], Any]) -
         total = add(total, lane)
     (out,) = dask.compute(total)
     return np.asarray(out)
-
-
-def _n_workers() -> int:
-    """Workers of the active ``distributed`` client (1 without one)."""
-    client = _client()
-    return 1 if client is None else max(1, len(client.scheduler_info(n_workers=-1)["workers"]))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -309,7 +308,7 @@ class StreamedRows:
                 before,
             )
 
-        hist = fold_in_lanes(len(chain.sources), _n_workers(), step)
+        hist = fold_in_lanes(len(chain.sources), max(1, len(worker_addresses())), step)
         return decide_splits(hist, None, batch, parent, n_values, rare_codes, config)
 
     def routed(

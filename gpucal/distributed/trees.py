@@ -89,6 +89,12 @@ def _future_of(part: Any) -> Any:
     return next((f for f in futures_of(part) if f.key == part.key), None)
 
 
+def worker_addresses() -> list[str]:
+    """The addresses of the active ``distributed`` client's workers, sorted (empty without a client)."""
+    client = _client()
+    return [] if client is None else sorted(client.scheduler_info(n_workers=-1)["workers"])
+
+
 def holders(parts: Sequence[Any]) -> list[tuple[str, Any]] | None:
     """``(address, future)`` of every persisted partition: a worker holding it and its future.
 
@@ -129,8 +135,7 @@ def worker_groups(parts: Sequence[Any]) -> list[tuple[str | None, list[int]]]:
     client = _client()
     if placed is None or client is None:
         return [(None, list(range(len(parts))))]
-    workers = sorted(client.scheduler_info(n_workers=-1)["workers"])
-    shares = balanced_shares([address for address, _ in placed], workers)
+    shares = balanced_shares([address for address, _ in placed], worker_addresses())
     return sorted(((w, idx) for w, idx in shares.items() if idx), key=lambda item: item[1][0])
 
 
@@ -426,5 +431,6 @@ __all__ = [
     "map_persisted",
     "per_worker",
     "persist",
+    "worker_addresses",
     "worker_groups",
 ]
