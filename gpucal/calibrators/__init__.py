@@ -57,7 +57,7 @@ def make_calibrator(name: str, **params: Any) -> Calibrator:
         One of :data:`CALIBRATORS`: ``"platt"`` (alias ``"sigmoid"``), ``"temperature"``, ``"beta"``,
         ``"histogram"``, ``"isotonic"``, ``"scaling_binning"``, ``"sir"``, ``"dirichlet"``,
         ``"downsampling"``, ``"feature_platt"``, ``"mbct"``, ``"hc"``, ``"ccl"``, ``"piecewise_logit"``,
-        ``"neucalib"`` (alias ``"field_aware"``).
+        ``"neucalib"`` (alias ``"field_aware"``), ``"auto"`` (:class:`~gpucal.auto.AutoCalibrator`).
     **params
         Constructor parameters of that class; an unknown one raises ``TypeError`` naming it.
 
@@ -78,6 +78,11 @@ def make_calibrator(name: str, **params: Any) -> Calibrator:
         raise TypeError(msg)
     return cls(**params)
 
+
+# Last: AutoCalibrator builds its candidates from the names above (gpucal.auto imports this package first).
+from gpucal.auto.model import AutoCalibrator  # noqa: E402
+
+CALIBRATORS["auto"] = AutoCalibrator
 
 __all__ = [
     "CALIBRATORS",

@@ -1,0 +1,186 @@
+"""The calibrators :class:`~gpucal.auto.AutoCalibrator` chooses among, cheapest first.
+
+A candidate is an unfitted gpucal estimator with a name and the parameters that set it apart (what the
+report shows). The default list:
+
+================= ============================================================== ==================
+name              estimator                                                      reads
+================= ============================================================== ==================
+platt             ``PlattCalibrator()``                                          score
+beta              ``BetaCalibrator()``                                           score
+isotonic          ``IsotonicCalibrator()``                                       score
+feature_platt     ``FeatureAwarePlattCalibrator(l2=l2)``, l2 in 1, 10, 100         score + features
+mbct              ``MBCT()``; ``min_child_size=0``; ``min_child_size=0, leaf_penalty=10``  score + features
+hc                ``HeterogeneousCalibrator(mode="boosted")``                   score + features
+neucalib          ``FieldAwareCalibrator()`` (when PyTorch imports)              score + features
+================= ============================================================== ==================
+
+The feature-aware ones are left out when ``X`` has no feature column. ``l2 = 10`` is scikit-learn's
+``C = 0.1``, the baseline of ``methods.md``; ``min_child_size=0`` turns off MBCT's pooling of children
+lighter than its node-size bound, which on mid-size data pools most children.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sklearn.base import clone
+
+from gpucal.calibrators import CALIBRATORS, make_calibrator
+
+#: Penalties of feature-aware Platt tried by the folds (scikit-learn's C = 1, 0.1, 0.01).
+FEATURE_PLATT_L2 = (1.0, 10.0, 100.0)
+#: MBCT's regularisation grid: its defaults, no pooling of light children, and no pooling with a weaker
+#: shrinkage of each child toward its parent.
+MBCT_GRID: tuple[dict[str, Any], ...] = (
+    {},
+    {"min_child_size": 0.0},
+    {"min_child_size": 0.0, "leaf_penalty": 10.0},
+)
+#: The column parameters handed to every candidate whose class takes them.
+COLUMN_PARAMS = ("score_col", "feature_cols", "categorical_cols")
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One estimator to cross-fit.
+
+    Attributes
+    ----------
+    name : str
+        Its method name (``make_calibrator``'s, or the class name of an estimator given as such).
+    estimator : estimator
+        Unfitted; cloned before every fit.
+    params : dict
+        The parameters that tell it from the other candidates of the same name (for the report).
+    """
+
+    name: str
+    estimator: Any
+    params: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def label(self) -> str:
+        """``name(param=value, ...)``, or the name alone."""
+        if not self.params:
+            return self.name
+        shown = ", ".join(f"{key}={value!r}" for key, value in self.params.items())
+        return f"{self.name}({shown})"
+
+    @property
+    def reads_features(self) -> bool:
+        """True when the estimator's class takes feature columns."""
+        return takes_param(self.estimator, "feature_cols")
+
+
+def takes_param(estimator: Any, name: str) -> bool:
+    """True when ``estimator``'s constructor has a parameter ``name``."""
+    return name in inspect.signature(type(estimator).__init__).parameters
+
+
+def _with_columns(name: str, columns: dict[str, Any], **params: Any) -> Any:
+    """``make_calibrator(name, **params)`` plus whichever column parameters the class takes."""
+    cls = CALIBRATORS[name]
+    accepted = inspect.signature(cls.__init__).parameters
+    return make_calibrator(name, **{k: v for k, v in columns.items() if k in accepted}, **params)
+
+
+def default_candidates(columns: dict[str, Any], *, with_features: bool, with_torch: bool) -> list[Candidate]:
+    """The default list (module docstring), cheapest first.
+
+    Parameters
+    ----------
+    columns : dict
+        ``score_col``, ``feature_cols`` and ``categorical_cols`` of the :class:`AutoCalibrator`.
+    with_features : bool
+        Include the feature-aware candidates.
+    with_torch : bool
+        Include NeuCalib (its fit needs PyTorch).
+    """
+    out = [Candidate(name, _with_columns(name, columns)) for name in ("platt", "beta", "isotonic")]
+    if not with_features:
+        return out
+    out += [
+        Candidate("feature_platt", _with_columns("feature_platt", columns, l2=l2), {"l2": l2})
+        for l2 in FEATURE_PLATT_L2
+    ]
+    out += [Candidate("mbct", _with_columns("mbct", columns, **grid), dict(grid)) for grid in MBCT_GRID]
+    out.append(Candidate("hc", _with_columns("hc", columns, mode="boosted"), {"mode": "boosted"}))
+    if with_torch:
+        out.append(Candidate("neucalib", _with_columns("neucalib", columns)))
+    return out
+
+
+def resolve_candidates(candidates: Sequence[Any], columns: dict[str, Any]) -> list[Candidate]:
+    """Turn the ``candidates=`` parameter into :class:`Candidate` objects.
+
+    A string is a :func:`~gpucal.calibrators.make_calibrator` name, built with its defaults and the
+    column parameters its class takes; an estimator is used as given (cloned), its parameters that differ
+    from its class's defaults shown in the report.
+
+    Raises
+    ------
+    ValueError
+        An unknown name, or an empty list.
+    TypeError
+        An entry that is neither a name nor an estimator with ``fit`` and ``predict``.
+    """
+    if len(candidates) == 0:
+        msg = "candidates: the list is empty; give at least one calibrator name or estimator"
+        raise ValueError(msg)
+    out = []
+    for entry in candidates:
+        if isinstance(entry, str):
+            out.append(Candidate(entry, _with_columns(entry, columns)))
+        elif hasattr(entry, "fit") and hasattr(entry, "predict") and hasattr(entry, "get_params"):
+            out.append(Candidate(type(entry).__name__, clone(entry), _changed_params(entry)))
+        else:
+            msg = (
+                f"candidates: {entry!r} is neither a calibrator name nor an estimator with fit, predict "
+                "and get_params"
+            )
+            raise TypeError(msg)
+    return out
+
+
+def _changed_params(estimator: Any) -> dict[str, Any]:
+    """The constructor parameters of ``estimator`` that differ from its class's defaults (columns aside)."""
+    defaults = {
+        name: par.default
+        for name, par in inspect.signature(type(estimator).__init__).parameters.items()
+        if par.default is not inspect.Parameter.empty
+    }
+    return {
+        name: value
+        for name, value in estimator.get_params(deep=False).items()
+        if name not in COLUMN_PARAMS and (name not in defaults or _differs(value, defaults[name]))
+    }
+
+
+def _differs(value: Any, default: Any) -> bool:
+    try:
+        return bool(value != default)
+    except (TypeError, ValueError):  # arrays and other values without a plain truth value
+        return True
+
+
+def column_params(
+    score_col: Hashable, feature_cols: Sequence[Hashable] | str | None, categorical_cols: Any
+) -> dict[str, Any]:
+    """The column parameters as a dict for :func:`default_candidates` and :func:`resolve_candidates`."""
+    return {"score_col": score_col, "feature_cols": feature_cols, "categorical_cols": categorical_cols}
+
+
+__all__ = [
+    "COLUMN_PARAMS",
+    "FEATURE_PLATT_L2",
+    "MBCT_GRID",
+    "Candidate",
+    "column_params",
+    "default_candidates",
+    "resolve_candidates",
+    "takes_param",
+]

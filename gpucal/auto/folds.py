@@ -1,0 +1,135 @@
+"""Cross-fitting folds: which held-out fold each calibration row belongs to, and row subsets of any input.
+
+Folds are a pure function of the rows' positions, their labels (or groups) and the seed, so the same
+call gives the same folds on any machine and any input family. Without groups they are stratified: the
+rows of each class (label rounded to 0 or 1) are visited in a seeded random order and dealt to the
+folds in turn, so every fold holds about the same share of positives. With groups, every row of a
+group goes to one fold: the groups are visited in the order of a seeded hash of their values and each
+goes to the fold with the least weight so far (ties to the lower fold), which balances folds of unequal
+groups; a group without weight changes no other group's fold.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Mapping
+from typing import Any
+
+import numpy as np
+
+from gpucal._backend import array_namespace, is_cupy_array, to_numpy
+from gpucal._frames import frame_columns, input_family
+
+
+def stratified_folds(labels: np.ndarray, n_folds: int, seed: int) -> np.ndarray:
+    """Return the fold (0 .. ``n_folds`` - 1) of every row, the classes dealt evenly across folds.
+
+    Parameters
+    ----------
+    labels : numpy.ndarray of shape (n,)
+        Labels in [0, 1]; soft labels are stratified by their rounded value.
+    n_folds : int
+        Number of folds.
+    seed : int
+        Seed of the row order.
+
+    Returns
+    -------
+    numpy.ndarray of int64, shape (n,)
+    """
+    order = np.random.default_rng(seed).permutation(labels.shape[0])
+    positive = labels[order] >= 0.5
+    folds = np.empty(labels.shape[0], dtype=np.int64)
+    for cls in (False, True):
+        rows = order[positive == cls]
+        folds[rows] = np.arange(rows.shape[0]) % n_folds
+    return folds
+
+
+def grouped_folds(groups: np.ndarray, n_folds: int, seed: int, weights: np.ndarray | None) -> np.ndarray:
+    """Return the fold of every row, all rows of a group in one fold.
+
+    Parameters
+    ----------
+    groups : numpy.ndarray of shape (n,)
+        Group label per row (any hashable values numpy can sort).
+    n_folds : int
+        Number of folds; there must be at least as many groups.
+    seed : int
+        Seed of the order in which groups are dealt.
+    weights : numpy.ndarray of shape (n,) or None
+        Row weights; a group's size is its weight (its row count when None).
+
+    Returns
+    -------
+    numpy.ndarray of int64, shape (n,)
+
+    Raises
+    ------
+    ValueError
+        Fewer groups than folds.
+    """
+    uniques, codes = np.unique(groups, return_inverse=True)
+    n_groups = uniques.shape[0]
+    if n_groups < n_folds:
+        msg = f"groups: {n_groups} distinct group(s), fewer than n_folds={n_folds}; every fold needs a group"
+        raise ValueError(msg)
+    sizes = np.bincount(codes, weights=weights, minlength=n_groups)
+    fold_of_group = np.empty(n_groups, dtype=np.int64)
+    load = np.zeros(n_folds)
+    # The order comes from a seeded hash of each group's value, not from its position among the groups,
+    # so groups that carry no weight (absent when the rows are repeated instead) do not move the others.
+    import pandas as pd
+
+    order = np.argsort(pd.util.hash_array(uniques, hash_key=f"{seed:016d}"[-16:]), kind="stable")
+    for group in order:
+        fold = int(np.argmin(load))
+        fold_of_group[group] = fold
+        load[fold] += sizes[group]
+    return fold_of_group[codes]
+
+
+def group_values(X: Any, groups: Any, n_rows: int) -> np.ndarray:
+    """Return ``groups`` (an array-like, or a column name of ``X``) as a host array, one value per row.
+
+    Raises
+    ------
+    ValueError
+        ``groups`` does not have one value per row.
+    """
+    if isinstance(groups, Hashable) and not isinstance(groups, tuple) and _is_frame(X):
+        column = frame_columns(X, [groups], name="X")[groups]
+        values = to_numpy(column.values)
+    else:
+        values = to_numpy(groups.to_numpy() if hasattr(groups, "to_numpy") else groups)
+        values = np.asarray(values)
+    if values.ndim != 1 or values.shape[0] != n_rows:
+        msg = f"groups: expected one value per row ({n_rows}), got shape {values.shape}"
+        raise ValueError(msg)
+    return values
+
+
+def _is_frame(X: Any) -> bool:
+    kind = type(X).__name__
+    return isinstance(X, Mapping) or kind in ("DataFrame", "Table", "RecordBatch")
+
+
+def take_rows(X: Any, rows: np.ndarray) -> Any:
+    """Return the rows at positions ``rows`` of ``X``, in ``X``'s own family (index kept for pandas / cudf).
+
+    One ``if/elif`` on the family (``gpucal._frames.input_family``): numpy and cupy arrays, ``dict`` of
+    columns, pandas and cudf (``iloc``), polars (row indexing), pyarrow (``take``).
+    """
+    family = input_family(X, "X")
+    if isinstance(X, Mapping):
+        return {name: take_rows(column, rows) for name, column in X.items()}
+    elif family in ("numpy", "cupy"):
+        array = X if is_cupy_array(X) else np.asarray(X)
+        return array[array_namespace(array).asarray(rows)]
+    elif family in ("pandas", "cudf"):
+        return X.iloc[rows]
+    elif family == "polars":
+        return X[rows]
+    return X.take(rows)  # pyarrow
+
+
+__all__ = ["group_values", "grouped_folds", "stratified_folds", "take_rows"]

@@ -1,0 +1,582 @@
+"""``AutoCalibrator``: choose the calibrator (or a blend of them) by cross-fitting on the calibration rows.
+
+Each candidate (``gpucal.auto.candidates``) is fitted on ``n_folds - 1`` folds and scored on the held-out
+fold (``gpucal.auto.folds``); the one with the lowest mean held-out score is refitted on every row. With
+``ensemble=True`` the candidates' out-of-fold logits are blended instead (``gpucal.auto.blend``).
+"""
+
+from __future__ import annotations
+
+import copy
+import sys
+import time
+from collections.abc import Hashable, Sequence
+from typing import Any, ClassVar
+
+import numpy as np
+from sklearn.base import clone
+
+from gpucal._backend import array_namespace, to_numpy
+from gpucal._frames import describe_input, split_input, wrap_output
+from gpucal._validation import check_consistent_length, check_labels, check_sample_weight
+from gpucal.auto.blend import blend_logit, fit_blend, logits
+from gpucal.auto.candidates import (
+    Candidate,
+    column_params,
+    default_candidates,
+    resolve_candidates,
+    takes_param,
+)
+from gpucal.auto.folds import group_values, grouped_folds, stratified_folds, take_rows
+from gpucal.calibrators import CALIBRATORS
+from gpucal.calibrators._base import Calibrator, Constraint, Interval, Options
+from gpucal.calibrators._logistic import sigmoid
+from gpucal.calibrators.platt import OUTPUT_TYPE_OPTIONS
+from gpucal.distributed._collections import any_dask
+from gpucal.metrics import brier, ece, log_loss
+from gpucal.persistence import register
+
+#: The metrics of the report, each lower-is-better; ``scoring`` picks the one that chooses.
+METRICS = {"log_loss": log_loss, "brier": brier, "ece": ece}
+#: Errors of a candidate's fit that mark it failed in the report instead of stopping the search.
+CANDIDATE_ERRORS = (ValueError, ArithmeticError, ImportError, NotImplementedError)
+
+
+def _log(message: str) -> None:
+    print(f"[AutoCalibrator] {message}", file=sys.stderr, flush=True)
+
+
+def _take(array: Any, rows: np.ndarray) -> Any:
+    return None if array is None else array[array_namespace(array).asarray(rows)]
+
+
+def _spec(estimator: Any) -> Any:
+    """A candidate as JSON: its name when given by name, else ``{"class": ..., "params": ...}``."""
+    if isinstance(estimator, str | dict):
+        return estimator
+    if type(estimator) not in CALIBRATORS.values():
+        msg = (
+            f"candidates: {type(estimator).__name__} is not a gpucal calibrator, so the model cannot be "
+            "saved as JSON; give gpucal calibrators (or their names) to save it"
+        )
+        raise TypeError(msg)
+    return {"class": type(estimator).__name__, "params": estimator.get_params(deep=False)}
+
+
+def _from_spec(entry: Any) -> Any:
+    """Inverse of :func:`_spec` for ``{"class": ..., "params": ...}`` entries; other entries unchanged."""
+    if not isinstance(entry, dict):
+        return entry
+    classes = {cls.__name__: cls for cls in CALIBRATORS.values()}
+    if (
+        set(entry) != {"class", "params"}
+        or entry["class"] not in classes
+        or not isinstance(entry["params"], dict)
+    ):
+        msg = (
+            "candidates: a dict entry must be {'class': <a gpucal calibrator class name>, 'params': {...}}; "
+            f"got {entry!r}"
+        )
+        raise ValueError(msg)
+    return classes[entry["class"]](**entry["params"])
+
+
+@register
+class AutoCalibrator(Calibrator):
+    r"""Choose the best calibrator for the data by cross-fitting on the calibration rows.
+
+    The calibration rows are cut into ``n_folds`` folds (seeded; stratified by label, or whole groups
+    with ``groups=``). Every candidate is fitted on all folds but one and predicts the held-out one, so
+    each row gets an out-of-fold prediction from every candidate; the candidate with the lowest mean
+    held-out ``scoring`` over the folds wins and is refitted on every row. Cheap candidates run first.
+
+    With ``ensemble=True``, the prediction is a convex, non-negative blend of the candidates' logits
+    with an intercept, fitted on the out-of-fold predictions (:func:`gpucal.auto.blend.fit_blend`): never
+    worse on those rows than its best member.
+
+    Parameters
+    ----------
+    candidates : list or None, default=None
+        Calibrator names (``make_calibrator``'s: built with their defaults and the column parameters
+        below), gpucal estimators (used as given, cloned), or ``{"class": ..., "params": ...}`` dicts.
+        None: the default list of :mod:`gpucal.auto.candidates` (Platt, beta, isotonic; when ``X`` has
+        feature columns, feature-aware Platt with ``l2`` in 1, 10, 100, three MBCT settings, boosted
+        heterogeneous calibration, and NeuCalib when PyTorch imports).
+    n_folds : int, default=5
+        Folds of the cross-fitting (at least 2).
+    scoring : {"log_loss", "brier", "ece"}, default="log_loss"
+        The held-out metric that chooses (lower is better); the report holds all three. ``ece``: 15
+        equal-width bins. The blend of ``ensemble=True`` always minimises the log-loss.
+    ensemble : bool, default=False
+        Blend the candidates instead of choosing one.
+    time_budget : float or None, default=None
+        Seconds for the cross-fitting: once spent, no further candidate is started (the first always
+        runs), and the report marks the rest ``skipped``. The refit on all rows comes on top.
+    score_col : str, default="score"
+        Column of ``X`` holding the score.
+    feature_cols : list of hashable, str or None, default=None
+        Feature columns for the feature-aware candidates; None means every column but ``score_col``.
+    categorical_cols : list of hashable, str or None, default=None
+        Numeric feature columns to read by value (IDs), for the feature-aware candidates.
+    random_state : int, default=0
+        Seed of the folds.
+    verbose : int, default=0
+        1: a line per candidate and a summary (to stderr); 2: also a line per fold.
+    output_type : str, default="input"
+        Family of the returned predictions (see ``gpucal._frames``).
+
+    Attributes
+    ----------
+    best_estimator_ : estimator
+        The candidate with the lowest mean held-out score, refitted on every row.
+    best_index_ : int
+        Its row in ``cv_results_``.
+    estimators_ : list of estimators
+        The refitted estimators the prediction reads: ``[best_estimator_]``, then (``ensemble=True``)
+        the other blend members with a positive weight.
+    weights_ : numpy.ndarray of shape (len(estimators_),)
+        Blend weights of ``estimators_`` (``[1.0]`` when choosing).
+    intercept_ : float
+        Blend intercept (0 when choosing).
+    cv_results_ : pandas.DataFrame
+        One row per candidate: ``candidate``, ``method``, ``params``, ``status`` (``ok``, ``skipped``, or
+        the error of a failed fit), ``mean_test_<metric>`` and ``std_test_<metric>`` over the folds for
+        each of log_loss, brier and ece, ``rank_test_score`` (by ``scoring``), ``mean_fit_time`` (seconds
+        per fold), ``fit_seconds`` (all folds), ``blend_weight`` and ``refit_seconds``.
+    oof_predictions_ : numpy.ndarray of shape (n_rows, n_candidates)
+        Every candidate's out-of-fold prediction (NaN for a skipped or failed one). Not saved.
+    cv_seconds_, refit_seconds_ : float
+        Time of the cross-fitting and of the refits on all rows.
+    members_, report_ : list of dict, dict
+        ``estimators_`` as model documents and ``cv_results_`` as columns: what ``save`` writes.
+
+    See Also
+    --------
+    sklearn.model_selection.GridSearchCV : the same report, for any estimator.
+
+    Notes
+    -----
+    The fold assignment depends only on the rows' positions, labels (or groups) and ``random_state``, so
+    the same call gives the same folds and report. Integer weights equal repeated rows when the repeats
+    share a group (``groups=``) and every candidate honours weights that way (MBCT's and NeuCalib's own
+    validation splits do not: they draw rows).
+
+    A candidate whose fit fails (one class in a fold, PyTorch missing) is marked in ``status`` and never
+    chosen; when every candidate fails the fit raises. Dask collections are refused: the folds would have
+    to cut every partition, and most candidates cannot fit on dask.
+
+    References
+    ----------
+    .. [1] M. Stone, "Cross-validatory choice and assessment of statistical predictions", Journal of the
+       Royal Statistical Society B 36 (1974), pp. 111-147.
+    .. [2] D. H. Wolpert, "Stacked generalization", Neural Networks 5 (1992), pp. 241-259.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> rng = np.random.default_rng(0)
+    >>> score = rng.uniform(0.01, 0.99, 2_000)
+    >>> y = (rng.uniform(size=2_000) < score**2).astype(float)
+    >>> auto = AutoCalibrator(candidates=["platt", "isotonic"]).fit(score, y)
+    >>> auto.cv_results_["candidate"].tolist()
+    ['platt', 'isotonic']
+    >>> type(auto.best_estimator_).__name__
+    'IsotonicCalibrator'
+    """
+
+    _parameter_constraints: ClassVar[dict[str, Constraint]] = {
+        "n_folds": Interval(int, 2, None),
+        "scoring": Options(*METRICS),
+        "ensemble": Options(True, False),
+        "time_budget": Interval(float, 0, None, closed="neither", allow_none=True),
+        "random_state": Interval(int, 0, None),
+        "verbose": Interval(int, 0, None),
+        "output_type": OUTPUT_TYPE_OPTIONS,
+    }
+    _state_spec: ClassVar[dict[str, str]] = {
+        "members_": "json",
+        "weights_": "float_array",
+        "intercept_": "float",
+        "best_index_": "int",
+        "report_": "json",
+        "cv_seconds_": "float",
+        "refit_seconds_": "float",
+    }
+
+    def __init__(
+        self,
+        *,
+        candidates: Sequence[Any] | None = None,
+        n_folds: int = 5,
+        scoring: str = "log_loss",
+        ensemble: bool = False,
+        time_budget: float | None = None,
+        score_col: Hashable = "score",
+        feature_cols: Sequence[Hashable] | str | None = None,
+        categorical_cols: Sequence[Hashable] | str | None = None,
+        random_state: int = 0,
+        verbose: int = 0,
+        output_type: str = "input",
+    ) -> None:
+        self.candidates = candidates
+        self.n_folds = n_folds
+        self.scoring = scoring
+        self.ensemble = ensemble
+        self.time_budget = time_budget
+        self.score_col = score_col
+        self.feature_cols = feature_cols
+        self.categorical_cols = categorical_cols
+        self.random_state = random_state
+        self.verbose = verbose
+        self.output_type = output_type
+
+    # ----------------------------------------------------------------------------------------------
+    # Fit
+
+    def _resolve_candidates(self, has_features: bool) -> list[Candidate]:
+        columns = column_params(self.score_col, self.feature_cols, self.categorical_cols)
+        if self.candidates is None:
+            from gpucal.neural import torch_available
+
+            return default_candidates(columns, with_features=has_features, with_torch=torch_available())
+        if isinstance(self.candidates, str | dict) or not isinstance(self.candidates, Sequence):
+            msg = f"candidates: expected a list of names or estimators, got {self.candidates!r}"
+            raise TypeError(msg)
+        entries = [_from_spec(entry) for entry in self.candidates]
+        if any(entry == "auto" or isinstance(entry, AutoCalibrator) for entry in entries):
+            msg = "candidates: an AutoCalibrator cannot be a candidate of another"
+            raise ValueError(msg)
+        return resolve_candidates(entries, columns)
+
+    def fit(self, X: Any, y: Any, sample_weight: Any = None, *, groups: Any = None) -> AutoCalibrator:
+        """Cross-fit every candidate, keep the best (or the blend), refit it on every row.
+
+        Parameters
+        ----------
+        X : dataframe, dict of columns, or 1-D array
+            The score (in ``score_col``) and the feature columns; a 1-D score array leaves only the
+            one-dimensional candidates.
+        y : array-like of shape (n,)
+            Labels in {0, 1}; soft labels in [0, 1] count as that fraction of a positive.
+        sample_weight : array-like of shape (n,), default=None
+            Non-negative row weights, passed to every candidate and to the held-out metrics.
+        groups : array-like of shape (n,), column name, or None, default=None
+            Group of each row (or the column of ``X`` holding it): every row of a group lands in the
+            same fold. None: folds stratified by label.
+
+        Returns
+        -------
+        self
+        """
+        self._validate_params()
+        if any_dask(X, y, sample_weight, groups):
+            msg = (
+                "AutoCalibrator does not fit on dask collections: its folds would cut every partition, and "
+                "most candidates (beta, MBCT, heterogeneous calibration, NeuCalib) have no distributed fit. "
+                "Fit it on a sample brought in with .compute()."
+            )
+            raise NotImplementedError(msg)
+        split = split_input(X, score_col=self.score_col, feature_cols=self.feature_cols)
+        labels = check_labels(y, "y")
+        n_rows = check_consistent_length(X=split.score, y=labels)
+        weights = (
+            None
+            if sample_weight is None
+            else check_sample_weight(sample_weight, n_rows, xp=array_namespace(labels))
+        )
+        candidates = self._resolve_candidates(has_features=bool(split.features))
+        host_labels = to_numpy(labels)
+        host_weights = np.ones(n_rows) if weights is None else to_numpy(weights)
+        if groups is None:
+            folds = stratified_folds(host_labels, self.n_folds, self.random_state)
+        else:
+            values = group_values(X, groups, n_rows)
+            folds = grouped_folds(
+                values, self.n_folds, self.random_state, None if weights is None else host_weights
+            )
+        self.oof_predictions_ = np.full((n_rows, len(candidates)), np.nan)
+        started = time.perf_counter()
+        rows = []
+        for index, candidate in enumerate(candidates):
+            spent = time.perf_counter() - started
+            if index > 0 and self.time_budget is not None and spent >= self.time_budget:
+                rows.append(self._report_row(candidate, "skipped", None, 0.0))
+                if self.verbose:
+                    _log(f"{index + 1}/{len(candidates)} {candidate.label}: skipped (time budget spent)")
+                continue
+            rows.append(self._cross_fit(index, len(candidates), candidate, X, labels, weights, folds))
+        self.cv_seconds_ = time.perf_counter() - started
+        scores = np.array([row[f"mean_test_{self.scoring}"] for row in rows], dtype=np.float64)
+        usable = np.flatnonzero(np.isfinite(scores))
+        if usable.size == 0:
+            errors = "; ".join(f"{c.label}: {row['status']}" for c, row in zip(candidates, rows, strict=True))
+            msg = f"AutoCalibrator: no candidate could be fitted ({errors})"
+            raise ValueError(msg)
+        self.best_index_ = int(usable[np.argmin(scores[usable])])
+        self._refit(X, labels, weights, candidates, rows, usable, host_labels, host_weights)
+        self._set_report(rows, scores)
+        if self.verbose:
+            self._log_summary(candidates, n_rows)
+        return self
+
+    def _cross_fit(
+        self,
+        index: int,
+        n_candidates: int,
+        candidate: Candidate,
+        X: Any,
+        labels: Any,
+        weights: Any,
+        folds: np.ndarray,
+    ) -> dict[str, Any]:
+        """Fit ``candidate`` on all folds but one in turn; fill its out-of-fold predictions; its row."""
+        per_fold: dict[str, list[float]] = {name: [] for name in METRICS}
+        seconds = 0.0
+        host_labels = to_numpy(labels)
+        for fold in range(self.n_folds):
+            train, test = np.flatnonzero(folds != fold), np.flatnonzero(folds == fold)
+            fold_started = time.perf_counter()
+            try:
+                model = _fresh(candidate.estimator)
+                model.fit(take_rows(X, train), _take(labels, train), sample_weight=_take(weights, train))
+                predicted = _as_host_array(model.predict(take_rows(X, test)))
+            except CANDIDATE_ERRORS as error:
+                status = f"error: {type(error).__name__}: {error}"
+                self.oof_predictions_[:, index] = np.nan
+                if self.verbose:
+                    _log(f"{index + 1}/{n_candidates} {candidate.label}: fold {fold + 1} failed ({status})")
+                return self._report_row(candidate, status, None, seconds + time.perf_counter() - fold_started)
+            seconds += time.perf_counter() - fold_started
+            self.oof_predictions_[test, index] = predicted
+            test_weights = None if weights is None else to_numpy(_take(weights, test))
+            for name, metric in METRICS.items():
+                per_fold[name].append(metric(host_labels[test], predicted, sample_weight=test_weights))
+            if self.verbose >= 2:
+                _log(
+                    f"{index + 1}/{n_candidates} {candidate.label}: fold {fold + 1}/{self.n_folds} "
+                    f"{self.scoring} {per_fold[self.scoring][-1]:.5f} "
+                    f"({time.perf_counter() - fold_started:.1f} s)"
+                )
+        row = self._report_row(candidate, "ok", per_fold, seconds)
+        if self.verbose:
+            _log(
+                f"{index + 1}/{n_candidates} {candidate.label}: {self.scoring} "
+                f"{row[f'mean_test_{self.scoring}']:.5f} +- {row[f'std_test_{self.scoring}']:.5f} over "
+                f"{self.n_folds} folds, {seconds:.1f} s"
+            )
+        return row
+
+    def _report_row(
+        self, candidate: Candidate, status: str, per_fold: dict[str, list[float]] | None, seconds: float
+    ) -> dict[str, Any]:
+        row: dict[str, Any] = {
+            "candidate": candidate.label,
+            "method": candidate.name,
+            "params": dict(candidate.params),
+            "status": status,
+        }
+        for name in METRICS:
+            values = np.asarray(per_fold[name]) if per_fold is not None else np.array([np.nan])
+            row[f"mean_test_{name}"] = float(values.mean())
+            row[f"std_test_{name}"] = float(values.std())
+        row["mean_fit_time"] = seconds / self.n_folds if per_fold is not None else np.nan
+        row["fit_seconds"] = seconds
+        return row
+
+    def _refit(
+        self,
+        X: Any,
+        labels: Any,
+        weights: Any,
+        candidates: list[Candidate],
+        rows: list[dict[str, Any]],
+        usable: np.ndarray,
+        host_labels: np.ndarray,
+        host_weights: np.ndarray,
+    ) -> None:
+        """Refit the winner (and, ``ensemble=True``, the blend's other members) on every row."""
+        blend_weights = np.zeros(len(candidates))
+        blend_weights[self.best_index_] = 1.0
+        intercept = 0.0
+        if self.ensemble and usable.size > 1:
+            member_logits = logits(self.oof_predictions_[:, usable])
+            fit = fit_blend(member_logits, host_labels, host_weights)
+            blend_weights[:] = 0.0
+            blend_weights[usable] = fit.weights
+            intercept = fit.intercept
+        members = [self.best_index_] + [
+            int(i) for i in np.flatnonzero(blend_weights > 0) if int(i) != self.best_index_
+        ]
+        started = time.perf_counter()
+        self.estimators_ = []
+        for i in members:
+            member_started = time.perf_counter()
+            model = _fresh(candidates[i].estimator)
+            self.estimators_.append(model.fit(X, labels, sample_weight=weights))
+            rows[i]["refit_seconds"] = time.perf_counter() - member_started
+        self.refit_seconds_ = time.perf_counter() - started
+        for i, row in enumerate(rows):
+            row["blend_weight"] = float(blend_weights[i])
+            row.setdefault("refit_seconds", np.nan)
+        self.best_estimator_ = self.estimators_[0]
+        self.weights_ = blend_weights[members]
+        self.intercept_ = float(intercept)
+        from gpucal.persistence import to_dict
+
+        self.members_ = [to_dict(model) for model in self.estimators_]
+
+    def _set_report(self, rows: list[dict[str, Any]], scores: np.ndarray) -> None:
+        import pandas as pd
+
+        ranks = np.full(len(rows), len(rows), dtype=np.int64)
+        finite = np.flatnonzero(np.isfinite(scores))
+        ranks[finite[np.argsort(scores[finite], kind="stable")]] = np.arange(1, finite.size + 1)
+        for row, rank in zip(rows, ranks, strict=True):
+            row["rank_test_score"] = int(rank)
+        self.cv_results_ = pd.DataFrame(rows)
+        self.report_ = {
+            column: [_plain(value) for value in self.cv_results_[column]]
+            for column in self.cv_results_.columns
+        }
+
+    def _log_summary(self, candidates: list[Candidate], n_rows: int) -> None:
+        results = self.cv_results_
+        best = results.iloc[self.best_index_]
+        skipped = results.loc[results["status"] == "skipped", "candidate"].tolist()
+        text = (
+            f"best: {best['candidate']} {self.scoring} {best[f'mean_test_{self.scoring}']:.5f} "
+            f"(of {len(candidates)} candidates, {self.cv_seconds_:.1f} s cross-fitting); "
+        )
+        if self.ensemble:
+            shown = ", ".join(
+                f"{results.iloc[i]['candidate']} {w:.2f}"
+                for i, w in enumerate(results["blend_weight"])
+                if w > 0
+            )
+            text += f"blend of {shown}, intercept {self.intercept_:+.3f}; "
+        text += f"refitted on {n_rows:,} rows in {self.refit_seconds_:.1f} s"
+        if skipped:
+            text += f"; skipped (time budget): {', '.join(skipped)}"
+        _log(text)
+
+    # ----------------------------------------------------------------------------------------------
+    # Predict, rules, saving
+
+    def predict(self, X: Any) -> Any:
+        """Return calibrated probabilities for ``X``, in ``X``'s family (pandas in, pandas Series out).
+
+        Parameters
+        ----------
+        X : dataframe, dict of columns, or 1-D array
+            What ``fit`` took (other columns are ignored); a dask collection gives a lazy dask result.
+
+        Returns
+        -------
+        array or Series of shape (n,)
+            Calibrated probabilities in [0, 1].
+        """
+        lazy = self._predict_partitions(X)
+        if lazy is not None:
+            return lazy
+        estimators = self._fitted_estimators()
+        info = describe_input(X, score_col=self.score_col)
+        if not self.ensemble:
+            calibrated = _as_host_array(estimators[0].predict(X))
+        else:
+            used = [k for k, weight in enumerate(self.weights_) if weight > 0]
+            member_logits = np.column_stack([logits(_as_host_array(estimators[k].predict(X))) for k in used])
+            calibrated = sigmoid(blend_logit(member_logits, np.asarray(self.weights_)[used], self.intercept_))
+        return wrap_output(calibrated, info, output_type=self.output_type)
+
+    def export_rules(self, format: str = "text", **options: Any) -> str:
+        """Return the rules of the chosen calibrator (MBCT, HC): see that class's ``export_rules``.
+
+        Raises
+        ------
+        TypeError
+            The chosen calibrator has no rules, or the prediction is a blend of several calibrators.
+        """
+        estimators = self._fitted_estimators()
+        blended = self.ensemble and int(np.count_nonzero(np.asarray(self.weights_) > 0)) > 1
+        if blended or not hasattr(estimators[0], "export_rules"):
+            what = "a blend of several calibrators" if blended else type(estimators[0]).__name__
+            msg = f"AutoCalibrator chose {what}, which has no rules to export; rules come from MBCT and HC"
+            raise TypeError(msg)
+        rules: str = estimators[0].export_rules(format=format, **options)
+        return rules
+
+    def save(self, path: Any) -> None:
+        """Write the fitted calibrator to ``path`` as JSON: the chosen estimators and the report, no pickle.
+
+        Estimators given in ``candidates`` are written as ``{"class": ..., "params": ...}``.
+        """
+        from gpucal.persistence import save
+
+        document_model = copy.copy(self)
+        if self.candidates is not None:
+            document_model.candidates = [_spec(entry) for entry in self.candidates]
+        save(document_model, path)
+
+    def _fitted_estimators(self) -> list[Any]:
+        estimators: list[Any] | None = getattr(self, "estimators_", None)
+        if estimators is None:
+            self._check_state()
+            estimators = self.estimators_
+        return estimators
+
+    def _check_state(self) -> None:
+        """Check the loaded state (``gpucal.load`` calls this); each member goes through ``from_dict``."""
+        import pandas as pd
+
+        from gpucal.persistence import from_dict
+
+        members, report = self.members_, self.report_
+        if not isinstance(members, list) or not members:
+            msg = "members_ must be a non-empty list of model documents"
+            raise ValueError(msg)
+        if any(isinstance(m, dict) and m.get("class") == type(self).__name__ for m in members):
+            msg = "members_ holds an AutoCalibrator; members are single calibrators"
+            raise ValueError(msg)
+        weights = np.asarray(self.weights_, dtype=np.float64)
+        if weights.shape != (len(members),) or not np.all(np.isfinite(weights)) or np.any(weights < 0):
+            msg = f"weights_ must hold {len(members)} finite non-negative numbers"
+            raise ValueError(msg)
+        if not isinstance(report, dict) or not all(isinstance(v, list) for v in report.values()):
+            msg = "report_ must map column names to lists"
+            raise ValueError(msg)
+        lengths = {len(v) for v in report.values()}
+        if len(lengths) != 1 or not 0 <= self.best_index_ < lengths.pop():
+            msg = "report_ columns must have one length, and best_index_ must be one of its rows"
+            raise ValueError(msg)
+        self.estimators_ = [from_dict(member) for member in members]
+        self.best_estimator_ = self.estimators_[0]
+        self.cv_results_ = pd.DataFrame(
+            {k: [np.nan if v is None else v for v in col] for k, col in report.items()}
+        )
+
+
+def _fresh(estimator: Any) -> Any:
+    """A clone of ``estimator`` that returns numpy predictions (when it takes ``output_type``)."""
+    model = clone(estimator)
+    if takes_param(model, "output_type"):
+        model.set_params(output_type="numpy")
+    return model
+
+
+def _as_host_array(predicted: Any) -> np.ndarray:
+    """A prediction of any family as a float64 host array."""
+    if hasattr(predicted, "to_numpy"):
+        predicted = predicted.to_numpy()
+    return np.asarray(to_numpy(predicted), dtype=np.float64)
+
+
+def _plain(value: Any) -> Any:
+    """A report cell as JSON data: NaN -> None, numpy scalars -> Python numbers."""
+    if isinstance(value, float | np.floating):
+        return None if not np.isfinite(value) else float(value)
+    if isinstance(value, np.integer):
+        return int(value)
+    return value
+
+
+__all__ = ["CANDIDATE_ERRORS", "METRICS", "AutoCalibrator"]

@@ -1,0 +1,253 @@
+"""AutoCalibrator (issue 14): selection by cross-fitting, folds, weights, blend, report, saving, families."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import polars as pl
+import pytest
+from numpy.testing import assert_allclose, assert_array_equal
+from sklearn.base import BaseEstimator, clone
+
+import gpucal
+from gpucal.auto import AutoCalibrator
+from gpucal.auto.blend import fit_blend, logits, mean_log_loss
+from gpucal.auto.folds import grouped_folds, stratified_folds
+from gpucal.calibrators import make_calibrator
+from gpucal.datasets import make_ctr
+from gpucal.persistence import ModelFileError, from_dict, to_dict
+
+FIELDS = ["site_id", "ad_category", "region", "hour", "user_segment", "device"]
+FAST = ["platt", "isotonic", "feature_platt"]
+
+
+class ConstantHalf(BaseEstimator):
+    """A calibrator that always loses: it predicts 0.5 whatever the score."""
+
+    def fit(self, X: Any, y: Any, sample_weight: Any = None) -> ConstantHalf:
+        self.fitted_ = True
+        return self
+
+    def predict(self, X: Any) -> np.ndarray:
+        return np.full(len(X), 0.5)
+
+
+@pytest.fixture(scope="module")
+def ctr() -> tuple[pd.DataFrame, np.ndarray, pd.DataFrame]:
+    """make_ctr segment-bias rows: 3,000 to fit, 2,000 held out."""
+    fit = make_ctr(3_000, "segment_bias", seed=0)
+    held_out = make_ctr(2_000, "segment_bias", seed=0, row_offset=3_000)
+    return fit[["score", *FIELDS]], fit["label"].to_numpy(), held_out[["score", *FIELDS]]
+
+
+def auto(**params: Any) -> AutoCalibrator:
+    return AutoCalibrator(categorical_cols=FIELDS, **{"candidates": FAST, **params})
+
+
+def test_losing_candidate_is_never_picked(ctr: Any) -> None:
+    X, y, _ = ctr
+    model = auto(candidates=[ConstantHalf(), "platt", "isotonic"]).fit(X, y)
+    results = model.cv_results_
+    assert results["candidate"].tolist() == ["ConstantHalf", "platt", "isotonic"]
+    assert model.best_index_ != 0
+    assert int(results.loc[0, "rank_test_score"]) == 3
+    assert not isinstance(model.best_estimator_, ConstantHalf)
+    scoring = results["mean_test_log_loss"].to_numpy()
+    assert model.best_index_ == int(np.argmin(scoring))
+
+
+@pytest.mark.parametrize("scoring", ["log_loss", "brier", "ece"])
+def test_best_is_lowest_mean_score(ctr: Any, scoring: str) -> None:
+    X, y, _ = ctr
+    model = auto(scoring=scoring).fit(X, y)
+    means = model.cv_results_[f"mean_test_{scoring}"].to_numpy()
+    assert model.best_index_ == int(np.argmin(means))
+    assert model.cv_results_.loc[model.best_index_, "rank_test_score"] == 1
+
+
+def test_folds_are_deterministic(ctr: Any) -> None:
+    X, y, _ = ctr
+    first = auto().fit(X, y)
+    second = auto().fit(X, y)
+    numbers = [c for c in first.cv_results_.columns if c.startswith(("mean_test", "std_test"))]
+    assert_array_equal(first.cv_results_[numbers].to_numpy(), second.cv_results_[numbers].to_numpy())
+    assert_array_equal(first.oof_predictions_, second.oof_predictions_)
+    other = auto(random_state=1).fit(X, y)
+    assert not np.array_equal(first.oof_predictions_, other.oof_predictions_)
+
+
+def test_stratified_folds_balance_the_classes() -> None:
+    labels = np.r_[np.ones(50), np.zeros(950)]
+    folds = stratified_folds(labels, 5, seed=3)
+    assert_array_equal(folds, stratified_folds(labels, 5, seed=3))
+    assert_array_equal(np.bincount(folds[labels == 1]), [10] * 5)
+    assert_array_equal(np.bincount(folds), [200] * 5)
+
+
+def test_grouped_folds_keep_groups_together() -> None:
+    groups = np.repeat(np.arange(40), np.arange(1, 41))
+    folds = grouped_folds(groups, 4, seed=0, weights=None)
+    for group in range(40):
+        assert np.unique(folds[groups == group]).size == 1
+    assert np.bincount(folds).max() - np.bincount(folds).min() <= 40
+    with pytest.raises(ValueError, match="fewer than n_folds=5"):
+        grouped_folds(np.arange(3), 5, seed=0, weights=None)
+
+
+def test_groups_by_column_name(ctr: Any) -> None:
+    X, y, _ = ctr
+    by_name = auto(candidates=["platt"]).fit(X, y, groups="site_id")
+    by_array = auto(candidates=["platt"]).fit(X, y, groups=X["site_id"].to_numpy())
+    assert_array_equal(by_name.oof_predictions_, by_array.oof_predictions_)
+
+
+def test_integer_weights_equal_repeated_rows(ctr: Any) -> None:
+    X, y, held_out = ctr
+    weights = np.random.default_rng(0).integers(0, 4, len(y))
+    rows = np.repeat(np.arange(len(y)), weights)
+    weighted = auto().fit(X, y, sample_weight=weights.astype(float), groups=np.arange(len(y)))
+    repeated = auto().fit(X.iloc[rows], y[rows], groups=rows)
+    assert weighted.best_index_ == repeated.best_index_
+    numbers = ["mean_test_log_loss", "mean_test_brier"]
+    assert_allclose(weighted.cv_results_[numbers], repeated.cv_results_[numbers], rtol=1e-6)
+    assert_allclose(weighted.predict(held_out), repeated.predict(held_out), rtol=1e-6, atol=1e-9)
+
+
+@pytest.mark.parametrize("ensemble", [False, True])
+def test_save_load_equal(ctr: Any, tmp_path: Any, ensemble: bool) -> None:
+    X, y, held_out = ctr
+    model = auto(ensemble=ensemble, candidates=[*FAST, make_calibrator("beta")]).fit(X, y)
+    path = tmp_path / "auto.json"
+    model.save(path)
+    loaded = gpucal.load(path)
+    assert_array_equal(loaded.predict(held_out), model.predict(held_out))
+    pd.testing.assert_frame_equal(loaded.cv_results_, model.cv_results_, check_dtype=False)
+    assert loaded.best_index_ == model.best_index_
+    assert type(loaded.best_estimator_) is type(model.best_estimator_)
+    assert loaded.candidates[-1] == {"class": "BetaCalibrator", "params": make_calibrator("beta").get_params()}
+    assert_array_equal(clone(loaded).fit(X, y).predict(held_out), model.predict(held_out))
+
+
+def test_load_rejects_bad_members(ctr: Any) -> None:
+    X, y, _ = ctr
+    document = json.loads(json.dumps(to_dict(auto(candidates=["platt"]).fit(X, y))))
+    nested = json.loads(json.dumps(document))
+    nested["state"]["members_"][0] = json.loads(json.dumps(document))
+    with pytest.raises(ModelFileError, match="members are single calibrators"):
+        from_dict(nested)
+    hostile = json.loads(json.dumps(document))
+    hostile["state"]["members_"][0]["class"] = "os.system"
+    with pytest.raises(ModelFileError, match="unknown calibrator class"):
+        from_dict(hostile)
+    negative = json.loads(json.dumps(document))
+    negative["state"]["weights_"] = [-1.0]
+    with pytest.raises(ModelFileError, match="non-negative"):
+        from_dict(negative)
+
+
+def test_ensemble_weights_convex_and_no_worse_than_best_member(ctr: Any) -> None:
+    X, y, held_out = ctr
+    model = auto(ensemble=True, candidates=[*FAST, "beta"]).fit(X, y)
+    blend = model.cv_results_["blend_weight"].to_numpy()
+    assert np.all(blend >= 0)
+    assert blend.sum() == pytest.approx(1.0)
+    assert_allclose(np.sort(model.weights_[model.weights_ > 0]), np.sort(blend[blend > 0]))
+    member_logits = logits(model.oof_predictions_)
+    weights = np.ones(len(y))
+    blended = mean_log_loss(member_logits @ blend + model.intercept_, y, weights)
+    best_member = min(mean_log_loss(member_logits[:, k], y, weights) for k in range(len(blend)))
+    assert blended <= best_member + 1e-12
+    assert model.predict(held_out).shape == (len(held_out),)
+
+
+def test_blend_falls_back_to_the_best_member() -> None:
+    rng = np.random.default_rng(0)
+    y = (rng.uniform(size=500) < 0.3).astype(float)
+    good = np.where(y == 1, 2.0, -2.0) + rng.normal(size=500)
+    fit = fit_blend(np.column_stack([good, np.zeros(500)]), y, np.ones(500))
+    assert fit.weights[0] == pytest.approx(1.0, abs=1e-6)
+    assert fit.loss <= mean_log_loss(good, y, np.ones(500)) + 1e-12
+
+
+def test_dataframe_families_in_and_out(ctr: Any) -> None:
+    X, y, held_out = ctr
+    model = auto(candidates=["platt", "feature_platt"]).fit(pl.from_pandas(X), pl.Series(y))
+    out = model.predict(pl.from_pandas(held_out))
+    assert isinstance(out, pl.Series)
+    indexed = held_out.set_axis(np.arange(len(held_out)) + 10)
+    pandas_out = model.predict(indexed)
+    assert isinstance(pandas_out, pd.Series)
+    assert_array_equal(pandas_out.index, indexed.index)
+    assert_allclose(pandas_out.to_numpy(), out.to_numpy())
+    assert isinstance(AutoCalibrator(output_type="numpy", candidates=["platt"]).fit(X, y).predict(X), np.ndarray)
+
+
+def test_one_dimensional_input_uses_score_only_candidates() -> None:
+    rng = np.random.default_rng(0)
+    score = rng.uniform(0.01, 0.99, 2_000)
+    y = (rng.uniform(size=2_000) < score**2).astype(float)
+    model = AutoCalibrator().fit(score, y)
+    assert model.cv_results_["method"].tolist() == ["platt", "beta", "isotonic"]
+    assert model.predict(score).shape == (2_000,)
+
+
+def test_failed_candidate_is_reported_not_chosen(ctr: Any) -> None:
+    X, y, _ = ctr
+    model = AutoCalibrator(candidates=["platt", "feature_platt"], feature_cols=[]).fit(X, y)
+    status = model.cv_results_["status"].tolist()
+    assert status[0] == "ok"
+    assert status[1].startswith("error: ValueError")
+    assert model.best_index_ == 0
+    with pytest.raises(ValueError, match="no candidate could be fitted"):
+        AutoCalibrator(candidates=["feature_platt"], feature_cols=[]).fit(X, y)
+
+
+def test_verbose_lines(ctr: Any, capsys: Any) -> None:
+    X, y, _ = ctr
+    auto(verbose=1).fit(X, y)
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == len(FAST) + 1
+    assert lines[0].startswith("[AutoCalibrator] 1/3 platt: log_loss")
+    assert lines[-1].startswith("[AutoCalibrator] best: ")
+    auto(verbose=2, candidates=["platt"]).fit(X, y)
+    assert "fold 5/5" in capsys.readouterr().err
+
+
+def test_time_budget_skips_the_rest(ctr: Any, capsys: Any) -> None:
+    X, y, _ = ctr
+    model = auto(time_budget=1e-9, verbose=1).fit(X, y)
+    assert model.cv_results_["status"].tolist() == ["ok", "skipped", "skipped"]
+    assert model.best_index_ == 0
+    assert "skipped (time budget): isotonic, feature_platt" in capsys.readouterr().err
+
+
+def test_export_rules_follows_the_winner(ctr: Any) -> None:
+    X, y, _ = ctr
+    mbct = auto(candidates=["mbct"]).fit(X, y)
+    assert mbct.export_rules() == mbct.best_estimator_.export_rules()
+    with pytest.raises(TypeError, match="PlattCalibrator, which has no rules"):
+        auto(candidates=["platt"]).fit(X, y).export_rules()
+
+
+def test_registry_params_and_errors(ctr: Any) -> None:
+    X, y, _ = ctr
+    assert isinstance(make_calibrator("auto"), AutoCalibrator)
+    assert clone(auto(n_folds=3)).get_params()["n_folds"] == 3
+    with pytest.raises(ValueError, match="The 'n_folds' parameter of AutoCalibrator must be an int in"):
+        AutoCalibrator(n_folds=1).fit(X, y)
+    with pytest.raises(ValueError, match="unknown calibrator 'nope'"):
+        AutoCalibrator(candidates=["nope"]).fit(X, y)
+    with pytest.raises(ValueError, match="the list is empty"):
+        AutoCalibrator(candidates=[]).fit(X, y)
+    with pytest.raises(TypeError, match="not a gpucal calibrator"):
+        auto(candidates=[ConstantHalf(), "platt"]).fit(X, y).save("unused.json")
+
+
+def test_dask_is_refused(ctr: Any) -> None:
+    dd = pytest.importorskip("dask.dataframe")
+    X, y, _ = ctr
+    with pytest.raises(NotImplementedError, match="does not fit on dask collections"):
+        AutoCalibrator().fit(dd.from_pandas(X, npartitions=2), dd.from_pandas(pd.Series(y), npartitions=2))
