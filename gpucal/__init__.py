@@ -1,41 +1,53 @@
 """gpucal: calibration of model scores in dataframes, on the CPU (numba) and the GPU (numba-cuda).
 
 ``import gpucal`` imports no GPU library and starts no CUDA context: the GPU path is chosen only
-when data already lives on the GPU (cupy / cudf) or ``device="gpu"`` is asked for.
+when data already lives on the GPU (cupy / cudf) or ``device="gpu"`` is asked for. It imports no
+heavy library either (pandas, numba, scikit-learn, scipy): each public name is imported from its
+module on first use (PEP 562 ``__getattr__``), so ``import gpucal`` and ``gpucal --help`` take a
+fraction of a second. Before anything imports numba, its cache is pointed at a user cache folder,
+never the installed package (``kernels._numba_cache``).
 """
 
+from __future__ import annotations
+
 import os
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+from gpucal._version import __version__
+from kernels._numba_cache import use_user_cache_dir
 
 # numba's parallel loops run on its OpenMP layer here, whose threads spin after every parallel region by
 # default; on few cores the spinning threads starve the numpy work between gpucal's parallel loops (a
 # 1e7-row histogram fit measured 1.6 s spinning, 0.22 s passive). Set before the first parallel launch;
 # a value the user set wins.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+use_user_cache_dir()
 
-from gpucal import datasets, distributed, metrics
-from gpucal._version import __version__
-from gpucal.calibrators import (
-    BetaCalibrator,
-    DirichletCalibrator,
-    DownsamplingCorrection,
-    FeatureAwarePlattCalibrator,
-    FieldAwareCalibrator,
-    HistogramCalibrator,
-    IsotonicCalibrator,
-    PiecewiseLogitCalibrator,
-    PlattCalibrator,
-    ScalingBinningCalibrator,
-    SIRCalibrator,
-    TemperatureCalibrator,
-    correct_downsampling,
-    make_calibrator,
-)
-from gpucal.ccl import ClusteredCalibrator
-from gpucal.encoding import FeatureEncoder
-from gpucal.evaluation import evaluate
-from gpucal.hc import HeterogeneousCalibrator
-from gpucal.mbct import MBCT
-from gpucal.persistence import ModelFileError, load
+if TYPE_CHECKING:
+    from gpucal import datasets, distributed, metrics
+    from gpucal.calibrators import (
+        BetaCalibrator,
+        DirichletCalibrator,
+        DownsamplingCorrection,
+        FeatureAwarePlattCalibrator,
+        FieldAwareCalibrator,
+        HistogramCalibrator,
+        IsotonicCalibrator,
+        PiecewiseLogitCalibrator,
+        PlattCalibrator,
+        ScalingBinningCalibrator,
+        SIRCalibrator,
+        TemperatureCalibrator,
+        correct_downsampling,
+        make_calibrator,
+    )
+    from gpucal.ccl import ClusteredCalibrator
+    from gpucal.encoding import FeatureEncoder
+    from gpucal.evaluation import evaluate
+    from gpucal.hc import HeterogeneousCalibrator
+    from gpucal.mbct import MBCT
+    from gpucal.persistence import ModelFileError, load
 
 __all__ = [
     "MBCT",
@@ -64,3 +76,65 @@ __all__ = [
     "make_calibrator",
     "metrics",
 ]
+
+
+#: Modules that ``import gpucal`` used to load, reachable as ``gpucal.<name>`` without importing them.
+_SUBMODULES = (
+    "calibrators",
+    "ccl",
+    "datasets",
+    "distributed",
+    "encoding",
+    "evaluation",
+    "hc",
+    "mbct",
+    "metrics",
+    "neural",
+    "partition",
+    "persistence",
+)
+#: Module of each public class and function, for the lazy import in ``__getattr__``.
+_MODULE_OF = {
+    name: module
+    for module, names in {
+        "gpucal.calibrators": (
+            "BetaCalibrator",
+            "DirichletCalibrator",
+            "DownsamplingCorrection",
+            "FeatureAwarePlattCalibrator",
+            "FieldAwareCalibrator",
+            "HistogramCalibrator",
+            "IsotonicCalibrator",
+            "PiecewiseLogitCalibrator",
+            "PlattCalibrator",
+            "ScalingBinningCalibrator",
+            "SIRCalibrator",
+            "TemperatureCalibrator",
+            "correct_downsampling",
+            "make_calibrator",
+        ),
+        "gpucal.ccl": ("ClusteredCalibrator",),
+        "gpucal.encoding": ("FeatureEncoder",),
+        "gpucal.evaluation": ("evaluate",),
+        "gpucal.hc": ("HeterogeneousCalibrator",),
+        "gpucal.mbct": ("MBCT",),
+        "gpucal.persistence": ("ModelFileError", "load"),
+    }.items()
+    for name in names
+}
+
+
+def __getattr__(name: str) -> Any:
+    """Import a public name or submodule on first use, then keep it in the package namespace."""
+    if name in _SUBMODULES:
+        return import_module(f"gpucal.{name}")  # the import binds it as an attribute
+    if name not in _MODULE_OF:
+        msg = f"module {__name__!r} has no attribute {name!r}"
+        raise AttributeError(msg)
+    value = getattr(import_module(_MODULE_OF[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__, *_SUBMODULES})

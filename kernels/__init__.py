@@ -1,26 +1,44 @@
 """Device code of gpucal: each kernel as a numpy oracle, a numba CPU twin and a numba-cuda kernel.
 
-Importing this package imports numba (CPU) only; ``numba.cuda`` is imported inside the CUDA path.
+Importing this package imports neither numba nor numpy: each name below is imported from its module
+on first use (PEP 562), so ``import gpucal`` stays fast, and numba's cache folder is chosen before
+numba is first imported (``kernels._numba_cache``). ``numba.cuda`` is imported inside the CUDA path.
 """
 
-from kernels.group_sums import group_sums
-from kernels.group_sums_oracle import (
-    N_STATS,
-    STAT_COUNT,
-    STAT_W,
-    STAT_WF,
-    STAT_WFF,
-    STAT_WFY,
-    STAT_WY,
-    STAT_WYY,
-    value_offsets,
-)
-from kernels.lookup import lookup_bins, lookup_codes, lookup_edges
-from kernels.partition import partition_rows, take_rows
-from kernels.split_mvce import N_SPLIT_STATS, SPLIT_RESIDUAL, SPLIT_W, mvce_from_split_sums, mvce_split_sums
-from kernels.trees import predict_trees, route_rows, tree_leaves
-from kernels.trees_oracle import LEAF_PLATT, LEAF_SCALE, LEAF_SHIFT
-from kernels.views import N_VIEW_STATS, VIEW_COUNT, VIEW_W, VIEW_WP, VIEW_WY, view_bins, view_sums
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+from kernels._numba_cache import use_user_cache_dir
+
+use_user_cache_dir()
+
+if TYPE_CHECKING:
+    from kernels.group_sums import group_sums
+    from kernels.group_sums_oracle import (
+        N_STATS,
+        STAT_COUNT,
+        STAT_W,
+        STAT_WF,
+        STAT_WFF,
+        STAT_WFY,
+        STAT_WY,
+        STAT_WYY,
+        value_offsets,
+    )
+    from kernels.lookup import lookup_bins, lookup_codes, lookup_edges
+    from kernels.partition import partition_rows, take_rows
+    from kernels.split_mvce import (
+        N_SPLIT_STATS,
+        SPLIT_RESIDUAL,
+        SPLIT_W,
+        mvce_from_split_sums,
+        mvce_split_sums,
+    )
+    from kernels.trees import predict_trees, route_rows, tree_leaves
+    from kernels.trees_oracle import LEAF_PLATT, LEAF_SCALE, LEAF_SHIFT
+    from kernels.views import N_VIEW_STATS, VIEW_COUNT, VIEW_W, VIEW_WP, VIEW_WY, view_bins, view_sums
 
 __all__ = [
     "LEAF_PLATT",
@@ -57,3 +75,58 @@ __all__ = [
     "view_bins",
     "view_sums",
 ]
+
+
+#: Module of each public name, for the lazy import in ``__getattr__``.
+_MODULE_OF = {
+    name: module
+    for module, names in {
+        "kernels.group_sums": ("group_sums",),
+        "kernels.group_sums_oracle": (
+            "N_STATS",
+            "STAT_COUNT",
+            "STAT_W",
+            "STAT_WF",
+            "STAT_WFF",
+            "STAT_WFY",
+            "STAT_WY",
+            "STAT_WYY",
+            "value_offsets",
+        ),
+        "kernels.lookup": ("lookup_bins", "lookup_codes", "lookup_edges"),
+        "kernels.partition": ("partition_rows", "take_rows"),
+        "kernels.split_mvce": (
+            "N_SPLIT_STATS",
+            "SPLIT_RESIDUAL",
+            "SPLIT_W",
+            "mvce_from_split_sums",
+            "mvce_split_sums",
+        ),
+        "kernels.trees": ("predict_trees", "route_rows", "tree_leaves"),
+        "kernels.trees_oracle": ("LEAF_PLATT", "LEAF_SCALE", "LEAF_SHIFT"),
+        "kernels.views": (
+            "N_VIEW_STATS",
+            "VIEW_COUNT",
+            "VIEW_W",
+            "VIEW_WP",
+            "VIEW_WY",
+            "view_bins",
+            "view_sums",
+        ),
+    }.items()
+    for name in names
+}
+
+
+def __getattr__(name: str) -> Any:
+    """Import a public name from its module on first use, then keep it in the package namespace."""
+    if name not in _MODULE_OF:
+        msg = f"module {__name__!r} has no attribute {name!r}"
+        raise AttributeError(msg)
+    value = getattr(import_module(_MODULE_OF[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])
