@@ -127,7 +127,8 @@ def test_save_load_equal(ctr: Any, tmp_path: Any, ensemble: bool) -> None:
     pd.testing.assert_frame_equal(loaded.cv_results_, model.cv_results_, check_dtype=False)
     assert loaded.best_index_ == model.best_index_
     assert type(loaded.best_estimator_) is type(model.best_estimator_)
-    assert loaded.candidates[-1] == {"class": "BetaCalibrator", "params": make_calibrator("beta").get_params()}
+    beta = {"class": "BetaCalibrator", "params": make_calibrator("beta").get_params()}
+    assert loaded.candidates[-1] == beta
     assert_array_equal(clone(loaded).fit(X, y).predict(held_out), model.predict(held_out))
 
 
@@ -182,7 +183,8 @@ def test_dataframe_families_in_and_out(ctr: Any) -> None:
     assert isinstance(pandas_out, pd.Series)
     assert_array_equal(pandas_out.index, indexed.index)
     assert_allclose(pandas_out.to_numpy(), out.to_numpy())
-    assert isinstance(AutoCalibrator(output_type="numpy", candidates=["platt"]).fit(X, y).predict(X), np.ndarray)
+    numpy_out = AutoCalibrator(output_type="numpy", candidates=["platt"]).fit(X, y).predict(X)
+    assert isinstance(numpy_out, np.ndarray)
 
 
 def test_one_dimensional_input_uses_score_only_candidates() -> None:

@@ -83,6 +83,8 @@ def takes_param(estimator: Any, name: str) -> bool:
 
 def _with_columns(name: str, columns: dict[str, Any], **params: Any) -> Any:
     """``make_calibrator(name, **params)`` plus whichever column parameters the class takes."""
+    if name not in CALIBRATORS:
+        return make_calibrator(name)  # raises, listing the known names
     cls = CALIBRATORS[name]
     accepted = inspect.signature(cls.__init__).parameters
     return make_calibrator(name, **{k: v for k, v in columns.items() if k in accepted}, **params)

@@ -180,8 +180,10 @@ class AutoCalibrator(Calibrator):
     >>> auto = AutoCalibrator(candidates=["platt", "isotonic"]).fit(score, y)
     >>> auto.cv_results_["candidate"].tolist()
     ['platt', 'isotonic']
+    >>> auto.cv_results_["rank_test_score"].tolist()
+    [1, 2]
     >>> type(auto.best_estimator_).__name__
-    'IsotonicCalibrator'
+    'PlattCalibrator'
     """
 
     _parameter_constraints: ClassVar[dict[str, Constraint]] = {
