@@ -4,9 +4,11 @@ Families
 --------
 ``X`` may be a dataframe (pandas, cudf, polars, pyarrow ``Table``/``RecordBatch``, or a ``dict`` of
 1-D columns) or, for calibrators that need no features, a 1-D score array (numpy, cupy, a pandas,
-cudf or polars Series, a pyarrow (Chunked)Array, or a Python sequence). Libraries are recognised by
-the module name of ``type(X)`` before anything is imported, so ``import gpucal`` imports no GPU
-library; cudf and cupy are imported only when a result must be built in their family.
+cudf or polars Series, a pyarrow (Chunked)Array, or a Python sequence) or an ``(n, 1)`` array (the
+score, as scikit-learn's ``IsotonicRegression`` takes it). A 2-D numpy or cupy array is a dataframe
+whose columns are named by position: ``score_col=0, feature_cols=[1, 2]`` reads them. Libraries
+are recognised by the module name of ``type(X)`` before anything is imported, so ``import gpucal``
+imports no GPU library; cudf and cupy are imported only when a result must be built in their family.
 :func:`input_family` is the one ``if/elif`` ladder; each family has a named converter below it.
 
 What comes out
@@ -29,6 +31,13 @@ This is the only place the rule is written down. A result is returned in
    cupy out.
 
 Moving between host and device costs one copy of the result; nothing else is converted.
+
+Prediction names
+----------------
+A returned Series (pandas, cudf, polars) is named :data:`PREDICTION_NAME`, ``"calibrated"``, never
+after an input column, so ``polars_df.with_columns(pred)`` adds a column instead of replacing the
+raw score. When ``X`` itself holds a column (or is a Series) of that name, the prediction takes the
+first of ``"calibrated_1"``, ``"calibrated_2"``, ... that ``X`` does not hold.
 """
 
 from __future__ import annotations
@@ -45,6 +54,8 @@ from gpucal._validation import check_invariant, check_not_empty, check_scores
 
 FAMILIES = ("numpy", "cupy", "pandas", "cudf", "polars", "pyarrow")
 OUTPUT_TYPES = ("input", *FAMILIES)
+#: The name of a returned prediction Series (module docstring, "Prediction names").
+PREDICTION_NAME = "calibrated"
 
 
 @dataclass(frozen=True)
@@ -60,7 +71,8 @@ class InputInfo:
     index : object or None
         The pandas or cudf index of ``X`` (put back on results), else None.
     name : hashable or None
-        Name for a returned Series: the score column of a frame or the name of a Series.
+        Name for a returned Series: :data:`PREDICTION_NAME`, or the first free name after it when
+        ``X`` holds a column of that name (:func:`prediction_name`).
     """
 
     family: str
@@ -112,6 +124,7 @@ class _Frame:
     n_rows: int
     get: Callable[[Hashable], Any]  # the raw 1-D column of the caller's library
     index: Any = None
+    positional: bool = False  # a 2-D array: its columns are named 0, 1, ... by position
 
 
 # --------------------------------------------------------------------------------------------------
@@ -151,7 +164,10 @@ def _as_frame_or_1d(x: Any, name: str) -> _Frame | Any:
     family = input_family(x, name)
     kind = type(x).__name__
     if family in ("numpy", "cupy"):
-        return _mapping_frame(x, family, name) if isinstance(x, Mapping) else _array_1d(x, name)
+        if isinstance(x, Mapping):
+            return _mapping_frame(x, family, name)
+        arr = x if is_cupy_array(x) else np.asarray(x)
+        return _array_frame(arr, family) if arr.ndim == 2 else _array_1d(arr, name)
     elif family == "pandas":
         return _pandas_frame(x, name) if kind == "DataFrame" else _check_series(x, kind, name)
     elif family == "cudf":
@@ -181,11 +197,27 @@ def _array_1d(x: Any, name: str) -> Any:
         raise ValueError(msg)
     if arr.ndim != 1:
         msg = (
-            f"{name}: a {arr.ndim}-D array has no column names; pass a dataframe (or a dict of columns) "
-            "with a score column and feature columns, or a 1-D score array"
+            f"{name}: a {arr.ndim}-D array has no columns to read; pass a dataframe (or a dict of "
+            "columns) with a score column and feature columns, a 2-D array with integer score_col / "
+            "feature_cols, or a 1-D score array"
         )
         raise ValueError(msg)
     return arr
+
+
+def _array_frame(arr: Any, family: str) -> _Frame:
+    """A 2-D numpy or cupy array as a frame whose column names are the positions 0, 1, ..."""
+    return _Frame(family, list(range(arr.shape[1])), arr.shape[0], lambda j: arr[:, j], positional=True)
+
+
+def prediction_name(input_names: Sequence[Hashable]) -> str:
+    """Return :data:`PREDICTION_NAME`, or ``"calibrated_<k>"`` for the first ``k`` not in ``input_names``."""
+    taken = set(input_names)
+    candidate, k = PREDICTION_NAME, 0
+    while candidate in taken:
+        k += 1
+        candidate = f"{PREDICTION_NAME}_{k}"
+    return candidate
 
 
 def _check_unique_names(names: list[Hashable], name: str) -> None:
@@ -386,10 +418,10 @@ def describe_input(X: Any, *, score_col: Hashable = "score", name: str = "X") ->
     """Describe ``X`` (family, rows, index, output name) without converting any column."""
     obj = _as_frame_or_1d(X, name)
     if isinstance(obj, _Frame):
-        out_name = score_col if score_col in obj.names else None
-        return InputInfo(obj.family, obj.n_rows, obj.index, out_name)
+        return InputInfo(obj.family, obj.n_rows, obj.index, prediction_name(obj.names))
     family = input_family(X, name)
-    return InputInfo(family, len(obj), getattr(obj, "index", None), getattr(obj, "name", None))
+    series_name = getattr(obj, "name", None)
+    return InputInfo(family, len(obj), getattr(obj, "index", None), prediction_name([series_name]))
 
 
 def frame_columns(
@@ -456,11 +488,13 @@ def split_input(
 
     Parameters
     ----------
-    X : dataframe, dict of columns, or 1-D array
-        A pandas, cudf, polars or pyarrow dataframe, or a ``dict`` of 1-D columns; or, when no
-        features are needed, a 1-D array or Series of scores.
+    X : dataframe, dict of columns, 2-D array, or 1-D array
+        A pandas, cudf, polars or pyarrow dataframe, or a ``dict`` of 1-D columns; a 2-D numpy or
+        cupy array, its columns named by position; or, when no features are needed, a 1-D array or
+        Series of scores.
     score_col : hashable, default="score"
-        Name of the score column of a dataframe. Ignored for a 1-D ``X``.
+        Name of the score column of a dataframe (its position for a 2-D array). Ignored for a 1-D
+        ``X`` and for an ``(n, 1)`` array unless it is 0: either is the score itself.
     feature_cols : list of hashable, str or None, default=None
         Feature column names; None means every column except ``score_col``. A single string is
         one column name. ``[]`` means no features.
@@ -491,6 +525,14 @@ def split_input(
         the first bad row).
     """
     obj = _as_frame_or_1d(X, name)
+    if isinstance(obj, _Frame) and obj.positional and score_col not in obj.names:
+        if len(obj.names) != 1:
+            msg = (
+                f"{name}: a 2-D array of {len(obj.names)} columns has no column names; set score_col "
+                "(and feature_cols) to column positions, e.g. score_col=0, or pass a dataframe"
+            )
+            raise KeyError(msg)
+        score_col = 0  # an (n, 1) array is the score, as scikit-learn's calibrators take it
     if isinstance(obj, _Frame):
         if score_col not in obj.names:
             msg = (
@@ -499,7 +541,7 @@ def split_input(
             )
             raise KeyError(msg)
         cols = _resolve_feature_cols(obj.names, score_col, feature_cols, name)
-        info = InputInfo(obj.family, obj.n_rows, obj.index, score_col)
+        info = InputInfo(obj.family, obj.n_rows, obj.index, prediction_name(obj.names))
         score_name = f"{name}[{score_col!r}]"
         raw_score = obj.get(score_col)
         features = {c: as_column(obj.get(c), f"{name}[{c!r}]") for c in cols}
@@ -508,7 +550,7 @@ def split_input(
             msg = f"feature_cols: {name} is a 1-D score array and has no columns; pass a dataframe instead"
             raise ValueError(msg)
         index, series_name = getattr(obj, "index", None), getattr(obj, "name", None)
-        info = InputInfo(input_family(X, name), len(obj), index, series_name)
+        info = InputInfo(input_family(X, name), len(obj), index, prediction_name([series_name]))
         score_name, raw_score, features = name, obj, {}
     if not allow_empty:
         check_not_empty(info.n_rows, name)
@@ -533,7 +575,7 @@ def wrap_output(
     info : InputInfo
         From :func:`split_input` or :func:`describe_input` on the call's ``X``.
     name : hashable, optional
-        Series name; defaults to ``info.name`` (the score column or the input Series' name).
+        Series name; defaults to ``info.name`` (:data:`PREDICTION_NAME`, never an input column's).
     output_type : {"input", "numpy", "cupy", "pandas", "cudf", "polars", "pyarrow"}, default="input"
         ``"input"`` returns ``info.family``; anything else overrides it (module docstring).
     """

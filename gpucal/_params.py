@@ -23,7 +23,10 @@ class Interval:
     """A number of ``kind`` (``int`` or ``float``) between ``low`` and ``high`` (None: unbounded).
 
     ``closed`` says which ends belong to the interval: ``"both"``, ``"left"``, ``"right"`` or
-    ``"neither"``. An infinite end can be closed (``p`` may be ``inf``). Booleans are never numbers here.
+    ``"neither"``. Values are finite unless stated: an unbounded end (None) is always open, so
+    ``Interval(float, 0, None)`` is ``[0, inf)`` and refuses ``inf``; a parameter that may be infinite
+    says so with an explicit closed infinite end (``Interval(float, 1, math.inf)``: ``p`` may be
+    ``inf``). Booleans are never numbers here.
     """
 
     kind: type
@@ -49,6 +52,8 @@ class Interval:
             return False
         low_closed = self.closed in ("both", "left")
         high_closed = self.closed in ("both", "right")
+        if math.isinf(value) and (self.low if value < 0 else self.high) is None:
+            return False  # an unbounded end is open: finite unless stated
         if self.low is not None and (value < self.low or (value == self.low and not low_closed)):
             return False
         return not (self.high is not None and (value > self.high or (value == self.high and not high_closed)))

@@ -28,10 +28,13 @@ def as_1d_array(x: Any, name: str) -> Any:
     elif module == "cudf":
         arr = x.to_cupy()
     elif module == "pandas":
+        _check_no_missing(None if isinstance(x.dtype, np.dtype) else x.isna().to_numpy(), "<NA>", name)
         arr = x.to_numpy()
     elif module == "polars":
+        _check_no_missing(x.is_null().to_numpy() if x.null_count() else None, "null", name)
         arr = x.to_numpy()
     elif module == "pyarrow":
+        _check_no_missing(x.is_null().to_numpy(zero_copy_only=False) if x.null_count else None, "null", name)
         arr = x.to_numpy(zero_copy_only=False)
     else:
         arr = np.asarray(x)
@@ -42,6 +45,23 @@ def as_1d_array(x: Any, name: str) -> Any:
         msg = f"{name}: expected numbers, got dtype {arr.dtype}"
         raise TypeError(msg)
     return arr
+
+
+def _check_no_missing(missing: Any, shown: str, name: str) -> None:
+    """Raise ``ValueError`` naming the first missing value (``pd.NA``, a null) of a column.
+
+    ``missing`` is a boolean numpy mask, or None when the column cannot hold such values (a numpy
+    dtype: there NaN is a number, and the finiteness checks name it); ``shown`` is how the library
+    prints a missing value.
+    """
+    if missing is None or not missing.any():
+        return
+    first = int(np.argmax(missing))
+    msg = (
+        f"{name}: {int(missing.sum())} missing value(s) (first at row {first}: {shown}); "
+        "expected numbers: fill or drop the missing rows first"
+    )
+    raise ValueError(msg)
 
 
 def _first_bad(mask: Any, values: Any) -> str:
@@ -164,6 +184,57 @@ def check_consistent_length(**arrays: Any) -> int:
         msg = f"inputs have different numbers of rows: {shown}"
         raise ValueError(msg)
     return next(iter(lengths.values()), 0)
+
+
+def _row_index(x: Any) -> Any:
+    """Return the index of a pandas or cudf Series / DataFrame, else None (rows are paired by position)."""
+    if type(x).__module__.split(".")[0] not in ("pandas", "cudf") or type(x).__name__ not in (
+        "Series",
+        "DataFrame",
+    ):
+        return None
+    return x.index
+
+
+def check_same_index(**named: Any) -> None:
+    """Refuse pandas (or cudf) inputs of one call whose indexes differ: rows are never paired silently.
+
+    The rule, the same for every fit and every metric: when two or more of the named inputs carry an
+    index (pandas or cudf Series / DataFrames), the indexes must be equal, label for label and in the
+    same order; otherwise ``ValueError`` names both inputs and the first position where they differ.
+    Indexes holding the same labels in another order are refused too, not reordered: align them
+    first (``y = y.loc[X.index]``) or drop both (``.reset_index(drop=True)``). Inputs without an
+    index (numpy, cupy, polars, pyarrow, sequences, None) are paired by position.
+    """
+    indexed = [(name, index) for name, x in named.items() if (index := _row_index(x)) is not None]
+    if len(indexed) < 2:
+        return
+    first_name, first_index = indexed[0]
+    for name, index in indexed[1:]:
+        if index.equals(first_index):
+            continue
+        if len(index) != len(first_index):
+            msg = (
+                f"{first_name} and {name} have indexes of different lengths ({len(first_index)} and "
+                f"{len(index)} rows); rows are paired by index label, never by position"
+            )
+            raise ValueError(msg)
+        left = _host_labels(first_index)
+        right = _host_labels(index)
+        row = int(np.argmax(left != right))
+        msg = (
+            f"{first_name} and {name} have different indexes (first at position {row}: "
+            f"{first_name}.index[{row}] = {left[row]!r}, {name}.index[{row}] = {right[row]!r}); rows are "
+            f"paired by index label, never by position: align them first ({name} = {name}.loc"
+            f"[{first_name}.index]) or drop both indexes (.reset_index(drop=True))"
+        )
+        raise ValueError(msg)
+
+
+def _host_labels(index: Any) -> np.ndarray:
+    """Return the labels of a pandas or cudf index as a host object array (for comparing and printing)."""
+    labels = index.to_pandas() if type(index).__module__.split(".")[0] == "cudf" else index
+    return np.asarray(labels.to_numpy(dtype=object))
 
 
 def check_not_empty(n_rows: int, name: str = "y_true") -> None:

@@ -12,6 +12,7 @@ from typing import Any
 import pandas as pd
 
 from gpucal import metrics
+from gpucal.metrics.grouped import report_columns
 
 
 def evaluate(
@@ -19,7 +20,7 @@ def evaluate(
     predictions: Mapping[str, Any],
     *,
     sample_weight: Any = None,
-    fields: Mapping[str, Any] | None = None,
+    fields: Any = None,
     p_true: Any = None,
     seed: int = 0,
 ) -> pd.DataFrame:
@@ -33,8 +34,9 @@ def evaluate(
         Named probability predictions of the same rows, e.g. ``{"raw": score, "isotonic": p}``.
     sample_weight : array-like of shape (n,), default=None
         Row weights used by every metric.
-    fields : mapping of str to array-like of shape (n,), default=None
-        Segment columns; each adds a Field-ECE and a Field-RCE row (segment-level calibration
+    fields : DataFrame or mapping of str to array-like of shape (n,), default=None
+        Segment columns (a pandas or polars DataFrame, as :func:`gpucal.metrics.segment_report`
+        takes, or a dict); each adds a Field-ECE and a Field-RCE row (segment-level calibration
         that the score-binned metrics cannot see).
     p_true : array-like of shape (n,), default=None
         The true probability, known only in simulations; adds a TCE row.
@@ -46,6 +48,9 @@ def evaluate(
     pandas.DataFrame
         Index: metric names (lower is better except ``roc_auc``); columns: the prediction names.
     """
+    field_columns = (
+        {} if fields is None or (isinstance(fields, Mapping) and not fields) else report_columns(fields)
+    )
     table: dict[str, dict[str, float]] = {}
     for name, y_prob in predictions.items():
         col = {
@@ -57,7 +62,7 @@ def evaluate(
             "mvce_r100": metrics.mvce(y_true, y_prob, sample_weight=sample_weight, seed=seed),
             "pcoc": metrics.pcoc(y_true, y_prob, sample_weight=sample_weight),
         }
-        for field_name, field in (fields or {}).items():
+        for field_name, field in field_columns.items():
             col[f"field_ece[{field_name}]"] = metrics.field_ece(
                 y_true, y_prob, field, sample_weight=sample_weight
             )

@@ -210,7 +210,7 @@ def test_pandas_in_series_out_with_index() -> None:
     out = FeatureAwarePlattCalibrator().fit(X, y).predict(X)
     assert isinstance(out, pd.Series)
     assert out.index.equals(X.index)
-    assert out.name == "score"
+    assert out.name == "calibrated"
     assert ((out > 0) & (out < 1)).all()
 
 

@@ -620,8 +620,9 @@ def test_bad_parameters() -> None:
 @pytest.mark.parametrize("make", [TemperatureCalibrator, DirichletCalibrator])
 def test_bad_multiclass_inputs(make: Any) -> None:
     _, prob, y = multiclass_data(100, 3)
-    with pytest.raises(ValueError, match=r"one column per class \(at least 2\), got shape \(100, 1\)"):
-        make().fit(prob[:, :1], y)
+    if make is DirichletCalibrator:  # for TemperatureCalibrator an (n, 1) array is a binary score
+        with pytest.raises(ValueError, match=r"one column per class \(at least 2\), got shape \(100, 1\)"):
+            make().fit(prob[:, :1], y)
     with pytest.raises(ValueError, match="rows of a probability matrix must sum to 1"):
         make().fit(prob * 0.9, y)
     with pytest.raises(ValueError, match=r"y: class labels must be integers in \[0, 3\)"):
@@ -643,10 +644,10 @@ def test_bad_multiclass_inputs(make: Any) -> None:
 
 def test_temperature_predict_needs_the_fitted_dimension() -> None:
     p, y = binary_data(100)
-    with pytest.raises(ValueError, match="fitted on 1-D binary scores; got a 2-D input"):
+    with pytest.raises(ValueError, match="fitted on 1-D binary scores; got a class-score matrix"):
         TemperatureCalibrator().fit(p, y).predict(np.c_[1 - p, p])
     _, prob, yk = multiclass_data(100, 3)
-    with pytest.raises(ValueError, match=r"fitted on an \(n, 3\) matrix; got 1-D input"):
+    with pytest.raises(ValueError, match=r"fitted on an \(n, 3\) matrix; got binary scores"):
         TemperatureCalibrator().fit(prob, yk).predict(p)
 
 
@@ -664,7 +665,7 @@ def test_dataframe_input_uses_score_col() -> None:
     cal = PlattCalibrator(score_col="s").fit(df, y)
     out = cal.predict(df)
     assert isinstance(out, pd.Series)
-    assert out.name == "s"
+    assert out.name == "calibrated"  # never an input column's name (issue 18)
     assert_array_equal(out.to_numpy(), PlattCalibrator().fit(p, y).predict(p))
 
 
@@ -674,3 +675,31 @@ def test_platt_rejects_constant_scores() -> None:
     y = np.array([0.0, 1.0, 1.0, 0.0, 1.0])
     with pytest.raises(ValueError, match=r"every score is 0\.7; Platt scaling needs at least two distinct"):
         PlattCalibrator().fit(np.full(5, 0.7), y)
+
+
+@pytest.mark.parametrize("family", ["pandas", "polars", "pyarrow"])
+def test_temperature_takes_a_probability_matrix_dataframe(family: str) -> None:
+    """Issue 18: TemperatureCalibrator refused a probability-matrix DataFrame that Dirichlet takes."""
+    import polars as pl
+    import pyarrow as pa
+
+    _, prob, y = multiclass_data(300, 3)
+    frame = pd.DataFrame(prob, columns=["a", "b", "c"])
+    X = {"pandas": frame, "polars": pl.from_pandas(frame), "pyarrow": pa.Table.from_pandas(frame)}[family]
+    expected = TemperatureCalibrator().fit(prob, y)
+    cal = TemperatureCalibrator().fit(X, y)
+    assert cal.multiclass_ and cal.n_classes_ == 3
+    assert cal.temperature_ == expected.temperature_
+    assert_array_equal(cal.predict(X), expected.predict(prob))
+    # A dataframe holding score_col stays binary input.
+    p, yb = binary_data(300)
+    binary = TemperatureCalibrator().fit(pd.DataFrame({"score": p, "other": 1.0}), yb)
+    assert not binary.multiclass_
+
+
+def test_temperature_takes_an_n_by_1_score() -> None:
+    """Issue 18: an ``(n, 1)`` score array, as scikit-learn's calibrators take it, is binary input."""
+    p, y = binary_data(300)
+    cal = TemperatureCalibrator().fit(p[:, None], y)
+    assert not cal.multiclass_
+    assert_array_equal(cal.predict(p[:, None]), TemperatureCalibrator().fit(p, y).predict(p))

@@ -53,7 +53,7 @@ def test_split_input_every_frame_family(family):
     got = split_input(X)
     assert got.info.family == ("numpy" if family == "dict" else family)
     assert got.info.n_rows == 4
-    assert got.info.name == "score"
+    assert got.info.name == "calibrated"
     assert got.score.dtype == np.float64
     assert_array_equal(got.score, SCORES)
     assert list(got.features) == ["country", "age"]
@@ -95,7 +95,7 @@ def test_score_col_and_logits():
     X["margin"] = [-3.0, 0.0, 2.5, 7.0]
     got = split_input(X, score_col="margin", score_kind="logit")
     assert_array_equal(got.score, [-3.0, 0.0, 2.5, 7.0])
-    assert got.info.name == "margin"
+    assert got.info.name == "calibrated"
 
 
 def test_input_family_does_not_import():
@@ -338,9 +338,32 @@ def test_scalar_array_rejected():
         split_input(np.array(0.5))
 
 
-def test_two_d_array_rejected():
-    with pytest.raises(ValueError, match="X: a 2-D array has no column names; pass a dataframe"):
+def test_two_d_array_needs_column_positions():
+    with pytest.raises(KeyError, match="X: a 2-D array of 2 columns has no column names; set score_col"):
         split_input(np.zeros((3, 2)))
+    with pytest.raises(ValueError, match="X: a 3-D array has no columns to read"):
+        split_input(np.zeros((3, 2, 1)))
+
+
+def test_n_by_1_array_is_the_score():
+    """Issue 18: scikit-learn users hand a score as an ``(n, 1)`` array, as IsotonicRegression takes it."""
+    X = np.array(SCORES)[:, None]
+    for score_col in ("score", 0):
+        got = split_input(X, score_col=score_col, feature_cols=[])
+        assert_array_equal(got.score, SCORES)
+        assert (got.info.family, got.info.n_rows, got.features) == ("numpy", 4, {})
+
+
+def test_two_d_array_by_column_position():
+    """Issue 18: integer ``score_col`` / ``feature_cols`` read a 2-D array by column position."""
+    X = np.column_stack([[5.0, 6.0, 7.0, 8.0], SCORES, [1.0, 2.0, 1.0, 2.0]])
+    got = split_input(X, score_col=1)
+    assert_array_equal(got.score, SCORES)
+    assert list(got.features) == [0, 2]
+    assert_array_equal(got.features[2].values, [1.0, 2.0, 1.0, 2.0])
+    assert list(split_input(X, score_col=1, feature_cols=[2]).features) == [2]
+    with pytest.raises(KeyError, match=r"feature_cols: column\(s\) \[3\] not found in X"):
+        split_input(X, score_col=1, feature_cols=[3])
 
 
 @pytest.mark.parametrize("X", [3.0, "score", {1, 2}, object()], ids=["float", "str", "set", "object"])
@@ -403,9 +426,9 @@ def test_pandas_out_keeps_index_and_name():
     out = wrap_output(got.score * 2, got.info)
     assert isinstance(out, pd.Series)
     assert out.index.equals(X.index)
-    assert out.name == "score"
+    assert out.name == "calibrated"
     assert_array_equal(out.to_numpy(), np.array(SCORES) * 2)
-    assert wrap_output(got.score, got.info, name="calibrated").name == "calibrated"
+    assert wrap_output(got.score, got.info, name="other").name == "other"
 
 
 def test_pandas_series_in_keeps_its_index():
@@ -413,7 +436,7 @@ def test_pandas_series_in_keeps_its_index():
     got = split_input(s)
     out = wrap_output(got.score, got.info)
     assert list(out.index) == list("abcd")
-    assert out.name == "p"
+    assert out.name == "calibrated"
 
 
 @pytest.mark.parametrize(
@@ -426,7 +449,7 @@ def test_output_family_matches_input(family, kind):
     assert isinstance(out, kind)
     assert_array_equal(np.asarray(out), SCORES)
     if family == "polars":
-        assert out.name == "score"
+        assert out.name == "calibrated"
 
 
 def test_output_type_overrides_input_family():
@@ -451,8 +474,40 @@ def test_wrap_output_length_invariant():
 
 def test_describe_input_without_conversion():
     info = describe_input(_pandas())
-    assert (info.family, info.n_rows, info.name) == ("pandas", 4, "score")
-    assert describe_input(pl.Series("p", SCORES)).name == "p"
+    assert (info.family, info.n_rows, info.name) == ("pandas", 4, "calibrated")
+    assert describe_input(pl.Series("p", SCORES)).name == "calibrated"
+
+
+@pytest.mark.parametrize("family", ["pandas", "polars"])
+def test_predictions_never_take_an_input_column_name(family):
+    """Issue 18: predictions were named after the score column, so ``with_columns`` replaced the score."""
+    X = FRAMES[family]()
+    got = split_input(X)
+    out = wrap_output(got.score / 2, got.info)
+    assert out.name == "calibrated"
+    if family == "polars":
+        assert X.with_columns(out).columns == ["score", "country", "age", "calibrated"]
+        assert_array_equal(X.with_columns(out)["score"].to_numpy(), SCORES)
+    clashing = (
+        X.rename({"age": "calibrated"}) if family == "polars" else X.rename(columns={"age": "calibrated"})
+    )
+    assert split_input(clashing).info.name == "calibrated_1"
+    assert split_input(pd.Series(SCORES, name="calibrated")).info.name == "calibrated_1"
+
+
+def test_nullable_labels_name_the_missing_value():
+    """Issue 18: nullable booleans with ``pd.NA`` said "expected numbers, got dtype object"."""
+    y = pd.Series([True, False, pd.NA, True], dtype="boolean")
+    with pytest.raises(ValueError, match=r"y: 1 missing value\(s\) \(first at row 2: <NA>\)"):
+        check_labels(y, "y")
+    with pytest.raises(ValueError, match=r"y: 1 missing value\(s\) \(first at row 1: null\)"):
+        check_labels(pl.Series([1, None, 0, 1]), "y")
+    with pytest.raises(ValueError, match=r"y: 1 missing value\(s\) \(first at row 3: null\)"):
+        check_labels(pa.array([1, 0, 1, None]), "y")
+    score = pd.DataFrame({"score": pd.array([0.1, None, 0.3], dtype="Float64")})
+    with pytest.raises(ValueError, match=r"X\['score'\]: 1 missing value\(s\) \(first at row 1: <NA>\)"):
+        split_input(score)
+    assert_array_equal(check_labels(y.fillna(False), "y"), [1.0, 0.0, 0.0, 1.0])
 
 
 def test_complex_pandas_column_is_rejected_by_name() -> None:

@@ -388,3 +388,20 @@ def test_readme_example_runs() -> None:
     exec(compile(code, "README.md", "exec"), namespace)
     assert namespace["calibrated"].index.equals(namespace["test"].index)
     assert np.all(np.diff(namespace["eta_only"].knots_y_) >= 0)
+
+
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")  # two rows are separable
+@pytest.mark.parametrize("kept", [(0, 1), (10, 200), (398, 399)])
+def test_weights_zero_on_all_but_two_rows_give_finite_predictions(kept: tuple[int, int]) -> None:
+    """Issue 18: NeuCalib predicted all NaN: a mini-batch (or the held-out rows) weighing nothing gave 0/0."""
+    X, y, _ = _fields(400, seed=19, bias=np.array([-0.5, 0.5]))
+    y = y.copy()
+    y[list(kept)] = (0.0, 1.0)
+    w = np.zeros(400)
+    w[list(kept)] = 1.0
+    cal = FieldAwareCalibrator(max_epochs=5).fit(X, y, sample_weight=w)
+    pred = cal.predict(X).to_numpy()
+    assert np.isfinite(pred).all()
+    assert ((pred > 0) & (pred < 1)).all()
+    # The held-out rows (or the training rows) weigh nothing: no early stopping, every epoch trains.
+    assert cal.n_epochs_ == cal.best_epoch_ == 5

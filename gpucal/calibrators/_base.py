@@ -20,6 +20,9 @@ rows define it (histogram, isotonic, Platt, beta, temperature); for the others i
 
 from __future__ import annotations
 
+import functools
+import inspect
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 from sklearn.base import BaseEstimator
@@ -28,10 +31,34 @@ from sklearn.utils.validation import check_is_fitted
 from gpucal._backend import array_namespace
 from gpucal._frames import SplitInput, split_input, wrap_output
 from gpucal._params import AnyOf, Interval, Options, check_param
-from gpucal._validation import check_consistent_length, check_labels, check_sample_weight
+from gpucal._validation import check_consistent_length, check_labels, check_same_index, check_sample_weight
 from gpucal.distributed._collections import any_dask, no_distributed_fit
 
 Constraint = Interval | Options | AnyOf
+
+#: The arguments of ``fit`` that hold one value per row, checked together for index alignment; a
+#: calibrator that takes a second set of rows names them with the suffix ``_tree`` (``X_tree``, ...).
+ROW_ARGUMENTS = ("X", "y", "sample_weight")
+ROW_ARGUMENT_SUFFIXES = ("", "_tree")
+
+
+def check_aligned_rows(fit: Callable[..., Any]) -> Callable[..., Any]:
+    """Wrap a ``fit`` so its pandas row arguments must share one index before anything else runs.
+
+    :class:`Calibrator` applies it to every ``fit`` a subclass defines, so the rule of
+    :func:`gpucal._validation.check_same_index` holds for every estimator without a line in any of
+    them.
+    """
+    signature = inspect.signature(fit)
+
+    @functools.wraps(fit)
+    def aligned_fit(*args: Any, **kwargs: Any) -> Any:
+        arguments = signature.bind_partial(*args, **kwargs).arguments
+        for suffix in ROW_ARGUMENT_SUFFIXES:
+            check_same_index(**{name + suffix: arguments.get(name + suffix) for name in ROW_ARGUMENTS})
+        return fit(*args, **kwargs)
+
+    return aligned_fit
 
 
 class Calibrator(BaseEstimator):
@@ -43,6 +70,12 @@ class Calibrator(BaseEstimator):
 
     _parameter_constraints: ClassVar[dict[str, Constraint]] = {}
     _state_spec: ClassVar[dict[str, str]] = {}
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Give every ``fit`` a subclass defines the index-alignment check (:func:`check_aligned_rows`)."""
+        super().__init_subclass__(**kwargs)
+        if "fit" in cls.__dict__:
+            cls.fit = check_aligned_rows(cls.__dict__["fit"])  # type: ignore[method-assign]
 
     # ----------------------------------------------------------------------------------------------
     # Parameters
@@ -80,6 +113,7 @@ class Calibrator(BaseEstimator):
     # ----------------------------------------------------------------------------------------------
     # The estimator API for one-dimensional calibrators
 
+    @check_aligned_rows
     def fit(self, X: Any, y: Any, sample_weight: Any = None) -> Calibrator:
         """Fit the calibrator on scores ``X`` (or ``X[score_col]``), labels ``y`` and optional weights.
 

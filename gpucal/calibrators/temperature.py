@@ -13,6 +13,7 @@ from row sums of the gradient and the curvature find it, inside scikit-learn's b
 from __future__ import annotations
 
 import math
+import numbers
 from typing import Any, ClassVar
 
 import numba
@@ -56,8 +57,12 @@ def as_2d_scores(X: Any, name: str = "X", *, score_kind: str = "probability") ->
     """
     if is_cupy_array(X):
         arr = X
+    elif hasattr(X, "to_cupy"):  # cudf dataframes stay on the device
+        arr = X.to_cupy()
     elif hasattr(X, "to_numpy"):  # pandas / polars dataframes
         arr = X.to_numpy()
+    elif hasattr(X, "column_names"):  # pyarrow Table / RecordBatch
+        arr = np.column_stack([np.asarray(c) for c in X.columns]) if X.num_columns else np.empty((0, 0))
     else:
         arr = np.asarray(X)
     xp = array_namespace(arr)
@@ -254,13 +259,23 @@ def fit_temperature_rows(rows: LogisticRows, *, score_kind: str = "probability")
     return 1.0 / float(fit.coef[0])
 
 
-def _is_matrix(X: Any) -> bool:
-    """True for a 2-D array or a dataframe used as a class-score matrix (not one with a score column)."""
-    if is_cupy_array(X) or isinstance(X, np.ndarray):
-        return X.ndim == 2
-    if isinstance(X, list | tuple):
-        return np.ndim(X) == 2
-    return False
+def _is_matrix(X: Any, score_col: Any) -> bool:
+    """True for a class-score matrix, False for binary input.
+
+    A matrix is a 2-D array of two or more columns (unless ``score_col`` is an integer: then it
+    names the score's column position) or a dataframe without a ``score_col`` column. An ``(n, 1)``
+    array, a dataframe with ``score_col`` and a 1-D array are binary scores.
+    """
+    if is_cupy_array(X) or isinstance(X, np.ndarray | list | tuple):
+        shape = X.shape if is_cupy_array(X) else np.shape(X)
+        positional = isinstance(score_col, numbers.Integral) and not isinstance(score_col, bool)
+        return len(shape) == 2 and shape[1] >= 2 and not positional
+    if type(X).__module__.split(".")[0] not in ("pandas", "cudf", "polars", "pyarrow"):
+        return False  # a dict of columns, a Series, a dask collection: binary input
+    if type(X).__name__ not in ("DataFrame", "Table", "RecordBatch"):
+        return False
+    columns = X.column_names if hasattr(X, "column_names") else X.columns
+    return score_col not in list(columns)
 
 
 @register
@@ -298,8 +313,10 @@ class TemperatureCalibrator(Calibrator):
 
     Notes
     -----
-    Fit ``X`` as a 1-D score (or a dataframe with ``score_col``) with labels in {0, 1}, or as an
-    ``(n, k)`` matrix with integer class labels in ``[0, k)``. The weighted log-loss is minimised over
+    Fit ``X`` as a 1-D score (an ``(n, 1)`` array, or a dataframe with ``score_col``) with labels in
+    {0, 1}, or as an ``(n, k)`` matrix (an array, or a dataframe without ``score_col``, as
+    :class:`~gpucal.calibrators.dirichlet.DirichletCalibrator` takes it) with integer class labels in
+    ``[0, k)``. The weighted log-loss is minimised over
     :math:`\beta = 1/T` in scikit-learn's box :math:`[e^{-10}, e^{10}]`; scikit-learn 1.9
     (``CalibratedClassifierCV(..., method="temperature")``, ``_TemperatureScaling``) searches
     :math:`\log\beta` with a bounded Brent method, we take Newton steps on :math:`\beta` (convex), so
@@ -358,7 +375,7 @@ class TemperatureCalibrator(Calibrator):
         -------
         self
         """
-        if not _is_matrix(X):
+        if not _is_matrix(X, self.score_col):
             super().fit(X, y, sample_weight)
             return self
         self._validate_params()
@@ -387,11 +404,10 @@ class TemperatureCalibrator(Calibrator):
         from sklearn.utils.validation import check_is_fitted
 
         check_is_fitted(self, list(self._state_spec))
-        if _is_matrix(X) != self.multiclass_:
+        if _is_matrix(X, self.score_col) != self.multiclass_:
             fitted = f"an (n, {self.n_classes_}) matrix" if self.multiclass_ else "1-D binary scores"
-            msg = (
-                f"X: this calibrator was fitted on {fitted}; got {'a 2-D' if _is_matrix(X) else '1-D'} input"
-            )
+            got = "a class-score matrix" if not self.multiclass_ else "binary scores"
+            msg = f"X: this calibrator was fitted on {fitted}; got {got}"
             raise ValueError(msg)
         if not self.multiclass_:
             return super().predict(X)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any, TypeVar
 
@@ -27,6 +27,7 @@ from gpucal._validation import (
     check_labels,
     check_not_empty,
     check_probabilities,
+    check_same_index,
     check_sample_weight,
 )
 from gpucal.distributed._checks import check_partition_weight
@@ -56,12 +57,17 @@ def accepts_dask(metric: F) -> F:
 
 @dataclass(frozen=True)
 class Rows:
-    """Checked metric inputs: labels ``y``, probabilities ``p`` and weights ``w`` (None: all ones)."""
+    """Checked metric inputs: labels ``y``, probabilities ``p`` and weights ``w`` (None: all ones).
+
+    ``indexed`` keeps the arguments as given (by name), so that a field can be checked against their
+    pandas index (:func:`gpucal._validation.check_same_index`).
+    """
 
     y: Any
     p: Any
     w: Any
     xp: ModuleType
+    indexed: dict[str, Any] = field(default_factory=dict)
 
     @property
     def n(self) -> int:
@@ -84,14 +90,19 @@ def check_rows(
     allow_soft: bool = True,
     label_name: str = "y_true",
 ) -> Rows:
-    """Validate ``(y_true, y_prob, sample_weight)``; keep ``w = None`` so unit weights cost nothing."""
+    """Validate ``(y_true, y_prob, sample_weight)``; keep ``w = None`` so unit weights cost nothing.
+
+    pandas inputs must share one index (:func:`gpucal._validation.check_same_index`).
+    """
+    indexed = {label_name: y_true, "y_prob": y_prob, "sample_weight": sample_weight}
+    check_same_index(**indexed)
     p = check_probabilities(y_prob, "y_prob")
     y = check_labels(y_true, label_name, allow_soft=allow_soft)
     xp = array_namespace(y, p)
     n = check_consistent_length(**{label_name: y, "y_prob": p})
     check_not_empty(n, label_name)
     w = None if sample_weight is None else check_sample_weight(sample_weight, n, xp=xp)
-    return Rows(y=y, p=p, w=w, xp=xp)
+    return Rows(y=y, p=p, w=w, xp=xp, indexed=indexed)
 
 
 def check_partition_rows(
@@ -143,8 +154,10 @@ def factorize(values: Any, name: str, rows: Rows) -> tuple[Any, Any]:
     """Return ``(codes, uniques)``: int32 codes on the rows' device and the distinct values (host).
 
     Any 1-D column works: numbers, strings, booleans, pandas categoricals, polars / pyarrow / cudf
-    columns. Missing values (NaN, None) form one group of their own rather than being dropped.
+    columns. Missing values (NaN, None) form one group of their own rather than being dropped. A
+    pandas column must carry the rows' index (:func:`gpucal._validation.check_same_index`).
     """
+    check_same_index(**rows.indexed, **{name: values})
     codes, uniques = factorize_values(values, name)
     check_consistent_length(y_prob=rows.p, **{name: codes})
     codes = rows.xp.asarray(codes, dtype=rows.xp.int32)

@@ -18,6 +18,7 @@ from gpucal._validation import (
     check_consistent_length,
     check_not_empty,
     check_probabilities,
+    check_same_index,
     check_sample_weight,
 )
 from gpucal.metrics._inputs import accepts_dask, check_rows
@@ -169,6 +170,7 @@ def tce(p_true: Any, y_prob: Any, *, p: float = 2.0, sample_weight: Any = None) 
     -------
     float
     """
+    check_same_index(p_true=p_true, y_prob=y_prob, sample_weight=sample_weight)
     eta = check_probabilities(p_true, "p_true")
     prob = check_probabilities(y_prob, "y_prob")
     xp = array_namespace(eta, prob)

@@ -135,8 +135,9 @@ def auto_batch_size(n_train: int) -> int:
 
 
 def _weighted_log_loss(z: torch.Tensor, y: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """Weighted mean log-loss; 0 (and no gradient) for rows that weigh nothing, not 0/0 = NaN."""
     loss = nn.functional.binary_cross_entropy_with_logits(z, y, reduction="none")
-    return (w * loss).sum() / w.sum()
+    return (w * loss).sum() / w.sum().clamp_min(torch.finfo(w.dtype).tiny)
 
 
 def train(

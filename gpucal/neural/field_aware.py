@@ -41,8 +41,13 @@ START_MAX_ITER = 200
 START_TOL = 1e-7
 
 
-def validation_mask(n_rows: int, fraction: float, seed: int) -> np.ndarray | None:
-    """Rows held out for early stopping (a seeded random ``fraction``), or None when ``fraction`` is 0."""
+def validation_mask(n_rows: int, fraction: float, seed: int, weights: Any = None) -> np.ndarray | None:
+    """Rows held out for early stopping (a seeded random ``fraction``), or None when ``fraction`` is 0.
+
+    Also None when, under ``weights``, the held-out rows or the training rows weigh nothing (weights
+    zero on all but a few rows): a weightless validation loss is 0/0 and could stop nothing, and a
+    weightless training set has nothing to fit, so every row trains for ``max_epochs`` epochs instead.
+    """
     n_held = round(fraction * n_rows)
     if fraction == 0.0 or n_held == 0:
         return None
@@ -51,6 +56,10 @@ def validation_mask(n_rows: int, fraction: float, seed: int) -> np.ndarray | Non
         raise ValueError(msg)
     mask = np.zeros(n_rows, dtype=bool)
     mask[np.random.default_rng(seed).permutation(n_rows)[:n_held]] = True
+    if weights is not None:
+        w = to_numpy(weights)
+        if not (w[mask] > 0).any() or not (w[~mask] > 0).any():
+            return None
     return mask
 
 
@@ -408,7 +417,7 @@ class FieldAwareCalibrator(Calibrator):
             hidden_units=int(self.hidden_units),
         )
         x = score_feature(split.score, self.score_kind)
-        held_out = validation_mask(n_rows, float(self.validation_fraction), int(self.seed))
+        held_out = validation_mask(n_rows, float(self.validation_fraction), int(self.seed), weights)
         with torch_threads(int(self.n_threads)):
             eta, result = self._train(x, labels, weights, rows, held_out, spec)
         self.encoder_ = encoder.to_dict()
