@@ -49,7 +49,9 @@ def auto(**params: Any) -> AutoCalibrator:
 
 def test_losing_candidate_is_never_picked(ctr: Any) -> None:
     X, y, _ = ctr
-    model = auto(candidates=[ConstantHalf(), "platt", "isotonic"]).fit(X, y)
+    raced = auto(candidates=[ConstantHalf(), "platt", "isotonic"]).fit(X, y)
+    assert not isinstance(raced.best_estimator_, ConstantHalf)
+    model = auto(candidates=[ConstantHalf(), "platt", "isotonic"], drop_margin=None).fit(X, y)
     results = model.cv_results_
     assert results["candidate"].tolist() == ["ConstantHalf", "platt", "isotonic"]
     assert model.best_index_ != 0
@@ -57,6 +59,17 @@ def test_losing_candidate_is_never_picked(ctr: Any) -> None:
     assert not isinstance(model.best_estimator_, ConstantHalf)
     scoring = results["mean_test_log_loss"].to_numpy()
     assert model.best_index_ == int(np.argmin(scoring))
+
+
+def test_racing_drops_a_trailing_candidate_early(ctr: Any) -> None:
+    X, y, _ = ctr
+    raced = auto(candidates=["platt", ConstantHalf()]).fit(X, y)
+    assert raced.cv_results_["status"].tolist() == ["ok", "dropped after 1 fold(s)"]
+    assert raced.cv_results_["n_folds_fitted"].tolist() == [5, 1]
+    assert np.isnan(raced.oof_predictions_[:, 1]).all()
+    full = auto(candidates=["platt", ConstantHalf()], drop_margin=None).fit(X, y)
+    assert full.cv_results_["status"].tolist() == ["ok", "ok"]
+    assert full.best_index_ == 0
 
 
 @pytest.mark.parametrize("scoring", ["log_loss", "brier", "ece"])
@@ -156,7 +169,9 @@ def test_ensemble_weights_convex_and_no_worse_than_best_member(ctr: Any) -> None
     assert np.all(blend >= 0)
     assert blend.sum() == pytest.approx(1.0)
     assert_allclose(np.sort(model.weights_[model.weights_ > 0]), np.sort(blend[blend > 0]))
-    member_logits = logits(model.oof_predictions_)
+    fitted = np.flatnonzero(model.cv_results_["status"] == "ok")
+    assert np.all(blend[np.setdiff1d(np.arange(len(blend)), fitted)] == 0)
+    member_logits, blend = logits(model.oof_predictions_[:, fitted]), blend[fitted]
     weights = np.ones(len(y))
     blended = mean_log_loss(member_logits @ blend + model.intercept_, y, weights)
     best_member = min(mean_log_loss(member_logits[:, k], y, weights) for k in range(len(blend)))

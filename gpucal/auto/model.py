@@ -112,6 +112,12 @@ class AutoCalibrator(Calibrator):
     time_budget : float or None, default=None
         Seconds for the cross-fitting: once spent, no further candidate is started (the first always
         runs), and the report marks the rest ``skipped``. The refit on all rows comes on top.
+    drop_margin : float or None, default=0.02
+        Racing: after each fold, a candidate whose mean held-out score so far exceeds that of the best
+        candidate already cross-fitted, on the same folds, by more than this share (0.02: 2% higher) is
+        dropped without its remaining folds, and marked ``dropped`` in the report (never chosen, never
+        blended). The folds are paired, so the comparison sees little of the folds' own noise. None runs
+        every candidate on every fold.
     score_col : str, default="score"
         Column of ``X`` holding the score.
     feature_cols : list of hashable, str or None, default=None
@@ -139,10 +145,12 @@ class AutoCalibrator(Calibrator):
     intercept_ : float
         Blend intercept (0 when choosing).
     cv_results_ : pandas.DataFrame
-        One row per candidate: ``candidate``, ``method``, ``params``, ``status`` (``ok``, ``skipped``, or
-        the error of a failed fit), ``mean_test_<metric>`` and ``std_test_<metric>`` over the folds for
-        each of log_loss, brier and ece, ``rank_test_score`` (by ``scoring``), ``mean_fit_time`` (seconds
-        per fold), ``fit_seconds`` (all folds), ``blend_weight`` and ``refit_seconds``.
+        One row per candidate: ``candidate``, ``method``, ``params``, ``status`` (``ok``, ``dropped after
+        k fold(s)``, ``skipped``, or the error of a failed fit), ``mean_test_<metric>`` and
+        ``std_test_<metric>`` over the folds it was fitted on for each of log_loss, brier and ece,
+        ``mean_fit_time`` (seconds per fold), ``fit_seconds`` (all its folds), ``n_folds_fitted``,
+        ``blend_weight``, ``refit_seconds`` and ``rank_test_score`` (by ``scoring``; candidates not
+        ``ok`` rank last).
     oof_predictions_ : numpy.ndarray of shape (n_rows, n_candidates)
         Every candidate's out-of-fold prediction (NaN for a skipped or failed one). Not saved.
     cv_seconds_, refit_seconds_ : float
@@ -191,6 +199,7 @@ class AutoCalibrator(Calibrator):
         "scoring": Options(*METRICS),
         "ensemble": Options(True, False),
         "time_budget": Interval(float, 0, None, closed="neither", allow_none=True),
+        "drop_margin": Interval(float, 0, None, allow_none=True),
         "random_state": Interval(int, 0, None),
         "verbose": Interval(int, 0, None),
         "output_type": OUTPUT_TYPE_OPTIONS,
@@ -213,6 +222,7 @@ class AutoCalibrator(Calibrator):
         scoring: str = "log_loss",
         ensemble: bool = False,
         time_budget: float | None = None,
+        drop_margin: float | None = 0.02,
         score_col: Hashable = "score",
         feature_cols: Sequence[Hashable] | str | None = None,
         categorical_cols: Sequence[Hashable] | str | None = None,
@@ -225,6 +235,7 @@ class AutoCalibrator(Calibrator):
         self.scoring = scoring
         self.ensemble = ensemble
         self.time_budget = time_budget
+        self.drop_margin = drop_margin
         self.score_col = score_col
         self.feature_cols = feature_cols
         self.categorical_cols = categorical_cols
@@ -299,6 +310,7 @@ class AutoCalibrator(Calibrator):
         self.oof_predictions_ = np.full((n_rows, len(candidates)), np.nan)
         started = time.perf_counter()
         rows = []
+        reference: np.ndarray | None = None  # per-fold scores of the best candidate cross-fitted so far
         for index, candidate in enumerate(candidates):
             spent = time.perf_counter() - started
             if index > 0 and self.time_budget is not None and spent >= self.time_budget:
@@ -306,9 +318,17 @@ class AutoCalibrator(Calibrator):
                 if self.verbose:
                     _log(f"{index + 1}/{len(candidates)} {candidate.label}: skipped (time budget spent)")
                 continue
-            rows.append(self._cross_fit(index, len(candidates), candidate, X, labels, weights, folds))
+            row, fold_scores = self._cross_fit(
+                index, len(candidates), candidate, X, labels, weights, folds, reference
+            )
+            rows.append(row)
+            if row["status"] == "ok" and (reference is None or fold_scores.mean() < reference.mean()):
+                reference = fold_scores
         self.cv_seconds_ = time.perf_counter() - started
-        scores = np.array([row[f"mean_test_{self.scoring}"] for row in rows], dtype=np.float64)
+        scores = np.array(
+            [row[f"mean_test_{self.scoring}"] if row["status"] == "ok" else np.nan for row in rows],
+            dtype=np.float64,
+        )
         usable = np.flatnonzero(np.isfinite(scores))
         if usable.size == 0:
             errors = "; ".join(f"{c.label}: {row['status']}" for c, row in zip(candidates, rows, strict=True))
@@ -330,8 +350,13 @@ class AutoCalibrator(Calibrator):
         labels: Any,
         weights: Any,
         folds: np.ndarray,
-    ) -> dict[str, Any]:
-        """Fit ``candidate`` on all folds but one in turn; fill its out-of-fold predictions; its row."""
+        reference: np.ndarray | None,
+    ) -> tuple[dict[str, Any], np.ndarray]:
+        """Fit ``candidate`` on all folds but one in turn; fill its out-of-fold predictions.
+
+        Returns its report row and its per-fold ``scoring``; stops early (``drop_margin``) when it trails
+        ``reference``, the per-fold scores of the best candidate so far.
+        """
         per_fold: dict[str, list[float]] = {name: [] for name in METRICS}
         seconds = 0.0
         host_labels = to_numpy(labels)
@@ -347,7 +372,10 @@ class AutoCalibrator(Calibrator):
                 self.oof_predictions_[:, index] = np.nan
                 if self.verbose:
                     _log(f"{index + 1}/{n_candidates} {candidate.label}: fold {fold + 1} failed ({status})")
-                return self._report_row(candidate, status, None, seconds + time.perf_counter() - fold_started)
+                failed = self._report_row(
+                    candidate, status, None, seconds + time.perf_counter() - fold_started
+                )
+                return failed, np.array([np.nan])
             seconds += time.perf_counter() - fold_started
             self.oof_predictions_[test, index] = predicted
             test_weights = None if weights is None else to_numpy(_take(weights, test))
@@ -359,6 +387,18 @@ class AutoCalibrator(Calibrator):
                     f"{self.scoring} {per_fold[self.scoring][-1]:.5f} "
                     f"({time.perf_counter() - fold_started:.1f} s)"
                 )
+            n_done = fold + 1
+            if reference is not None and self.drop_margin is not None and n_done < self.n_folds:
+                own, best = np.mean(per_fold[self.scoring]), reference[:n_done].mean()
+                if own > best * (1.0 + self.drop_margin):
+                    self.oof_predictions_[:, index] = np.nan
+                    row = self._report_row(candidate, f"dropped after {n_done} fold(s)", per_fold, seconds)
+                    if self.verbose:
+                        _log(
+                            f"{index + 1}/{n_candidates} {candidate.label}: dropped after {n_done} fold(s), "
+                            f"{self.scoring} {own:.5f} vs {best:.5f} on the same folds, {seconds:.1f} s"
+                        )
+                    return row, np.asarray(per_fold[self.scoring])
         row = self._report_row(candidate, "ok", per_fold, seconds)
         if self.verbose:
             _log(
@@ -366,7 +406,7 @@ class AutoCalibrator(Calibrator):
                 f"{row[f'mean_test_{self.scoring}']:.5f} +- {row[f'std_test_{self.scoring}']:.5f} over "
                 f"{self.n_folds} folds, {seconds:.1f} s"
             )
-        return row
+        return row, np.asarray(per_fold[self.scoring])
 
     def _report_row(
         self, candidate: Candidate, status: str, per_fold: dict[str, list[float]] | None, seconds: float
@@ -381,7 +421,9 @@ class AutoCalibrator(Calibrator):
             values = np.asarray(per_fold[name]) if per_fold is not None else np.array([np.nan])
             row[f"mean_test_{name}"] = float(values.mean())
             row[f"std_test_{name}"] = float(values.std())
-        row["mean_fit_time"] = seconds / self.n_folds if per_fold is not None else np.nan
+        n_done = len(per_fold[self.scoring]) if per_fold is not None else 0
+        row["mean_fit_time"] = seconds / n_done if n_done else np.nan
+        row["n_folds_fitted"] = n_done
         row["fit_seconds"] = seconds
         return row
 
