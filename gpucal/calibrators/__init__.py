@@ -24,7 +24,8 @@ from gpucal.calibrators.temperature import TemperatureCalibrator
 from gpucal.ccl.model import ClusteredCalibrator
 from gpucal.hc.model import HeterogeneousCalibrator
 from gpucal.mbct.model import MBCT
-from gpucal.neural import FieldAwareCalibrator, PiecewiseLogitCalibrator
+from gpucal.neural.field_aware import FieldAwareCalibrator
+from gpucal.neural.piecewise import PiecewiseLogitCalibrator
 
 #: Name -> class. scikit-learn's names ("sigmoid", "isotonic", "temperature") are aliases of ours.
 CALIBRATORS: dict[str, type[Calibrator]] = {
