@@ -1,0 +1,111 @@
+"""numba caches gpucal's kernels in a user cache folder, never inside the package (issue 18).
+
+A cache inside an installed package outlives ``pip install -e .`` and turns ``gpucal`` into an empty
+namespace package; these tests run a cached kernel in a fresh process and look where its files went.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import kernels
+from kernels import _numba_cache
+
+PACKAGE_DIRS = [
+    Path(kernels.__file__).resolve().parent,
+    Path(kernels.__file__).resolve().parent.parent / "gpucal",
+]
+REPO = PACKAGE_DIRS[1].parent
+# A small cache=True kernel: compiles in about a second.
+CALL_A_KERNEL = "import numpy as np\nfrom kernels._feistel import mix64\nprint(int(mix64(np.uint64(3))))\n"
+NOTICE = "gpucal: compiling CPU kernels"
+
+
+def package_cache_files() -> dict[Path, float]:
+    """numba's index and data files under the package folders, with their modification times."""
+    return {
+        path: path.stat().st_mtime
+        for folder in PACKAGE_DIRS
+        for pattern in ("*.nbi", "*.nbc")
+        for path in folder.rglob(pattern)
+    }
+
+
+def run_python(code: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=300,
+    )
+
+
+@pytest.fixture
+def fresh_env(tmp_path: Path) -> dict[str, str]:
+    """The environment of a process with no NUMBA_CACHE_DIR and an empty user cache folder."""
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "xdg")}
+    env.pop("NUMBA_CACHE_DIR", None)
+    env.pop("NUMBA_ENABLE_CUDASIM", None)
+    return env
+
+
+@pytest.fixture
+def clean_choice(monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
+    """Let a test choose the folder anew under its own environment, and forget that choice after it."""
+    _numba_cache.numba_cache_dir.cache_clear()
+    yield monkeypatch
+    _numba_cache.numba_cache_dir.cache_clear()
+
+
+def test_a_cached_kernel_writes_to_the_user_cache_not_the_package(fresh_env: dict[str, str], tmp_path: Path):
+    # Regression test for issue 18: `pip install .` then `gpucal demo` left numba's files in site-packages.
+    before = package_cache_files()
+    run = run_python(CALL_A_KERNEL + "import os\nprint(os.environ['NUMBA_CACHE_DIR'])\n", fresh_env)
+    assert package_cache_files() == before
+    cache_dir = Path(run.stdout.split()[-1])
+    assert cache_dir == tmp_path / "xdg" / "gpucal" / "numba"
+    assert list(cache_dir.rglob("_feistel.mix64-*.nbi")), "the kernel was not cached in the user cache folder"
+
+
+def test_a_compile_is_announced_once_and_a_cache_load_not_at_all(fresh_env: dict[str, str]):
+    two_kernels = (
+        CALL_A_KERNEL + "from kernels._feistel import view_keys\nview_keys(np.uint64(1), np.uint64(2))\n"
+    )
+    first = run_python(two_kernels, fresh_env)
+    assert first.stderr.count(NOTICE) == 1, first.stderr
+    again = run_python(CALL_A_KERNEL, fresh_env)
+    assert NOTICE not in again.stderr
+
+
+def test_numba_imported_first_still_caches_in_the_user_folder(fresh_env: dict[str, str], tmp_path: Path):
+    run_python("import numba\n" + CALL_A_KERNEL, fresh_env)
+    assert list((tmp_path / "xdg" / "gpucal" / "numba").rglob("_feistel.mix64-*.nbi"))
+
+
+def test_numba_cache_dir_set_by_the_user_wins(clean_choice: pytest.MonkeyPatch, tmp_path: Path):
+    clean_choice.setenv("NUMBA_CACHE_DIR", str(tmp_path / "mine"))
+    assert _numba_cache.numba_cache_dir() == tmp_path / "mine"
+
+
+def test_user_cache_folder_follows_xdg(clean_choice: pytest.MonkeyPatch, tmp_path: Path):
+    clean_choice.delenv("NUMBA_CACHE_DIR", raising=False)
+    clean_choice.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert _numba_cache.numba_cache_dir() == tmp_path / "gpucal" / "numba"
+
+
+def test_unwritable_folders_fall_back_to_a_temporary_one(clean_choice: pytest.MonkeyPatch, tmp_path: Path):
+    # A read-only image: nothing under a regular file can be created, even by root.
+    blocker = tmp_path / "read-only"
+    blocker.write_text("")
+    clean_choice.setenv("NUMBA_CACHE_DIR", str(blocker / "numba"))
+    clean_choice.setenv("XDG_CACHE_HOME", str(blocker / "xdg"))
+    clean_choice.setenv("HOME", str(blocker))
+    assert _numba_cache.numba_cache_dir() == _numba_cache.temporary_cache_dir()
