@@ -5,6 +5,6 @@
 #   docker run IMAGE python -m gpucal.distributed.batch ...   any other command runs as given
 set -e
 case "${1:-}" in
-    demo|fit|predict|apply|rules|evaluate|-*) set -- gpucal "$@" ;;
+    demo|fit|predict|apply|rules|evaluate|warmup|-*) set -- gpucal "$@" ;;
 esac
 exec "$@"
