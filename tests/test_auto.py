@@ -51,7 +51,7 @@ def test_losing_candidate_is_never_picked(ctr: Any) -> None:
     X, y, _ = ctr
     raced = auto(candidates=[ConstantHalf(), "platt", "isotonic"]).fit(X, y)
     assert not isinstance(raced.best_estimator_, ConstantHalf)
-    model = auto(candidates=[ConstantHalf(), "platt", "isotonic"], drop_margin=None).fit(X, y)
+    model = auto(candidates=[ConstantHalf(), "platt", "isotonic"], drop_threshold=None).fit(X, y)
     results = model.cv_results_
     assert results["candidate"].tolist() == ["ConstantHalf", "platt", "isotonic"]
     assert model.best_index_ != 0
@@ -67,7 +67,7 @@ def test_racing_drops_a_trailing_candidate_early(ctr: Any) -> None:
     assert raced.cv_results_["status"].tolist() == ["ok", "dropped after 1 fold(s)"]
     assert raced.cv_results_["n_folds_fitted"].tolist() == [5, 1]
     assert np.isnan(raced.oof_predictions_[:, 1]).all()
-    full = auto(candidates=["platt", ConstantHalf()], drop_margin=None).fit(X, y)
+    full = auto(candidates=["platt", ConstantHalf()], drop_threshold=None).fit(X, y)
     assert full.cv_results_["status"].tolist() == ["ok", "ok"]
     assert full.best_index_ == 0
 

@@ -30,7 +30,7 @@ from gpucal.auto.candidates import (
 from gpucal.auto.folds import group_values, grouped_folds, stratified_folds, take_rows
 from gpucal.calibrators import CALIBRATORS
 from gpucal.calibrators._base import Calibrator, Constraint, Interval, Options
-from gpucal.calibrators._logistic import sigmoid
+from gpucal.calibrators._logistic import EPS, sigmoid
 from gpucal.calibrators.platt import OUTPUT_TYPE_OPTIONS
 from gpucal.distributed._collections import any_dask
 from gpucal.metrics import brier, ece, log_loss
@@ -38,6 +38,19 @@ from gpucal.persistence import register
 
 #: The metrics of the report, each lower-is-better; ``scoring`` picks the one that chooses.
 METRICS = {"log_loss": log_loss, "brier": brier, "ece": ece}
+
+
+def _row_log_loss(y: np.ndarray, p: np.ndarray) -> np.ndarray:
+    q = np.clip(p, EPS, 1.0 - EPS)
+    return -(y * np.log(q) + (1.0 - y) * np.log1p(-q))
+
+
+def _row_brier(y: np.ndarray, p: np.ndarray) -> np.ndarray:
+    return (p - y) ** 2
+
+
+#: Per-row losses of the scorings that have one (racing compares candidates row by row).
+ROW_LOSSES = {"log_loss": _row_log_loss, "brier": _row_brier}
 #: Errors of a candidate's fit that mark it failed in the report instead of stopping the search.
 CANDIDATE_ERRORS = (ValueError, ArithmeticError, ImportError, NotImplementedError)
 
@@ -112,12 +125,13 @@ class AutoCalibrator(Calibrator):
     time_budget : float or None, default=None
         Seconds for the cross-fitting: once spent, no further candidate is started (the first always
         runs), and the report marks the rest ``skipped``. The refit on all rows comes on top.
-    drop_margin : float or None, default=0.02
-        Racing: after each fold, a candidate whose mean held-out score so far exceeds that of the best
-        candidate already cross-fitted, on the same folds, by more than this share (0.02: 2% higher) is
-        dropped without its remaining folds, and marked ``dropped`` in the report (never chosen, never
-        blended). The folds are paired, so the comparison sees little of the folds' own noise. None runs
-        every candidate on every fold.
+    drop_threshold : float or None, default=3.0
+        Racing: after each fold, a candidate whose per-row loss (``scoring`` log_loss or brier) on the
+        held-out rows so far exceeds that of the best candidate already cross-fitted, on the same rows, by
+        more than ``drop_threshold`` standard errors of the paired difference is dropped without its
+        remaining folds and marked ``dropped`` in the report (never chosen, never blended). A large
+        calibration set resolves small differences, so racing saves most there. None (and
+        ``scoring="ece"``, which has no per-row loss) runs every candidate on every fold.
     score_col : str, default="score"
         Column of ``X`` holding the score.
     feature_cols : list of hashable, str or None, default=None
@@ -199,7 +213,7 @@ class AutoCalibrator(Calibrator):
         "scoring": Options(*METRICS),
         "ensemble": Options(True, False),
         "time_budget": Interval(float, 0, None, closed="neither", allow_none=True),
-        "drop_margin": Interval(float, 0, None, allow_none=True),
+        "drop_threshold": Interval(float, 0, None, allow_none=True),
         "random_state": Interval(int, 0, None),
         "verbose": Interval(int, 0, None),
         "output_type": OUTPUT_TYPE_OPTIONS,
@@ -222,7 +236,7 @@ class AutoCalibrator(Calibrator):
         scoring: str = "log_loss",
         ensemble: bool = False,
         time_budget: float | None = None,
-        drop_margin: float | None = 0.02,
+        drop_threshold: float | None = 3.0,
         score_col: Hashable = "score",
         feature_cols: Sequence[Hashable] | str | None = None,
         categorical_cols: Sequence[Hashable] | str | None = None,
@@ -235,7 +249,7 @@ class AutoCalibrator(Calibrator):
         self.scoring = scoring
         self.ensemble = ensemble
         self.time_budget = time_budget
-        self.drop_margin = drop_margin
+        self.drop_threshold = drop_threshold
         self.score_col = score_col
         self.feature_cols = feature_cols
         self.categorical_cols = categorical_cols
@@ -310,7 +324,7 @@ class AutoCalibrator(Calibrator):
         self.oof_predictions_ = np.full((n_rows, len(candidates)), np.nan)
         started = time.perf_counter()
         rows = []
-        reference: np.ndarray | None = None  # per-fold scores of the best candidate cross-fitted so far
+        reference: int | None = None  # the best candidate cross-fitted so far
         for index, candidate in enumerate(candidates):
             spent = time.perf_counter() - started
             if index > 0 and self.time_budget is not None and spent >= self.time_budget:
@@ -318,12 +332,13 @@ class AutoCalibrator(Calibrator):
                 if self.verbose:
                     _log(f"{index + 1}/{len(candidates)} {candidate.label}: skipped (time budget spent)")
                 continue
-            row, fold_scores = self._cross_fit(
-                index, len(candidates), candidate, X, labels, weights, folds, reference
-            )
+            row = self._cross_fit(index, len(candidates), candidate, X, labels, weights, folds, reference)
             rows.append(row)
-            if row["status"] == "ok" and (reference is None or fold_scores.mean() < reference.mean()):
-                reference = fold_scores
+            score = row[f"mean_test_{self.scoring}"]
+            if row["status"] == "ok" and (
+                reference is None or score < rows[reference][f"mean_test_{self.scoring}"]
+            ):
+                reference = index
         self.cv_seconds_ = time.perf_counter() - started
         scores = np.array(
             [row[f"mean_test_{self.scoring}"] if row["status"] == "ok" else np.nan for row in rows],
@@ -350,12 +365,11 @@ class AutoCalibrator(Calibrator):
         labels: Any,
         weights: Any,
         folds: np.ndarray,
-        reference: np.ndarray | None,
-    ) -> tuple[dict[str, Any], np.ndarray]:
-        """Fit ``candidate`` on all folds but one in turn; fill its out-of-fold predictions.
+        reference: int | None,
+    ) -> dict[str, Any]:
+        """Fit ``candidate`` on all folds but one in turn; fill its out-of-fold predictions; its row.
 
-        Returns its report row and its per-fold ``scoring``; stops early (``drop_margin``) when it trails
-        ``reference``, the per-fold scores of the best candidate so far.
+        Stops early (``drop_threshold``) when it trails candidate ``reference``, the best so far.
         """
         per_fold: dict[str, list[float]] = {name: [] for name in METRICS}
         seconds = 0.0
@@ -375,7 +389,7 @@ class AutoCalibrator(Calibrator):
                 failed = self._report_row(
                     candidate, status, None, seconds + time.perf_counter() - fold_started
                 )
-                return failed, np.array([np.nan])
+                return failed
             seconds += time.perf_counter() - fold_started
             self.oof_predictions_[test, index] = predicted
             test_weights = None if weights is None else to_numpy(_take(weights, test))
@@ -388,17 +402,16 @@ class AutoCalibrator(Calibrator):
                     f"({time.perf_counter() - fold_started:.1f} s)"
                 )
             n_done = fold + 1
-            if reference is not None and self.drop_margin is not None and n_done < self.n_folds:
-                own, best = np.mean(per_fold[self.scoring]), reference[:n_done].mean()
-                if own > best * (1.0 + self.drop_margin):
-                    self.oof_predictions_[:, index] = np.nan
-                    row = self._report_row(candidate, f"dropped after {n_done} fold(s)", per_fold, seconds)
-                    if self.verbose:
-                        _log(
-                            f"{index + 1}/{n_candidates} {candidate.label}: dropped after {n_done} fold(s), "
-                            f"{self.scoring} {own:.5f} vs {best:.5f} on the same folds, {seconds:.1f} s"
-                        )
-                    return row, np.asarray(per_fold[self.scoring])
+            trailing = self._trailing(index, reference, folds < n_done, host_labels, weights)
+            if n_done < self.n_folds and trailing is not None:
+                self.oof_predictions_[:, index] = np.nan
+                row = self._report_row(candidate, f"dropped after {n_done} fold(s)", per_fold, seconds)
+                if self.verbose:
+                    _log(
+                        f"{index + 1}/{n_candidates} {candidate.label}: dropped after {n_done} fold(s), "
+                        f"{trailing}, {seconds:.1f} s"
+                    )
+                return row
         row = self._report_row(candidate, "ok", per_fold, seconds)
         if self.verbose:
             _log(
@@ -406,7 +419,28 @@ class AutoCalibrator(Calibrator):
                 f"{row[f'mean_test_{self.scoring}']:.5f} +- {row[f'std_test_{self.scoring}']:.5f} over "
                 f"{self.n_folds} folds, {seconds:.1f} s"
             )
-        return row, np.asarray(per_fold[self.scoring])
+        return row
+
+    def _trailing(
+        self, index: int, reference: int | None, done: np.ndarray, labels: np.ndarray, weights: Any
+    ) -> str | None:
+        """Why candidate ``index`` trails ``reference`` on rows ``done`` (``drop_threshold``), or None."""
+        if reference is None or self.drop_threshold is None or self.scoring not in ROW_LOSSES:
+            return None
+        row_loss = ROW_LOSSES[self.scoring]
+        y = labels[done]
+        w = np.ones(y.shape[0]) if weights is None else to_numpy(weights)[done]
+        diff = row_loss(y, self.oof_predictions_[done, index]) - row_loss(
+            y, self.oof_predictions_[done, reference]
+        )
+        total = w.sum()
+        if total <= 0:
+            return None
+        mean = float(w @ diff / total)
+        error = float(np.sqrt(w @ (diff - mean) ** 2) / total)  # weights as row counts, as everywhere
+        if mean <= self.drop_threshold * error:
+            return None
+        return f"{self.scoring} {mean:+.5f} per row vs the best so far ({error:.5f} standard error)"
 
     def _report_row(
         self, candidate: Candidate, status: str, per_fold: dict[str, list[float]] | None, seconds: float
