@@ -15,6 +15,15 @@ State kinds: ``"float"``, ``"int"``, ``"bool"``, ``"str"``, ``"float_array"`` (1
 numbers), ``"float_matrix"`` (2-D, rectangular), ``"int_array"``, ``"json"`` (plain nested data,
 checked by the class). Floats are written with Python's shortest round-trip repr, so a loaded
 model predicts bit-for-bit what the saved one did.
+
+A file cannot hurt the process that loads it (issue 18): only a regular file is read (a device such
+as ``/dev/zero`` or a FIFO is refused before it is opened), and at most ``MAX_FILE_BYTES``; the parser
+refuses ``NaN``/``Infinity``, number literals that overflow to infinity (``1e999``), integers longer
+than ``MAX_INT_DIGITS`` digits, and nesting deeper than ``MAX_NESTING``; a ``null`` or a boolean where a
+number is expected is an error, never a NaN. Every class checks its state's sizes against each other
+in ``_check_state`` (the number of classes, trees, clusters and nodes the arrays really hold), so
+nothing a file declares can make ``load`` or ``predict`` allocate more than the file's own arrays.
+Every failure is a :class:`ModelFileError`.
 """
 
 from __future__ import annotations
@@ -22,6 +31,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import stat
 from typing import Any
 
 import numpy as np
@@ -31,6 +41,10 @@ from gpucal._version import __version__
 FORMAT = "gpucal-model"
 SCHEMA_VERSION = 1
 MAX_FILE_BYTES = 1 << 30
+# Integers in a model file fit int64 (19 digits); Python refuses to parse past 4300 digits at all.
+MAX_INT_DIGITS = 20
+# gpucal's own files nest 8 levels at most (a CCL file holding a gpucal model's code maps).
+MAX_NESTING = 32
 
 _REGISTRY: dict[str, type] = {}
 
@@ -90,22 +104,41 @@ def _reject_constant(name: str) -> None:
     raise ModelFileError(msg)
 
 
+def _is_number(value: Any) -> bool:
+    """An int or a finite float, never a bool or ``null`` (which numpy would read as 1 or NaN)."""
+    return (type(value) is int) or (type(value) is float and math.isfinite(value))
+
+
+def _decode_array(where: str, kind: str, value: Any) -> np.ndarray:
+    ndim = 2 if kind == "float_matrix" else 1
+    rows = value if ndim == 2 else [value]
+    if not isinstance(value, list) or not all(isinstance(row, list) for row in rows):
+        msg = f"{where}: expected a list ({ndim}-D), got {type(value).__name__}"
+        raise ModelFileError(msg)
+    if ndim == 2 and len({len(row) for row in rows}) > 1:
+        msg = f"{where}: not a rectangular array of numbers (rows of different lengths)"
+        raise ModelFileError(msg)
+    integers = kind == "int_array"
+    for row in rows:
+        if not all((type(v) is int) if integers else _is_number(v) for v in row):
+            what = "integers" if integers else "finite numbers (null, booleans and strings are not numbers)"
+            msg = f"{where}: expected a {ndim}-D array of {what}"
+            raise ModelFileError(msg)
+    try:
+        arr = np.asarray(value, dtype=np.int64 if integers else np.float64)
+    except OverflowError:
+        msg = f"{where}: an integer outside int64"
+        raise ModelFileError(msg) from None
+    if arr.ndim != ndim:  # [] where a matrix is expected
+        msg = f"{where}: expected a {ndim}-D array"
+        raise ModelFileError(msg)
+    return arr
+
+
 def _decode_state_value(cls_name: str, name: str, kind: str, value: Any) -> Any:
     where = f"{cls_name} state {name!r}"
     if kind in ("float_array", "int_array", "float_matrix"):
-        ndim = 2 if kind == "float_matrix" else 1
-        if not isinstance(value, list):
-            msg = f"{where}: expected a list, got {type(value).__name__}"
-            raise ModelFileError(msg)
-        try:
-            arr = np.asarray(value, dtype=np.int64 if kind == "int_array" else np.float64)
-        except (TypeError, ValueError) as error:
-            msg = f"{where}: not a rectangular array of numbers ({error})"
-            raise ModelFileError(msg) from None
-        if arr.ndim != ndim or (kind == "int_array" and any(isinstance(v, bool | float) for v in value)):
-            msg = f"{where}: expected a {ndim}-D array of {'integers' if kind == 'int_array' else 'numbers'}"
-            raise ModelFileError(msg)
-        return arr
+        return _decode_array(where, kind, value)
     checks = {"float": (int, float), "int": (int,), "bool": (bool,), "str": (str,)}
     if kind in checks:
         ok = isinstance(value, checks[kind]) and (kind == "bool" or not isinstance(value, bool))
@@ -135,10 +168,11 @@ def from_dict(document: Any) -> Any:
         msg = f"model file is missing {missing}"
         raise ModelFileError(msg)
     cls_name = document["class"]
-    if not isinstance(cls_name, str) or cls_name not in _REGISTRY:
-        msg = f"unknown calibrator class {cls_name!r}; known: {sorted(_REGISTRY)}"
+    registry = _registry()
+    if not isinstance(cls_name, str) or cls_name not in registry:
+        msg = f"unknown calibrator class {cls_name!r}; known: {sorted(registry)}"
         raise ModelFileError(msg)
-    cls = _REGISTRY[cls_name]
+    cls = registry[cls_name]
     params, state = document["params"], document["state"]
     if not isinstance(params, dict) or not isinstance(state, dict):
         msg = f"{cls_name}: 'params' and 'state' must be JSON objects"
@@ -159,26 +193,87 @@ def from_dict(document: Any) -> Any:
     if check_state is not None:
         try:
             check_state()
-        except ValueError as error:
+        except (ValueError, TypeError, KeyError, OverflowError, RecursionError) as error:
             msg = f"{cls_name}: inconsistent fitted state: {error}"
             raise ModelFileError(msg) from None
     return model
 
 
+def _registry() -> dict[str, type]:
+    """The registered classes, every estimator module imported first (``import gpucal`` is lazy)."""
+    import gpucal.calibrators  # noqa: F401  (imports every calibrator, each registering itself)
+
+    return _REGISTRY
+
+
+def _parse_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        msg = f"the number {text[:30]!r} overflows to infinity; gpucal never writes one"
+        raise ModelFileError(msg)
+    return value
+
+
+def _parse_int(text: str) -> int:
+    if len(text.lstrip("-")) > MAX_INT_DIGITS:
+        msg = f"an integer of {len(text.lstrip('-'))} digits; model files hold at most {MAX_INT_DIGITS}"
+        raise ModelFileError(msg)
+    return int(text)
+
+
+def _check_nesting(document: Any) -> None:
+    """Raise unless lists and objects nest at most ``MAX_NESTING`` deep (an iterative walk)."""
+    stack = [(document, 1)]
+    while stack:
+        value, depth = stack.pop()
+        children = value.values() if isinstance(value, dict) else value if isinstance(value, list) else ()
+        for child in children:
+            if isinstance(child, dict | list):
+                if depth + 1 > MAX_NESTING:
+                    msg = f"lists and objects nest more than {MAX_NESTING} deep; gpucal's files nest far less"
+                    raise ModelFileError(msg)
+                stack.append((child, depth + 1))
+
+
+def read_document(path: str | os.PathLike[str]) -> Any:
+    """Return the parsed JSON of a model file, refusing what is no regular file, too large or malformed.
+
+    Only a regular file is opened (``/dev/zero`` reports size 0 and never ends; a FIFO blocks), and
+    opened without blocking, its type checked again on the open handle; at most ``MAX_FILE_BYTES`` are
+    read. Raises :class:`ModelFileError` (or ``OSError`` when the file cannot be read at all).
+    """
+    name = os.fspath(path)
+    if not stat.S_ISREG(os.stat(name).st_mode):
+        msg = f"{name!r} is not a regular file (a directory, device or FIFO); model files are regular files"
+        raise ModelFileError(msg)
+    fd = os.open(name, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):  # replaced between the two looks
+            msg = f"{name!r} is not a regular file; model files are regular files"
+            raise ModelFileError(msg)
+        raw = handle.read(MAX_FILE_BYTES + 1)
+    if len(raw) > MAX_FILE_BYTES:
+        msg = f"{name!r} is larger than {MAX_FILE_BYTES} bytes, the most a model file may hold"
+        raise ModelFileError(msg)
+    try:
+        document = json.loads(
+            raw.decode("utf-8"),
+            parse_constant=_reject_constant,
+            parse_float=_parse_float,
+            parse_int=_parse_int,
+        )
+    except ModelFileError:
+        raise
+    except json.JSONDecodeError as error:
+        msg = f"{name!r} is not valid JSON (truncated or corrupt?): {error}"
+        raise ModelFileError(msg) from None
+    except (RecursionError, UnicodeDecodeError, ValueError, OverflowError) as error:
+        msg = f"{name!r} cannot be parsed: {type(error).__name__}"
+        raise ModelFileError(msg) from None
+    _check_nesting(document)
+    return document
+
+
 def load(path: str | os.PathLike[str]) -> Any:
     """Load a calibrator written by ``save``; a bad file raises :class:`ModelFileError`."""
-    size = os.path.getsize(path)
-    if size > MAX_FILE_BYTES:
-        msg = f"{os.fspath(path)!r} is {size} bytes; model files are at most {MAX_FILE_BYTES}"
-        raise ModelFileError(msg)
-    with open(path, "rb") as handle:
-        raw = handle.read()
-    try:
-        document = json.loads(raw.decode("utf-8"), parse_constant=_reject_constant)
-    except json.JSONDecodeError as error:
-        msg = f"{os.fspath(path)!r} is not valid JSON (truncated or corrupt?): {error}"
-        raise ModelFileError(msg) from None
-    except (RecursionError, UnicodeDecodeError) as error:
-        msg = f"{os.fspath(path)!r} cannot be parsed: {type(error).__name__}"
-        raise ModelFileError(msg) from None
-    return from_dict(document)
+    return from_dict(read_document(path))

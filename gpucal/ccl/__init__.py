@@ -2,6 +2,8 @@
 
 - :mod:`~gpucal.ccl.embeddings`: leaf indices or exact tree SHAP values of an XGBoost, LightGBM or gpucal
   tree model, saved as data;
+- :mod:`~gpucal.ccl.tree_tables`: an XGBoost or LightGBM model as gpucal's own checked tree tables (what is
+  saved, loaded and walked by ``kernels.split_trees``: no file content reaches either library);
 - :mod:`~gpucal.ccl.clustering`: k-means or Ward clusters, the number given or by the elbow, rows assigned
   to the nearest centroid;
 - :mod:`~gpucal.ccl.model`: :class:`ClusteredCalibrator`, one map per cluster from
@@ -12,6 +14,9 @@ CECE (the paper's metric) is :func:`gpucal.metrics.cece` over ``ClusteredCalibra
 rejection curve of its Sec. 4 is :func:`gpucal.metrics.rejection.rejection_curve`.
 """
 
+# gpucal.calibrators first: it imports gpucal.ccl.model itself (make_calibrator("ccl")), and
+# gpucal.ccl.model imports gpucal.calibrators._base, so importing gpucal.ccl first would be circular.
+import gpucal.calibrators  # noqa: F401
 from gpucal.ccl.model import ClusteredCalibrator
 
 __all__ = ["ClusteredCalibrator"]

@@ -7,23 +7,25 @@ Two representations of a row, both learnt by the base model (Lavi et al., Sec. 2
   (Euclidean distance then counts the trees in which two rows part); ``"index"`` keeps the raw leaf
   numbers as they are (the paper's literal "vector of leaf indices"; distances between leaf numbers mean
   little, so prefer "onehot").
-- **shap**: per-feature SHAP contributions in the margin's units, from the library's own exact tree
-  algorithm (XGBoost ``pred_contribs=True``, LightGBM ``pred_contrib=True``); the bias column (the same
-  for every row) is dropped. Multi-class models give one block of features per class.
+- **shap**: per-feature SHAP contributions in the margin's units, the exact tree algorithm both libraries
+  implement (XGBoost ``pred_contribs=True``, LightGBM ``pred_contrib=True``), run by gpucal's kernels on
+  the model's tables; the bias column (the same for every row) is dropped. Multi-class models give one
+  block of features per class.
 
 Three kinds of models: an XGBoost ``Booster`` / ``XGBModel``, a LightGBM ``Booster`` / ``LGBMModel``
 (each possibly inside ``sklearn.frozen.FrozenEstimator``), and gpucal's own trees: any fitted object with
 ``leaves(X) -> (n, n_trees)`` (``gpucal.MBCT``); or the path of a saved one (:func:`load_model_file`).
 Neither library is imported unless its model is used.
 
-:class:`TreeEmbedding` holds the model and what the fit learnt about its leaves. It is saved as plain
-data (no pickle): XGBoost's JSON model (``save_raw("json")``), LightGBM's ``model_to_string()`` text, or
-a gpucal model's own JSON document, plus the leaf-to-column table.
+:class:`TreeEmbedding` holds the model and what the fit learnt about its leaves. An XGBoost or LightGBM
+model is read once, at fit, into gpucal's own tree tables (:mod:`gpucal.ccl.tree_tables`): the leaves and
+SHAP values come from ``kernels.split_trees``, and ``predict`` and ``load`` need neither library (no file
+content ever reaches a native parser). It is saved as plain data (no pickle): those tables, or a gpucal
+model's own JSON document, plus the leaf-to-column table.
 """
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Hashable, Sequence
 from typing import Any
@@ -32,6 +34,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from gpucal._validation import check_invariant
+from gpucal.ccl.tree_tables import TreeTables, from_model
 
 EMBEDDINGS = ("leaves", "shap")
 LEAF_ENCODINGS = ("onehot", "index")
@@ -116,15 +119,14 @@ def load_model_file(path: str | os.PathLike[str]) -> Any:
         msg = f"embedding_model: no model file {name!r}"
         raise FileNotFoundError(msg)
     if name.endswith(".json"):
-        with open(name, encoding="utf-8") as handle:
-            try:
-                document = json.load(handle)
-            except json.JSONDecodeError as error:
-                msg = f"embedding_model: {name!r} is not valid JSON: {error}"
-                raise ValueError(msg) from None
-        if isinstance(document, dict) and document.get("format") == "gpucal-model":
-            from gpucal.persistence import from_dict
+        from gpucal.persistence import ModelFileError, from_dict, read_document
 
+        try:
+            document = read_document(name)
+        except ModelFileError as error:
+            msg = f"embedding_model: {error}"
+            raise ValueError(msg) from None
+        if isinstance(document, dict) and document.get("format") == "gpucal-model":
             return from_dict(document)
     if name.endswith((".json", ".ubj")):
         return _require("xgboost").Booster(model_file=name)
@@ -170,8 +172,8 @@ class TreeEmbedding:
     ----------
     library : {"xgboost", "lightgbm", "gpucal"}
         Whose model it is.
-    model : object
-        An XGBoost or LightGBM ``Booster``, or a fitted gpucal model with ``leaves(X)``.
+    model : TreeTables or object
+        The tree tables of an XGBoost or LightGBM model, or a fitted gpucal model with ``leaves(X)``.
     embedding : {"leaves", "shap"}
         The representation.
     leaf_encoding : {"onehot", "index"}
@@ -229,21 +231,8 @@ class TreeEmbedding:
             from gpucal._backend import to_numpy
 
             return to_numpy(self.model.leaves(X)).astype(np.int64)
-        frame = self._frame(X)
-        if self.library == "xgboost":
-            xgb = _require("xgboost")
-            matrix = xgb.DMatrix(frame, enable_categorical=True)
-            if what == "leaves":
-                return np.asarray(self.model.predict(matrix, pred_leaf=True), dtype=np.int64)
-            contribs = np.asarray(self.model.predict(matrix, pred_contribs=True), dtype=np.float64)
-            # (n, F + 1) or, multi-class, (n, K, F + 1): the last entry of each block is the bias.
-            return contribs[..., :-1].reshape(contribs.shape[0], -1)
-        if what == "leaves":
-            return np.asarray(self.model.predict(frame, pred_leaf=True), dtype=np.int64)
-        contribs = np.asarray(self.model.predict(frame, pred_contrib=True), dtype=np.float64)
-        # (n, K * (F + 1)): K blocks of F contributions and a bias.
-        n_blocks = contribs.shape[1] // (self.model.num_feature() + 1)
-        return contribs.reshape(contribs.shape[0], n_blocks, -1)[..., :-1].reshape(contribs.shape[0], -1)
+        matrix = self.model.matrix(self._frame(X))
+        return self.model.leaves(matrix) if what == "leaves" else self.model.shap(matrix)
 
     # ----------------------------------------------------------------------------------------------
     # Embedding
@@ -318,11 +307,9 @@ class TreeEmbedding:
     # Saving as plain data
 
     def to_dict(self) -> dict[str, Any]:
-        """Return the embedding as plain JSON data: the model as text, the leaf table as lists."""
-        if self.library == "xgboost":
-            model: Any = bytes(self.model.save_raw("json")).decode("utf-8")
-        elif self.library == "lightgbm":
-            model = self.model.model_to_string()
+        """Return the embedding as plain JSON data: the tables or model document, the leaf table as lists."""
+        if self.library != "gpucal":
+            model: Any = self.model.to_dict()
         else:
             from gpucal.persistence import _REGISTRY, to_dict
 
@@ -393,7 +380,7 @@ def _int_list(values: Any, name: str) -> np.ndarray | None:
 
 
 def _load_model(library: str, model: Any) -> Any:
-    """Rebuild the saved model: from XGBoost's JSON, LightGBM's text, or a gpucal model document."""
+    """Rebuild the saved model: gpucal's tree tables of an XGBoost / LightGBM model, or a gpucal model."""
     if library == "gpucal":
         from gpucal.persistence import ModelFileError, from_dict
 
@@ -402,15 +389,11 @@ def _load_model(library: str, model: Any) -> Any:
         except ModelFileError as error:
             msg = f"embedding_: the gpucal embedding model does not load: {error}"
             raise ValueError(msg) from None
-    if not isinstance(model, str):
-        msg = f"embedding_: the {library} model must be stored as text"
+    tables = TreeTables.from_dict(model)
+    if tables.library != library:
+        msg = f"embedding_: the tables are of a {tables.library} model, the embedding says {library}"
         raise ValueError(msg)
-    if library == "xgboost":
-        xgb = _require("xgboost")
-        booster = xgb.Booster()
-        booster.load_model(bytearray(model.encode("utf-8")))
-        return booster
-    return _require("lightgbm").Booster(model_str=model)
+    return tables
 
 
 def make_embedding(
@@ -430,8 +413,8 @@ def make_embedding(
     if embedding == "shap" and library == "gpucal":
         msg = "embedding='shap' needs an XGBoost or LightGBM model; gpucal trees give leaves only"
         raise ValueError(msg)
-    names: list[str] | None = None
-    if library != "gpucal":
-        chosen = model_feature_names(library, booster) if feature_cols is None else list(feature_cols)
-        names = [str(c) for c in (other_cols if chosen is None else chosen)]
-    return TreeEmbedding(library, booster, embedding, leaf_encoding, names)
+    if library == "gpucal":
+        return TreeEmbedding(library, booster, embedding, leaf_encoding, None)
+    chosen = model_feature_names(library, booster) if feature_cols is None else list(feature_cols)
+    names = [str(c) for c in (other_cols if chosen is None else chosen)]
+    return TreeEmbedding(library, from_model(library, booster), embedding, leaf_encoding, names)

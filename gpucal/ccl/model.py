@@ -77,7 +77,7 @@ class ClusteredCalibrator(Calibrator):
         makes unfitted copies of scikit-learn models: pass a Booster or a ``FrozenEstimator`` when the
         calibrator will be cloned.
     embedding : {"leaves", "shap"}, default="leaves"
-        Leaf indices (He et al. 2014) or SHAP values from the library's exact tree algorithm (bias dropped).
+        Leaf indices (He et al. 2014) or exact tree SHAP values (the libraries' algorithm; bias dropped).
     leaf_encoding : {"onehot", "index"}, default="onehot"
         Leaves as one indicator column per (tree, leaf) (sparse), or the raw leaf numbers.
     clustering : {"kmeans", "agglomerative"}, default="kmeans"
@@ -165,10 +165,12 @@ class ClusteredCalibrator(Calibrator):
       ``predict``, so its clusters are represented by their means.
     - **Elbow**: the paper names the method, not the rule; gpucal takes the knee farthest below the chord
       of :math:`S(k)` (deterministic). k-means fits once per candidate :math:`k`.
-    - The embedding model is saved inside the model file as data (XGBoost's JSON, LightGBM's model text,
-      a gpucal model's JSON), not pickled, so a loaded calibrator predicts alone and cannot be handed a
-      different (say, retrained) model by mistake. The saved parameters hold ``embedding_model=None``
-      (or the path it was given): refit with a model.
+    - The embedding model is saved inside the model file as data, not pickled, so a loaded calibrator
+      predicts alone and cannot be handed a different (say, retrained) model by mistake. An XGBoost or
+      LightGBM model is saved as gpucal's own tree tables (``gpucal.ccl.tree_tables``), read from the
+      model at fit and checked at load; ``predict`` and ``load`` import neither library, and no file
+      content reaches their native parsers. A gpucal model is saved as its own JSON document. The saved
+      parameters hold ``embedding_model=None`` (or the path it was given): refit with a model.
     - Algorithm 1 fits the clustering on train + calibration rows (Sec. 3.1); here the clustering and the
       maps see the rows passed to ``fit``.
 
