@@ -144,3 +144,81 @@ def test_unfitted_model_cannot_be_saved(tmp_path):
 
     with pytest.raises(NotFittedError):
         gpucal.IsotonicCalibrator().save(tmp_path / "m.json")
+
+
+# --------------------------------------------------------------------------------------------------
+# Issue 18: files that must not hurt the process
+
+
+def _first_array(document):
+    return next(k for k, v in document["state"].items() if isinstance(v, list))
+
+
+@pytest.mark.parametrize(
+    ("literal", "match"),
+    [
+        ("null", "finite numbers"),
+        ("true", "finite numbers"),
+        ("1e999", "overflows to infinity"),
+        ("-1e999", "overflows to infinity"),
+        ("9" * 5000, "5000 digits"),
+    ],
+)
+def test_null_overflow_and_huge_literals_in_an_array(data, tmp_path, literal, match):
+    """null became NaN and 1e999 inf inside arrays (28 files predicted NaN); a 5000-digit int escaped as
+    ValueError."""
+    document, path = _document(data, tmp_path)
+    name = _first_array(document)
+    document["state"][name][1] = "HOLE"
+    path.write_text(json.dumps(document).replace('"HOLE"', literal))
+    with pytest.raises(ModelFileError, match=match):
+        gpucal.load(path)
+
+
+def test_overflowing_literal_in_an_integer_array(data, tmp_path):
+    """A 1e999 in an int array escaped as OverflowError; an int beyond int64 too."""
+    from gpucal.persistence import _decode_state_value
+
+    document, path = _document(data, tmp_path)
+    document["state"][_first_array(document)] = [0, "HOLE"]
+    path.write_text(json.dumps(document).replace('"HOLE"', "1e999"))
+    with pytest.raises(ModelFileError, match="overflows to infinity"):
+        gpucal.load(path)
+    for value, match in [([0, 2**64], "outside int64"), ([0, None], "integers"), ([0, 1.5], "integers")]:
+        with pytest.raises(ModelFileError, match=match):
+            _decode_state_value("X", "codes_", "int_array", value)
+
+
+def test_nesting_250_deep_is_refused(data, tmp_path):
+    """JSON nested 250 deep parsed, then escaped as RecursionError."""
+    document, path = _document(data, tmp_path)
+    path.write_text(
+        json.dumps(document).replace('"params": {', '"params": {"deep": ' + "[" * 250 + "]" * 250 + ", ", 1)
+    )
+    with pytest.raises(ModelFileError, match="nest more than"):
+        gpucal.load(path)
+
+
+def test_only_regular_files_are_read(tmp_path):
+    """/dev/zero reports size 0 and was read until memory ran out; a FIFO blocked forever."""
+    import os
+
+    with pytest.raises(ModelFileError, match="not a regular file"):
+        gpucal.load("/dev/zero")
+    fifo = tmp_path / "fifo.json"
+    os.mkfifo(fifo)
+    with pytest.raises(ModelFileError, match="not a regular file"):
+        gpucal.load(fifo)
+    with pytest.raises(ModelFileError, match="not a regular file"):
+        gpucal.load(tmp_path)
+    with pytest.raises(FileNotFoundError):
+        gpucal.load(tmp_path / "missing.json")
+
+
+def test_oversized_file_is_refused(data, tmp_path, monkeypatch):
+    from gpucal import persistence
+
+    _, path = _document(data, tmp_path)
+    monkeypatch.setattr(persistence, "MAX_FILE_BYTES", 100)
+    with pytest.raises(ModelFileError, match="larger than 100 bytes"):
+        gpucal.load(path)
