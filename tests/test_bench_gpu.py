@@ -1,0 +1,105 @@
+"""benchmarks/bench_gpu.py (issue 17): its dry run, so the GPU benchmark cannot rot before a GPU is lent."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+import bench_gpu
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def dry_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, dict]:
+    """Run ``bench_gpu.py --dry-run --out`` once in a fresh interpreter; return the report and its JSON."""
+    out = tmp_path_factory.mktemp("bench_gpu") / "gpu.md"
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "bench_gpu.py"), "--dry-run", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+        cwd=ROOT,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return out.read_text(), json.loads(out.with_suffix(".json").read_text())
+
+
+def test_dry_run_reports_every_case_checked_and_passing(dry_run):
+    text, data = dry_run
+    assert data["dry_run"] is True
+    assert "**Dry run: no GPU.**" in text
+    names = [case.name for case in bench_gpu.all_cases()]
+    assert [c["name"] for c in data["cases"]] == names
+    by_case = {r["case"]: r for r in data["results"]}
+    for name in names:
+        assert f"| {name} |" in text
+        record = by_case[name]
+        assert not [key for key in record if key.endswith("error") or key.endswith("skipped")], record
+        assert record["check"]["passed"], record
+        assert record["cpu_s"] is not None
+        assert record["gpu_s"] is not None
+    # Nothing in a dry run is a GPU figure: no floor, no device memory.
+    assert all(r["floor_s"] is None and r["peak_device_bytes"] is None for r in data["results"])
+
+
+def test_dry_run_report_lists_transfers_and_paths_without_a_gpu_implementation(dry_run):
+    text, data = dry_run
+    assert {t["column"] for t in data["transfers"]} == set(bench_gpu.COLUMN_BYTES)
+    assert "## GPU paths gpucal does not have" in text
+    for item in bench_gpu.NOT_ON_GPU:
+        assert item in text
+
+
+def test_every_case_says_where_it_runs_and_reads_known_columns():
+    for case in bench_gpu.all_cases():
+        assert case.runs_on in ("device", "partly", "host"), case.name
+        assert set(case.columns) <= set(bench_gpu.COLUMN_BYTES), case.name
+        assert case.bytes_moved(10) > 0
+
+
+def probe_case(rtol: float) -> bench_gpu.Case:
+    """A case whose output is compared as it is."""
+    return bench_gpu.Case(
+        name="probe", runs_on="device", note="", columns=("score",), run=lambda r, s: r, rtol=rtol
+    )
+
+
+def test_compare_passes_within_the_tolerance_and_fails_beyond_it():
+    expected = np.linspace(0.1, 0.9, 100)
+    assert bench_gpu.compare(probe_case(1e-6), expected, expected * (1 + 1e-8), {})["passed"]
+    result = bench_gpu.compare(probe_case(1e-6), expected, expected * (1 + 1e-3), {})
+    assert not result["passed"]
+    assert result["relative_error"] == pytest.approx(1e-3)
+
+
+@pytest.mark.parametrize(
+    ("got", "message"),
+    [(np.array([0.5, np.nan]), "non-finite GPU output"), (np.array([0.5]), "shapes differ")],
+)
+def test_compare_fails_on_nan_and_on_a_shape_mismatch(got, message):
+    result = bench_gpu.compare(probe_case(1.0), np.array([0.5, 0.5]), got, {})
+    assert not result["passed"]
+    assert message in result["error"]
+
+
+def test_budget_skips_a_call_projected_past_the_case_share():
+    budget = bench_gpu.Budget(deadline=bench_gpu.time.perf_counter() + 10.0, cases_left=2)
+    budget.start_case()  # about 5 s for this case
+    assert budget.fits(None)
+    assert budget.fits(1.0)
+    assert not budget.fits(60.0)
+
+
+def test_rows_are_the_same_for_a_seed_and_hold_every_column():
+    first, second = bench_gpu.make_rows(3000, seed=4), bench_gpu.make_rows(3000, seed=4)
+    assert set(first) == set(bench_gpu.COLUMN_BYTES)
+    for name, column in first.items():
+        np.testing.assert_array_equal(column, second[name])
+        assert column.nbytes == 3000 * bench_gpu.COLUMN_BYTES[name], name
+    assert set(np.unique(first["label"])) == {0.0, 1.0}
