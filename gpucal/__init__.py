@@ -26,6 +26,7 @@ use_user_cache_dir()
 
 if TYPE_CHECKING:
     from gpucal import datasets, distributed, metrics
+    from gpucal.auto import AutoCalibrator
     from gpucal.calibrators import (
         BetaCalibrator,
         DirichletCalibrator,
@@ -51,6 +52,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "MBCT",
+    "AutoCalibrator",
     "BetaCalibrator",
     "ClusteredCalibrator",
     "DirichletCalibrator",
@@ -113,6 +115,7 @@ _MODULE_OF = {
             "correct_downsampling",
             "make_calibrator",
         ),
+        "gpucal.auto": ("AutoCalibrator",),
         "gpucal.ccl": ("ClusteredCalibrator",),
         "gpucal.encoding": ("FeatureEncoder",),
         "gpucal.evaluation": ("evaluate",),

@@ -252,6 +252,7 @@ def test_export_rules_follows_the_winner(ctr: Any) -> None:
 def test_registry_params_and_errors(ctr: Any) -> None:
     X, y, _ = ctr
     assert isinstance(make_calibrator("auto"), AutoCalibrator)
+    assert gpucal.AutoCalibrator is AutoCalibrator
     assert clone(auto(n_folds=3)).get_params()["n_folds"] == 3
     with pytest.raises(ValueError, match="The 'n_folds' parameter of AutoCalibrator must be an int in"):
         AutoCalibrator(n_folds=1).fit(X, y)
