@@ -37,6 +37,26 @@ HEAVY_MODULES = (
     "gpucal.encoding",
     "kernels.group_sums",
 )
+# Imports each gpucal module first (gpucal's own modules forgotten in between; the libraries stay loaded):
+# with lazy packages, no longer every import starts from gpucal.calibrators' registry, so a cycle through
+# it must resolve from any side.
+IMPORT_EACH_FIRST = """
+import importlib, pkgutil, sys
+import numpy, pandas, numba, sklearn, scipy.stats
+import gpucal
+names = ["gpucal"] + [m.name for m in pkgutil.walk_packages(gpucal.__path__, "gpucal.")]
+failed = []
+for name in names:
+    if name.endswith("__main__"):
+        continue
+    for loaded in [m for m in sys.modules if m.split(".")[0] in ("gpucal", "kernels")]:
+        del sys.modules[loaded]
+    try:
+        importlib.import_module(name)
+    except ImportError as error:
+        failed.append(f"{name}: {error}")
+print("\\n".join(failed))
+"""
 LOADED = """
 import sys
 {statement}
@@ -83,3 +103,17 @@ def test_submodules_stay_attributes():
     assert gpucal.make_calibrator("platt").__class__ is gpucal.PlattCalibrator
     assert gpucal.datasets.make_ctr is gpucal.datasets.synthetic.make_ctr
     assert gpucal.calibrators.CALIBRATORS["mbct"] is gpucal.MBCT
+
+
+def test_every_module_imports_first():
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    env.pop("NUMBA_ENABLE_CUDASIM", None)
+    run = subprocess.run(
+        [sys.executable, "-c", IMPORT_EACH_FIRST],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert run.stdout.strip() == ""
