@@ -10,7 +10,7 @@ directory, the first of:
 1. ``NUMBA_CACHE_DIR``, when set and writable (a value the user set wins);
 2. the platform's user cache folder: ``$XDG_CACHE_HOME/gpucal/numba`` (default
    ``~/.cache/gpucal/numba``), ``%LOCALAPPDATA%\gpucal\numba`` on Windows;
-3. ``gpucal-numba-<user>`` in the temporary directory, for a read-only home or image.
+3. ``gpucal-numba-<user>`` in the temporary directory, for a read-only home or image (created by numba).
 
 numba reads ``NUMBA_CACHE_DIR`` once, when ``numba.core.config`` is first imported, so
 :func:`use_user_cache_dir` runs before gpucal's first numba import: ``kernels/__init__.py`` and
@@ -70,17 +70,15 @@ def temporary_cache_dir() -> Path:
 
 @functools.cache
 def numba_cache_dir() -> Path:
-    """Return the folder numba caches gpucal's kernels in: the first writable of the module's list."""
+    """Return the folder numba caches gpucal's kernels in: the first writable of the module's list.
+
+    When none is writable, the temporary one all the same: numba then finds it unwritable and falls
+    back to its own choices, which beats failing ``import gpucal``.
+    """
     chosen = os.environ.get(CACHE_DIR_VARIABLE)
     candidates = [Path(chosen)] if chosen else []
-    candidates += [user_cache_dir(), temporary_cache_dir()]
-    for path in candidates:
-        if is_writable_dir(path):
-            return path
-    msg = (
-        f"no writable folder for numba's cache among {[str(p) for p in candidates]}; set {CACHE_DIR_VARIABLE}"
-    )
-    raise OSError(msg)
+    candidates.append(user_cache_dir())
+    return next((path for path in candidates if is_writable_dir(path)), temporary_cache_dir())
 
 
 def use_user_cache_dir() -> Path:
