@@ -73,6 +73,32 @@ def _encode_state_value(kind: str, value: Any) -> Any:
     return value
 
 
+def check_records(value: Any, name: str, fields: dict[str, tuple[type, ...]], max_length: int) -> None:
+    """Raise ``ValueError`` unless ``value`` is a list of at most ``max_length`` flat records.
+
+    For a ``"json"`` state field such as a fit's ``history_``: each record is an object whose keys are
+    among ``fields`` and whose values have the listed types (a bool is no int, numbers are finite), so a
+    file cannot hand ``load`` an unbounded list or nested data to hold in memory.
+    """
+    if not isinstance(value, list) or len(value) > max_length:
+        msg = f"{name}: expected a list of at most {max_length} records"
+        raise ValueError(msg)
+    for record in value:
+        if not isinstance(record, dict) or not set(record) <= set(fields):
+            msg = f"{name}: each record must be an object with keys among {sorted(fields)}"
+            raise ValueError(msg)
+        for key, item in record.items():
+            types = fields[key]
+            wrong_bool = isinstance(item, bool) and bool not in types
+            if (
+                wrong_bool
+                or not isinstance(item, types)
+                or (isinstance(item, float) and not math.isfinite(item))
+            ):
+                msg = f"{name}: {key!r} must be {' or '.join(t.__name__ for t in types)}, got {item!r}"
+                raise ValueError(msg)
+
+
 def to_dict(model: Any) -> dict[str, Any]:
     """Return the JSON-ready description of a fitted calibrator."""
     from sklearn.utils.validation import check_is_fitted

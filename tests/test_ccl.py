@@ -635,6 +635,11 @@ def test_corrupt_file_is_refused(tabular, tree_models, tmp_path):
         ("cluster_role_", [0, 7, 0], "unknown role"),
         ("cluster_rate_", [[0.0], [0.5], [0.5]], "strictly between 0 and 1"),
         ("embedding_", {"library": "sklearn"}, "embedding_"),
+        # Issue 18: declared sizes must be the sizes the arrays hold.
+        ("elbow_", {"k": list(range(100_000)), "inertia": [1.0] * 100_000}, "elbow_"),
+        ("elbow_", {"k": [2, 3], "inertia": [1.0, None]}, "elbow_"),
+        ("n_classes_", 10**6, "binary scores have 2 classes"),
+        ("projection_", document["state"]["projection_"] * 2, "projection_ has"),
     ]:
         broken = json.loads(json.dumps(document))
         broken["state"][key] = bad

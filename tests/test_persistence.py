@@ -222,3 +222,36 @@ def test_oversized_file_is_refused(data, tmp_path, monkeypatch):
     monkeypatch.setattr(persistence, "MAX_FILE_BYTES", 100)
     with pytest.raises(ModelFileError, match="larger than 100 bytes"):
         gpucal.load(path)
+
+
+def _tree_model(kind, tmp_path):
+    import pandas as pd
+
+    rng = np.random.default_rng(4)
+    frame = pd.DataFrame({"score": rng.uniform(0.05, 0.95, 600), "f": rng.normal(size=600)})
+    y = (rng.random(600) < frame["score"]).astype(int)
+    if kind == "mbct":
+        model = gpucal.MBCT(max_trees=2, max_depth=2, n_bins=4, min_node_size=40.0, validation_fraction=0.0)
+    else:
+        model = gpucal.HeterogeneousCalibrator(feature_cols=["f"], max_depth=2, min_leaf_size=50.0)
+    model.fit(frame, y).save(tmp_path / "m.json")
+    return json.loads((tmp_path / "m.json").read_text()), tmp_path / "m.json"
+
+
+@pytest.mark.parametrize("kind", ["mbct", "hc"])
+@pytest.mark.parametrize(
+    ("history", "match"),
+    [
+        (lambda h: h * 100_000, "at most"),  # a 90 MB list took 2.1 GB
+        (lambda h: [{"tree": 0, "nodes": [[0] * 10] * 10}], "must be int"),
+        (lambda h: [{"tree": 0, "payload": "x"}], "keys among"),
+        (lambda h: [{"tree": True}], "must be int"),
+        (lambda h: "not a list", "list of at most"),
+    ],
+)
+def test_history_is_bounded_and_typed(kind, history, match, tmp_path):
+    """Issue 18: MBCT's (and HC's) history_ was any JSON of any length."""
+    document, path = _tree_model(kind, tmp_path)
+    document["state"]["history_"] = history(document["state"]["history_"])
+    with pytest.raises(ModelFileError, match=match):
+        gpucal.load(_write(path, document))

@@ -284,6 +284,18 @@ class TreeEmbedding:
             return leaves.astype(np.float64)
         return self._onehot(leaves)
 
+    def width(self) -> int:
+        """Return the number of embedding columns (one-hot: the leaves seen at fit; index: the trees;
+        SHAP: features times outputs)."""
+        if self.one_hot:
+            table = self.leaf_column
+            return 0 if table is None else int(table.max(initial=-1)) + 1
+        if self.library == "gpucal":
+            return int(self.model.ensemble_.n_trees)
+        if self.embedding == "shap":
+            return int(self.model.n_outputs * self.model.n_features)
+        return int(self.model.n_trees)
+
     def _onehot(self, leaves: np.ndarray) -> sp.csr_matrix:
         offset, table = self.tree_offset, self.leaf_column
         if offset is None or table is None:

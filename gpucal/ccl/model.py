@@ -599,6 +599,12 @@ class ClusteredCalibrator(Calibrator):
         if not isinstance(self.embedding_, TreeEmbedding):
             msg = "embedding_: expected an embedding object"
             raise ValueError(msg)
+        if self.embedding_.width() != self.projection_.shape[0]:
+            msg = (
+                f"embedding_ gives {self.embedding_.width()} columns, projection_ has "
+                f"{self.projection_.shape[0]} rows"
+            )
+            raise ValueError(msg)
         k = self.n_clusters_
         n_params = self.global_params_.shape[0]
         if self.centroids_.shape != (k, self.projection_.shape[1]) or self.params_.shape != (k, n_params):
@@ -610,14 +616,23 @@ class ClusteredCalibrator(Calibrator):
         if self.cluster_rate_.shape != (k, n_out) or self.cluster_role_.shape != (k,):
             msg = "cluster_rate_ / cluster_role_ do not fit n_clusters_"
             raise ValueError(msg)
+        if not self._multiclass and self.n_classes_ != 2:
+            msg = f"n_classes_ = {self.n_classes_}: binary scores have 2 classes"
+            raise ValueError(msg)
         elbow = self.elbow_
+        n_candidates = self.max_clusters - self.min_clusters + 1
         if elbow is not None and not (
             isinstance(elbow, dict)
             and set(elbow) == {"k", "inertia"}
-            and all(isinstance(v, list) for v in elbow.values())
+            and all(isinstance(v, list) and len(v) <= n_candidates for v in elbow.values())
             and len(elbow["k"]) == len(elbow["inertia"])
+            and all(type(v) is int for v in elbow["k"])
+            and all(type(v) in (int, float) and np.isfinite(v) for v in elbow["inertia"])
         ):
-            msg = "elbow_: expected null or {'k': [...], 'inertia': [...]} of equal lengths"
+            msg = (
+                "elbow_: expected null or {'k': [...], 'inertia': [...]}, integers and finite numbers of "
+                f"equal lengths, at most {n_candidates} (min_clusters to max_clusters)"
+            )
             raise ValueError(msg)
         if not np.isin(self.cluster_role_, (FITTED, CONSTANT, FALLBACK)).all():
             msg = "cluster_role_ holds an unknown role"

@@ -42,10 +42,19 @@ from gpucal.partition.ensemble import (
 )
 from gpucal.partition.grow import GrowConfig, TreeNodes, grow_tree
 from gpucal.partition.local_maps import LOCAL_MAP_KINDS, apply_local_maps, n_map_params
-from gpucal.persistence import register
+from gpucal.persistence import check_records, register
 from kernels import tree_leaves
 
 MODES = ("tree", "forest", "boosted")
+# The record of each tree in ``history_`` (checked when a model file is loaded).
+HISTORY_FIELDS: dict[str, tuple[type, ...]] = {
+    "tree": (int,),
+    "nodes": (int,),
+    "leaves": (int,),
+    "loss_before": (int, float),
+    "loss_after": (int, float),
+    "kept": (bool,),
+}
 
 
 @register
@@ -594,8 +603,8 @@ class HeterogeneousCalibrator(Calibrator):
         if not isinstance(self.ensemble_, TreeEnsemble):
             msg = "ensemble_: expected an ensemble object"
             raise ValueError(msg)
-        if not isinstance(self.feature_cols_, list) or not isinstance(self.history_, list):
-            msg = "feature_cols_ and history_: expected lists"
+        if not isinstance(self.feature_cols_, list):
+            msg = "feature_cols_: expected a list"
             raise ValueError(msg)
         expected = (self.ensemble_.n_nodes, n_map_params(self.local_map))
         if self.node_params_.shape != expected:
@@ -617,6 +626,8 @@ class HeterogeneousCalibrator(Calibrator):
         if self.mode != "boosted" and self.ensemble_.n_trees != (1 if self.mode == "tree" else self.n_trees):
             msg = f"ensemble_: {self.ensemble_.n_trees} trees do not match mode={self.mode!r}"
             raise ValueError(msg)
+        # One record per tree grown: the kept ones and, boosted, the one dropped when the fit stopped.
+        check_records(self.history_, "history_", HISTORY_FIELDS, self.ensemble_.n_trees + 1)
 
 
 class _Rows:

@@ -39,10 +39,18 @@ from gpucal.partition.ensemble import (
 )
 from gpucal.partition.grow import GrowConfig, TreeNodes, grow_tree
 from gpucal.partition.local_maps import MapSums, fit_local_maps_from_sums, local_map_sums, map_design
-from gpucal.persistence import register
+from gpucal.persistence import check_records, register
 from kernels import lookup_bins, take_rows, tree_leaves
 
 AUTO = Options("auto")
+# The record of each tree in ``history_`` (checked when a model file is loaded).
+HISTORY_FIELDS: dict[str, tuple[type, ...]] = {
+    "tree": (int,),
+    "nodes": (int,),
+    "loss_before": (int, float),
+    "loss_after": (int, float),
+    "kept": (bool,),
+}
 # Receives one line per level of a growing tree (or None: no log).
 LevelLog = Callable[[str], None] | None
 # Newton steps refitting the shift / Platt leaves of a grown tree (they start from the grown map).
@@ -631,6 +639,8 @@ class MBCT(Calibrator):
         if not isinstance(self.feature_cols_, list):
             msg = "feature_cols_: expected a list"
             raise ValueError(msg)
+        # One record per tree tried: the kept ones and the one dropped when the fit stopped.
+        check_records(self.history_, "history_", HISTORY_FIELDS, self.ensemble_.n_trees + 1)
         if self.init_.shape != (2,):
             msg = "init_: expected [a, b]"
             raise ValueError(msg)
