@@ -138,8 +138,8 @@ def _module(x: Any) -> str:
 def input_family(x: Any, name: str = "X") -> str:
     """Return the family of ``x`` (one of :data:`FAMILIES`) without importing any library.
 
-    Python sequences and ``dict`` of columns count as ``"numpy"``; a ``dict`` of cupy arrays as
-    ``"cupy"``.
+    Python sequences, objects with ``__array__`` and ``dict`` of columns count as ``"numpy"``; a
+    ``dict`` of cupy arrays as ``"cupy"``. scipy sparse matrices are refused (``TypeError``).
     """
     module = _module(x)
     if isinstance(x, np.ndarray):
@@ -148,10 +148,14 @@ def input_family(x: Any, name: str = "X") -> str:
         return "cupy"
     elif module in ("pandas", "cudf", "polars", "pyarrow"):
         return module
+    elif module == "scipy":  # before Mapping: a DOK sparse matrix is a dict
+        kind = type(x).__qualname__
+        msg = f"{name}: sparse input ({kind}) is not supported; pass a dense array or a dataframe"
+        raise TypeError(msg)
     elif isinstance(x, Mapping):
         return "cupy" if any(is_cupy_array(v) for v in x.values()) else "numpy"
-    elif isinstance(x, Sequence) and not isinstance(x, str | bytes):
-        return "numpy"
+    elif (isinstance(x, Sequence) and not isinstance(x, str | bytes)) or hasattr(x, "__array__"):
+        return "numpy"  # a sequence, or an object numpy converts (the ``__array__`` protocol)
     msg = (
         f"{name}: unsupported type {type(x).__module__}.{type(x).__qualname__}; expected a pandas, cudf, "
         "polars or pyarrow dataframe, a dict of columns, or a 1-D array/Series of scores"
@@ -526,6 +530,9 @@ def split_input(
     """
     obj = _as_frame_or_1d(X, name)
     if isinstance(obj, _Frame) and obj.positional and score_col not in obj.names:
+        if not obj.names:  # scikit-learn's wording for an array without columns
+            msg = f"{name}: 0 feature(s) (shape=({obj.n_rows}, 0)) while a minimum of 1 is required."
+            raise ValueError(msg)
         if len(obj.names) != 1:
             msg = (
                 f"{name}: a 2-D array of {len(obj.names)} columns has no column names; set score_col "

@@ -127,6 +127,9 @@ def check_labels(y: Any, name: str = "y_true", *, allow_soft: bool = True) -> An
     uses ``y`` only through sums such as ``sum w*y`` treats it exactly as that fraction of a
     positive row).
     """
+    if y is None:  # scikit-learn's wording, which its estimator checks look for
+        msg = f"{name}: this calibrator requires y to be passed, but the target y is None"
+        raise ValueError(msg)
     xp = array_namespace(y)
     raw = as_1d_array(y, name)
     if raw.dtype == bool:

@@ -514,3 +514,29 @@ def test_complex_pandas_column_is_rejected_by_name() -> None:
     # Regression (review): complex passed pandas' numeric check and lost its imaginary part.
     with pytest.raises(TypeError, match=r"X\['c'\]: unsupported dtype complex128"):
         split_input(pd.DataFrame({"score": [0.1, 0.2], "c": np.array([1 + 2j, 3j])}))
+
+
+def test_scikit_learn_inputs_are_named():
+    """Issue 18 (estimator checks): a missing y, sparse input and ``__array__`` objects."""
+    import scipy.sparse as sp
+
+    from gpucal.calibrators import PlattCalibrator
+
+    with pytest.raises(
+        ValueError, match="y: this calibrator requires y to be passed, but the target y is None"
+    ):
+        PlattCalibrator().fit(np.array(SCORES), None)
+    with pytest.raises(TypeError, match=r"X: sparse input \(csr_matrix\) is not supported"):
+        split_input(sp.csr_matrix(np.array(SCORES)[:, None]))
+    with pytest.raises(TypeError, match=r"X: sparse input \(dok_matrix\) is not supported"):
+        split_input(sp.dok_matrix(np.array(SCORES)[:, None]))  # a dict subclass, not a dict of columns
+
+    class ArrayLike:
+        def __array__(self, dtype=None, copy=None):  # type: ignore[no-untyped-def]
+            return np.array(SCORES)
+
+    assert_array_equal(split_input(ArrayLike()).score, SCORES)
+    with pytest.raises(
+        ValueError, match=r"X: 0 feature\(s\) \(shape=\(4, 0\)\) while a minimum of 1 is required"
+    ):
+        split_input(np.empty((4, 0)))

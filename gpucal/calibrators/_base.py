@@ -26,6 +26,7 @@ from collections.abc import Callable
 from typing import Any, ClassVar
 
 from sklearn.base import BaseEstimator
+from sklearn.utils import ClassifierTags, Tags
 from sklearn.utils.validation import check_is_fitted
 
 from gpucal._backend import array_namespace
@@ -43,17 +44,21 @@ ROW_ARGUMENT_SUFFIXES = ("", "_tree")
 
 
 def check_aligned_rows(fit: Callable[..., Any]) -> Callable[..., Any]:
-    """Wrap a ``fit`` so its pandas row arguments must share one index before anything else runs.
+    """Wrap a ``fit`` so its row arguments are checked before anything else runs.
 
-    :class:`Calibrator` applies it to every ``fit`` a subclass defines, so the rule of
-    :func:`gpucal._validation.check_same_index` holds for every estimator without a line in any of
-    them.
+    A ``y`` the signature requires must not be None (scikit-learn's wording), and pandas row
+    arguments must share one index (:func:`gpucal._validation.check_same_index`). :class:`Calibrator`
+    applies it to every ``fit`` a subclass defines, so the rule holds for every estimator without a
+    line in any of them.
     """
     signature = inspect.signature(fit)
+    requires_y = "y" in signature.parameters and signature.parameters["y"].default is inspect.Parameter.empty
 
     @functools.wraps(fit)
     def aligned_fit(*args: Any, **kwargs: Any) -> Any:
         arguments = signature.bind_partial(*args, **kwargs).arguments
+        if requires_y and arguments.get("y") is None:
+            check_labels(None, "y")  # raises the one message for a missing target
         for suffix in ROW_ARGUMENT_SUFFIXES:
             check_same_index(**{name + suffix: arguments.get(name + suffix) for name in ROW_ARGUMENTS})
         return fit(*args, **kwargs)
@@ -76,6 +81,17 @@ class Calibrator(BaseEstimator):
         super().__init_subclass__(**kwargs)
         if "fit" in cls.__dict__:
             cls.fit = check_aligned_rows(cls.__dict__["fit"])  # type: ignore[method-assign]
+
+    def __sklearn_tags__(self) -> Tags:
+        """scikit-learn's tags: a label is required and labels are binary (0/1, or soft in [0, 1]).
+
+        ``classifier_tags.multi_class=False`` is how scikit-learn's checks learn that ``y`` holds two
+        classes; a calibrator is still no classifier (``predict`` returns probabilities).
+        """
+        tags = super().__sklearn_tags__()
+        tags.target_tags.required = True
+        tags.classifier_tags = ClassifierTags(multi_class=False)
+        return tags
 
     # ----------------------------------------------------------------------------------------------
     # Parameters
