@@ -11,10 +11,10 @@ README = Path(__file__).resolve().parent.parent / "README.md"
 def test_quick_start_runs(tmp_path, monkeypatch):
     block = re.search(r"## Quick start\n\n```python\n(.*?)```", README.read_text(), re.S)
     assert block is not None, "README has no Quick start python block"
-    monkeypatch.chdir(tmp_path)  # it saves isotonic.json in the working directory
+    monkeypatch.chdir(tmp_path)  # it saves auto.json in the working directory
     namespace: dict = {}
     exec(compile(block.group(1).replace("1_000_000", "50_000"), "README.md", "exec"), namespace)
-    assert (tmp_path / "isotonic.json").exists()
+    assert (tmp_path / "auto.json").exists()
     assert 0.0 <= namespace["metrics"].ece(namespace["held_out"]["label"], namespace["p"]) < 0.05
 
 
