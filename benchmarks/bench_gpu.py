@@ -95,8 +95,10 @@ DRY_RUN_SIZES = (1e4,)
 WARM_ROWS = 2_000
 PROBE_ROWS = 2_000
 GENERATE_CHUNK_ROWS = 1 << 20
-#: Rows a feature-aware predict case fits its model on (untimed), at most.
-PREDICT_FIT_ROWS = 1_000_000
+#: Rows a predict case fits its model on (untimed), at most.
+PREDICT_FIT_ROWS = 200_000
+#: PyTorch CPU threads of the neural calibrators' CPU side: every core, as numba uses.
+CPU_THREADS = os.cpu_count() or 1
 #: Cap of the largest size: generating the rows on the host and the CPU side's time grow with it.
 MAX_ROWS = 200_000_000
 #: Seconds shared among the cases: data generation, transfers and imports fit in the rest of 10 minutes.
@@ -105,6 +107,8 @@ BUDGET_S = 480.0
 REPEATS = 3
 REPEAT_WITHIN_S = 2.0
 DEFAULT_RTOL = 1e-6
+#: Peers that run only when installed (carried as wheels to the lent machine).
+OPTIONAL_PEERS = ("torchisotonic",)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -188,7 +192,7 @@ class Case:
     output_bytes_per_row: int = 0
     rtol: float = DEFAULT_RTOL
     max_rows: int | None = None
-    peer: bool = False
+    peer_of: tuple[str, ...] = ()  # a peer's: the gpucal cases doing the same work (their GPU times add up)
 
     def bytes_moved(self, n_rows: int) -> int:
         """Return the fewest bytes one call moves: every input column read once, the output written once."""
@@ -243,7 +247,7 @@ def one_dimensional_cases() -> list[Case]:
             "Platt on the device, its equal-mass bins on the host (mass_bin_stats)",
         ),
         "piecewise_logit": (
-            PiecewiseLogitCalibrator,
+            lambda: PiecewiseLogitCalibrator(n_threads=CPU_THREADS),
             "device",
             "L-BFGS in PyTorch on CUDA tensors (cupy reaches torch by DLPack)",
         ),
@@ -269,15 +273,19 @@ def one_dimensional_cases() -> list[Case]:
                 runs_on="device",
                 note="map evaluated by xp array code (interp / searchsorted / sigmoid)",
                 columns=("score",),
-                prepare=lambda rows, build=build: build().fit(
-                    rows["score"], rows["label"], sample_weight=rows["weight"]
-                ),
+                prepare=lambda rows, build=build: fit_head(build(), rows),
                 run=lambda rows, model: model.predict(rows["score"]),
                 output_bytes_per_row=8,
                 rtol=1e-4 if name == "piecewise_logit" else DEFAULT_RTOL,
             )
         )
     return cases
+
+
+def fit_head(model: Any, rows: Rows) -> Any:
+    """Fit a 1-D calibrator on the first ``PREDICT_FIT_ROWS`` rows: a predict case's untimed model."""
+    rows = head(rows, PREDICT_FIT_ROWS)
+    return model.fit(rows["score"], rows["label"], sample_weight=rows["weight"])
 
 
 def kernel_cases() -> list[Case]:
@@ -431,7 +439,9 @@ def feature_aware_cases() -> list[Case]:
         return FeatureAwarePlattCalibrator(**features).fit(frame(rows), rows["label"])
 
     def fit_neucalib(rows: Rows, state: Any) -> Any:
-        return FieldAwareCalibrator(**features, max_epochs=3).fit(frame(rows), rows["label"])
+        return FieldAwareCalibrator(**features, max_epochs=3, n_threads=CPU_THREADS).fit(
+            frame(rows), rows["label"]
+        )
 
     tree_walk = "encoder lookups and the tree walk (tree_leaves / predict_trees kernels)"
     fitters = [
@@ -537,7 +547,10 @@ def auto_cases() -> list[Case]:
 
 
 def peer_cases() -> list[Case]:
-    """Peers on the same device: PyTorch temperature scaling, and ``torchisotonic`` when installed."""
+    """Peers on the same device: PyTorch temperature scaling, and ``torchisotonic`` when installed.
+
+    Each fits on the rows and predicts them, as the two gpucal cases it names in ``peer_of`` do.
+    """
     cases = [
         Case(
             name="peer.torch_temperature.fit_predict",
@@ -547,20 +560,21 @@ def peer_cases() -> list[Case]:
             run=lambda rows, state: torch_temperature(rows),
             output_bytes_per_row=8,
             rtol=1e-5,
-            peer=True,
+            peer_of=("calibrator.temperature.fit", "calibrator.temperature.predict"),
         )
     ]
-    if importlib.util.find_spec("torchisotonic") is not None:
+    if importlib.util.find_spec("torchisotonic") is not None:  # one of OPTIONAL_PEERS
         cases.append(
             Case(
                 name="peer.torchisotonic.fit_predict",
                 runs_on="device",
-                note="torchisotonic 0.2: sort, pool ties, isotonic(), searchsorted (its README's recipe)",
-                columns=("score", "label"),
+                note="torchisotonic 0.2: sort, pool ties with their weights, isotonic(), then "
+                "interpolation by searchsorted (its README's recipe, weighted)",
+                columns=("score", "label", "weight"),
                 run=lambda rows, state: torchisotonic_calibration(rows),
                 output_bytes_per_row=8,
                 rtol=1e-6,
-                peer=True,
+                peer_of=("calibrator.isotonic.fit", "calibrator.isotonic.predict"),
             )
         )
     return cases
@@ -600,16 +614,21 @@ def torch_temperature(rows: Rows) -> Any:
 
 
 def torchisotonic_calibration(rows: Rows) -> Any:
-    """Fit isotonic calibration with torchisotonic (ties pooled, as scikit-learn); predict the rows."""
+    """Fit weighted isotonic calibration with torchisotonic (ties pooled, as scikit-learn); predict the rows.
+
+    The peer is given the weights gpucal's isotonic case fits with, so both solve the same problem.
+    """
     import torch
     import torchisotonic
 
-    score, label = as_torch(rows["score"]), as_torch(rows["label"])
+    score, label, weight = (as_torch(rows[c]) for c in ("score", "label", "weight"))
     s, order = torch.sort(score)
-    xs, inverse, counts = torch.unique_consecutive(s, return_inverse=True, return_counts=True)
-    sums = torch.zeros(len(xs), dtype=torch.float64, device=score.device)
-    sums.index_add_(0, inverse, label[order])
-    fit = torchisotonic.isotonic(sums / counts, counts.double())
+    xs, inverse = torch.unique_consecutive(s, return_inverse=True)
+    group_w = torch.zeros(len(xs), dtype=torch.float64, device=score.device)
+    group_wy = torch.zeros_like(group_w)
+    group_w.index_add_(0, inverse, weight[order])
+    group_wy.index_add_(0, inverse, (weight * label)[order])
+    fit = torchisotonic.isotonic(group_wy / group_w, group_w)
     i = torch.searchsorted(xs, score).clamp(1, len(xs) - 1)
     t = ((score - xs[i - 1]) / (xs[i] - xs[i - 1])).clamp(0, 1)
     return fit[i - 1] + t * (fit[i] - fit[i - 1])
@@ -648,8 +667,8 @@ NOT_ON_GPU = [
 # Devices: cupy with CUDA events, or numpy standing in for it in the dry run
 
 
-class NumpyStandIn:
-    """The dry run's device: numpy arrays, the host clock, no memory figures (no GPU figure at all)."""
+class HostClock:
+    """The CPU side's clock, and the dry run's stand-in device: numpy arrays, no memory figures."""
 
     name = "numpy stand-in (dry run: no GPU)"
 
@@ -855,20 +874,21 @@ def short_error(exc: BaseException) -> str:
 def run_side(
     case: Case,
     rows: Rows,
-    timed: Callable[[Callable[[], Any]], tuple[float, Any]],
+    clock: CupyDevice | HostClock,
     projected_s: float | None,
     budget: Budget,
     repeats: int,
 ) -> Side:
-    """Prepare the case's state on ``rows`` and time its call, unless the budget says no."""
+    """Prepare the case's state on ``rows``, then time its calls and their peak memory, budget allowing."""
     if not budget.fits(projected_s):
         return Side(skipped=f"projected {projected_s:.1f} s exceeds the case's share of the budget")
     try:
         state = case.prepare(rows)
-        seconds, runs, out = measure(timed, lambda: case.run(rows, state), repeats)
+        with clock.peak_memory() as memory:
+            seconds, runs, out = measure(clock.timed, lambda: case.run(rows, state), repeats)
     except Exception as exc:  # a failing case is recorded, the run goes on
         return Side(error=short_error(exc))
-    return Side(seconds=seconds, runs=runs, output=out)
+    return Side(seconds=seconds, runs=runs, output=out, peak_bytes=memory["peak_bytes"])
 
 
 def compare(case: Case, cpu: Any, gpu: Any, probe: Rows) -> dict[str, Any]:
@@ -901,7 +921,7 @@ def projected(previous: dict[str, tuple[int, float]], side: str, n_rows: int) ->
 
 def run_case(
     case: Case,
-    device: CupyDevice | NumpyStandIn,
+    device: CupyDevice | HostClock,
     datasets: dict[int, tuple[Rows, Rows]],
     warm: tuple[Rows, Rows],
     budget: Budget,
@@ -909,6 +929,7 @@ def run_case(
 ) -> list[dict[str, Any]]:
     """Warm both sides up, then measure every size of ``datasets`` the case and its budget allow."""
     budget.start_case()
+    host = HostClock()
     results: list[dict[str, Any]] = []
     warm_up: dict[str, float | None] = {}
     for side, rows in (("cpu", warm[0]), ("gpu", warm[1])):
@@ -928,12 +949,8 @@ def run_case(
                 {"case": case.name, "rows": n_rows, "skipped": f"above the case's {case.max_rows:.0e} rows"}
             )
             continue
-        cpu = run_side(case, host_rows, timed_on_host, projected(previous, "cpu", n_rows), budget, repeats)
-        with device.peak_memory() as memory:
-            gpu = run_side(
-                case, device_rows, device.timed, projected(previous, "gpu", n_rows), budget, repeats
-            )
-        gpu.peak_bytes = memory["peak_bytes"]
+        cpu = run_side(case, host_rows, host, projected(previous, "cpu", n_rows), budget, repeats)
+        gpu = run_side(case, device_rows, device, projected(previous, "gpu", n_rows), budget, repeats)
         if gpu.output is not None and case.output_bytes_per_row:
             gpu.fetch_seconds, _ = device.timed(lambda gpu=gpu: host_array(gpu.output))
         for side, measured in (("cpu", cpu), ("gpu", gpu)):
@@ -944,19 +961,12 @@ def run_case(
     return results
 
 
-def timed_on_host(call: Callable[[], Any]) -> tuple[float, Any]:
-    """Return the seconds ``call`` took by the host clock, and its output."""
-    start = time.perf_counter()
-    out = call()
-    return time.perf_counter() - start, out
-
-
 def case_record(
     case: Case,
     n_rows: int,
     cpu: Side,
     gpu: Side,
-    device: CupyDevice | NumpyStandIn,
+    device: CupyDevice | HostClock,
     probe: Rows,
     warm_up: dict[str, float | None],
 ) -> dict[str, Any]:
@@ -995,7 +1005,7 @@ def case_record(
 # Sizes, transfers, the run
 
 
-def largest_size(device: CupyDevice | NumpyStandIn, max_rows: int) -> tuple[int | None, str]:
+def largest_size(device: CupyDevice | HostClock, max_rows: int) -> tuple[int | None, str]:
     """Return the largest row count whose data and working arrays fit half the free device memory."""
     free = device.free_bytes()
     if free is None:
@@ -1008,7 +1018,7 @@ def largest_size(device: CupyDevice | NumpyStandIn, max_rows: int) -> tuple[int 
 
 
 def to_device_rows(
-    device: CupyDevice | NumpyStandIn, rows: Rows, n_rows: int
+    device: CupyDevice | HostClock, rows: Rows, n_rows: int
 ) -> tuple[Rows, list[dict[str, Any]]]:
     """Copy every column to the device; return the device rows and the timed transfer of each."""
     moved, transfers = {}, []
@@ -1042,7 +1052,7 @@ def run(args: argparse.Namespace, after_each_case: Callable[[dict[str, Any]], No
 
     Writing the report after every case keeps what was measured if the run is stopped at its limit.
     """
-    device: CupyDevice | NumpyStandIn = NumpyStandIn() if args.dry_run else CupyDevice()
+    device: CupyDevice | HostClock = HostClock() if args.dry_run else CupyDevice()
     cases = [c for c in all_cases() if not args.cases or any(s in c.name for s in args.cases)]
     sizes = [int(s) for s in (args.sizes or (DRY_RUN_SIZES if args.dry_run else SIZES))]
     largest, largest_reason = (None, "dry run") if args.dry_run else largest_size(device, args.max_rows)
@@ -1067,7 +1077,10 @@ def run(args: argparse.Namespace, after_each_case: Callable[[dict[str, Any]], No
         "largest_size_reason": largest_reason,
         "budget_s": args.budget_s,
         "repeats": args.repeats,
-        "cases": [{"name": c.name, "runs_on": c.runs_on, "note": c.note, "peer": c.peer} for c in cases],
+        "cases": [
+            {"name": c.name, "runs_on": c.runs_on, "note": c.note, "peer_of": list(c.peer_of)} for c in cases
+        ],
+        "peers_not_installed": [name for name in OPTIONAL_PEERS if importlib.util.find_spec(name) is None],
         "transfers": transfers,
         "results": [],
         "not_on_gpu": NOT_ON_GPU,
@@ -1107,6 +1120,37 @@ def check_text(record: dict[str, Any]) -> str:
     if "error" in check:
         return f"FAIL ({check['error']})"
     return f"{'pass' if check['passed'] else 'FAIL'} {check['relative_error']:.1e}"
+
+
+def peer_lines(data: dict[str, Any]) -> list[str]:
+    """Return the report's section on the peers: each peer's GPU time beside gpucal's for the same work."""
+    gpu_seconds = {(r["case"], r["rows"]): r.get("gpu_s") for r in data["results"]}
+    lines = [
+        "",
+        "## Peers on the same device",
+        "",
+        "Fit on the rows and predict them. gpucal's time is the sum of its fit and predict cases' GPU "
+        "times (its predict case's model is fitted apart, untimed); peer / gpucal above 1: gpucal faster.",
+        "",
+        "| peer | rows | peer GPU s | gpucal GPU s | peer / gpucal | gpucal cases |",
+        "|---|---|---|---|---|---|",
+    ]
+    for case in data["cases"]:
+        for r in data["results"]:
+            if not case["peer_of"] or r["case"] != case["name"] or r.get("gpu_s") is None:
+                continue
+            ours = [gpu_seconds.get((name, r["rows"])) for name in case["peer_of"]]
+            total = None if None in ours else sum(ours)
+            ratio = None if total is None else r["gpu_s"] / total
+            lines.append(
+                f"| {case['name']} | {r['rows']:.0e} | {fmt(r['gpu_s'])} | {fmt(total)} | {fmt(ratio)} "
+                f"| {' + '.join(case['peer_of'])} |"
+            )
+    not_run = ["cuML (cannot be carried, see below)"] + [
+        f"`{name}` (not installed: carry its wheel, see the script's docstring)"
+        for name in data["peers_not_installed"]
+    ]
+    return [*lines, "", "Peers not run: " + "; ".join(not_run) + "."]
 
 
 def write_report(data: dict[str, Any], out: Path) -> str:
@@ -1169,6 +1213,7 @@ def write_report(data: dict[str, Any], out: Path) -> str:
             f"| {check_text(r)} |"
         )
     lines += ["", "## Skipped and failed", ""] + (notes or ["None."])
+    lines += peer_lines(data)
     lines += [
         "",
         "## Host-to-device transfers (timed apart from every case)",
