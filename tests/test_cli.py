@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import argparse
 import json
+import os
+import re
+import subprocess
+import sys
 
 import numpy as np
 import pandas as pd
@@ -11,6 +16,7 @@ import pytest
 import gpucal
 from gpucal import metrics
 from gpucal.cli import (
+    BROKEN_PIPE_EXIT,
     DEMO_CALIBRATORS,
     DEMO_CLUSTERED_CALIBRATORS,
     DEMO_FEATURE_CALIBRATORS,
@@ -158,15 +164,263 @@ def test_mbct_fits_predicts_and_exports_rules_from_the_cli(tmp_path, scored, cap
 def test_a_parameter_the_method_lacks_is_named(tmp_path, scored, capsys):
     data = tmp_path / "data.parquet"
     scored.to_parquet(data)
-    args = [
-        "fit",
-        str(data),
-        "--method",
-        "beta",
-        "--model",
-        str(tmp_path / "m.json"),
-        "--score-kind",
-        "logit",
-    ]
-    assert main(args) == 2
-    assert "BetaCalibrator has no parameter(s) ['score_kind']" in capsys.readouterr().err
+    model = str(tmp_path / "m.json")
+    assert main(["fit", str(data), "--method", "beta", "--model", model, "--param", "n_bins=3"]) == 2
+    assert "BetaCalibrator has no parameter(s) ['n_bins']" in capsys.readouterr().err
+
+
+def test_option_errors_read_as_options_not_python(tmp_path, scored, capsys):
+    """Issue 18: errors say ``--score-kind logit``, not ``score_kind='logit'``."""
+    data = tmp_path / "data.parquet"
+    scored.to_parquet(data)
+    model = str(tmp_path / "m.json")
+    assert main(["fit", str(data), "--method", "beta", "--model", model, "--score-kind", "logit"]) == 2
+    assert (
+        capsys.readouterr().err == "gpucal: error: --score-kind logit: --method beta takes no --score-kind\n"
+    )
+    assert main(["fit", str(data), "--method", "platt", "--model", model, "--feature-cols", "segment"]) == 2
+    assert "--feature-cols segment: --method platt takes no --feature-cols" in capsys.readouterr().err
+    logits = tmp_path / "logits.csv"
+    scored.assign(score=np.log(scored["score"] + 0.01) + 1.0).to_csv(logits, index=False)
+    assert main(["fit", str(logits), "--method", "platt", "--model", model]) == 2
+    err = capsys.readouterr().err
+    assert "pass margins/logits as --score-kind logit" in err
+    assert "score_kind" not in err
+    both = ["--score-kind", "logit", "--param", "score_kind=logit"]
+    assert main(["fit", str(logits), "--method", "platt", "--model", model, *both]) == 2
+    assert "mutually exclusive" in capsys.readouterr().err
+
+
+# --- Issue 18: the CLI's rough edges -------------------------------------------------------------
+
+
+def _fail_if_read(*args, **kwargs):
+    pytest.fail("the data were read before the command's paths were checked")
+
+
+@pytest.fixture
+def files(tmp_path, scored):
+    """A data file and a fitted isotonic model in ``tmp_path``."""
+    data = tmp_path / "data.parquet"
+    scored.to_parquet(data)
+    model = tmp_path / "model.json"
+    assert main(["fit", str(data), "--method", "isotonic", "--model", str(model)]) == 0
+    return {"data": str(data), "model": str(model), "dir": str(tmp_path), "nowhere": str(tmp_path / "no")}
+
+
+PATH_PROBLEMS = {
+    "fit --model in a missing folder": (
+        ["fit", "{data}", "--method", "platt", "--model", "{nowhere}/m.json"],
+        "--model: the folder",
+    ),
+    "fit --model is a folder": (["fit", "{data}", "--method", "platt", "--model", "{dir}"], "is a directory"),
+    "predict --model missing": (
+        ["predict", "{data}", "--model", "{dir}/missing.json", "--output", "{dir}/o.csv"],
+        "--model: no such file",
+    ),
+    "predict --model is a folder": (
+        ["predict", "{data}", "--model", "{dir}", "--output", "{dir}/o.csv"],
+        "is a directory, not a file",
+    ),
+    "predict --output in a missing folder": (
+        ["predict", "{data}", "--model", "{model}", "--output", "{nowhere}/o.csv"],
+        "--output: the folder",
+    ),
+    "predict --output extension": (
+        ["predict", "{data}", "--model", "{model}", "--output", "{dir}/o.txt"],
+        "--output: '.*o.txt' must end in one of",
+    ),
+    "evaluate --json in a missing folder": (["evaluate", "{data}", "--json", "{nowhere}/m.json"], "--json:"),
+    "evaluate --plot in a missing folder": (["evaluate", "{data}", "--plot", "{nowhere}/p.png"], "--plot:"),
+    "evaluate --plot extension": (["evaluate", "{data}", "--plot", "{dir}/p.jpg"], "must end in one of"),
+    "rules --model missing": (["rules", "--model", "{dir}/missing.json"], "--model: no such file"),
+    "data is a folder": (["evaluate", "{dir}/folder.csv"], "is a directory, not a file"),
+}
+
+
+@pytest.mark.parametrize("case", PATH_PROBLEMS)
+def test_path_problems_are_one_line_errors_before_the_data_are_read(case, files, monkeypatch, capsys):
+    """Issue 18: missing files, folders as files and unwritable outputs are usage errors, not tracebacks."""
+    from pathlib import Path
+
+    Path(files["dir"], "folder.csv").mkdir()
+    monkeypatch.setattr("gpucal._files.read_table", _fail_if_read)
+    capsys.readouterr()
+    argv, expected = PATH_PROBLEMS[case]
+    assert main([arg.format(**files) for arg in argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("gpucal: error: ")
+    assert err.count("\n") == 1
+    assert re.search(expected, err), err
+
+
+def test_an_os_error_while_writing_is_one_line(files, monkeypatch, capsys):
+    def refuse(self, path):
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr("gpucal.calibrators._base.Calibrator.save", refuse)
+    model = f"{files['dir']}/m.json"
+    assert main(["fit", files["data"], "--method", "platt", "--model", model]) == 2
+    assert capsys.readouterr().err.endswith(f"gpucal: error: '{model}': Permission denied\n")
+
+
+def test_predict_refuses_to_overwrite_an_input_column(files, scored, capsys):
+    """Issue 18: ``--output-col score`` silently replaced the input column."""
+    out = f"{files['dir']}/out.parquet"
+    for column in ("score", "label"):
+        argv = ["predict", files["data"], "--model", files["model"], "--output", out, "--output-col", column]
+        assert main(argv) == 2
+        assert f"--output-col {column}: " in capsys.readouterr().err
+        assert main([*argv, "--overwrite"]) == 0
+        result = pd.read_parquet(out)
+        assert list(result.columns) == list(scored.columns)
+        expected = gpucal.load(files["model"]).predict(scored["score"])
+        np.testing.assert_array_equal(result[column], expected)
+
+
+def test_feature_aware_fit_without_feature_cols_reads_every_other_column(tmp_path, scored):
+    """Issue 18: ``fit --method mbct`` without ``--feature-cols`` fitted zero trees."""
+    data = tmp_path / "data.parquet"
+    weighted = scored.assign(weight=1.0)
+    weighted.to_parquet(data)
+    model = tmp_path / "mbct.json"
+    argv = ["fit", str(data), "--method", "mbct", "--model", str(model), "--weight-col", "weight"]
+    assert main([*argv, "--categorical-cols", "segment", "--param", "max_trees=2"]) == 0
+    fitted = gpucal.load(model)
+    assert fitted.feature_cols == ["p_true", "segment"]
+    assert fitted.categorical_cols == ["segment"]
+    X = scored[["score", "p_true", "segment"]]
+    expected = gpucal.MBCT(feature_cols=["p_true", "segment"], categorical_cols=["segment"], max_trees=2)
+    expected.fit(X, scored["label"], sample_weight=weighted["weight"])
+    assert "tree 1" in fitted.export_rules()
+    np.testing.assert_array_equal(fitted.predict(X), expected.predict(X))
+
+
+def test_verbose_reaches_the_methods_that_log(files, capsys):
+    model = f"{files['dir']}/mbct.json"
+    argv = ["fit", files["data"], "--method", "mbct", "--model", model, "--feature-cols", "segment", "-v"]
+    assert main(argv) == 0
+    assert "MBCT:" in capsys.readouterr().err
+    assert gpucal.load(model).verbose == 1
+    assert main(["fit", files["data"], "--method", "platt", "--model", model, "-v"]) == 0
+
+
+def test_help_gives_every_option_a_text_and_default_and_lists_every_method(capsys):
+    """Issue 18: options without help or defaults; ``fit --help`` did not list the methods."""
+    from gpucal.calibrators import CALIBRATORS
+    from gpucal.cli import build_parser
+
+    parser = build_parser()
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    for name, command in commands.choices.items():
+        text = command.format_help()
+        for action in command._actions:
+            if isinstance(action, argparse._HelpAction):
+                continue
+            assert action.help, (name, action.dest)
+            if action.option_strings and not action.required and action.default not in (None, []):
+                assert f"{action.help} (default: {action.default})" in " ".join(text.split()), (
+                    name,
+                    action.dest,
+                )
+    with pytest.raises(SystemExit, match="0"):
+        main(["fit", "--help"])
+    methods = capsys.readouterr().out.split("methods:")[1]
+    assert all(re.search(rf"\b{name}\b", methods) for name in CALIBRATORS)
+
+
+def test_the_warmup_command_reports_its_time(monkeypatch, capsys):
+    """Issue 18: ``gpucal warmup`` compiles every CPU kernel ahead of first use."""
+    calls = []
+
+    def fake_warm_up(*, verbose=False):
+        calls.append(verbose)
+        return 12.5
+
+    monkeypatch.setattr("gpucal.warmup.warm_up", fake_warm_up)
+    assert main(["warmup"]) == 0
+    assert main(["warmup", "--verbose"]) == 0
+    assert calls == [False, True]
+    out = capsys.readouterr().out.splitlines()
+    assert len(out) == 2
+    assert "12.5 s" in out[0]
+
+
+def test_demo_times_warm_fits_only(monkeypatch, capsys):
+    """Issue 18: the demo's fit_predict_s counted JIT compilation; each fit is now warmed up first."""
+    import gpucal.cli as cli
+
+    monkeypatch.setattr(cli, "DEMO_WARMUP_ROWS", 300)
+    seen = []
+    fit_predict = cli._demo_fit_predict
+
+    def spy(name, calibration, held_out, fields, fitted):
+        seen.append((name, len(calibration)))
+        return fit_predict(name, calibration, held_out, fields, fitted)
+
+    monkeypatch.setattr(cli, "_demo_fit_predict", spy)
+    assert main(["demo", "--rows", "3000", "--top", "2"]) == 0
+    names = [name for name, _ in seen]
+    half = len(seen) // 2
+    assert names[:half] == names[half:]
+    assert {rows for _, rows in seen[:half]} == {300}
+    assert {rows for _, rows in seen[half:]} == {3000}
+    assert "fit_predict_s is warm" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("rows", [3, 99, 100, 150])
+def test_demo_on_few_rows_runs_or_names_rows(rows, capsys):
+    """Issue 18: ``demo --rows 3`` failed on ``n_clusters=20``, a parameter the user never set."""
+    code = main(["demo", "--rows", str(rows), "--format", "json"])
+    err = capsys.readouterr().err
+    if rows < 100:
+        assert code == 2
+        assert err.splitlines()[-1].startswith("gpucal: error: --rows must be at least 100: "), err
+    else:
+        assert code == 0, err
+
+
+def test_python_dash_m_gpucal_runs_the_cli():
+    result = subprocess.run(
+        [sys.executable, "-m", "gpucal", "--version"], capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == f"gpucal {gpucal.__version__}\n"
+
+
+@pytest.mark.parametrize("n_columns", [1, 60])
+def test_a_closed_stdout_ends_quietly(n_columns, tmp_path, scored):
+    """Issue 18: ``gpucal ... | head`` ended in a BrokenPipeError traceback; now exit 141, no noise.
+
+    One column's table waits in stdout's buffer until exit; sixty columns' overflow it mid-command.
+    """
+    data = tmp_path / "wide.parquet"
+    predictions = [f"p{i}" for i in range(n_columns)]
+    scored.assign(**dict.fromkeys(predictions, scored["score"])).to_parquet(data)
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader is gone before the first write, as after ``head -1``
+    try:
+        result = subprocess.run(
+            [sys.executable, "-m", "gpucal", "evaluate", str(data), "--pred-cols", ",".join(predictions)],
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            check=False,
+        )
+    finally:
+        os.close(write_end)
+    assert result.returncode == BROKEN_PIPE_EXIT, result.stderr
+    assert "Traceback" not in result.stderr
+    assert "Exception ignored" not in result.stderr
+    assert "error" not in result.stderr
+
+
+def test_the_cli_parses_without_importing_heavy_libraries():
+    """``gpucal --help`` stays fast: building the parser imports no pandas, numba or scikit-learn."""
+    code = (
+        "import sys; from gpucal.cli import build_parser; build_parser().format_help(); "
+        "print(sorted({'pandas', 'numba', 'sklearn', 'torch'} & set(sys.modules)))"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout == "[]\n"
