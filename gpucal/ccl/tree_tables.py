@@ -180,13 +180,13 @@ class TreeTables:
         arrays = {name: _number_list(data[name], name) for name in NODE_FIELDS}
         n_features = _count(data["n_features"], "n_features")
         trees, max_depth = check_split_trees(n_features, arrays)
-        tree_class = _number_list(data["tree_class"], "tree_class").astype(np.int64)
+        tree_class = _number_list(data["tree_class"], "tree_class")
         n_outputs = _count(data["n_outputs"], "n_outputs")
         if tree_class.shape[0] != trees.tree_start.shape[0] - 1 or tree_class.dtype.kind != "i":
             msg = "tree tables: tree_class must hold one integer per tree"
             raise ValueError(msg)
         # Every output owns a tree, so the outputs are no more than the trees the file holds.
-        if not np.array_equal(np.unique(tree_class), np.arange(n_outputs)):
+        if n_outputs > tree_class.shape[0] or not np.array_equal(np.unique(tree_class), np.arange(n_outputs)):
             msg = f"tree tables: tree_class must use every output in [0, {n_outputs}) and no other"
             raise ValueError(msg)
         categories = _categories(data["categories"], n_features)
