@@ -211,6 +211,29 @@ def test_one_dimensional_input_uses_score_only_candidates() -> None:
     assert model.predict(score).shape == (2_000,)
 
 
+def test_given_estimators_take_the_column_parameters_left_at_default() -> None:
+    rng = np.random.default_rng(0)
+    margin = rng.normal(size=(2_000, 2))
+    y = (rng.uniform(size=2_000) < 1 / (1 + np.exp(-margin[:, 0]))).astype(float)
+    given = [make_calibrator("platt"), {"class": "IsotonicCalibrator", "params": {"score_col": 5}}]
+    model = AutoCalibrator(candidates=given, score_col=0, score_kind="logit", drop_threshold=None)
+    model.fit(margin, y)
+    assert model.estimators_[0].get_params()["score_col"] == 0
+    assert model.cv_results_["status"].tolist()[0] == "ok"
+    assert model.cv_results_["status"].tolist()[1].startswith("error: KeyError")  # kept its score_col=5
+
+
+def test_logit_scores_keep_the_maps_that_take_margins(ctr: Any) -> None:
+    X, y, _ = ctr
+    margins = X.assign(score=np.log(X["score"] / (1 - X["score"])))
+    model = AutoCalibrator(categorical_cols=FIELDS, score_kind="logit", candidates=None)
+    names = [c.name for c in model._resolve_candidates(has_features=True)]
+    assert not {"beta", "mbct", "hc"} & set(names)
+    assert {"platt", "isotonic", "feature_platt"} <= set(names)
+    fitted = AutoCalibrator(categorical_cols=FIELDS, score_kind="logit", candidates=FAST).fit(margins, y)
+    assert fitted.predict(margins).between(0, 1).all()
+
+
 def test_failed_candidate_is_reported_not_chosen(ctr: Any) -> None:
     X, y, _ = ctr
     model = AutoCalibrator(candidates=["platt", "feature_platt"], feature_cols=[]).fit(X, y)

@@ -15,10 +15,11 @@ hc                ``HeterogeneousCalibrator(mode="boosted")``                   
 neucalib          ``FieldAwareCalibrator()`` (when PyTorch imports)              score + features
 ================= ============================================================== ==================
 
-The feature-aware ones are left out when ``X`` has no feature column. ``l2 = 10`` is scikit-learn's
-``C = 0.1``, the baseline of ``methods.md``; ``min_child_size=100`` pools only the children lighter
-than 100 (MBCT's default pools those lighter than its node-size bound, several hundred on mid-size data),
-and ``leaf_penalty=300`` shrinks each child's map harder toward its parent's.
+The feature-aware ones are left out when ``X`` has no feature column, and with ``score_kind="logit"``
+(margins, not probabilities) those that read probabilities only (beta, MBCT, HC).
+``l2 = 10`` is scikit-learn's ``C = 0.1``, the baseline of ``methods.md``; ``min_child_size=100`` pools
+only the children lighter than 100 (MBCT's default pools those lighter than its node-size bound, several
+hundred on mid-size data), and ``leaf_penalty=300`` shrinks each child's map harder toward its parent's.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ MBCT_GRID: tuple[dict[str, Any], ...] = (
     {"min_child_size": 100.0, "leaf_penalty": 300.0},
 )
 #: The column parameters handed to every candidate whose class takes them.
-COLUMN_PARAMS = ("score_col", "feature_cols", "categorical_cols")
+COLUMN_PARAMS = ("score_col", "feature_cols", "categorical_cols", "score_kind")
 
 
 @dataclass(frozen=True)
@@ -104,9 +105,16 @@ def default_candidates(columns: dict[str, Any], *, with_features: bool, with_tor
         Include NeuCalib (its fit needs PyTorch).
     """
     out = [Candidate(name, _with_columns(name, columns)) for name in ("platt", "beta", "isotonic")]
-    if not with_features:
-        return out
-    out += [
+    if with_features:
+        out += _feature_candidates(columns, with_torch=with_torch)
+    if columns.get("score_kind", "probability") != "probability":  # margins: only the maps that take them
+        out = [c for c in out if takes_param(c.estimator, "score_kind")]
+    return out
+
+
+def _feature_candidates(columns: dict[str, Any], *, with_torch: bool) -> list[Candidate]:
+    """The feature-aware part of the default list."""
+    out = [
         Candidate("feature_platt", _with_columns("feature_platt", columns, l2=l2), {"l2": l2})
         for l2 in FEATURE_PLATT_L2
     ]
@@ -121,8 +129,9 @@ def resolve_candidates(candidates: Sequence[Any], columns: dict[str, Any]) -> li
     """Turn the ``candidates=`` parameter into :class:`Candidate` objects.
 
     A string is a :func:`~gpucal.calibrators.make_calibrator` name, built with its defaults and the
-    column parameters its class takes; an estimator is used as given (cloned), its parameters that differ
-    from its class's defaults shown in the report.
+    column parameters its class takes; an estimator is cloned and takes the column parameters it has but
+    left at its class's defaults (those it was given stay), its other parameters that differ from its
+    class's defaults shown in the report.
 
     Raises
     ------
@@ -139,7 +148,9 @@ def resolve_candidates(candidates: Sequence[Any], columns: dict[str, Any]) -> li
         if isinstance(entry, str):
             out.append(Candidate(entry, _with_columns(entry, columns)))
         elif hasattr(entry, "fit") and hasattr(entry, "predict") and hasattr(entry, "get_params"):
-            out.append(Candidate(type(entry).__name__, clone(entry), _changed_params(entry)))
+            out.append(
+                Candidate(type(entry).__name__, _inherit_columns(entry, columns), _changed_params(entry))
+            )
         else:
             msg = (
                 f"candidates: {entry!r} is neither a calibrator name nor an estimator with fit, predict "
@@ -149,13 +160,29 @@ def resolve_candidates(candidates: Sequence[Any], columns: dict[str, Any]) -> li
     return out
 
 
-def _changed_params(estimator: Any) -> dict[str, Any]:
-    """The constructor parameters of ``estimator`` that differ from its class's defaults (columns aside)."""
-    defaults = {
+def _class_defaults(estimator: Any) -> dict[str, Any]:
+    return {
         name: par.default
         for name, par in inspect.signature(type(estimator).__init__).parameters.items()
         if par.default is not inspect.Parameter.empty
     }
+
+
+def _inherit_columns(estimator: Any, columns: dict[str, Any]) -> Any:
+    """A clone of ``estimator`` with the column parameters it takes but left at its class's defaults set."""
+    model = clone(estimator)
+    defaults, current = _class_defaults(model), model.get_params(deep=False)
+    inherited = {
+        name: value
+        for name, value in columns.items()
+        if name in defaults and not _differs(current[name], defaults[name])
+    }
+    return model.set_params(**inherited)
+
+
+def _changed_params(estimator: Any) -> dict[str, Any]:
+    """The constructor parameters of ``estimator`` that differ from its class's defaults (columns aside)."""
+    defaults = _class_defaults(estimator)
     return {
         name: value
         for name, value in estimator.get_params(deep=False).items()
@@ -171,10 +198,18 @@ def _differs(value: Any, default: Any) -> bool:
 
 
 def column_params(
-    score_col: Hashable, feature_cols: Sequence[Hashable] | str | None, categorical_cols: Any
+    score_col: Hashable,
+    feature_cols: Sequence[Hashable] | str | None,
+    categorical_cols: Any,
+    score_kind: str,
 ) -> dict[str, Any]:
     """The column parameters as a dict for :func:`default_candidates` and :func:`resolve_candidates`."""
-    return {"score_col": score_col, "feature_cols": feature_cols, "categorical_cols": categorical_cols}
+    return {
+        "score_col": score_col,
+        "feature_cols": feature_cols,
+        "categorical_cols": categorical_cols,
+        "score_kind": score_kind,
+    }
 
 
 __all__ = [

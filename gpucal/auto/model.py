@@ -31,7 +31,7 @@ from gpucal.auto.folds import group_values, grouped_folds, stratified_folds, tak
 from gpucal.calibrators import CALIBRATORS
 from gpucal.calibrators._base import Calibrator, Constraint, Interval, Options
 from gpucal.calibrators._logistic import EPS, sigmoid
-from gpucal.calibrators.platt import OUTPUT_TYPE_OPTIONS
+from gpucal.calibrators.platt import OUTPUT_TYPE_OPTIONS, SCORE_KIND_OPTIONS
 from gpucal.distributed._collections import any_dask
 from gpucal.metrics import brier, ece, log_loss
 from gpucal.persistence import register
@@ -52,7 +52,7 @@ def _row_brier(y: np.ndarray, p: np.ndarray) -> np.ndarray:
 #: Per-row losses of the scorings that have one (racing compares candidates row by row).
 ROW_LOSSES = {"log_loss": _row_log_loss, "brier": _row_brier}
 #: Errors of a candidate's fit that mark it failed in the report instead of stopping the search.
-CANDIDATE_ERRORS = (ValueError, ArithmeticError, ImportError, NotImplementedError)
+CANDIDATE_ERRORS = (ValueError, KeyError, ArithmeticError, ImportError, NotImplementedError)
 
 
 def _log(message: str) -> None:
@@ -114,7 +114,9 @@ class AutoCalibrator(Calibrator):
         below), gpucal estimators (used as given, cloned), or ``{"class": ..., "params": ...}`` dicts.
         None: the default list of :mod:`gpucal.auto.candidates` (Platt, beta, isotonic; when ``X`` has
         feature columns, feature-aware Platt with ``l2`` in 1, 10, 100, three MBCT settings, boosted
-        heterogeneous calibration, and NeuCalib when PyTorch imports).
+        heterogeneous calibration, and NeuCalib when PyTorch imports). Every candidate takes the column
+        parameters below (``score_col``, ``feature_cols``, ``categorical_cols``, ``score_kind``) that its
+        class has, except where a given estimator was set otherwise.
     n_folds : int, default=5
         Folds of the cross-fitting (at least 2).
     scoring : {"log_loss", "brier", "ece"}, default="log_loss"
@@ -138,6 +140,9 @@ class AutoCalibrator(Calibrator):
         Feature columns for the feature-aware candidates; None means every column but ``score_col``.
     categorical_cols : list of hashable, str or None, default=None
         Numeric feature columns to read by value (IDs), for the feature-aware candidates.
+    score_kind : {"probability", "logit"}, default="probability"
+        Probabilities, or raw margins: then the default candidates are those that take margins (Platt,
+        isotonic, feature-aware Platt, NeuCalib).
     random_state : int, default=0
         Seed of the folds.
     verbose : int, default=0
@@ -183,9 +188,9 @@ class AutoCalibrator(Calibrator):
     share a group (``groups=``) and every candidate honours weights that way (MBCT's and NeuCalib's own
     validation splits do not: they draw rows).
 
-    A candidate whose fit fails (one class in a fold, PyTorch missing) is marked in ``status`` and never
-    chosen; when every candidate fails the fit raises. Dask collections are refused: the folds would have
-    to cut every partition, and most candidates cannot fit on dask.
+    A candidate whose fit fails (one class in a fold, a column it cannot find, PyTorch missing) is
+    marked in ``status`` and never chosen; when every candidate fails the fit raises. Dask collections
+    are refused: the folds would have to cut every partition, and most candidates cannot fit on dask.
 
     References
     ----------
@@ -216,6 +221,7 @@ class AutoCalibrator(Calibrator):
         "drop_threshold": Interval(float, 0, None, allow_none=True),
         "random_state": Interval(int, 0, None),
         "verbose": Interval(int, 0, None),
+        "score_kind": SCORE_KIND_OPTIONS,
         "output_type": OUTPUT_TYPE_OPTIONS,
     }
     _state_spec: ClassVar[dict[str, str]] = {
@@ -240,6 +246,7 @@ class AutoCalibrator(Calibrator):
         score_col: Hashable = "score",
         feature_cols: Sequence[Hashable] | str | None = None,
         categorical_cols: Sequence[Hashable] | str | None = None,
+        score_kind: str = "probability",
         random_state: int = 0,
         verbose: int = 0,
         output_type: str = "input",
@@ -253,6 +260,7 @@ class AutoCalibrator(Calibrator):
         self.score_col = score_col
         self.feature_cols = feature_cols
         self.categorical_cols = categorical_cols
+        self.score_kind = score_kind
         self.random_state = random_state
         self.verbose = verbose
         self.output_type = output_type
@@ -261,7 +269,7 @@ class AutoCalibrator(Calibrator):
     # Fit
 
     def _resolve_candidates(self, has_features: bool) -> list[Candidate]:
-        columns = column_params(self.score_col, self.feature_cols, self.categorical_cols)
+        columns = column_params(self.score_col, self.feature_cols, self.categorical_cols, self.score_kind)
         if self.candidates is None:
             from gpucal.neural import torch_available
 
@@ -303,7 +311,9 @@ class AutoCalibrator(Calibrator):
                 "Fit it on a sample brought in with .compute()."
             )
             raise NotImplementedError(msg)
-        split = split_input(X, score_col=self.score_col, feature_cols=self.feature_cols)
+        split = split_input(
+            X, score_col=self.score_col, feature_cols=self.feature_cols, score_kind=self.score_kind
+        )
         labels = check_labels(y, "y")
         n_rows = check_consistent_length(X=split.score, y=labels)
         weights = (
