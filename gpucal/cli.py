@@ -312,8 +312,8 @@ def _fit_params(args: argparse.Namespace, parameters: set[str]) -> dict[str, Any
 
     Options the method lacks are refused, named as typed; ``--verbose`` only reaches methods with a
     ``verbose`` parameter. A feature-aware method given no ``--feature-cols`` reads every column but
-    the label and weight columns, as ``feature_cols=None`` does in Python; the list is resolved here
-    and logged, so the saved model names its features.
+    the score, label and weight columns, as ``feature_cols=None`` does in Python; the list is resolved
+    here and logged, so the saved model names its features.
     """
     from gpucal._files import table_columns
 
@@ -526,7 +526,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo = add_command("demo", "every calibrator on the default synthetic data, held out")
     demo.add_argument(
-        "--rows", type=_positive_int, default=500_000, help="calibration rows, and as many held out"
+        "--rows",
+        type=_positive_int,
+        default=500_000,
+        help=f"calibration rows, and as many held out; at least {DEMO_MIN_ROWS}",
     )
     demo.add_argument("--scenario", default="mixed", help="make_ctr scenario")
     demo.add_argument("--seed", type=int, default=0, help="seed of the data and of the MVCE views")
@@ -624,7 +627,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--plot-strategy",
         choices=("uniform", "quantile"),
         default="quantile",
-        help="bins of the diagram: equal-mass (reads well for low base rates) or equal-width",
+        help="bins of the diagram: quantile, equal mass (reads well at low base rates); uniform, equal width",
     )
     evaluate.set_defaults(handler=run_evaluate)
 
