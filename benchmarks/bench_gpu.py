@@ -1,6 +1,6 @@
 """Benchmark: every GPU path of gpucal on cupy data, beside the numba CPU path on the same rows.
 
-One command measures, within one 10-minute run on a lent GPU machine, each case of :data:`CASES`
+One command measures, within one 10-minute run on a lent GPU machine, each case of :func:`all_cases`
 (the kernels, every one-dimensional calibrator's fit and predict, the feature-aware calibrators, the
 metrics, MBCT, HC, CCL, NeuCalib on CUDA torch, the automatic calibrator, and the peers PyTorch
 temperature scaling and ``torchisotonic``) at 1e6 and 1e7 rows and at the largest size that fits:
@@ -63,6 +63,7 @@ import importlib.util
 import json
 import os
 import platform
+import signal
 import sys
 import time
 import traceback
@@ -106,6 +107,10 @@ BUDGET_S = 480.0
 #: Timed calls per (case, size, side) at most, and the seconds after which no further call is made.
 REPEATS = 3
 REPEAT_WITHIN_S = 2.0
+#: Seconds a call may run past its case's share of the budget before it is stopped (the first size of
+#: a case runs without a projection), and the limit of a warm-up (torchisotonic compiles in its own).
+MIN_CALL_LIMIT_S = 45.0
+WARM_UP_LIMIT_S = 180.0
 DEFAULT_RTOL = 1e-6
 #: Peers that run only when installed (carried as wheels to the lent machine).
 OPTIONAL_PEERS = ("torchisotonic",)
@@ -852,6 +857,39 @@ class Budget:
         """Return True when a call projected to take ``projected_s`` ends inside the case's share."""
         return projected_s is None or time.perf_counter() + projected_s <= self.case_deadline
 
+    def spent(self) -> bool:
+        """Return True once the run's deadline has passed: the cases left are not started."""
+        return time.perf_counter() >= self.deadline
+
+    def call_limit(self) -> float:
+        """Return the seconds after which a call is stopped: the case's share left, or the minimum."""
+        return max(self.case_deadline - time.perf_counter(), MIN_CALL_LIMIT_S)
+
+
+class CallStopped(Exception):
+    """Raised into a call that outlived its time limit (:func:`time_limit`)."""
+
+
+@contextmanager
+def time_limit(seconds: float) -> Iterator[None]:
+    """Raise :class:`CallStopped` in the main thread once ``seconds`` have passed.
+
+    The signal is handled between Python bytecodes, so a call is stopped when it next returns to the
+    interpreter from a kernel launch, a numba loop or a torch operation, not inside one.
+    """
+
+    def stop(signum: int, frame: Any) -> None:
+        msg = f"stopped after {seconds:.0f} s, the time this call was allowed"
+        raise CallStopped(msg)
+
+    previous = signal.signal(signal.SIGALRM, stop)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
 
 def measure(
     timed: Callable[[Callable[[], Any]], tuple[float, Any]], call: Callable[[], Any], repeats: int
@@ -883,10 +921,11 @@ def run_side(
     if not budget.fits(projected_s):
         return Side(skipped=f"projected {projected_s:.1f} s exceeds the case's share of the budget")
     try:
-        state = case.prepare(rows)
-        with clock.peak_memory() as memory:
-            seconds, runs, out = measure(clock.timed, lambda: case.run(rows, state), repeats)
-    except Exception as exc:  # a failing case is recorded, the run goes on
+        with time_limit(budget.call_limit()):
+            state = case.prepare(rows)
+            with clock.peak_memory() as memory:
+                seconds, runs, out = measure(clock.timed, lambda: case.run(rows, state), repeats)
+    except Exception as exc:  # a failing or stopped case is recorded, the run goes on
         return Side(error=short_error(exc))
     return Side(seconds=seconds, runs=runs, output=out, peak_bytes=memory["peak_bytes"])
 
@@ -928,6 +967,8 @@ def run_case(
     repeats: int,
 ) -> list[dict[str, Any]]:
     """Warm both sides up, then measure every size of ``datasets`` the case and its budget allow."""
+    if budget.spent():
+        return [{"case": case.name, "rows": None, "skipped": "the run's budget was spent before this case"}]
     budget.start_case()
     host = HostClock()
     results: list[dict[str, Any]] = []
@@ -935,7 +976,8 @@ def run_case(
     for side, rows in (("cpu", warm[0]), ("gpu", warm[1])):
         start = time.perf_counter()
         try:
-            case.run(rows, case.prepare(rows))
+            with time_limit(WARM_UP_LIMIT_S):
+                case.run(rows, case.prepare(rows))
             warm_up[side] = time.perf_counter() - start
         except Exception as exc:
             warm_up[side] = None
@@ -1098,13 +1140,21 @@ def summary_line(record: dict[str, Any]) -> str:
     """Return one short line for the console: rows, both times, the check."""
     check = record.get("check", {})
     return (
-        f"{record['rows']:.0e}: cpu {fmt(record.get('cpu_s'))} gpu {fmt(record.get('gpu_s'))} "
+        f"{rows_text(record['rows'])}: cpu {fmt(record.get('cpu_s'))} gpu {fmt(record.get('gpu_s'))} "
         f"check {check.get('passed', '-')}"
     )
 
 
 # --------------------------------------------------------------------------------------------------
 # Report
+
+
+def rows_text(n_rows: int | None) -> str:
+    """Return a row count as ``1e+07`` (three digits when that is not exact); None stands for every size."""
+    if n_rows is None:
+        return "every size"
+    short = f"{n_rows:.0e}"
+    return short if float(short) == n_rows else f"{n_rows:.2e}"
 
 
 def fmt(seconds: float | None, scale: float = 1.0, digits: int = 3) -> str:
@@ -1143,8 +1193,8 @@ def peer_lines(data: dict[str, Any]) -> list[str]:
             total = None if None in ours else sum(ours)
             ratio = None if total is None else r["gpu_s"] / total
             lines.append(
-                f"| {case['name']} | {r['rows']:.0e} | {fmt(r['gpu_s'])} | {fmt(total)} | {fmt(ratio)} "
-                f"| {' + '.join(case['peer_of'])} |"
+                f"| {case['name']} | {rows_text(r['rows'])} | {fmt(r['gpu_s'])} | {fmt(total)} "
+                f"| {fmt(ratio)} | {' + '.join(case['peer_of'])} |"
             )
     not_run = ["cuML (cannot be carried, see below)"] + [
         f"`{name}` (not installed: carry its wheel, see the script's docstring)"
@@ -1198,19 +1248,22 @@ def write_report(data: dict[str, Any], out: Path) -> str:
             notes.append(f"- `{r['case']}` warm-up failed: {r['warm_up_error']}")
             continue
         if "skipped" in r:
-            notes.append(f"- `{r['case']}` at {r['rows']:.0e} rows: skipped, {r['skipped']}")
+            where = "every size" if r["rows"] is None else f"{rows_text(r['rows'])} rows"
+            notes.append(f"- `{r['case']}` at {where}: skipped, {r['skipped']}")
             continue
         for side in ("cpu", "gpu"):
             for kind in ("skipped", "error"):
                 if f"{side}_{kind}" in r:
                     why = r[f"{side}_{kind}"]
-                    notes.append(f"- `{r['case']}` at {r['rows']:.0e} rows, {side.upper()} {kind}: {why}")
+                    notes.append(
+                        f"- `{r['case']}` at {rows_text(r['rows'])} rows, {side.upper()} {kind}: {why}"
+                    )
         peak = r["peak_device_bytes"]
         lines.append(
-            f"| {r['case']} | {r['runs_on']} | {r['rows']:.0e} | {fmt(r['cpu_s'])} | {fmt(r['gpu_s'])} "
-            f"| {fmt(r['speedup'])} | {fmt(r['floor_s'], 1e3)} | {fmt(r['gpu_over_floor'])} "
-            f"| {'-' if peak is None else f'{peak / 2**20:.0f}'} | {fmt(r['fetch_output_s'], 1e3)} "
-            f"| {check_text(r)} |"
+            f"| {r['case']} | {r['runs_on']} | {rows_text(r['rows'])} | {fmt(r['cpu_s'])} "
+            f"| {fmt(r['gpu_s'])} | {fmt(r['speedup'])} | {fmt(r['floor_s'], 1e3)} "
+            f"| {fmt(r['gpu_over_floor'])} | {'-' if peak is None else f'{peak / 2**20:.0f}'} "
+            f"| {fmt(r['fetch_output_s'], 1e3)} | {check_text(r)} |"
         )
     lines += ["", "## Skipped and failed", ""] + (notes or ["None."])
     lines += peer_lines(data)
@@ -1223,7 +1276,7 @@ def write_report(data: dict[str, Any], out: Path) -> str:
     ]
     for t in data["transfers"]:
         lines.append(
-            f"| {t['rows']:.0e} | {t['column']} | {t['bytes'] / 2**20:.1f} "
+            f"| {rows_text(t['rows'])} | {t['column']} | {t['bytes'] / 2**20:.1f} "
             f"| {fmt(t['host_to_device_s'], 1e3)} | {fmt(t['gbs'])} |"
         )
     lines += ["", "## Cases: where each runs", "", "| case | runs on | what runs where |", "|---|---|---|"]

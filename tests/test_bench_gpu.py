@@ -1,5 +1,6 @@
 """benchmarks/bench_gpu.py (issue 17): its dry run, so the GPU benchmark cannot rot before a GPU is lent."""
 
+import argparse
 import json
 import subprocess
 import sys
@@ -103,3 +104,78 @@ def test_rows_are_the_same_for_a_seed_and_hold_every_column():
         np.testing.assert_array_equal(column, second[name])
         assert column.nbytes == 3000 * bench_gpu.COLUMN_BYTES[name], name
     assert set(np.unique(first["label"])) == {0.0, 1.0}
+
+
+def spin_until_stopped() -> None:
+    """Loop in Python until a signal handler raises."""
+    while True:
+        pass
+
+
+def test_time_limit_stops_a_call_in_python_code():
+    start = bench_gpu.time.perf_counter()
+    with pytest.raises(bench_gpu.CallStopped, match="stopped after"), bench_gpu.time_limit(0.2):
+        spin_until_stopped()
+    assert bench_gpu.time.perf_counter() - start < 5.0
+
+
+def dry_run_args(**overrides: object) -> argparse.Namespace:
+    """Arguments of an in-process dry run of one cheap case."""
+    args = {
+        "dry_run": True,
+        "cases": ["metric.brier"],
+        "sizes": [1e3, 4e3],
+        "max_rows": bench_gpu.MAX_ROWS,
+        "budget_s": 60.0,
+        "repeats": 1,
+    }
+    return argparse.Namespace(**(args | overrides))
+
+
+def test_run_measures_each_size_and_hands_over_the_data_after_each_case(tmp_path):
+    handed = []
+    data = bench_gpu.run(dry_run_args(), after_each_case=lambda d: handed.append(len(d["results"])))
+    assert handed == [2]
+    assert [r["rows"] for r in data["results"]] == [1000, 4000]
+    assert all(r["check"]["passed"] for r in data["results"])
+    text = bench_gpu.write_report(data, tmp_path / "gpu.md")
+    assert "| metric.brier | device | 4e+03 |" in text
+    assert (tmp_path / "gpu.json").exists()
+
+
+def test_run_with_its_budget_spent_skips_the_cases_and_says_so(tmp_path):
+    data = bench_gpu.run(dry_run_args(budget_s=0.0), after_each_case=lambda d: None)
+    assert data["results"] == [
+        {"case": "metric.brier", "rows": None, "skipped": "the run's budget was spent before this case"}
+    ]
+    text = bench_gpu.write_report(data, tmp_path / "gpu.md")
+    assert "`metric.brier` at every size rows: skipped" not in text
+    assert "`metric.brier` at every size: skipped, the run's budget was spent" in text
+
+
+class FreeMemory:
+    """A device reporting a fixed amount of free memory."""
+
+    def __init__(self, free_bytes: int) -> None:
+        self.free = free_bytes
+
+    def free_bytes(self) -> int:
+        return self.free
+
+
+def test_largest_size_fills_half_the_free_memory_up_to_the_cap():
+    per_row = sum(bench_gpu.COLUMN_BYTES.values()) + bench_gpu.WORKING_BYTES_PER_ROW
+    rows, reason = bench_gpu.largest_size(FreeMemory(2 * per_row * 10**6), max_rows=10**9)
+    assert rows == 10**6
+    assert "free" in reason
+    rows, reason = bench_gpu.largest_size(FreeMemory(2 * per_row * 10**6), max_rows=10**5)
+    assert rows == 10**5
+    assert "--max-rows" in reason
+    assert bench_gpu.largest_size(bench_gpu.HostClock(), max_rows=10**5)[0] is None
+
+
+@pytest.mark.parametrize(
+    ("n_rows", "text"), [(10**7, "1e+07"), (257_000_000, "2.57e+08"), (None, "every size")]
+)
+def test_row_counts_print_exactly(n_rows, text):
+    assert bench_gpu.rows_text(n_rows) == text
