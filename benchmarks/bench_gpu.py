@@ -718,6 +718,9 @@ class CupyDevice:
         name = self.properties["name"]
         self.name = name.decode() if isinstance(name, bytes) else str(name)
         self.copy_bandwidth = self.measure_copy_bandwidth()
+        torch_cuda = importlib.import_module("torch").cuda if importlib.util.find_spec("torch") else None
+        if torch_cuda is not None and torch_cuda.is_available():
+            torch_cuda.init()  # torch's CUDA context now, so that no timed call pays for it
 
     def to_device(self, a: np.ndarray) -> tuple[Any, float]:
         """Copy ``a`` to the device; return the cupy array and the seconds by CUDA events."""
