@@ -800,7 +800,7 @@ class CupyDevice:
             "compute_capability": f"{self.properties['major']}.{self.properties['minor']}",
             "multiprocessors": int(self.properties["multiProcessorCount"]),
             "memory_gib": round(total / 2**30, 1),
-            "free_at_start_gib": round(free / 2**30, 1),
+            "free_with_data_gib": round(free / 2**30, 1),
             "copy_bandwidth_gbs": round(self.copy_bandwidth / 1e9, 1),
             "spec_bandwidth_gbs": None if spec is None else round(spec / 1e9, 1),
             "cuda_runtime": int(self.cupy.cuda.runtime.runtimeGetVersion()),
@@ -1224,7 +1224,8 @@ def write_report(data: dict[str, Any], out: Path) -> str:
     if not dry:
         lines += [
             f"Device: compute capability {device['compute_capability']}, {device['multiprocessors']} "
-            f"multiprocessors, {device['memory_gib']} GiB ({device['free_at_start_gib']} free at the start); "
+            f"multiprocessors, {device['memory_gib']} GiB ({device['free_with_data_gib']} free with the rows "
+            "loaded); "
             f"device-to-device copy {device['copy_bandwidth_gbs']} GB/s measured (read + write), "
             f"datasheet {device['spec_bandwidth_gbs']} GB/s; CUDA runtime {device['cuda_runtime']}, "
             f"driver {device['driver']}.",

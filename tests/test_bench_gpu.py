@@ -179,3 +179,24 @@ def test_largest_size_fills_half_the_free_memory_up_to_the_cap():
 )
 def test_row_counts_print_exactly(n_rows, text):
     assert bench_gpu.rows_text(n_rows) == text
+
+
+def test_a_gpu_run_report_states_the_device_and_the_floor(tmp_path):
+    # The branch only a GPU run takes, fed the fields CupyDevice.describe returns.
+    data = bench_gpu.run(dry_run_args(sizes=[1e3]), after_each_case=lambda d: None)
+    data["dry_run"] = False
+    data["device"] = {
+        "name": "NVIDIA H100 80GB HBM3",
+        "compute_capability": "9.0",
+        "multiprocessors": 132,
+        "memory_gib": 79.2,
+        "free_with_data_gib": 70.1,
+        "copy_bandwidth_gbs": 3000.0,
+        "spec_bandwidth_gbs": 3352.3,
+        "cuda_runtime": 13000,
+        "driver": 13000,
+    }
+    text = bench_gpu.write_report(data, tmp_path / "gpu.md")
+    assert "Dry run" not in text
+    assert "compute capability 9.0, 132 multiprocessors" in text
+    assert "copy 3000.0 GB/s measured (read + write), datasheet 3352.3 GB/s" in text
