@@ -10,6 +10,9 @@ names). Subclasses add three things:
   ``gpucal.load`` checks before anything is set (``gpucal.persistence``);
 - ``_fit_scores`` / ``_predict_scores``: pure array code on validated float64 arrays.
 
+Every ``fit``, the base's and each subclass's own, runs :func:`check_fit_rows` first: a required ``y``
+is given, and pandas ``X``, ``y`` and ``sample_weight`` share one index (never paired by position).
+
 Dask: :meth:`Calibrator.fit` and :meth:`Calibrator.predict` accept dask collections (the one place
 that does). ``predict`` maps ``_predict_scores`` over the partitions (``map_partitions``), so every
 fitted one-dimensional calibrator predicts distributed. ``fit`` calls ``_fit_partitions`` with a
@@ -43,7 +46,7 @@ ROW_ARGUMENTS = ("X", "y", "sample_weight")
 ROW_ARGUMENT_SUFFIXES = ("", "_tree")
 
 
-def check_aligned_rows(fit: Callable[..., Any]) -> Callable[..., Any]:
+def check_fit_rows(fit: Callable[..., Any]) -> Callable[..., Any]:
     """Wrap a ``fit`` so its row arguments are checked before anything else runs.
 
     A ``y`` the signature requires must not be None (scikit-learn's wording), and pandas row
@@ -55,7 +58,7 @@ def check_aligned_rows(fit: Callable[..., Any]) -> Callable[..., Any]:
     requires_y = "y" in signature.parameters and signature.parameters["y"].default is inspect.Parameter.empty
 
     @functools.wraps(fit)
-    def aligned_fit(*args: Any, **kwargs: Any) -> Any:
+    def checked_fit(*args: Any, **kwargs: Any) -> Any:
         arguments = signature.bind_partial(*args, **kwargs).arguments
         if requires_y and arguments.get("y") is None:
             check_labels(None, "y")  # raises the one message for a missing target
@@ -63,7 +66,7 @@ def check_aligned_rows(fit: Callable[..., Any]) -> Callable[..., Any]:
             check_same_index(**{name + suffix: arguments.get(name + suffix) for name in ROW_ARGUMENTS})
         return fit(*args, **kwargs)
 
-    return aligned_fit
+    return checked_fit
 
 
 class Calibrator(BaseEstimator):
@@ -77,16 +80,18 @@ class Calibrator(BaseEstimator):
     _state_spec: ClassVar[dict[str, str]] = {}
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
-        """Give every ``fit`` a subclass defines the index-alignment check (:func:`check_aligned_rows`)."""
+        """Give every ``fit`` a subclass defines the row checks (:func:`check_fit_rows`)."""
         super().__init_subclass__(**kwargs)
         if "fit" in cls.__dict__:
-            cls.fit = check_aligned_rows(cls.__dict__["fit"])  # type: ignore[method-assign]
+            cls.fit = check_fit_rows(cls.__dict__["fit"])  # type: ignore[method-assign]
 
     def __sklearn_tags__(self) -> Tags:
         """scikit-learn's tags: a label is required and labels are binary (0/1, or soft in [0, 1]).
 
         ``classifier_tags.multi_class=False`` is how scikit-learn's checks learn that ``y`` holds two
-        classes; a calibrator is still no classifier (``predict`` returns probabilities).
+        classes; a calibrator is still no classifier (``predict`` returns probabilities). The
+        multi-class forms (``DirichletCalibrator``, ``TemperatureCalibrator`` on a matrix) take two
+        classes too; their ``k``-class fits are tested on their own.
         """
         tags = super().__sklearn_tags__()
         tags.target_tags.required = True
@@ -129,7 +134,7 @@ class Calibrator(BaseEstimator):
     # ----------------------------------------------------------------------------------------------
     # The estimator API for one-dimensional calibrators
 
-    @check_aligned_rows
+    @check_fit_rows
     def fit(self, X: Any, y: Any, sample_weight: Any = None) -> Calibrator:
         """Fit the calibrator on scores ``X`` (or ``X[score_col]``), labels ``y`` and optional weights.
 
