@@ -424,6 +424,19 @@ def test_tree_tables_give_the_libraries_leaves_and_shap(name):
     np.testing.assert_allclose(shap, contribs, **SHAP_TOLERANCE[library])
 
 
+def test_linear_trees_give_leaves_but_no_shap():
+    from gpucal.ccl.embeddings import make_embedding
+
+    X, y, _ = _mixed_frame()
+    features = X[["a", "b", "d"]]
+    model = lgb.LGBMClassifier(n_estimators=2, num_leaves=4, linear_tree=True, verbose=-1, n_jobs=1)
+    model.fit(features, y)
+    leaves = make_embedding(model, "leaves", "index", None, []).transform(features)
+    np.testing.assert_array_equal(leaves, model.booster_.predict(features, pred_leaf=True))
+    with pytest.raises(ValueError, match="linear trees has no tree SHAP"):
+        make_embedding(model, "shap", "onehot", None, [])
+
+
 def test_category_column_given_as_strings_names_the_column_and_the_fix():
     """Issue 18 (data): a LightGBM model trained on a category column, handed strings."""
     models, X, y = _library_models()

@@ -429,4 +429,5 @@ def make_embedding(
         return TreeEmbedding(library, booster, embedding, leaf_encoding, None)
     chosen = model_feature_names(library, booster) if feature_cols is None else list(feature_cols)
     names = [str(c) for c in (other_cols if chosen is None else chosen)]
-    return TreeEmbedding(library, from_model(library, booster), embedding, leaf_encoding, names)
+    tables = from_model(library, booster, shap=embedding == "shap")
+    return TreeEmbedding(library, tables, embedding, leaf_encoding, names)

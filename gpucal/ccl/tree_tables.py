@@ -297,7 +297,7 @@ def _link(table: _NodeTable, parent: int, side: str, child: int) -> None:
         table.columns[side][parent] = child
 
 
-def _from_lightgbm(booster: Any) -> TreeTables:
+def _from_lightgbm(booster: Any, shap: bool) -> TreeTables:
     dump = booster.dump_model()
     n_features = int(dump["max_feature_idx"]) + 1
     k = int(dump["num_tree_per_iteration"])
@@ -306,6 +306,12 @@ def _from_lightgbm(booster: Any) -> TreeTables:
 
         def visit(node: dict[str, Any], parent: int, side: str) -> int:
             if "split_feature" not in node:
+                if shap and "leaf_coeff" in node:
+                    msg = (
+                        "embedding='shap': a LightGBM model with linear trees has no tree SHAP values "
+                        "(LightGBM has none either); use embedding='leaves'"
+                    )
+                    raise ValueError(msg)
                 m = table.add(
                     node_value=float(node["leaf_value"]),
                     node_cover=float(node.get("leaf_count", 0)),
@@ -459,6 +465,10 @@ def _tables(
     )
 
 
-def from_model(library: str, booster: Any) -> TreeTables:
-    """Read a fitted XGBoost or LightGBM ``Booster`` into :class:`TreeTables` (fit time only)."""
-    return _from_xgboost(booster) if library == "xgboost" else _from_lightgbm(booster)
+def from_model(library: str, booster: Any, *, shap: bool = False) -> TreeTables:
+    """Read a fitted XGBoost or LightGBM ``Booster`` into :class:`TreeTables` (fit time only).
+
+    ``shap``: the tables will give SHAP values, so a model whose leaves are not constants (LightGBM's
+    linear trees) is refused; their leaf indices are still exact.
+    """
+    return _from_xgboost(booster) if library == "xgboost" else _from_lightgbm(booster, shap)
