@@ -112,7 +112,9 @@ def load_model_file(path: str | os.PathLike[str]) -> Any:
 
     A ``.json`` file holding ``"format": "gpucal-model"`` goes to ``gpucal.load``, any other ``.json`` or
     ``.ubj`` to ``xgboost.Booster``, anything else to ``lightgbm.Booster`` (its ``save_model`` text). All
-    three are data formats: nothing in the file runs.
+    three are data formats: nothing in the file runs. The last two are read by the libraries' own
+    (native) parsers, which trust their input: this happens once, at fit, for a model the user names;
+    the fitted calibrator holds gpucal's checked tables and never reads the model file again.
     """
     name = os.fspath(path)
     if not os.path.isfile(name):
