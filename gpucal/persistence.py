@@ -219,7 +219,16 @@ def from_dict(document: Any) -> Any:
     if check_state is not None:
         try:
             check_state()
-        except (ValueError, TypeError, KeyError, OverflowError, RecursionError) as error:
+        # Whatever plain data a hostile file holds, checking it ends in one error type.
+        except (
+            ValueError,
+            TypeError,
+            KeyError,
+            IndexError,
+            AttributeError,
+            OverflowError,
+            RecursionError,
+        ) as error:
             msg = f"{cls_name}: inconsistent fitted state: {error}"
             raise ModelFileError(msg) from None
     return model

@@ -615,6 +615,23 @@ def test_save_load_with_gpucal_trees(tabular, tmp_path):
     np.testing.assert_array_equal(loaded.predict(frame), cal.predict(frame))
 
 
+def test_embedded_gpucal_model_must_have_trees(tabular, tmp_path):
+    """A hand-edited file may nest any registered class as the embedding model: only tree models load."""
+    import json
+
+    from gpucal.persistence import ModelFileError
+
+    frame, y, mbct = _mbct_frame(tabular)
+    ClusteredCalibrator(embedding_model=mbct, n_clusters=3).fit(frame, y).save(tmp_path / "ccl.json")
+    document = json.loads((tmp_path / "ccl.json").read_text())
+    platt = gpucal.PlattCalibrator().fit(frame["score"].to_numpy(), y)
+    platt.save(tmp_path / "platt.json")
+    document["state"]["embedding_"]["model"] = json.loads((tmp_path / "platt.json").read_text())
+    (tmp_path / "bad.json").write_text(json.dumps(document))
+    with pytest.raises(ModelFileError, match="PlattCalibrator has no trees"):
+        gpucal.load(tmp_path / "bad.json")
+
+
 def test_embedding_model_from_a_file(tabular, tree_models, tmp_path):
     """The command line's way in: the path of a saved XGBoost, LightGBM or gpucal model."""
     paths = {"xgboost": tmp_path / "m.json", "lightgbm": tmp_path / "m.txt"}

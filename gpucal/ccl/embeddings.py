@@ -399,10 +399,14 @@ def _load_model(library: str, model: Any) -> Any:
         from gpucal.persistence import ModelFileError, from_dict
 
         try:
-            return from_dict(model)
+            loaded = from_dict(model)
         except ModelFileError as error:
             msg = f"embedding_: the gpucal embedding model does not load: {error}"
             raise ValueError(msg) from None
+        if not callable(getattr(loaded, "leaves", None)) or not hasattr(loaded, "ensemble_"):
+            msg = f"embedding_: a {type(loaded).__name__} has no trees to embed with (MBCT and HC have)"
+            raise ValueError(msg)
+        return loaded
     tables = TreeTables.from_dict(model)
     if tables.library != library:
         msg = f"embedding_: the tables are of a {tables.library} model, the embedding says {library}"
