@@ -457,6 +457,7 @@ def write_report(entries: list[dict[str, Any]], args: argparse.Namespace, second
     for m, r in sorted(ranks.items(), key=lambda kv: np.mean(kv[1]) if kv[1] else np.inf):
         if r:
             lines.append(f"| {m} | {np.mean(r):.2f} | {max(r):.0f} | {len(r)} |")
+    lines += time_section(entries)
     lines += grid_section(entries)
     lines += ["", "## Per dataset", ""]
     for entry in entries:
@@ -491,6 +492,38 @@ def write_report(entries: list[dict[str, Any]], args: argparse.Namespace, second
                 )
         lines.append("")
     (RESULTS / f"{stem}.md").write_text("\n".join(lines) + "\n")
+
+
+def time_section(entries: list[dict[str, Any]]) -> list[str]:
+    """Where AutoCalibrator's fit time goes on the calibration sets over SPEED_MIN_ROWS rows."""
+    big = [e for e in entries if e["info"]["n_cal"] > SPEED_MIN_ROWS and "mcgrad" in e["results"]]
+    if not big:
+        return []
+    lines = [
+        "",
+        f"## Where AutoCalibrator's time goes (calibration sets over {SPEED_MIN_ROWS:,} rows)",
+        "",
+        "Seconds summed over the datasets: cross-fitting per method (all its settings and folds), then the "
+        "refit on all rows, against MCGrad's default fit and one fit of each gpucal method.",
+        "",
+        "| part | seconds | share of AutoCalibrator |",
+        "|---|---|---|",
+    ]
+    per_method: dict[str, float] = {}
+    refit = 0.0
+    for entry in big:
+        for row in entry["results"]["auto_report"]:
+            per_method[row["method"]] = per_method.get(row["method"], 0.0) + row["fit_seconds"]
+            refit += row["refit_seconds"] or 0.0
+    total = sum(e["results"]["auto"]["fit_s"] for e in big)
+    for method, seconds in sorted(per_method.items(), key=lambda kv: -kv[1]):
+        lines.append(f"| cross-fitting {method} | {seconds:.1f} | {100 * seconds / total:.0f}% |")
+    lines.append(f"| refits on all rows (the choice; the blend's members too) | {refit:.1f} | |")
+    lines.append(f"| **AutoCalibrator (choice), whole fit** | {total:.1f} | 100% |")
+    for method in ("mcgrad", "mcgrad_5", "neucalib", "feature_platt", "mbct", "hc", "sklearn_lr"):
+        seconds = sum(e["results"][method]["fit_s"] for e in big if method in e["results"])
+        lines.append(f"| {method} (one fit) | {seconds:.1f} | |")
+    return lines
 
 
 def grid_section(entries: list[dict[str, Any]]) -> list[str]:
