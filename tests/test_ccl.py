@@ -709,6 +709,22 @@ print("ok")
     assert done.stdout.strip() == "ok"
 
 
+def test_file_with_the_library_text_asks_for_a_refit(tabular, tree_models, tmp_path):
+    """Files of gpucal before issue 18 held LightGBM's model text: refused by name, never parsed."""
+    import json
+
+    from gpucal.persistence import ModelFileError
+
+    model = tree_models["lightgbm"]
+    frame, y = _calibration_frame(tabular, model)
+    ClusteredCalibrator(embedding_model=model, n_clusters=3).fit(frame, y).save(tmp_path / "m.json")
+    document = json.loads((tmp_path / "m.json").read_text())
+    document["state"]["embedding_"]["model"] = model.booster_.model_to_string()[:5000]
+    (tmp_path / "old.json").write_text(json.dumps(document))
+    with pytest.raises(ModelFileError, match=r"library.s own text.*refit"):
+        gpucal.load(tmp_path / "old.json")
+
+
 @pytest.mark.parametrize(
     ("field", "mutate", "match"),
     [

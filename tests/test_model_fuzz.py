@@ -78,7 +78,8 @@ for line in open(sys.argv[1]):
     try:
         out = model.predict(X)
     except (ValueError, TypeError, KeyError) as error:
-        print("DONE", case["id"], "predict-error", flush=True)
+        message = str(error)[:150].replace("\n", " ")
+        print("DONE", case["id"], "predict-error", type(error).__name__, message, flush=True)
         continue
     except Exception as error:
         print("DONE", case["id"], "predict-escaped", type(error).__name__, str(error)[:200], flush=True)
@@ -163,7 +164,7 @@ def _fitted_models():
 
 
 def _leaf_paths(node, path=()):
-    """Every path to a scalar or a list in a JSON document."""
+    """Every path to a scalar or a list in a JSON document (the first 50 entries of each list)."""
     if isinstance(node, dict):
         for key, value in node.items():
             yield from _leaf_paths(value, (*path, key))
@@ -203,6 +204,11 @@ def _variants(text, rng):
             choice = int(rng.integers(3))
             literal = str(path[-1] + (0, 1, value + 10**6)[choice])
             label = ("self-pointing", "next", "far")[choice]
+        elif isinstance(value, str) and rng.random() < 0.5:
+            # Another string of the file: a valid name in the wrong place (a class, a library, a map).
+            strings = sorted({v for p in paths if isinstance(v := _get(document, p), str)} - {value})
+            literal = json.dumps(strings[int(rng.integers(len(strings)))] if strings else "")
+            label = f"string {literal[:40]}"
         elif isinstance(value, list) and value and rng.random() < 0.3:
             _set(mutated, path, value[: len(value) // 2])  # a list cut short
             yield f"{path}: halved list", json.dumps(mutated)

@@ -169,6 +169,13 @@ class TreeTables:
     @classmethod
     def from_dict(cls, data: Any) -> TreeTables:
         """Rebuild the tables from :meth:`to_dict`'s output, checking every field (``ValueError``)."""
+        if isinstance(data, str):
+            msg = (
+                "tree tables: the model is stored as the library's own text, as gpucal wrote it before "
+                "issue 18; that text went unchecked to native parsers, so it is no longer read: refit the "
+                "calibrator with the model and save it again"
+            )
+            raise ValueError(msg)
         keys = {"library", "n_features", "n_outputs", "tree_class", "categories", "float32_inputs"}
         keys.update(NODE_FIELDS)
         if not isinstance(data, dict) or set(data) != keys:
