@@ -126,13 +126,29 @@ def check_split_trees(n_features: int, arrays: Mapping[str, Any]) -> tuple[Split
     inside[cat_start[:-1][cat_start[:-1] < cats.shape[0]]] = False
     if (cats < 0).any() or (np.diff(cats) <= 0)[inside[1:]].any():
         _fail("cat_values", "each node's categories must be distinct non-negative integers, sorted")
-    depth = np.zeros(n_nodes, dtype=np.int64)
-    for m in np.flatnonzero(split).tolist():  # children after their parent: one pass in id order
-        depth[left[m]] = depth[right[m]] = depth[m] + 1
-    max_depth = int(depth.max(initial=0))
+    max_depth = int(_node_depths(left, right, split).max(initial=0))
     if max_depth > MAX_TREE_DEPTH:
         _fail("depth", f"a tree is {max_depth} deep; at most {MAX_TREE_DEPTH} is supported")
     return trees, max_depth
+
+
+def _node_depths(left: np.ndarray, right: np.ndarray, split: np.ndarray) -> np.ndarray:
+    r"""Each node's depth below its root, by pointer jumping: about :math:`\log_2 D` numpy passes.
+
+    ``depth[i]`` counts the steps to ``ancestor[i]``; each pass adds the ancestor's count and jumps to
+    its ancestor. Needs checked children (after their parent, one parent each), so every chain ends.
+    """
+    parent = np.full(left.shape[0], -1, dtype=np.int64)
+    ids = np.flatnonzero(split)
+    parent[left[split]] = ids
+    parent[right[split]] = ids
+    depth = (parent >= 0).astype(np.int64)
+    ancestor = parent
+    while (ancestor >= 0).any():
+        jump = ancestor >= 0
+        depth[jump] += depth[ancestor[jump]]
+        ancestor = np.where(jump, ancestor[np.maximum(ancestor, 0)], -1)
+    return depth
 
 
 def _check_rows(X: Any, n_features: int) -> np.ndarray:
