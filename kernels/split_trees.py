@@ -5,7 +5,8 @@ The node arrays (layout and rules in ``kernels.split_trees_oracle``) are checked
 inside them and ends, and tree SHAP divides by no zero cover. ``gpucal.ccl.tree_tables`` runs the same
 check when a model file is loaded, so no table from a file reaches a kernel unchecked.
 
-Rows are float64 feature values, one column per feature the nodes index.
+Rows are float64 feature values, one column per feature the nodes index. The kernels are the numba
+CPU twin and the oracle only, no CUDA kernel yet: CCL embeds its rows on the host, as it clusters them.
 """
 
 from __future__ import annotations

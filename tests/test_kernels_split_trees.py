@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from numpy.testing import assert_allclose, assert_array_equal
 
 from kernels.split_trees import MAX_TREE_DEPTH, check_split_trees, split_tree_leaves, split_tree_shap
@@ -106,6 +108,30 @@ def test_leaves_and_shap_match_the_oracle(seed):
     assert_allclose(shap, expected, rtol=1e-10, atol=1e-12)
     # Repeated runs are bit-identical.
     assert_array_equal(shap, split_tree_shap(X, n_features, arrays, tree_class, n_outputs))
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    n_features=st.integers(1, 4),
+    n_trees=st.integers(1, 3),
+    max_depth=st.integers(1, 5),
+    n_rows=st.integers(0, 12),
+)
+def test_random_trees_against_the_oracle(seed, n_features, n_trees, max_depth, n_rows):
+    rng = np.random.default_rng(seed)
+    arrays = random_trees(rng, n_features, n_trees, max_depth)
+    X = random_rows(rng, n_rows, n_features)
+    assert_array_equal(
+        split_tree_leaves(X, n_features, arrays), split_tree_leaves(X, n_features, arrays, backend="oracle")
+    )
+    tree_class = np.zeros(n_trees, dtype=np.int64)
+    assert_allclose(
+        split_tree_shap(X, n_features, arrays, tree_class, 1),
+        split_tree_shap(X, n_features, arrays, tree_class, 1, backend="oracle"),
+        rtol=1e-10,
+        atol=1e-12,
+    )
 
 
 def test_shap_of_a_feature_used_twice_on_one_path():
