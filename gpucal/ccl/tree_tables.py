@@ -102,9 +102,11 @@ class TreeTables:
     def matrix(self, frame: Any) -> np.ndarray:
         """Return the float64 feature matrix of a pandas frame whose columns are the model's features.
 
-        Category columns are coded by the training categories (a value outside them is missing, NaN),
-        as both libraries code them; a column the model was trained on as pandas categories must be a
-        category column, and the error names the column and the fix.
+        Category columns are coded by the training categories, as both libraries code them, so their
+        order in the frame does not matter; a column the model was trained on as pandas categories must
+        be a category column, and the error names the column and the fix. A category the model never
+        saw is missing (NaN), as LightGBM treats it; XGBoost 3.2 gives it its code in the frame's own
+        categories (so the training category that had that code), which gpucal does not copy.
         """
         import pandas as pd
 
