@@ -255,3 +255,41 @@ def test_history_is_bounded_and_typed(kind, history, match, tmp_path):
     document["state"]["history_"] = history(document["state"]["history_"])
     with pytest.raises(ModelFileError, match=match):
         gpucal.load(_write(path, document))
+
+
+def _number_arrays(state):
+    """Names of the state's lists of numbers (1-D or 2-D)."""
+    for name, value in state.items():
+        flat = value[0] if isinstance(value, list) and value and isinstance(value[0], list) else value
+        if isinstance(flat, list) and flat and all(type(v) in (int, float) for v in flat):
+            yield name
+
+
+def _with_null(state, name):
+    value = json.loads(json.dumps(state[name]))
+    if isinstance(value[0], list):
+        value[0][0] = None
+    else:
+        value[0] = None
+    return {**state, name: value}
+
+
+@pytest.mark.parametrize("name", ["isotonic", "sir", "histogram", "scaling_binning", "dirichlet", "mbct"])
+def test_null_in_any_number_array_is_refused(name, data, tmp_path):
+    """Issue 18: null became NaN in isotonic, SIR, histogram, scaling-binning, Dirichlet, MBCT init_ ..."""
+    if name == "dirichlet":
+        rng = np.random.default_rng(0)
+        model = gpucal.DirichletCalibrator().fit(rng.dirichlet([1.0, 2.0, 3.0], 300), rng.integers(0, 3, 300))
+        model.save(tmp_path / "m.json")
+        document = json.loads((tmp_path / "m.json").read_text())
+    elif name == "mbct":
+        document, _ = _tree_model("mbct", tmp_path)
+    else:
+        _fitted(name, data).save(tmp_path / "m.json")
+        document = json.loads((tmp_path / "m.json").read_text())
+    arrays = list(_number_arrays(document["state"]))
+    assert arrays
+    for field in arrays:
+        broken = {**document, "state": _with_null(document["state"], field)}
+        with pytest.raises(ModelFileError, match="finite numbers"):
+            gpucal.load(_write(tmp_path / "bad.json", broken))
