@@ -736,6 +736,8 @@ def test_file_with_the_library_text_asks_for_a_refit(tabular, tree_models, tmp_p
         ("tree_start", lambda v, split: v.__setitem__(-1, v[-1] + 1), "tree_start"),
         ("node_threshold", lambda v, split: v.__setitem__(split, None), "finite numbers"),
         ("n_outputs", None, "every output"),
+        ("categories", lambda v, split: v.__setitem__(0, ["a", "a"]), "distinct"),
+        ("categories", lambda v, split: v.append(None), "categories must be"),
     ],
 )
 @pytest.mark.parametrize("library", ["xgboost", "lightgbm"])

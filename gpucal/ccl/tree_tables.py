@@ -243,11 +243,15 @@ def _categories(values: Any, n_features: int) -> list[list[Any] | None]:
     ok = (
         isinstance(values, list)
         and len(values) == n_features
-        and all(c is None or (isinstance(c, list) and all(plain(v) for v in c)) for c in values)
+        and all(
+            c is None or (isinstance(c, list) and all(plain(v) for v in c) and len(set(c)) == len(c))
+            for c in values
+        )
     )
     if not ok:
         msg = (
-            f"tree tables: categories must be {n_features} entries, each null or a list of strings or numbers"
+            f"tree tables: categories must be {n_features} entries, each null or a list of distinct strings "
+            "or numbers"
         )
         raise ValueError(msg)
     return values
