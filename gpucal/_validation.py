@@ -7,6 +7,7 @@ silently. Arrays keep their device: numpy stays numpy, cupy stays cupy.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -20,7 +21,9 @@ def as_1d_array(x: Any, name: str) -> Any:
     """Return a 1-D numpy or cupy array from a sequence, numpy/cupy array or a single column.
 
     Accepts pandas, polars and cudf Series, pyarrow (Chunked)Arrays, numpy and cupy arrays and
-    Python sequences. A cudf Series becomes a cupy array (no host copy).
+    Python sequences. A cudf Series becomes a cupy array (no host copy). An object array of numbers
+    becomes float64 (as scikit-learn's ``check_array`` reads it); missing values (``pd.NA``, None,
+    nulls) are named, not read as numbers.
     """
     module = type(x).__module__.split(".")[0]
     if is_cupy_array(x):
@@ -28,37 +31,62 @@ def as_1d_array(x: Any, name: str) -> Any:
     elif module == "cudf":
         arr = x.to_cupy()
     elif module == "pandas":
-        _check_no_missing(None if isinstance(x.dtype, np.dtype) else x.isna().to_numpy(), "<NA>", name)
+        numpy_numbers = isinstance(x.dtype, np.dtype) and x.dtype.kind != "O"
+        _check_no_missing(None if numpy_numbers else x.isna().to_numpy(), lambda row: repr(x.iloc[row]), name)
         arr = x.to_numpy()
     elif module == "polars":
-        _check_no_missing(x.is_null().to_numpy() if x.null_count() else None, "null", name)
+        _check_no_missing(x.is_null().to_numpy() if x.null_count() else None, lambda row: "null", name)
         arr = x.to_numpy()
     elif module == "pyarrow":
-        _check_no_missing(x.is_null().to_numpy(zero_copy_only=False) if x.null_count else None, "null", name)
+        missing = x.is_null().to_numpy(zero_copy_only=False) if x.null_count else None
+        _check_no_missing(missing, lambda row: "null", name)
         arr = x.to_numpy(zero_copy_only=False)
     else:
         arr = np.asarray(x)
     if arr.ndim != 1:
         msg = f"{name}: expected a 1-D array, got shape {tuple(arr.shape)}"
         raise ValueError(msg)
+    if arr.dtype.kind == "O":
+        arr = _object_numbers(arr, name)
     if arr.dtype.kind not in "biuf":
         msg = f"{name}: expected numbers, got dtype {arr.dtype}"
         raise TypeError(msg)
     return arr
 
 
-def _check_no_missing(missing: Any, shown: str, name: str) -> None:
+def _object_numbers(arr: np.ndarray, name: str) -> np.ndarray:
+    """Return an object array of numbers as float64.
+
+    Missing values are named (``ValueError``); strings and anything ``float`` cannot read raise
+    ``TypeError`` naming the cause.
+    """
+    import pandas as pd
+
+    _check_no_missing(pd.isna(arr), lambda row: repr(arr[row]), name)
+    text = np.fromiter((isinstance(v, str | bytes) for v in arr), dtype=bool, count=arr.shape[0])
+    if text.any():  # "0.5" is no number here, though float() would read it
+        row = int(np.argmax(text))
+        msg = f"{name}: expected numbers, got dtype object (a string at row {row}: {arr[row]!r})"
+        raise TypeError(msg)
+    try:
+        return arr.astype(np.float64)
+    except (TypeError, ValueError) as exc:
+        msg = f"{name}: expected numbers, got dtype object ({exc})"
+        raise TypeError(msg) from exc
+
+
+def _check_no_missing(missing: Any, show: Callable[[int], str], name: str) -> None:
     """Raise ``ValueError`` naming the first missing value (``pd.NA``, a null) of a column.
 
     ``missing`` is a boolean numpy mask, or None when the column cannot hold such values (a numpy
-    dtype: there NaN is a number, and the finiteness checks name it); ``shown`` is how the library
-    prints a missing value.
+    dtype: there NaN is a number, and the finiteness checks name it); ``show(row)`` prints the
+    missing value of that row as its library does.
     """
     if missing is None or not missing.any():
         return
     first = int(np.argmax(missing))
     msg = (
-        f"{name}: {int(missing.sum())} missing value(s) (first at row {first}: {shown}); "
+        f"{name}: {int(missing.sum())} missing value(s) (first at row {first}: {show(first)}); "
         "expected numbers: fill or drop the missing rows first"
     )
     raise ValueError(msg)

@@ -536,6 +536,16 @@ def test_scikit_learn_inputs_are_named():
             return np.array(SCORES)
 
     assert_array_equal(split_input(ArrayLike()).score, SCORES)
+    # An object array of numbers is read as numbers (as check_array reads it); strings and None are not.
+    assert_array_equal(split_input(np.array(SCORES, dtype=object)).score, SCORES)
+    with pytest.raises(
+        TypeError, match=r"X: expected numbers, got dtype object \(a string at row 1: '0.5'\)"
+    ):
+        split_input(np.array([0.1, "0.5"], dtype=object))
+    with pytest.raises(TypeError, match=r"float\(\) argument must be a string or a real number, not 'dict'"):
+        split_input(np.array([0.1, {"a": 1}], dtype=object))
+    with pytest.raises(ValueError, match=r"y: 1 missing value\(s\) \(first at row 1: None\)"):
+        check_labels([1, None, 0], "y")
     with pytest.raises(
         ValueError, match=r"X: 0 feature\(s\) \(shape=\(4, 0\)\) while a minimum of 1 is required"
     ):
