@@ -28,7 +28,6 @@ from kernels.split_trees_oracle import (
 # Deepest tree accepted: tree SHAP keeps (D + 1)(D + 2) / 2 path entries per walk (33 153 for 256, about
 # 1 MB); both libraries' defaults grow trees of depth 6 (XGBoost) or about 30 at most (LightGBM).
 MAX_TREE_DEPTH = 256
-INT32_MAX = int(np.iinfo(np.int32).max)
 _DTYPES = {
     "node_feature": np.int32,
     "node_threshold": np.float64,
