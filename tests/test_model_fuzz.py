@@ -2,10 +2,11 @@
 
 Every registered estimator is fitted on tiny data and saved; each file is then cut at random points and
 mutated field by field (null, overflowing and huge literals, negative, out-of-range and self-pointing
-indices, wrong types, huge lengths, deep nesting). A subprocess under a memory limit loads and predicts
-every variant: each must raise ``ModelFileError`` at load (or a clear ``ValueError`` / ``TypeError`` /
-``KeyError`` at predict) or predict finite values. A crash (a signal), a hang (the timeout), running out
-of memory or a non-finite prediction fails the test, naming the file and the mutation.
+indices, wrong types, huge lengths, deep nesting), and each integer of its state is set to a billion.
+A subprocess under a memory limit loads and predicts every variant: each must raise ``ModelFileError``
+at load (or a clear ``ValueError`` / ``TypeError`` / ``KeyError`` at predict) or predict finite values.
+A crash (a signal), a hang (the timeout), running out of memory or a non-finite prediction fails the
+test, naming the file and the mutation.
 """
 
 from __future__ import annotations
@@ -189,8 +190,21 @@ def _get(document, path):
     return document
 
 
+def _declared_counts(text):
+    """(label, text) with each integer of the state, one at a time, set to a billion: no count a file
+    declares may make load or predict allocate by it (a million classes asked 74.5 GiB)."""
+    document = json.loads(text)
+    for path in _leaf_paths(document):
+        value = _get(document, path) if path and path[0] == "state" else None
+        if type(value) is int:
+            mutated = json.loads(text)
+            _set(mutated, path, 10**9)
+            yield f"{path}: a billion", json.dumps(mutated)
+
+
 def _variants(text, rng):
     """(label, text) of truncations and field mutations of one saved file."""
+    yield from _declared_counts(text)
     for cut in sorted(rng.integers(1, len(text), N_TRUNCATIONS).tolist()):
         yield f"truncated at {cut}", text[:cut]
     document = json.loads(text)
