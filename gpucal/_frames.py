@@ -210,8 +210,14 @@ def _array_1d(x: Any, name: str) -> Any:
 
 
 def _array_frame(arr: Any, family: str) -> _Frame:
-    """A 2-D numpy or cupy array as a frame whose column names are the positions 0, 1, ..."""
-    return _Frame(family, list(range(arr.shape[1])), arr.shape[0], lambda j: arr[:, j], positional=True)
+    """A 2-D numpy or cupy array as a frame whose column names are the positions 0, 1, ...
+
+    Each column is copied out contiguous (a column of a C-ordered array is a strided view), as the
+    kernels read their inputs.
+    """
+    xp = array_namespace(arr)
+    columns: list[Hashable] = list(range(arr.shape[1]))
+    return _Frame(family, columns, arr.shape[0], lambda j: xp.ascontiguousarray(arr[:, j]), positional=True)
 
 
 def prediction_name(input_names: Sequence[Hashable]) -> str:
