@@ -124,8 +124,9 @@ def test_metrics_refuse_misaligned_pandas_inputs(name: str, metric: Callable[...
 def test_field_metrics_check_the_field_index() -> None:
     X, y = _data()
     p, site = X["score"], X["site"]
-    with pytest.raises(ValueError, match=r"y_true and field have different indexes"):
-        metrics.field_ece(y, p, site.iloc[::-1])
+    for grouped in (metrics.field_ece, metrics.field_rce, metrics.gc_n, metrics.cece):
+        with pytest.raises(ValueError, match=r"y_true and (field|clusters) have different indexes"):
+            grouped(y, p, site.iloc[::-1])
     with pytest.raises(ValueError, match=r"y_true and features\['site'\] have different indexes"):
         metrics.segment_report(y, p, X[["site"]].iloc[::-1])
     assert metrics.field_ece(y, p, site) == metrics.field_ece(y, p, site.to_numpy())
