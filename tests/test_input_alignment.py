@@ -141,3 +141,15 @@ def test_evaluate_takes_a_dataframe_of_fields() -> None:
     assert table.loc["field_ece[site]", "raw"] == metrics.field_ece(y, X["score"], X["site"])
     with pytest.raises(ValueError, match="y_true and field have different indexes"):
         gpucal.evaluate(y, {"raw": X["score"]}, fields=X[["site"]].iloc[::-1])
+
+
+def test_dask_partitions_are_checked_like_whole_inputs() -> None:
+    """Dask inputs that are not co-aligned are paired partition by partition: the same index rule holds."""
+    dd = pytest.importorskip("dask.dataframe")
+    X, y = _data()
+    p = X["score"]
+    aligned = metrics.log_loss(dd.from_pandas(y, npartitions=2), dd.from_pandas(p, npartitions=2))
+    assert aligned == pytest.approx(metrics.log_loss(y, p), rel=1e-12)
+    moved = p.set_axis(p.index + 10_000)
+    with pytest.raises(ValueError, match="y_true and y_prob have different indexes"):
+        metrics.log_loss(dd.from_pandas(y, npartitions=2), dd.from_pandas(moved, npartitions=2))

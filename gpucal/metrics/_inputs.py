@@ -116,8 +116,10 @@ def check_partition_rows(
     """:func:`check_rows` for one partition of distributed rows: it may be empty or weigh nothing.
 
     The whole data set must have rows and some weight; the distributed metric checks that on the
-    reduced sums. Row numbers in error messages count from the partition's first row.
+    reduced sums. Row numbers in error messages count from the partition's first row. pandas
+    partitions must share one index, as whole inputs must (:func:`check_rows`).
     """
+    check_same_index(**{label_name: y_true, "y_prob": y_prob, "sample_weight": sample_weight})
     p = check_probabilities(y_prob, "y_prob")
     y = check_labels(y_true, label_name, allow_soft=allow_soft)
     xp = array_namespace(y, p)
