@@ -109,3 +109,11 @@ def test_unwritable_folders_fall_back_to_a_temporary_one(clean_choice: pytest.Mo
     clean_choice.setenv("XDG_CACHE_HOME", str(blocker / "xdg"))
     clean_choice.setenv("HOME", str(blocker))
     assert _numba_cache.numba_cache_dir() == _numba_cache.temporary_cache_dir()
+
+
+@pytest.mark.slow
+def test_after_warm_up_the_demo_compiles_nothing(fresh_env: dict[str, str]):
+    warm = run_python("from gpucal.warmup import warm_up\nwarm_up()\n", fresh_env)
+    assert warm.stderr.count(NOTICE) == 1, warm.stderr
+    demo = run_python("from gpucal.cli import main\nmain(['demo', '--rows', '20000'])\n", fresh_env)
+    assert NOTICE not in demo.stderr
