@@ -153,3 +153,13 @@ def test_dask_partitions_are_checked_like_whole_inputs() -> None:
     moved = p.set_axis(p.index + 10_000)
     with pytest.raises(ValueError, match="y_true and y_prob have different indexes"):
         metrics.log_loss(dd.from_pandas(y, npartitions=2), dd.from_pandas(moved, npartitions=2))
+
+
+@pytest.mark.parametrize("make", [PlattCalibrator, lambda: MBCT(max_trees=2)], ids=["platt", "mbct"])
+def test_dask_fit_partitions_are_checked_like_whole_inputs(make: Callable[[], Any]) -> None:
+    dd = pytest.importorskip("dask.dataframe")
+    X, y = _data()
+    make().fit(dd.from_pandas(X, npartitions=2), dd.from_pandas(y, npartitions=2))
+    moved = y.set_axis(y.index + 10_000)
+    with pytest.raises(ValueError, match="X and y have different indexes"):
+        make().fit(dd.from_pandas(X, npartitions=2), dd.from_pandas(moved, npartitions=2))

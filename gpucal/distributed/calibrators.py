@@ -31,7 +31,7 @@ import numpy as np
 
 from gpucal._backend import array_namespace, to_numpy
 from gpucal._frames import split_input
-from gpucal._validation import check_consistent_length, check_labels
+from gpucal._validation import check_consistent_length, check_labels, check_same_index
 from gpucal.calibrators._logistic import (
     FEATURES_COLUMNS,
     LogisticFit,
@@ -62,6 +62,7 @@ def _read(X: Any, y: Any, w: Any, score_col: Any, score_kind: str) -> tuple[Any,
     score = split_input(
         X, score_col=score_col, feature_cols=[], score_kind=score_kind, allow_empty=True, name="X"
     ).score
+    check_same_index(X=X, y=y, sample_weight=w)
     labels = check_labels(y, "y")
     n = check_consistent_length(X=score, y=labels)
     xp = array_namespace(score)

@@ -33,7 +33,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from gpucal._backend import array_namespace, is_cupy_array, to_numpy
-from gpucal._validation import check_consistent_length, check_labels
+from gpucal._validation import check_consistent_length, check_labels, check_same_index
 from gpucal.calibrators._logistic import check_class_weights
 from gpucal.ccl.clustering import (
     FittedClusters,
@@ -133,6 +133,7 @@ class _ReadPart:
 def _read_part(X: Any, y: Any, w: Any, model: ClusteredCalibrator, row_offset: int) -> _ReadPart:
     """Check one partition as ``fit`` checks its input; keep the embedding model's raw output of it."""
     score, _ = model._scores(X, allow_empty=True)
+    check_same_index(X=X, y=y, sample_weight=w)
     labels = check_labels(y, "y")
     n = check_consistent_length(X=score, y=labels)
     xp = array_namespace(score)

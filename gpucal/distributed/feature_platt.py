@@ -35,7 +35,7 @@ import numpy as np
 
 from gpucal._backend import array_namespace, resolve_device
 from gpucal._frames import split_input
-from gpucal._validation import check_consistent_length, check_labels, check_sample_weight
+from gpucal._validation import check_consistent_length, check_labels, check_same_index, check_sample_weight
 from gpucal.calibrators._logistic import check_class_weights
 from gpucal.calibrators.feature_platt import (
     FeaturePlattFit,
@@ -100,6 +100,7 @@ def _read_part(
         require_features=True,
         allow_empty=True,
     )
+    check_same_index(X=X, y=y, sample_weight=w)
     labels = check_labels(y, "y")
     n_rows = check_consistent_length(X=split.score, y=labels)
     xp = array_namespace(labels)

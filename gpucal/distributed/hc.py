@@ -35,7 +35,7 @@ import numpy as np
 
 from gpucal._backend import array_namespace, is_cupy_array
 from gpucal._frames import frame_columns, split_input
-from gpucal._validation import check_consistent_length, check_labels
+from gpucal._validation import check_consistent_length, check_labels, check_same_index
 from gpucal.calibrators._logistic import EPS, check_class_weights
 from gpucal.distributed._checks import check_all_dask, check_partition_weight
 from gpucal.distributed._collections import partition_offsets, partitions
@@ -191,6 +191,7 @@ def _read_part(
     x_name, y_name, w_name = (
         ("X_tree", "y_tree", "sample_weight_tree") if role == "tree" else ("X", "y", "sample_weight")
     )
+    check_same_index(**{x_name: X, y_name: y, w_name: w})
     labels = check_labels(y, y_name)
     n = check_consistent_length(**{x_name: next(iter(features.values())).values, y_name: labels})
     xp = array_namespace(labels)

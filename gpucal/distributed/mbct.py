@@ -39,7 +39,7 @@ import numpy as np
 
 from gpucal._backend import array_namespace, is_cupy_array
 from gpucal._frames import split_input
-from gpucal._validation import check_consistent_length, check_labels
+from gpucal._validation import check_consistent_length, check_labels, check_same_index
 from gpucal.calibrators._logistic import LogisticRows, check_class_weights
 from gpucal.distributed._checks import check_partition_weight
 from gpucal.distributed._collections import Partitions, partitions
@@ -213,6 +213,7 @@ def _encode_part(X: Any, y: Any, w: Any, model: MBCT) -> _EncodedPart:
     """Check one partition as ``MBCT.fit`` checks its input and encode it (codes, score, labels, weights)."""
     split = split_input(X, score_col=model.score_col, feature_cols=model.feature_cols_, allow_empty=True)
     score = split.score
+    check_same_index(X=X, y=y, sample_weight=w)
     labels = check_labels(y, "y")
     n = check_consistent_length(X=score, y=labels)
     xp = array_namespace(score)
