@@ -18,7 +18,9 @@ cupy inputs: no host copy) and each feature column as a :class:`Column`, the sin
 :class:`~gpucal.encoding.FeatureEncoder` reads: numbers stay a numeric array (NaN marks missing),
 everything read by value (strings, categoricals, booleans) becomes integer codes into a small host
 array of categories (-1 marks missing). Labels and sample weights are taken as arrays, never as
-column names: pass ``df["y"]``, not ``"y"``.
+column names: pass ``df["y"]``, not ``"y"``. pandas (and cudf) ``X``, labels and weights must share
+one index; rows are never paired by position behind the caller's back
+(:func:`gpucal._validation.check_same_index`, run before every fit and every metric).
 
 Output type precedence
 ----------------------
