@@ -688,7 +688,8 @@ def test_temperature_takes_a_probability_matrix_dataframe(family: str) -> None:
     X = {"pandas": frame, "polars": pl.from_pandas(frame), "pyarrow": pa.Table.from_pandas(frame)}[family]
     expected = TemperatureCalibrator().fit(prob, y)
     cal = TemperatureCalibrator().fit(X, y)
-    assert cal.multiclass_ and cal.n_classes_ == 3
+    assert cal.multiclass_
+    assert cal.n_classes_ == 3
     assert cal.temperature_ == expected.temperature_
     assert_array_equal(cal.predict(X), expected.predict(prob))
     # A dataframe holding score_col stays binary input.
