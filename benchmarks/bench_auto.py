@@ -32,7 +32,8 @@ calibration deciles); ``mcgrad_5``: ``MCGrad(num_rounds=5, early_stopping=False)
 (the folds and the choice are the same), whose fit time is the whole fit less the other members' refits.
 
 Run: ``python benchmarks/bench_auto.py [--quick] [--datasets ...]``; results in
-``benchmarks/results/auto.{md,json}`` (``--quick``: ``auto_quick.*``).
+``benchmarks/results/auto.{md,json}`` (``--quick``: ``auto_quick.*``). ``--l2-sweep``: feature-aware Platt
+with ``l2`` in 1, 3, 10, 30 on the same datasets (``auto_l2_sweep.*``, issue 14 part 2).
 """
 
 from __future__ import annotations
@@ -598,6 +599,63 @@ def grid_section(entries: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
+L2_SWEEP = (1.0, 3.0, 10.0, 30.0)
+
+
+def l2_sweep(args: argparse.Namespace) -> None:
+    """Issue 14, part 2: feature-aware Platt's penalty on every dataset, held out (``auto_l2_sweep.*``)."""
+    from gpucal import make_calibrator
+    from gpucal.metrics import log_loss
+
+    table: dict[str, dict[str, float]] = {}
+    for name in args.datasets:
+        data = prepare(name, args)
+        X, T = data.cal[["score", *data.feature_cols]], data.test[["score", *data.feature_cols]]
+        table[name] = {}
+        for l2 in L2_SWEEP:
+            model = make_calibrator(
+                "feature_platt",
+                l2=l2,
+                feature_cols=data.feature_cols,
+                categorical_cols=data.categorical_cols or None,
+                output_type="numpy",
+            ).fit(X, data.cal["label"].to_numpy(float))
+            table[name][str(l2)] = log_loss(data.test["label"].to_numpy(float), model.predict(T))
+        print(name, table[name], file=sys.stderr, flush=True)
+    stem = "auto_l2_sweep_quick" if args.quick else "auto_l2_sweep"
+    (RESULTS / f"{stem}.json").write_text(json.dumps(table, indent=1))
+    lines = [
+        "# Feature-aware Platt's penalty across the datasets (issue 14, part 2)",
+        "",
+        f"Run {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} by `bench_auto.py --l2-sweep"
+        f"{' --quick' if args.quick else ''}`: `FeatureAwarePlattCalibrator(l2=...)` fitted on the "
+        "calibration rows of every dataset of `auto.md` (same splits), held-out log-loss on the test rows. "
+        "excess = log-loss over the best of these penalties on that dataset, in %.",
+        "",
+        "| l2 (scikit-learn C = 1 / l2) | mean rank | best on | mean excess % | worst excess % (dataset) |",
+        "|---|---|---|---|---|",
+    ]
+    keys = [str(l2) for l2 in L2_SWEEP]
+    values = np.array([[table[name][k] for k in keys] for name in table])
+    excess = 100 * (values / values.min(axis=1, keepdims=True) - 1)
+    ranks = values.argsort(axis=1).argsort(axis=1) + 1
+    names = list(table)
+    for j, key in enumerate(keys):
+        worst = int(excess[:, j].argmax())
+        lines.append(
+            f"| {key} | {ranks[:, j].mean():.2f} | {int((ranks[:, j] == 1).sum())} of {len(names)} | "
+            f"{excess[:, j].mean():.2f} | {excess[worst, j]:.2f} ({names[worst]}) |"
+        )
+    lines += [
+        "",
+        "| dataset | " + " | ".join(f"l2 = {k}" for k in keys) + " |",
+        "|---" * (len(keys) + 1) + "|",
+    ]
+    for i, name in enumerate(names):
+        lines.append(f"| {name} | " + " | ".join(f"{v:.5f}" for v in values[i]) + " |")
+    (RESULTS / f"{stem}.md").write_text("\n".join(lines) + "\n")
+
+
 def default_datasets() -> list[str]:
     ctr = [
         f"ctr-{s}"
@@ -619,7 +677,11 @@ def main() -> None:
     parser.add_argument(
         "--report-only", type=float, metavar="MINUTES", help="rewrite the report from the JSON"
     )
+    parser.add_argument("--l2-sweep", action="store_true", help="feature-aware Platt's l2 on every dataset")
     args = parser.parse_args()
+    if args.l2_sweep:
+        l2_sweep(args)
+        return
     if args.report_only is not None:
         entries = json.loads((RESULTS / f"{'auto_quick' if args.quick else 'auto'}.json").read_text())
         write_report(entries, args, 60 * args.report_only)
