@@ -544,7 +544,7 @@ def time_section(entries: list[dict[str, Any]]) -> list[str]:
     for method, seconds in sorted(per_method.items(), key=lambda kv: -kv[1]):
         lines.append(f"| cross-fitting {method} | {seconds:.1f} | {100 * seconds / total:.0f}% |")
     lines.append(f"| refits on all rows (the choice; the blend's members too) | {refit:.1f} | |")
-    lines.append(f"| **AutoCalibrator (choice), whole fit** | {total:.1f} | 100% |")
+    lines.append(f"| **AutoCalibrator() (the blend), whole fit** | {total:.1f} | 100% |")
     for method in ("mcgrad", "mcgrad_5", "neucalib", "feature_platt", "mbct", "hc", "sklearn_lr"):
         seconds = sum(e["results"][method]["fit_s"] for e in big if method in e["results"])
         lines.append(f"| {method} (one fit) | {seconds:.1f} | |")
