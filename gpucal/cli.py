@@ -48,7 +48,7 @@ def _log(message: str) -> None:
 
 DEMO_CALIBRATORS = ("platt", "temperature", "beta", "histogram", "isotonic", "scaling_binning", "sir")
 #: Calibrators that also read the scenario's fields (every field categorical).
-DEMO_FEATURE_CALIBRATORS = ("feature_platt", "mbct", "hc")
+DEMO_FEATURE_CALIBRATORS = ("feature_platt", "mbct", "hc", "auto")
 #: Clustered calibration (CCL) over the leaves of the MBCT fitted just before: gpucal's own trees.
 DEMO_CLUSTERED_CALIBRATORS = ("ccl",)
 #: The neural calibrators (NeuCalib's eta alone; eta + field network): in the demo when torch is installed.
