@@ -290,5 +290,8 @@ def test_registry_params_and_errors(ctr: Any) -> None:
 def test_dask_is_refused(ctr: Any) -> None:
     dd = pytest.importorskip("dask.dataframe")
     X, y, _ = ctr
-    with pytest.raises(NotImplementedError, match="does not fit on dask collections"):
-        AutoCalibrator().fit(dd.from_pandas(X, npartitions=2), dd.from_pandas(pd.Series(y), npartitions=2))
+    X_dask, y_dask = dd.from_pandas(X, npartitions=2), dd.from_pandas(pd.Series(y), npartitions=2)
+    with pytest.raises(NotImplementedError, match="candidates neucalib have no distributed fit"):
+        AutoCalibrator(candidates=["platt", "neucalib"]).fit(X_dask, y_dask)
+    with pytest.raises(NotImplementedError, match=r"which this version does not do\. Fit it on a sample"):
+        AutoCalibrator(candidates=["platt", "mbct"]).fit(X_dask, y_dask)

@@ -33,7 +33,7 @@ from gpucal.calibrators import CALIBRATORS
 from gpucal.calibrators._base import Calibrator, Constraint, Interval, Options
 from gpucal.calibrators._logistic import EPS, sigmoid
 from gpucal.calibrators.platt import OUTPUT_TYPE_OPTIONS, SCORE_KIND_OPTIONS
-from gpucal.distributed._collections import any_dask
+from gpucal.distributed._collections import DISTRIBUTED_FITS, any_dask
 from gpucal.metrics import brier, ece, log_loss
 from gpucal.persistence import register
 
@@ -194,7 +194,8 @@ class AutoCalibrator(Calibrator):
 
     A candidate whose fit fails (one class in a fold, a column it cannot find, PyTorch missing) is
     marked in ``status`` and never chosen; when every candidate fails the fit raises. Dask collections
-    are refused: the folds would have to cut every partition, and most candidates cannot fit on dask.
+    are refused (this version does not cut partitions into folds), the error naming the candidates that
+    have no distributed fit either.
 
     References
     ----------
@@ -309,12 +310,7 @@ class AutoCalibrator(Calibrator):
         """
         self._validate_params()
         if any_dask(X, y, sample_weight, groups):
-            msg = (
-                "AutoCalibrator does not fit on dask collections: its folds would cut every partition, and "
-                "most candidates (beta, MBCT, heterogeneous calibration, NeuCalib) have no distributed fit. "
-                "Fit it on a sample brought in with .compute()."
-            )
-            raise NotImplementedError(msg)
+            raise self._no_distributed_fit()
         split = split_input(
             X, score_col=self.score_col, feature_cols=self.feature_cols, score_kind=self.score_kind
         )
@@ -369,6 +365,20 @@ class AutoCalibrator(Calibrator):
         if self.verbose:
             self._log_summary(candidates, n_rows)
         return self
+
+    def _no_distributed_fit(self) -> NotImplementedError:
+        """The error for dask input, naming the candidates that have no distributed fit of their own."""
+        candidates = self._resolve_candidates(has_features=True)
+        local = sorted({c.label for c in candidates if type(c.estimator).__name__ not in DISTRIBUTED_FITS})
+        msg = (
+            "AutoCalibrator does not fit on dask collections: its cross-fitting would have to cut every "
+            "partition into folds, which this version does not do"
+            + (f", and candidates {', '.join(local)} have no distributed fit" if local else "")
+            + ". Fit it on a sample brought in with .compute(), or fit one calibrator that fits on dask: "
+            + ", ".join(DISTRIBUTED_FITS)
+            + "."
+        )
+        return NotImplementedError(msg)
 
     def _cross_fit(
         self,
