@@ -33,7 +33,8 @@ calibration deciles); ``mcgrad_5``: ``MCGrad(num_rounds=5, early_stopping=False)
 
 Run: ``python benchmarks/bench_auto.py [--quick] [--datasets ...]``; results in
 ``benchmarks/results/auto.{md,json}`` (``--quick``: ``auto_quick.*``). ``--l2-sweep``: feature-aware Platt
-with ``l2`` in 1, 3, 10, 30 on the same datasets (``auto_l2_sweep.*``, issue 14 part 2).
+with ``l2`` in 1, 3, 10, 30 on the same datasets (``auto_l2_sweep.*``, issue 14 part 2). ``--fast``: a
+cheaper AutoCalibrator (``FAST_AUTO``) beside MCGrad's default on the sets over 100k rows (``auto_fast.*``).
 """
 
 from __future__ import annotations
@@ -600,6 +601,81 @@ def grid_section(entries: list[dict[str, Any]]) -> list[str]:
 
 
 L2_SWEEP = (1.0, 3.0, 10.0, 30.0)
+#: A cheaper AutoCalibrator (``--fast``): 3 folds; no NeuCalib (about half of the default's time), no
+#: feature-aware Platt with l2 = 1 (the slowest to converge, last in rank) and two MBCT settings.
+FAST_AUTO: dict[str, Any] = {
+    "n_folds": 3,
+    "candidates": [
+        "platt",
+        "beta",
+        "isotonic",
+        {"class": "FeatureAwarePlattCalibrator", "params": {"l2": 10.0}},
+        {"class": "FeatureAwarePlattCalibrator", "params": {"l2": 100.0}},
+        "mbct",
+        {"class": "MBCT", "params": {"min_child_size": 100.0}},
+        {"class": "HeterogeneousCalibrator", "params": {"mode": "boosted"}},
+    ],
+}
+
+
+def fast_variant(args: argparse.Namespace) -> None:
+    """A cheaper AutoCalibrator beside MCGrad's default on the large sets, in one run (``auto_fast.*``)."""
+    from gpucal.metrics import log_loss, roc_auc
+
+    table: dict[str, dict[str, dict[str, float]]] = {}
+    for name in args.datasets:
+        data = prepare(name, args)
+        warm_up(data)
+        X, T = data.cal[["score", *data.feature_cols]], data.test[["score", *data.feature_cols]]
+        y, y_test = data.cal["label"].to_numpy(float), data.test["label"].to_numpy(float)
+        columns = {"feature_cols": data.feature_cols, "categorical_cols": data.categorical_cols or None}
+        models = {
+            "mcgrad": MCGradPeer(data, None),
+            "auto_fast": make_auto(**FAST_AUTO, **columns),
+            "auto_fast_choice": make_auto(**FAST_AUTO, ensemble=False, **columns),
+        }
+        table[name] = {}
+        for label, model in models.items():
+            started = time.perf_counter()
+            model.fit(X, y)
+            seconds = time.perf_counter() - started
+            p = np.asarray(model.predict(T), dtype=np.float64)
+            table[name][label] = {
+                "fit_s": seconds,
+                "log_loss": log_loss(y_test, p),
+                "auc": roc_auc(y_test, p),
+            }
+        if data.has_truth:
+            table[name]["oracle"] = {"log_loss": log_loss(y_test, data.test["p_true"].to_numpy(float))}
+        print(name, table[name], file=sys.stderr, flush=True)
+    (RESULTS / "auto_fast.json").write_text(json.dumps({"params": FAST_AUTO, "results": table}, indent=1))
+    lines = [
+        "# A cheaper AutoCalibrator beside MCGrad's default (issue 14, the speed target)",
+        "",
+        f"Run {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} by `bench_auto.py --fast` (2 busy cores): "
+        f"`AutoCalibrator({FAST_AUTO})` (blend; and `ensemble=False`) and `MCGrad()` fitted on the same "
+        "calibration rows as `auto.md` and scored on its test rows. speed = MCGrad's fit seconds / this "
+        "one's; oracle gap = the blend's log-loss over the oracle's, in %.",
+        "",
+        "| dataset | MCGrad fit s | log-loss | fast blend fit s | log-loss | AUC | speed | fast choice fit s "
+        "| log-loss | speed | oracle gap % |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, row in table.items():
+        m, b, c = row["mcgrad"], row["auto_fast"], row["auto_fast_choice"]
+        gap = f"{100 * (b['log_loss'] / row['oracle']['log_loss'] - 1):.2f}" if "oracle" in row else ""
+        lines.append(
+            f"| {name} | {m['fit_s']:.1f} | {m['log_loss']:.5f} | {b['fit_s']:.1f} | {b['log_loss']:.5f} | "
+            f"{b['auc']:.4f} | {m['fit_s'] / b['fit_s']:.1f}x | {c['fit_s']:.1f} | {c['log_loss']:.5f} | "
+            f"{m['fit_s'] / c['fit_s']:.1f}x | {gap} |"
+        )
+    (RESULTS / "auto_fast.md").write_text("\n".join(lines) + "\n")
+
+
+def make_auto(**params: Any) -> Any:
+    from gpucal import make_calibrator
+
+    return make_calibrator("auto", output_type="numpy", **params)
 
 
 def l2_sweep(args: argparse.Namespace) -> None:
@@ -678,7 +754,15 @@ def main() -> None:
         "--report-only", type=float, metavar="MINUTES", help="rewrite the report from the JSON"
     )
     parser.add_argument("--l2-sweep", action="store_true", help="feature-aware Platt's l2 on every dataset")
+    parser.add_argument(
+        "--fast", action="store_true", help="a cheaper AutoCalibrator beside MCGrad (large sets)"
+    )
     args = parser.parse_args()
+    if args.fast:
+        big = [d for d in args.datasets if d.startswith("ctr-") or d == "flights"]
+        args.datasets = big
+        fast_variant(args)
+        return
     if args.l2_sweep:
         l2_sweep(args)
         return
