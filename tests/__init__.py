@@ -1,1 +1,1 @@
-"""gpucal's test suite (a package, so that ``tests.*`` imports resolve here before any installed ``tests``)."""
+"""gpucal's tests: a package, so ``tests.*`` imports resolve here before any installed ``tests``."""
