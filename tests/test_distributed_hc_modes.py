@@ -12,10 +12,10 @@ import numpy as np
 import pandas as pd
 import pytest
 from scipy.stats import poisson
-from test_distributed_hc import _assert_close, _ctr, _dask
 
 from gpucal._row_draws import poisson_one, row_uniforms
 from gpucal.hc import HeterogeneousCalibrator
+from tests.test_distributed_hc import _assert_close, _ctr, _dask
 
 N_ROWS = 3_000
 STRUCTURE = ("node_feature", "node_child_base", "child_table", "tree_start")

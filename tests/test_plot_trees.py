@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import numpy as np
 import pandas as pd
 import pytest
@@ -16,9 +13,7 @@ from matplotlib.figure import Figure
 from gpucal.encoding import FeatureEncoder
 from gpucal.partition.ensemble import TreeEnsemble
 from gpucal.plot import feature_calibration, plot_feature_calibration, plot_tree
-
-sys.path.insert(0, str(Path(__file__).parent))
-from test_mbct_export import SCORE_BINS, build_ensemble, fit_encoder
+from tests.test_mbct_export import SCORE_BINS, build_ensemble, fit_encoder
 
 
 def render(fig: Figure) -> list[str]:
