@@ -372,8 +372,8 @@ def pass_latency(n_partitions: int, repeats: int = 15) -> dict[str, float]:
     """Seconds of a pass that does nothing: ``sum_partitions`` of a 7-vector over tiny persisted parts."""
     import dask
 
-    from gpucal.distributed._reduce import sum_partitions
-    from gpucal.distributed.trees import as_partitions, persist
+    from gpucal.rows._placement import as_partitions, persist
+    from gpucal.rows._reduce import sum_partitions
 
     parts = persist([dask.delayed(_tiny_part, pure=False)(i) for i in range(n_partitions)])
     sum_partitions(as_partitions(parts), _noop_sums)

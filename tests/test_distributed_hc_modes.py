@@ -13,8 +13,8 @@ import pandas as pd
 import pytest
 from scipy.stats import poisson
 
-from gpucal._row_draws import poisson_one, row_uniforms
 from gpucal.hc import HeterogeneousCalibrator
+from gpucal.rows.draws import poisson_one, row_uniforms
 from tests.test_distributed_hc import _assert_close, _ctr, _dask
 
 N_ROWS = 3_000

@@ -20,7 +20,7 @@ from gpucal import MBCT
 from gpucal.datasets import make_ctr
 from gpucal.distributed import fit_encoder
 from gpucal.encoding import FeatureEncoder
-from gpucal.mbct.model import held_out_mask
+from gpucal.rows.draws import held_out_mask
 
 RTOL = 1e-9
 N_ROWS = 24_000

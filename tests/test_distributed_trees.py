@@ -19,18 +19,12 @@ import pytest
 from gpucal import MBCT
 from gpucal.datasets import make_ctr
 from gpucal.distributed import sum_partitions
-from gpucal.distributed._collections import partitions
 from gpucal.distributed.mbct import RowsPart
-from gpucal.distributed.trees import (
-    PartitionedRows,
-    balanced_shares,
-    holders,
-    per_worker,
-    persist,
-    worker_groups,
-)
+from gpucal.distributed.trees import PartitionedRows
 from gpucal.partition import grow
 from gpucal.partition.grow import GrowConfig, grow_tree, grow_tree_on
+from gpucal.rows._collections import partitions
+from gpucal.rows._placement import balanced_shares, holders, per_worker, persist, worker_groups
 
 N_ROWS = 20_000
 N_VALUES = np.array([7, 5, 12, 3], dtype=np.int64)

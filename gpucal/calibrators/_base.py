@@ -36,7 +36,7 @@ from gpucal._backend import array_namespace
 from gpucal._frames import SplitInput, split_input, wrap_output
 from gpucal._params import AnyOf, Interval, Options, check_param
 from gpucal._validation import check_consistent_length, check_labels, check_same_index, check_sample_weight
-from gpucal.distributed._collections import any_dask, no_distributed_fit
+from gpucal.rows._collections import any_dask, no_distributed_fit
 
 Constraint = Interval | Options | AnyOf
 

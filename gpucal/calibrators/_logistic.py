@@ -37,6 +37,7 @@ import numpy as np
 from sklearn.exceptions import ConvergenceWarning
 
 from gpucal._backend import array_namespace, to_numpy
+from gpucal.rows.block import check_class_weights
 
 # How a kernel reads the features of row i from its input X (a 2-D float64 array).
 FEATURES_COLUMNS = 0  # X is the design matrix: x_i = X[i, :] (a raw margin is one column)
@@ -625,17 +626,6 @@ def check_two_classes(y: Any, w: Any, name: str = "y") -> None:
     xp = array_namespace(y, w)
     weighted = w > 0
     check_class_weights(bool(xp.any(weighted & (y > 0))), bool(xp.any(weighted & (y < 1))), name)
-
-
-def check_class_weights(has_positive: bool, has_negative: bool, name: str = "y") -> None:
-    """Raise the error of :func:`check_two_classes` from whether each class carries weight."""
-    if not (has_positive and has_negative):
-        which = "negative" if has_positive else "positive"
-        msg = (
-            f"{name}: no {which} labels (with non-zero weight); a scaling calibrator needs both classes "
-            "because its maximum likelihood fit does not exist for one class"
-        )
-        raise ValueError(msg)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -49,9 +49,9 @@ from gpucal._validation import check_consistent_length, check_labels, check_samp
 from gpucal.calibrators._base import Calibrator, Constraint, Interval, Options
 from gpucal.calibrators._logistic import EPS, check_two_classes, sigmoid
 from gpucal.calibrators.platt import OUTPUT_TYPE_OPTIONS, SCORE_KIND_OPTIONS
-from gpucal.distributed._collections import any_dask
 from gpucal.encoding import FeatureEncoder
 from gpucal.persistence import register
+from gpucal.rows._collections import any_dask
 from kernels import STAT_WF, STAT_WFF, STAT_WFY, STAT_WY, group_sums, value_offsets
 
 # Most conjugate-gradient steps per Newton step. Within one feature the one-hot block of the Hessian is

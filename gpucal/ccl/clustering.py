@@ -50,7 +50,7 @@ from typing import Any, Protocol
 import numpy as np
 import scipy.sparse as sp
 
-from gpucal._row_draws import row_uniforms
+from gpucal.rows.draws import row_uniforms
 
 CLUSTERINGS = ("kmeans", "agglomerative")
 # Rows per block when assigning rows to centroids (bounds the (block, k) distance matrix).

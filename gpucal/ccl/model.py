@@ -31,7 +31,6 @@ from gpucal.ccl.clustering import (
     project,
 )
 from gpucal.ccl.embeddings import EMBEDDINGS, LEAF_ENCODINGS, TreeEmbedding, _as_pandas, make_embedding
-from gpucal.distributed._collections import any_dask
 from gpucal.partition.local_maps import (
     MapSums,
     fit_local_maps_from_sums,
@@ -39,6 +38,7 @@ from gpucal.partition.local_maps import (
     local_map_sums,
 )
 from gpucal.persistence import register
+from gpucal.rows._collections import any_dask
 
 #: Maps fitted by grouped Newton steps (``gpucal.partition.local_maps``) and the per-cluster Dirichlet fit.
 LOCAL_MAPS = ("platt", "temperature", "beta")

@@ -25,16 +25,16 @@ Importing this package imports no dask and no GPU library; each function imports
   :func:`transform_partitions` encodes every partition.
 """
 
-from gpucal.distributed._collections import (
+from gpucal.distributed.cluster import dataframe_backend, gpu_count, local_cluster, local_cuda_cluster
+from gpucal.distributed.encoding import fit_encoder, hash_codes, transform_partitions
+from gpucal.rows._collections import (
     DISTRIBUTED_FITS,
     is_dask_collection,
     partition_lengths,
     partition_offsets,
     reject_dask,
 )
-from gpucal.distributed._reduce import reduce_partitions, sum_partitions
-from gpucal.distributed.cluster import dataframe_backend, gpu_count, local_cluster, local_cuda_cluster
-from gpucal.distributed.encoding import fit_encoder, hash_codes, transform_partitions
+from gpucal.rows._reduce import reduce_partitions, sum_partitions
 
 __all__ = [
     "DISTRIBUTED_FITS",

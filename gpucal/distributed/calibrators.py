@@ -41,9 +41,9 @@ from gpucal.calibrators._logistic import (
     newton_minimize,
     newton_start,
 )
-from gpucal.distributed._checks import check_partition_weight
-from gpucal.distributed._collections import Partitions, collection_kind, partitions
-from gpucal.distributed._reduce import (
+from gpucal.rows._checks import check_partition_weight
+from gpucal.rows._collections import Partitions, collection_kind, partitions
+from gpucal.rows._reduce import (
     KeyedTable,
     check_table_size,
     group_sorted,

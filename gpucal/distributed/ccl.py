@@ -46,11 +46,11 @@ from gpucal.ccl.clustering import (
 )
 from gpucal.ccl.embeddings import TreeEmbedding, leaf_counts, leaf_widths, make_embedding
 from gpucal.ccl.model import centred_logit_sums, cluster_sums, map_parts
-from gpucal.distributed._checks import check_all_dask, check_partition_weight
-from gpucal.distributed._collections import partition_offsets, partitions
-from gpucal.distributed._reduce import reduce_partitions, sum_partitions
-from gpucal.distributed.trees import as_partitions, map_persisted, persist
 from gpucal.partition.local_maps import MapSums, flatten_map_sums, local_map_sums, unflatten_map_sums
+from gpucal.rows._checks import check_all_dask, check_partition_weight
+from gpucal.rows._collections import partition_offsets, partitions
+from gpucal.rows._placement import as_partitions, map_persisted, persist
+from gpucal.rows._reduce import reduce_partitions, sum_partitions
 
 if TYPE_CHECKING:
     from gpucal.ccl.model import ClusteredCalibrator

@@ -30,9 +30,10 @@ import numpy as np
 
 from gpucal._backend import array_namespace, is_cupy_array, to_numpy
 from gpucal._frames import frame_columns
-from gpucal.distributed._checks import check_partition_weight
-from gpucal.distributed._collections import collection_kind, partitions
-from gpucal.distributed._reduce import (
+from gpucal.encoding import FeatureEncoder, _as_codes, _observed_categories
+from gpucal.rows._checks import check_partition_weight
+from gpucal.rows._collections import collection_kind, partitions
+from gpucal.rows._reduce import (
     KeyedTable,
     check_table_size,
     group_sorted,
@@ -41,7 +42,6 @@ from gpucal.distributed._reduce import (
     merge_uniques,
     reduce_partitions,
 )
-from gpucal.encoding import FeatureEncoder, _as_codes, _observed_categories
 
 BINS, VALUES = "bins", "values"
 

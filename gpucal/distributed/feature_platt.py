@@ -44,12 +44,12 @@ from gpucal.calibrators.feature_platt import (
     fit_feature_platt_on,
     score_feature,
 )
-from gpucal.distributed._checks import check_partition_weight
-from gpucal.distributed._collections import Partitions, partitions
-from gpucal.distributed._reduce import sum_partitions
 from gpucal.distributed.encoding import fit_encoder
-from gpucal.distributed.trees import as_partitions, map_persisted, persist
 from gpucal.encoding import FeatureEncoder
+from gpucal.rows._checks import check_partition_weight
+from gpucal.rows._collections import Partitions, partitions
+from gpucal.rows._placement import as_partitions, map_persisted, persist
+from gpucal.rows._reduce import sum_partitions
 from kernels import N_STATS
 
 if TYPE_CHECKING:

@@ -37,16 +37,12 @@ from gpucal._backend import array_namespace, is_cupy_array
 from gpucal._frames import frame_columns, split_input
 from gpucal._validation import check_consistent_length, check_labels, check_same_index
 from gpucal.calibrators._logistic import EPS, check_class_weights
-from gpucal.distributed._checks import check_all_dask, check_partition_weight
-from gpucal.distributed._collections import partition_offsets, partitions
-from gpucal.distributed._reduce import sum_partitions
 from gpucal.distributed.encoding import fit_encoder
 from gpucal.distributed.mbct import _code_weights, partition_map_sums
-from gpucal.distributed.trees import PartitionedRows, TreeRowsPart, as_partitions, map_persisted, persist
+from gpucal.distributed.trees import PartitionedRows, TreeRowsPart
 from gpucal.encoding import FeatureEncoder
 from gpucal.hc.model import bootstrap_weights
 from gpucal.hc.node_maps import fit_node_maps_on, node_ancestors, tree_parents
-from gpucal.mbct.model import held_out_mask
 from gpucal.partition.ensemble import map_codes
 from gpucal.partition.grow import GrowConfig, TreeNodes, grow_tree_on
 from gpucal.partition.local_maps import (
@@ -55,6 +51,11 @@ from gpucal.partition.local_maps import (
     part_sums,
     start_params,
 )
+from gpucal.rows._checks import check_all_dask, check_partition_weight
+from gpucal.rows._collections import partition_offsets, partitions
+from gpucal.rows._placement import as_partitions, map_persisted, persist
+from gpucal.rows._reduce import sum_partitions
+from gpucal.rows.draws import held_out_mask
 
 if TYPE_CHECKING:
     from gpucal.hc.model import HeterogeneousCalibrator

@@ -41,9 +41,6 @@ from gpucal._backend import array_namespace, is_cupy_array
 from gpucal._frames import split_input
 from gpucal._validation import check_consistent_length, check_labels, check_same_index
 from gpucal.calibrators._logistic import LogisticRows, check_class_weights
-from gpucal.distributed._checks import check_partition_weight
-from gpucal.distributed._collections import Partitions, partitions
-from gpucal.distributed._reduce import reduce_partitions, sum_partitions
 from gpucal.distributed.calibrators import (
     DaskLogisticRows,
     PartitionRows,
@@ -51,14 +48,12 @@ from gpucal.distributed.calibrators import (
     score_summary,
 )
 from gpucal.distributed.encoding import fit_encoder
-from gpucal.distributed.trees import PartitionedRows, as_partitions, map_persisted, per_worker, persist
+from gpucal.distributed.trees import PartitionedRows
 from gpucal.encoding import FeatureEncoder
 from gpucal.mbct.model import (
     LevelLog,
-    check_held_out,
     fit_init_platt,
     global_loss_sums,
-    held_out_mask,
     label_square_sum,
 )
 from gpucal.partition.ensemble import (
@@ -70,6 +65,11 @@ from gpucal.partition.ensemble import (
 )
 from gpucal.partition.grow import GrowConfig, TreeNodes, grow_tree_on
 from gpucal.partition.local_maps import MapSums, flatten_map_sums, local_map_sums, unflatten_map_sums
+from gpucal.rows._checks import check_partition_weight
+from gpucal.rows._collections import Partitions, partitions
+from gpucal.rows._placement import as_partitions, map_persisted, per_worker, persist
+from gpucal.rows._reduce import reduce_partitions, sum_partitions
+from gpucal.rows.draws import check_held_out, held_out_mask
 
 if TYPE_CHECKING:
     from gpucal.mbct.model import MBCT

@@ -35,7 +35,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from gpucal.distributed._reduce import sum_partitions
 from gpucal.distributed.mbct import (
     _N_HELD,
     _N_ROWS,
@@ -51,7 +50,7 @@ from gpucal.distributed.mbct import (
     _SplitPart,
     fit_input_state,
 )
-from gpucal.distributed.trees import TreeRowsPart, as_partitions, worker_addresses
+from gpucal.distributed.trees import TreeRowsPart
 from gpucal.partition.ensemble import TreeEnsemble, map_codes, predict_ensemble
 from gpucal.partition.grow import (
     GrowConfig,
@@ -63,6 +62,8 @@ from gpucal.partition.grow import (
     total_stats,
 )
 from gpucal.partition.local_maps import MapSums, unflatten_map_sums
+from gpucal.rows._placement import as_partitions, worker_addresses
+from gpucal.rows._reduce import sum_partitions
 from kernels import tree_leaves
 
 if TYPE_CHECKING:

@@ -37,18 +37,6 @@ import pandas as pd
 
 from gpucal._backend import to_numpy
 from gpucal._validation import check_probabilities
-from gpucal.distributed._checks import check_partition_weight
-from gpucal.distributed._collections import Partitions, partitions
-from gpucal.distributed._reduce import (
-    KeyedTable,
-    check_table_size,
-    group_sorted,
-    max_distinct_keys,
-    merge_tables,
-    merge_uniques,
-    reduce_partitions,
-    sum_partitions,
-)
 from gpucal.metrics._binning import uniform_bin_ids
 from gpucal.metrics._inputs import check_partition_rows, factorize_values
 from gpucal.metrics._reduce import bin_gaps, lp_average, pcoc_ratio
@@ -59,6 +47,18 @@ from gpucal.metrics.rejection import (
     binary_threshold_sums,
     check_thresholds,
     curve_from_sums,
+)
+from gpucal.rows._checks import check_partition_weight
+from gpucal.rows._collections import Partitions, partitions
+from gpucal.rows._reduce import (
+    KeyedTable,
+    check_table_size,
+    group_sorted,
+    max_distinct_keys,
+    merge_tables,
+    merge_uniques,
+    reduce_partitions,
+    sum_partitions,
 )
 
 # --------------------------------------------------------------------------------------------------

@@ -18,12 +18,10 @@ from sklearn.utils.validation import check_is_fitted
 
 from gpucal._backend import array_namespace, resolve_device
 from gpucal._frames import Column, SplitInput, frame_columns, split_input, wrap_output
-from gpucal._row_draws import poisson_one, row_uniforms
 from gpucal._validation import check_consistent_length, check_labels, check_sample_weight
 from gpucal.calibrators._base import AnyOf, Calibrator, Constraint, Interval, Options
 from gpucal.calibrators._logistic import EPS, check_two_classes
 from gpucal.calibrators.platt import OUTPUT_TYPE_OPTIONS
-from gpucal.distributed._collections import any_dask
 from gpucal.encoding import KIND_BINS, FeatureEncoder
 from gpucal.hc.node_maps import (
     ENSEMBLE_KINDS,
@@ -43,6 +41,8 @@ from gpucal.partition.ensemble import (
 from gpucal.partition.grow import GrowConfig, TreeNodes, grow_tree
 from gpucal.partition.local_maps import LOCAL_MAP_KINDS, apply_local_maps, n_map_params
 from gpucal.persistence import check_records, register
+from gpucal.rows._collections import any_dask
+from gpucal.rows.draws import poisson_one, row_uniforms
 from kernels import tree_leaves
 
 MODES = ("tree", "forest", "boosted")
@@ -693,7 +693,7 @@ def _checked_rows(
 def bootstrap_weights(seed: int, tree: int, index: np.ndarray) -> np.ndarray:
     """Return the Poisson(1) bootstrap weights of forest tree ``tree`` for the rows at ``index`` (host).
 
-    A row's count is a function of ``(seed, tree, index)`` alone (``gpucal._row_draws``),
+    A row's count is a function of ``(seed, tree, index)`` alone (``gpucal.rows.draws``),
     so the partitions of a dask collection draw, from their rows' global positions, the counts one
     machine draws.
     """

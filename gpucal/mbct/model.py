@@ -24,7 +24,6 @@ from gpucal._validation import check_consistent_length, check_labels, check_samp
 from gpucal.calibrators._base import AnyOf, Calibrator, Constraint, Interval, Options
 from gpucal.calibrators._logistic import EPS, ArrayRows, LogisticRows, check_two_classes
 from gpucal.calibrators.platt import OUTPUT_TYPE_OPTIONS, fit_platt_rows, predict_platt
-from gpucal.distributed._collections import any_dask
 from gpucal.encoding import FeatureEncoder
 from gpucal.mbct._node_size import min_node_size
 from gpucal.partition.aggregate import aggregate_rows
@@ -40,6 +39,8 @@ from gpucal.partition.ensemble import (
 from gpucal.partition.grow import GrowConfig, TreeNodes, grow_tree
 from gpucal.partition.local_maps import MapSums, fit_local_maps_from_sums, local_map_sums, map_design
 from gpucal.persistence import check_records, register
+from gpucal.rows._collections import any_dask
+from gpucal.rows.draws import check_held_out, held_out_mask
 from kernels import lookup_bins, take_rows, tree_leaves
 
 AUTO = Options("auto")
@@ -662,25 +663,6 @@ def fit_init_platt(rows: LogisticRows) -> tuple[float, float]:
     clip = (min(max(v, EPS), 1.0 - EPS) for v in (label_sum / total, low))
     target, base = (math.log(v) - math.log1p(-v) for v in clip)
     return 1.0, target - base
-
-
-def held_out_mask(n: int, fraction: float, seed: int, row_offset: int = 0) -> np.ndarray:
-    """Return which of rows ``row_offset .. row_offset + n - 1`` are held out for validation.
-
-    Row ``r`` is held out when the ``r``-th draw of ``numpy.random.default_rng(seed).random`` is below
-    ``fraction``. PCG64 spends one 64-bit output per double, so a partition starting at global row
-    ``row_offset`` advances the generator by that many outputs and draws the same numbers as one machine.
-    """
-    bit_generator = np.random.PCG64(seed)  # what default_rng(seed) wraps
-    bit_generator.advance(row_offset)
-    return np.random.Generator(bit_generator).random(n) < fraction
-
-
-def check_held_out(n_held: int, n: int, fraction: float) -> None:
-    """Raise ``ValueError`` when the validation split leaves no rows on one side."""
-    if n_held == n or n_held == 0:
-        msg = f"validation_fraction={fraction} leaves no rows on one side of {n} rows"
-        raise ValueError(msg)
 
 
 def label_moments(y: Any, w: Any) -> tuple[float, float]:

@@ -30,8 +30,8 @@ from gpucal._validation import (
     check_same_index,
     check_sample_weight,
 )
-from gpucal.distributed._checks import check_partition_weight
-from gpucal.distributed._collections import any_dask
+from gpucal.rows._checks import check_partition_weight
+from gpucal.rows._collections import any_dask
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -65,4 +65,23 @@ def poisson_one(u: np.ndarray) -> np.ndarray:
     return np.searchsorted(_POISSON_ONE_CDF, u, side="right").astype(np.float64)
 
 
-__all__ = ["poisson_one", "row_uniforms"]
+def held_out_mask(n: int, fraction: float, seed: int, row_offset: int = 0) -> np.ndarray:
+    """Return which of rows ``row_offset .. row_offset + n - 1`` are held out for validation.
+
+    Row ``r`` is held out when the ``r``-th draw of ``numpy.random.default_rng(seed).random`` is below
+    ``fraction``. PCG64 spends one 64-bit output per double, so a partition starting at global row
+    ``row_offset`` advances the generator by that many outputs and draws the same numbers as one machine.
+    """
+    bit_generator = np.random.PCG64(seed)  # what default_rng(seed) wraps
+    bit_generator.advance(row_offset)
+    return np.random.Generator(bit_generator).random(n) < fraction
+
+
+def check_held_out(n_held: int, n: int, fraction: float) -> None:
+    """Raise ``ValueError`` when the validation split leaves no rows on one side."""
+    if n_held == n or n_held == 0:
+        msg = f"validation_fraction={fraction} leaves no rows on one side of {n} rows"
+        raise ValueError(msg)
+
+
+__all__ = ["check_held_out", "held_out_mask", "poisson_one", "row_uniforms"]

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from gpucal._backend import is_cupy_array, to_numpy
-from gpucal.distributed._collections import Partitions, as_partitions, partition_offsets
+from gpucal.rows._collections import Partitions, as_partitions, partition_offsets
 
 #: Partitions (or partial results) added in one task of the reduction tree.
 SPLIT_EVERY = 8
