@@ -13,9 +13,10 @@ from numpy.testing import assert_allclose, assert_array_equal
 from sklearn.base import BaseEstimator, clone
 
 import gpucal
-from gpucal.auto import AutoCalibrator
-from gpucal.auto.blend import fit_blend, logits, mean_log_loss
-from gpucal.auto.folds import grouped_folds, stratified_folds
+from gpucal.auto import AutoCalibrator, sizing
+from gpucal.auto.blend import MIN_MEMBER_WEIGHT, fit_blend, logits, mean_log_loss
+from gpucal.auto.folds import grouped_folds, stratified_folds, subsample_rows
+from gpucal.auto.guard import order_guard
 from gpucal.calibrators import make_calibrator
 from gpucal.datasets import make_ctr
 from gpucal.persistence import ModelFileError, from_dict, to_dict
@@ -33,6 +34,17 @@ class ConstantHalf(BaseEstimator):
 
     def predict(self, X: Any) -> np.ndarray:
         return np.full(len(X), 0.5)
+
+
+class ConstantRate(BaseEstimator):
+    """Predicts the training rows' positive rate: a tiny ECE, and no ranking at all (AUC 0.5)."""
+
+    def fit(self, X: Any, y: Any, sample_weight: Any = None) -> ConstantRate:
+        self.rate_ = float(np.mean(y))
+        return self
+
+    def predict(self, X: Any) -> np.ndarray:
+        return np.full(len(X), self.rate_)
 
 
 @pytest.fixture(scope="module")
@@ -295,3 +307,120 @@ def test_dask_is_refused(ctr: Any) -> None:
         AutoCalibrator(candidates=["platt", "neucalib"]).fit(X_dask, y_dask)
     with pytest.raises(NotImplementedError, match=r"which this version does not do\. Fit it on a sample"):
         AutoCalibrator(candidates=["platt", "mbct"]).fit(X_dask, y_dask)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Large calibration sets: a subsample cross-fitted, fewer folds, fewer candidates (gpucal.auto.sizing)
+
+
+def test_subsample_rows_is_seeded_sorted_and_stratified() -> None:
+    labels = np.r_[np.ones(300), np.zeros(9_700)]
+    rows = subsample_rows(labels, 1_000, seed=4)
+    assert_array_equal(rows, subsample_rows(labels, 1_000, seed=4))
+    assert rows.shape == (1_000,)
+    assert np.all(np.diff(rows) > 0)
+    assert labels[rows].sum() == 30  # the positive rate kept: 3%
+    assert not np.array_equal(rows, subsample_rows(labels, 1_000, seed=5))
+    assert_array_equal(subsample_rows(labels, 20_000, seed=4), np.arange(10_000))
+
+
+def test_plan_switches_above_the_row_threshold() -> None:
+    small = sizing.plan_cross_fit(sizing.LARGE_ROWS, "auto", "auto")
+    assert (small.n_folds, small.cv_rows, small.large) == (5, sizing.LARGE_ROWS, False)
+    large = sizing.plan_cross_fit(sizing.LARGE_ROWS + 1, "auto", "auto")
+    assert (large.n_folds, large.cv_rows, large.large) == (sizing.LARGE_N_FOLDS, sizing.LARGE_CV_ROWS, True)
+    given = sizing.plan_cross_fit(500_000, 4, None)
+    assert (given.n_folds, given.cv_rows, given.large) == (4, 500_000, True)
+    assert sizing.plan_cross_fit(1_000, 3, 5_000).cv_rows == 1_000
+
+
+def test_large_data_cross_fits_a_subsample_and_refits_on_every_row(
+    ctr: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    X, y, held_out = ctr
+    monkeypatch.setattr(sizing, "LARGE_ROWS", 2_000)
+    monkeypatch.setattr(sizing, "LARGE_CV_ROWS", 1_200)
+    model = auto(candidates=["platt", "feature_platt"]).fit(X, y)
+    assert (model.n_folds_, model.cv_rows_) == (sizing.LARGE_N_FOLDS, 1_200)
+    crossed = np.isfinite(model.oof_predictions_[:, 0])
+    assert_array_equal(np.flatnonzero(crossed), subsample_rows(y, 1_200, seed=0))
+    assert model.cv_results_["n_folds_fitted"].max() == sizing.LARGE_N_FOLDS
+    again = auto(candidates=["platt", "feature_platt"]).fit(X, y)
+    assert_array_equal(again.oof_predictions_, model.oof_predictions_)
+    refit = clone(model.estimators_[0]).fit(X, y)  # the members see every row, not the subsample
+    assert_allclose(model.estimators_[0].predict(held_out), refit.predict(held_out))
+    every_row = auto(candidates=["platt", "feature_platt"], cv_rows=None, n_folds=5).fit(X, y)
+    assert every_row.cv_rows_ == len(y)
+    assert np.isfinite(every_row.oof_predictions_[:, 0]).all()
+
+
+def test_large_data_candidates_leave_neucalib_and_the_weakest_penalty_out() -> None:
+    model = AutoCalibrator(categorical_cols=FIELDS)
+    large = model._resolve_candidates(has_features=True, large=True)
+    assert "neucalib" not in [c.name for c in large]
+    assert [c.params["l2"] for c in large if c.name == "feature_platt"] == [10.0, 100.0]
+    small = [c.label for c in model._resolve_candidates(has_features=True)]
+    assert "feature_platt(l2=1.0)" in small
+    assert [c.label for c in large] == [c for c in small if c not in ("neucalib", "feature_platt(l2=1.0)")]
+
+
+def test_large_data_blend_takes_one_setting_per_method(ctr: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    X, y, _ = ctr
+    monkeypatch.setattr(sizing, "LARGE_ROWS", 2_000)
+    grid = ["platt", *(make_calibrator("feature_platt", l2=l2) for l2 in (0.3, 3.0, 30.0))]
+    model = auto(candidates=grid, drop_threshold=None, auc_guard=False).fit(X, y)
+    results = model.cv_results_
+    weighted = results.loc[results["blend_weight"] > 0, "method"]
+    assert weighted.is_unique
+    assert (results["blend_weight"] == 0).sum() >= 2
+
+
+def test_blend_drops_light_members() -> None:
+    rng = np.random.default_rng(1)
+    y = (rng.uniform(size=4_000) < 0.3).astype(float)
+    signal = np.where(y == 1, 1.0, -1.0)
+    members = np.column_stack([signal + rng.normal(scale=s, size=4_000) for s in (1.0, 1.1, 3.0, 6.0)])
+    free = fit_blend(members, y, np.ones(4_000))
+    assert np.any((free.weights > 0) & (free.weights < MIN_MEMBER_WEIGHT))  # a light member to drop
+    fit = fit_blend(members, y, np.ones(4_000), min_member_weight=MIN_MEMBER_WEIGHT)
+    assert np.all((fit.weights == 0) | (fit.weights >= MIN_MEMBER_WEIGHT))
+    assert fit.weights.sum() == pytest.approx(1.0)
+    best_member = min(mean_log_loss(members[:, k], y, np.ones(4_000)) for k in range(4))
+    assert fit.loss <= best_member + 1e-12
+
+
+# ---------------------------------------------------------------------------------------------------
+# The AUC guard (gpucal.auto.guard)
+
+
+def test_order_guard_compares_out_of_fold_auc_with_the_raw_score() -> None:
+    rng = np.random.default_rng(0)
+    score = rng.uniform(size=2_000)
+    y = (rng.uniform(size=2_000) < score).astype(float)
+    ones = np.ones(2_000)
+    kept = order_guard(score, score**2, y, ones)
+    assert not kept.applied
+    assert kept.auc == pytest.approx(kept.raw_auc)
+    coarse = np.round(score, 1) * 0.9 + 0.05  # ties: ranks worse than the score
+    lost = order_guard(score, coarse, y, ones)
+    assert lost.applied
+    assert lost.auc < lost.raw_auc
+    margins = np.log(score / (1 - score))  # margins rank as the probabilities do
+    assert order_guard(margins, coarse, y, ones).raw_auc == lost.raw_auc
+
+
+def test_auc_guard_falls_back_to_platt(ctr: Any) -> None:
+    X, y, held_out = ctr
+    candidates = [ConstantRate(), "platt", "isotonic"]
+    unguarded = auto(candidates=candidates, scoring="ece", ensemble=False, auc_guard=False).fit(X, y)
+    assert isinstance(unguarded.best_estimator_, ConstantRate)  # lowest ECE, no ranking
+    guarded = auto(candidates=candidates, scoring="ece", ensemble=False).fit(X, y)
+    assert guarded.auc_guard_["applied"]
+    assert guarded.auc_guard_["auc"] < guarded.auc_guard_["raw_auc"]
+    assert guarded.cv_results_.loc[guarded.best_index_, "method"] == "platt"
+    platt = make_calibrator("platt").fit(X, y)
+    assert_allclose(guarded.predict(held_out), platt.predict(held_out))
+    no_platt = auto(candidates=[ConstantRate(), "isotonic"], scoring="ece", ensemble=False).fit(X, y)
+    assert isinstance(no_platt.best_estimator_, ConstantRate)
+    assert not no_platt.auc_guard_["applied"]
+    assert "no Platt candidate" in no_platt.auc_guard_["note"]

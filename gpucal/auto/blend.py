@@ -29,6 +29,9 @@ from gpucal.calibrators._logistic import EPS
 
 #: Weights below this are set to 0 (and the rest renormalised): SLSQP leaves dust on the bounds.
 MIN_WEIGHT = 1e-6
+#: On a large calibration set, members lighter than this are dropped and the blend refitted without
+#: them (:func:`fit_blend`).
+MIN_MEMBER_WEIGHT = 0.05
 
 
 @dataclass(frozen=True)
@@ -65,8 +68,14 @@ def blend_logit(member_logits: np.ndarray, weights: np.ndarray, intercept: float
     return intercept + member_logits @ weights
 
 
-def fit_blend(member_logits: np.ndarray, y: np.ndarray, w: np.ndarray) -> BlendFit:
+def fit_blend(
+    member_logits: np.ndarray, y: np.ndarray, w: np.ndarray, *, min_member_weight: float = 0.0
+) -> BlendFit:
     """Fit the blend's weights and intercept on ``(n, k)`` out-of-fold logits (module docstring).
+
+    Members whose weight comes out below ``min_member_weight`` are left out and the blend refitted on
+    the others (the best member always stays): each member costs a refit on every row, for a change of
+    the blend's logit of at most that weight times the member's distance to the rest.
 
     Parameters
     ----------
@@ -76,11 +85,29 @@ def fit_blend(member_logits: np.ndarray, y: np.ndarray, w: np.ndarray) -> BlendF
         Labels in [0, 1].
     w : numpy.ndarray of shape (n,)
         Row weights (not all zero).
+    min_member_weight : float, default=0.0
+        The lightest weight a member may keep (``AutoCalibrator`` uses :data:`MIN_MEMBER_WEIGHT` on
+        large calibration sets, where refits are the cost).
 
     Returns
     -------
     BlendFit
     """
+    fit = _fit_simplex(member_logits, y, w)
+    light = (fit.weights > 0) & (fit.weights < min_member_weight)
+    if not light.any():
+        return fit
+    # The best member alone stays a feasible start, so the refitted blend is never worse than it.
+    best = int(np.argmin([mean_log_loss(member_logits[:, k], y, w) for k in range(member_logits.shape[1])]))
+    kept = np.union1d(np.flatnonzero(fit.weights >= min_member_weight), [best])
+    refit = _fit_simplex(member_logits[:, kept], y, w)
+    weights = np.zeros(member_logits.shape[1])
+    weights[kept] = refit.weights
+    return BlendFit(weights, refit.intercept, refit.loss)
+
+
+def _fit_simplex(member_logits: np.ndarray, y: np.ndarray, w: np.ndarray) -> BlendFit:
+    """One SLSQP fit of the weights on the simplex and the intercept, never worse than the best member."""
     n_members = member_logits.shape[1]
     total = float(w.sum())
     member_losses = [mean_log_loss(member_logits[:, k], y, w) for k in range(n_members)]
@@ -113,4 +140,12 @@ def fit_blend(member_logits: np.ndarray, y: np.ndarray, w: np.ndarray) -> BlendF
     return BlendFit(weights, intercept, loss)
 
 
-__all__ = ["MIN_WEIGHT", "BlendFit", "blend_logit", "fit_blend", "logits", "mean_log_loss"]
+__all__ = [
+    "MIN_MEMBER_WEIGHT",
+    "MIN_WEIGHT",
+    "BlendFit",
+    "blend_logit",
+    "fit_blend",
+    "logits",
+    "mean_log_loss",
+]

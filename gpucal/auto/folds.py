@@ -7,6 +7,9 @@ folds in turn, so every fold holds about the same share of positives. With group
 group goes to one fold: the groups are visited in the order of a seeded hash of their values and each
 goes to the fold with the least weight so far (ties to the lower fold), which balances folds of unequal
 groups; a group without weight changes no other group's fold.
+
+On large calibration sets the folds cover a seeded, stratified subsample of the rows
+(:func:`subsample_rows`), again a pure function of the labels and the seed.
 """
 
 from __future__ import annotations
@@ -43,6 +46,38 @@ def stratified_folds(labels: np.ndarray, n_folds: int, seed: int) -> np.ndarray:
         rows = order[positive == cls]
         folds[rows] = np.arange(rows.shape[0]) % n_folds
     return folds
+
+
+def subsample_rows(labels: np.ndarray, n_rows: int, seed: int) -> np.ndarray:
+    """Return the sorted positions of ``n_rows`` rows drawn without replacement, stratified by label.
+
+    Each class (label rounded to 0 or 1) gives its share of ``n_rows`` (rounded, at least one row when
+    the class is present), its rows taken in a seeded random order; so the sample's positive rate is the
+    data's, and the same labels and seed give the same rows.
+
+    Parameters
+    ----------
+    labels : numpy.ndarray of shape (n,)
+        Labels in [0, 1].
+    n_rows : int
+        Rows wanted; all ``n`` rows when ``n_rows >= n``.
+    seed : int
+        Seed of the row order.
+
+    Returns
+    -------
+    numpy.ndarray of int64, shape (min(n_rows, n),)
+    """
+    n = labels.shape[0]
+    if n_rows >= n:
+        return np.arange(n, dtype=np.int64)
+    order = np.random.default_rng(seed).permutation(n)
+    positive = labels[order] >= 0.5
+    n_positive = int(positive.sum())
+    wanted_positive = min(n_positive, max(int(n_positive > 0), round(n_rows * n_positive / n)))
+    wanted_positive = max(wanted_positive, n_rows - (n - n_positive))  # enough negatives must exist
+    taken = np.concatenate([order[positive][:wanted_positive], order[~positive][: n_rows - wanted_positive]])
+    return np.sort(taken).astype(np.int64)
 
 
 def grouped_folds(groups: np.ndarray, n_folds: int, seed: int, weights: np.ndarray | None) -> np.ndarray:
@@ -132,4 +167,4 @@ def take_rows(X: Any, rows: np.ndarray) -> Any:
     return X.take(rows)  # pyarrow
 
 
-__all__ = ["group_values", "grouped_folds", "stratified_folds", "take_rows"]
+__all__ = ["group_values", "grouped_folds", "stratified_folds", "subsample_rows", "take_rows"]
