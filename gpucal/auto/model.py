@@ -112,8 +112,9 @@ class AutoCalibrator(Calibrator):
     The prediction is a convex, non-negative blend of the candidates' logits with an intercept, fitted on
     the out-of-fold predictions (:func:`gpucal.auto.blend.fit_blend`; never worse on those rows than its
     best member), its members refitted on every row; with ``ensemble=False`` it is the best candidate
-    alone. The blend is the default because it had the lower held-out log-loss on 21 of the 24 datasets
-    of ``benchmarks/results/auto.md`` (mean rank 1.75 of 12 methods against 3.98 for the choice).
+    alone. The blend is the default because it had the lower held-out log-loss on 20 of the 24 datasets
+    of ``benchmarks/results/auto.md`` and the same on the other 4, where a guard chose Platt scaling (mean
+    rank 2.04 of 12 methods against 4.27 for the choice).
 
     Two guards can hand the prediction to Platt scaling (the best cross-fitted Platt candidate, refitted
     on every row): the AUC guard (``auc_guard``, :mod:`gpucal.auto.guard`), when the prediction ranks
