@@ -424,3 +424,25 @@ def test_auc_guard_falls_back_to_platt(ctr: Any) -> None:
     assert isinstance(no_platt.best_estimator_, ConstantRate)
     assert not no_platt.auc_guard_["applied"]
     assert "no Platt candidate" in no_platt.auc_guard_["note"]
+
+
+def test_large_data_keeps_platt_unless_the_features_beat_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = np.random.default_rng(0)
+    field = rng.integers(0, 4, 3_000)
+    score = rng.uniform(0.05, 0.95, 3_000)
+    shifted = 1 / (1 + np.exp(-(np.log(score / (1 - score)) + np.array([-1.5, -0.5, 0.5, 1.5])[field])))
+    y = (rng.uniform(size=3_000) < shifted).astype(float)
+    X = pd.DataFrame({"score": score, "field": field})
+    model = AutoCalibrator(candidates=["platt", "feature_platt"], categorical_cols=["field"], auc_guard=False)
+    assert clone(model).fit(X, y).platt_gain_ == {"applied": False, "gain": None, "se": None}
+    monkeypatch.setattr(sizing, "LARGE_ROWS", 2_000)
+    large = clone(model).fit(X, y)
+    gain = large.platt_gain_
+    assert gain["gain"] > 2 * gain["se"]  # the field's bias: measurably better than Platt
+    assert not gain["applied"]
+    assert large.cv_results_.loc[large.best_index_, "method"] == "feature_platt"
+    monkeypatch.setattr("gpucal.auto.model.PLATT_MARGIN", 1e9)  # no gain is enough
+    strict = clone(model).fit(X, y)
+    assert strict.platt_gain_["applied"]
+    assert strict.cv_results_.loc[strict.best_index_, "method"] == "platt"
+    assert_allclose(strict.predict(X), make_calibrator("platt").fit(X, y).predict(X))
