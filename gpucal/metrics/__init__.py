@@ -11,26 +11,46 @@ sources and what each metric can and cannot see are in each docstring (``notes/m
   :func:`segment_report`.
 * No bins: :func:`pce`, :func:`pcoc`, :func:`log_loss`, :func:`brier`, :func:`roc_auc`, :func:`tce`,
   :func:`rejection_curve`.
+* Sort by the score without bins: :func:`ecce` (with :func:`ecce_sigma`, :func:`ecce_pvalue`),
+  :func:`smooth_ece`, :func:`ici` / :func:`e50` / :func:`e90` / :func:`emax`; with bins, debiased:
+  :func:`ece_debiased`.
+* Segments of features and the score: :func:`multicalibration_error` (MCGrad's MCE, its sigma and
+  p-value).
 """
 
 from gpucal.metrics.binned import ada_ece, cal_n, ece, ece_sweep, mce, pce, prob_ece
+from gpucal.metrics.debiased import ece_debiased
+from gpucal.metrics.ecce import ecce, ecce_pvalue, ecce_sigma
 from gpucal.metrics.grouped import cece, field_ece, field_rce, gc_n, pcoc, segment_report
+from gpucal.metrics.ici import e50, e90, emax, ici
+from gpucal.metrics.multicalibration import MulticalibrationResult, multicalibration_error
 from gpucal.metrics.mvce import mvce
 from gpucal.metrics.rejection import rejection_curve
 from gpucal.metrics.scores import brier, log_loss, roc_auc, tce
+from gpucal.metrics.smooth import smooth_ece
 
 __all__ = [
+    "MulticalibrationResult",
     "ada_ece",
     "brier",
     "cal_n",
     "cece",
+    "e50",
+    "e90",
+    "ecce",
+    "ecce_pvalue",
+    "ecce_sigma",
     "ece",
+    "ece_debiased",
     "ece_sweep",
+    "emax",
     "field_ece",
     "field_rce",
     "gc_n",
+    "ici",
     "log_loss",
     "mce",
+    "multicalibration_error",
     "mvce",
     "pce",
     "pcoc",
@@ -38,5 +58,6 @@ __all__ = [
     "rejection_curve",
     "roc_auc",
     "segment_report",
+    "smooth_ece",
     "tce",
 ]
