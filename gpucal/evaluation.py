@@ -37,7 +37,10 @@ def evaluate(
     fields : DataFrame or mapping of str to array-like of shape (n,), default=None
         Segment columns (a pandas or polars DataFrame, as :func:`gpucal.metrics.segment_report`
         takes, or a dict); each adds a Field-ECE and a Field-RCE row (segment-level calibration
-        that the score-binned metrics cannot see).
+        that the score-binned metrics cannot see), and together they are the (categorical) segment
+        columns of the ``mce`` / ``mce_sigma`` rows (MCGrad's multicalibration error with its
+        defaults). Without fields the only segment is all rows: ``mce`` is then ECCE and
+        ``mce_sigma`` ECCE's sigma.
     p_true : array-like of shape (n,), default=None
         The true probability, known only in simulations; adds a TCE row.
     seed : int, default=0
@@ -47,6 +50,9 @@ def evaluate(
     -------
     pandas.DataFrame
         Index: metric names (lower is better except ``roc_auc``); columns: the prediction names.
+        Besides the binned ECEs: ``ecce`` and ``ecce_sigma`` (the cumulative walk, no bins; sigma
+        above about 3 is beyond noise), ``mce`` and ``mce_sigma`` (the worst segment's ECCE) and
+        ``smooth_ece`` (Błasiok & Nakkiran's consistent measure).
     """
     field_columns = (
         {} if fields is None or (isinstance(fields, Mapping) and not fields) else report_columns(fields)
@@ -61,7 +67,17 @@ def evaluate(
             "ece_15_quantile": metrics.ece(y_true, y_prob, sample_weight=sample_weight, strategy="quantile"),
             "mvce_r100": metrics.mvce(y_true, y_prob, sample_weight=sample_weight, seed=seed),
             "pcoc": metrics.pcoc(y_true, y_prob, sample_weight=sample_weight),
+            "ecce": metrics.ecce(y_true, y_prob, sample_weight=sample_weight),
+            "ecce_sigma": metrics.ecce_sigma(y_true, y_prob, sample_weight=sample_weight),
+            "smooth_ece": metrics.smooth_ece(y_true, y_prob, sample_weight=sample_weight),
         }
+        if field_columns:
+            multicalibration = metrics.multicalibration_error(
+                y_true, y_prob, field_columns, sample_weight=sample_weight
+            )
+            col["mce"], col["mce_sigma"] = multicalibration.mce, multicalibration.mce_sigma
+        else:
+            col["mce"], col["mce_sigma"] = col["ecce"], col["ecce_sigma"]
         for field_name, field in field_columns.items():
             col[f"field_ece[{field_name}]"] = metrics.field_ece(
                 y_true, y_prob, field, sample_weight=sample_weight
