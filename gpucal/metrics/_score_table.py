@@ -3,9 +3,7 @@
 ECCE reads a walk over the rows in score order, the debiased ECE cuts that order into equal-mass bins,
 the ICI fits a LOESS on nearest-neighbour windows of it. None of them is a fixed-shape sum, but each is a
 function of one table: the distinct scores ``p_j`` in increasing order and, per score, the sums over its
-rows
-
-    ``count_j``, ``W_j = sum w``, ``WY_j = sum w*y``, ``W2_j = sum w**2``.
+rows ``count_j``, ``sum w``, ``sum w*y`` and ``sum w**2``.
 
 Tables of two sets of rows merge exactly (the union of the keys, sums added), so the table of all rows
 is :meth:`gpucal.rows.Rows.reduce` of :func:`block_score_table` with :func:`merge_score_tables`, on one
@@ -27,29 +25,35 @@ from gpucal._validation import check_not_empty
 from gpucal.metrics._inputs import check_partition_rows
 from gpucal.rows import RowBlock, as_rows
 
-# Columns of ScoreTable.sums.
-COUNT, W, WY, W2 = range(4)
-
 
 class ScoreTable(NamedTuple):
-    """Distinct scores ``keys`` (increasing) and their ``(len(keys), 4)`` sums ``count, w, w*y, w**2``."""
+    """Distinct scores ``keys`` (increasing) and, per score, ``n_rows``, ``weight`` (``sum w``),
+    ``weight_y`` (``sum w*y``) and ``weight_sq`` (``sum w**2``): float64 arrays of one length.
+
+    With unit weights ``n_rows``, ``weight`` and ``weight_sq`` may be one and the same array.
+    """
 
     keys: np.ndarray
-    sums: np.ndarray
-
-    @property
-    def weight(self) -> np.ndarray:
-        return self.sums[:, W]
+    n_rows: np.ndarray
+    weight: np.ndarray
+    weight_y: np.ndarray
+    weight_sq: np.ndarray
 
     @property
     def residual(self) -> np.ndarray:
         """``sum w*(y - p)`` per score."""
-        return self.sums[:, WY] - self.keys * self.sums[:, W]
+        return self.weight_y - self.keys * self.weight
 
     def positive(self) -> ScoreTable:
         """Return the table without the scores whose rows all weigh zero (rows that count as absent)."""
-        keep = self.sums[:, W] > 0
-        return ScoreTable(self.keys[keep], self.sums[keep])
+        keep = self.weight > 0
+        if bool(keep.all()):
+            return self
+        return ScoreTable(*(column[keep] for column in self))
+
+
+def _empty_table() -> ScoreTable:
+    return ScoreTable(*(np.zeros(0) for _ in range(5)))
 
 
 def _sorted_binary_unit(p: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -64,11 +68,16 @@ def _sorted_binary_unit(p: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.nd
     return (keys >> np.uint64(1)).view(np.float64), (keys & np.uint64(1)).astype(np.float64)
 
 
+def _add_by_key(ids: Any, n_keys: int, values: Any) -> Any:
+    """Return the sums of ``values`` per id (ids sorted, ``0..n_keys-1``)."""
+    return array_namespace(values).bincount(ids, weights=values, minlength=n_keys)
+
+
 def score_table(y: Any, p: Any, w: Any) -> ScoreTable:
     """Return the :class:`ScoreTable` of checked rows (numpy or cupy; ``w`` None: unit weights)."""
     xp = array_namespace(p)
     if p.shape[0] == 0:
-        return ScoreTable(np.zeros(0), np.zeros((0, 4)))
+        return _empty_table()
     if w is None and xp is np and bool(((y == 0) | (y == 1)).all()):
         ps, ys = _sorted_binary_unit(p, y)
         ws = None
@@ -79,19 +88,19 @@ def score_table(y: Any, p: Any, w: Any) -> ScoreTable:
     first = xp.empty(ps.shape[0], dtype=bool)
     first[0] = True
     xp.not_equal(ps[1:], ps[:-1], out=first[1:])
-    ids = xp.cumsum(first) - 1
-    m = int(ids[-1]) + 1
-    count = xp.bincount(ids, minlength=m).astype(xp.float64)
-    if ws is None:
-        cols = [count, count, xp.bincount(ids, weights=ys, minlength=m), count]
+    if ws is None and bool(first.all()):  # no ties, unit weights: every row is a key of weight 1
+        ones = xp.ones(ps.shape[0])
+        columns = (ps, ones, ones, ys, ones)
     else:
-        cols = [
-            count,
-            xp.bincount(ids, weights=ws, minlength=m),
-            xp.bincount(ids, weights=ws * ys, minlength=m),
-            xp.bincount(ids, weights=ws * ws, minlength=m),
-        ]
-    return ScoreTable(to_numpy(ps[first]), to_numpy(xp.stack(cols, axis=1)))
+        ids = xp.cumsum(first) - 1
+        m = int(ids[-1]) + 1
+        count = xp.bincount(ids, minlength=m).astype(xp.float64)
+        if ws is None:
+            columns = (ps[first], count, count, _add_by_key(ids, m, ys), count)
+        else:
+            weight_y, weight_sq = _add_by_key(ids, m, ws * ys), _add_by_key(ids, m, ws * ws)
+            columns = (ps[first], count, _add_by_key(ids, m, ws), weight_y, weight_sq)
+    return ScoreTable(*(to_numpy(c) for c in columns))
 
 
 def block_score_table(block: RowBlock) -> ScoreTable:
@@ -103,9 +112,8 @@ def block_score_table(block: RowBlock) -> ScoreTable:
 def merge_score_tables(*tables: ScoreTable) -> ScoreTable:
     """Return the table of the union of the tables' rows: keys merged, sums of equal keys added."""
     keys = np.concatenate([t[0] for t in tables])
-    sums = np.concatenate([t[1] for t in tables])
     if keys.size == 0:
-        return ScoreTable(keys, sums.reshape(0, 4))
+        return _empty_table()
     order = np.argsort(keys, kind="stable")
     keys = keys[order]
     first = np.empty(keys.shape[0], dtype=bool)
@@ -113,9 +121,8 @@ def merge_score_tables(*tables: ScoreTable) -> ScoreTable:
     np.not_equal(keys[1:], keys[:-1], out=first[1:])
     ids = np.cumsum(first) - 1
     m = int(ids[-1]) + 1
-    sums = sums[order]
-    merged = np.stack([np.bincount(ids, weights=sums[:, j], minlength=m) for j in range(4)], axis=1)
-    return ScoreTable(keys[first], merged)
+    sums = [_add_by_key(ids, m, np.concatenate([t[j] for t in tables])[order]) for j in range(1, 5)]
+    return ScoreTable(keys[first], *sums)
 
 
 def table_of(y_true: Any, y_prob: Any, sample_weight: Any) -> ScoreTable:
@@ -126,8 +133,8 @@ def table_of(y_true: Any, y_prob: Any, sample_weight: Any) -> ScoreTable:
     rows = as_rows(y_true=y_true, y_prob=y_prob, sample_weight=sample_weight)
     # The rows may hand back a plain tuple (results are brought to the host field by field).
     table = ScoreTable(*rows.reduce(block_score_table, merge_score_tables))
-    check_not_empty(int(table.sums[:, COUNT].sum()), "y_true")
-    if not table.sums[:, W].sum() > 0:
+    check_not_empty(int(table.n_rows.sum()), "y_true")
+    if not table.weight.sum() > 0:
         msg = "sample_weight: all weights are zero"
         raise ValueError(msg)
     return table.positive()

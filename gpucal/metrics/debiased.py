@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from gpucal._params import Interval, validate_params
-from gpucal.metrics._score_table import WY, ScoreTable, table_of
+from gpucal.metrics._score_table import ScoreTable, table_of
 
 N_BINS = Interval(int, 1, None)
 
@@ -61,7 +61,7 @@ def debiased_of_table(table: ScoreTable, n_bins: int) -> float:
     m = int(ids.max()) + 1
     weight = np.bincount(ids, weights=table.weight, minlength=m)
     weight_p = np.bincount(ids, weights=table.keys * table.weight, minlength=m)
-    weight_y = np.bincount(ids, weights=table.sums[:, WY], minlength=m)
+    weight_y = np.bincount(ids, weights=table.weight_y, minlength=m)
     keep = weight >= 2.0
     p_mean = weight_p[keep] / weight[keep]
     y_mean = weight_y[keep] / weight[keep]

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from gpucal.metrics._score_table import W2, ScoreTable, table_of
+from gpucal.metrics._score_table import ScoreTable, table_of
 
 # Beyond this many standard deviations the p-value is below double precision: MCGrad reports
 # ``sys.float_info.epsilon`` there, and 1 below ECCE_SIGMA_MIN; gpucal does the same so that values match.
@@ -45,7 +45,7 @@ def ecce_of_table(table: ScoreTable) -> float:
 
 def ecce_std_of_table(table: ScoreTable) -> float:
     r"""Return :math:`\sigma = \sqrt{\sum_i w_i^2 p_i (1 - p_i)} / W`, the walk's null standard deviation."""
-    variance = float(np.sum(table.sums[:, W2] * table.keys * (1.0 - table.keys)))
+    variance = float(np.sum(table.weight_sq * table.keys * (1.0 - table.keys)))
     return math.sqrt(variance) / float(table.weight.sum())
 
 

@@ -33,7 +33,7 @@ import numba
 import numpy as np
 
 from gpucal._params import Interval, validate_params
-from gpucal.metrics._score_table import WY, ScoreTable, table_of
+from gpucal.metrics._score_table import ScoreTable, table_of
 
 FRAC = Interval(float, 0, 1, closed="right")
 GRID_SIZE = Interval(int, 2, None, allow_none=True)
@@ -132,7 +132,7 @@ def loess_distances(table: ScoreTable, frac: float, grid_size: int | None) -> np
     cum = np.cumsum(table.weight)
     total = float(cum[-1])
     r = min(max(float(math.ceil(frac * total)), 2.0), total)
-    mean_y = table.sums[:, WY] / table.weight
+    mean_y = table.weight_y / table.weight
     if grid_size is not None and total > grid_size:
         positions = np.linspace(0.0, 1.0, grid_size) * (total - 1.0)
         below = np.floor(positions)
