@@ -86,3 +86,18 @@ def test_dask_bad_weights_name_the_argument(client: Any) -> None:
     parts = dd.from_pandas(frame, npartitions=3)
     with pytest.raises(ValueError, match="sample_weight"):
         metrics.ecce(parts.y, parts.p, sample_weight=parts.w)
+
+
+def test_smooth_and_corp_curves_on_dask_equal_one_machine(client: Any) -> None:
+    from gpucal.plot import corp_curve, smooth_reliability_curve
+
+    parts = dd.from_pandas(FRAME, npartitions=4)
+    local = smooth_reliability_curve(FRAME.y, FRAME.p, sample_weight=FRAME.w, n_bootstrap=8, seed=2)
+    distributed = smooth_reliability_curve(parts.y, parts.p, sample_weight=parts.w, n_bootstrap=8, seed=2)
+    np.testing.assert_allclose(distributed.observed, local.observed, rtol=RTOL)
+    np.testing.assert_allclose(distributed.band_low, local.band_low, rtol=1e-10)
+    np.testing.assert_allclose(distributed.band_high, local.band_high, rtol=1e-10)
+    corp_local = corp_curve(FRAME.y, FRAME.p, sample_weight=FRAME.w)
+    corp_distributed = corp_curve(parts.y, parts.p, sample_weight=parts.w)
+    np.testing.assert_allclose(corp_distributed.value, corp_local.value, rtol=RTOL)
+    assert corp_distributed.mcb == pytest.approx(corp_local.mcb, rel=1e-10)

@@ -1,5 +1,9 @@
 """Reliability diagrams: the per-bin numbers (:func:`reliability_curve`) and their plots; MBCT plots.
 
+Without bins: the smooth kernel curve with its bootstrap band (:func:`smooth_reliability_curve`,
+:func:`plot_smooth_reliability`; Błasiok & Nakkiran, as relplot) and the CORP isotonic curve with its
+Brier decomposition (:func:`corp_curve`, :func:`plot_corp_reliability`; Dimitriadis, Gneiting & Jordan).
+
 :func:`reliability_curve` and :func:`feature_calibration` are pure computation (numpy / numba, no
 matplotlib). :func:`plot_reliability`, :func:`plot_reliability_to_png`, :func:`plot_tree` (one tree of
 a fitted MBCT chain) and :func:`plot_feature_calibration` (calibration per feature value, before and
@@ -9,16 +13,30 @@ they are called.
 
 from gpucal.plot.curve import ReliabilityCurve, auto_n_bins, reliability_curve
 from gpucal.plot.reliability import plot_reliability, plot_reliability_to_png
+from gpucal.plot.smooth import (
+    CorpCurve,
+    SmoothReliabilityCurve,
+    corp_curve,
+    plot_corp_reliability,
+    plot_smooth_reliability,
+    smooth_reliability_curve,
+)
 from gpucal.plot.trees import FeatureCalibration, feature_calibration, plot_feature_calibration, plot_tree
 
 __all__ = [
+    "CorpCurve",
     "FeatureCalibration",
     "ReliabilityCurve",
+    "SmoothReliabilityCurve",
     "auto_n_bins",
+    "corp_curve",
     "feature_calibration",
+    "plot_corp_reliability",
     "plot_feature_calibration",
     "plot_reliability",
     "plot_reliability_to_png",
+    "plot_smooth_reliability",
     "plot_tree",
     "reliability_curve",
+    "smooth_reliability_curve",
 ]
