@@ -393,8 +393,9 @@ def multicalibration_error(
     )
     p, y, w, codes = rows.reduce(block_coded_rows, concat_coded_rows, codings)
     check_not_empty(p.shape[0], "y_true")
-    order = np.argsort(p, kind="stable")
-    p, y, codes = p[order], y[order], np.ascontiguousarray(codes[:, order])
+    # Any order of tied scores gives the same walks (they are read at the ends of tie blocks only).
+    order = np.argsort(p)
+    p, y, codes = p[order], y[order], np.ascontiguousarray(codes[:, order], dtype=np.int32)
     w = np.ones(p.shape[0]) if w is None else w[order]
     if not w.sum() > 0:
         msg = "sample_weight: all weights are zero"
@@ -417,9 +418,9 @@ def multicalibration_error(
         subset_cols[s, : len(cols)] = cols
         subset_strides[s, : len(cols)] = strides
         n_groups = math.prod(radix)
-        combined = np.zeros(p.shape[0], dtype=np.int64)
+        combined = np.zeros(p.shape[0], dtype=np.int32)
         for c, stride in zip(cols, strides, strict=True):
-            combined += codes[c].astype(np.int64) * stride
+            combined += codes[c] * np.int32(stride)
         # The segment enumeration: one group-sum pass gives every combination's row count.
         n_rows = group_stats(combined, p, y, None, n_groups)[:, COUNT]
         part = np.full(n_groups, -1, dtype=np.int64)
@@ -449,7 +450,7 @@ def multicalibration_error(
         residual,
         w,
         variance,
-        codes.astype(np.int64),
+        codes,
         subset_cols,
         subset_strides,
         subset_depth,
