@@ -12,8 +12,8 @@ import pytest
 
 import kernels.trees
 from gpucal.encoding import FeatureEncoder
-from gpucal.mbct.export import export_rules, sql_float, sql_value
 from gpucal.partition.ensemble import TreeEnsemble, map_codes
+from gpucal.rules import export_rules, sql_float, sql_value
 
 EPS = float(np.finfo(np.float64).eps)
 SCORE_BINS = 10

@@ -43,6 +43,7 @@ from gpucal.partition.local_maps import LOCAL_MAP_KINDS, apply_local_maps, n_map
 from gpucal.persistence import check_records, register
 from gpucal.rows._collections import any_dask
 from gpucal.rows.draws import poisson_one, row_uniforms
+from gpucal.rules import export_rules
 from kernels import tree_leaves
 
 MODES = ("tree", "forest", "boosted")
@@ -571,12 +572,10 @@ class HeterogeneousCalibrator(Calibrator):
     def export_rules(self, format: str = "text", **options: Any) -> str:
         """Return the fitted trees as readable rules ("text"), JSON ("json") or a SQL expression ("sql").
 
-        The rules of :func:`gpucal.mbct.export.export_rules` (``options`` as there): each tree sends a
+        The rules of :func:`gpucal.rules.export_rules` (``options`` as there): each tree sends a
         row to the node it stops at and applies that node's map to the previous trees' output, which is
         what modes "tree" and "boosted" compute. A forest's average and beta maps have no such form.
         """
-        from gpucal.mbct.export import export_rules
-
         check_is_fitted(self, list(self._state_spec))
         if self.mode == "forest" or self.local_map not in ENSEMBLE_KINDS:
             msg = (
