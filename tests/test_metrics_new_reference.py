@@ -306,3 +306,10 @@ def test_multicalibration_bad_segments_name_the_argument() -> None:
         metrics.multicalibration_error(y, p, np.zeros(50))
     with pytest.raises(ValueError, match="min_samples_per_segment"):
         metrics.multicalibration_error(y[:5], p[:5], {"a": np.zeros(5)})
+
+
+def test_multicalibration_refuses_segments_on_another_index() -> None:
+    frame, y, p, _ = segment_frame(200)
+    labels = pd.Series(y, index=frame.index)
+    with pytest.raises(ValueError, match="segments\\['b'\\]"):
+        metrics.multicalibration_error(labels, p, frame[["b"]].iloc[::-1])

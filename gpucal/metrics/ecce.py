@@ -124,7 +124,7 @@ def ecce(y_true: Any, y_prob: Any, *, sample_weight: Any = None) -> float:
     Examples
     --------
     >>> round(ecce([0, 1, 0, 1], [0.1, 0.4, 0.6, 0.9]), 3)
-    0.125
+    0.15
     """
     return ecce_of_table(table_of(y_true, y_prob, sample_weight))
 

@@ -45,7 +45,7 @@ import numpy as np
 import pandas as pd
 
 from gpucal._params import Interval, validate_params
-from gpucal._validation import check_not_empty
+from gpucal._validation import check_not_empty, check_same_index
 from gpucal.metrics._inputs import check_partition_rows
 from gpucal.metrics._sums import COUNT, group_stats
 from gpucal.metrics.ecce import ecce_pvalue_from_sigma, sigma_ratio
@@ -119,8 +119,15 @@ def host_column(values: Any) -> pd.Series:
 
 def block_columns(block: RowBlock) -> tuple[Any, dict[str, pd.Series]]:
     """Return a block's checked rows and its segment columns (host Series), lengths checked."""
+    given = report_columns(block["segments"])
+    check_same_index(
+        y_true=block["y_true"],
+        y_prob=block["y_prob"],
+        sample_weight=block["sample_weight"],
+        **{f"segments[{name!r}]": values for name, values in given.items()},
+    )
     rows = check_partition_rows(block["y_true"], block["y_prob"], block["sample_weight"])
-    columns = {name: host_column(values) for name, values in report_columns(block["segments"]).items()}
+    columns = {name: host_column(values) for name, values in given.items()}
     for name, column in columns.items():
         if len(column) != rows.n:
             msg = f"segments: column {name!r} has {len(column)} rows, expected {rows.n}"
