@@ -25,6 +25,7 @@ import math
 import sys
 from typing import Any
 
+import numba
 import numpy as np
 
 from gpucal.metrics._score_table import ScoreTable, table_of
@@ -37,16 +38,29 @@ ECCE_SIGMA_MIN = 1e-20
 _SERIES_TERMS = 64
 
 
-def ecce_of_table(table: ScoreTable) -> float:
-    """Return the ECCE of a :class:`ScoreTable` of rows with positive weight."""
-    walk = np.cumsum(table.residual) / table.weight.sum()
-    return float(max(walk.max(), 0.0) - min(walk.min(), 0.0))
+@numba.njit(cache=True)
+def _walk(keys, weight, weight_y, weight_sq):  # pragma: no cover - compiled
+    # One pass over the distinct scores: the unnormalised walk's extremes (0 included), the total
+    # weight and the null variance sum w^2 p (1 - p).
+    walk = 0.0
+    high = 0.0
+    low = 0.0
+    total = 0.0
+    variance = 0.0
+    for j in range(keys.shape[0]):
+        walk += weight_y[j] - keys[j] * weight[j]
+        high = max(high, walk)
+        low = min(low, walk)
+        total += weight[j]
+        variance += weight_sq[j] * keys[j] * (1.0 - keys[j])
+    return high - low, total, variance
 
 
-def ecce_std_of_table(table: ScoreTable) -> float:
-    r"""Return :math:`\sigma = \sqrt{\sum_i w_i^2 p_i (1 - p_i)} / W`, the walk's null standard deviation."""
-    variance = float(np.sum(table.weight_sq * table.keys * (1.0 - table.keys)))
-    return math.sqrt(variance) / float(table.weight.sum())
+def ecce_and_std(table: ScoreTable) -> tuple[float, float]:
+    r"""Return the ECCE of a :class:`ScoreTable` of rows with positive weight and the walk's null standard
+    deviation :math:`\sigma = \sqrt{\sum_i w_i^2 p_i (1 - p_i)} / W`."""
+    spread, total, variance = _walk(table.keys, table.weight, table.weight_y, table.weight_sq)
+    return spread / total, math.sqrt(variance) / total
 
 
 def sigma_ratio(value: Any, std: Any) -> Any:
@@ -126,7 +140,7 @@ def ecce(y_true: Any, y_prob: Any, *, sample_weight: Any = None) -> float:
     >>> round(ecce([0, 1, 0, 1], [0.1, 0.4, 0.6, 0.9]), 3)
     0.15
     """
-    return ecce_of_table(table_of(y_true, y_prob, sample_weight))
+    return ecce_and_std(table_of(y_true, y_prob, sample_weight))[0]
 
 
 def ecce_sigma(y_true: Any, y_prob: Any, *, sample_weight: Any = None) -> float:
@@ -137,8 +151,7 @@ def ecce_sigma(y_true: Any, y_prob: Any, *, sample_weight: Any = None) -> float:
     under calibration. ``inf`` when every ``p`` is 0 or 1 and ECCE is not 0; 0 when both are 0. Equal to
     ``mcgrad.metrics.ecce_sigma``. Parameters as :func:`ecce`.
     """
-    table = table_of(y_true, y_prob, sample_weight)
-    return float(sigma_ratio(ecce_of_table(table), ecce_std_of_table(table)))
+    return float(sigma_ratio(*ecce_and_std(table_of(y_true, y_prob, sample_weight))))
 
 
 def ecce_pvalue(y_true: Any, y_prob: Any, *, sample_weight: Any = None) -> float:
