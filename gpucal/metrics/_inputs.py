@@ -1,18 +1,41 @@
-"""Turn what users pass to a metric into checked arrays on one device.
+"""How a metric reads its rows: checked blocks of ``(y, p, w)`` and fields, written once for every backend.
 
-Labels, probabilities and weights go through ``gpucal._validation`` (one wording for every error). A
-field (the values of one feature) is factorised to dense int32 codes here with pandas or cupy: the
-shared encoder (``gpucal.encoding``) will take this over once it lands.
+Every metric is ``finish(sums(rows))``. :func:`metric_rows` turns what the user passed (numpy, cupy,
+pandas, cudf, polars, pyarrow, or dask collections of them) into :class:`gpucal.rows.Rows` whose blocks
+are :class:`CheckedRows`: each block is checked on its own by :func:`check_partition_rows` (a dask
+partition may be empty or weigh nothing), its fields factorised. A metric then
 
-Dask: every public metric carries :func:`accepts_dask`, the one place where a call with dask
-collections (labels, probabilities, weights or a field given as dask DataFrames, Series or Arrays)
-is routed to its distributed twin in ``gpucal.distributed.metrics``; nothing else in a metric knows
-about dask.
+1. sums fixed-shape arrays over the blocks with :meth:`~gpucal.rows.Rows.sum` (bin or group sums from
+   :func:`gpucal.metrics._sums.group_stats`, MVCE's views with the block's ``row_offset``), or combines
+   keyed tables with :meth:`~gpucal.rows.Rows.reduce` (sums per distinct score:
+   :func:`score_table`);
+2. runs the whole-data checks on the summed summary (:func:`check_total`: no rows, all weights zero);
+3. finishes on the host (a few bins or groups).
+
+On one machine there is one block (the inputs as given) and each pass is one function call; over dask
+each block is a partition, summed on the workers in a tree. Row checks count rows from the block's
+start. A new metric is written like this::
+
+    def block_sums(block: CheckedRows, n_bins: int) -> np.ndarray:   # module level (picklable)
+        return group_stats(uniform_bin_ids(block.p, n_bins), block.p, block.y, block.w, n_bins)
+
+    def my_metric(y_true, y_prob, *, sample_weight=None, n_bins=15):
+        stats = metric_rows(y_true, y_prob, sample_weight).sum(block_sums, n_bins)
+        check_total(stats[:, COUNT].sum(), stats[:, W].sum())
+        return finish(stats)
+
+A field (the values of one feature, ``metric_rows(..., field=values)``) is factorised per block with
+pandas (cupy for device arrays): ``block.codes[name]`` are the block's int32 codes into
+``block.uniques[name]``. :func:`field_uniques` merges the blocks' distinct values in order of first
+appearance (one small pass) and :func:`global_codes` maps a block's codes onto them. Missing values
+(NaN, None) form one group of their own. (The fitted :class:`gpucal.FeatureEncoder` is not used here:
+a metric groups by every distinct value, with no frequency cut-off and no hashing.)
 """
 
 from __future__ import annotations
 
 import functools
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import ModuleType
@@ -21,7 +44,7 @@ from typing import Any, TypeVar
 import numpy as np
 import pandas as pd
 
-from gpucal._backend import array_namespace, is_cupy_array
+from gpucal._backend import array_namespace, is_cupy_array, to_numpy
 from gpucal._validation import (
     check_consistent_length,
     check_labels,
@@ -30,18 +53,19 @@ from gpucal._validation import (
     check_same_index,
     check_sample_weight,
 )
+from gpucal.rows import RowBlock, as_rows
+from gpucal.rows import Rows as DataRows
 from gpucal.rows._checks import check_partition_weight
 from gpucal.rows._collections import any_dask
+from gpucal.rows._reduce import KeyedTable, check_table_size, group_sorted, merge_tables, merge_uniques
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 
 def accepts_dask(metric: F) -> F:
-    """Let ``metric`` take dask collections: such calls go to the distributed twin of the same name.
+    """Route a call with dask collections to the metric's twin in ``gpucal.distributed.metrics``.
 
-    The twin (``gpucal.distributed.metrics``) takes the same arguments and returns the same value as
-    the metric on the concatenated rows, up to the order of floating-point additions. Importing it
-    (and dask) happens on the first dask call only.
+    Kept only until every metric is written over :func:`metric_rows`.
     """
 
     @functools.wraps(metric)
@@ -56,8 +80,9 @@ def accepts_dask(metric: F) -> F:
 
 
 @dataclass(frozen=True)
-class Rows:
-    """Checked metric inputs: labels ``y``, probabilities ``p`` and weights ``w`` (None: all ones).
+class CheckedRows:
+    """Checked metric inputs of one block: labels ``y``, probabilities ``p``, weights ``w`` (None: all
+    ones) on one device, and the block's factorised fields (``codes[name]`` into ``uniques[name]``).
 
     ``indexed`` keeps the arguments as given (by name), so that a field can be checked against their
     pandas index (:func:`gpucal._validation.check_same_index`).
@@ -68,10 +93,15 @@ class Rows:
     w: Any
     xp: ModuleType
     indexed: dict[str, Any] = field(default_factory=dict)
+    codes: dict[str, Any] = field(default_factory=dict)
+    uniques: dict[str, np.ndarray] = field(default_factory=dict)
 
     @property
     def n(self) -> int:
         return int(self.p.shape[0])
+
+    def __len__(self) -> int:
+        return self.n
 
     @property
     def total_weight(self) -> float:
@@ -82,6 +112,10 @@ class Rows:
         return self.xp.ones(self.n, dtype=self.xp.float64) if self.w is None else self.w
 
 
+#: The former name of :class:`CheckedRows`, kept while ``gpucal.plot.curve`` imports it.
+Rows = CheckedRows
+
+
 def check_rows(
     y_true: Any,
     y_prob: Any,
@@ -89,8 +123,9 @@ def check_rows(
     *,
     allow_soft: bool = True,
     label_name: str = "y_true",
-) -> Rows:
-    """Validate ``(y_true, y_prob, sample_weight)``; keep ``w = None`` so unit weights cost nothing.
+) -> CheckedRows:
+    """Validate ``(y_true, y_prob, sample_weight)`` held in one place, as a whole data set: it must have
+    rows and some weight. Keeps ``w = None`` so unit weights cost nothing.
 
     pandas inputs must share one index (:func:`gpucal._validation.check_same_index`).
     """
@@ -102,7 +137,7 @@ def check_rows(
     n = check_consistent_length(**{label_name: y, "y_prob": p})
     check_not_empty(n, label_name)
     w = None if sample_weight is None else check_sample_weight(sample_weight, n, xp=xp)
-    return Rows(y=y, p=p, w=w, xp=xp, indexed=indexed)
+    return CheckedRows(y=y, p=p, w=w, xp=xp, indexed=indexed)
 
 
 def check_partition_rows(
@@ -112,37 +147,86 @@ def check_partition_rows(
     *,
     allow_soft: bool = True,
     label_name: str = "y_true",
-) -> Rows:
-    """:func:`check_rows` for one partition of distributed rows: it may be empty or weigh nothing.
+) -> CheckedRows:
+    """:func:`check_rows` for one block of rows: it may be empty or weigh nothing.
 
-    The whole data set must have rows and some weight; the distributed metric checks that on the
-    reduced sums. Row numbers in error messages count from the partition's first row. pandas
-    partitions must share one index, as whole inputs must (:func:`check_rows`).
+    The whole data set must have rows and some weight: the metric checks that on the summed sums
+    (:func:`check_total`). Row numbers in error messages count from the block's first row. pandas
+    blocks must share one index, as whole inputs must (:func:`check_rows`).
     """
-    check_same_index(**{label_name: y_true, "y_prob": y_prob, "sample_weight": sample_weight})
+    indexed = {label_name: y_true, "y_prob": y_prob, "sample_weight": sample_weight}
+    check_same_index(**indexed)
     p = check_probabilities(y_prob, "y_prob")
     y = check_labels(y_true, label_name, allow_soft=allow_soft)
     xp = array_namespace(y, p)
     n = check_consistent_length(**{label_name: y, "y_prob": p})
     w = None if sample_weight is None else check_partition_weight(sample_weight, n, xp)
-    return Rows(y=y, p=p, w=w, xp=xp)
+    return CheckedRows(y=y, p=p, w=w, xp=xp, indexed=indexed)
+
+
+def check_total(count: float, weight: float, label_name: str = "y_true") -> None:
+    """The whole-data checks, on summed sums: some rows (``count``), some weight (``weight``)."""
+    check_not_empty(int(count), label_name)
+    if not weight > 0:
+        msg = "sample_weight: all weights are zero"
+        raise ValueError(msg)
+
+
+def read_block(
+    block: RowBlock, label_name: str, allow_soft: bool, field_names: tuple[str, ...]
+) -> CheckedRows:
+    """Check one block of a metric's rows and factorise its fields (the first map of :func:`metric_rows`)."""
+    rows = check_partition_rows(
+        block[label_name],
+        block["y_prob"],
+        block["sample_weight"],
+        allow_soft=allow_soft,
+        label_name=label_name,
+    )
+    codes, uniques = {}, {}
+    for name in field_names:
+        values = block[name]
+        check_same_index(**rows.indexed, **{name: values})
+        local_codes, local_uniques = factorize_values(values, name)
+        check_consistent_length(y_prob=rows.p, **{name: local_codes})
+        codes[name] = rows.xp.asarray(local_codes, dtype=rows.xp.int32)
+        uniques[name] = np.asarray(local_uniques, dtype=object)
+    return CheckedRows(rows.y, rows.p, rows.w, rows.xp, rows.indexed, codes, uniques)
+
+
+def metric_rows(
+    y_true: Any,
+    y_prob: Any,
+    sample_weight: Any = None,
+    *,
+    allow_soft: bool = True,
+    label_name: str = "y_true",
+    **fields: Any,
+) -> DataRows:
+    """Return the rows of a metric's inputs, local or dask, as blocks of :class:`CheckedRows`.
+
+    ``fields`` are named 1-D columns (a field, clusters, a report's feature columns) factorised per
+    block. Every block is checked alone (:func:`check_partition_rows`); call :func:`check_total` on the
+    summed counts and weights.
+    """
+    rows = as_rows(**{label_name: y_true}, y_prob=y_prob, sample_weight=sample_weight, **fields)
+    return rows.map(read_block, label_name, allow_soft, tuple(fields))
 
 
 def factorize_values(values: Any, name: str) -> tuple[Any, Any]:
     """Return ``(codes, uniques)`` of a 1-D column: int codes (numpy or cupy) and its distinct values.
 
-    Uniques are in order of first appearance, on the host. See :func:`factorize`.
+    Any 1-D column works: numbers, strings, booleans, pandas categoricals, polars / pyarrow / cudf
+    columns. Uniques are on the host, in order of first appearance (sorted for cupy arrays); missing
+    values (NaN, None) are one value of their own.
     """
     module = type(values).__module__.split(".")[0]
     if is_cupy_array(values):
         uniques, codes = array_namespace(values).unique(values, return_inverse=True)
         uniques = uniques.get()
     else:
-        if module == "cudf":
-            # Host round trip until gpucal.encoding factorises on the device.
-            values = values.to_pandas()
-        elif module in ("polars", "pyarrow"):
-            values = values.to_pandas()
+        if module in ("cudf", "polars", "pyarrow"):
+            values = values.to_pandas()  # a host round trip: the uniques go to the host anyway
         elif not isinstance(values, pd.Series | pd.Index | pd.Categorical):
             values = np.asarray(values)
         if values.ndim != 1:
@@ -152,15 +236,103 @@ def factorize_values(values: Any, name: str) -> tuple[Any, Any]:
     return codes, uniques
 
 
-def factorize(values: Any, name: str, rows: Rows) -> tuple[Any, Any]:
-    """Return ``(codes, uniques)``: int32 codes on the rows' device and the distinct values (host).
+def block_uniques(block: CheckedRows, names: tuple[str, ...]) -> tuple[np.ndarray, ...]:
+    """The distinct values of the named fields of one block."""
+    return tuple(block.uniques[name] for name in names)
 
-    Any 1-D column works: numbers, strings, booleans, pandas categoricals, polars / pyarrow / cudf
-    columns. Missing values (NaN, None) form one group of their own rather than being dropped. A
-    pandas column must carry the rows' index (:func:`gpucal._validation.check_same_index`).
+
+def merge_field_uniques(*per_block: tuple[np.ndarray, ...]) -> tuple[np.ndarray, ...]:
+    """Merge the blocks' distinct values field by field, in order of first appearance."""
+    return tuple(merge_uniques(*column) for column in zip(*per_block, strict=True))
+
+
+def field_uniques(rows: DataRows, *names: str) -> tuple[np.ndarray, ...]:
+    """Return the distinct values of each named field over all blocks, in order of first appearance."""
+    return tuple(rows.reduce(block_uniques, merge_field_uniques, names))
+
+
+def global_codes(block: CheckedRows, name: str, uniques: np.ndarray) -> Any:
+    """Return the block's codes of field ``name`` into the global ``uniques`` (of :func:`field_uniques`)."""
+    local = block.uniques[name]
+    if local.shape[0] == uniques.shape[0] and (
+        local.shape[0] == 0 or bool(pd.Index(local).equals(pd.Index(uniques)))
+    ):
+        return block.codes[name]  # one block, or a block that saw every value in order: codes as they are
+    position = pd.Index(uniques).get_indexer(pd.Index(local))
+    return block.xp.asarray(position, dtype=block.xp.int32)[block.codes[name]]
+
+
+def row_stats(block: CheckedRows) -> Any:
+    """``(n, 4)`` per-row ``1, w, w p, w y`` on the block's device (the rows of a keyed table)."""
+    xp = block.xp
+    w = block.weights()
+    return xp.stack([xp.ones(block.n, dtype=xp.float64), w, w * block.p, w * block.y], axis=1)
+
+
+def block_score_table(
+    block: CheckedRows, limit: int, keys: tuple[tuple[str, np.ndarray], ...] = ()
+) -> KeyedTable:
+    """Sums ``count, w, w p, w y`` per distinct score (after the named fields' global codes, given as
+    ``(name, uniques)`` pairs in ``keys``) of one block."""
+    key_columns = [global_codes(block, name, uniques) for name, uniques in keys]
+    keyed, stats = group_sorted((*key_columns, block.p), row_stats(block), block.xp)
+    check_table_size(int(stats.shape[0]), limit, _table_name(keys))
+    return KeyedTable(tuple(to_numpy(k) for k in keyed), to_numpy(stats))
+
+
+def _table_name(keys: tuple[Any, ...]) -> str:
+    return "distinct (field, score) table" if keys else "distinct-score table"
+
+
+def _merge(*tables: KeyedTable, limit: int, what: str) -> KeyedTable:
+    return merge_tables(*tables, limit=limit, what=what)
+
+
+def key_limit(rows: DataRows) -> int:
+    """The most keys a table merged from several blocks may hold (``dask.config``
+    ``gpucal.max-distinct-keys``, default 1e7); unbounded for one block, already in memory."""
+    if rows.n_blocks == 1:
+        return sys.maxsize
+    from gpucal.rows._reduce import max_distinct_keys
+
+    return max_distinct_keys()
+
+
+def score_table(rows: DataRows, *keys: tuple[str, np.ndarray], label_name: str = "y_true") -> KeyedTable:
+    """Return the keyed table of sums ``count, w, w p, w y`` per distinct score of all blocks (per
+    distinct ``(field code, score)`` with ``keys``), sorted by key, and check the totals.
+
+    Exact: tied scores are one key, never split. Its size is the number of distinct keys; over several
+    blocks it is capped by :func:`key_limit` (an error above it, never a silent collect).
     """
+    limit = key_limit(rows)
+    combine = functools.partial(_merge, limit=limit, what=_table_name(keys))
+    table: KeyedTable = rows.reduce(block_score_table, combine, limit, tuple(keys))
+    check_total(float(table.stats[:, 0].sum()), float(table.stats[:, 1].sum()), label_name)
+    return table
+
+
+__all__ = [
+    "CheckedRows",
+    "block_score_table",
+    "check_partition_rows",
+    "check_rows",
+    "check_total",
+    "factorize_values",
+    "field_uniques",
+    "global_codes",
+    "key_limit",
+    "metric_rows",
+    "read_block",
+    "row_stats",
+    "score_table",
+]
+
+
+def factorize(values: Any, name: str, rows: CheckedRows) -> tuple[Any, Any]:
+    """Return ``(codes, uniques)`` of a field of whole checked rows (kept until the field metrics read
+    their fields through :func:`metric_rows`)."""
     check_same_index(**rows.indexed, **{name: values})
     codes, uniques = factorize_values(values, name)
     check_consistent_length(y_prob=rows.p, **{name: codes})
-    codes = rows.xp.asarray(codes, dtype=rows.xp.int32)
-    return codes, uniques
+    return rows.xp.asarray(codes, dtype=rows.xp.int32), uniques
