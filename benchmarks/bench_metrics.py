@@ -140,7 +140,10 @@ def run_new_metrics(n: int, repeats: int, seed: int) -> list[str]:
         f"bias in one segment; 5 categorical segment columns of {', '.join(map(str, SEGMENT_SIZES))} values. "
         f"gpucal: best of {repeats} call(s); references: one call (mcgrad {version('mcgrad')}, relplot "
         f"{version('relplot')}, uncertainty-calibration {version('uncertainty-calibration')}, probcal "
-        f"{version('probcal')}). Values agree to 1e-9 relative (MCE: 1e-6, MCGrad computes in float32).",
+        f"{version('probcal')}). Values agree to 1e-9 relative (MCE: 1e-6, MCGrad computes in float32). "
+        "A reference timed on fewer rows than the rest could not run on all of them here: MCGrad's "
+        "MulticalibrationError holds a (50, n) float mask per chunk of its 376 segments (tens of GB and "
+        "minutes at 1e7); the last column gives gpucal's time on all the rows.",
         "",
         f"| metric | reference | rows | gpucal s | reference s | reference / gpucal | gpucal s, {n:.0e} rows "
         "| value |",
