@@ -14,7 +14,7 @@ from sklearn.metrics import brier_score_loss, roc_auc_score
 from sklearn.metrics import log_loss as sk_log_loss
 
 from gpucal import metrics
-from gpucal.metrics._inputs import check_rows
+from gpucal.metrics._inputs import metric_rows
 from gpucal.metrics.binned import binned_stats
 
 RTOL = 1e-12
@@ -61,7 +61,7 @@ def test_uniform_bins_match_calibration_curve(n_bins: int, ties: bool) -> None:
     # Probabilities on the edges, where right-closed and left-closed bins differ.
     p[: n_bins + 1] = np.linspace(0.0, 1.0, n_bins + 1)
     prob_true, prob_pred = calibration_curve(y, p, n_bins=n_bins, strategy="uniform")
-    stats = binned_stats(check_rows(y, p, None), n_bins, "uniform")
+    stats = binned_stats(metric_rows(y, p, None), n_bins, "uniform")
     kept = stats[stats[:, 1] > 0]
     assert_allclose(kept[:, 3] / kept[:, 1], prob_true, rtol=RTOL)
     assert_allclose(kept[:, 2] / kept[:, 1], prob_pred, rtol=RTOL)

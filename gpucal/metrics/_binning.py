@@ -102,3 +102,28 @@ def bin_ids(p: Any, w: Any, n_bins: int, strategy: str) -> Any:
     if strategy == "uniform":
         return uniform_bin_ids(p, n_bins)
     return mass_bin_ids(p, w, n_bins)
+
+
+def table_mass_bins(weight: np.ndarray, n_bins: int, group_start: np.ndarray | None = None) -> np.ndarray:
+    """Return the equal-mass bin of every key of a table sorted by score (inside each group of keys
+    starting at ``group_start``): the rule of :func:`mass_bin_ids`, ``min(n_bins - 1, floor(n_bins S_< /
+    W))``, with ``S_<`` the weight of the group's smaller scores and ``W`` the group's weight.
+
+    A key is a distinct score, so a tie group is never split.
+    """
+    n = weight.shape[0]
+    prefix = np.concatenate([[0.0], np.cumsum(weight)])
+    starts = np.array([0]) if group_start is None else group_start
+    bounds = np.concatenate([starts, [n]])
+    group_id = np.repeat(np.arange(starts.shape[0]), np.diff(bounds))
+    below = prefix[:-1] - prefix[starts][group_id]
+    total = (prefix[bounds[1:]] - prefix[bounds[:-1]])[group_id]
+    safe_total = np.where(total > 0, total, 1.0)
+    return np.minimum(np.floor(n_bins * below / safe_total), n_bins - 1).astype(np.int64)
+
+
+def sum_by_id(ids: np.ndarray, stats: np.ndarray, n_ids: int) -> np.ndarray:
+    """Return ``(n_ids, k)`` sums of the rows of ``(n, k)`` ``stats`` per id in ``[0, n_ids)``."""
+    return np.stack(
+        [np.bincount(ids, weights=stats[:, j], minlength=n_ids) for j in range(stats.shape[1])], 1
+    )

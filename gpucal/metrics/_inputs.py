@@ -36,10 +36,9 @@ from __future__ import annotations
 
 import functools
 import sys
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import ModuleType
-from typing import Any, TypeVar
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -56,27 +55,7 @@ from gpucal._validation import (
 from gpucal.rows import RowBlock, as_rows
 from gpucal.rows import Rows as DataRows
 from gpucal.rows._checks import check_partition_weight
-from gpucal.rows._collections import any_dask
 from gpucal.rows._reduce import KeyedTable, check_table_size, group_sorted, merge_tables, merge_uniques
-
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-def accepts_dask(metric: F) -> F:
-    """Route a call with dask collections to the metric's twin in ``gpucal.distributed.metrics``.
-
-    Kept only until every metric is written over :func:`metric_rows`.
-    """
-
-    @functools.wraps(metric)
-    def dispatch(*args: Any, **kwargs: Any) -> Any:
-        if any_dask(*args, *kwargs.values()):
-            from gpucal.distributed.metrics import distributed_metric
-
-            return distributed_metric(metric.__name__)(*args, **kwargs)
-        return metric(*args, **kwargs)
-
-    return dispatch  # type: ignore[return-value]
 
 
 @dataclass(frozen=True)
@@ -327,12 +306,3 @@ __all__ = [
     "row_stats",
     "score_table",
 ]
-
-
-def factorize(values: Any, name: str, rows: CheckedRows) -> tuple[Any, Any]:
-    """Return ``(codes, uniques)`` of a field of whole checked rows (kept until the field metrics read
-    their fields through :func:`metric_rows`)."""
-    check_same_index(**rows.indexed, **{name: values})
-    codes, uniques = factorize_values(values, name)
-    check_consistent_length(y_prob=rows.p, **{name: codes})
-    return rows.xp.asarray(codes, dtype=rows.xp.int32), uniques

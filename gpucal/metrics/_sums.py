@@ -2,7 +2,8 @@
 
 Every metric in this package is a small function of per-bin (or per-group, per-view) sums
 ``count, sum w, sum w*p, sum w*y``: the rows are touched once, by ``kernels.group_sums`` (one feature:
-the bin id, one node) or ``kernels.view_sums`` (MVCE), so numpy and cupy inputs take the same path.
+the bin id, one node) or ``kernels.view_sums`` (MVCE, in ``mvce``), so numpy and cupy inputs take the
+same path.
 The result is brought to the host: the bin-level arithmetic after it is tiny.
 """
 
@@ -39,10 +40,3 @@ def group_stats(codes: Any, p: Any, y: Any, w: Any, n_groups: int) -> np.ndarray
     hist = group_sums(xp_codes, p, y, w, n_values=np.array([n_groups], dtype=np.int64))
     stats = to_numpy(hist)[0]
     return np.ascontiguousarray(stats[:, [STAT_COUNT, STAT_W, STAT_WF, STAT_WY]])
-
-
-def view_stats(p: Any, y: Any, w: Any, *, n_views: int, bin_size: int, seed: int) -> np.ndarray:
-    """Return ``(n_views, n_bins, 4)`` float64 host sums ``count, w, w*p, w*y`` per MVCE view and bin."""
-    from kernels import view_sums
-
-    return to_numpy(view_sums(p, y, w, n_views=n_views, bin_size=bin_size, seed=seed))

@@ -20,12 +20,12 @@ from typing import Any
 
 import numpy as np
 
-from gpucal._backend import to_numpy
 from gpucal._params import Interval, Options, validate_params
-from gpucal.metrics._binning import bin_ids
-from gpucal.metrics._inputs import Rows, accepts_dask, check_rows
+from gpucal.metrics._binning import sum_by_id, table_mass_bins, uniform_bin_ids
+from gpucal.metrics._inputs import CheckedRows, check_total, metric_rows, score_table
 from gpucal.metrics._reduce import bin_gaps, lp_average, ratio_error
-from gpucal.metrics._sums import WP, WY, W, group_stats
+from gpucal.metrics._sums import COUNT, WP, WY, W, group_stats
+from gpucal.rows import Rows
 
 N_BINS = Interval(int, 1, None)
 STRATEGY = Options("uniform", "quantile")
@@ -33,13 +33,33 @@ NORM = Interval(float, 1, math.inf)
 WEIGHTING = Options("mass", "equal")
 
 
+def uniform_bin_sums(block: CheckedRows, n_bins: int) -> np.ndarray:
+    """``(n_bins, 4)`` sums ``count, w, w*p, w*y`` of one block's equal-width probability bins."""
+    return group_stats(uniform_bin_ids(block.p, n_bins), block.p, block.y, block.w, n_bins)
+
+
 def binned_stats(rows: Rows, n_bins: int, strategy: str) -> np.ndarray:
-    """Return the ``(n_bins, 4)`` sums ``count, w, w*p, w*y`` of the rows' probability bins."""
-    codes = bin_ids(rows.p, rows.w, n_bins, strategy)
-    return group_stats(codes, rows.p, rows.y, rows.w, n_bins)
+    """Return the ``(n_bins, 4)`` sums ``count, w, w*p, w*y`` of the probability bins of
+    :func:`~gpucal.metrics._inputs.metric_rows`, after the whole-data checks.
+
+    Equal-width bins are summed per block; equal-mass bins are cut on the table of sums per distinct
+    score (:func:`~gpucal.metrics._inputs.score_table`), so tie groups are never split.
+    """
+    if strategy == "uniform":
+        stats = rows.sum(uniform_bin_sums, n_bins)
+        check_total(stats[:, COUNT].sum(), stats[:, W].sum())
+        return stats
+    table = score_table(rows)
+    return sum_by_id(table_mass_bins(table.stats[:, W], n_bins), table.stats, n_bins)
 
 
-@accepts_dask
+def totals(block: CheckedRows) -> np.ndarray:
+    """``[count, sum w, sum w p, sum w y]`` of one block."""
+    if block.w is None:
+        return np.array([block.n, block.n, float(block.xp.sum(block.p)), float(block.xp.sum(block.y))])
+    return np.array([block.n, float(block.w.sum()), float(block.w @ block.p), float(block.w @ block.y)])
+
+
 def pce(y_true: Any, y_prob: Any, *, sample_weight: Any = None) -> float:
     r"""Partition calibration error of one set of rows: the gap between mean prediction and mean label.
 
@@ -70,15 +90,12 @@ def pce(y_true: Any, y_prob: Any, *, sample_weight: Any = None) -> float:
     >>> pce([0, 1, 1, 0], [0.2, 0.6, 0.9, 0.3])
     0.0
     """
-    rows = check_rows(y_true, y_prob, sample_weight)
-    xp = rows.xp
-    if rows.w is None:
-        return abs(float(xp.sum(rows.p)) - float(xp.sum(rows.y))) / rows.n
-    return abs(float(rows.w @ rows.p) - float(rows.w @ rows.y)) / rows.total_weight
+    count, weight, wp, wy = metric_rows(y_true, y_prob, sample_weight).sum(totals)
+    check_total(count, weight)
+    return abs(float(wp) - float(wy)) / float(weight)
 
 
 @validate_params(n_bins=N_BINS, strategy=STRATEGY, p=NORM, weighting=WEIGHTING)
-@accepts_dask
 def ece(
     y_true: Any,
     y_prob: Any,
@@ -149,13 +166,12 @@ def ece(
     >>> round(ece([0, 1, 1, 0], [0.1, 0.8, 0.7, 0.4], n_bins=2), 6)
     0.25
     """
-    rows = check_rows(y_true, y_prob, sample_weight)
+    rows = metric_rows(y_true, y_prob, sample_weight)
     gap, mass = bin_gaps(binned_stats(rows, n_bins, strategy))
     return lp_average(gap, mass, p, weighting)
 
 
 @validate_params(n_bins=N_BINS, strategy=STRATEGY)
-@accepts_dask
 def mce(
     y_true: Any, y_prob: Any, *, sample_weight: Any = None, n_bins: int = 15, strategy: str = "uniform"
 ) -> float:
@@ -184,13 +200,12 @@ def mce(
     -------
     float
     """
-    rows = check_rows(y_true, y_prob, sample_weight)
+    rows = metric_rows(y_true, y_prob, sample_weight)
     gap, _ = bin_gaps(binned_stats(rows, n_bins, strategy))
     return float(gap.max())
 
 
 @validate_params(n_bins=N_BINS)
-@accepts_dask
 def ada_ece(y_true: Any, y_prob: Any, *, sample_weight: Any = None, n_bins: int = 15) -> float:
     r"""Adaptive ECE: equal-mass bins, bins weighted by mass, squared gaps.
 
@@ -222,7 +237,6 @@ def ada_ece(y_true: Any, y_prob: Any, *, sample_weight: Any = None, n_bins: int 
 
 
 @validate_params(n_bins=N_BINS, strategy=STRATEGY)
-@accepts_dask
 def prob_ece(
     y_true: Any, y_prob: Any, *, sample_weight: Any = None, n_bins: int = 15, strategy: str = "uniform"
 ) -> float:
@@ -254,13 +268,12 @@ def prob_ece(
     -------
     float
     """
-    rows = check_rows(y_true, y_prob, sample_weight)
+    rows = metric_rows(y_true, y_prob, sample_weight)
     stats = binned_stats(rows, n_bins, strategy)
     return float(np.abs(stats[:, WY] - stats[:, WP]).sum() / stats[:, W].sum())
 
 
 @validate_params(n_bins=N_BINS, strategy=STRATEGY)
-@accepts_dask
 def cal_n(
     y_true: Any, y_prob: Any, *, sample_weight: Any = None, n_bins: int = 10, strategy: str = "quantile"
 ) -> float:
@@ -302,7 +315,7 @@ def cal_n(
     :math:`P_b = Y_b = 0` has error 0 (prediction and outcome agree); a bin with exactly one of them zero
     has error ``inf``, and so has Cal-N.
     """
-    rows = check_rows(y_true, y_prob, sample_weight)
+    rows = metric_rows(y_true, y_prob, sample_weight)
     return float(cal_n_per_group(binned_stats(rows, n_bins, strategy)[np.newaxis])[0])
 
 
@@ -317,7 +330,6 @@ def cal_n_per_group(stats: np.ndarray) -> np.ndarray:
 
 
 @validate_params(p=NORM, weighting=WEIGHTING, max_bins=Interval(int, 1, None, allow_none=True))
-@accepts_dask
 def ece_sweep(
     y_true: Any,
     y_prob: Any,
@@ -373,19 +385,14 @@ def ece_sweep(
     bin). Labels that never break monotonicity over distinct scores (perfectly ranked data) make it try
     every count up to ``max_bins``, :math:`O(\text{max\_bins}^2)` in all: set ``max_bins`` for such data.
     """
-    rows = check_rows(y_true, y_prob, sample_weight)
-    xp = rows.xp
-    order = xp.argsort(rows.p)
-    p_sorted = rows.p[order]
-    w_sorted = rows.weights()[order]
-    zero = xp.zeros(1, dtype=xp.float64)
+    table = score_table(metric_rows(y_true, y_prob, sample_weight))
+    n_rows = int(table.stats[:, COUNT].sum())
+    zero = np.zeros(1)
     prefix_w, prefix_wp, prefix_wy = (
-        np.asarray(to_numpy(xp.concatenate([zero, xp.cumsum(v)])))
-        for v in (w_sorted, w_sorted * p_sorted, w_sorted * rows.y[order])
+        np.concatenate([zero, np.cumsum(table.stats[:, j])]) for j in (W, WP, WY)
     )
-    new_tie = xp.concatenate([xp.ones(1, dtype=bool), p_sorted[1:] != p_sorted[:-1]])
-    tie_start = np.asarray(to_numpy(xp.flatnonzero(new_tie)))
-    limit = rows.n if max_bins is None else min(max_bins, rows.n)
+    limit = n_rows if max_bins is None else min(max_bins, n_rows)
+    tie_start = np.arange(table.n_keys)
     return sweep_from_prefix(tie_start, prefix_w, prefix_wp, prefix_wy, limit=limit, p=p, weighting=weighting)
 
 

@@ -6,8 +6,8 @@ at every score level but wrong inside a segment shows up directly. They are blin
 score inside a segment (use the ECE family for that) and to segments of features they are not given.
 Each is a small function of per-value sums ``count, sum w, sum w*p, sum w*y`` from ``kernels.group_sums``.
 
-Field values are factorised with pandas (cupy for device arrays) for now; ``gpucal.encoding`` will take
-this over. Missing values form their own group.
+Field values are factorised per block with pandas (cupy for device arrays) and their distinct values
+merged over blocks (``gpucal.metrics._inputs``); missing values form their own group.
 """
 
 from __future__ import annotations
@@ -20,20 +20,45 @@ import numpy as np
 import pandas as pd
 
 from gpucal._params import Interval, Options, validate_params
-from gpucal.metrics._binning import mass_bin_ids, uniform_bin_ids
-from gpucal.metrics._inputs import accepts_dask, check_rows, factorize
+from gpucal.metrics._binning import sum_by_id, table_mass_bins, uniform_bin_ids
+from gpucal.metrics._inputs import (
+    CheckedRows,
+    check_total,
+    field_uniques,
+    global_codes,
+    metric_rows,
+    score_table,
+)
 from gpucal.metrics._reduce import bin_gaps, lp_average, pcoc_ratio
 from gpucal.metrics._sums import COUNT, WP, WY, W, group_stats
 from gpucal.metrics.binned import N_BINS, STRATEGY, cal_n_per_group
 
 
+def field_sums(block: CheckedRows, fields: tuple[tuple[str, np.ndarray], ...]) -> np.ndarray:
+    """Group sums ``count, w, w*p, w*y`` of one block per value of every field (``(name, uniques)``
+    pairs), stacked: ``(sum_j n_values_j, 4)``."""
+    parts = [
+        group_stats(global_codes(block, name, uniques), block.p, block.y, block.w, len(uniques))
+        for name, uniques in fields
+    ]
+    return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+
 def _field_stats(y_true: Any, y_prob: Any, field: Any, sample_weight: Any, name: str) -> np.ndarray:
-    rows = check_rows(y_true, y_prob, sample_weight)
-    codes, uniques = factorize(field, name, rows)
-    return group_stats(codes, rows.p, rows.y, rows.w, len(uniques))
+    rows = metric_rows(y_true, y_prob, sample_weight, **{name: field})
+    (uniques,) = field_uniques(rows, name)
+    stats = rows.sum(field_sums, ((name, uniques),))
+    check_total(stats[:, COUNT].sum(), stats[:, W].sum())
+    return stats
 
 
-@accepts_dask
+def field_bin_sums(block: CheckedRows, uniques: np.ndarray, n_bins: int) -> np.ndarray:
+    """Sums of one block per (field value, equal-width probability bin): GC-N's uniform bins."""
+    codes = global_codes(block, "field", uniques)
+    bins = uniform_bin_ids(block.p, n_bins).astype(block.xp.int32)
+    return group_stats(codes * n_bins + bins, block.p, block.y, block.w, len(uniques) * n_bins)
+
+
 def field_ece(y_true: Any, y_prob: Any, field: Any, *, sample_weight: Any = None) -> float:
     r"""Field-level calibration error: summed absolute excess of positives per value of a field.
 
@@ -72,7 +97,6 @@ def field_ece(y_true: Any, y_prob: Any, field: Any, *, sample_weight: Any = None
 
 
 @validate_params(eps=Interval(float, 0, None, closed="neither"))
-@accepts_dask
 def field_rce(y_true: Any, y_prob: Any, field: Any, *, sample_weight: Any = None, eps: float = 1e-6) -> float:
     r"""Field-level relative calibration error: per-value relative excess, weighted by the value's mass.
 
@@ -117,7 +141,6 @@ def field_rce(y_true: Any, y_prob: Any, field: Any, *, sample_weight: Any = None
 
 
 @validate_params(n_bins=N_BINS, strategy=STRATEGY)
-@accepts_dask
 def gc_n(
     y_true: Any,
     y_prob: Any,
@@ -160,14 +183,19 @@ def gc_n(
         ``inf`` when any value's Cal-N is infinite (a bin with positives and no predicted mass, or the
         reverse; see :func:`cal_n` for the division rules).
     """
-    rows = check_rows(y_true, y_prob, sample_weight)
-    codes, uniques = factorize(field, "field", rows)
+    rows = metric_rows(y_true, y_prob, sample_weight, field=field)
+    (uniques,) = field_uniques(rows, "field")
     n_values = len(uniques)
     if strategy == "uniform":
-        bins = uniform_bin_ids(rows.p, n_bins).astype(rows.xp.int32)
+        stats = rows.sum(field_bin_sums, uniques, n_bins)
+        check_total(stats[:, COUNT].sum(), stats[:, W].sum())
     else:
-        bins = mass_bin_ids(rows.p, rows.w, n_bins, groups=codes)
-    stats = group_stats(codes * n_bins + bins, rows.p, rows.y, rows.w, n_values * n_bins)
+        # Equal-mass bins inside each value, cut on the table of sums per distinct (value, score).
+        table = score_table(rows, ("field", uniques))
+        codes = table.keys[0].astype(np.int64)
+        group_start = np.flatnonzero(np.concatenate([[True], codes[1:] != codes[:-1]]))
+        bins = table_mass_bins(table.stats[:, W], n_bins, group_start)
+        stats = sum_by_id(codes * n_bins + bins, table.stats, n_values * n_bins)
     stats = stats.reshape(n_values, n_bins, 4)
     value_weight = stats[:, :, W].sum(axis=1)
     live = value_weight > 0
@@ -176,7 +204,6 @@ def gc_n(
 
 
 @validate_params(metric=Options("ece", "mce", "ada_ece"))
-@accepts_dask
 def cece(y_true: Any, y_prob: Any, clusters: Any, *, sample_weight: Any = None, metric: str = "ece") -> float:
     r"""Clustered ECE: ECE, MCE or AdaECE with given clusters as the bins.
 
@@ -224,7 +251,6 @@ def cece(y_true: Any, y_prob: Any, clusters: Any, *, sample_weight: Any = None, 
     return lp_average(gap, mass, norm, "mass")
 
 
-@accepts_dask
 def pcoc(y_true: Any, y_prob: Any, *, sample_weight: Any = None) -> float:
     r"""Predicted over observed positives.
 
@@ -248,13 +274,18 @@ def pcoc(y_true: Any, y_prob: Any, *, sample_weight: Any = None) -> float:
         ``inf`` when there is no positive but some predicted mass, ``nan`` when both sums are zero
         (0/0: nothing predicted and nothing observed, the ratio is undefined).
     """
-    rows = check_rows(y_true, y_prob, sample_weight)
-    w = rows.weights()
-    return pcoc_ratio(float(w @ rows.p), float(w @ rows.y))
+    count, weight, wp, wy = metric_rows(y_true, y_prob, sample_weight).sum(weighted_totals)
+    check_total(count, weight)
+    return pcoc_ratio(float(wp), float(wy))
+
+
+def weighted_totals(block: CheckedRows) -> np.ndarray:
+    """``[count, sum w, sum w p, sum w y]`` of one block, the sums as products with the weights."""
+    w = block.weights()
+    return np.array([block.n, block.total_weight, float(w @ block.p), float(w @ block.y)])
 
 
 @validate_params(sort_by=Options("excess", "error"), min_rows=Interval(int, 1, None))
-@accepts_dask
 def segment_report(
     y_true: Any,
     y_prob: Any,
@@ -300,12 +331,17 @@ def segment_report(
     Division by zero: a value of zero total weight has ``observed``, ``predicted`` and ``error`` NaN and
     ``excess`` 0; ``pcoc`` follows :func:`pcoc` (``inf`` with no positives, NaN for 0/0).
     """
-    rows = check_rows(y_true, y_prob, sample_weight)
+    columns = report_columns(features)
+    names = [f"features[{name!r}]" for name in columns]
+    rows = metric_rows(y_true, y_prob, sample_weight, **dict(zip(names, columns.values(), strict=True)))
+    uniques = field_uniques(rows, *names)
+    stats = rows.sum(field_sums, tuple(zip(names, uniques, strict=True)))
+    check_total(stats[: len(uniques[0]), COUNT].sum(), stats[: len(uniques[0]), W].sum())
     parts = []
-    for name, values in report_columns(features).items():
-        codes, uniques = factorize(values, f"features[{name!r}]", rows)
-        stats = group_stats(codes, rows.p, rows.y, rows.w, len(uniques))
-        parts.append(segment_rows(name, uniques, stats, min_rows))
+    start = 0
+    for name, values in zip(columns, uniques, strict=True):
+        parts.append(segment_rows(name, values, stats[start : start + len(values)], min_rows))
+        start += len(values)
     return sort_segments(parts, sort_by)
 
 

@@ -7,9 +7,10 @@ from typing import Any
 
 import numpy as np
 
+from gpucal._backend import to_numpy
 from gpucal._params import Interval, validate_params
-from gpucal.metrics._inputs import accepts_dask, check_rows
-from gpucal.metrics._sums import WP, WY, W, view_stats
+from gpucal.metrics._inputs import CheckedRows, check_total, metric_rows
+from gpucal.metrics._sums import COUNT, WP, WY, W
 from gpucal.metrics.binned import NORM
 
 
@@ -19,7 +20,6 @@ from gpucal.metrics.binned import NORM
     p=NORM,
     seed=Interval(int, 0, 2**64, closed="left"),
 )
-@accepts_dask
 def mvce(
     y_true: Any,
     y_prob: Any,
@@ -73,9 +73,32 @@ def mvce(
     Bins of zero total weight are skipped and not counted in :math:`t_i`. Integer weights are not the same
     as repeated rows here: a repeated row can fall into several bins, a weighted row into one.
     """
-    rows = check_rows(y_true, y_prob, sample_weight)
-    stats = view_stats(rows.p, rows.y, rows.w, n_views=n_views, bin_size=bin_size, seed=seed)
+    rows = metric_rows(y_true, y_prob, sample_weight)
+    _, n_total = rows.offsets()
+    stats = rows.sum(view_sums, n_views, bin_size, seed, n_total, offsets=True)
+    check_total(stats[0, :, COUNT].sum(), stats[0, :, W].sum())
     return mvce_from_view_stats(stats, p)
+
+
+def view_sums(
+    block: CheckedRows, n_views: int, bin_size: int, seed: int, n_total: int, *, row_offset: int
+) -> np.ndarray:
+    """MVCE's ``(n_views, n_bins, 4)`` view sums of one block, its rows at their global ids: the
+    counter-based views put every row in the bin it has on one machine, whatever the blocks."""
+    from kernels import view_sums as kernel_view_sums
+
+    return to_numpy(
+        kernel_view_sums(
+            block.p,
+            block.y,
+            block.w,
+            n_views=n_views,
+            bin_size=bin_size,
+            seed=seed,
+            row_offset=row_offset,
+            n_total=n_total,
+        )
+    )
 
 
 def mvce_from_view_stats(stats: np.ndarray, p: float) -> float:

@@ -13,7 +13,8 @@ import numpy as np
 import pandas as pd
 
 from gpucal._backend import to_numpy
-from gpucal.metrics._inputs import Rows, accepts_dask, check_partition_rows, check_rows
+from gpucal.metrics._inputs import CheckedRows, check_total, metric_rows
+from gpucal.rows import is_dask_collection
 
 #: Default thresholds on the confidence :math:`\max(p, 1 - p)`: 0.5 (accept all) to 0.95.
 DEFAULT_THRESHOLDS = tuple(round(0.5 + 0.05 * i, 2) for i in range(10))
@@ -31,25 +32,22 @@ def check_thresholds(thresholds: Any) -> np.ndarray:
     return values
 
 
-def _confidence_and_error(y_true: Any, y_prob: Any, sample_weight: Any) -> tuple[np.ndarray, ...]:
-    """Per row: confidence, expected error of the predicted class, weight (host float64)."""
-    prob = y_prob if hasattr(y_prob, "ndim") else np.asarray(y_prob)
-    if prob.ndim == 2:
-        from gpucal.calibrators.temperature import check_class_labels
+def _matrix_confidence_and_error(y_true: Any, prob: Any, sample_weight: Any) -> tuple[np.ndarray, ...]:
+    """Per row of a probability matrix: confidence, error of the arg-max class, weight (host float64)."""
+    from gpucal.calibrators.temperature import check_class_labels
 
-        matrix = np.asarray(to_numpy(prob), dtype=np.float64)
-        n = matrix.shape[0]
-        labels = to_numpy(check_class_labels(y_true, n, matrix.shape[1], name="y_true"))
-        w = np.ones(n) if sample_weight is None else np.asarray(to_numpy(sample_weight), dtype=np.float64)
-        if w.shape != (n,) or not np.isfinite(w).all() or (w < 0).any():
-            msg = f"sample_weight: expected {n} finite non-negative weights"
-            raise ValueError(msg)
-        predicted = np.argmax(matrix, axis=1)
-        return matrix.max(axis=1), (predicted != labels).astype(np.float64), w
-    return _binary_confidence_and_error(check_rows(y_true, y_prob, sample_weight))
+    matrix = np.asarray(to_numpy(prob), dtype=np.float64)
+    n = matrix.shape[0]
+    labels = to_numpy(check_class_labels(y_true, n, matrix.shape[1], name="y_true"))
+    w = np.ones(n) if sample_weight is None else np.asarray(to_numpy(sample_weight), dtype=np.float64)
+    if w.shape != (n,) or not np.isfinite(w).all() or (w < 0).any():
+        msg = f"sample_weight: expected {n} finite non-negative weights"
+        raise ValueError(msg)
+    predicted = np.argmax(matrix, axis=1)
+    return matrix.max(axis=1), (predicted != labels).astype(np.float64), w
 
 
-def _binary_confidence_and_error(rows: Rows) -> tuple[np.ndarray, ...]:
+def _binary_confidence_and_error(rows: CheckedRows) -> tuple[np.ndarray, ...]:
     p, y = to_numpy(rows.p), to_numpy(rows.y)
     w = np.ones(p.shape[0]) if rows.w is None else to_numpy(rows.w)
     # The predicted class is 1 when p >= 1/2; a soft label y counts as that fraction of a positive.
@@ -57,7 +55,6 @@ def _binary_confidence_and_error(rows: Rows) -> tuple[np.ndarray, ...]:
     return np.maximum(p, 1.0 - p), error, np.asarray(w, dtype=np.float64)
 
 
-@accepts_dask
 def rejection_curve(
     y_true: Any, y_prob: Any, *, thresholds: Any = DEFAULT_THRESHOLDS, sample_weight: Any = None
 ) -> pd.DataFrame:
@@ -103,8 +100,13 @@ def rejection_curve(
     ([0.5, 0.0], [1.0, 0.5])
     """
     levels = check_thresholds(thresholds)
-    confidence, error, w = _confidence_and_error(y_true, y_prob, sample_weight)
-    return curve_from_sums(levels, threshold_sums(confidence, error, w, levels))
+    prob = y_prob if hasattr(y_prob, "ndim") else np.asarray(y_prob)
+    if prob.ndim == 2 and not is_dask_collection(prob):
+        confidence, error, w = _matrix_confidence_and_error(y_true, prob, sample_weight)
+        return curve_from_sums(levels, threshold_sums(confidence, error, w, levels))
+    sums = metric_rows(y_true, y_prob, sample_weight).sum(binary_threshold_sums, levels)
+    check_total(float(sums[-1, 0]), float(sums[-1, 1]))
+    return curve_from_sums(levels, sums)
 
 
 def threshold_sums(
@@ -112,7 +114,7 @@ def threshold_sums(
 ) -> np.ndarray:
     """Return ``(T + 1, 3)``: per threshold ``[rows, sum w, sum w error]`` of accepted rows, then of all.
 
-    Sums over rows, so the distributed curve adds them over partitions.
+    Sums over rows, so the curve of several blocks adds them.
     """
     order = np.argsort(confidence, kind="stable")
     # Suffix sums: entry j is the total over rows order[j:], the rows of confidence >= sorted value j.
@@ -138,8 +140,7 @@ def curve_from_sums(levels: np.ndarray, sums: np.ndarray) -> pd.DataFrame:
     )
 
 
-def binary_threshold_sums(y_true: Any, y_prob: Any, sample_weight: Any, levels: np.ndarray) -> np.ndarray:
-    """:func:`threshold_sums` of one partition of binary rows (it may be empty)."""
-    rows = check_partition_rows(y_true, y_prob, sample_weight)
-    confidence, error, w = _binary_confidence_and_error(rows)
+def binary_threshold_sums(block: CheckedRows, levels: np.ndarray) -> np.ndarray:
+    """:func:`threshold_sums` of one block of binary rows (it may be empty)."""
+    confidence, error, w = _binary_confidence_and_error(block)
     return threshold_sums(confidence, error, w, levels)

@@ -14,18 +14,33 @@ import numpy as np
 
 from gpucal._backend import array_namespace
 from gpucal._params import validate_params
-from gpucal._validation import (
-    check_consistent_length,
-    check_not_empty,
-    check_probabilities,
-    check_same_index,
-    check_sample_weight,
-)
-from gpucal.metrics._inputs import accepts_dask, check_rows
+from gpucal._validation import check_consistent_length, check_probabilities, check_same_index
+from gpucal.metrics._inputs import CheckedRows, check_total, metric_rows, score_table
+from gpucal.metrics._sums import WY, W
 from gpucal.metrics.binned import NORM
+from gpucal.rows import RowBlock, as_rows
+from gpucal.rows._checks import check_partition_weight
 
 
-@accepts_dask
+def loss_sums(block: CheckedRows, kind: str) -> np.ndarray:
+    """``[count, sum w, sum w * loss]`` of one block: ``kind`` is ``"log_loss"`` or ``"brier"``."""
+    xp = block.xp
+    if kind == "log_loss":
+        eps = float(np.finfo(np.float64).eps)
+        q = xp.clip(block.p, eps, 1.0 - eps)
+        loss = -(block.y * xp.log(q) + (1.0 - block.y) * xp.log1p(-q))
+    else:
+        diff = block.p - block.y
+        loss = diff * diff
+    return np.array([block.n, block.total_weight, float(block.weights() @ loss)])
+
+
+def _mean_loss(kind: str, y_true: Any, y_prob: Any, sample_weight: Any) -> float:
+    count, weight, loss = metric_rows(y_true, y_prob, sample_weight).sum(loss_sums, kind)
+    check_total(count, weight)
+    return float(loss) / float(weight)
+
+
 def log_loss(y_true: Any, y_prob: Any, *, sample_weight: Any = None) -> float:
     r"""Weighted binary log-loss (cross-entropy), with probabilities clipped like scikit-learn.
 
@@ -48,15 +63,9 @@ def log_loss(y_true: Any, y_prob: Any, *, sample_weight: Any = None) -> float:
     -------
     float
     """
-    rows = check_rows(y_true, y_prob, sample_weight)
-    xp = rows.xp
-    eps = float(np.finfo(np.float64).eps)
-    p = xp.clip(rows.p, eps, 1.0 - eps)
-    loss = -(rows.y * xp.log(p) + (1.0 - rows.y) * xp.log1p(-p))
-    return float(rows.weights() @ loss) / rows.total_weight
+    return _mean_loss("log_loss", y_true, y_prob, sample_weight)
 
 
-@accepts_dask
 def brier(y_true: Any, y_prob: Any, *, sample_weight: Any = None) -> float:
     r"""Weighted Brier score: mean squared difference between probability and label.
 
@@ -78,12 +87,9 @@ def brier(y_true: Any, y_prob: Any, *, sample_weight: Any = None) -> float:
     -------
     float
     """
-    rows = check_rows(y_true, y_prob, sample_weight)
-    diff = rows.p - rows.y
-    return float(rows.weights() @ (diff * diff)) / rows.total_weight
+    return _mean_loss("brier", y_true, y_prob, sample_weight)
 
 
-@accepts_dask
 def roc_auc(y_true: Any, y_prob: Any, *, sample_weight: Any = None) -> float:
     r"""Weighted area under the ROC curve; tied probabilities count one half.
 
@@ -94,8 +100,9 @@ def roc_auc(y_true: Any, y_prob: Any, *, sample_weight: Any = None) -> float:
         \mathrm{AUC} = \frac{\sum_{i,j} w_i^+ w_j^- \big( [p_i > p_j] + \tfrac12 [p_i = p_j] \big)}
                             {\sum_i w_i^+ \, \sum_j w_j^-}
 
-    the probability that a random positive outranks a random negative. Computed by one sort and prefix
-    sums over groups of tied probabilities (:math:`O(n \log n)`); equal to
+    the probability that a random positive outranks a random negative. Computed from the table of sums
+    per distinct probability (one sort, :math:`O(n \log n)`; see :func:`gpucal.metrics._inputs.score_table`)
+    and prefix sums over it; equal to
     ``sklearn.metrics.roc_auc_score`` (trapezoids on the ROC curve) up to rounding. Binning calibrators
     create ties, and ties matter: they are scored one half, never broken by row order. Bins nothing and
     sees no calibration: any increasing map of ``p`` leaves it unchanged. A soft label counts as that
@@ -117,31 +124,19 @@ def roc_auc(y_true: Any, y_prob: Any, *, sample_weight: Any = None) -> float:
     ValueError
         When the rows hold no positive or no negative weight: AUC is undefined with one class.
     """
-    rows = check_rows(y_true, y_prob, sample_weight)
-    xp = rows.xp
-    order = xp.argsort(rows.p)
-    p_sorted = rows.p[order]
-    w_sorted = rows.weights()[order]
-    y_sorted = rows.y[order]
-    zero = xp.zeros(1, dtype=xp.float64)
-    cum_pos = xp.concatenate([zero, xp.cumsum(w_sorted * y_sorted)])
-    cum_neg = xp.concatenate([zero, xp.cumsum(w_sorted * (1.0 - y_sorted))])
-    total_pos, total_neg = float(cum_pos[-1]), float(cum_neg[-1])
+    table = score_table(metric_rows(y_true, y_prob, sample_weight))
+    pos = table.stats[:, WY]
+    neg = table.stats[:, W] - pos
+    total_pos, total_neg = float(pos.sum()), float(neg.sum())
     if total_pos <= 0 or total_neg <= 0:
         missing = "positive" if total_pos <= 0 else "negative"
         msg = f"roc_auc: y_true has only one class (no {missing} weight); ROC AUC is undefined"
         raise ValueError(msg)
-    new_tie = xp.concatenate([xp.ones(1, dtype=bool), p_sorted[1:] != p_sorted[:-1]])
-    starts = xp.flatnonzero(new_tie)
-    ends = xp.concatenate([starts[1:], xp.asarray([rows.n])])
-    pos_in_tie = cum_pos[ends] - cum_pos[starts]
-    neg_in_tie = cum_neg[ends] - cum_neg[starts]
-    wins = float(xp.sum(pos_in_tie * (cum_neg[starts] + 0.5 * neg_in_tie)))
-    return wins / (total_pos * total_neg)
+    neg_below = np.concatenate([[0.0], np.cumsum(neg)[:-1]])
+    return float(np.sum(pos * (neg_below + 0.5 * neg))) / (total_pos * total_neg)
 
 
 @validate_params(p=NORM)
-@accepts_dask
 def tce(p_true: Any, y_prob: Any, *, p: float = 2.0, sample_weight: Any = None) -> float:
     r"""True calibration error against known true probabilities (simulations only).
 
@@ -170,14 +165,38 @@ def tce(p_true: Any, y_prob: Any, *, p: float = 2.0, sample_weight: Any = None) 
     -------
     float
     """
+    rows = as_rows(p_true=p_true, y_prob=y_prob, sample_weight=sample_weight)
+    if math.isinf(p):
+        count, weight, top = rows.reduce(tce_sums, _sum_sum_max, p)
+        check_total(count, weight, "p_true")
+        return float(top)
+    count, weight, total = rows.sum(tce_sums, p)
+    check_total(count, weight, "p_true")
+    return (float(total) / float(weight)) ** (1.0 / p)
+
+
+def tce_sums(block: RowBlock, norm: float) -> np.ndarray:
+    """``[count, sum w, sum w |eta - p|^norm]`` of one block; for ``norm = inf`` the largest gap over
+    rows of positive weight (``-inf`` for none) instead of the sum."""
+    p_true, y_prob, sample_weight = block["p_true"], block["y_prob"], block["sample_weight"]
     check_same_index(p_true=p_true, y_prob=y_prob, sample_weight=sample_weight)
     eta = check_probabilities(p_true, "p_true")
     prob = check_probabilities(y_prob, "y_prob")
     xp = array_namespace(eta, prob)
     n = check_consistent_length(p_true=eta, y_prob=prob)
-    check_not_empty(n, "p_true")
-    w = check_sample_weight(sample_weight, n, xp=xp)
+    w = (
+        xp.ones(n, dtype=xp.float64)
+        if sample_weight is None
+        else check_partition_weight(sample_weight, n, xp)
+    )
     gap = xp.abs(eta - prob)
-    if math.isinf(p):
-        return float(gap[w > 0].max())
-    return (float(w @ gap**p) / float(w.sum())) ** (1.0 / p)
+    if math.isinf(norm):
+        kept = gap[w > 0]
+        top = float(kept.max()) if kept.shape[0] else -math.inf
+        return np.array([n, float(w.sum()), top])
+    return np.array([n, float(w.sum()), float(w @ gap**norm)])
+
+
+def _sum_sum_max(*sums: np.ndarray) -> np.ndarray:
+    stacked = np.stack(sums)
+    return np.array([stacked[:, 0].sum(), stacked[:, 1].sum(), stacked[:, 2].max()])
