@@ -18,7 +18,7 @@ import pytest
 
 from gpucal import MBCT
 from gpucal.datasets import make_ctr
-from gpucal.distributed.mbct_stream import STREAM_KEY, fold_in_lanes, stream_partitions
+from gpucal.rows.streamed import STREAM_KEY, fold_in_lanes, stream_partitions
 
 FEATURES = ["region", "user_segment", "device"]
 

@@ -19,10 +19,10 @@ import pytest
 from gpucal import MBCT
 from gpucal.datasets import make_ctr
 from gpucal.distributed import sum_partitions
-from gpucal.distributed.mbct import RowsPart
-from gpucal.distributed.trees import PartitionedRows
+from gpucal.mbct.read import ChainBlock as RowsPart
 from gpucal.partition import grow
 from gpucal.partition.grow import GrowConfig, grow_tree, grow_tree_on
+from gpucal.partition.tree_rows import TreeRows
 from gpucal.rows._collections import partitions
 from gpucal.rows._placement import balanced_shares, holders, per_worker, persist, worker_groups
 
@@ -73,9 +73,12 @@ def test_worker_stores_grow_the_one_machine_tree_in_batches(client, monkeypatch,
     monkeypatch.setattr(grow, "MAX_HIST_BYTES", 3 * int(N_VALUES.sum()) * 7 * 8)
     rare = np.full(len(N_VALUES), -1, dtype=np.int64)
     one, leaf = grow_tree(codes, f, y, w, N_VALUES, rare, _config(leaf_map))
-    two, store = grow_tree_on(
-        PartitionedRows.in_root(_parts(codes, f, y, w, n_parts)), N_VALUES, rare, _config(leaf_map)
+    from gpucal.rows.dask import DaskRows
+
+    two, grown = grow_tree_on(
+        TreeRows.in_root(DaskRows(_parts(codes, f, y, w, n_parts))), N_VALUES, rare, _config(leaf_map)
     )
+    store = grown.rows  # the worker stores
     assert len(one.feature) > 20
     assert max(one.depth) == 4
     assert len(store.parts) <= 2  # one store per worker holding partitions, not one per partition

@@ -265,7 +265,7 @@ def test_pandas_in_pandas_out_and_polars_in() -> None:
 def test_interrupt_keeps_the_finished_trees(monkeypatch) -> None:
     df = make_ctr(10_000, "mixed", seed=4)
     feats = ["region", "device"]
-    real = _grow.grow_tree
+    real = _grow.grow_tree_on
     calls = {"n": 0}
 
     def interrupt_second(*args, **kwargs):
@@ -274,7 +274,7 @@ def test_interrupt_keeps_the_finished_trees(monkeypatch) -> None:
             raise KeyboardInterrupt
         return real(*args, **kwargs)
 
-    monkeypatch.setattr("gpucal.mbct.model.grow_tree", interrupt_second)
+    monkeypatch.setattr("gpucal.mbct.fit.grow_tree_on", interrupt_second)
     model = MBCT(**PAPER_MAP, feature_cols=feats, categorical_cols=feats, max_trees=5)
     with pytest.warns(RuntimeWarning, match="interrupted"):
         model.fit(df, df.label)

@@ -1,0 +1,238 @@
+"""Reading MBCT's rows: the codes of a block, the checks, the validation split and the input summary.
+
+The block functions here run where the blocks are (module level, picklable), mapped over
+:class:`~gpucal.rows.Rows` by :func:`gpucal.mbct.fit.fit_mbct`; :func:`split_codes` and
+:func:`apply_init` also serve ``MBCT.predict``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from gpucal._backend import array_namespace
+from gpucal._frames import SplitInput, split_input
+from gpucal._validation import check_consistent_length, check_labels, check_same_index, check_sample_weight
+from gpucal.calibrators.platt import predict_platt
+from gpucal.encoding import FeatureEncoder
+from gpucal.partition.ensemble import TreeEnsemble, code_weights, map_codes, tree_code_dtype
+from gpucal.rows import any_dask, concat_weights, held_out_mask
+from gpucal.rows._checks import check_partition_weight
+from kernels import lookup_bins, take_rows
+
+# Columns of :func:`input_summary` (the training rows' code weights from CODE_WEIGHTS on).
+N_ROWS, N_HELD, N_POSITIVE, N_NEGATIVE, W_SUM, WY_SUM, CODE_WEIGHTS = range(7)
+
+
+@dataclass(frozen=True)
+class ChainBlock:
+    """A block of a chain's rows: codes (input codes, then tree codes), tree input, labels, weights."""
+
+    codes: Any
+    f: Any
+    y: Any
+    w: Any  # None: unit weights
+
+    def __len__(self) -> int:
+        return int(self.f.shape[0])
+
+
+@dataclass(frozen=True)
+class SplitBlock:
+    """A block's training and validation rows (None without a split), and its ``[n, held]`` counts."""
+
+    train: ChainBlock
+    valid: ChainBlock | None
+    n_rows: int
+    n_held: int
+
+
+def split_codes(
+    split: SplitInput, encoder: FeatureEncoder | None, score_bins: int, tree: TreeEnsemble | None = None
+) -> Any:
+    """Return the ``(n, d)`` codes: the encoded features, then the score bin, written in one array.
+
+    With ``tree``, its pooled tree codes instead (``tree.code_maps`` composed with the encoding, one
+    table read per row and column).
+    """
+    xp = array_namespace(split.score)
+    width = (0 if encoder is None else len(encoder.feature_names_)) + (1 if score_bins else 0)
+    if tree is None:
+        maps = None
+        bin_codes = np.arange(score_bins)
+        parts = ([] if encoder is None else [encoder.codes_dtype_]) + ([np.int16] if score_bins else [])
+        dtype = np.result_type(*parts)
+    else:
+        maps = tree.code_maps
+        bin_codes = maps[-1]
+        dtype = tree_code_dtype(tree.n_values)
+    out = xp.empty((split.score.shape[0], width), dtype=dtype)
+    if encoder is not None:
+        encoder.transform(split.features, code_maps=maps, out=out)
+    if score_bins:
+        lookup_bins(split.score, score_bins, bin_codes, out, width - 1)
+    return out
+
+
+def input_n_values(encoder: FeatureEncoder | None, score_bins: int) -> np.ndarray:
+    """Codes per split feature: the encoder's features, then the score bins."""
+    enc = [] if encoder is None else list(encoder.n_values_)
+    return np.asarray(enc + ([score_bins] if score_bins else []), dtype=np.int64)
+
+
+def apply_init(score: Any, init: np.ndarray) -> Any:
+    """The chain's first map :math:`g_0`: the global Platt map ``init = [a, b]`` (identity: ``[1, 0]``)."""
+    a, b = (float(v) for v in init)
+    return score if (a, b) == (1.0, 0.0) else predict_platt(score, a, b)
+
+
+def fit_mbct_encoder(
+    X: Any, split: SplitInput, sample_weight: Any, n_bins: int, categorical_cols: Any
+) -> FeatureEncoder | None:
+    """The encoder of ``split``'s feature columns (None without any), fitted over the rows of ``X``.
+
+    ``split`` is ``X`` split into score and features (a dask frame's: its meta). Local features fit
+    :class:`FeatureEncoder` directly; a dask frame's through ``gpucal.distributed.fit_encoder`` (the same
+    encoder, from summed sketches) until the encoder fits over :class:`~gpucal.rows.Rows` itself.
+    """
+    if not split.features:
+        return None
+    encoder = FeatureEncoder(n_bins=n_bins, categorical_cols=categorical_cols)
+    if any_dask(X):
+        from gpucal.distributed.encoding import fit_encoder
+
+        return fit_encoder(encoder, X[list(split.features)], sample_weight=sample_weight)
+    return encoder.fit(split.features, sample_weight=sample_weight)
+
+
+# --------------------------------------------------------------------------------------------------
+# Block functions (module level: they run where the blocks are)
+
+
+def read_block(
+    block: Any,
+    score_col: Hashable,
+    feature_cols: list[Any],
+    score_bins: int,
+    backend: str,
+    encoder: FeatureEncoder | None,
+    whole: bool,
+) -> ChainBlock:
+    """Check one block of ``X, y, sample_weight`` and encode it (codes, score, labels, weights).
+
+    ``whole``: the block is all the rows (one machine), checked as a whole; otherwise a partition,
+    whose index must match its labels' and whose weights may all be zero.
+    """
+    X, y, w = block["X"], block["y"], block["sample_weight"]
+    split = split_input(X, score_col=score_col, feature_cols=feature_cols, allow_empty=True)
+    score = split.score
+    xp = array_namespace(score)
+    if not whole:
+        check_same_index(X=X, y=y, sample_weight=w)
+    labels = check_labels(y, "y")
+    n = check_consistent_length(X=score, y=labels)
+    if w is not None:
+        w = check_sample_weight(w, n, xp=xp) if whole else check_partition_weight(w, n, xp)
+    codes = split_codes(split, encoder, score_bins)
+    if backend == "cuda" and xp is np:
+        import cupy
+
+        score, labels, codes = cupy.asarray(score), cupy.asarray(labels), cupy.asarray(codes)
+        w = None if w is None else cupy.asarray(w)
+    return ChainBlock(codes, score, labels, w)
+
+
+def split_block(block: ChainBlock, fraction: float, seed: int, *, row_offset: int) -> SplitBlock:
+    """The block's training and held-out rows: ``held_out_mask`` from its global offset."""
+    n = len(block)
+    if not fraction:
+        return SplitBlock(block, None, n, 0)
+    held = held_out_mask(n, fraction, seed, row_offset)
+    xp = array_namespace(block.f)
+    train = take_rows(xp.asarray(np.flatnonzero(~held)), block.codes, block.f, block.y, block.w)
+    valid = take_rows(xp.asarray(np.flatnonzero(held)), block.codes, block.f, block.y, block.w)
+    return SplitBlock(ChainBlock(*train), ChainBlock(*valid), n, int(held.sum()))
+
+
+def _joined(blocks: list[ChainBlock]) -> ChainBlock:
+    if len(blocks) == 1:
+        return blocks[0]
+    xp = array_namespace(blocks[0].f)
+
+    def cat(name: str) -> Any:
+        return xp.concatenate([getattr(b, name) for b in blocks])
+
+    return ChainBlock(cat("codes"), cat("f"), cat("y"), concat_weights([b.w for b in blocks], xp))
+
+
+def join_split(blocks: list[SplitBlock], indices: list[int]) -> SplitBlock:
+    """One machine's split blocks as one (its later passes ship one result whatever its blocks)."""
+    if len(blocks) == 1:
+        return blocks[0]
+    valid = None if blocks[0].valid is None else _joined([b.valid for b in blocks if b.valid is not None])
+    return SplitBlock(
+        _joined([b.train for b in blocks]),
+        valid,
+        sum(b.n_rows for b in blocks),
+        sum(b.n_held for b in blocks),
+    )
+
+
+def _class_counts(part: ChainBlock | None) -> tuple[int, int]:
+    """Rows of each class with weight: ``(#(w > 0, y > 0), #(w > 0, y < 1))``."""
+    if part is None:
+        return 0, 0
+    weighted = True if part.w is None else part.w > 0
+    return int((weighted & (part.y > 0)).sum()), int((weighted & (part.y < 1)).sum())
+
+
+def input_summary(block: SplitBlock, n_values: np.ndarray) -> np.ndarray:
+    """``[rows, held, positive, negative, sum w, sum w y, code weights...]``: the checks (all rows), the
+    first label moment and the code weights (training rows), in one pass."""
+    train = block.train
+    counts = np.add(_class_counts(train), _class_counts(block.valid))
+    total = float(train.y.shape[0] if train.w is None else train.w.sum())
+    label_sum = float((train.y if train.w is None else train.w * train.y).sum())
+    head = [block.n_rows, block.n_held, counts[0], counts[1], total, label_sum]
+    return np.concatenate([np.asarray(head, dtype=np.float64), code_weights(train.codes, train.w, n_values)])
+
+
+def side(block: SplitBlock, which: str) -> ChainBlock | None:
+    return block.train if which == "train" else block.valid
+
+
+def label_square_sum(block: ChainBlock, mean: float) -> np.ndarray:
+    r""":math:`\sum w (y - \bar y)^2` (the second pass of the label moments)."""
+    y, w = block.y, block.w
+    return np.array([float(((y - mean) ** 2 if w is None else w * (y - mean) ** 2).sum())])
+
+
+def block_code_weights(block: ChainBlock, n_values: np.ndarray) -> np.ndarray:
+    return code_weights(block.codes, block.w, n_values)
+
+
+def chain_input(
+    block: ChainBlock, maps: list[np.ndarray], n_values: np.ndarray, init: np.ndarray
+) -> ChainBlock:
+    """A block's tree codes and the chain's first input (the initial map of the score)."""
+    return ChainBlock(map_codes(block.codes, maps, n_values), apply_init(block.f, init), block.y, block.w)
+
+
+__all__ = [
+    "ChainBlock",
+    "SplitBlock",
+    "apply_init",
+    "block_code_weights",
+    "chain_input",
+    "fit_mbct_encoder",
+    "input_n_values",
+    "input_summary",
+    "label_square_sum",
+    "read_block",
+    "side",
+    "split_block",
+    "split_codes",
+]
