@@ -47,8 +47,9 @@ if TYPE_CHECKING:
     from gpucal.encoding import FeatureEncoder
     from gpucal.evaluation import evaluate
     from gpucal.hc import HeterogeneousCalibrator
+    from gpucal.loading import load
     from gpucal.mbct import MBCT
-    from gpucal.persistence import ModelFileError, load
+    from gpucal.persistence import ModelFileError
 
 __all__ = [
     "MBCT",
@@ -89,6 +90,7 @@ _SUBMODULES = (
     "encoding",
     "evaluation",
     "hc",
+    "loading",
     "mbct",
     "metrics",
     "neural",
@@ -121,7 +123,8 @@ _MODULE_OF = {
         "gpucal.evaluation": ("evaluate",),
         "gpucal.hc": ("HeterogeneousCalibrator",),
         "gpucal.mbct": ("MBCT",),
-        "gpucal.persistence": ("ModelFileError", "load"),
+        "gpucal.loading": ("load",),
+        "gpucal.persistence": ("ModelFileError",),
     }.items()
     for name in names
 }

@@ -54,7 +54,11 @@ class ModelFileError(ValueError):
 
 
 def register(cls: type) -> type:
-    """Class decorator: make a calibrator loadable by ``gpucal.load`` under its class name."""
+    """Class decorator: make a calibrator loadable by ``gpucal.load`` under its class name.
+
+    Each method's module registers its classes when it is imported; this module imports none of them
+    (it sits below the methods). ``gpucal.loading`` imports every method first, for ``gpucal.load``.
+    """
     _REGISTRY[cls.__name__] = cls
     return cls
 
@@ -179,7 +183,10 @@ def _decode_state_value(cls_name: str, name: str, kind: str, value: Any) -> Any:
 
 
 def from_dict(document: Any) -> Any:
-    """Rebuild a fitted calibrator from :func:`to_dict`'s output, checking every part first."""
+    """Rebuild a fitted calibrator from :func:`to_dict`'s output, checking every part first.
+
+    The class must be registered (its module imported): ``gpucal.load`` imports every one first.
+    """
     if not isinstance(document, dict) or document.get("format") != FORMAT:
         msg = "not a gpucal model file (no 'format': 'gpucal-model' at the top level)"
         raise ModelFileError(msg)
@@ -194,11 +201,10 @@ def from_dict(document: Any) -> Any:
         msg = f"model file is missing {missing}"
         raise ModelFileError(msg)
     cls_name = document["class"]
-    registry = _registry()
-    if not isinstance(cls_name, str) or cls_name not in registry:
-        msg = f"unknown calibrator class {cls_name!r}; known: {sorted(registry)}"
+    if not isinstance(cls_name, str) or cls_name not in _REGISTRY:
+        msg = f"unknown calibrator class {cls_name!r}; known: {sorted(_REGISTRY)}"
         raise ModelFileError(msg)
-    cls = registry[cls_name]
+    cls = _REGISTRY[cls_name]
     params, state = document["params"], document["state"]
     if not isinstance(params, dict) or not isinstance(state, dict):
         msg = f"{cls_name}: 'params' and 'state' must be JSON objects"
@@ -232,13 +238,6 @@ def from_dict(document: Any) -> Any:
             msg = f"{cls_name}: inconsistent fitted state: {error}"
             raise ModelFileError(msg) from None
     return model
-
-
-def _registry() -> dict[str, type]:
-    """The registered classes, every estimator module imported first (``import gpucal`` is lazy)."""
-    import gpucal.calibrators  # noqa: F401  (imports every calibrator, each registering itself)
-
-    return _REGISTRY
 
 
 def _parse_float(text: str) -> float:
@@ -307,8 +306,3 @@ def read_document(path: str | os.PathLike[str]) -> Any:
         raise ModelFileError(msg) from None
     _check_nesting(document)
     return document
-
-
-def load(path: str | os.PathLike[str]) -> Any:
-    """Load a calibrator written by ``save``; a bad file raises :class:`ModelFileError`."""
-    return from_dict(read_document(path))

@@ -15,14 +15,13 @@ import pytest
 
 import gpucal
 from gpucal import metrics
-from gpucal.cli import (
-    BROKEN_PIPE_EXIT,
+from gpucal.cli import BROKEN_PIPE_EXIT, main
+from gpucal.cli.demo import (
     DEMO_CALIBRATORS,
     DEMO_CLUSTERED_CALIBRATORS,
     DEMO_FEATURE_CALIBRATORS,
     DEMO_NEURAL_CALIBRATORS,
     DEMO_NEURAL_FEATURE_CALIBRATORS,
-    main,
 )
 
 
@@ -348,7 +347,7 @@ def test_the_warmup_command_reports_its_time(monkeypatch, capsys):
 
 def test_demo_times_warm_fits_only(monkeypatch, capsys):
     """Issue 18: the demo's fit_predict_s counted JIT compilation; each fit is now warmed up first."""
-    import gpucal.cli as cli
+    import gpucal.cli.demo as cli
 
     monkeypatch.setattr(cli, "DEMO_WARMUP_ROWS", 300)
     seen = []

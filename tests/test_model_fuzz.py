@@ -22,7 +22,7 @@ import pandas as pd
 import pytest
 
 import gpucal
-from gpucal.persistence import _registry
+from gpucal.loading import _registry
 
 MEMORY_LIMIT = 6 << 30  # RLIMIT_AS of the subprocess: far above a tiny model's needs
 N_TRUNCATIONS = 8

@@ -1,0 +1,256 @@
+"""``gpucal fit``, ``predict``, ``rules`` and ``evaluate``: the commands over the user's files.
+
+Each checks its paths before it reads any data (a missing file, a folder where a file is expected, a
+wrong suffix), so a mistake is one error line, not a traceback after minutes of reading.
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from gpucal.cli.progress import log_progress
+
+#: Method parameters that the ``fit`` command sets through options of their own, with those options.
+PARAMETER_OPTIONS = {
+    "score_col": "--score-col",
+    "score_kind": "--score-kind",
+    "feature_cols": "--feature-cols",
+    "categorical_cols": "--categorical-cols",
+    "verbose": "--verbose",
+}
+
+
+def _columns(text: str | None) -> list[str]:
+    """Split a comma-separated column list, dropping blanks."""
+    return [c.strip() for c in text.split(",") if c.strip()] if text else []
+
+
+def _method_params(pairs: list[str]) -> dict[str, Any]:
+    """Parse ``--param name=value`` pairs; values are read as JSON when they parse, else as strings."""
+    params: dict[str, Any] = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not name:
+            msg = f"--param expects name=value, got {pair!r}"
+            raise ValueError(msg)
+        try:
+            params[name] = json.loads(value)
+        except json.JSONDecodeError:
+            params[name] = value
+    return params
+
+
+def _check_input_file(argument: str, path: str, suffixes: tuple[str, ...] | None = None) -> None:
+    """Raise ``ValueError`` unless ``path`` is an existing file (ending in one of ``suffixes``)."""
+    target = Path(path)
+    if suffixes is not None and target.suffix.lower() not in suffixes:
+        msg = f"{argument}: {path!r} must end in one of {suffixes}"
+    elif not target.exists():
+        msg = f"{argument}: no such file {path!r}"
+    elif not target.is_file():
+        msg = f"{argument}: {path!r} is a directory, not a file"
+    else:
+        return
+    raise ValueError(msg)
+
+
+def _check_output_file(argument: str, path: str, suffixes: tuple[str, ...] | None = None) -> None:
+    """Raise ``ValueError`` unless ``path`` can be written: its folder exists, it is no folder itself."""
+    target = Path(path)
+    folder = target.parent
+    if suffixes is not None and target.suffix.lower() not in suffixes:
+        msg = f"{argument}: {path!r} must end in one of {suffixes}"
+    elif target.is_dir():
+        msg = f"{argument}: {path!r} is a directory; give a file name"
+    elif not folder.is_dir():
+        msg = f"{argument}: the folder {os.fspath(folder)!r} of {path!r} does not exist"
+    else:
+        return
+    raise ValueError(msg)
+
+
+def _calibrator_class(method: str) -> type:
+    """Return the registered calibrator class of ``method``; ``ValueError`` lists the names."""
+    from gpucal.calibrators import CALIBRATORS
+
+    if method not in CALIBRATORS:
+        msg = f"--method {method}: no such calibrator; choose one of {', '.join(sorted(CALIBRATORS))}"
+        raise ValueError(msg)
+    return CALIBRATORS[method]
+
+
+def method_list() -> str:
+    """Return the registered calibrators, one line each, aliases beside the name they stand for."""
+    from gpucal.calibrators import CALIBRATORS
+
+    names_of: dict[type, list[str]] = {}
+    for name, cls in CALIBRATORS.items():
+        names_of.setdefault(cls, []).append(name)
+    lines = []
+    for cls, names in names_of.items():
+        alias = f" (alias {', '.join(names[1:])})" if len(names) > 1 else ""
+        lines.append(f"  {names[0]}{alias}: {cls.__name__}")
+    return "\n".join(lines)
+
+
+def _fit_params(args: argparse.Namespace, parameters: set[str]) -> dict[str, Any]:
+    """Return the constructor parameters of ``args.method`` (whose parameters are ``parameters``).
+
+    Options the method lacks are refused, named as typed; ``--verbose`` only reaches methods with a
+    ``verbose`` parameter. A feature-aware method given no ``--feature-cols`` reads every column but
+    the score, label and weight columns, as ``feature_cols=None`` does in Python; the list is resolved
+    here and logged, so the saved model names its features.
+    """
+    from gpucal._files import table_columns
+
+    chosen: dict[str, tuple[str, Any]] = {}  # parameter -> (option as typed, value)
+    if args.score_col != "score":
+        chosen["score_col"] = (f"--score-col {args.score_col}", args.score_col)
+    if args.score_kind != "probability":
+        chosen["score_kind"] = (f"--score-kind {args.score_kind}", args.score_kind)
+    if args.feature_cols is not None:
+        chosen["feature_cols"] = (f"--feature-cols {args.feature_cols}", _columns(args.feature_cols))
+    if args.categorical_cols is not None:
+        chosen["categorical_cols"] = (
+            f"--categorical-cols {args.categorical_cols}",
+            _columns(args.categorical_cols),
+        )
+    for name, (typed, _) in chosen.items():
+        if name not in parameters:
+            msg = f"{typed}: --method {args.method} takes no {PARAMETER_OPTIONS[name]}"
+            raise ValueError(msg)
+    params = _method_params(args.param)
+    both = sorted(set(chosen) & set(params))
+    if both:
+        msg = f"--param {both[0]}=... and {PARAMETER_OPTIONS[both[0]]} are mutually exclusive; give one"
+        raise ValueError(msg)
+    params |= {name: value for name, (_, value) in chosen.items()}
+    if "score_col" in parameters:
+        params.setdefault("score_col", args.score_col)
+    if args.verbose and "verbose" in parameters:
+        params["verbose"] = args.verbose
+    if "feature_cols" in parameters and params.get("feature_cols") is None:
+        skipped = {args.score_col, args.label_col, args.weight_col}
+        params["feature_cols"] = [c for c in table_columns(args.data) if c not in skipped]
+        features = ", ".join(params["feature_cols"])
+        log_progress(f"no --feature-cols: every other column is a feature: {features}")
+    return params
+
+
+def run_fit(args: argparse.Namespace) -> int:
+    """Fit a calibrator on a CSV / Parquet file and save it as JSON."""
+    from gpucal._files import TABLE_SUFFIXES, read_table
+    from gpucal.calibrators import make_calibrator
+
+    _check_input_file("data", args.data, TABLE_SUFFIXES)
+    _check_output_file("--model", args.model)
+    cls = _calibrator_class(args.method)
+    params = _fit_params(args, set(inspect.signature(cls).parameters))
+    calibrator = make_calibrator(args.method, **params)
+    features = list(params.get("feature_cols") or [])
+    needed = [args.score_col, args.label_col, *features] + ([args.weight_col] if args.weight_col else [])
+    log_progress(f"reading {args.data} ...")
+    frame = read_table(args.data, columns=needed)
+    log_progress(f"fitting {type(calibrator).__name__} on {len(frame):,} rows ...")
+    started = time.perf_counter()
+    X = frame[[args.score_col, *features]]
+    weights = frame[args.weight_col] if args.weight_col else None
+    calibrator.fit(X, frame[args.label_col], sample_weight=weights)
+    calibrator.save(args.model)
+    log_progress(f"fitted in {time.perf_counter() - started:.2f} s; model written to {args.model}")
+    return 0
+
+
+def run_predict(args: argparse.Namespace) -> int:
+    """Apply a saved calibrator to a CSV / Parquet file and write the calibrated scores."""
+    from gpucal._files import TABLE_SUFFIXES, read_table, table_columns, write_table
+    from gpucal.loading import load
+
+    _check_input_file("data", args.data, TABLE_SUFFIXES)
+    _check_input_file("--model", args.model)
+    _check_output_file("--output", args.output, TABLE_SUFFIXES)
+    if not args.overwrite and args.output_col in table_columns(args.data):
+        msg = (
+            f"--output-col {args.output_col}: {args.data!r} already has that column; "
+            "name another or pass --overwrite to replace it"
+        )
+        raise ValueError(msg)
+    calibrator = load(args.model)
+    log_progress(f"reading {args.data} ...")
+    frame = read_table(args.data)
+    log_progress(f"predicting {len(frame):,} rows with {type(calibrator).__name__} ...")
+    frame[args.output_col] = calibrator.predict(frame)
+    write_table(frame, args.output)
+    log_progress(f"written to {args.output}")
+    return 0
+
+
+def run_rules(args: argparse.Namespace) -> int:
+    """Print a saved tree model's rules as text, JSON or a SQL expression (MBCT)."""
+    from gpucal.loading import load
+
+    _check_input_file("--model", args.model)
+    model = load(args.model)
+    if not hasattr(model, "export_rules"):
+        name = type(model).__name__
+        msg = f"{name} has no rules to export; rules come from tree models such as MBCT and HC"
+        raise TypeError(msg)
+    options = {"table": args.table} if args.table else {}
+    print(model.export_rules(format=args.format, **options))
+    return 0
+
+
+def run_evaluate(args: argparse.Namespace) -> int:
+    """Print (and optionally save) the metrics table of prediction columns of a CSV / Parquet file."""
+    import pandas as pd
+
+    from gpucal._files import TABLE_SUFFIXES, read_table
+    from gpucal.evaluation import evaluate
+
+    _check_input_file("data", args.data, TABLE_SUFFIXES)
+    if args.json:
+        _check_output_file("--json", args.json)
+    if args.plot:
+        _check_output_file("--plot", args.plot, (".png",))
+    predictions = _columns(args.pred_cols)
+    if not predictions:
+        msg = "--pred-cols names no column"
+        raise ValueError(msg)
+    fields = _columns(args.field_cols)
+    optional = [c for c in (args.weight_col, args.true_col) if c]
+    frame = read_table(args.data, columns=[args.label_col, *predictions, *fields, *optional])
+    weights = frame[args.weight_col].to_numpy() if args.weight_col else None
+    log_progress(f"evaluating {len(predictions)} prediction column(s) on {len(frame):,} rows ...")
+    table = evaluate(
+        frame[args.label_col].to_numpy(),
+        {c: frame[c].to_numpy() for c in predictions},
+        sample_weight=weights,
+        fields={c: frame[c].to_numpy() for c in fields},
+        p_true=frame[args.true_col].to_numpy() if args.true_col else None,
+        seed=args.seed,
+    )
+    with pd.option_context("display.float_format", "{:.5f}".format, "display.width", 120):
+        print(table.to_string())
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as handle:
+            json.dump({"rows": len(frame), "metrics": table.to_dict()}, handle, indent=2)
+        log_progress(f"metrics written to {args.json}")
+    if args.plot:
+        from gpucal.plot import plot_reliability_to_png
+
+        plot_reliability_to_png(
+            args.plot,
+            frame[args.label_col].to_numpy(),
+            {c: frame[c].to_numpy() for c in predictions},
+            sample_weight=weights,
+            strategy=args.plot_strategy,
+            seed=args.seed,
+        )
+        log_progress(f"reliability diagram written to {args.plot}")
+    return 0
