@@ -48,7 +48,8 @@ def warm_up(*, verbose: bool = False) -> float:
     >>> from gpucal.warmup import warm_up
     >>> seconds = warm_up()  # doctest: +SKIP
     """
-    from gpucal import datasets, make_calibrator
+    from gpucal import datasets
+    from gpucal.calibrators import make_calibrator
     from gpucal.evaluation import evaluate
     from gpucal.metrics import segment_report
     from gpucal.plot import reliability_curve

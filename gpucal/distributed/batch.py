@@ -100,7 +100,7 @@ def run(
     import dask.dataframe as dd
     import distributed
 
-    from gpucal import make_calibrator
+    from gpucal.calibrators import make_calibrator
     from gpucal.distributed.cluster import dataframe_backend
 
     cluster, backend = start_cluster(device, n_workers)

@@ -27,11 +27,11 @@ from gpucal.calibrators._base import Calibrator, Constraint, Interval, Options
 from gpucal.calibrators._logistic import sigmoid
 from gpucal.calibrators.feature_platt import score_feature
 from gpucal.calibrators.platt import OUTPUT_TYPE_OPTIONS, SCORE_KIND_OPTIONS
-from gpucal.distributed import reject_dask
 from gpucal.encoding import FeatureEncoder
 from gpucal.neural._torch import as_tensor, load_training, require_torch, torch_device, torch_threads
 from gpucal.neural.piecewise import check_knots, eta_logit, finish_eta, fit_eta, knot_coordinates
 from gpucal.persistence import register
+from gpucal.rows import reject_dask
 from kernels import value_offsets
 
 # Rows per chunk of the prediction's forward pass: bounds the (rows, fields x dim) temporaries.

@@ -1,6 +1,6 @@
 """Plots of a fitted MBCT model: one tree (splits, maps, row counts), and calibration per feature value.
 
-:func:`plot_tree` draws the rules of :func:`gpucal.mbct.export.export_rules` as a diagram: a box per node
+:func:`plot_tree` draws the rules of :func:`gpucal.rules.export_rules` as a diagram: a box per node
 with the values that lead to it, its map and its training weight; leaves are highlighted.
 :func:`plot_feature_calibration` shows, for each value of a feature, the observed rate beside the mean
 prediction before and after calibration: the per-segment miscalibration that MBCT is meant to remove and a
@@ -79,7 +79,7 @@ def plot_tree(
     Parameters
     ----------
     ensemble, encoder, score_col, score_bins
-        As in :func:`gpucal.mbct.export.export_rules` (a fitted model's ``ensemble_``, ``encoder_``,
+        As in :func:`gpucal.rules.export_rules` (a fitted model's ``ensemble_``, ``encoder_``,
         ``score_col`` and ``score_bins``).
     tree : int, default 0
         Which tree of the chain (0 is the first).
@@ -102,7 +102,7 @@ def plot_tree(
     ImportError
         When matplotlib is not installed.
     """
-    from gpucal.mbct.export import describe_features
+    from gpucal.rules import describe_features
 
     if not 0 <= tree < ensemble.n_trees:
         msg = f"tree: {tree!r} is not a tree of the chain (it has {ensemble.n_trees})"
@@ -155,7 +155,7 @@ def _build_box(
     max_depth: int | None,
 ) -> _Box:
     """The box of ``node`` and, recursively, of its children (at most ``max_children`` boxes each)."""
-    from gpucal.mbct.export import condition_text, map_text, node_children, stop_codes, weight_text
+    from gpucal.rules import condition_text, map_text, node_children, stop_codes, weight_text
 
     a, b = (float(v) for v in ens.node_value[node])
     weight = weight_text(ens.node_weight[node])
@@ -194,7 +194,7 @@ def _build_box(
 
 
 def _count_below(ens: TreeEnsemble, features: list[Any], node: int) -> int:
-    from gpucal.mbct.export import node_children
+    from gpucal.rules import node_children
 
     return sum(1 + _count_below(ens, features, child) for child, _ in node_children(ens, features, node))
 
