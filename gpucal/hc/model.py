@@ -8,41 +8,33 @@ for AUC (Sec. 4, Lemmas 4.3-4.4). What the paper fixes and what gpucal chose is 
 
 from __future__ import annotations
 
-import sys
-import time
 from collections.abc import Hashable, Sequence
+from dataclasses import fields
 from typing import Any, ClassVar
 
 import numpy as np
 from sklearn.utils.validation import check_is_fitted
 
-from gpucal._backend import array_namespace, resolve_device
-from gpucal._frames import Column, SplitInput, frame_columns, split_input, wrap_output
-from gpucal._validation import check_consistent_length, check_labels, check_sample_weight
+from gpucal._backend import array_namespace
+from gpucal._frames import SplitInput, split_input, wrap_output
 from gpucal.calibrators._base import AnyOf, Calibrator, Constraint, Interval, Options
-from gpucal.calibrators._logistic import EPS, check_two_classes
 from gpucal.calibrators.platt import OUTPUT_TYPE_OPTIONS
-from gpucal.encoding import KIND_BINS, FeatureEncoder
+from gpucal.encoding import FeatureEncoder
+from gpucal.hc.fit import HCParams, fit_hc
 from gpucal.hc.node_maps import (
     ENSEMBLE_KINDS,
     apply_average,
     apply_chain,
     ensemble_values,
-    fit_node_maps,
 )
 from gpucal.partition.ensemble import (
     TreeEnsemble,
-    code_maps_from_weights,
-    code_weights,
-    join_trees,
-    map_codes,
     predict_ensemble,
 )
-from gpucal.partition.grow import GrowConfig, TreeNodes, grow_tree
-from gpucal.partition.local_maps import LOCAL_MAP_KINDS, apply_local_maps, n_map_params
+from gpucal.partition.local_maps import LOCAL_MAP_KINDS, n_map_params
 from gpucal.persistence import check_records, register
-from gpucal.rows._collections import any_dask
-from gpucal.rows.draws import poisson_one, row_uniforms
+from gpucal.rows import any_dask, as_rows
+from gpucal.rows._checks import check_all_dask
 from gpucal.rules import export_rules
 from kernels import tree_leaves
 
@@ -271,7 +263,7 @@ class HeterogeneousCalibrator(Calibrator):
         X : dataframe
             The score column and the feature columns (pandas, cudf, polars, pyarrow, or a dict). A dask
             DataFrame (with every row input a dask collection) fits over its partitions, every mode and
-            local map: the trees and maps of one machine, its sums added (``gpucal.distributed.hc``).
+            local map: the trees and maps of one machine, its sums added (``gpucal.hc.fit``).
         y : array-like of shape (n,)
             Labels in {0, 1} (soft labels in [0, 1] count as that fraction of a positive).
         sample_weight : array-like of shape (n,), optional
@@ -288,41 +280,20 @@ class HeterogeneousCalibrator(Calibrator):
         -------
         self
         """
-        if any_dask(X, y, sample_weight, X_tree, y_tree, sample_weight_tree):
-            from gpucal.distributed.hc import fit_hc_partitions
-
-            self._validate_params()
-            self._check_tree_inputs(X_tree, y_tree, sample_weight_tree)
-            fit_hc_partitions(self, X, y, sample_weight, X_tree, y_tree, sample_weight_tree)
-            return self
         self._validate_params()
         self._check_tree_inputs(X_tree, y_tree, sample_weight_tree)
-        split = split_input(
-            X, score_col=self.score_col, feature_cols=self.feature_cols, require_features=True
-        )
-        cal = _checked_rows(split.features, split.score, y, sample_weight, "X", "y")
-        device = resolve_device(self.device, cal.score)
-        self._backend = "cuda" if device == "gpu" else "cpu"
-        cal = cal.to_gpu() if device == "gpu" else cal
-        self.feature_cols_ = list(split.features)
-        if X_tree is None:
-            self.encoder_ = self._fit_encoder(cal.features, sample_weight)
-            tree, cal = cal.with_codes(self._codes(cal)).divide(self.tree_fraction, self.seed)
-        else:
-            # The label tree reads features only; boosted trees 2.. also read the score.
-            if self.mode == "boosted":
-                tree_split = split_input(
-                    X_tree, score_col=self.score_col, feature_cols=self.feature_cols_, name="X_tree"
-                )
-                features, tree_score = tree_split.features, tree_split.score
-            else:
-                features, tree_score = frame_columns(X_tree, self.feature_cols_, name="X_tree"), None
-            grow = _checked_rows(features, tree_score, y_tree, sample_weight_tree, "X_tree", "y_tree")
-            grow = grow.to_gpu() if device == "gpu" else grow
-            self.encoder_ = self._fit_encoder(grow.features, sample_weight_tree)
-            tree = grow.with_codes(self._codes(grow))
-            cal = cal.with_codes(self._codes(cal))
-        self._fit_rows(tree, cal)
+        given = {"X": X, "y": y, "sample_weight": sample_weight}
+        tree_given = {"X_tree": X_tree, "y_tree": y_tree, "sample_weight_tree": sample_weight_tree}
+        if any_dask(*given.values(), *tree_given.values()):
+            check_all_dask({**given, **tree_given})
+        rows = as_rows(**given)
+        tree_rows = None
+        if X_tree is not None:
+            tree_rows = as_rows(X=X_tree, y=y_tree, sample_weight=sample_weight_tree)
+        params = HCParams(**{f.name: getattr(self, f.name) for f in fields(HCParams)})
+        state = fit_hc(rows, params, tree_rows)
+        self.encoder_, self.ensemble_, self.node_params_ = state.encoder, state.ensemble, state.node_params
+        self.feature_cols_, self.history_ = state.feature_cols, state.history
         return self
 
     @staticmethod
@@ -330,200 +301,6 @@ class HeterogeneousCalibrator(Calibrator):
         if (X_tree is None) != (y_tree is None) or (X_tree is None and sample_weight_tree is not None):
             msg = "X_tree and y_tree: give both (and sample_weight_tree only with them), or neither"
             raise ValueError(msg)
-
-    def _fit_encoder(self, features: dict[Hashable, Column], sample_weight: Any) -> FeatureEncoder:
-        encoder = FeatureEncoder(n_bins=self.n_bins, categorical_cols=self.categorical_cols)
-        return encoder.fit(features, sample_weight=sample_weight)
-
-    def _codes(self, rows: _Rows) -> Any:
-        """Return the encoder's codes of ``rows``, on the device of their labels."""
-        return array_namespace(rows.y).asarray(self.encoder_.transform(rows.features))
-
-    def _fit_rows(self, tree: _Rows, cal: _Rows) -> None:
-        """Grow on ``tree``, fit the maps on ``cal`` (both encoded); set the fitted attributes."""
-        n_values = np.asarray(self.encoder_.n_values_, dtype=np.int64)
-        maps, counts = self._set_code_maps(code_weights(tree.codes, tree.w, n_values))
-        tree = tree.with_codes(map_codes(tree.codes, maps, counts))
-        cal = cal.with_codes(map_codes(cal.codes, maps, counts))
-        self._log(
-            1,
-            f"HC ({self.mode}): {tree.y.shape[0]} tree rows, {cal.y.shape[0]} map rows, "
-            f"{len(self._ordinal)} features",
-        )
-        self.history_: list[dict[str, Any]] = []
-        if self.mode == "boosted":
-            trees, params = self._fit_boosted(tree, cal)
-        else:
-            trees, params = self._fit_trees(tree, cal)
-        self._set_ensemble(trees, params, maps, counts)
-
-    def _set_code_maps(self, weights: np.ndarray) -> tuple[list[np.ndarray], np.ndarray]:
-        """From the tree rows' weight per input code (``code_weights``): the input-to-tree code maps and
-        the tree code counts (``tree_code_maps``); sets the rare codes and which features are ordinal."""
-        n_values = np.asarray(self.encoder_.n_values_, dtype=np.int64)
-        ordinal = [kind == KIND_BINS for kind in self.encoder_.kinds_]
-        maps, rare, counts = code_maps_from_weights(weights, n_values, float(self.min_leaf_size))
-        # Bins keep their order: only categories are pooled (a pooled code has no place in code order).
-        for j in np.flatnonzero(ordinal):
-            maps[j], rare[j], counts[j] = np.arange(n_values[j], dtype=np.int32), -1, n_values[j]
-        self._rare_codes, self._tree_n_values = rare, counts
-        self._ordinal = tuple(ordinal)
-        return maps, counts
-
-    def _set_ensemble(
-        self, trees: list[TreeNodes], params: np.ndarray, maps: list[np.ndarray], counts: np.ndarray
-    ) -> None:
-        """Join the grown trees, each node carrying its map, into ``ensemble_``; keep ``node_params_``."""
-        kind = self.local_map
-        names = [str(c) for c in self.encoder_.feature_names_]
-        leaf_map = "scale" if kind == "scale" else "platt"
-        if kind in ENSEMBLE_KINDS:
-            values = ensemble_values(params, kind)
-        else:
-            values = np.tile([1.0, 0.0], (params.shape[0], 1))
-        offset = 0
-        for nodes in trees:
-            n = len(nodes.feature)
-            nodes.value = list(values[offset : offset + n])
-            offset += n
-        self.ensemble_ = join_trees(trees, leaf_map, names, counts, maps, self._rare_codes)
-        self.node_params_ = params
-
-    def _grow_config(self, criterion: str, mask: tuple[bool, ...] = ()) -> GrowConfig:
-        leaf = float(self.min_leaf_size)
-        return GrowConfig(
-            leaf_map="shift",
-            criterion=criterion,
-            max_depth=self.max_depth,
-            min_node_size=2.0 * leaf,
-            min_child_size=leaf,
-            penalty=float(self.leaf_penalty),
-            n_views=1,
-            mvce_bin_size=1,
-            mvce_p=2.0,
-            seed=self.seed,
-            backend=self._backend,
-            split_mode="binary",
-            ordinal=self._ordinal,
-            feature_mask=mask,
-        )
-
-    def _grow(self, rows: _Rows, f: Any, w: Any, config: GrowConfig) -> TreeNodes:
-        log = (lambda line: self._log(2, line)) if self.verbose >= 2 else None
-        nodes, _ = grow_tree(rows.codes, f, rows.y, w, self._tree_n_values, self._rare_codes, config, log=log)
-        return nodes
-
-    def _leaves(self, nodes: TreeNodes, codes: Any) -> Any:
-        """Return the tree-local node each row stops at."""
-        feature, base, table = nodes.routing_arrays()
-        start = np.array([0, len(nodes.feature)], dtype=np.int64)
-        return tree_leaves(codes, feature, base, table, start, backend=self._backend)[:, 0]
-
-    def _fit_maps(self, nodes: TreeNodes, cal: _Rows, f: Any) -> np.ndarray:
-        leaf = self._leaves(nodes, cal.codes)
-        return fit_node_maps(
-            nodes,
-            leaf,
-            f,
-            cal.y,
-            cal.w,
-            self.local_map,
-            penalty=float(self.leaf_penalty),
-            backend=self._backend,
-        )
-
-    def _fit_trees(self, tree: _Rows, cal: _Rows) -> tuple[list[TreeNodes], np.ndarray]:
-        """One label tree, or a forest of them on bootstraps and feature subsets."""
-        xp = array_namespace(tree.y)
-        # The tree input f: read by the gain criteria only, so any probability does for the label ones.
-        f = xp.full_like(tree.y, 0.5)
-        rng = np.random.default_rng(self.seed)  # the feature subsets: one draw per tree, from the seed
-        d = len(self._ordinal)
-        n_trees = 1 if self.mode == "tree" else self.n_trees
-        trees, params = [], []
-        for t in range(n_trees):
-            start = time.perf_counter()
-            w = tree.w
-            mask: tuple[bool, ...] = ()
-            if self.mode == "forest":
-                boot = xp.asarray(bootstrap_weights(self.seed, t, tree.index))
-                w = boot if tree.w is None else tree.w * boot
-                mask = self._feature_mask(rng, d)
-            nodes = self._grow(tree, f, w, self._grow_config(self.criterion, mask))
-            trees.append(nodes)
-            params.append(self._fit_maps(nodes, cal, cal.score))
-            self._record(t, nodes, start)
-        return trees, np.concatenate(params)
-
-    def _feature_mask(self, rng: np.random.Generator, d: int) -> tuple[bool, ...]:
-        share = self.max_features
-        n_allowed = int(np.sqrt(d)) if share == "sqrt" else round(float(share) * d)
-        chosen = rng.choice(d, size=min(d, max(1, n_allowed)), replace=False)
-        mask = np.zeros(d, dtype=bool)
-        mask[chosen] = True
-        return tuple(bool(v) for v in mask)
-
-    def _fit_boosted(self, tree: _Rows, cal: _Rows) -> tuple[list[TreeNodes], np.ndarray]:
-        """The nested composition: tree 1 by label impurity, then log-loss gain trees on the output.
-
-        Every tree grows on the tree rows (trees 2.. on their current output) and gets its maps from
-        the map rows, so no tree's maps are fitted on the rows that chose its splits; the held-out rows
-        decide whether a tree stays. (Growing trees 2.. on the map rows instead, as gradient boosting
-        does, kept one tree at most on Adult and make_ctr: in-sample splits fail the held-out check.)
-        """
-        fit, valid = (
-            cal.divide(1.0 - self.validation_fraction, self.seed + 1)
-            if self.validation_fraction
-            else (cal, cal)
-        )
-        f_tree, f_fit, f_valid = tree.score, fit.score, valid.score
-        loss = _log_loss(f_valid, valid.y, valid.w)
-        trees: list[TreeNodes] = []
-        params: list[np.ndarray] = []
-        for t in range(self.n_trees):
-            start = time.perf_counter()
-            criterion = self.criterion if t == 0 else "gain"
-            nodes = self._grow(tree, f_tree, tree.w, self._grow_config(criterion))
-            tree_params = self._fit_maps(nodes, fit, f_fit)
-            f_valid_next = self._apply_tree(nodes, tree_params, valid.codes, f_valid)
-            new_loss = _log_loss(f_valid_next, valid.y, valid.w)
-            kept = t == 0 or new_loss < loss
-            self._record(t, nodes, start, loss, new_loss, kept)
-            if not kept:
-                break
-            trees.append(nodes)
-            params.append(tree_params)
-            f_tree = self._apply_tree(nodes, tree_params, tree.codes, f_tree)
-            f_fit = self._apply_tree(nodes, tree_params, fit.codes, f_fit)
-            f_valid, loss = f_valid_next, new_loss
-        return trees, np.concatenate(params)
-
-    def _apply_tree(self, nodes: TreeNodes, params: np.ndarray, codes: Any, f: Any) -> Any:
-        """Return ``f`` through the maps of the nodes (of one tree) the rows stop at."""
-        return apply_local_maps(f, self._leaves(nodes, codes), params, self.local_map)
-
-    def _record(
-        self,
-        t: int,
-        nodes: TreeNodes,
-        start: float,
-        loss_before: float | None = None,
-        loss_after: float | None = None,
-        kept: bool = True,
-    ) -> None:
-        n_leaves = sum(1 for j in nodes.feature if j < 0)
-        entry: dict[str, Any] = {"tree": t, "nodes": len(nodes.feature), "leaves": n_leaves}
-        line = f"  tree {t + 1}: {len(nodes.feature)} nodes, {n_leaves} leaves"
-        if loss_before is not None and loss_after is not None:
-            entry.update(loss_before=loss_before, loss_after=loss_after, kept=kept)
-            verdict = "kept" if kept else "dropped, stop"
-            line += f", held-out log-loss {loss_before:.6g} -> {loss_after:.6g} ({verdict})"
-        self.history_.append(entry)
-        self._log(1, f"{line} [{time.perf_counter() - start:.2f} s]")
-
-    def _log(self, level: int, line: str) -> None:
-        if self.verbose >= level:
-            print(line, file=sys.stderr, flush=True)
 
     # ----------------------------------------------------------------------------------------------
     # predict
@@ -627,85 +404,6 @@ class HeterogeneousCalibrator(Calibrator):
             raise ValueError(msg)
         # One record per tree grown: the kept ones and, boosted, the one dropped when the fit stopped.
         check_records(self.history_, "history_", HISTORY_FIELDS, self.ensemble_.n_trees + 1)
-
-
-class _Rows:
-    """Rows of one role (tree growth or map fitting): feature columns, codes, score, labels, weights.
-
-    ``score`` is None for tree rows given as ``X_tree`` (the label tree does not read it); ``features``
-    describe all the rows the object was made from (only read before ``divide``); ``index`` (host
-    int64) is each row's position in the input it came from (``X`` or ``X_tree``), what the forest's
-    bootstrap draws are keyed by.
-    """
-
-    def __init__(
-        self, features: dict[Hashable, Column], codes: Any, score: Any, y: Any, w: Any, index: np.ndarray
-    ) -> None:
-        self.features, self.codes, self.score, self.y, self.w = features, codes, score, y, w
-        self.index = index
-
-    def with_codes(self, codes: Any) -> _Rows:
-        return _Rows(self.features, codes, self.score, self.y, self.w, self.index)
-
-    def to_gpu(self) -> _Rows:
-        import cupy
-
-        def put(a: Any) -> Any:
-            return None if a is None else cupy.asarray(a)
-
-        return _Rows(self.features, put(self.codes), put(self.score), put(self.y), put(self.w), self.index)
-
-    def take(self, rows: np.ndarray) -> _Rows:
-        """The rows at host positions ``rows``."""
-        on_device = array_namespace(self.y).asarray(rows)
-
-        def cut(a: Any) -> Any:
-            return None if a is None else a[on_device]
-
-        return _Rows(
-            self.features, cut(self.codes), cut(self.score), cut(self.y), cut(self.w), self.index[rows]
-        )
-
-    def divide(self, share: float, seed: int) -> tuple[_Rows, _Rows]:
-        """Split the rows at random (seeded): ``share`` of them first, the rest second; both non-empty."""
-        n = self.y.shape[0]
-        first = np.random.default_rng(seed).random(n) < share
-        if first.all() or not first.any():
-            msg = f"a share of {share:g} of {n} rows leaves one side empty: give more rows"
-            raise ValueError(msg)
-        return self.take(np.flatnonzero(first)), self.take(np.flatnonzero(~first))
-
-
-def _checked_rows(
-    features: dict[Hashable, Column], score: Any, y: Any, w: Any, x_name: str, y_name: str
-) -> _Rows:
-    """Check labels and weights against the rows (and two classes among them); return the rows."""
-    rows = next(iter(features.values())).values
-    labels = check_labels(y, y_name)
-    n = check_consistent_length(**{x_name: rows, y_name: labels})
-    xp = array_namespace(labels)
-    weights = None if w is None else check_sample_weight(w, n, xp=xp)
-    check_two_classes(labels, xp.ones_like(labels) if weights is None else weights, y_name)
-    return _Rows(features, None, score, labels, weights, np.arange(n, dtype=np.int64))
-
-
-def bootstrap_weights(seed: int, tree: int, index: np.ndarray) -> np.ndarray:
-    """Return the Poisson(1) bootstrap weights of forest tree ``tree`` for the rows at ``index`` (host).
-
-    A row's count is a function of ``(seed, tree, index)`` alone (``gpucal.rows.draws``),
-    so the partitions of a dask collection draw, from their rows' global positions, the counts one
-    machine draws.
-    """
-    return poisson_one(row_uniforms(seed, tree, index))
-
-
-def _log_loss(p: Any, y: Any, w: Any) -> float:
-    xp = array_namespace(p)
-    q = xp.clip(p, EPS, 1.0 - EPS)
-    loss = -(y * xp.log(q) + (1.0 - y) * xp.log1p(-q))
-    if w is None:
-        return float(loss.mean())
-    return float((w * loss).sum() / w.sum())
 
 
 __all__ = ["HeterogeneousCalibrator"]

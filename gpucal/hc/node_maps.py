@@ -5,10 +5,11 @@ Heterogeneous calibration fits one calibration map per part (Durfee et al. 2022,
 stops at the split node (``gpucal.partition.ensemble``), so every node needs a map: node :math:`m`'s
 map is fitted on all calibration rows whose walk passes through :math:`m`.
 
-Levels are fitted from the root down, one :func:`~gpucal.partition.local_maps.fit_local_maps` call
-(one grouped Newton fit of all the level's nodes) per level. The root gets the plain global fit; a
-deeper node starts from its parent's map and, with ``penalty`` :math:`\lambda > 0`, is pulled toward
-it,
+Levels are fitted from the root down, one grouped Newton fit of all the level's nodes per level
+(:func:`~gpucal.partition.local_maps.fit_local_maps_from_sums` of the level's ``local_map_sums`` added
+over the row blocks; "scale" in closed form from the level's group sums). The root gets the plain
+global fit; a deeper node starts from its parent's map and, with ``penalty`` :math:`\lambda > 0`, is
+pulled toward it,
 
 .. math::
 
@@ -22,13 +23,26 @@ off; a node with no calibration row keeps its parent's map.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
 from gpucal._backend import array_namespace
 from gpucal.partition.grow import TreeNodes
-from gpucal.partition.local_maps import apply_local_maps, fit_local_maps
+from gpucal.partition.local_maps import (
+    apply_local_maps,
+    fit_local_maps_from_sums,
+    fit_scale_maps_from_sums,
+    flatten_map_sums,
+    local_map_sums,
+    map_design,
+    part_sums,
+    start_params,
+    unflatten_map_sums,
+)
+from gpucal.rows import Rows
+from kernels import tree_leaves
 
 # The kinds of local map a TreeEnsemble node can carry as (a, b): the kernels' "platt" map
 # sigmoid(a logit f + b) (or "scale": min(a f, 1)). Beta has three parameters and no such form.
@@ -60,27 +74,75 @@ def node_ancestors(leaf: Any, depth: np.ndarray, parent: np.ndarray) -> list[Any
     return levels[::-1]
 
 
-def fit_node_maps(
-    nodes: TreeNodes,
-    leaf: Any,
-    score: Any,
-    y: Any,
-    w: Any,
-    kind: str,
-    *,
-    penalty: float,
-    backend: str = "auto",
-) -> np.ndarray:
+@dataclass(frozen=True)
+class _LevelRows:
+    """A block's map rows with their node at every depth (``node_ancestors``) and the map's design."""
+
+    f: Any
+    y: Any
+    w: Any
+    levels: list[Any]
+    design_offset: tuple[Any, Any] | None
+
+
+def tree_leaves_of(nodes: TreeNodes, codes: Any, backend: str) -> Any:
+    """Return the tree-local node each row (tree codes ``codes``) stops at in one grown tree."""
+    feature, base, table = nodes.routing_arrays()
+    start = np.array([0, len(nodes.feature)], dtype=np.int64)
+    return tree_leaves(codes, feature, base, table, start, backend=backend)[:, 0]
+
+
+def through_tree(block: Any, nodes: TreeNodes, params: np.ndarray, kind: str, backend: str) -> Any:
+    """The block (``codes, f``) with ``f`` through the maps of the nodes of one tree its rows stop at."""
+    leaf = tree_leaves_of(nodes, block.codes, backend)
+    return replace(block, f=apply_local_maps(block.f, leaf, params, kind))
+
+
+def _level_rows(
+    block: Any, nodes: TreeNodes, depth: np.ndarray, parent: np.ndarray, kind: str, backend: str
+) -> _LevelRows:
+    leaf = tree_leaves_of(nodes, block.codes, backend)
+    design = None if kind == "scale" else map_design(block.f, kind)
+    return _LevelRows(block.f, block.y, block.w, node_ancestors(leaf, depth, parent), design)
+
+
+def _label_sums(block: _LevelRows) -> np.ndarray:
+    """``[sum w, sum w y]`` of a block (``[n, sum y]`` unweighted)."""
+    if block.w is None:
+        return np.array([float(block.y.shape[0]), float(block.y.sum())])
+    return np.array([float(block.w.sum()), float((block.w * block.y).sum())])
+
+
+def _scale_sums(block: _LevelRows, d: int, n_parts: int, backend: str) -> np.ndarray:
+    """The seven group sums per node at depth ``d`` (what the closed-form "scale" fit reads)."""
+    return part_sums(block.f, block.y, block.w, block.levels[d], n_parts, backend)
+
+
+def _map_sums(block: _LevelRows, d: int, theta: np.ndarray, kind: str, backend: str) -> np.ndarray:
+    """``local_map_sums`` of a block grouped by the rows' nodes at depth ``d``, flattened."""
+    sums = local_map_sums(
+        block.f,
+        block.y,
+        block.w,
+        block.levels[d],
+        theta,
+        kind,
+        backend=backend,
+        design_offset=block.design_offset,
+    )
+    return flatten_map_sums(*sums)
+
+
+def fit_node_maps(rows: Rows, nodes: TreeNodes, kind: str, penalty: float, backend: str) -> np.ndarray:
     """Return ``(n_nodes, n_params)``: each node's map of ``kind``, fitted top-down (module docstring).
 
     Parameters
     ----------
+    rows : Rows
+        The calibration rows: blocks with tree ``codes``, input probabilities ``f``, labels ``y`` and
+        weights ``w`` (None: unit).
     nodes : TreeNodes
         One grown tree (tree-local ids).
-    leaf : int array of shape (n,)
-        The node each calibration row stops at (numpy or cupy, like ``score``).
-    score, y, w : arrays of shape (n,)
-        The calibration rows' input probabilities, labels and weights (``w`` may be None).
     kind : str
         A ``gpucal.partition.local_maps`` kind.
     penalty : float
@@ -88,13 +150,23 @@ def fit_node_maps(
     backend : str
         Kernel backend of the sums.
     """
-    parent = tree_parents(nodes)
-    levels = node_ancestors(leaf, np.asarray(nodes.depth, dtype=np.int64), parent)
+    depth = np.asarray(nodes.depth, dtype=np.int64)
+    levels = rows.map(_level_rows, nodes, depth, tree_parents(nodes), kind, backend)
 
     def fit_level(d: int, n_parts: int, prior: np.ndarray | None, level_penalty: float) -> np.ndarray:
-        return fit_local_maps(
-            score, y, w, levels[d], n_parts, kind, prior=prior, penalty=level_penalty, backend=backend
-        )
+        start = prior
+        if start is None:  # the root: the default start, which reads the label mean only
+            weight, label = levels.sum(_label_sums) if kind == "constant" else (1.0, 0.0)
+            mean = np.array([float(label) / float(weight)])
+            start = start_params(mean, mean, None, n_parts, kind)
+        if kind == "scale":
+            stats = levels.sum(_scale_sums, d, n_parts, backend)
+            return fit_scale_maps_from_sums(stats, start, penalty=level_penalty)
+
+        def sums(theta: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+            return unflatten_map_sums(levels.sum(_map_sums, d, theta, kind, backend), *theta.shape)
+
+        return fit_local_maps_from_sums(sums, start, kind, penalty=level_penalty)
 
     return fit_node_maps_on(nodes, fit_level, penalty)
 
@@ -105,11 +177,11 @@ LevelFit = Callable[[int, int, "np.ndarray | None", float], np.ndarray]
 
 
 def fit_node_maps_on(nodes: TreeNodes, fit_level: LevelFit, penalty: float) -> np.ndarray:
-    """Return ``(n_nodes, n_params)``: the top-down loop of :func:`fit_node_maps` over any rows.
+    """Return ``(n_nodes, n_params)``: the top-down loop of :func:`fit_node_maps`.
 
-    ``fit_level`` reads the rows wherever they are (one array here, dask partitions in
-    ``gpucal.distributed.hc``): the root is one part with the default start and no ridge; depth
-    ``d`` starts from and is pulled toward each node's parent map.
+    ``fit_level`` fits one depth's maps (:func:`fit_node_maps`: from sums over the rows): the root is
+    one part with the default start and no ridge; depth ``d`` starts from and is pulled toward each
+    node's parent map.
     """
     depth = np.asarray(nodes.depth, dtype=np.int64)
     parent = tree_parents(nodes)

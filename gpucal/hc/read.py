@@ -1,0 +1,250 @@
+"""HC's first passes over its rows: each block read and checked, cut into tree rows and map rows, encoded.
+
+Every block is read the same way whatever holds it (:func:`read_block`): the score and feature columns
+split off ``X``, labels and weights checked, arrays moved to the device, and the rows that grow the
+trees marked (``tree_fraction``: row ``r`` grows them when draw ``r`` of ``default_rng(seed)`` is below
+the share, :func:`~gpucal.rows.draws.held_out_mask` at the block's global row offset, so dask partitions
+mark the rows one machine marks). Checks of the whole data read the summed block summaries. Once the
+encoder is fitted, :func:`encoded_sides` gives each block's tree rows and map rows as
+:class:`TreeBlock` s: what :class:`~gpucal.partition.tree_rows.TreeRows` and the node-map sums read.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from gpucal._backend import array_namespace, resolve_device
+from gpucal._frames import Column, frame_columns, split_input
+from gpucal._validation import check_consistent_length, check_labels, check_same_index, check_sample_weight
+from gpucal.encoding import FeatureEncoder
+from gpucal.partition.ensemble import map_codes
+from gpucal.rows import LocalRows, Rows, label_summary
+from gpucal.rows._checks import check_partition_weight
+from gpucal.rows.block import RowBlock
+from gpucal.rows.draws import held_out_mask
+
+# Which rows a block of input holds: X cut by tree_fraction, X all map rows, X_tree all tree rows.
+SPLIT, MAP, TREE = "split", "map", "tree"
+# The input names in messages, by role.
+_NAMES = {SPLIT: ("X", "y", "sample_weight"), MAP: ("X", "y", "sample_weight")}
+_NAMES[TREE] = ("X_tree", "y_tree", "sample_weight_tree")
+# Columns of a block summary after label_summary's five: tree rows, blocks on the GPU.
+N_TREE, N_ON_GPU = 5, 6
+
+
+@dataclass(frozen=True)
+class InputBlock:
+    """One block read and checked: its role, feature columns, score (None for the tree rows of a label
+    tree), labels, weights (None: unit), which rows grow the trees (host bool), the block's global row
+    offset, its summary (``label_summary`` columns, tree rows, 1 when on the GPU), and the frame and
+    weights as given (what the encoder is fitted on)."""
+
+    role: str
+    features: dict[Hashable, Column]
+    score: Any
+    y: Any
+    w: Any
+    grows: np.ndarray
+    row_offset: int
+    summary: np.ndarray
+    source: Any
+    source_w: Any
+
+
+@dataclass(frozen=True)
+class TreeBlock:
+    """Rows of one role (tree growth or map fitting): codes, the trees' input or the score ``f``,
+    labels, weights (None: unit) and ``index``, each row's position in the input it came from (host
+    int64: what the forest's bootstrap draws are keyed by)."""
+
+    codes: Any
+    f: Any
+    y: Any
+    w: Any
+    index: np.ndarray
+
+    def __len__(self) -> int:
+        return int(self.y.shape[0])
+
+
+def read_block(
+    block: RowBlock,
+    role: str,
+    feature_cols: Sequence[Hashable] | str | None,
+    score_col: Hashable,
+    device: str,
+    split: tuple[float, int, bool],
+    whole: bool,
+    row_offset: int,
+) -> InputBlock:
+    """Read one block of ``X, y, sample_weight`` (or of the tree inputs, ``role`` TREE) as ``fit`` does.
+
+    ``split`` is ``(tree_fraction, seed, boosted)``; ``whole`` is True when the block is all the rows
+    (one machine: an empty block or all-zero weights are errors there, fine in one partition of many).
+    """
+    tree_fraction, seed, boosted = split
+    x_name, y_name, w_name = _NAMES[role]
+    X, y, w = block["X"], block["y"], block["sample_weight"]
+    if role == TREE and not boosted:  # the label tree reads features only
+        features, score = frame_columns(X, feature_cols, name=x_name), None
+    else:
+        given = split_input(
+            X,
+            score_col=score_col,
+            feature_cols=feature_cols,
+            require_features=True,
+            allow_empty=not whole,
+            name=x_name,
+        )
+        features, score = given.features, given.score
+    if not whole:
+        check_same_index(**{x_name: X, y_name: y, w_name: w})
+    labels = check_labels(y, y_name)
+    n = check_consistent_length(**{x_name: next(iter(features.values())).values, y_name: labels})
+    xp = array_namespace(labels)
+    weights = None
+    if w is not None:
+        weights = (
+            check_sample_weight(w, n, w_name, xp=xp) if whole else check_partition_weight(w, n, xp, w_name)
+        )
+    on_gpu = resolve_device(device, labels if score is None else score) == "gpu"
+    if on_gpu:
+        import cupy
+
+        score, labels = (None if score is None else cupy.asarray(score)), cupy.asarray(labels)
+        weights = None if weights is None else cupy.asarray(weights)
+    grows = np.full(n, role == TREE)
+    if role == SPLIT:
+        grows = held_out_mask(n, tree_fraction, seed, row_offset)
+    summary = np.concatenate([label_summary(labels, weights), [float(grows.sum()), float(on_gpu)]])
+    return InputBlock(role, features, score, labels, weights, grows, row_offset, summary, X, w)
+
+
+def block_summary(block: InputBlock) -> np.ndarray:
+    return block.summary
+
+
+def feature_names(block: InputBlock) -> list[Hashable]:
+    return list(block.features)
+
+
+def first(*values: Any) -> Any:
+    """Combine of :meth:`Rows.reduce` keeping the first block's value."""
+    return values[0]
+
+
+def check_split(n: int, n_first: int, share: float) -> None:
+    """Raise ``ValueError`` unless a random split of ``n`` rows, ``n_first`` of them first, has rows on
+    both sides (``tree_fraction``'s, and the boosted chain's validation split)."""
+    if n_first in (0, n):
+        msg = f"a share of {share:g} of {n} rows leaves one side empty: give more rows"
+        raise ValueError(msg)
+
+
+# --------------------------------------------------------------------------------------------------
+# The encoder
+
+
+def fit_encoder(rows: Rows, n_bins: int, categorical_cols: Any) -> FeatureEncoder:
+    """Fit the feature encoder on the rows' (read) blocks: their features, weighted by their weights.
+
+    One block here is ``FeatureEncoder.fit``. Other rows take the one pass of
+    ``gpucal.distributed.encoding`` (categories and weighted value tables merged over blocks), which
+    gives the same encoder; it moves behind ``FeatureEncoder`` when the encoder fits over
+    :class:`~gpucal.rows.Rows` itself.
+    """
+    encoder = FeatureEncoder(n_bins=n_bins, categorical_cols=categorical_cols)
+    if isinstance(rows, LocalRows) and rows.n_blocks == 1:
+        block = rows.blocks[0]
+        return encoder.fit(block.features, sample_weight=block.source_w)
+    from gpucal.distributed.encoding import _merge, _summaries  # the one bridge, until the encoder fits rows
+    from gpucal.rows._reduce import max_distinct_keys
+
+    categorical = frozenset(encoder._check_params())
+    limit = max_distinct_keys()
+    n_rows, summaries = rows.reduce(
+        _encoder_summaries, functools.partial(_merge, limit=limit), _summaries, categorical, limit
+    )
+    if n_rows == 0:
+        msg = "X: no rows"
+        raise ValueError(msg)
+    names = list(summaries)
+    unknown = [c for c in categorical if c not in names]
+    if unknown:
+        msg = f"categorical_cols: column(s) {unknown} are not columns of X; columns: {names}"
+        raise KeyError(msg)
+    value_weights = {
+        name: (table.keys[0], table.stats[:, 0])
+        for name, (kind, table) in summaries.items()
+        if kind == "bins"
+    }
+    categories = {name: cats for name, (kind, cats) in summaries.items() if kind == "values"}
+    return encoder.fit_summaries(names, value_weights=value_weights, categories=categories)
+
+
+def _encoder_summaries(
+    block: InputBlock, summaries: Any, categorical: frozenset[Hashable], limit: int
+) -> Any:
+    return summaries(block.source[list(block.features)], block.source_w, categorical, limit)
+
+
+# --------------------------------------------------------------------------------------------------
+# Encoded sides
+
+
+def encoded_sides(
+    block: InputBlock, encoder: FeatureEncoder, boosted: bool
+) -> tuple[TreeBlock | None, TreeBlock | None]:
+    """The block's tree rows and map rows (None when it has none of a role), with their codes.
+
+    The label tree's input ``f`` is read by the gain criteria only, so any probability does (0.5);
+    boosted trees 2.. grow on the score's calibrated output.
+    """
+    xp = array_namespace(block.y)
+    codes = xp.asarray(encoder.transform(block.features))
+    n = int(block.y.shape[0])
+
+    def side(rows: np.ndarray, f: Any) -> TreeBlock:
+        index = block.row_offset + rows
+        if rows.shape[0] == n:  # every row: no copy
+            return TreeBlock(codes, f, block.y, block.w, index)
+        take = xp.asarray(rows)
+        w = None if block.w is None else block.w[take]
+        return TreeBlock(codes[take], f[take], block.y[take], w, index)
+
+    tree_f = block.score if boosted else xp.full_like(block.y, 0.5)
+    tree = None if block.role == MAP else side(np.flatnonzero(block.grows), tree_f)
+    cal = None if block.role == TREE else side(np.flatnonzero(~block.grows), block.score)
+    return tree, cal
+
+
+def pick(pair: tuple[Any, ...], which: int) -> Any:
+    return pair[which]
+
+
+def tree_codes(block: TreeBlock, maps: list[np.ndarray], counts: np.ndarray) -> TreeBlock:
+    """The block with its input codes translated to tree codes (rare categories pooled)."""
+    return TreeBlock(map_codes(block.codes, maps, counts), block.f, block.y, block.w, block.index)
+
+
+__all__ = [
+    "MAP",
+    "SPLIT",
+    "TREE",
+    "InputBlock",
+    "TreeBlock",
+    "block_summary",
+    "check_split",
+    "encoded_sides",
+    "feature_names",
+    "first",
+    "fit_encoder",
+    "pick",
+    "read_block",
+    "tree_codes",
+]
