@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from gpucal._backend import to_numpy
-from gpucal._validation import as_1d_array, check_probabilities
+from gpucal._validation import as_1d_array, check_probabilities, check_same_index
 from gpucal.metrics import ece
 from gpucal.plot.curve import ReliabilityCurve, check_curve_params, reliability_curve
 
@@ -123,6 +123,9 @@ def plot_reliability(
     ------
     ImportError
         When matplotlib is not installed (``pip install 'gpucal[plot]'``).
+    ValueError
+        When pandas inputs (``y_true``, a prediction, ``sample_weight``) carry different indexes: rows are
+        paired by index label, never by position (:func:`gpucal._validation.check_same_index`).
 
     Notes
     -----
@@ -151,10 +154,11 @@ def plot_reliability(
     matplotlib = _import_matplotlib()
     from matplotlib.figure import Figure
 
-    named = {
-        name: check_probabilities(values, f"predictions[{name!r}]")
-        for name, values in _named_predictions(predictions).items()
-    }
+    raw = _named_predictions(predictions)
+    indexed = {f"predictions[{name!r}]": values for name, values in raw.items()}
+    # pandas inputs are paired by index label, never by position (the metrics' rule).
+    check_same_index(y_true=y_true, **indexed, sample_weight=sample_weight)
+    named = {name: check_probabilities(values, f"predictions[{name!r}]") for name, values in raw.items()}
     curves = {
         name: reliability_curve(
             y_true,

@@ -19,7 +19,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from gpucal._backend import is_cupy_array, to_numpy
-from gpucal._validation import check_consistent_length, check_labels, check_probabilities, check_sample_weight
+from gpucal._validation import (
+    check_consistent_length,
+    check_labels,
+    check_probabilities,
+    check_same_index,
+    check_sample_weight,
+)
 from gpucal.plot.reliability import _import_matplotlib
 
 if TYPE_CHECKING:
@@ -258,10 +264,19 @@ def feature_calibration(
     r"""Per feature value :math:`v`: :math:`W_v = \sum_{x_i = v} w_i`, the observed rate
     :math:`\sum w_i y_i / W_v` and the mean predictions :math:`\sum w_i s_i / W_v` (before) and
     :math:`\sum w_i c_i / W_v` (after), sorted by :math:`W_v`, heaviest first. Missing values (None, NaN,
-    null) form one group, named ``"missing"``.
+    null) form one group, named ``"missing"``. pandas inputs must share one index, as a metric's must
+    (:func:`gpucal._validation.check_same_index`): rows are paired by index label, never by position.
     """
     import pandas as pd
 
+    # pandas inputs are paired by index label, never by position (the metrics' rule).
+    check_same_index(
+        y_true=y_true,
+        score=score,
+        calibrated=calibrated,
+        feature_values=feature_values,
+        sample_weight=sample_weight,
+    )
     y = to_numpy(check_labels(y_true))
     s = to_numpy(check_probabilities(score, "score"))
     c = to_numpy(check_probabilities(calibrated, "calibrated"))
