@@ -7,14 +7,34 @@ partition may be empty or weigh nothing), its fields factorised. A metric then
 
 1. sums fixed-shape arrays over the blocks with :meth:`~gpucal.rows.Rows.sum` (bin or group sums from
    :func:`gpucal.metrics._sums.group_stats`, MVCE's views with the block's ``row_offset``), or combines
-   keyed tables with :meth:`~gpucal.rows.Rows.reduce` (sums per distinct score:
-   :func:`score_table`);
+   keyed tables with :meth:`~gpucal.rows.Rows.reduce` (sums per distinct score);
 2. runs the whole-data checks on the summed summary (:func:`check_total`: no rows, all weights zero);
 3. finishes on the host (a few bins or groups).
 
 On one machine there is one block (the inputs as given) and each pass is one function call; over dask
-each block is a partition, summed on the workers in a tree. Row checks count rows from the block's
-start. A new metric is written like this::
+each block is a partition, summed on the workers in a tree, and the value is the one of the concatenated
+rows up to the order of floating-point additions (about 1e-15 relative per level of the tree). Row checks
+count rows from the block's start; the checks on the whole data (no rows, all weights zero, one class for
+AUC) run on the summed sums. Which pass each metric makes:
+
+* fixed-shape sums, one pass: PCE, PCOC, log-loss, Brier, TCE, the rejection curve and every equal-width
+  ("uniform") binned metric;
+* MVCE: the blocks' row offsets, then the view sums with each block's global ``row_offset``, so the
+  counter-based views put every row in the bin it has on one machine;
+* field metrics (Field-ECE / RCE, GC-N, CECE, the segment report): the fields' distinct values (in order
+  of first appearance), then group sums on the global codes;
+* equal-mass ("quantile") bins, ECE-sweep and ROC AUC: a *distinct-score table*
+  (``gpucal.metrics._score_table``; GC-N's keyed by field value too, :func:`keyed_score_table`), the
+  sums per distinct score, merged by key. It is exact (ties count one half in AUC,
+  tie groups are never split by a bin), and its size is the number of distinct scores: small for
+  calibrated (binned) scores, up to the row count for raw float scores. Merged from several blocks it is
+  capped by ``dask.config`` ``gpucal.max-distinct-keys`` (default 1e7 keys, 400 MB on the merging
+  worker); above it the metric raises instead of collecting rows. Rounding the scores to 6 decimals
+  bounds the table to 1e6 + 1 keys; for AUC that treats pairs closer than 1e-6 as ties (each such pair
+  moves AUC by at most half its weight share). A fine fixed histogram would bound memory but give AUC
+  only up to the mass of pairs inside one histogram bin, with no way to report the error: exactness won.
+
+A new metric is written like this::
 
     def block_sums(block: CheckedRows, n_bins: int) -> np.ndarray:   # module level (picklable)
         return group_stats(uniform_bin_ids(block.p, n_bins), block.p, block.y, block.w, n_bins)
@@ -277,7 +297,9 @@ def key_limit(rows: DataRows) -> int:
     return max_distinct_keys()
 
 
-def score_table(rows: DataRows, *keys: tuple[str, np.ndarray], label_name: str = "y_true") -> KeyedTable:
+def keyed_score_table(
+    rows: DataRows, *keys: tuple[str, np.ndarray], label_name: str = "y_true"
+) -> KeyedTable:
     """Return the keyed table of sums ``count, w, w p, w y`` per distinct score of all blocks (per
     distinct ``(field code, score)`` with ``keys``), sorted by key, and check the totals.
 
@@ -301,8 +323,8 @@ __all__ = [
     "field_uniques",
     "global_codes",
     "key_limit",
+    "keyed_score_table",
     "metric_rows",
     "read_block",
     "row_stats",
-    "score_table",
 ]

@@ -15,6 +15,7 @@ skipped everywhere.
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
@@ -22,10 +23,12 @@ import numpy as np
 
 from gpucal._params import Interval, Options, validate_params
 from gpucal.metrics._binning import sum_by_id, table_mass_bins, uniform_bin_ids
-from gpucal.metrics._inputs import CheckedRows, check_total, metric_rows, score_table
+from gpucal.metrics._inputs import CheckedRows, check_total, key_limit, metric_rows
 from gpucal.metrics._reduce import bin_gaps, lp_average, ratio_error
+from gpucal.metrics._score_table import ScoreTable, merge_score_tables, score_table
 from gpucal.metrics._sums import COUNT, WP, WY, W, group_stats
 from gpucal.rows import Rows
+from gpucal.rows._reduce import KeyedTable, check_table_size
 
 N_BINS = Interval(int, 1, None)
 STRATEGY = Options("uniform", "quantile")
@@ -38,18 +41,46 @@ def uniform_bin_sums(block: CheckedRows, n_bins: int) -> np.ndarray:
     return group_stats(uniform_bin_ids(block.p, n_bins), block.p, block.y, block.w, n_bins)
 
 
+def block_scores(block: CheckedRows, limit: int) -> ScoreTable:
+    """The :class:`~gpucal.metrics._score_table.ScoreTable` of one block (at most ``limit`` scores)."""
+    table = score_table(block.y, block.p, block.w)
+    check_table_size(table.keys.shape[0], limit, "distinct-score table")
+    return table
+
+
+def _merge_scores(*tables: ScoreTable, limit: int) -> ScoreTable:
+    merged = merge_score_tables(*(ScoreTable(*t) for t in tables))
+    check_table_size(merged.keys.shape[0], limit, "distinct-score table")
+    return merged
+
+
+def score_sums(rows: Rows) -> KeyedTable:
+    """Return the sums ``count, w, w*p, w*y`` per distinct score of all blocks, scores increasing,
+    after the whole-data checks.
+
+    Exact: tied scores are one key, never split; ``w*p`` is the score times its weight. Over several
+    blocks the table is capped by :func:`~gpucal.metrics._inputs.key_limit` keys.
+    """
+    limit = key_limit(rows)
+    # The rows may hand back a plain tuple (results are brought to the host field by field).
+    table = ScoreTable(*rows.reduce(block_scores, functools.partial(_merge_scores, limit=limit), limit))
+    check_total(float(table.n_rows.sum()), float(table.weight.sum()))
+    stats = np.stack([table.n_rows, table.weight, table.keys * table.weight, table.weight_y], axis=1)
+    return KeyedTable((table.keys,), stats)
+
+
 def binned_stats(rows: Rows, n_bins: int, strategy: str) -> np.ndarray:
     """Return the ``(n_bins, 4)`` sums ``count, w, w*p, w*y`` of the probability bins of
     :func:`~gpucal.metrics._inputs.metric_rows`, after the whole-data checks.
 
     Equal-width bins are summed per block; equal-mass bins are cut on the table of sums per distinct
-    score (:func:`~gpucal.metrics._inputs.score_table`), so tie groups are never split.
+    score (:func:`score_sums`), so tie groups are never split.
     """
     if strategy == "uniform":
         stats = rows.sum(uniform_bin_sums, n_bins)
         check_total(stats[:, COUNT].sum(), stats[:, W].sum())
         return stats
-    table = score_table(rows)
+    table = score_sums(rows)
     return sum_by_id(table_mass_bins(table.stats[:, W], n_bins), table.stats, n_bins)
 
 
@@ -385,7 +416,7 @@ def ece_sweep(
     bin). Labels that never break monotonicity over distinct scores (perfectly ranked data) make it try
     every count up to ``max_bins``, :math:`O(\text{max\_bins}^2)` in all: set ``max_bins`` for such data.
     """
-    table = score_table(metric_rows(y_true, y_prob, sample_weight))
+    table = score_sums(metric_rows(y_true, y_prob, sample_weight))
     n_rows = int(table.stats[:, COUNT].sum())
     zero = np.zeros(1)
     prefix_w, prefix_wp, prefix_wy = (

@@ -26,8 +26,8 @@ from gpucal.metrics._inputs import (
     check_total,
     field_uniques,
     global_codes,
+    keyed_score_table,
     metric_rows,
-    score_table,
 )
 from gpucal.metrics._reduce import bin_gaps, lp_average, pcoc_ratio
 from gpucal.metrics._sums import COUNT, WP, WY, W, group_stats
@@ -191,7 +191,7 @@ def gc_n(
         check_total(stats[:, COUNT].sum(), stats[:, W].sum())
     else:
         # Equal-mass bins inside each value, cut on the table of sums per distinct (value, score).
-        table = score_table(rows, ("field", uniques))
+        table = keyed_score_table(rows, ("field", uniques))
         codes = table.keys[0].astype(np.int64)
         group_start = np.flatnonzero(np.concatenate([[True], codes[1:] != codes[:-1]]))
         bins = table_mass_bins(table.stats[:, W], n_bins, group_start)

@@ -15,9 +15,9 @@ import numpy as np
 from gpucal._backend import array_namespace
 from gpucal._params import validate_params
 from gpucal._validation import check_consistent_length, check_probabilities, check_same_index
-from gpucal.metrics._inputs import CheckedRows, check_total, metric_rows, score_table
+from gpucal.metrics._inputs import CheckedRows, check_total, metric_rows
 from gpucal.metrics._sums import WY, W
-from gpucal.metrics.binned import NORM
+from gpucal.metrics.binned import NORM, score_sums
 from gpucal.rows import RowBlock, as_rows
 from gpucal.rows._checks import check_partition_weight
 
@@ -101,7 +101,7 @@ def roc_auc(y_true: Any, y_prob: Any, *, sample_weight: Any = None) -> float:
                             {\sum_i w_i^+ \, \sum_j w_j^-}
 
     the probability that a random positive outranks a random negative. Computed from the table of sums
-    per distinct probability (one sort, :math:`O(n \log n)`; see :func:`gpucal.metrics._inputs.score_table`)
+    per distinct probability (one sort, :math:`O(n \log n)`; see :func:`gpucal.metrics.binned.score_sums`)
     and prefix sums over it; equal to
     ``sklearn.metrics.roc_auc_score`` (trapezoids on the ROC curve) up to rounding. Binning calibrators
     create ties, and ties matter: they are scored one half, never broken by row order. Bins nothing and
@@ -124,7 +124,7 @@ def roc_auc(y_true: Any, y_prob: Any, *, sample_weight: Any = None) -> float:
     ValueError
         When the rows hold no positive or no negative weight: AUC is undefined with one class.
     """
-    table = score_table(metric_rows(y_true, y_prob, sample_weight))
+    table = score_sums(metric_rows(y_true, y_prob, sample_weight))
     pos = table.stats[:, WY]
     neg = table.stats[:, W] - pos
     total_pos, total_neg = float(pos.sum()), float(neg.sum())
