@@ -7,6 +7,7 @@ against an independent computation: SplitMix64 written with Python integers and 
 
 from __future__ import annotations
 
+import dask
 import dask.dataframe as dd
 import numpy as np
 import pandas as pd
@@ -15,6 +16,7 @@ from scipy.stats import poisson
 
 from gpucal.hc import HeterogeneousCalibrator
 from gpucal.rows.draws import poisson_one, row_uniforms
+from gpucal.rows.streamed import STREAM_KEY
 from tests.test_distributed_hc import _assert_close, _ctr, _dask
 
 N_ROWS = 3_000
@@ -125,3 +127,15 @@ def test_boosted_with_tree_data_reads_the_tree_rows_scores(client, ctr) -> None:
         HeterogeneousCalibrator(**params).fit(
             dX, dy, X_tree=dd.from_pandas(X_tree.drop(columns="score"), npartitions=2), y_tree=dy_tree
         )
+
+
+@pytest.mark.parametrize("params", [{"mode": "forest", "n_trees": 3}, {"mode": "boosted", "n_trees": 3}])
+def test_streamed_partitions_fit_the_single_machine_model(client, ctr, params) -> None:  # type: ignore[no-untyped-def]
+    """Partitions read again by every pass (``STREAM_KEY``) fit what held ones fit: one machine's model."""
+    X, y, w = ctr
+    params = {**SMALL, **params, "seed": 2}
+    one = HeterogeneousCalibrator(**params).fit(X, y, sample_weight=w)
+    dX, dy, dw = _dask(X, y, w, 4)
+    with dask.config.set({STREAM_KEY: True}):
+        two = HeterogeneousCalibrator(**params).fit(dX, dy, sample_weight=dw)
+    _assert_same_fit(two, one)

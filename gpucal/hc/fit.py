@@ -56,25 +56,25 @@ from gpucal.rows.draws import held_out_mask
 
 @dataclass(frozen=True)
 class HCParams:
-    """The estimator's parameters, validated (``HeterogeneousCalibrator``'s docstring)."""
+    """The estimator's parameters, validated (their meaning: ``HeterogeneousCalibrator``'s docstring)."""
 
-    score_col: Hashable = "score"
-    feature_cols: Sequence[Hashable] | str | None = None
-    categorical_cols: Sequence[Hashable] | str | None = None
-    n_bins: int = 32
-    max_depth: int = 3
-    min_leaf_size: float = 200.0
-    criterion: str = "entropy"
-    local_map: str = "platt"
-    leaf_penalty: float = 1.0
-    mode: str = "tree"
-    n_trees: int = 10
-    max_features: float | str = 0.5
-    tree_fraction: float = 0.5
-    validation_fraction: float = 0.2
-    seed: int = 0
-    device: str = "auto"
-    verbose: int = 0
+    score_col: Hashable
+    feature_cols: Sequence[Hashable] | str | None
+    categorical_cols: Sequence[Hashable] | str | None
+    n_bins: int
+    max_depth: int
+    min_leaf_size: float
+    criterion: str
+    local_map: str
+    leaf_penalty: float
+    mode: str
+    n_trees: int
+    max_features: float | str
+    tree_fraction: float
+    validation_fraction: float
+    seed: int
+    device: str
+    verbose: int
 
 
 @dataclass
@@ -128,9 +128,10 @@ def fit_hc(rows: Rows, params: HCParams, tree_rows: Rows | None = None) -> HCSta
         tree_summary.check_two_classes("y_tree")
         n_tree = tree_summary.n_rows
     encoder = fit_encoder(grow, params.n_bins, params.categorical_cols)
-    tree = grow.map(encoded_sides, encoder, boosted).map(pick, 0)
-    cal = read.map(encoded_sides, encoder, boosted).map(pick, 1)
-    del read, grow
+    sides = read.map(encoded_sides, encoder, boosted)  # encoded once, cut into both sides
+    cal = sides.map(pick, 1)
+    tree = (sides if tree_rows is None else grow.map(encoded_sides, encoder, boosted)).map(pick, 0)
+    del read, grow, sides
 
     n_input = np.asarray(encoder.n_values_, dtype=np.int64)
     ordinal = tuple(kind == KIND_BINS for kind in encoder.kinds_)
