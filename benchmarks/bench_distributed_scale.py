@@ -14,8 +14,8 @@ one file per task so memory stays small; existing files are kept. The run, in th
 
 Memory: the summed RSS of this process and all its descendants (scheduler and client live here; nannies
 and workers are children) sampled every 0.25 s, and each process's VmHWM. Every pass over the rows is
-logged (the fit's calls of ``sum_partitions``, ``reduce_partitions``, ``persist`` and friends, wrapped in
-this process only); the 8-GPU projection is computed from that log and the fitted trees.
+logged (the fit's calls of the dask rows' ``reduce``, ``sum_in_shares``, ``map`` and ``per_worker``,
+wrapped in this process only); the 8-GPU projection is computed from that log and the fitted trees.
 
 Run: ``nice -n 5 python benchmarks/bench_distributed_scale.py [--quick]``; results in
 ``benchmarks/results/distributed_scale.{md,json}`` (``--quick``: 4 files of 2e5 rows, ``*_quick.*``).
@@ -210,36 +210,18 @@ class PassLog:
                 return call(*args, **kwargs)
             fn = args[fn_arg] if len(args) > fn_arg else None
             name = getattr(fn, "__name__", kind)
-            extra = kwargs.get("args") or ()
             t0 = time.perf_counter()
             out = call(*args, **kwargs)
             entry = {"kind": kind, "fn": name, "s": time.perf_counter() - t0}
-            if name == "_histogram":
-                entry["nodes"] = len(extra[0])
-                entry["hist_bytes"] = int(np.asarray(out).nbytes)
+            if name == "_share_histogram":
+                # A batch of open nodes (items) cut into shares: (self, fn, finish or lo, n_items or hi,
+                # batch, parent, n_nodes, n_values, ...) in both DaskRows.sum_in_shares and the
+                # streamed sum.
+                n_values = args[7]
+                entry["fn"] = "_histogram"
+                entry["nodes"] = len(args[4])
+                entry["hist_bytes"] = len(args[4]) * int(np.sum(n_values)) * N_STATS * 8
             self.entries.append(entry)
-            return out
-
-        return logged
-
-    def wrap_splits(self, splits: Callable[..., Any]) -> Callable[..., Any]:
-        """``PartitionedRows.splits`` logged as one histogram pass (its histogram's size computed)."""
-
-        @wraps(splits)
-        def logged(store: Any, batch: list[int], parent: Any, n_nodes: int, n_values: Any, *rest: Any) -> Any:
-            if not self.active:
-                return splits(store, batch, parent, n_nodes, n_values, *rest)
-            t0 = time.perf_counter()
-            out = splits(store, batch, parent, n_nodes, n_values, *rest)
-            self.entries.append(
-                {
-                    "kind": "sum",
-                    "fn": "_histogram",
-                    "s": time.perf_counter() - t0,
-                    "nodes": len(batch),
-                    "hist_bytes": len(batch) * int(np.sum(n_values)) * N_STATS * 8,
-                }
-            )
             return out
 
         return logged
@@ -254,21 +236,21 @@ class PassLog:
 
 
 def instrument() -> PassLog:
-    """Wrap the pass functions where the distributed MBCT fit looks them up (this process only)."""
-    from gpucal.distributed import mbct as dist_mbct
-    from gpucal.distributed import mbct_stream, trees
+    """Wrap the passes of the rows the fit reads (``gpucal.rows``' dask and streamed rows) and the
+    encoder's fit, where the fit looks them up (this process only)."""
+    from gpucal.distributed import encoding
+    from gpucal.rows.dask import DaskRows
+    from gpucal.rows.streamed import StreamedRows
 
     log = PassLog()
-    mbct_stream.sum_partitions = log.wrap("sum", mbct_stream.sum_partitions, 1)
-    mbct_stream.fold_in_lanes = log.wrap("fold", mbct_stream.fold_in_lanes, 99)  # streamed histograms
-    for module in (dist_mbct, trees):
-        module.sum_partitions = log.wrap("sum", module.sum_partitions, 1)
-        module.map_persisted = log.wrap("map", module.map_persisted, 0)
-        module.per_worker = log.wrap("per worker", module.per_worker, 0)
-    dist_mbct.reduce_partitions = log.wrap("sum", dist_mbct.reduce_partitions, 1)
-    dist_mbct.fit_encoder = log.wrap("encoder", dist_mbct.fit_encoder, 99)
-    dist_mbct.persist = log.wrap("read", dist_mbct.persist, 99)
-    trees.PartitionedRows.splits = log.wrap_splits(trees.PartitionedRows.splits)
+    # DaskRows.sum is a reduce; StreamedRows.sum_in_shares is a sum: each pass is logged once.
+    DaskRows.reduce = log.wrap("sum", DaskRows.reduce, 1)  # type: ignore[method-assign]
+    DaskRows.sum_in_shares = log.wrap("sum", DaskRows.sum_in_shares, 1)  # type: ignore[method-assign]
+    DaskRows.map = log.wrap("map", DaskRows.map, 1)  # type: ignore[method-assign]
+    DaskRows.per_worker = log.wrap("per worker", DaskRows.per_worker, 1)  # type: ignore[method-assign]
+    StreamedRows.sum = log.wrap("sum", StreamedRows.sum, 1)  # type: ignore[method-assign]
+    StreamedRows.reduce = log.wrap("sum", StreamedRows.reduce, 1)  # type: ignore[method-assign]
+    encoding.fit_encoder = log.wrap("encoder", encoding.fit_encoder, 99)
     return log
 
 
@@ -392,7 +374,7 @@ def compare_trees(model: Any, single_path: Path, rows: pd.DataFrame) -> dict[str
     device the two features cut the rows alike, their gains tie exactly, and the order of the additions
     decides. Such trees differ in ``node_feature`` and ``child_table`` but predict the same.
     """
-    from gpucal.persistence import load
+    from gpucal.loading import load
 
     single = load(single_path)
     a, b = single.ensemble_, model.ensemble_
@@ -594,11 +576,11 @@ def render(report: dict[str, Any]) -> str:
         "Each row is one kind of pass over the partitions, as the fit calls it. Maps (`persist`) return at "
         "once and run on the workers in the background, so their work is part of the wait of the next sum "
         "pass. The files are read twice: by `encoder` (the encoder's categories) and by the encoding pass "
-        "(its wait shows in `sum:_part_summary`, with the validation split and the concatenation of each "
-        "worker's partitions). `sum:_histogram` is one batch of open nodes, cut into one share per "
-        "worker: each worker histograms its rows of every share, sends the other workers their shares "
-        "as the (node, code) pairs with rows, adds what it receives to its own share and decides those "
-        "splits (only the splits come back).",
+        "(`map:read_block`, whose work shows in the wait of `sum:input_summary`, with the validation split "
+        "and the concatenation of each worker's partitions). `sum:_histogram` is one batch of open nodes, "
+        "cut into one share per worker: each worker histograms its rows of every share, sends the other "
+        "workers their shares as the (node, code) pairs with rows, adds what it receives to its own share "
+        "and decides those splits (only the splits come back).",
         "",
         "| pass | count | client wait s | per pass s |",
         "|---|---|---|---|",
@@ -645,8 +627,9 @@ def render_stream(report: dict[str, Any]) -> list[str]:
         "",
         f"The {'scale' if everything else 'overhead'} fit's files fitted again on restarted workers under "
         "`dask.config.set({'gpucal.stream-partitions': True})`: nothing is held between passes, every "
-        "pass reads the Parquet files again, encodes them and walks the trees so far "
-        f"(`gpucal/distributed/mbct_stream.py`); against the held fit above: {same}. Memory added is "
+        "pass reads the Parquet files again, encodes them, passes them through the trees so far and "
+        "replays the routing of the tree being grown (`gpucal.rows.streamed`, the same `fit_mbct` as the "
+        f"held fit); against the held fit above: {same}. Memory added is "
         "the peak minus the processes' RSS before the fit.",
         "",
         "| fit | fit s | passes | peak RSS, all processes | memory added by the fit |",
@@ -750,14 +733,14 @@ def render_projection(p: dict[str, Any], layout: dict[str, Any], n_rows: int) ->
 
 
 def _pass_formula(counts: dict[str, int]) -> str:
-    """The passes of the fit as the code makes them (``MBCT._grow_chain``, ``fit_mbct_partitions``)."""
-    from gpucal.mbct.model import N_REFIT_STEPS
+    """The passes of the fit as the code makes them (``gpucal.mbct.fit.fit_mbct``)."""
+    from gpucal.mbct.fit import N_REFIT_STEPS
 
     trees = counts.get("sum:_root_stats", 0)
     before = (
         counts.get("encoder:encoder", 0)
-        + counts.get("sum:_part_summary", 0)
-        + counts.get("sum:_label_square_sum", 0)
+        + counts.get("sum:input_summary", 0)
+        + counts.get("sum:label_square_sum", 0)
     )
     return (
         f"{before} before the trees: encoder; read, split and summary (row counts, classes, first label "
