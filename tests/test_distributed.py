@@ -180,7 +180,7 @@ def test_single_machine_calls_do_not_import_dask(monkeypatch) -> None:
     """Until dask is imported, the dask check is one dictionary look-up and never imports it."""
     import builtins
 
-    from gpucal.distributed import _collections
+    from gpucal.rows import _collections
 
     real_import = builtins.__import__
 

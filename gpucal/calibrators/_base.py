@@ -8,16 +8,18 @@ names). Subclasses add three things:
   the message template ``The 'n_bins' parameter of HistogramCalibrator must be ...``;
 - ``_state_spec``: the fitted attributes and their kinds; it is what ``save`` writes and what
   ``gpucal.load`` checks before anything is set (``gpucal.persistence``);
-- ``_fit_scores`` / ``_predict_scores``: pure array code on validated float64 arrays.
+- ``_fit(rows)`` (the fit written once over :class:`gpucal.rows.Rows` of ``X``, ``y``,
+  ``sample_weight``: one block on one machine, a block per dask partition) or ``_fit_scores`` (array
+  code on validated float64 arrays of one machine), and ``_predict_scores``.
 
 Every ``fit``, the base's and each subclass's own, runs :func:`check_fit_rows` first: a required ``y``
 is given, and pandas ``X``, ``y`` and ``sample_weight`` share one index (never paired by position).
 
 Dask: :meth:`Calibrator.fit` and :meth:`Calibrator.predict` accept dask collections (the one place
 that does). ``predict`` maps ``_predict_scores`` over the partitions (``map_partitions``), so every
-fitted one-dimensional calibrator predicts distributed. ``fit`` calls ``_fit_partitions`` with a
-``gpucal.distributed.calibrators.PartitionRows``: only the calibrators whose fit reduces to sums over
-rows define it (histogram, isotonic, Platt, beta, temperature); for the others it raises
+fitted one-dimensional calibrator predicts distributed. A calibrator with ``_fit(rows)`` (Platt, beta,
+temperature) fits any input through it; histogram binning and isotonic regression fit dask inputs in
+``_fit_partitions`` (a ``gpucal.distributed.calibrators.PartitionRows``); the others raise
 ``NotImplementedError`` rather than gathering the rows on one worker.
 """
 
@@ -36,6 +38,7 @@ from gpucal._backend import array_namespace
 from gpucal._frames import SplitInput, split_input, wrap_output
 from gpucal._params import AnyOf, Interval, Options, check_param
 from gpucal._validation import check_consistent_length, check_labels, check_same_index, check_sample_weight
+from gpucal.rows import Rows, as_rows
 from gpucal.rows._collections import any_dask, no_distributed_fit
 
 Constraint = Interval | Options | AnyOf
@@ -152,6 +155,9 @@ class Calibrator(BaseEstimator):
         self
         """
         self._validate_params()
+        if type(self)._fit is not Calibrator._fit:
+            self._fit(as_rows(X=X, y=y, sample_weight=sample_weight))
+            return self
         if any_dask(X, y, sample_weight):
             if type(self)._fit_partitions is Calibrator._fit_partitions:
                 raise no_distributed_fit(self)  # before any pass over the partitions
@@ -191,6 +197,14 @@ class Calibrator(BaseEstimator):
         from gpucal.distributed.calibrators import predict_partitions
 
         return predict_partitions(self, X)
+
+    def _fit(self, rows: Rows) -> None:
+        """Fit from the rows of ``X``, ``y`` and ``sample_weight`` (``gpucal.rows.as_rows``), the same code
+        on one machine and over dask partitions; sets the attributes of ``_state_spec``.
+
+        Calibrators that keep this default fit from arrays (:meth:`_fit_scores`).
+        """
+        raise NotImplementedError
 
     def _fit_scores(self, score: Any, y: Any, sample_weight: Any) -> None:
         """Fit from validated float64 arrays; sets the attributes of ``_state_spec``."""

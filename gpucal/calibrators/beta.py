@@ -23,8 +23,10 @@ from gpucal.calibrators._logistic import (
     LogisticRows,
     predict_logistic,
 )
+from gpucal.calibrators._score_rows import ScoreRows
 from gpucal.calibrators.platt import OUTPUT_TYPE_OPTIONS
 from gpucal.persistence import register
+from gpucal.rows import Rows
 
 PARAMETERS = ("abm", "ab", "am")
 
@@ -141,11 +143,9 @@ class BetaCalibrator(Calibrator):
         self.score_col = score_col
         self.output_type = output_type
 
-    def _fit_scores(self, score: Any, y: Any, sample_weight: Any) -> None:
-        self.a_, self.b_, self.c_ = fit_beta(score, y, sample_weight, parameters=self.parameters)
-
-    def _fit_partitions(self, rows: Any) -> None:
-        self.a_, self.b_, self.c_ = fit_beta_rows(rows.logistic(), parameters=self.parameters)
+    def _fit(self, rows: Rows) -> None:
+        scores = ScoreRows.of(rows, self.score_col, "probability")
+        self.a_, self.b_, self.c_ = fit_beta_rows(scores, parameters=self.parameters)
 
     def _predict_scores(self, score: Any) -> Any:
         return predict_beta(score, self.a_, self.b_, self.c_)

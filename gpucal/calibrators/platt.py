@@ -19,7 +19,9 @@ from gpucal.calibrators._logistic import (
     LogisticRows,
     predict_logistic,
 )
+from gpucal.calibrators._score_rows import ScoreRows
 from gpucal.persistence import register
+from gpucal.rows import Rows
 
 SCORE_KIND_OPTIONS = Options("probability", "logit")
 OUTPUT_TYPE_OPTIONS = Options("input", "numpy", "cupy", "pandas", "cudf", "polars", "pyarrow")
@@ -175,14 +177,11 @@ class PlattCalibrator(Calibrator):
         self.target_smoothing = target_smoothing
         self.output_type = output_type
 
-    def _fit_scores(self, score: Any, y: Any, sample_weight: Any) -> None:
-        self.a_, self.b_ = fit_platt(
-            score, y, sample_weight, score_kind=self.score_kind, target_smoothing=self.target_smoothing
-        )
-
-    def _fit_partitions(self, rows: Any) -> None:
+    def _fit(self, rows: Rows) -> None:
         self.a_, self.b_ = fit_platt_rows(
-            rows.logistic(), score_kind=self.score_kind, target_smoothing=self.target_smoothing
+            ScoreRows.of(rows, self.score_col, self.score_kind),
+            score_kind=self.score_kind,
+            target_smoothing=self.target_smoothing,
         )
 
     def _predict_scores(self, score: Any) -> Any:

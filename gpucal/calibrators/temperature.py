@@ -33,8 +33,10 @@ from gpucal.calibrators._logistic import (
     predict_logistic,
     use_numba,
 )
+from gpucal.calibrators._score_rows import ScoreRows
 from gpucal.calibrators.platt import OUTPUT_TYPE_OPTIONS, SCORE_KIND_OPTIONS
 from gpucal.persistence import register
+from gpucal.rows import Rows
 
 # scikit-learn searches log(beta) in [-10, 10]; the same box keeps T finite and positive when the
 # likelihood keeps improving as T -> 0 (separable data) or as T -> inf (scores unrelated to y).
@@ -417,13 +419,9 @@ class TemperatureCalibrator(Calibrator):
             raise ValueError(msg)
         return softmax_with_temperature(Z, self.temperature_)
 
-    def _fit_scores(self, score: Any, y: Any, sample_weight: Any) -> None:
-        self.temperature_ = fit_temperature_binary(score, y, sample_weight, score_kind=self.score_kind)
-        self.n_classes_ = 2
-        self.multiclass_ = False
-
-    def _fit_partitions(self, rows: Any) -> None:
-        self.temperature_ = fit_temperature_rows(rows.logistic(), score_kind=self.score_kind)
+    def _fit(self, rows: Rows) -> None:
+        scores = ScoreRows.of(rows, self.score_col, self.score_kind)
+        self.temperature_ = fit_temperature_rows(scores, score_kind=self.score_kind)
         self.n_classes_ = 2
         self.multiclass_ = False
 

@@ -1,19 +1,18 @@
 """Fit and predict the one-dimensional calibrators on dask collections.
 
-``Calibrator.fit`` hands dask inputs to the calibrator's ``_fit_partitions`` with a
-:class:`PartitionRows`: the rows stay in their partitions, and the fit sees only what it would compute
-from sums on one machine.
+``Calibrator.fit`` hands dask inputs of histogram binning and isotonic regression to their
+``_fit_partitions`` with a :class:`PartitionRows`: the rows stay in their partitions, and the fit sees
+only what it would compute from sums on one machine.
 
 * Histogram binning, equal width: one pass of per-bin sums (:meth:`PartitionRows.sum`).
 * Histogram binning, equal mass, and isotonic regression: the distinct-score table
   (:meth:`PartitionRows.score_table`), sums per distinct score merged by key. The bins (or PAV
   groups) depend only on the weight below each distinct score, so they are the single-machine ones.
   The table has one row per distinct score, capped by ``dask.config`` ``gpucal.max-distinct-keys``
-  (``gpucal.distributed.metrics`` explains the choice).
-* Platt, beta and temperature scaling: damped Newton on the logistic log-loss, each step one pass of
-  ``(loss, gradient, Hessian)`` sums (:class:`DaskLogisticRows`). No warm start on a subsample, unlike
-  the one-machine fit on large data: persist the collection first (``X = X.persist()``), since every
-  Newton step (about six) reads it again.
+  (``gpucal.metrics._inputs`` explains the choice).
+* Platt, beta and temperature scaling fit every input through ``gpucal.calibrators._score_rows``
+  (``ScoreRows``, over :mod:`gpucal.rows`). :class:`DaskLogisticRows` is left for MBCT's initial Platt
+  fit (``gpucal.mbct.fit``) until it reads ``ScoreRows`` too.
 
 Every fit begins with a summary pass (rows, weight, classes, score range) that runs the checks of the
 one-machine fit on the whole data. ``predict`` is ``map_partitions`` of the fitted calibrator's own
@@ -177,10 +176,6 @@ class PartitionRows:
             combine,
             args=(_score_table, self.score_col, self.score_kind, probability, self.score_kind, limit),
         )
-
-    def logistic(self) -> DaskLogisticRows:
-        """These rows as the ``LogisticRows`` of the scaling calibrators."""
-        return DaskLogisticRows(self)
 
 
 @dataclass(frozen=True)
