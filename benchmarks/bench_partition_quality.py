@@ -74,7 +74,7 @@ class _Raw:
 def build(method: str, data: _partition_data.PartitionData) -> tuple[Any, str]:
     """Return an unfitted model and the column set it reads (``"features"`` or ``"embed"``)."""
     import gpucal
-    from gpucal.calibrators import make_calibrator
+    from gpucal.factory import make_calibrator
 
     if method == "raw":
         return _Raw(), "features"

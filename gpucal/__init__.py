@@ -32,23 +32,22 @@ if TYPE_CHECKING:
         DirichletCalibrator,
         DownsamplingCorrection,
         FeatureAwarePlattCalibrator,
-        FieldAwareCalibrator,
         HistogramCalibrator,
         IsotonicCalibrator,
-        PiecewiseLogitCalibrator,
         PlattCalibrator,
         ScalingBinningCalibrator,
         SIRCalibrator,
         TemperatureCalibrator,
         correct_downsampling,
-        make_calibrator,
     )
     from gpucal.ccl import ClusteredCalibrator
     from gpucal.encoding import FeatureEncoder
     from gpucal.evaluation import evaluate
+    from gpucal.factory import make_calibrator
     from gpucal.hc import HeterogeneousCalibrator
     from gpucal.loading import load
     from gpucal.mbct import MBCT
+    from gpucal.neural import FieldAwareCalibrator, PiecewiseLogitCalibrator
     from gpucal.persistence import ModelFileError
 
 __all__ = [
@@ -83,12 +82,15 @@ __all__ = [
 
 #: Modules that ``import gpucal`` used to load, reachable as ``gpucal.<name>`` without importing them.
 _SUBMODULES = (
+    "auto",
     "calibrators",
+    "catalogue",
     "ccl",
     "datasets",
     "distributed",
     "encoding",
     "evaluation",
+    "factory",
     "hc",
     "loading",
     "mbct",
@@ -96,6 +98,8 @@ _SUBMODULES = (
     "neural",
     "partition",
     "persistence",
+    "rows",
+    "rules",
 )
 #: Module of each public class and function, for the lazy import in ``__getattr__``.
 _MODULE_OF = {
@@ -106,17 +110,16 @@ _MODULE_OF = {
             "DirichletCalibrator",
             "DownsamplingCorrection",
             "FeatureAwarePlattCalibrator",
-            "FieldAwareCalibrator",
             "HistogramCalibrator",
             "IsotonicCalibrator",
-            "PiecewiseLogitCalibrator",
             "PlattCalibrator",
             "ScalingBinningCalibrator",
             "SIRCalibrator",
             "TemperatureCalibrator",
             "correct_downsampling",
-            "make_calibrator",
         ),
+        "gpucal.factory": ("make_calibrator",),
+        "gpucal.neural": ("FieldAwareCalibrator", "PiecewiseLogitCalibrator"),
         "gpucal.auto": ("AutoCalibrator",),
         "gpucal.ccl": ("ClusteredCalibrator",),
         "gpucal.encoding": ("FeatureEncoder",),

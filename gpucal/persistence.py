@@ -32,6 +32,7 @@ import json
 import math
 import os
 import stat
+from importlib import import_module
 from typing import Any
 
 import numpy as np
@@ -185,7 +186,10 @@ def _decode_state_value(cls_name: str, name: str, kind: str, value: Any) -> Any:
 def from_dict(document: Any) -> Any:
     """Rebuild a fitted calibrator from :func:`to_dict`'s output, checking every part first.
 
-    The class must be registered (its module imported): ``gpucal.load`` imports every one first.
+    Each method's package registers its classes when imported; a class not registered yet (a CCL
+    embedding naming an MBCT model in a process that never imported ``gpucal.mbct``) is looked up by
+    importing :mod:`gpucal.loading`, which imports every method. By name, at run time: this module sits
+    below the methods (``ARCHITECTURE.md``) and never imports them itself.
     """
     if not isinstance(document, dict) or document.get("format") != FORMAT:
         msg = "not a gpucal model file (no 'format': 'gpucal-model' at the top level)"
@@ -201,6 +205,8 @@ def from_dict(document: Any) -> Any:
         msg = f"model file is missing {missing}"
         raise ModelFileError(msg)
     cls_name = document["class"]
+    if isinstance(cls_name, str) and cls_name not in _REGISTRY:
+        import_module("gpucal.loading")
     if not isinstance(cls_name, str) or cls_name not in _REGISTRY:
         msg = f"unknown calibrator class {cls_name!r}; known: {sorted(_REGISTRY)}"
         raise ModelFileError(msg)

@@ -49,8 +49,8 @@ def warm_up(*, verbose: bool = False) -> float:
     >>> seconds = warm_up()  # doctest: +SKIP
     """
     from gpucal import datasets
-    from gpucal.calibrators import make_calibrator
     from gpucal.evaluation import evaluate
+    from gpucal.factory import make_calibrator
     from gpucal.metrics import segment_report
     from gpucal.plot import reliability_curve
 

@@ -17,8 +17,8 @@ from gpucal.auto import AutoCalibrator, sizing
 from gpucal.auto.blend import MIN_MEMBER_WEIGHT, fit_blend, logits, mean_log_loss
 from gpucal.auto.folds import grouped_folds, stratified_folds, subsample_rows
 from gpucal.auto.guard import order_guard
-from gpucal.calibrators import make_calibrator
 from gpucal.datasets import make_ctr
+from gpucal.factory import make_calibrator
 from gpucal.persistence import ModelFileError, from_dict, to_dict
 
 FIELDS = ["site_id", "ad_category", "region", "hour", "user_segment", "device"]

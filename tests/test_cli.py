@@ -306,8 +306,8 @@ def test_verbose_reaches_the_methods_that_log(files, capsys):
 
 def test_help_gives_every_option_a_text_and_default_and_lists_every_method(capsys):
     """Issue 18: options without help or defaults; ``fit --help`` did not list the methods."""
-    from gpucal.calibrators import CALIBRATORS
     from gpucal.cli import build_parser
+    from gpucal.factory import CALIBRATORS
 
     parser = build_parser()
     commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))

@@ -38,8 +38,7 @@ HEAVY_MODULES = (
     "kernels.group_sums",
 )
 # Imports each gpucal module first (gpucal's own modules forgotten in between; the libraries stay loaded):
-# with lazy packages, no longer every import starts from gpucal.calibrators' registry, so a cycle through
-# it must resolve from any side.
+# with lazy packages any module can be the first one a process imports, and each must import on its own.
 IMPORT_EACH_FIRST = """
 import importlib, pkgutil, sys
 import numpy, pandas, numba, sklearn, scipy.stats
@@ -102,7 +101,8 @@ def test_public_names_still_resolve(package: str):
 def test_submodules_stay_attributes():
     assert gpucal.make_calibrator("platt").__class__ is gpucal.PlattCalibrator
     assert gpucal.datasets.make_ctr is gpucal.datasets.synthetic.make_ctr
-    assert gpucal.calibrators.CALIBRATORS["mbct"] is gpucal.MBCT
+    assert gpucal.factory.CALIBRATORS["mbct"] is gpucal.MBCT
+    assert gpucal.catalogue.METHODS["neucalib"] is gpucal.FieldAwareCalibrator
 
 
 def test_every_module_imports_first():

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import gpucal
-from gpucal.calibrators import CALIBRATORS
+from gpucal.factory import CALIBRATORS
 from gpucal.persistence import SCHEMA_VERSION, ModelFileError
 
 ONE_DIMENSIONAL = sorted(
@@ -293,3 +293,20 @@ def test_null_in_any_number_array_is_refused(name, data, tmp_path):
         broken = {**document, "state": _with_null(document["state"], field)}
         with pytest.raises(ModelFileError, match="finite numbers"):
             gpucal.load(_write(tmp_path / "bad.json", broken))
+
+
+def test_from_dict_finds_a_class_whose_package_was_never_imported(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A model document names its class: from_dict loads it even where only persistence was imported."""
+    import subprocess
+    import sys
+
+    path = tmp_path / "platt.json"
+    gpucal.PlattCalibrator().fit(np.array([0.1, 0.4, 0.6, 0.9]), np.array([0, 0, 1, 1])).save(path)
+    code = (
+        "import sys\n"
+        "from gpucal.persistence import from_dict, read_document\n"
+        "assert 'gpucal.calibrators' not in sys.modules\n"
+        f"print(type(from_dict(read_document({str(path)!r}))).__name__)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "PlattCalibrator"

@@ -4,7 +4,6 @@
 :mod:`gpucal.auto.folds` cuts the folds and :mod:`gpucal.auto.blend` fits the optional stacked blend.
 """
 
-import gpucal.calibrators  # noqa: F401  (first: the registry imports gpucal.auto.model at its end)
 from gpucal.auto.model import AutoCalibrator
 
 __all__ = ["AutoCalibrator"]

@@ -34,7 +34,7 @@ from typing import Any
 
 from sklearn.base import clone
 
-from gpucal.calibrators import CALIBRATORS, make_calibrator
+from gpucal.catalogue import METHODS, build
 
 #: Penalties of feature-aware Platt tried by the folds (scikit-learn's C = 1, 0.1, 0.01).
 FEATURE_PLATT_L2 = (1.0, 10.0, 100.0)
@@ -89,12 +89,11 @@ def takes_param(estimator: Any, name: str) -> bool:
 
 
 def _with_columns(name: str, columns: dict[str, Any], **params: Any) -> Any:
-    """``make_calibrator(name, **params)`` plus whichever column parameters the class takes."""
-    if name not in CALIBRATORS:
-        return make_calibrator(name)  # raises, listing the known names
-    cls = CALIBRATORS[name]
-    accepted = inspect.signature(cls.__init__).parameters
-    return make_calibrator(name, **{k: v for k, v in columns.items() if k in accepted}, **params)
+    """The method ``name`` built with ``params`` plus whichever column parameters its class takes."""
+    if name not in METHODS:
+        return build(METHODS, name, {})  # raises, listing the known names
+    accepted = inspect.signature(METHODS[name].__init__).parameters
+    return build(METHODS, name, {**{k: v for k, v in columns.items() if k in accepted}, **params})
 
 
 def default_candidates(
@@ -137,7 +136,7 @@ def _feature_candidates(columns: dict[str, Any], *, with_torch: bool, large: boo
 def resolve_candidates(candidates: Sequence[Any], columns: dict[str, Any]) -> list[Candidate]:
     """Turn the ``candidates=`` parameter into :class:`Candidate` objects.
 
-    A string is a :func:`~gpucal.calibrators.make_calibrator` name, built with its defaults and the
+    A string is a :data:`gpucal.catalogue.METHODS` name, built with its defaults and the
     column parameters its class takes; an estimator is cloned and takes the column parameters it has but
     left at its class's defaults (those it was given stay), its other parameters that differ from its
     class's defaults shown in the report.

@@ -32,10 +32,10 @@ from gpucal.auto.candidates import (
 from gpucal.auto.folds import group_values, grouped_folds, stratified_folds, subsample_rows, take_rows
 from gpucal.auto.guard import blend_probabilities, order_guard, paired_gain
 from gpucal.auto.sizing import PLATT_MARGIN, CrossFitPlan, plan_cross_fit
-from gpucal.calibrators import CALIBRATORS
 from gpucal.calibrators._base import Calibrator, Constraint, Interval, Options
 from gpucal.calibrators._logistic import EPS, sigmoid
 from gpucal.calibrators.platt import OUTPUT_TYPE_OPTIONS, SCORE_KIND_OPTIONS
+from gpucal.catalogue import METHODS
 from gpucal.metrics import brier, ece, log_loss
 from gpucal.persistence import register
 from gpucal.rows._collections import DISTRIBUTED_FITS, any_dask
@@ -73,7 +73,7 @@ def _spec(estimator: Any) -> Any:
     """A candidate as JSON: its name when given by name, else ``{"class": ..., "params": ...}``."""
     if isinstance(estimator, str | dict):
         return estimator
-    if type(estimator) not in CALIBRATORS.values():
+    if type(estimator) not in METHODS.values():
         msg = (
             f"candidates: {type(estimator).__name__} is not a gpucal calibrator, so the model cannot be "
             "saved as JSON; give gpucal calibrators (or their names) to save it"
@@ -86,7 +86,7 @@ def _from_spec(entry: Any) -> Any:
     """Inverse of :func:`_spec` for ``{"class": ..., "params": ...}`` entries; other entries unchanged."""
     if not isinstance(entry, dict):
         return entry
-    classes = {cls.__name__: cls for cls in CALIBRATORS.values()}
+    classes = {cls.__name__: cls for cls in METHODS.values()}
     if (
         set(entry) != {"class", "params"}
         or entry["class"] not in classes

@@ -14,9 +14,6 @@ CECE (the paper's metric) is :func:`gpucal.metrics.cece` over ``ClusteredCalibra
 rejection curve of its Sec. 4 is :func:`gpucal.metrics.rejection.rejection_curve`.
 """
 
-# gpucal.calibrators first: it imports gpucal.ccl.model itself (make_calibrator("ccl")), and
-# gpucal.ccl.model imports gpucal.calibrators._base, so importing gpucal.ccl first would be circular.
-import gpucal.calibrators  # noqa: F401
 from gpucal.ccl.model import ClusteredCalibrator
 
 __all__ = ["ClusteredCalibrator"]

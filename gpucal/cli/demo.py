@@ -62,7 +62,7 @@ def _demo_fit_predict(
     Feature-aware fits are stored in ``fitted`` (CCL embeds the MBCT found there). Returns None when
     CCL cannot run on these rows.
     """
-    from gpucal.calibrators import make_calibrator
+    from gpucal.factory import make_calibrator
 
     if name in DEMO_CALIBRATORS + DEMO_NEURAL_CALIBRATORS:
         model = make_calibrator(name).fit(calibration["score"], calibration["label"])

@@ -77,7 +77,7 @@ def _check_output_file(argument: str, path: str, suffixes: tuple[str, ...] | Non
 
 def _calibrator_class(method: str) -> type:
     """Return the registered calibrator class of ``method``; ``ValueError`` lists the names."""
-    from gpucal.calibrators import CALIBRATORS
+    from gpucal.factory import CALIBRATORS
 
     if method not in CALIBRATORS:
         msg = f"--method {method}: no such calibrator; choose one of {', '.join(sorted(CALIBRATORS))}"
@@ -87,7 +87,7 @@ def _calibrator_class(method: str) -> type:
 
 def method_list() -> str:
     """Return the registered calibrators, one line each, aliases beside the name they stand for."""
-    from gpucal.calibrators import CALIBRATORS
+    from gpucal.factory import CALIBRATORS
 
     names_of: dict[type, list[str]] = {}
     for name, cls in CALIBRATORS.items():
@@ -146,7 +146,7 @@ def _fit_params(args: argparse.Namespace, parameters: set[str]) -> dict[str, Any
 def run_fit(args: argparse.Namespace) -> int:
     """Fit a calibrator on a CSV / Parquet file and save it as JSON."""
     from gpucal._files import TABLE_SUFFIXES, read_table
-    from gpucal.calibrators import make_calibrator
+    from gpucal.factory import make_calibrator
 
     _check_input_file("data", args.data, TABLE_SUFFIXES)
     _check_output_file("--model", args.model)

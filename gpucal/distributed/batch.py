@@ -100,8 +100,8 @@ def run(
     import dask.dataframe as dd
     import distributed
 
-    from gpucal.calibrators import make_calibrator
     from gpucal.distributed.cluster import dataframe_backend
+    from gpucal.factory import make_calibrator
 
     cluster, backend = start_cluster(device, n_workers)
     with cluster, distributed.Client(cluster):

@@ -4,9 +4,6 @@ Importing this package imports no torch: only ``fit`` does. Predicting and loadi
 numpy (or cupy) alone.
 """
 
-# gpucal.calibrators' registry imports this package's model: import the registry first, so that the
-# import cycle between them always resolves in the same order, whichever is imported first.
-import gpucal.calibrators  # noqa: F401
 from gpucal.neural._torch import torch_available
 from gpucal.neural.field_aware import FieldAwareCalibrator
 from gpucal.neural.piecewise import PiecewiseLogitCalibrator
