@@ -37,8 +37,9 @@ int32 that holds every code, on the device the data is on (numpy or cupy).
 
 from __future__ import annotations
 
+import functools
 import itertools
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -50,6 +51,20 @@ from gpucal._backend import array_namespace, to_numpy
 from gpucal._frames import Column, frame_columns
 from gpucal._params import Interval, Options, check_param
 from gpucal._validation import check_consistent_length, check_not_empty, check_sample_weight
+from gpucal.encoding_summaries import (
+    BINS,
+    VALUES,
+    as_codes,
+    bin_edges_from_values,
+    fit_bins,
+    merge_summaries,
+    observed_categories,
+    plain_value,
+    read_block,
+    summarise_block,
+)
+from gpucal.rows import LocalRows, Rows, any_dask, as_rows
+from gpucal.rows._collections import collection_kind
 from kernels.lookup import VALUE_DTYPES, lookup_codes, lookup_edges
 
 HANDLE_UNSEEN = ("separate", "missing", "error")
@@ -220,7 +235,18 @@ class FeatureEncoder(BaseEstimator):
         -------
         FeatureEncoder
             ``self``, fitted.
+
+        Notes
+        -----
+        A dask DataFrame ``X`` (with ``sample_weight`` partitioned like it) is fitted in one pass over
+        its partitions (:meth:`fit_rows`): the same categories and quantile cuts as on the computed rows.
         """
+        if any_dask(X, sample_weight):
+            if collection_kind(X) != "frame" or not hasattr(X, "columns"):
+                msg = f"X: expected a dask DataFrame, got {type(X).__module__}.{type(X).__qualname__}"
+                raise TypeError(msg)
+            self._check_columns(list(X.columns))
+            return self.fit_rows(as_rows(X=X, sample_weight=sample_weight))
         categorical = self._check_params()
         columns = frame_columns(X)
         if not columns:
@@ -237,12 +263,56 @@ class FeatureEncoder(BaseEstimator):
         codings = []
         for name, col in columns.items():
             if col.is_numeric and name not in categorical:
-                codings.append(_Coding(name, KIND_BINS, edges=_fit_bins(col.values, w, int(self.n_bins))))
+                codings.append(_Coding(name, KIND_BINS, edges=fit_bins(col.values, w, int(self.n_bins))))
             else:
-                cats = _observed_categories(_as_codes(col))
+                cats = observed_categories(as_codes(col))
                 codings.append(_Coding(name, KIND_VALUES, categories=cats, has_unseen_code=self._separate))
         self._set_fitted(codings)
         return self
+
+    def fit_rows(
+        self, rows: Rows, read: Callable[..., tuple[Any, Any]] | None = None, *args: Any
+    ) -> FeatureEncoder:
+        """Fit over :class:`gpucal.rows.Rows`: each block's ``(features, sample_weight)`` is
+        ``read(block, *args)`` (default: the block's ``X`` and ``sample_weight``, as ``as_rows`` names
+        them; ``read`` must be module-level, picklable).
+
+        Rows held here in one block are :meth:`fit` on that block; other rows take one pass of block
+        summaries merged over blocks (``gpucal.encoding_summaries``) and :meth:`fit_summaries`, which
+        gives the same encoder.
+
+        Returns
+        -------
+        FeatureEncoder
+            ``self``, fitted.
+        """
+        read = read_block if read is None else read
+        if isinstance(rows, LocalRows) and rows.n_blocks == 1:
+            X, w = read(rows.blocks[0], *args)
+            return self.fit(X, sample_weight=w)
+        from gpucal.rows._reduce import max_distinct_keys
+
+        categorical = frozenset(self._check_params())
+        limit = max_distinct_keys()
+        combine = functools.partial(merge_summaries, limit=limit)
+        n_rows, summaries = rows.reduce(summarise_block, combine, read, args, categorical, limit)
+        check_not_empty(n_rows, "X")
+        names = list(summaries)
+        self._check_columns(names)
+        value_weights = {
+            name: (table.keys[0], table.stats[:, 0])
+            for name, (kind, table) in summaries.items()
+            if kind == BINS
+        }
+        categories = {name: cats for name, (kind, cats) in summaries.items() if kind == VALUES}
+        return self.fit_summaries(names, value_weights=value_weights, categories=categories)
+
+    def _check_columns(self, names: list[Hashable]) -> None:
+        """Raise ``KeyError`` for ``categorical_cols`` that are not among the columns ``names``."""
+        unknown = [c for c in self._check_params() if c not in names]
+        if unknown:
+            msg = f"categorical_cols: column(s) {unknown} are not columns of X; columns: {names}"
+            raise KeyError(msg)
 
     def fit_summaries(
         self,
@@ -251,7 +321,7 @@ class FeatureEncoder(BaseEstimator):
         value_weights: Mapping[Hashable, tuple[np.ndarray, np.ndarray]],
         categories: Mapping[Hashable, np.ndarray],
     ) -> FeatureEncoder:
-        """Fit from per-column summaries instead of rows: what ``gpucal.distributed.fit_encoder`` gathers.
+        """Fit from per-column summaries instead of rows: what :meth:`fit_rows` gathers over blocks.
 
         Parameters
         ----------
@@ -277,7 +347,7 @@ class FeatureEncoder(BaseEstimator):
                 codings.append(_Coding(name, KIND_BINS, edges=edges))
             else:
                 cats = np.asarray(categories[name], dtype=object)
-                observed = _observed_categories((np.arange(len(cats)), cats))
+                observed = observed_categories((np.arange(len(cats)), cats))
                 codings.append(
                     _Coding(name, KIND_VALUES, categories=observed, has_unseen_code=self._separate)
                 )
@@ -353,7 +423,7 @@ class FeatureEncoder(BaseEstimator):
         return self.fit(columns, sample_weight=sample_weight).transform(columns)
 
     def _transform_values(self, coding: _Coding, col: Column) -> Any:
-        codes, cats = _as_codes(col)
+        codes, cats = as_codes(col)
         xp = array_namespace(codes)
         import pandas as pd
 
@@ -554,60 +624,6 @@ def _coding_from_dict(c: Any, where: str, separate: bool) -> _Coding:
 # Array functions (numpy or cupy; category lists stay on the host)
 
 
-def _fit_bins(values: Any, weight: Any, n_bins: int) -> np.ndarray:
-    """Inverted-CDF quantile cut points of the finite values, deduplicated, above the minimum."""
-    xp = array_namespace(values)
-    v = xp.asarray(values, dtype=xp.float64)
-    keep = xp.isfinite(v) if weight is None else xp.isfinite(v) & (weight > 0)
-    v = v[keep]
-    if v.shape[0] == 0 or n_bins == 1:
-        return np.empty(0, dtype=np.float64)
-    levels = xp.arange(1, n_bins, dtype=xp.float64) / n_bins
-    cuts = _inverted_cdf(v, levels, None if weight is None else weight[keep])
-    cuts = to_numpy(cuts)
-    # A cut at the minimum would leave bin 0 empty at fit time.
-    return np.unique(cuts[cuts > float(v.min())])
-
-
-def bin_edges_from_values(values: np.ndarray, weights: np.ndarray, n_bins: int) -> np.ndarray:
-    """:func:`_fit_bins` from distinct finite values (increasing) and the weight of each.
-
-    The inverted CDF is the first value whose cumulative share of the weight reaches the level; with
-    row counts as weights that is numpy's index rule ``ceil(n q - 1)`` exactly (both compare the same
-    rationals, each rounded once).
-    """
-    values = np.asarray(values, dtype=np.float64)
-    if values.shape[0] == 0 or n_bins == 1:
-        return np.empty(0, dtype=np.float64)
-    levels = np.arange(1, n_bins, dtype=np.float64) / n_bins
-    cdf = np.cumsum(np.asarray(weights, dtype=np.float64))
-    cdf /= cdf[-1]
-    cuts = values[np.clip(np.searchsorted(cdf, levels, side="left"), 0, values.shape[0] - 1)]
-    return np.unique(cuts[cuts > values[0]])
-
-
-def _inverted_cdf(v: Any, levels: Any, weight: Any) -> Any:
-    """Inverted-CDF quantiles of ``v`` at ``levels``, exactly as ``np.quantile(method="inverted_cdf")``.
-
-    Written with a full sort so that it runs on cupy (whose ``quantile`` has neither the method nor
-    weights) and because one sort beats numpy's partition at 31 levels. Unweighted, level ``q`` is
-    the sorted value at index ``ceil(n q - 1)``; weighted, the first whose normalised cumulative
-    weight reaches ``q`` (numpy's index arithmetic, so both agree bit for bit).
-    """
-    xp = array_namespace(v)
-    n = v.shape[0]
-    if weight is None:
-        v_sorted = xp.sort(v)
-        idx = xp.ceil(n * levels - 1).astype(xp.int64)
-    else:
-        order = xp.argsort(v)
-        v_sorted = v[order]
-        cdf = xp.cumsum(weight[order], dtype=xp.float64)
-        cdf /= cdf[-1]
-        idx = xp.searchsorted(cdf, levels, side="left")
-    return v_sorted[xp.clip(idx, 0, n - 1)]
-
-
 def _transform_bins(coding: _Coding, col: Column, code_map: np.ndarray | None, out: Any, j: int) -> None:
     """Write column ``j``'s bin codes (through ``code_map``): the edges at or below a value, NaN missing."""
     if not col.is_numeric:
@@ -631,52 +647,8 @@ def _transform_bins(coding: _Coding, col: Column, code_map: np.ndarray | None, o
     lookup_edges(values, coding.edges, table, coding.missing_code, out, j)
 
 
-def _as_codes(col: Column) -> tuple[Any, np.ndarray]:
-    """Return ``(codes, categories)`` for any column; numbers are factorised by value (NaN -> -1)."""
-    if not col.is_numeric:
-        return col.values, col.categories  # type: ignore[return-value]
-    xp = array_namespace(col.values)
-    v = col.values
-    if xp is np:
-        import pandas as pd
-
-        # A hash table, then a sort of the distinct values only: O(n), where np.unique sorts all n rows
-        # (0.1 s per column at 1e6 rows). NaN becomes -1, as below.
-        codes, uniques = pd.factorize(v, sort=True, use_na_sentinel=True)
-        uniques = np.asarray(uniques)
-    else:
-        ok = ~xp.isnan(v) if v.dtype.kind == "f" else xp.ones(v.shape, dtype=bool)
-        uniques, inverse = xp.unique(v[ok], return_inverse=True)
-        codes = xp.full(v.shape, -1, dtype=xp.int64)
-        codes[ok] = inverse.reshape(-1)
-    cats = np.empty(uniques.shape[0], dtype=object)
-    cats[:] = to_numpy(uniques).tolist()
-    return codes, cats
-
-
-def _observed_categories(codes_cats: tuple[Any, np.ndarray]) -> np.ndarray:
-    """The distinct category values that some row uses, sorted (by type name, then repr, if types mix)."""
-    codes, cats = codes_cats
-    if len(cats) == 0:
-        return np.empty(0, dtype=object)
-    xp = array_namespace(codes)
-    counts = to_numpy(xp.bincount(codes[codes >= 0].astype(xp.int64), minlength=len(cats)))
-    used = list(dict.fromkeys(_plain_value(v) for v in cats[counts > 0]))
-    try:
-        used.sort()
-    except TypeError:
-        used.sort(key=lambda v: (type(v).__name__, repr(v)))
-    out = np.empty(len(used), dtype=object)
-    out[:] = used
-    return out
-
-
-def _plain_value(v: Any) -> Any:
-    return v.item() if isinstance(v, np.generic) else v
-
-
 def _plain(v: Any, where: str) -> Any:
-    v = _plain_value(v)
+    v = plain_value(v)
     if not isinstance(v, str | int | float | bool):
         msg = (
             f"{where}: category {v!r} of type {type(v).__name__} cannot be saved as plain data "
@@ -687,7 +659,7 @@ def _plain(v: Any, where: str) -> Any:
 
 
 def _plain_name(name: Any) -> Any:
-    name = _plain_value(name)
+    name = plain_value(name)
     if not isinstance(name, str | int) or isinstance(name, bool):
         kind = type(name).__name__
         msg = f"X[{name!r}]: column name of type {kind} cannot be saved as plain data (str or int)"

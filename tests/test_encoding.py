@@ -16,7 +16,8 @@ from numpy.testing import assert_array_equal
 from sklearn.exceptions import NotFittedError
 
 from gpucal._frames import split_input
-from gpucal.encoding import FeatureEncoder, _inverted_cdf
+from gpucal.encoding import FeatureEncoder
+from gpucal.encoding_summaries import inverted_cdf
 
 
 def _hand_bins(
@@ -165,8 +166,8 @@ def test_inverted_cdf_matches_numpy(n):
     v, w = rng.normal(size=n), rng.random(n)
     levels = np.arange(1, 16) / 16
     v[: n // 3] = 0.5  # ties
-    assert_array_equal(_inverted_cdf(v, levels, None), np.quantile(v, levels, method="inverted_cdf"))
-    assert_array_equal(_inverted_cdf(v, levels, w), np.quantile(v, levels, method="inverted_cdf", weights=w))
+    assert_array_equal(inverted_cdf(v, levels, None), np.quantile(v, levels, method="inverted_cdf"))
+    assert_array_equal(inverted_cdf(v, levels, w), np.quantile(v, levels, method="inverted_cdf", weights=w))
 
 
 def test_all_missing_numeric_column():
@@ -436,8 +437,8 @@ def test_value_codes_in_range_and_decode(fit, new):
 def test_inverted_cdf_agrees_with_numpy(data, n_bins):
     v, w = (np.array(c) for c in zip(*data, strict=True))
     levels = np.arange(1, n_bins) / n_bins
-    assert_array_equal(_inverted_cdf(v, levels, None), np.quantile(v, levels, method="inverted_cdf"))
-    assert_array_equal(_inverted_cdf(v, levels, w), np.quantile(v, levels, method="inverted_cdf", weights=w))
+    assert_array_equal(inverted_cdf(v, levels, None), np.quantile(v, levels, method="inverted_cdf"))
+    assert_array_equal(inverted_cdf(v, levels, w), np.quantile(v, levels, method="inverted_cdf", weights=w))
 
 
 @pytest.mark.parametrize("handle_unseen", ["separate", "missing"])

@@ -3,12 +3,8 @@
 A :class:`~gpucal.encoding.FeatureEncoder` fitted on one partition would give other partitions other
 codes (a category it never saw, other quantile cuts). Two consistent ways:
 
-* :func:`fit_encoder`: one pass over the partitions learns every column's categories (the union of
-  what each partition saw) and, for numeric columns, the weight of every distinct finite value
-  (a keyed table merged by value), from which the inverted-CDF quantile cuts are exactly those of
-  ``FeatureEncoder.fit`` on all the rows. The table has one row per distinct value of a numeric column,
-  capped by ``dask.config`` ``gpucal.max-distinct-keys``: round a continuous column first (or bin it
-  yourself) when it has more distinct values than that.
+* :func:`fit_encoder`: ``FeatureEncoder.fit`` of a dask DataFrame, one pass over the partitions
+  (:meth:`~gpucal.encoding.FeatureEncoder.fit_rows`, ``gpucal.encoding_summaries``).
 * :func:`hash_codes`: a stable hash of the value modulo ``n_buckets``, for categorical columns of very
   high cardinality (user or item ids) whose category list would not fit in a model file. It needs no
   fit: every partition, process and machine computes the same code from the value alone
@@ -22,105 +18,27 @@ codes.
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Hashable
 from typing import Any
 
 import numpy as np
 
-from gpucal._backend import array_namespace, is_cupy_array, to_numpy
-from gpucal._frames import frame_columns
-from gpucal.encoding import FeatureEncoder, _as_codes, _observed_categories
-from gpucal.rows._checks import check_partition_weight
-from gpucal.rows._collections import collection_kind, partitions
-from gpucal.rows._reduce import (
-    KeyedTable,
-    check_table_size,
-    group_sorted,
-    max_distinct_keys,
-    merge_tables,
-    merge_uniques,
-    reduce_partitions,
-)
+from gpucal._backend import is_cupy_array, to_numpy
+from gpucal.encoding import FeatureEncoder
+from gpucal.encoding_summaries import block_summaries, merge_summaries
 
-BINS, VALUES = "bins", "values"
-
-
-def _summaries(
-    X: Any, w: Any, categorical: frozenset[Hashable], limit: int
-) -> tuple[int, dict[Hashable, Any]]:
-    """One partition: its row count, and per column a value-weight table (numbers) or its categories."""
-    columns = frame_columns(X)
-    n_rows = len(X)
-    out: dict[Hashable, Any] = {}
-    for name, col in columns.items():
-        if col.is_numeric and name not in categorical:
-            xp = array_namespace(col.values)
-            v = xp.asarray(col.values, dtype=xp.float64)
-            weight = xp.ones(n_rows, dtype=xp.float64) if w is None else check_partition_weight(w, n_rows, xp)
-            keep = xp.isfinite(v) & (weight > 0)
-            keys, sums = group_sorted((v[keep],), weight[keep][:, None], xp)
-            check_table_size(int(sums.shape[0]), limit, f"X[{name!r}] distinct values")
-            out[name] = (BINS, KeyedTable((to_numpy(keys[0]),), to_numpy(sums)))
-        else:
-            out[name] = (VALUES, _observed_categories(_as_codes(col)))
-    return n_rows, out
-
-
-def _merge(*parts: tuple[int, dict[Hashable, Any]], limit: int) -> tuple[int, dict[Hashable, Any]]:
-    n_rows = sum(p[0] for p in parts)
-    merged: dict[Hashable, Any] = {}
-    for name, (kind, _) in parts[0][1].items():
-        pieces = [p[1][name][1] for p in parts]
-        if kind == BINS:
-            merged[name] = (BINS, merge_tables(*pieces, limit=limit, what=f"X[{name!r}] distinct values"))
-        else:
-            merged[name] = (VALUES, merge_uniques(*pieces))
-    return n_rows, merged
+# HC's and feature-aware Platt's readers still import these two by their old names.
+_summaries = block_summaries
+_merge = merge_summaries
 
 
 def fit_encoder(encoder: FeatureEncoder, X: Any, *, sample_weight: Any = None) -> FeatureEncoder:
     """Fit ``encoder`` on every partition of the dask DataFrame ``X`` in one pass; return it.
 
-    The result equals ``encoder.fit(X.compute(), sample_weight=...)``: the same categories (sorted) and
-    the same quantile cuts (see the module docstring for the table this keeps per numeric column).
-
-    Parameters
-    ----------
-    encoder : FeatureEncoder
-        Unfitted or fitted; its parameters are used and its fitted state replaced.
-    X : dask DataFrame
-        The feature columns (pandas or cudf partitions); every column is encoded.
-    sample_weight : dask Series or Array, optional
-        Row weights for the quantile cuts, partitioned like ``X``.
-
-    Returns
-    -------
-    FeatureEncoder
-        ``encoder``, fitted.
+    The same as ``encoder.fit(X, sample_weight=sample_weight)`` (:meth:`FeatureEncoder.fit_rows`), which
+    equals ``encoder.fit(X.compute(), sample_weight=...)``: the same categories (sorted) and the same
+    quantile cuts (``gpucal.encoding_summaries``).
     """
-    categorical = frozenset(encoder._check_params())
-    if collection_kind(X) != "frame" or not hasattr(X, "columns"):
-        msg = f"X: expected a dask DataFrame, got {type(X).__module__}.{type(X).__qualname__}"
-        raise TypeError(msg)
-    names = list(X.columns)
-    unknown = [c for c in categorical if c not in names]
-    if unknown:
-        msg = f"categorical_cols: column(s) {unknown} are not columns of X; columns: {names}"
-        raise KeyError(msg)
-    limit = max_distinct_keys()
-    parts = partitions({"X": X, "sample_weight": sample_weight})
-    n_rows, summaries = reduce_partitions(
-        parts, _summaries, functools.partial(_merge, limit=limit), args=(categorical, limit)
-    )
-    if n_rows == 0:
-        msg = "X: no rows"
-        raise ValueError(msg)
-    value_weights = {
-        name: (table.keys[0], table.stats[:, 0]) for name, (kind, table) in summaries.items() if kind == BINS
-    }
-    categories = {name: cats for name, (kind, cats) in summaries.items() if kind == VALUES}
-    return encoder.fit_summaries(names, value_weights=value_weights, categories=categories)
+    return encoder.fit(X, sample_weight=sample_weight)
 
 
 def transform_partitions(encoder: FeatureEncoder, X: Any) -> Any:
