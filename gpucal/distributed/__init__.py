@@ -7,7 +7,8 @@ Importing this package imports no dask and no GPU library; each function imports
   :func:`reduce_partitions` is the same with another associative ``combine``.
 * :func:`partition_offsets` gives each partition's global row offset (what MVCE's views hash).
 * The metrics of ``gpucal.metrics`` and the fit / predict of the one-dimensional calibrators
-  (histogram, isotonic, Platt, beta, temperature) accept dask DataFrames, Series and Arrays directly.
+  (histogram, isotonic, Platt, beta, temperature) accept dask DataFrames, Series and Arrays directly:
+  the metrics and the scaling fits are written once over :mod:`gpucal.rows`.
 * ``MBCT.fit`` / ``predict`` accept dask DataFrames (criterion ``"gain"``): the tree engine's row store
   over partitions (:mod:`~gpucal.distributed.trees`) and the fit driver (:mod:`~gpucal.distributed.mbct`).
   For data larger than memory, ``dask.config.set({"gpucal.stream-partitions": True})`` holds no rows:
@@ -20,7 +21,8 @@ Importing this package imports no dask and no GPU library; each function imports
   beta maps): embeddings per partition, Lloyd iterations as summed passes (:mod:`~gpucal.distributed.ccl`).
 * :func:`local_cluster` / :func:`local_cuda_cluster` start a CPU or a one-worker-per-GPU cluster;
   :func:`dataframe_backend` chooses pandas or cudf partitions.
-* :func:`fit_encoder` learns a :class:`~gpucal.encoding.FeatureEncoder` over all partitions, and
+* :func:`fit_encoder` learns a :class:`~gpucal.encoding.FeatureEncoder` over all partitions (the same as
+  ``FeatureEncoder.fit`` of the dask DataFrame), and
   :func:`hash_codes` is the stable hashing alternative for very high cardinality;
   :func:`transform_partitions` encodes every partition.
 """

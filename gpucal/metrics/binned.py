@@ -230,6 +230,11 @@ def mce(
     Returns
     -------
     float
+
+    Examples
+    --------
+    >>> round(mce([0, 1, 1, 0], [0.1, 0.8, 0.7, 0.4], n_bins=2), 6)
+    0.25
     """
     rows = metric_rows(y_true, y_prob, sample_weight)
     gap, _ = bin_gaps(binned_stats(rows, n_bins, strategy))
@@ -261,6 +266,11 @@ def ada_ece(y_true: Any, y_prob: Any, *, sample_weight: Any = None, n_bins: int 
     Returns
     -------
     float
+
+    Examples
+    --------
+    >>> round(ada_ece([0, 1, 1, 0], [0.1, 0.8, 0.7, 0.4], n_bins=2), 6)
+    0.25
     """
     return ece(
         y_true, y_prob, sample_weight=sample_weight, n_bins=n_bins, strategy="quantile", p=2, weighting="mass"
@@ -298,6 +308,11 @@ def prob_ece(
     Returns
     -------
     float
+
+    Examples
+    --------
+    >>> round(prob_ece([0, 1, 1, 0], [0.1, 0.8, 0.7, 0.4], n_bins=2), 6)
+    0.25
     """
     rows = metric_rows(y_true, y_prob, sample_weight)
     stats = binned_stats(rows, n_bins, strategy)
@@ -415,6 +430,11 @@ def ece_sweep(
     sweep stops once every group of tied scores has a bin of its own (a constant prediction stops at one
     bin). Labels that never break monotonicity over distinct scores (perfectly ranked data) make it try
     every count up to ``max_bins``, :math:`O(\text{max\_bins}^2)` in all: set ``max_bins`` for such data.
+
+    Examples
+    --------
+    >>> round(ece_sweep([0, 1, 1, 0], [0.1, 0.8, 0.7, 0.4]), 6)
+    0.25
     """
     table = score_sums(metric_rows(y_true, y_prob, sample_weight))
     n_rows = int(table.stats[:, COUNT].sum())

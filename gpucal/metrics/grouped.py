@@ -132,6 +132,11 @@ def field_rce(y_true: Any, y_prob: Any, field: Any, *, sample_weight: Any = None
     Division by zero: a value with no positives has denominator :math:`\epsilon W_z`, so its term is
     :math:`\sum w p / \epsilon`: large, on purpose (positives were predicted and none came). Pool rare
     values or raise ``eps`` if that is not what you want. Values of zero total weight are skipped.
+
+    Examples
+    --------
+    >>> round(field_rce([1, 0, 1, 0], [0.5, 0.5, 0.25, 0.25], ["a", "a", "b", "b"]), 6)
+    0.25
     """
     stats = _field_stats(y_true, y_prob, field, sample_weight, "field")
     kept = stats[stats[:, W] > 0]
@@ -273,6 +278,11 @@ def pcoc(y_true: Any, y_prob: Any, *, sample_weight: Any = None) -> float:
     float
         ``inf`` when there is no positive but some predicted mass, ``nan`` when both sums are zero
         (0/0: nothing predicted and nothing observed, the ratio is undefined).
+
+    Examples
+    --------
+    >>> pcoc([0, 1, 1, 0], [0.1, 0.8, 0.7, 0.4])
+    1.0
     """
     count, weight, wp, wy = metric_rows(y_true, y_prob, sample_weight).sum(weighted_totals)
     check_total(count, weight)

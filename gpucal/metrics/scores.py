@@ -62,6 +62,11 @@ def log_loss(y_true: Any, y_prob: Any, *, sample_weight: Any = None) -> float:
     Returns
     -------
     float
+
+    Examples
+    --------
+    >>> round(log_loss([0, 1, 1, 0], [0.1, 0.8, 0.7, 0.4]), 6)
+    0.299001
     """
     return _mean_loss("log_loss", y_true, y_prob, sample_weight)
 
@@ -86,6 +91,11 @@ def brier(y_true: Any, y_prob: Any, *, sample_weight: Any = None) -> float:
     Returns
     -------
     float
+
+    Examples
+    --------
+    >>> round(brier([0, 1, 1, 0], [0.1, 0.8, 0.7, 0.4]), 6)
+    0.075
     """
     return _mean_loss("brier", y_true, y_prob, sample_weight)
 
@@ -123,6 +133,11 @@ def roc_auc(y_true: Any, y_prob: Any, *, sample_weight: Any = None) -> float:
     ------
     ValueError
         When the rows hold no positive or no negative weight: AUC is undefined with one class.
+
+    Examples
+    --------
+    >>> roc_auc([0, 1, 1, 0], [0.1, 0.8, 0.7, 0.4])
+    1.0
     """
     table = score_sums(metric_rows(y_true, y_prob, sample_weight))
     pos = table.stats[:, WY]
@@ -164,6 +179,11 @@ def tce(p_true: Any, y_prob: Any, *, p: float = 2.0, sample_weight: Any = None) 
     Returns
     -------
     float
+
+    Examples
+    --------
+    >>> round(tce([0.2, 0.7, 0.7, 0.3], [0.1, 0.8, 0.7, 0.4]), 6)
+    0.086603
     """
     rows = as_rows(p_true=p_true, y_prob=y_prob, sample_weight=sample_weight)
     if math.isinf(p):
