@@ -1,0 +1,175 @@
+r"""Feature-aware Platt's row kernels: the design times a vector, the loss and the gradient's row sums.
+
+Fused numba loops on numpy arrays (partial sums in fixed row chunks, so the bits do not depend on the
+thread count) and array code on cupy (or on numpy with ``array_code=True``, the tests' switch). Every
+function reads one block's arrays; the solver (``_feature_platt_solver``) adds their sums over blocks.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numba
+import numpy as np
+
+from gpucal._backend import array_namespace, is_cupy_array, to_numpy
+from gpucal.calibrators._logistic import EPS, sigmoid
+from kernels import value_offsets
+
+# Rows per partial sum of the numba row passes: fixed, so the result does not depend on the thread count.
+CHUNK_ROWS = 1 << 15
+
+
+@numba.njit(parallel=True, cache=True)
+def _linear_cpu(x, a, b, coef, codes, offsets, out):
+    """``out[i] = a x[i] + b + sum_j coef[offsets[j] + codes[i, j]]`` (one pass, no temporaries)."""
+    n_rows, n_features = codes.shape
+    for i in numba.prange(n_rows):
+        total = a * x[i] + b
+        for j in range(n_features):
+            total += coef[offsets[j] + codes[i, j]]
+        out[i] = total
+    return out
+
+
+@numba.njit(parallel=True, cache=True)
+def _loss_cpu(z, y, w):
+    """``sum_i w_i (log(1 + e^z_i) - y_i z_i)``, in fixed row chunks (the same bits on any thread count)."""
+    n = z.shape[0]
+    n_chunks = (n + CHUNK_ROWS - 1) // CHUNK_ROWS
+    partial = np.zeros(n_chunks)
+    for c in numba.prange(n_chunks):
+        total = 0.0
+        for i in range(c * CHUNK_ROWS, min(n, (c + 1) * CHUNK_ROWS)):
+            zi = z[i]
+            total += w[i] * (max(zi, 0.0) + math.log1p(math.exp(-abs(zi))) - y[i] * zi)
+        partial[c] = total
+    return partial.sum()
+
+
+@numba.njit(parallel=True, cache=True)
+def _gradient_rows_cpu(z, x, y, w, p, curvature):
+    """Write ``p = sigmoid(z)`` and ``D = w p (1 - p)``; return ``[sum r x, sum r, sum D x^2, sum D]``."""
+    n = z.shape[0]
+    n_chunks = (n + CHUNK_ROWS - 1) // CHUNK_ROWS
+    partial = np.zeros((n_chunks, 4))
+    for c in numba.prange(n_chunks):
+        rx = 0.0
+        r_sum = 0.0
+        dxx = 0.0
+        d_sum = 0.0
+        for i in range(c * CHUNK_ROWS, min(n, (c + 1) * CHUNK_ROWS)):
+            e = math.exp(-abs(z[i]))
+            pi = 1.0 / (1.0 + e) if z[i] >= 0.0 else e / (1.0 + e)
+            p[i] = pi
+            r = w[i] * (pi - y[i])
+            d = w[i] * pi * (1.0 - pi)
+            curvature[i] = d
+            rx += r * x[i]
+            r_sum += r
+            dxx += d * x[i] * x[i]
+            d_sum += d
+        partial[c, 0] = rx
+        partial[c, 1] = r_sum
+        partial[c, 2] = dxx
+        partial[c, 3] = d_sum
+    out = np.zeros(4)
+    for c in range(n_chunks):  # fixed order
+        for k in range(4):
+            out[k] += partial[c, k]
+    return out
+
+
+def linear_predictor(
+    x: Any, a: float, b: float, coef: Any, codes: Any, offsets: np.ndarray, *, array_code: bool = False
+) -> Any:
+    r"""Return :math:`a x_i + b + \sum_j \text{coef}[o_j + c_{ij}]` per row: the design times a vector.
+
+    numpy: a fused numba loop; cupy: one gather per feature into a slice of ``coef`` (moved to the
+    device), so no ``(n, d)`` index array is built.
+    """
+    xp = array_namespace(x, codes)
+    if xp is np and not array_code:
+        out = np.empty(x.shape[0], dtype=np.float64)
+        coef = np.ascontiguousarray(coef, dtype=np.float64)
+        return _linear_cpu(x, float(a), float(b), coef, codes, offsets, out)
+    coef = xp.asarray(coef, dtype=xp.float64)
+    out = a * x + b
+    for j in range(codes.shape[1]):
+        out += coef[int(offsets[j]) :][codes[:, j]]
+    return out
+
+
+def row_loss(z: Any, y: Any, w: Any, *, array_code: bool = False) -> float:
+    r"""Return :math:`\sum_i w_i (\log(1 + e^{z_i}) - y_i z_i)`."""
+    xp = array_namespace(z)
+    if xp is np and not array_code:
+        return float(_loss_cpu(z, y, w))
+    return float(xp.sum(w * (xp.logaddexp(0.0, z) - y * z)))
+
+
+def gradient_rows(z: Any, x: Any, y: Any, w: Any, *, array_code: bool = False) -> tuple[np.ndarray, Any, Any]:
+    """Return ``[sum r x, sum r, sum D x^2, sum D]`` (``r = w (p - y)``, ``D = w p (1 - p)``), ``p`` and
+    ``D`` per row, for ``p = sigmoid(z)``."""
+    xp = array_namespace(z)
+    if xp is np and not array_code:
+        p, curvature = np.empty_like(z), np.empty_like(z)
+        return _gradient_rows_cpu(z, x, y, w, p, curvature), p, curvature
+    p = sigmoid(z)
+    residual = w * (p - y)
+    curvature = w * p * (1.0 - p)
+    row_sums = np.array(
+        [
+            float(residual @ x),
+            float(xp.sum(residual)),
+            float(curvature @ (x * x)),
+            float(xp.sum(curvature)),
+        ]
+    )
+    return row_sums, p, curvature
+
+
+def score_feature(score: Any, score_kind: str) -> Any:
+    """Return the model's score feature: ``logit(clip(p, eps, 1 - eps))`` or the raw margin."""
+    if score_kind == "logit":
+        return score
+    xp = array_namespace(score)
+    p = xp.clip(score, EPS, 1.0 - EPS)
+    return xp.log(p / (1.0 - p))
+
+
+def predict_feature_platt(
+    x: Any,
+    codes: Any,
+    n_values: Any,
+    coef_score: float,
+    intercept: float,
+    coef: Any,
+    *,
+    array_code: bool = False,
+) -> Any:
+    r"""Return :math:`\sigma(b + a x + \sum_j \beta_{o_j + c_{ij}})` per row (numpy or cupy)."""
+    offsets = value_offsets(np.asarray(n_values, dtype=np.int64))
+    return sigmoid(linear_predictor(x, coef_score, intercept, coef, codes, offsets, array_code=array_code))
+
+
+def on_device(a: Any, device: str) -> Any:
+    """Return ``a`` on the resolved ``device`` ("cpu" or "gpu"), copying only when it is elsewhere."""
+    if device == "cpu":
+        return to_numpy(a)
+    if is_cupy_array(a):
+        return a
+    import cupy
+
+    return cupy.asarray(a)
+
+
+__all__ = [
+    "gradient_rows",
+    "linear_predictor",
+    "on_device",
+    "predict_feature_platt",
+    "row_loss",
+    "score_feature",
+]

@@ -1,0 +1,249 @@
+r"""Feature-aware Platt's blocks: reading one block of rows, and every pass Newton-CG makes over a block.
+
+The functions here run where the blocks are (module level, picklable), mapped over
+:class:`~gpucal.rows.Rows` by :func:`~gpucal.calibrators._feature_platt_solver.fit_feature_platt`:
+
+==========================================  ==================================================
+what Newton-CG reads                        the block function, summed over blocks
+==========================================  ==================================================
+both classes weighted, ``sum w``, ``w y``   :func:`block_summary` (``gpucal.rows.label_summary``)
+weight per code (the centering's used set)  :func:`code_weights`
+loss of a line-search trial                 :func:`block_loss` of a :class:`Predicted` block
+gradient and Hessian diagonal               :func:`gradient_sums` of a :class:`Curved` block:
+                                            ``[sum r x, sum r, sum D x^2, sum D]`` and
+                                            ``group_sums(codes, f=p, y, w)``
+Hessian-vector product                      :func:`hessian_sums`: ``group_sums(codes, f=X v, y=x, w=D)``
+==========================================  ==================================================
+
+The row vectors the solver carries (the predictor :math:`z = X\theta`, a step's :math:`X d`, the
+curvatures :math:`D = w p (1 - p)`) live in the blocks beside the rows they belong to, so they stay where
+the rows are. ``array_code`` is the tests' switch to the array code (the GPU path) on numpy blocks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from gpucal._backend import array_namespace, resolve_device, to_numpy
+from gpucal._frames import SplitInput, split_input
+from gpucal._validation import check_consistent_length, check_labels, check_same_index, check_sample_weight
+from gpucal.calibrators._feature_platt_kernels import (
+    gradient_rows,
+    linear_predictor,
+    on_device,
+    row_loss,
+    score_feature,
+)
+from gpucal.encoding import FeatureEncoder
+from gpucal.rows import label_summary
+from gpucal.rows._checks import check_partition_weight
+from kernels import group_sums
+
+
+@dataclass(frozen=True)
+class CheckedBlock:
+    """A block's inputs checked: score and feature columns, labels, weights (checked and as given)."""
+
+    source: Any  # X as given (a partition's frame: the encoder's summaries read its feature columns)
+    split: SplitInput
+    y: Any
+    w: Any  # float64 weights; unit weights as check_sample_weight's zero-stride view of ones
+    source_w: Any  # sample_weight as given (the encoder's cuts weigh by it)
+
+
+@dataclass(frozen=True)
+class PlattBlock:
+    """A block encoded for the fit: score feature ``x``, codes, labels and weights, on one device."""
+
+    x: Any
+    codes: Any
+    y: Any
+    w: Any
+
+    def __len__(self) -> int:
+        return int(self.x.shape[0])
+
+    @property
+    def w_kernel(self) -> Any:
+        """The weights for ``group_sums``: None for unit weights (the zero-stride view), which it skips."""
+        w = self.w
+        unit = w.shape[0] > 0 and w.strides[0] == 0 and float(w[0]) == 1.0
+        return None if unit else w
+
+
+@dataclass(frozen=True)
+class Predicted:
+    """A block and its predictor :math:`z = X\\theta` (a line-search trial's, or the iterate's)."""
+
+    rows: PlattBlock
+    z: Any
+
+
+@dataclass(frozen=True)
+class Stepped:
+    """A block, its predictor ``z`` and a step's :math:`X d` (the line search's trials are ``z + s X d``)."""
+
+    rows: PlattBlock
+    z: Any
+    dz: Any
+
+
+@dataclass(frozen=True)
+class Curved:
+    """A block at the iterate: its predictor, its row curvatures ``D`` and its gradient pass's sums."""
+
+    rows: PlattBlock
+    z: Any
+    curvature: Any
+    sums: np.ndarray  # [sum r x, sum r, sum D x^2, sum D, group sums (flattened)]
+
+
+# --------------------------------------------------------------------------------------------------
+# Reading
+
+
+def read_block(block: Any, score_col: Any, feature_cols: Any, score_kind: str, whole: bool) -> CheckedBlock:
+    """Check one block of ``X, y, sample_weight`` as ``FeatureAwarePlattCalibrator.fit`` does its input.
+
+    ``whole``: the block is all the rows (one machine), checked as a whole; otherwise a partition, which
+    may be empty, whose index must match its labels' and whose weights may all be zero (the summary pass
+    checks the whole data).
+    """
+    X, y, w = block["X"], block["y"], block["sample_weight"]
+    split = split_input(
+        X,
+        score_col=score_col,
+        feature_cols=feature_cols,
+        score_kind=score_kind,
+        require_features=True,
+        allow_empty=not whole,
+    )
+    if not whole:
+        check_same_index(X=X, y=y, sample_weight=w)
+    labels = check_labels(y, "y")
+    n_rows = check_consistent_length(X=split.score, y=labels)
+    xp = array_namespace(labels)
+    weights = (
+        check_sample_weight(w, n_rows, xp=xp) if whole or w is None else check_partition_weight(w, n_rows, xp)
+    )
+    return CheckedBlock(X, split, labels, weights, w)
+
+
+def encoder_inputs(block: CheckedBlock, whole: bool) -> tuple[Any, Any]:
+    """The features and weights (as given) the encoder fits on: the split's columns for the whole data,
+    a partition's frame of feature columns otherwise (its per-block summary reads a frame)."""
+    features = block.split.features if whole else block.source[list(block.split.features)]
+    return features, block.source_w
+
+
+def encode_block(block: CheckedBlock, encoder: FeatureEncoder, device: str, score_kind: str) -> PlattBlock:
+    """Encode a checked block and move it to the resolved ``device`` ("auto" follows the block's data)."""
+    codes = encoder.transform(block.split.features)
+    where = resolve_device(device, block.split.score, codes)
+    score, codes, labels, weights = (
+        on_device(a, where) for a in (block.split.score, codes, block.y, block.w)
+    )
+    return PlattBlock(score_feature(score, score_kind), codes, labels, weights)
+
+
+def block_summary(block: PlattBlock) -> np.ndarray:
+    """``[rows, sum w, sum w y, positives, negatives]`` (``gpucal.rows.label_summary``)."""
+    return label_summary(block.y, block.w)
+
+
+def strided(block: PlattBlock, stride: int, *, row_offset: int) -> PlattBlock:
+    """The block's rows whose global index is a multiple of ``stride`` (the warm start's sample)."""
+    xp = array_namespace(block.x)
+    start = -row_offset % stride
+    x, codes, y, w = (
+        xp.ascontiguousarray(a[start::stride]) for a in (block.x, block.codes, block.y, block.w)
+    )
+    return PlattBlock(x, codes, y, w)
+
+
+def code_weights(block: PlattBlock, n_values: np.ndarray) -> np.ndarray:
+    """``sum w`` per code, features in order (flat, ``sum(n_values)`` entries)."""
+    xp = array_namespace(block.x)
+    counts = [
+        to_numpy(xp.bincount(block.codes[:, j], weights=block.w, minlength=int(k)))
+        for j, k in enumerate(n_values)
+    ]
+    return np.concatenate(counts)
+
+
+# --------------------------------------------------------------------------------------------------
+# Newton-CG's passes
+
+
+def _linear(block: PlattBlock, theta: np.ndarray, offsets: np.ndarray, array_code: bool) -> Any:
+    return linear_predictor(
+        block.x, theta[0], theta[1], theta[2:], block.codes, offsets, array_code=array_code
+    )
+
+
+def predicted(block: PlattBlock, theta: np.ndarray, offsets: np.ndarray, array_code: bool) -> Predicted:
+    """The block with its predictor :math:`X \\theta` (``theta = [a, b, beta]``)."""
+    return Predicted(block, _linear(block, theta, offsets, array_code))
+
+
+def stepped(block: Curved, step: np.ndarray, offsets: np.ndarray, array_code: bool) -> Stepped:
+    """The block at the iterate with the step's :math:`X d`."""
+    return Stepped(block.rows, block.z, _linear(block.rows, step, offsets, array_code))
+
+
+def line_trial(block: Stepped, scale: float) -> Predicted:
+    """The block with a line-search trial's predictor ``z + scale * X d``."""
+    return Predicted(block.rows, block.z + scale * block.dz)
+
+
+def block_loss(block: Predicted, array_code: bool) -> np.ndarray:
+    r""":math:`[\sum_i w_i (\log(1 + e^{z_i}) - y_i z_i)]`."""
+    rows = block.rows
+    return np.array([row_loss(block.z, rows.y, rows.w, array_code=array_code)])
+
+
+def curved(block: Predicted, n_values: np.ndarray, array_code: bool) -> Curved:
+    """The gradient pass of a block: its curvatures (kept for the Hessian products) and its sums."""
+    rows = block.rows
+    row_sums, p, curvature = gradient_rows(block.z, rows.x, rows.y, rows.w, array_code=array_code)
+    stats = to_numpy(group_sums(rows.codes, p, rows.y, rows.w_kernel, n_values=n_values)[0])
+    return Curved(rows, block.z, curvature, np.concatenate([row_sums, stats.ravel()]))
+
+
+def gradient_sums(block: Curved) -> np.ndarray:
+    """The gradient pass's sums: ``[sum r x, sum r, sum D x^2, sum D, group sums (flattened)]``."""
+    return block.sums
+
+
+def hessian_sums(
+    block: Curved, v: np.ndarray, offsets: np.ndarray, n_values: np.ndarray, array_code: bool
+) -> np.ndarray:
+    """The group sums ``(sum(n_values), N_STATS)`` of ``(f=X v, y=x, w=D)``."""
+    rows = block.rows
+    u = _linear(rows, v, offsets, array_code)
+    return to_numpy(group_sums(rows.codes, u, rows.x, block.curvature, n_values=n_values)[0])
+
+
+__all__ = [
+    "CheckedBlock",
+    "Curved",
+    "PlattBlock",
+    "Predicted",
+    "Stepped",
+    "block_loss",
+    "block_summary",
+    "code_weights",
+    "curved",
+    "encode_block",
+    "encoder_inputs",
+    "gradient_sums",
+    "hessian_sums",
+    "line_trial",
+    "predicted",
+    "read_block",
+    "stepped",
+    "strided",
+]
