@@ -276,6 +276,7 @@ def fit_mbct(rows: Rows, params: MBCTParams, encoder: FeatureEncoder | None) -> 
         merged = aggregate_rows(block.codes, block.f, block.y, block.w)
         if merged is not None:
             train = LocalRows((ChainBlock(*merged),))
+            del block, merged  # the unmerged training rows are freed
             weights = train.sum(block_code_weights, n_values)
             _log(params, 1, f"  identical rows merged: {len(train.blocks[0])} rows remain")
     code_maps, rare_codes, tree_n_values = code_maps_from_weights(weights, n_values, child)
