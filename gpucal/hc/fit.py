@@ -4,7 +4,8 @@ Durfee et al. 2022, Algorithm 1 and Sec. 5 (the estimator's docstring says what 
 each a pass over the rows where they live (one block on one machine, a block per dask partition):
 
 1. read and check every block, mark the tree rows (:mod:`gpucal.hc.read`); check the whole data on the
-   summed summaries; fit the encoder; encode; cut each block into tree rows and map rows;
+   summed summaries; fit the encoder (``FeatureEncoder.fit_rows``); encode each block and cut it into
+   tree rows and map rows;
 2. the tree code maps from the summed weight of every code among the tree rows (rare categories pooled);
 3. the trees (:func:`~gpucal.partition.grow.grow_tree_on` over
    :func:`~gpucal.partition.tree_rows.tree_store`): one label tree, a forest on Poisson(1) bootstrap
@@ -40,9 +41,9 @@ from gpucal.hc.read import (
     block_summary,
     check_split,
     encoded_sides,
+    encoder_inputs,
     feature_names,
     first,
-    fit_encoder,
     pick,
     read_block,
     tree_codes,
@@ -127,7 +128,8 @@ def fit_hc(rows: Rows, params: HCParams, tree_rows: Rows | None = None) -> HCSta
         tree_summary = LabelSummary.of(grow.sum(block_summary))
         tree_summary.check_two_classes("y_tree")
         n_tree = tree_summary.n_rows
-    encoder = fit_encoder(grow, params.n_bins, params.categorical_cols)
+    encoder = FeatureEncoder(n_bins=params.n_bins, categorical_cols=params.categorical_cols)
+    encoder.fit_rows(grow, encoder_inputs)
     sides = read.map(encoded_sides, encoder, boosted)  # encoded once, cut into both sides
     cal = sides.map(pick, 1)
     tree = (sides if tree_rows is None else grow.map(encoded_sides, encoder, boosted)).map(pick, 0)

@@ -11,7 +11,6 @@ encoder is fitted, :func:`encoded_sides` gives each block's tree rows and map ro
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -23,7 +22,7 @@ from gpucal._frames import Column, frame_columns, split_input
 from gpucal._validation import check_consistent_length, check_labels, check_same_index, check_sample_weight
 from gpucal.encoding import FeatureEncoder
 from gpucal.partition.ensemble import map_codes
-from gpucal.rows import LocalRows, Rows, label_summary
+from gpucal.rows import label_summary
 from gpucal.rows._checks import check_partition_weight
 from gpucal.rows.block import RowBlock
 from gpucal.rows.draws import held_out_mask
@@ -42,7 +41,7 @@ class InputBlock:
     """One block read and checked: its role, feature columns, score (None for the tree rows of a label
     tree), labels, weights (None: unit), which rows grow the trees (host bool), the block's global row
     offset, its summary (``label_summary`` columns, tree rows, 1 when on the GPU), and the frame and
-    weights as given (what the encoder is fitted on)."""
+    weights as given (what the encoder is fitted on), and whether the block is all the rows."""
 
     role: str
     features: dict[Hashable, Column]
@@ -52,8 +51,9 @@ class InputBlock:
     grows: np.ndarray
     row_offset: int
     summary: np.ndarray
-    source: Any
-    source_w: Any
+    frame_given: Any
+    weights_given: Any
+    whole: bool
 
 
 @dataclass(frozen=True)
@@ -122,7 +122,7 @@ def read_block(
     if role == SPLIT:
         grows = held_out_mask(n, tree_fraction, seed, row_offset)
     summary = np.concatenate([label_summary(labels, weights), [float(grows.sum()), float(on_gpu)]])
-    return InputBlock(role, features, score, labels, weights, grows, row_offset, summary, X, w)
+    return InputBlock(role, features, score, labels, weights, grows, row_offset, summary, X, w, whole)
 
 
 def block_summary(block: InputBlock) -> np.ndarray:
@@ -150,47 +150,13 @@ def check_split(n: int, n_first: int, share: float) -> None:
 # The encoder
 
 
-def fit_encoder(rows: Rows, n_bins: int, categorical_cols: Any) -> FeatureEncoder:
-    """Fit the feature encoder on the rows' (read) blocks: their features, weighted by their weights.
-
-    One block here is ``FeatureEncoder.fit``. Other rows take the one pass of
-    ``gpucal.distributed.encoding`` (categories and weighted value tables merged over blocks), which
-    gives the same encoder; it moves behind ``FeatureEncoder`` when the encoder fits over
-    :class:`~gpucal.rows.Rows` itself.
-    """
-    encoder = FeatureEncoder(n_bins=n_bins, categorical_cols=categorical_cols)
-    if isinstance(rows, LocalRows) and rows.n_blocks == 1:
-        block = rows.blocks[0]
-        return encoder.fit(block.features, sample_weight=block.source_w)
-    from gpucal.distributed.encoding import _merge, _summaries  # the one bridge, until the encoder fits rows
-    from gpucal.rows._reduce import max_distinct_keys
-
-    categorical = frozenset(encoder._check_params())
-    limit = max_distinct_keys()
-    n_rows, summaries = rows.reduce(
-        _encoder_summaries, functools.partial(_merge, limit=limit), _summaries, categorical, limit
-    )
-    if n_rows == 0:
-        msg = "X: no rows"
-        raise ValueError(msg)
-    names = list(summaries)
-    unknown = [c for c in categorical if c not in names]
-    if unknown:
-        msg = f"categorical_cols: column(s) {unknown} are not columns of X; columns: {names}"
-        raise KeyError(msg)
-    value_weights = {
-        name: (table.keys[0], table.stats[:, 0])
-        for name, (kind, table) in summaries.items()
-        if kind == "bins"
-    }
-    categories = {name: cats for name, (kind, cats) in summaries.items() if kind == "values"}
-    return encoder.fit_summaries(names, value_weights=value_weights, categories=categories)
-
-
-def _encoder_summaries(
-    block: InputBlock, summaries: Any, categorical: frozenset[Hashable], limit: int
-) -> Any:
-    return summaries(block.source[list(block.features)], block.source_w, categorical, limit)
+def encoder_inputs(block: InputBlock) -> tuple[Any, Any]:
+    """What the feature encoder is fitted on (``FeatureEncoder.fit_rows``): the block's feature columns
+    and its weights as given. One block of all the rows gives its columns as read (what ``fit`` always
+    read); a partition gives its frame's feature columns (the block summaries count a frame's rows)."""
+    if block.whole:
+        return block.features, block.weights_given
+    return block.frame_given[list(block.features)], block.weights_given
 
 
 # --------------------------------------------------------------------------------------------------
@@ -241,9 +207,9 @@ __all__ = [
     "block_summary",
     "check_split",
     "encoded_sides",
+    "encoder_inputs",
     "feature_names",
     "first",
-    "fit_encoder",
     "pick",
     "read_block",
     "tree_codes",
