@@ -17,7 +17,7 @@ is given, and pandas ``X``, ``y`` and ``sample_weight`` share one index (never p
 
 Dask: :meth:`Calibrator.fit` and :meth:`Calibrator.predict` accept dask collections (the one place
 that does). ``predict`` maps ``_predict_scores`` over the partitions (``map_partitions``), so every
-fitted one-dimensional calibrator predicts distributed. A calibrator with ``_fit(rows)`` (Platt, beta,
+fitted one-dimensional calibrator predicts distributed (:func:`predict_partitions`). A calibrator with ``_fit(rows)`` (Platt, beta,
 temperature) fits any input through it; histogram binning and isotonic regression fit dask inputs in
 ``_fit_partitions`` (a ``gpucal.distributed.calibrators.PartitionRows``); the others raise
 ``NotImplementedError`` rather than gathering the rows on one worker.
@@ -30,6 +30,7 @@ import inspect
 from collections.abc import Callable
 from typing import Any, ClassVar
 
+import numpy as np
 from sklearn.base import BaseEstimator
 from sklearn.utils import ClassifierTags, Tags
 from sklearn.utils.validation import check_is_fitted
@@ -39,7 +40,7 @@ from gpucal._frames import SplitInput, split_input, wrap_output
 from gpucal._params import AnyOf, Interval, Options, check_param
 from gpucal._validation import check_consistent_length, check_labels, check_same_index, check_sample_weight
 from gpucal.rows import Rows, as_rows
-from gpucal.rows._collections import any_dask, no_distributed_fit
+from gpucal.rows._collections import any_dask, collection_kind, no_distributed_fit
 
 Constraint = Interval | Options | AnyOf
 
@@ -194,8 +195,6 @@ class Calibrator(BaseEstimator):
         check_is_fitted(self, list(self._state_spec))
         if not any_dask(X):
             return None
-        from gpucal.distributed.calibrators import predict_partitions
-
         return predict_partitions(self, X)
 
     def _fit(self, rows: Rows) -> None:
@@ -231,4 +230,27 @@ class Calibrator(BaseEstimator):
         save(self, path)
 
 
-__all__ = ["AnyOf", "Calibrator", "Constraint", "Interval", "Options"]
+def predict_partitions(estimator: Any, X: Any) -> Any:
+    """Return ``estimator.predict`` mapped over the partitions of ``X``: a dask Series or Array, lazily.
+
+    Each partition is predicted in its own family (pandas or cudf partitions give a Series with the
+    partition's index, numpy or cupy chunks an array), so ``output_type`` must be ``"input"``.
+    """
+    output_type = getattr(estimator, "output_type", "input")
+    if output_type != "input":
+        msg = (
+            f"output_type={output_type!r}: predictions on a dask collection are a dask collection of the "
+            "input's partitions; use output_type='input'"
+        )
+        raise ValueError(msg)
+    kind = collection_kind(X)
+    if kind == "frame":
+        return X.map_partitions(estimator.predict, meta=estimator.predict(X._meta))
+    if kind == "array" and X.ndim == 1:
+        return X.map_blocks(estimator.predict, dtype=np.float64, meta=X._meta.astype(np.float64))
+    kind_name = f"{type(X).__module__}.{type(X).__qualname__}"
+    msg = f"X: cannot predict on {kind_name}; expected a dask DataFrame, Series or 1-D Array"
+    raise TypeError(msg)
+
+
+__all__ = ["AnyOf", "Calibrator", "Constraint", "Interval", "Options", "predict_partitions"]

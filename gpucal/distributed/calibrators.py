@@ -15,8 +15,7 @@ only what it would compute from sums on one machine.
   fit (``gpucal.mbct.fit``) until it reads ``ScoreRows`` too.
 
 Every fit begins with a summary pass (rows, weight, classes, score range) that runs the checks of the
-one-machine fit on the whole data. ``predict`` is ``map_partitions`` of the fitted calibrator's own
-``predict``: partitions keep their family (pandas or cudf) and index.
+one-machine fit on the whole data.
 """
 
 from __future__ import annotations
@@ -41,7 +40,7 @@ from gpucal.calibrators._logistic import (
     newton_start,
 )
 from gpucal.rows._checks import check_partition_weight
-from gpucal.rows._collections import Partitions, collection_kind, partitions
+from gpucal.rows._collections import Partitions, partitions
 from gpucal.rows._reduce import (
     KeyedTable,
     check_table_size,
@@ -222,26 +221,3 @@ class DaskLogisticRows:
         result = newton_minimize(sums, start, total_weight=total_weight, l2=ridge, bounds=bounds, what=what)
         intercept = float(result.theta[-1]) if fit_intercept else 0.0
         return LogisticFit(result.theta[:d].copy(), intercept, result.n_iter, result.converged)
-
-
-def predict_partitions(estimator: Any, X: Any) -> Any:
-    """Return ``estimator.predict`` mapped over the partitions of ``X``: a dask Series or Array, lazily.
-
-    Each partition is predicted in its own family (pandas or cudf partitions give a Series with the
-    partition's index, numpy or cupy chunks an array), so ``output_type`` must be ``"input"``.
-    """
-    output_type = getattr(estimator, "output_type", "input")
-    if output_type != "input":
-        msg = (
-            f"output_type={output_type!r}: predictions on a dask collection are a dask collection of the "
-            "input's partitions; use output_type='input'"
-        )
-        raise ValueError(msg)
-    kind = collection_kind(X)
-    if kind == "frame":
-        return X.map_partitions(estimator.predict, meta=estimator.predict(X._meta))
-    if kind == "array" and X.ndim == 1:
-        return X.map_blocks(estimator.predict, dtype=np.float64, meta=X._meta.astype(np.float64))
-    kind_name = f"{type(X).__module__}.{type(X).__qualname__}"
-    msg = f"X: cannot predict on {kind_name}; expected a dask DataFrame, Series or 1-D Array"
-    raise TypeError(msg)
