@@ -9,11 +9,12 @@ Euclidean distance. For k-means this is its own assignment rule; agglomerative c
 rows): the same rule at fit and at predict, so the per-cluster maps are fitted on the assignment they
 are applied with.
 
-The rows are read in two ways only (:class:`EmbeddedRows`), so one array and the partitions of a dask
-collection (``gpucal.distributed.ccl``) run the same fit: a **seeded sample** (:func:`sample_rows`:
-row :math:`r` is in it when its counter-based uniform, hashed from the seed and :math:`r`, is below
-``max_rows / n``; the same rows at any partitioning) and **fixed-shape sums** over every row
-(:func:`lloyd_sums`: per cluster the weight, the weighted sum of the rows and their inertia).
+The rows (:class:`~gpucal.rows.Rows` whose blocks hold an embedding ``embedded``, weights ``w`` and
+global row indices ``index``: :class:`EmbeddedBlock`, or ``gpucal.ccl.fit.CCLBlock``) are read in two
+ways only, so one array and the partitions of a dask collection run the same fit: a **seeded sample**
+(:func:`sample_rows`: row :math:`r` is in it when its counter-based uniform, hashed from the seed and
+:math:`r`, is below ``max_rows / n``; the same rows at any partitioning) and **fixed-shape sums** over
+every row (:func:`lloyd_sums`: per cluster the weight, the weighted sum of the rows and their inertia).
 
 - **projection**: an embedding wider than ``n_components`` columns (one-hot leaves have one column per
   leaf of every tree: thousands) is projected on its top ``n_components`` right singular vectors
@@ -45,11 +46,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
 
+from gpucal._backend import to_numpy
+from gpucal.rows import LocalRows, Rows
 from gpucal.rows.draws import row_uniforms
 
 CLUSTERINGS = ("kmeans", "agglomerative")
@@ -145,31 +148,17 @@ def fit_projection(E: Any, n_components: int, seed: int) -> np.ndarray:
 
 
 # --------------------------------------------------------------------------------------------------
-# Rows wherever they are: one array, or dask partitions (gpucal.distributed.ccl)
+# Rows wherever they are: blocks of embeddings, one or a dask partition each
 
 
-class EmbeddedRows(Protocol):
-    """The rows a clustering is fitted on, read only through a seeded sample and per-cluster sums."""
+@dataclass(frozen=True)
+class EmbeddedBlock:
+    """A block of embedded rows: the embedding (dense or CSR; None for an empty block), its weights and
+    the global index of each row."""
 
-    def sample(self, max_rows: int, seed: int) -> tuple[Any, np.ndarray]:
-        """Return the embeddings (dense or CSR) and weights of :func:`sample_rows`' rows, in row order."""
-        ...
-
-    def projected(self, projection: np.ndarray) -> ProjectedRows:
-        """Return the rows in clustering coordinates ``E @ projection``."""
-        ...
-
-
-class ProjectedRows(Protocol):
-    """Rows in clustering coordinates, read through fixed-shape sums over all of them."""
-
-    def lloyd_sums(self, centroids: np.ndarray) -> np.ndarray:
-        """Return :func:`lloyd_sums` over every row (added over partitions)."""
-        ...
-
-    def inertias(self, centroid_sets: list[np.ndarray]) -> np.ndarray:
-        """Return every row's weighted squared distance to its nearest centroid, summed, per set."""
-        ...
+    embedded: Any
+    w: Any
+    index: np.ndarray
 
 
 def sample_rows(rows: np.ndarray, n_total: int, max_rows: int, seed: int) -> np.ndarray:
@@ -262,31 +251,37 @@ def _sample_kmeans(Z: np.ndarray, w: np.ndarray, k: int, seed: int) -> np.ndarra
     return centroids
 
 
-class InMemoryRows:
-    """:class:`EmbeddedRows` of one embedding matrix (dense or CSR) and its weights."""
-
-    def __init__(self, E: Any, w: np.ndarray | None) -> None:
-        self.E = E
-        self.w = np.ones(E.shape[0]) if w is None else np.asarray(w, dtype=np.float64)
-
-    def sample(self, max_rows: int, seed: int) -> tuple[Any, np.ndarray]:
-        n = self.E.shape[0]
-        rows = np.flatnonzero(sample_rows(np.arange(n), n, max_rows, seed))
-        return self.E[rows], self.w[rows]
-
-    def projected(self, projection: np.ndarray) -> _InMemoryProjected:
-        return _InMemoryProjected(project(self.E, projection), self.w)
+def _sample_block(block: Any, n_total: int, max_rows: int, seed: int) -> tuple[Any, np.ndarray] | None:
+    """The block's rows in the clustering sample: embeddings and weights (None: an empty block)."""
+    if block.embedded is None:
+        return None
+    take = np.flatnonzero(sample_rows(block.index, n_total, max_rows, seed))
+    return block.embedded[take], to_numpy(block.w)[take]
 
 
-class _InMemoryProjected:
-    def __init__(self, Z: np.ndarray, w: np.ndarray) -> None:
-        self.Z, self.w = Z, w
+def _stacked(*pieces: tuple[Any, np.ndarray] | None) -> tuple[Any, np.ndarray] | None:
+    """Blocks' samples stacked in block order (one machine's row order)."""
+    present = [piece for piece in pieces if piece is not None]
+    if not present:
+        return None
+    blocks = [E for E, _ in present]
+    stacked = sp.vstack(blocks, format="csr") if sp.issparse(blocks[0]) else np.concatenate(blocks, axis=0)
+    return stacked, np.concatenate([w for _, w in present])
 
-    def lloyd_sums(self, centroids: np.ndarray) -> np.ndarray:
-        return lloyd_sums(self.Z, self.w, centroids)
 
-    def inertias(self, centroid_sets: list[np.ndarray]) -> np.ndarray:
-        return inertias(self.Z, self.w, centroid_sets)
+def _projected(block: Any, projection: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The block in clustering coordinates, with its weights (host)."""
+    if block.embedded is None:
+        return np.zeros((0, projection.shape[1])), np.zeros(0)
+    return project(block.embedded, projection), to_numpy(block.w)
+
+
+def _lloyd_block(z_w: tuple[np.ndarray, np.ndarray], centroids: np.ndarray) -> np.ndarray:
+    return lloyd_sums(z_w[0], z_w[1], centroids)
+
+
+def _inertias_block(z_w: tuple[np.ndarray, np.ndarray], centroid_sets: list[np.ndarray]) -> np.ndarray:
+    return inertias(z_w[0], z_w[1], centroid_sets)
 
 
 def fit_clusters(
@@ -302,8 +297,11 @@ def fit_clusters(
     sample_weight: np.ndarray | None = None,
 ) -> FittedClusters:
     """:func:`fit_clusters_on` the rows of one embedding matrix ``E`` (host, dense or CSR)."""
+    n = E.shape[0]
+    w = np.ones(n) if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)
     return fit_clusters_on(
-        InMemoryRows(E, sample_weight),
+        LocalRows((EmbeddedBlock(E, w, np.arange(n, dtype=np.int64)),)),
+        n,
         method,
         n_clusters,
         k_range=k_range,
@@ -315,7 +313,8 @@ def fit_clusters(
 
 
 def fit_clusters_on(
-    rows: EmbeddedRows,
+    rows: Rows,
+    n_total: int,
     method: str,
     n_clusters: int | str,
     *,
@@ -325,7 +324,7 @@ def fit_clusters_on(
     n_components: int,
     seed: int,
 ) -> FittedClusters:
-    """Cluster ``rows``: projection, centroids and the elbow's curve (module docstring).
+    """Cluster ``rows`` (``n_total`` of them): projection, centroids and the elbow's curve (module docstring).
 
     ``n_clusters`` is an int or ``"elbow"`` (the knee of :math:`S(k)` over ``k_range``, both ends
     included). The projection, the k-means++ starts, the elbow's candidates and Ward's tree come from
@@ -333,10 +332,11 @@ def fit_clusters_on(
     iterations and the k-means elbow's :math:`S(k)` read every row. Raises ``ValueError`` when the
     sample has fewer distinct projections than the clusters asked for.
     """
-    E_sample, w_sample = rows.sample(max_rows, seed)
-    if E_sample.shape[0] == 0:
+    sample = rows.reduce(_sample_block, _stacked, n_total, max_rows, seed)
+    if sample is None or sample[0].shape[0] == 0:
         msg = f"max_cluster_rows={max_rows}: the seeded clustering sample drew no row; ask for more"
         raise ValueError(msg)
+    E_sample, w_sample = sample
     projection = fit_projection(E_sample, n_components, seed)
     Z = project(E_sample, projection)
     n_distinct = int(np.unique(Z, axis=0).shape[0])
@@ -354,7 +354,9 @@ def fit_clusters_on(
     if method == "agglomerative":
         _, centroids, inertia = _ward(Z, ks)
     else:
-        centroids, inertia = _kmeans(rows.projected(projection), Z, w_sample, ks, n_init=n_init, seed=seed)
+        centroids, inertia = _kmeans(
+            rows.map(_projected, projection), Z, w_sample, ks, n_init=n_init, seed=seed
+        )
     scanned = n_clusters == "elbow"
     return FittedClusters(
         projection=projection,
@@ -366,20 +368,25 @@ def fit_clusters_on(
 
 
 def _kmeans(
-    rows: ProjectedRows, Z: np.ndarray, w: np.ndarray, ks: np.ndarray, *, n_init: int, seed: int
+    rows: Rows, Z: np.ndarray, w: np.ndarray, ks: np.ndarray, *, n_init: int, seed: int
 ) -> tuple[np.ndarray, np.ndarray]:
-    """k-means: the elbow from every candidate's sample centroids, then ``n_init`` runs over all rows.
+    """k-means: the elbow from every candidate's sample centroids, then ``n_init`` runs over all rows
+    (``rows``: blocks of projected rows and weights, read through summed :func:`lloyd_sums`).
 
-    Candidate :math:`k` gets Lloyd's iterations on the sample from k-means++ starts (seed ``seed``);
-    its :math:`S(k)` is the inertia of those centroids over every row (one pass for all candidates).
-    The chosen :math:`k` is then run over every row from ``n_init`` such sample fits (seeds ``seed``,
-    ``seed + 1``, ...), the lowest inertia kept (the first on ties).
+        Candidate :math:`k` gets Lloyd's iterations on the sample from k-means++ starts (seed ``seed``);
+        its :math:`S(k)` is the inertia of those centroids over every row (one pass for all candidates).
+        The chosen :math:`k` is then run over every row from ``n_init`` such sample fits (seeds ``seed``,
+        ``seed + 1``, ...), the lowest inertia kept (the first on ties).
     """
     inertia = np.empty(ks.shape[0])
     if ks.shape[0] > 1:
-        inertia = rows.inertias([_sample_kmeans(Z, w, int(k), seed) for k in ks.tolist()])
+        inertia = rows.sum(_inertias_block, [_sample_kmeans(Z, w, int(k), seed) for k in ks.tolist()])
     k = elbow_k(ks, inertia) if ks.shape[0] > 1 else int(ks[0])
-    runs = [lloyd(rows.lloyd_sums, _sample_kmeans(Z, w, k, seed + r)) for r in range(n_init)]
+
+    def sums(centroids: np.ndarray) -> np.ndarray:
+        return rows.sum(_lloyd_block, centroids)
+
+    runs = [lloyd(sums, _sample_kmeans(Z, w, k, seed + r)) for r in range(n_init)]
     centroids, total = min(runs, key=lambda run: run[1])  # the first of equal inertias
     if ks.shape[0] == 1:
         inertia[0] = total

@@ -11,43 +11,29 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Hashable, Sequence
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar
 
 import numpy as np
 from sklearn.utils.validation import check_is_fitted
 
-from gpucal._backend import array_namespace, resolve_device, to_numpy
-from gpucal._frames import split_input, wrap_output
-from gpucal._validation import check_consistent_length, check_labels, check_sample_weight
+from gpucal._backend import array_namespace, to_numpy
+from gpucal._frames import wrap_output
 from gpucal.calibrators._base import AnyOf, Calibrator, Constraint, Interval, Options
 from gpucal.calibrators._logistic import EPS
 from gpucal.calibrators.platt import OUTPUT_TYPE_OPTIONS
-from gpucal.ccl.clustering import (
-    CLUSTERINGS,
-    FittedClusters,
-    InMemoryRows,
-    assign_clusters,
-    fit_clusters_on,
-    project,
-)
+from gpucal.ccl.cluster_maps import as_matrix
+from gpucal.ccl.clustering import CLUSTERINGS, assign_clusters, project
 from gpucal.ccl.embeddings import EMBEDDINGS, LEAF_ENCODINGS, TreeEmbedding, _as_pandas, make_embedding
-from gpucal.partition.local_maps import (
-    MapSums,
-    fit_local_maps_from_sums,
-    identity_params,
-    local_map_sums,
-)
+from gpucal.ccl.fit import CCLParams, CCLState, fit_ccl, is_multiclass, read_scores
 from gpucal.persistence import register
-from gpucal.rows._collections import any_dask
+from gpucal.rows import any_dask, as_rows
+from gpucal.rows._checks import check_all_dask
 
 #: Maps fitted by grouped Newton steps (``gpucal.partition.local_maps``) and the per-cluster Dirichlet fit.
 LOCAL_MAPS = ("platt", "temperature", "beta")
 CALIBRATORS = (*LOCAL_MAPS, "dirichlet")
 # What happened to each cluster (``cluster_role_``).
 FITTED, CONSTANT, FALLBACK = 0, 1, 2
-# A cluster whose scores vary less than this (weighted variance of the logit, or of every log-probability
-# column) has no slope to fit: all its scores are equal up to rounding.
-MIN_LOGIT_VARIANCE = 1e-10
 # Default rows of the clustering sample: Ward's tree needs O(n^2) memory and time; k-means takes its
 # projection, starts and elbow candidates from the sample and iterates over every row.
 AUTO_MAX_ROWS = {"kmeans": 10_000, "agglomerative": 5_000}
@@ -273,26 +259,11 @@ class ClusteredCalibrator(Calibrator):
 
     @property
     def _multiclass(self) -> bool:
-        return not isinstance(self.score_col, str) and isinstance(self.score_col, Sequence)
+        return is_multiclass(self.score_col)
 
     def _scores(self, X: Any, *, allow_empty: bool = False) -> tuple[Any, Any]:
         """Return ``(score, info)``: the 1-D probability or the ``(n, K)`` probability matrix."""
-        if not self._multiclass:
-            split = split_input(X, score_col=self.score_col, feature_cols=[], allow_empty=allow_empty)
-            return split.score, split.info
-        from gpucal.calibrators.temperature import as_2d_scores
-
-        cols: list[Hashable] = list(self.score_col)  # type: ignore[arg-type]
-        frame = _as_pandas(X)
-        missing = [c for c in cols if c not in frame.columns]
-        if missing:
-            msg = (
-                f"X: probability column(s) {missing} not found (score_col); available: {list(frame.columns)}"
-            )
-            raise KeyError(msg)
-        matrix = frame[cols].to_numpy()
-        as_2d_scores(matrix, "X[score_col]")  # checks: numbers in [0, 1], rows summing to 1
-        return np.asarray(matrix, dtype=np.float64), None
+        return read_scores(X, self.score_col, allow_empty=allow_empty)
 
     def _other_columns(self, X: Any) -> list[Hashable]:
         scores = set(self.score_col) if self._multiclass else {self.score_col}  # type: ignore[arg-type]
@@ -310,8 +281,8 @@ class ClusteredCalibrator(Calibrator):
             The score column (or the class-probability columns) and the embedding model's features. A
             dask DataFrame (with ``y`` and ``sample_weight`` dask collections too) fits over its
             partitions, binary scores with a Platt, temperature or beta map: the clusters and maps of
-            one machine, its sums added (``gpucal.distributed.ccl``); the embedding model is shipped
-            to the workers.
+            one machine, its sums added (``gpucal.ccl.fit``); the embedding model is shipped to the
+            workers.
         y : array-like of shape (n,)
             Labels in {0, 1} (binary; soft labels count as that fraction of a positive), or class indices in
             ``[0, K)`` (multi-class).
@@ -329,51 +300,24 @@ class ClusteredCalibrator(Calibrator):
         if self._multiclass and self.calibrator != "dirichlet":
             msg = f"calibrator={self.calibrator!r}: multi-class scores (score_col a list) take 'dirichlet'"
             raise ValueError(msg)
-        if any_dask(X, y, sample_weight):
-            from gpucal.distributed.ccl import fit_ccl_partitions
-
-            fit_ccl_partitions(self, X, y, sample_weight)
-            return self
-        score, _ = self._scores(X)
-        xp = array_namespace(score)
-        n = score.shape[0]
-        if self._multiclass:
-            from gpucal.calibrators.temperature import check_class_labels, check_several_classes
-
-            labels = check_class_labels(y, n, score.shape[1])
-            weights = check_sample_weight(sample_weight, n, xp=xp)
-            check_several_classes(labels, weights, score.shape[1])
-        else:
-            from gpucal.calibrators._logistic import check_two_classes
-
-            labels = check_labels(y, "y")
-            check_consistent_length(X=score, y=labels)
-            weights = check_sample_weight(sample_weight, n, xp=xp)
-            check_two_classes(labels, weights)
-        device = resolve_device(self.device, score)
-        self._backend = "cuda" if device == "gpu" else "cpu"
-        if device == "gpu" and xp is np and self.calibrator != "dirichlet":
-            import cupy  # the maps are fitted where the backend runs; Dirichlet fits stay on the host
-
-            score, labels, weights = cupy.asarray(score), cupy.asarray(labels), cupy.asarray(weights)
-            xp = cupy
-
-        self.embedding_ = make_embedding(
-            self.embedding_model,
-            self.embedding,
-            self.leaf_encoding,
-            self.feature_cols,
-            self._other_columns(X),
+        given = {"X": X, "y": y, "sample_weight": sample_weight}
+        distributed = any_dask(*given.values())
+        if distributed:
+            check_all_dask(given)  # the error names the inputs that are not dask collections
+        # A dask frame's columns are those of its meta (nothing is computed to read them).
+        columns = self._other_columns(X._meta if distributed else X)
+        embedding = make_embedding(
+            self.embedding_model, self.embedding, self.leaf_encoding, self.feature_cols, columns
         )
-        embedded = self.embedding_.fit_transform(X)
-        self._set_clustering(
-            fit_clusters_on(InMemoryRows(embedded, to_numpy(weights)), **self._cluster_options())
+        params = CCLParams(
+            score_col=self.score_col,
+            calibrator=self.calibrator,
+            device=self.device,
+            min_cluster_size=float(self.min_cluster_size),
+            penalty=float(self.penalty),
+            cluster_options=self._cluster_options(),
         )
-        part = xp.asarray(assign_clusters(project(embedded, self.projection_), self.centroids_))
-        if self.calibrator == "dirichlet":
-            self._fit_dirichlet(score, labels, weights, part)
-        else:
-            self._fit_local(_ClusterRows(score, labels, weights, part, self._backend))
+        self._set_fitted(fit_ccl(as_rows(**given), params, embedding))
         return self
 
     def _cluster_options(self) -> dict[str, Any]:
@@ -391,102 +335,25 @@ class ClusteredCalibrator(Calibrator):
             "seed": self.seed,
         }
 
-    def _set_clustering(self, clusters: FittedClusters) -> None:
+    def _set_fitted(self, state: CCLState) -> None:
+        """Store the fitted embedding, clusters and maps."""
+        clusters, maps = state.clusters, state.maps
+        self.embedding_ = state.embedding
         self.projection_ = clusters.projection
         self.centroids_ = clusters.centroids
         self.n_clusters_ = int(clusters.centroids.shape[0])
         self.elbow_ = None
         if clusters.ks.shape[0]:
             self.elbow_ = {"k": clusters.ks.tolist(), "inertia": clusters.inertia.tolist()}
-
-    def _fit_local(self, rows: ClusterMapRows) -> None:
-        """Binary Platt / temperature / beta maps for every cluster from per-cluster sums."""
-        k, kind = self.n_clusters_, self.calibrator
-        weight, positive, logit_sum = rows.cluster_sums(k).T
-        rate = ((positive + 1.0) / (weight + 2.0))[:, None]
-        too_light = weight < self.min_cluster_size
-        safe = np.where(weight > 0, weight, 1.0)
-        variance = rows.centred_logit_sums(k, logit_sum / safe) / safe
-        homogeneous = (positive <= 0.0) | (positive >= weight) | (variance < MIN_LOGIT_VARIANCE)
-        self.global_params_ = fit_local_maps_from_sums(
-            rows.map_sums(kind, None), identity_params(kind)[None, :], kind
-        )[0]
-        constant = homogeneous & ~too_light
-        params = fit_local_maps_from_sums(
-            rows.map_sums(kind, constant),  # rows of constant clusters do not enter the fits
-            np.tile(self.global_params_, (k, 1)),
-            kind,
-            penalty=float(self.penalty),
-            min_part_weight=float(self.min_cluster_size),
-            fallback=self.global_params_,
-        )
-        params[constant | too_light] = self.global_params_
-        self._set_clusters(params, weight, rate, constant, too_light)
-
-    def _fit_dirichlet(self, score: Any, y: Any, w: Any, part: Any) -> None:
-        """One :class:`DirichletCalibrator` per cluster (a loop: each fit is its own Newton solve)."""
-        from gpucal.calibrators.dirichlet import DirichletCalibrator
-
-        probs = _as_matrix(to_numpy(score))
-        labels = np.asarray(to_numpy(y) if self._multiclass else to_numpy(y) >= 0.5, dtype=np.int64)
-        if not self._multiclass and not np.isin(to_numpy(y), (0.0, 1.0)).all():
-            msg = "y: calibrator='dirichlet' needs hard labels in {0, 1}; soft labels have no class"
-            raise ValueError(msg)
-        w_np, part_np = to_numpy(w), to_numpy(part)
-        n_classes = probs.shape[1]
-        k = self.n_clusters_
-        # Binary rates are of the positive class only, as for the other maps.
-        targets = np.eye(n_classes)[labels] if self._multiclass else labels[:, None].astype(np.float64)
-        weight, rate = self._cluster_rates(targets, w_np, part_np)
-        too_light = weight < self.min_cluster_size
-        class_mass = np.stack(
-            [np.bincount(part_np, weights=w_np * (labels == c), minlength=k) for c in range(n_classes)],
-            axis=1,
-        )
-        single_class = (class_mass > 0).sum(axis=1) <= 1
-        constant = (
-            single_class | _flat(np.log(np.maximum(probs, EPS)), w_np, part_np, k, weight)
-        ) & ~too_light
-        glob = DirichletCalibrator().fit(probs, labels, sample_weight=w_np)
-        self.global_params_ = np.concatenate([glob.coef_.ravel(), glob.intercept_])
-        params = np.tile(self.global_params_, (k, 1))
-        for j in np.flatnonzero(~(constant | too_light)):
-            rows = part_np == j
-            cal = DirichletCalibrator().fit(probs[rows], labels[rows], sample_weight=w_np[rows])
-            params[j] = np.concatenate([cal.coef_.ravel(), cal.intercept_])
-        self._set_clusters(params, weight, rate, constant, too_light)
-
-    def _cluster_rates(self, targets: Any, w: Any, part: Any) -> tuple[np.ndarray, np.ndarray]:
-        """Per cluster: total weight and Laplace-smoothed rate of each target column (host arrays)."""
-        xp = array_namespace(targets)
-        k = self.n_clusters_
-        weight = to_numpy(xp.bincount(part, weights=w, minlength=k)).astype(np.float64)
-        mass = np.stack(
-            [
-                to_numpy(xp.bincount(part, weights=w * targets[:, j], minlength=k))
-                for j in range(targets.shape[1])
-            ],
-            axis=1,
-        )
-        n_outcomes = 2 if targets.shape[1] == 1 else targets.shape[1]
-        return weight, (mass + 1.0) / (weight[:, None] + n_outcomes)
-
-    def _set_clusters(
-        self,
-        params: np.ndarray,
-        weight: np.ndarray,
-        rate: np.ndarray,
-        constant: np.ndarray,
-        too_light: np.ndarray,
-    ) -> None:
-        self.params_ = np.asarray(params, dtype=np.float64)
-        self.cluster_weight_ = weight
-        self.cluster_rate_ = rate
+        self.params_ = np.asarray(maps.params, dtype=np.float64)
+        self.global_params_ = maps.global_params
+        self.cluster_weight_ = maps.weight
+        self.cluster_rate_ = maps.rate
         role = np.full(self.n_clusters_, FITTED, dtype=np.int64)
-        role[constant] = CONSTANT
-        role[too_light] = FALLBACK
+        role[maps.constant] = CONSTANT
+        role[maps.too_light] = FALLBACK
         self.cluster_role_ = role
-        self.n_classes_ = rate.shape[1] if self._multiclass else 2
+        self.n_classes_ = maps.rate.shape[1] if self._multiclass else 2
 
     # ----------------------------------------------------------------------------------------------
     # predict
@@ -555,7 +422,7 @@ class ClusteredCalibrator(Calibrator):
     def _predict_dirichlet(self, score: np.ndarray, part: np.ndarray) -> np.ndarray:
         from gpucal.calibrators.dirichlet import predict_dirichlet
 
-        probs = _as_matrix(score)
+        probs = as_matrix(score)
         log_p = np.log(np.maximum(probs, EPS))
         n_classes = probs.shape[1]
         out = np.empty_like(probs)
@@ -642,98 +509,12 @@ class ClusteredCalibrator(Calibrator):
             raise ValueError(msg)
 
 
-class ClusterMapRows(Protocol):
-    """The rows the per-cluster maps are fitted on, read through per-cluster sums only (one array here,
-    dask partitions in ``gpucal.distributed.ccl``)."""
-
-    def cluster_sums(self, k: int) -> np.ndarray:
-        """Return :func:`cluster_sums` over every row."""
-        ...
-
-    def centred_logit_sums(self, k: int, mean: np.ndarray) -> np.ndarray:
-        """Return :func:`centred_logit_sums` over every row."""
-        ...
-
-    def map_sums(self, kind: str, skip: np.ndarray | None) -> MapSums:
-        """Return ``theta -> local_map_sums`` of the rows in :func:`map_parts`' parts."""
-        ...
-
-
-def cluster_sums(score: Any, y: Any, w: Any, part: Any, k: int) -> np.ndarray:
-    r"""Return ``(k, 3)``: per cluster :math:`\sum w`, :math:`\sum w y`, :math:`\sum w\,\mathrm{logit}(f)`."""
-    xp = array_namespace(score)
-    columns = [w, w * y, w * _logit(score)]
-    return np.stack([to_numpy(xp.bincount(part, weights=c, minlength=k)) for c in columns], axis=1)
-
-
-def centred_logit_sums(score: Any, w: Any, part: Any, mean: np.ndarray) -> np.ndarray:
-    r"""Return per cluster :math:`\sum w (\mathrm{logit}(f) - m_c)^2` around the clusters' means ``mean``."""
-    xp = array_namespace(score)
-    centred = _logit(score) - xp.asarray(mean)[part]
-    return to_numpy(xp.bincount(part, weights=w * centred * centred, minlength=mean.shape[0]))
-
-
-def map_parts(part: Any, skip: np.ndarray | None) -> Any:
-    """Each row's part of a map fit: all in part 0 (``skip`` None: the global map), else its cluster,
-    -1 (left out) for the clusters ``skip`` marks."""
-    xp = array_namespace(part)
-    if skip is None:
-        return xp.zeros(part.shape[0], dtype=xp.int32)
-    return xp.where(xp.asarray(skip)[part], -1, part).astype(xp.int32)
-
-
-class _ClusterRows:
-    """:class:`ClusterMapRows` of one set of arrays (numpy or cupy): score, labels, weights, clusters."""
-
-    def __init__(self, score: Any, y: Any, w: Any, part: Any, backend: str) -> None:
-        self.score, self.y, self.w, self.part, self.backend = score, y, w, part, backend
-
-    def cluster_sums(self, k: int) -> np.ndarray:
-        return cluster_sums(self.score, self.y, self.w, self.part, k)
-
-    def centred_logit_sums(self, k: int, mean: np.ndarray) -> np.ndarray:
-        return centred_logit_sums(self.score, self.w, self.part, mean)
-
-    def map_sums(self, kind: str, skip: np.ndarray | None) -> MapSums:
-        parts = map_parts(self.part, skip)
-
-        def sums(theta: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-            return local_map_sums(self.score, self.y, self.w, parts, theta, kind, backend=self.backend)
-
-        return sums
-
-
 def _partition_clusters(X: Any, model: ClusteredCalibrator) -> Any:
     """One partition's clusters as a column of its family (``cluster``), empty partitions included."""
     score, info = model._scores(X, allow_empty=True)
     xp = array_namespace(score)
     part = model.clusters(X) if score.shape[0] else np.zeros(0, dtype=np.int32)
     return wrap_output(xp.asarray(part), info, name="cluster")
-
-
-def _logit(score: Any) -> Any:
-    xp = array_namespace(score)
-    p = xp.clip(score, EPS, 1.0 - EPS)
-    return xp.log(p) - xp.log1p(-p)
-
-
-def _as_matrix(score: np.ndarray) -> np.ndarray:
-    """A binary score as the two-column matrix ``(1 - p, p)``; a matrix as it is."""
-    return np.stack([1.0 - score, score], axis=1) if score.ndim == 1 else score
-
-
-def _flat(values: Any, w: Any, part: Any, k: int, weight: np.ndarray) -> np.ndarray:
-    """Clusters whose score columns all have weighted variance below ``MIN_LOGIT_VARIANCE``."""
-    xp = array_namespace(values)
-    safe = np.where(weight > 0, weight, 1.0)
-    flat = np.ones(k, dtype=bool)
-    for j in range(values.shape[1]):
-        v = values[:, j]
-        mean = to_numpy(xp.bincount(part, weights=w * v, minlength=k)) / safe
-        centred = v - xp.asarray(mean)[part]
-        variance = to_numpy(xp.bincount(part, weights=w * centred * centred, minlength=k)) / safe
-        flat &= variance < MIN_LOGIT_VARIANCE
-    return flat
 
 
 __all__ = ["ClusteredCalibrator"]
