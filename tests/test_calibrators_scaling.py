@@ -7,6 +7,7 @@ tightly, and as shipped), a hand-solved Dirichlet problem (scipy.optimize on the
 from __future__ import annotations
 
 import functools
+import itertools
 import warnings
 from typing import Any
 
@@ -704,3 +705,36 @@ def test_temperature_takes_an_n_by_1_score() -> None:
     cal = TemperatureCalibrator().fit(p[:, None], y)
     assert not cal.multiclass_
     assert_array_equal(cal.predict(p[:, None]), TemperatureCalibrator().fit(p, y).predict(p))
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+def test_score_rows_fit_is_the_same_over_blocks_and_on_arrays(weighted: bool) -> None:
+    """ScoreRows on one block is fit_logistic bit for bit; over uneven blocks (the warm start's
+    subsample taken by global row index) it differs only in the order of the additions."""
+    from gpucal.calibrators._logistic import FEATURES_BETA, ArrayRows, fit_logistic
+    from gpucal.calibrators._score_rows import ScoreRows
+    from gpucal.rows import LocalRows, RowBlock
+
+    rng = np.random.default_rng(3)
+    n = _logistic.WARM_START_MIN_ROWS + 1000
+    p = np.clip(rng.beta(2.0, 3.0, n), 1e-6, 1 - 1e-6)
+    y = (rng.random(n) < p**1.2).astype(np.float64)
+    w = rng.random(n) if weighted else None
+    expected = fit_logistic(p, y, np.ones(n) if w is None else w, mode=FEATURES_BETA)
+
+    def rows_of(cuts: list[int]) -> ScoreRows:
+        bounds = [0, *cuts, n]
+        blocks = tuple(
+            RowBlock({"X": p[a:b], "y": y[a:b], "sample_weight": None if w is None else w[a:b]})
+            for a, b in itertools.pairwise(bounds)
+        )
+        return ScoreRows.of(LocalRows(blocks))
+
+    one = rows_of([]).fit(mode=FEATURES_BETA)
+    assert_array_equal(one.coef, expected.coef)
+    assert one.intercept == expected.intercept
+    array_fit = ArrayRows(p, y, np.ones(n) if w is None else w).fit(mode=FEATURES_BETA)
+    assert_array_equal(array_fit.coef, one.coef)
+    split = rows_of([0, 1, 70_001, 200_000]).fit(mode=FEATURES_BETA)  # an empty and a one-row block
+    assert_allclose(split.coef, one.coef, rtol=1e-10)
+    assert_allclose(split.intercept, one.intercept, rtol=1e-10)
