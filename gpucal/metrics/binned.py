@@ -4,8 +4,9 @@ All of these sort (or cut) the rows by ``p`` alone, so they see miscalibration a
 score and nothing else: a model that is right on average at every score level but wrong inside
 segments of a feature (over-predicting one country, under-predicting another at the same score)
 scores well here. Use :func:`~gpucal.metrics.field_ece` or :func:`~gpucal.metrics.segment_report` for
-that. Each metric is computed from per-bin sums ``count, sum w, sum w*p, sum w*y`` (one pass over the rows
-through ``kernels.group_sums``), so numpy and cupy inputs take the same path.
+that. Each metric is computed from per-bin sums ``count, sum w, sum w*p, sum w*y``: equal-width bins in one
+pass over the rows through ``kernels.group_sums``, equal-mass bins cut on the table of sums per distinct
+score (:func:`score_sums`), so numpy, cupy and dask inputs take the same path (``metrics._inputs``).
 
 Bins: ``strategy="uniform"`` uses sklearn's equal-width edges, closed on the right like
 ``sklearn.calibration.calibration_curve``; ``strategy="quantile"`` uses equal-mass bins on the weighted
