@@ -33,12 +33,13 @@ import time
 import warnings
 from collections.abc import Hashable
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 
 from gpucal._backend import array_namespace
 from gpucal.calibrators._logistic import EPS, ArrayRows, LogisticRows
+from gpucal.calibrators._score_rows import ScoreBlock, ScoreRows
 from gpucal.calibrators.platt import fit_platt_rows
 from gpucal.encoding import FeatureEncoder
 from gpucal.mbct import read
@@ -192,35 +193,18 @@ def fit_init_platt(rows: LogisticRows) -> tuple[float, float]:
     return 1.0, target - base
 
 
-def _weighted_scores(block: ChainBlock, fn: Any, *args: Any) -> Any:
-    """``fn(score, y, w, *args)`` with unit weights made explicit (the logistic sums need an array)."""
+def _score_block(block: ChainBlock) -> ScoreBlock:
+    """A block's training scores as the scaling fits read them (unit weights made explicit)."""
     xp = array_namespace(block.f)
-    return fn(block.f, block.y, xp.ones_like(block.f) if block.w is None else block.w, *args)
-
-
-@dataclass
-class _ScoreSums:
-    """Training scores over :class:`Rows` as the summed rows ``DaskLogisticRows`` takes Newton steps on."""
-
-    rows: Rows
-    summary: np.ndarray
-
-    def sum(self, fn: Any, *args: Any) -> np.ndarray:
-        return self.rows.sum(_weighted_scores, fn, *args)
+    return ScoreBlock(block.f, block.y, xp.ones_like(block.f) if block.w is None else block.w)
 
 
 def _score_rows(rows: Rows) -> LogisticRows:
     """The training scores as ``LogisticRows``: the arrays of one local block, else summed passes."""
     if isinstance(rows, LocalRows) and rows.n_blocks == 1:
-        block = rows.blocks[0]
-        xp = array_namespace(block.f)
-        return ArrayRows(block.f, block.y, xp.ones_like(block.f) if block.w is None else block.w)
-    from gpucal.distributed.calibrators import DaskLogisticRows, combine_score_summaries, score_summary
-
-    summary = rows.reduce(_weighted_scores, combine_score_summaries, score_summary)
-    # DaskLogisticRows reads only ``summary`` and ``sum`` of its rows, and spells out fit's keyword
-    # options where the protocol takes **options.
-    return cast(LogisticRows, DaskLogisticRows(_ScoreSums(rows, summary)))  # type: ignore[arg-type]
+        block = _score_block(rows.blocks[0])
+        return ArrayRows(block.score, block.y, block.w)
+    return ScoreRows.of_blocks(rows.map(_score_block))
 
 
 # --------------------------------------------------------------------------------------------------

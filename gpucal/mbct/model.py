@@ -357,14 +357,16 @@ class MBCT(Calibrator):
             device = "gpu" if is_cupy_array(split.score) else "cpu"
         else:
             device = resolve_device(self.device, split.score)
-        self.encoder_ = fit_mbct_encoder(X, split, sample_weight, self.n_bins, self.categorical_cols)
+        rows = as_rows(X=X, y=y, sample_weight=sample_weight)
+        features = list(split.features)
+        self.encoder_ = fit_mbct_encoder(rows, self.score_col, features, self.n_bins, self.categorical_cols)
         self.feature_cols_ = [] if self.encoder_ is None else list(self.encoder_.feature_names_)
         params = MBCTParams(
             **{name: getattr(self, name) for name in _FIT_PARAMS},
             feature_cols=self.feature_cols_,
             backend="cuda" if device == "gpu" else "cpu",
         )
-        state = fit_mbct(as_rows(X=X, y=y, sample_weight=sample_weight), params, self.encoder_)
+        state = fit_mbct(rows, params, self.encoder_)
         self.ensemble_ = state.ensemble
         self.min_node_size_ = state.min_node_size
         self.min_child_size_ = state.min_child_size

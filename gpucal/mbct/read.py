@@ -19,7 +19,7 @@ from gpucal._validation import check_consistent_length, check_labels, check_same
 from gpucal.calibrators.platt import predict_platt
 from gpucal.encoding import FeatureEncoder
 from gpucal.partition.ensemble import TreeEnsemble, code_weights, map_codes, tree_code_dtype
-from gpucal.rows import any_dask, concat_weights, held_out_mask
+from gpucal.rows import LocalRows, Rows, concat_weights, held_out_mask
 from gpucal.rows._checks import check_partition_weight
 from kernels import lookup_bins, take_rows
 
@@ -90,26 +90,25 @@ def apply_init(score: Any, init: np.ndarray) -> Any:
 
 
 def fit_mbct_encoder(
-    X: Any, split: SplitInput, sample_weight: Any, n_bins: int, categorical_cols: Any
+    rows: Rows, score_col: Hashable, features: list[Any], n_bins: int, categorical_cols: Any
 ) -> FeatureEncoder | None:
-    """The encoder of ``split``'s feature columns (None without any), fitted over the rows of ``X``.
-
-    ``split`` is ``X`` split into score and features (a dask frame's: its meta). Local features fit
-    :class:`FeatureEncoder` directly; a dask frame's through ``gpucal.distributed.fit_encoder`` (the same
-    encoder, from summed sketches) until the encoder fits over :class:`~gpucal.rows.Rows` itself.
-    """
-    if not split.features:
+    """The encoder of the ``features`` columns (None without any), fitted over ``rows`` (blocks of
+    ``X, y, sample_weight``): :meth:`FeatureEncoder.fit_rows`, one machine's encoder on any rows."""
+    if not features:
         return None
     encoder = FeatureEncoder(n_bins=n_bins, categorical_cols=categorical_cols)
-    if any_dask(X):
-        from gpucal.distributed.encoding import fit_encoder
-
-        return fit_encoder(encoder, X[list(split.features)], sample_weight=sample_weight)
-    return encoder.fit(split.features, sample_weight=sample_weight)
+    whole = isinstance(rows, LocalRows) and rows.n_blocks == 1
+    return encoder.fit_rows(rows, _encoder_input, score_col, features, whole)
 
 
-# --------------------------------------------------------------------------------------------------
-# Block functions (module level: they run where the blocks are)
+def _encoder_input(block: Any, score_col: Hashable, features: list[Any], whole: bool) -> tuple[Any, Any]:
+    """A block's feature columns and weights, as the encoder reads them: the split columns of all the
+    rows, or a partition's frame of the feature columns (the block summaries read a frame)."""
+    X = block["X"]
+    if not whole:
+        return X[features], block["sample_weight"]
+    split = split_input(X, score_col=score_col, feature_cols=features, allow_empty=True)
+    return split.features, block["sample_weight"]
 
 
 def read_block(
