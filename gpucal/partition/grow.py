@@ -19,8 +19,8 @@ heterogeneous-calibration tree); ``feature_mask`` keeps a random forest's tree t
 
 The loop (:func:`grow_tree_on`) reads the rows only through a :class:`RowStore`: the root's sums, a
 batch's splits (:func:`decide_splits` of the batch's histogram), routing, the final node per row.
-:func:`grow_tree` runs it on one device (``NodeOrderedRows``); ``gpucal.distributed.trees`` runs the
-same loop over dask partitions.
+:func:`grow_tree` runs it on one device (``NodeOrderedRows``); ``gpucal.partition.tree_rows`` runs the
+same loop over any :class:`~gpucal.rows.Rows` (dask partitions held or streamed).
 """
 
 from __future__ import annotations
@@ -194,7 +194,7 @@ def grow_tree(
 class RowStore(Protocol):
     """What the level loop reads from the rows, wherever they are (one array, or dask partitions).
 
-    :class:`NodeOrderedRows` holds them on one device; ``gpucal.distributed.trees`` holds them on
+    :class:`NodeOrderedRows` holds them on one device; ``gpucal.partition.tree_rows`` holds them on
     dask workers, adds each histogram over them and decides the splits there. Every row starts in the
     root (node 0).
     """
@@ -314,7 +314,7 @@ class NodeOrderedRows:
 
     ``perm[i]`` is the data row at position ``i`` (None: data order). Kept per level by a stable
     partition (``kernels.partition_rows``), so a node's histogram is added from one run of rows.
-    The store of one device in :func:`grow_tree`, and of each worker in ``gpucal.distributed.trees``.
+    The store of one device in :func:`grow_tree`, and of each machine in ``gpucal.partition.tree_rows``.
     """
 
     codes: Any
