@@ -16,12 +16,12 @@ from typing import Any, ClassVar
 import numpy as np
 
 from gpucal._backend import array_namespace, to_numpy
-from gpucal._validation import check_sample_weight
+from gpucal._validation import check_class_labels, check_sample_weight
 from gpucal.calibrators._base import Calibrator, Constraint, Interval
 from gpucal.calibrators._logistic import newton_minimize
-from gpucal.calibrators.temperature import as_2d_scores, check_class_labels, check_several_classes
-from gpucal.distributed import reject_dask
+from gpucal.calibrators.temperature import as_2d_scores, check_several_classes
 from gpucal.persistence import register
+from gpucal.rows import reject_dask
 
 # A block of rows holds block_rows * (k + 1)^2 float64 for the Hessian products: about 32 MiB.
 BLOCK_ELEMENTS = 1 << 22

@@ -19,8 +19,8 @@ from gpucal._validation import check_sample_weight, check_scores
 from gpucal.calibrators._base import Calibrator, Constraint, Interval
 from gpucal.calibrators._logistic import sigmoid
 from gpucal.calibrators.platt import OUTPUT_TYPE_OPTIONS, SCORE_KIND_OPTIONS
-from gpucal.distributed import is_dask_collection
 from gpucal.persistence import register
+from gpucal.rows import is_dask_collection
 
 RATE = Interval(float, 0.0, 1.0, closed="right")
 

@@ -20,7 +20,7 @@ import numba
 import numpy as np
 
 from gpucal._backend import array_namespace, is_cupy_array
-from gpucal._validation import check_finite, check_sample_weight
+from gpucal._validation import check_class_labels, check_finite, check_sample_weight
 from gpucal.calibrators._base import Calibrator, Constraint
 from gpucal.calibrators._logistic import (
     CHUNK_ROWS,
@@ -98,28 +98,6 @@ def as_2d_scores(X: Any, name: str = "X", *, score_kind: str = "probability") ->
         )
         raise ValueError(msg)
     return xp.log(xp.maximum(arr, EPS))
-
-
-def check_class_labels(y: Any, n_rows: int, n_classes: int, name: str = "y") -> Any:
-    """Return class indices in ``[0, n_classes)`` as int64 (numpy or cupy)."""
-    arr = y if is_cupy_array(y) else np.asarray(y.to_numpy() if hasattr(y, "to_numpy") else y)
-    xp = array_namespace(arr)
-    if arr.ndim != 1 or arr.shape[0] != n_rows:
-        msg = f"{name}: expected {n_rows} class labels (1-D), got shape {arr.shape}"
-        raise ValueError(msg)
-    if arr.dtype.kind not in "biuf":
-        msg = f"{name}: class labels must be integers, got dtype {arr.dtype}"
-        raise TypeError(msg)
-    values = xp.asarray(arr, dtype=xp.float64)
-    bad = ~xp.isfinite(values) | (values != xp.floor(values)) | (values < 0) | (values >= n_classes)
-    if bool(bad.any()):
-        row = int(xp.argmax(bad))
-        msg = (
-            f"{name}: class labels must be integers in [0, {n_classes}) (one per column of X); "
-            f"row {row} holds {float(values[row])!r}"
-        )
-        raise ValueError(msg)
-    return xp.asarray(values, dtype=xp.int64)
 
 
 def check_several_classes(labels: Any, w: Any, n_classes: int, name: str = "y") -> None:

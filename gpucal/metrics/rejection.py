@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from gpucal._backend import to_numpy
+from gpucal._validation import check_class_labels
 from gpucal.metrics._inputs import CheckedRows, check_total, metric_rows
 from gpucal.rows import is_dask_collection
 
@@ -34,8 +35,6 @@ def check_thresholds(thresholds: Any) -> np.ndarray:
 
 def _matrix_confidence_and_error(y_true: Any, prob: Any, sample_weight: Any) -> tuple[np.ndarray, ...]:
     """Per row of a probability matrix: confidence, error of the arg-max class, weight (host float64)."""
-    from gpucal.calibrators.temperature import check_class_labels
-
     matrix = np.asarray(to_numpy(prob), dtype=np.float64)
     n = matrix.shape[0]
     labels = to_numpy(check_class_labels(y_true, n, matrix.shape[1], name="y_true"))
