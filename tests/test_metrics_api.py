@@ -200,6 +200,7 @@ def test_segment_report_columns_and_order() -> None:
         "error",
         "excess",
         "pcoc",
+        "sigma",
     ]
     assert report.loc[0, "feature"] == "country"
     assert set(report.loc[:1, "value"]) == {"fr", "de"}
@@ -218,6 +219,24 @@ def test_segment_report_columns_and_order() -> None:
     by_error = metrics.segment_report(y, p, features, sort_by="error", min_rows=3)
     assert by_error["rows"].min() >= 3
     assert by_error["error"].abs().is_monotonic_decreasing
+    # sigma: the excess over its null standard deviation sqrt(sum w p (1 - p)) = sqrt(3 * 0.25) for "fr".
+    assert fr["sigma"] == pytest.approx(-1.5 / np.sqrt(0.75))
+
+
+def test_segment_report_sigma_ranks_real_bias_before_noise() -> None:
+    """A large segment with a small real bias outranks a small one with a large noisy rate gap."""
+    rng = np.random.default_rng(0)
+    n_big, n_small = 20_000, 8
+    p = np.full(n_big + n_small, 0.3)
+    y = np.concatenate([rng.random(n_big) < 0.33, [1, 1, 1, 0, 1, 0, 0, 1]]).astype(float)
+    segment = np.array(["big"] * n_big + ["small"] * n_small)
+    by_error = metrics.segment_report(y, p, {"s": segment}, sort_by="error")
+    by_sigma = metrics.segment_report(y, p, {"s": segment}, sort_by="sigma")
+    assert by_error.loc[0, "value"] == "small"
+    assert by_sigma.loc[0, "value"] == "big"
+    assert abs(by_sigma.loc[0, "sigma"]) > 3 > abs(by_sigma.loc[1, "sigma"])
+    excess = (p[:n_big] - y[:n_big]).sum()
+    assert by_sigma.loc[0, "sigma"] == pytest.approx(excess / np.sqrt((p[:n_big] * (1 - p[:n_big])).sum()))
 
 
 # ---------------------------------------------------------------- errors

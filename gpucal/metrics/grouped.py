@@ -44,6 +44,18 @@ def field_sums(block: CheckedRows, fields: tuple[tuple[str, np.ndarray], ...]) -
     return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
 
+def segment_sums(block: CheckedRows, fields: tuple[tuple[str, np.ndarray], ...]) -> np.ndarray:
+    """:func:`field_sums` with a fifth column, ``sum w * p**2`` per value (for :func:`segment_report`'s
+    null variance ``sum w p (1 - p)``)."""
+    parts = []
+    for name, uniques in fields:
+        codes = global_codes(block, name, uniques)
+        stats = group_stats(codes, block.p, block.y, block.w, len(uniques))
+        squares = group_stats(codes, block.p * block.p, block.y, block.w, len(uniques))[:, WP]
+        parts.append(np.column_stack([stats, squares]))
+    return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+
 def _field_stats(y_true: Any, y_prob: Any, field: Any, sample_weight: Any, name: str) -> np.ndarray:
     rows = metric_rows(y_true, y_prob, sample_weight, **{name: field})
     (uniques,) = field_uniques(rows, name)
@@ -295,7 +307,7 @@ def weighted_totals(block: CheckedRows) -> np.ndarray:
     return np.array([block.n, block.total_weight, float(w @ block.p), float(w @ block.y)])
 
 
-@validate_params(sort_by=Options("excess", "error"), min_rows=Interval(int, 1, None))
+@validate_params(sort_by=Options("excess", "error", "sigma"), min_rows=Interval(int, 1, None))
 def segment_report(
     y_true: Any,
     y_prob: Any,
@@ -310,7 +322,16 @@ def segment_report(
     One row per (feature, value): ``rows`` (row count), ``weight`` (:math:`W_z`), ``observed``
     (:math:`\bar y_z`), ``predicted`` (:math:`\bar p_z`), ``error`` (:math:`\bar p_z - \bar y_z`, positive
     = over-prediction), ``excess`` (:math:`\sum_{i:\, z_i = z} w_i (p_i - y_i) = W_z \cdot \text{error}`,
-    predicted minus observed positives) and ``pcoc`` (:math:`\sum w p / \sum w y`).
+    predicted minus observed positives), ``pcoc`` (:math:`\sum w p / \sum w y`) and ``sigma``, the excess
+    in standard deviations of its noise when the probabilities are calibrated,
+
+    .. math::
+
+        \sigma_z = \frac{\sum_{i:\, z_i = z} w_i (p_i - y_i)}{\sqrt{\sum_{i:\, z_i = z} w_i p_i (1 - p_i)}}
+
+    (:math:`y_i \sim \text{Bernoulli}(p_i)`, weights read as row counts: integer weights equal repeated
+    rows). :math:`|\sigma|` above about 3 is a bias beyond noise; ``sort_by="sigma"`` ranks by it, so that a
+    small segment's noisy rate gap does not come before a large segment's real one.
 
     The sum of ``|excess|`` over a feature's values divided by :math:`W` is that feature's Field-ECE
     (Pan et al., WWW 2020). Groups by each feature in turn; blind to errors along the score inside a value
@@ -324,28 +345,31 @@ def segment_report(
         The columns to report on (pandas or polars DataFrame, or a dict of arrays).
     sample_weight : array-like of shape (n,), optional
         Non-negative row weights.
-    sort_by : {"excess", "error"}, default "excess"
+    sort_by : {"excess", "error", "sigma"}, default "excess"
         ``"excess"``: by ``|excess|``, the segment's share of its feature's Field-ECE (large segments with a
         real bias first). ``"error"``: by ``|error|`` (rate gap; small noisy segments can come first).
+        ``"sigma"``: by ``|sigma|``, how far beyond noise each segment's bias is.
     min_rows : int, default 1
         Leave out values with fewer rows.
 
     Returns
     -------
     pandas.DataFrame
-        Columns ``feature, value, rows, weight, observed, predicted, error, excess, pcoc``, sorted worst
-        first (ties keep feature order, then first appearance of the value).
+        Columns ``feature, value, rows, weight, observed, predicted, error, excess, pcoc, sigma``, sorted
+        worst first (ties keep feature order, then first appearance of the value).
 
     Notes
     -----
     Division by zero: a value of zero total weight has ``observed``, ``predicted`` and ``error`` NaN and
-    ``excess`` 0; ``pcoc`` follows :func:`pcoc` (``inf`` with no positives, NaN for 0/0).
+    ``excess`` 0; ``pcoc`` follows :func:`pcoc` (``inf`` with no positives, NaN for 0/0). ``sigma`` is 0
+    when ``excess`` is 0 and infinite (with its sign) when the null variance is 0 but the excess is not
+    (every probability 0 or 1).
     """
     columns = report_columns(features)
     names = [f"features[{name!r}]" for name in columns]
     rows = metric_rows(y_true, y_prob, sample_weight, **dict(zip(names, columns.values(), strict=True)))
     uniques = field_uniques(rows, *names)
-    stats = rows.sum(field_sums, tuple(zip(names, uniques, strict=True)))
+    stats = rows.sum(segment_sums, tuple(zip(names, uniques, strict=True)))
     check_total(stats[: len(uniques[0]), COUNT].sum(), stats[: len(uniques[0]), W].sum())
     parts = []
     start = 0
@@ -371,8 +395,12 @@ def report_columns(features: Any) -> dict[str, Any]:
     return columns
 
 
+#: Column of :func:`segment_sums` after the four of ``metrics._sums``: ``sum w p**2``.
+_WP2 = 4
+
+
 def segment_rows(name: str, uniques: Any, stats: np.ndarray, min_rows: int) -> pd.DataFrame:
-    """One feature's rows of :func:`segment_report` from its per-value sums (``metrics._sums`` columns)."""
+    """One feature's rows of :func:`segment_report` from its per-value :func:`segment_sums`."""
     weight = stats[:, W]
     has_weight = weight > 0
     safe = np.where(has_weight, weight, 1.0)
@@ -389,9 +417,19 @@ def segment_rows(name: str, uniques: Any, stats: np.ndarray, min_rows: int) -> p
             "error": predicted - observed,
             "excess": stats[:, WP] - stats[:, WY],
             "pcoc": [pcoc_ratio(a, b) for a, b in zip(stats[:, WP], stats[:, WY], strict=True)],
+            "sigma": _null_sigmas(stats[:, WP] - stats[:, WY], stats[:, WP] - stats[:, _WP2]),
         }
     )
     return part[part["rows"] >= min_rows]
+
+
+def _null_sigmas(excess: np.ndarray, variance: np.ndarray) -> np.ndarray:
+    """``excess / sqrt(variance)``: 0 for no excess, signed ``inf`` for an excess without variance."""
+    variance = np.maximum(variance, 0.0)  # sum w p - sum w p^2 can round below 0 when every p is 0 or 1
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out = excess / np.sqrt(variance)
+    out[excess == 0] = 0.0
+    return out
 
 
 def sort_segments(parts: list[pd.DataFrame], sort_by: str) -> pd.DataFrame:
