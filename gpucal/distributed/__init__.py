@@ -1,30 +1,23 @@
-"""gpucal beyond one machine: the same statistics over the partitions of dask collections.
+"""gpucal on a Dask cluster: the cluster helpers, the batch job, and the dask entry points users call.
 
-Importing this package imports no dask and no GPU library; each function imports what it needs.
+Every fit and metric reads dask collections through :mod:`gpucal.rows` (``as_rows``: one block per
+partition, held on the workers or read again every pass with ``dask.config.set({"gpucal.stream-partitions":
+True})``), written once with the one-machine fit; this package holds no fit. Importing it imports no dask
+and no GPU library; each function imports what it needs.
 
-* :func:`sum_partitions` maps a function returning a fixed-shape array over partitions and adds the
-  results in a tree: every gpucal statistic is such a sum, and a tree fit can call it per level.
-  :func:`reduce_partitions` is the same with another associative ``combine``.
-* :func:`partition_offsets` gives each partition's global row offset (what MVCE's views hash).
-* The metrics of ``gpucal.metrics`` and the fit / predict of the one-dimensional calibrators
-  (histogram, isotonic, Platt, beta, temperature) accept dask DataFrames, Series and Arrays directly:
-  the metrics and the scaling fits are written once over :mod:`gpucal.rows`.
-* ``MBCT.fit`` / ``predict`` accept dask DataFrames (criterion ``"gain"``): the tree engine's row store
-  over partitions (:mod:`~gpucal.distributed.trees`) and the fit driver (:mod:`~gpucal.distributed.mbct`).
-  For data larger than memory, ``dask.config.set({"gpucal.stream-partitions": True})`` holds no rows:
-  every pass reads the partitions again (:mod:`~gpucal.distributed.mbct_stream`).
-* ``FeatureAwarePlattCalibrator.fit`` / ``predict`` accept dask DataFrames: the Newton-CG of one machine
-  over a row store of persisted partitions (:mod:`~gpucal.distributed.feature_platt`).
-* ``HeterogeneousCalibrator.fit`` / ``predict`` accept dask DataFrames in every mode and local map: the
-  tree engine's row store over partitions and per-depth summed node-map sums (:mod:`~gpucal.distributed.hc`).
-* ``ClusteredCalibrator.fit`` / ``predict`` accept dask DataFrames (binary scores; Platt, temperature or
-  beta maps): embeddings per partition, Lloyd iterations as summed passes (:mod:`~gpucal.distributed.ccl`).
 * :func:`local_cluster` / :func:`local_cuda_cluster` start a CPU or a one-worker-per-GPU cluster;
-  :func:`dataframe_backend` chooses pandas or cudf partitions.
+  :func:`dataframe_backend` chooses pandas or cudf partitions; :mod:`~gpucal.distributed.batch` is the
+  Parquet batch job.
+* :func:`sum_partitions` maps a function returning a fixed-shape array over partitions and adds the
+  results in a tree (every gpucal statistic is such a sum); :func:`reduce_partitions` is the same with
+  another associative ``combine``; :func:`partition_offsets` gives each partition's global row offset
+  (what MVCE's views and the held-out splits hash). They are :mod:`gpucal.rows`' primitives, for users'
+  own statistics.
 * :func:`fit_encoder` learns a :class:`~gpucal.encoding.FeatureEncoder` over all partitions (the same as
-  ``FeatureEncoder.fit`` of the dask DataFrame), and
-  :func:`hash_codes` is the stable hashing alternative for very high cardinality;
-  :func:`transform_partitions` encodes every partition.
+  ``FeatureEncoder.fit`` of the dask DataFrame); :func:`hash_codes` is the stable hashing alternative for
+  very high cardinality; :func:`transform_partitions` encodes every partition.
+* :data:`DISTRIBUTED_FITS` names the calibrators whose fit takes dask collections; the others refuse
+  them by name (:func:`reject_dask`).
 """
 
 from gpucal.distributed.cluster import dataframe_backend, gpu_count, local_cluster, local_cuda_cluster

@@ -24,11 +24,6 @@ import numpy as np
 
 from gpucal._backend import is_cupy_array, to_numpy
 from gpucal.encoding import FeatureEncoder
-from gpucal.encoding_summaries import block_summaries, merge_summaries
-
-# HC's and feature-aware Platt's readers still import these two by their old names.
-_summaries = block_summaries
-_merge = merge_summaries
 
 
 def fit_encoder(encoder: FeatureEncoder, X: Any, *, sample_weight: Any = None) -> FeatureEncoder:
