@@ -24,8 +24,3 @@ Modules, each with one job:
 Every statistic is a sum over rows of a fixed-shape array, so the same code runs on numpy (numba
 kernels), cupy (CUDA kernels) and, partition by partition, on Dask.
 """
-
-# gpucal.calibrators' registry imports models built on this package (ccl, hc, mbct), and local_maps
-# imports gpucal.calibrators._logistic: import the registry first, so that the import cycle always
-# resolves in the same order, whichever module is imported first.
-import gpucal.calibrators  # noqa: F401

@@ -49,8 +49,8 @@ import numba
 import numpy as np
 
 from gpucal._backend import array_namespace, to_numpy
-from gpucal.calibrators._logistic import EPS
 from kernels import STAT_W, STAT_WF, STAT_WY, group_sums
+from kernels.trees_oracle import EPS  # probabilities clipped to [EPS, 1 - EPS], as the trees clip them
 
 LOCAL_MAP_KINDS = ("constant", "scale", "shift", "temperature", "platt", "beta")
 _N_PARAMS = {"constant": 1, "scale": 1, "shift": 1, "temperature": 1, "platt": 2, "beta": 3}
