@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+# The simulator scripts run in their own processes (tests/test_kernels_cudasim.py); --doctest-modules must
+# not import them here.
+collect_ignore_glob = ["cudasim/*.py"]
+
 
 @pytest.fixture(scope="module")
 def client():  # type: ignore[no-untyped-def]

@@ -19,11 +19,9 @@ import pytest
 from sklearn.frozen import FrozenEstimator
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
-import gpucal.calibrators  # noqa: F401  (the calibrators first: gpucal.neural imports them)
 from gpucal._params import Interval
 from gpucal.auto.model import AutoCalibrator
 from gpucal.calibrators import (
-    CALIBRATORS,
     BetaCalibrator,
     DirichletCalibrator,
     DownsamplingCorrection,
@@ -37,6 +35,7 @@ from gpucal.calibrators import (
 )
 from gpucal.calibrators._base import Calibrator
 from gpucal.ccl.model import ClusteredCalibrator
+from gpucal.factory import CALIBRATORS
 from gpucal.hc.model import HeterogeneousCalibrator
 from gpucal.mbct.model import MBCT
 from gpucal.neural import FieldAwareCalibrator, PiecewiseLogitCalibrator, torch_available

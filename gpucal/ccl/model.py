@@ -304,6 +304,8 @@ class ClusteredCalibrator(Calibrator):
         distributed = any_dask(*given.values())
         if distributed:
             check_all_dask(given)  # the error names the inputs that are not dask collections
+        if not distributed:
+            self._scores(X)  # the input checks (sparse, empty, bad columns) word the error before pandas does
         # A dask frame's columns are those of its meta (nothing is computed to read them).
         columns = self._other_columns(X._meta if distributed else X)
         embedding = make_embedding(
