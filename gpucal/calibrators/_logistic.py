@@ -635,9 +635,9 @@ def check_two_classes(y: Any, w: Any, name: str = "y") -> None:
 class LogisticRows(Protocol):
     """The rows a scaling calibrator fits on, whatever holds them.
 
-    :class:`ArrayRows` holds arrays on one device; ``gpucal.distributed`` implements the same four
-    methods over dask partitions (each a pass over the rows), so Platt, beta and temperature fits are
-    written once.
+    :class:`ArrayRows` holds arrays on one device; ``gpucal.calibrators._score_rows.ScoreRows`` implements
+    the same four methods over any :class:`gpucal.rows.Rows` (each a pass over the blocks: one local block,
+    dask partitions held or streamed), so Platt, beta and temperature fits are written once.
     """
 
     def check_two_classes(self) -> None:

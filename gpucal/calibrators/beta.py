@@ -43,7 +43,7 @@ def fit_beta(score: Any, y: Any, w: Any, *, parameters: str = "abm") -> tuple[fl
 
 
 def fit_beta_rows(rows: LogisticRows, *, parameters: str = "abm") -> tuple[float, float, float]:
-    """:func:`fit_beta` on rows held anywhere (arrays, or dask partitions via ``gpucal.distributed``)."""
+    """:func:`fit_beta` on rows held anywhere (arrays, or any ``gpucal.rows`` through ``ScoreRows``)."""
     rows.check_two_classes()
     if parameters == "am":
         fit = rows.fit(mode=FEATURES_LOGIT, what="BetaCalibrator")

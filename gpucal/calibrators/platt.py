@@ -60,7 +60,7 @@ def fit_platt(
 def fit_platt_rows(
     rows: LogisticRows, *, score_kind: str = "probability", target_smoothing: bool = True
 ) -> tuple[float, float]:
-    """:func:`fit_platt` on rows held anywhere (arrays, or dask partitions via ``gpucal.distributed``)."""
+    """:func:`fit_platt` on rows held anywhere (arrays, or any ``gpucal.rows`` through ``ScoreRows``)."""
     rows.check_two_classes()
     low, high = rows.score_range()
     if low == high:

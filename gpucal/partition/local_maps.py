@@ -215,8 +215,8 @@ def fit_local_maps_from_sums(
     """:func:`fit_local_maps` of a logistic ``kind`` from a function of the per-part sums.
 
     ``sums(theta)`` returns :func:`local_map_sums` at ``theta`` (per part :math:`\\sum w`, gradient and
-    Hessian), over rows held anywhere: one array, or dask partitions whose sums are added
-    (``gpucal.distributed``). ``start`` (``(n_parts, k)``) is both the first point and the ridge target.
+    Hessian), over rows held anywhere: one array, or the blocks of ``gpucal.rows`` whose sums are added.
+    ``start`` (``(n_parts, k)``) is both the first point and the ridge target.
     """
     _check_kind(kind)
     if kind == "scale":
