@@ -13,7 +13,7 @@ from matplotlib.figure import Figure
 from gpucal.encoding import FeatureEncoder
 from gpucal.partition.ensemble import TreeEnsemble
 from gpucal.plot import feature_calibration, plot_feature_calibration, plot_tree
-from tests.test_mbct_export import SCORE_BINS, build_ensemble, fit_encoder
+from tests.test_rules import SCORE_BINS, build_ensemble, fit_encoder
 
 
 def render(fig: Figure) -> list[str]:

@@ -25,6 +25,7 @@ from gpucal.mbct.read import apply_init, fit_mbct_encoder, input_n_values, split
 from gpucal.partition.ensemble import LEAF_MAPS, TreeEnsemble, predict_ensemble
 from gpucal.persistence import check_records, register
 from gpucal.rows import any_dask, as_rows
+from gpucal.rules import export_rules
 from kernels import tree_leaves
 
 AUTO = Options("auto")
@@ -413,10 +414,8 @@ class MBCT(Calibrator):
     def export_rules(self, format: str = "text", **options: Any) -> str:
         """Return the fitted trees as readable rules ("text"), JSON ("json") or a SQL expression ("sql").
 
-        See :func:`gpucal.mbct.export.export_rules` for ``options`` (e.g. ``table=`` for SQL).
+        See :func:`gpucal.rules.export_rules` for ``options`` (e.g. ``table=`` for SQL).
         """
-        from gpucal.mbct.export import export_rules
-
         check_is_fitted(self, list(self._state_spec))
         return export_rules(
             self.ensemble_,

@@ -1,4 +1,4 @@
-"""Tests of gpucal.mbct.export: text, JSON and SQL rules of a hand-made chain against a plain-Python walk."""
+"""Tests of gpucal.rules: text, JSON and SQL rules of a hand-made chain against a plain-Python walk."""
 
 from __future__ import annotations
 
