@@ -8,6 +8,7 @@ uncertainty-calibration's Platt binner to 1e-12 given the same Platt map, the wh
 
 from __future__ import annotations
 
+import itertools
 import json
 import warnings
 from typing import Any
@@ -23,10 +24,12 @@ from sklearn.isotonic import IsotonicRegression, isotonic_regression
 
 import gpucal
 from gpucal.calibrators import _bins, _pav, _sorted
-from gpucal.calibrators.histogram import HistogramCalibrator
-from gpucal.calibrators.isotonic import IsotonicCalibrator, fit_isotonic
+from gpucal.calibrators._score_rows import ScoreRows
+from gpucal.calibrators.histogram import HistogramCalibrator, histogram_rows, probability_block
+from gpucal.calibrators.isotonic import IsotonicCalibrator, fit_isotonic, isotonic_rows
 from gpucal.calibrators.scaling_binning import ScalingBinningCalibrator
 from gpucal.calibrators.sir import SIRCalibrator
+from gpucal.rows import LocalRows, RowBlock
 
 ISOTONIC_ATOL = 1e-10
 EXACT_ATOL = 1e-12
@@ -487,3 +490,34 @@ def test_equal_mass_edge_between_neighbouring_floats_keeps_rows_in_their_bins(tm
     assert_allclose(model.predict(score), [0.4] * 5 + [0.8] * 5)
     model.save(tmp_path / "h.json")
     assert_array_equal(gpucal.load(tmp_path / "h.json").predict(score), model.predict(score))
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+def test_score_table_fit_over_blocks_equals_the_sorted_walk(weighted: bool) -> None:
+    """Isotonic and equal-mass histogram fits over uneven blocks (the distinct-score table merged by
+    key) equal the one-block fit (the compiled walk over the sorted rows) up to the order of additions,
+    ties closer than 1e-15 included."""
+    p, y = make_data(3000, seed=5)
+    p[::50] = p[::50] + 2e-16  # near-ties that pool with their neighbour
+    w = np.random.default_rng(5).random(p.shape[0]) if weighted else None
+    if w is not None:
+        w[::13] = 0.0
+
+    def rows_of(cuts: list[int]) -> Any:
+        bounds = [0, *cuts, p.shape[0]]
+        blocks = tuple(
+            RowBlock({"X": p[a:b], "y": y[a:b], "sample_weight": None if w is None else w[a:b]})
+            for a, b in itertools.pairwise(bounds)
+        )
+        return ScoreRows.of(LocalRows(blocks)).rows
+
+    one, split = rows_of([]), rows_of([0, 1, 1234, 2000])  # an empty and a one-row block
+    walk, table = isotonic_rows(one), isotonic_rows(split)
+    for field in ("x_first", "x_last", "weight", "mean_x", "value"):
+        assert_allclose(getattr(table, field), getattr(walk, field), rtol=1e-12)
+    for a, b in zip(
+        histogram_rows(one.map(probability_block, "probability"), 7, "quantile"),
+        histogram_rows(split.map(probability_block, "probability"), 7, "quantile"),
+        strict=True,
+    ):
+        assert_allclose(b, a, rtol=1e-12)

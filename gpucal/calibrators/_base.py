@@ -17,10 +17,9 @@ is given, and pandas ``X``, ``y`` and ``sample_weight`` share one index (never p
 
 Dask: :meth:`Calibrator.fit` and :meth:`Calibrator.predict` accept dask collections (the one place
 that does). ``predict`` maps ``_predict_scores`` over the partitions (``map_partitions``), so every
-fitted one-dimensional calibrator predicts distributed (:func:`predict_partitions`). A calibrator with ``_fit(rows)`` (Platt, beta,
-temperature) fits any input through it; histogram binning and isotonic regression fit dask inputs in
-``_fit_partitions`` (a ``gpucal.distributed.calibrators.PartitionRows``); the others raise
-``NotImplementedError`` rather than gathering the rows on one worker.
+fitted one-dimensional calibrator predicts distributed (:func:`predict_partitions`). A calibrator with
+``_fit(rows)`` (Platt, beta, temperature, histogram binning, isotonic regression) fits any input through
+it; the others raise ``NotImplementedError`` on dask inputs rather than gathering the rows on one worker.
 """
 
 from __future__ import annotations
@@ -160,12 +159,7 @@ class Calibrator(BaseEstimator):
             self._fit(as_rows(X=X, y=y, sample_weight=sample_weight))
             return self
         if any_dask(X, y, sample_weight):
-            if type(self)._fit_partitions is Calibrator._fit_partitions:
-                raise no_distributed_fit(self)  # before any pass over the partitions
-            from gpucal.distributed.calibrators import PartitionRows
-
-            self._fit_partitions(PartitionRows.of(self, X, y, sample_weight))
-            return self
+            raise no_distributed_fit(self)  # before any pass over the partitions
         score, labels, weights = self._fit_input(X, y, sample_weight)
         self._fit_scores(score, labels, weights)
         return self
@@ -212,13 +206,6 @@ class Calibrator(BaseEstimator):
     def _predict_scores(self, score: Any) -> Any:
         """Map validated float64 scores to calibrated probabilities."""
         raise NotImplementedError
-
-    def _fit_partitions(self, rows: Any) -> None:
-        """Fit from sums over dask partitions (``rows``: ``gpucal.distributed.calibrators.PartitionRows``).
-
-        Calibrators without a distributed fit keep this default, which refuses.
-        """
-        raise no_distributed_fit(self)
 
     # ----------------------------------------------------------------------------------------------
     # Saving

@@ -15,17 +15,24 @@ of the blocks' ``(loss, gradient, Hessian)``:
 
 On one machine (one block) every sum is the one ``fit_logistic`` computes, so the fit is the same
 number for number; over dask partitions only the order of the additions differs.
+
+Histogram binning (equal mass) and isotonic regression read the rows in score order. Their fit is a
+function of the distinct-score table (:func:`score_groups`: sums ``w, w*y, w*x`` per distinct score of
+positive weight, the blocks' tables merged by key); on one machine, where the rows are one block
+(:func:`whole_block`), they walk the sorted rows instead, which groups the same scores and adds the same
+rows (``gpucal.calibrators._pav``, ``gpucal.calibrators._bins``).
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from gpucal._backend import array_namespace
+from gpucal._backend import array_namespace, to_numpy
 from gpucal._frames import split_input
 from gpucal._validation import check_consistent_length, check_labels, check_same_index, check_sample_weight
 from gpucal.calibrators._logistic import (
@@ -42,8 +49,9 @@ from gpucal.calibrators._logistic import (
     newton_start,
     use_numba,
 )
-from gpucal.rows import RowBlock, Rows
+from gpucal.rows import LocalRows, RowBlock, Rows
 from gpucal.rows._checks import check_partition_weight
+from gpucal.rows._reduce import KeyedTable, check_table_size, group_sorted, max_distinct_keys, merge_tables
 
 # Columns of :func:`score_summary`.
 COUNT, WEIGHT, LABEL_WEIGHT, N_POSITIVE, N_NEGATIVE, LOWEST, HIGHEST = range(7)
@@ -137,6 +145,36 @@ def logistic_vector(
         block.score, block.y, block.w, theta, mode=block.mode, backend=backend, **options
     )
     return np.concatenate([[loss], grad, np.asarray(hess).ravel()])
+
+
+def whole_block(rows: Rows) -> ScoreBlock | None:
+    """The one block that holds every row when the rows are in this process (one machine), else None."""
+    if isinstance(rows, LocalRows) and rows.n_blocks == 1:
+        block: ScoreBlock = rows.blocks[0]
+        return block
+    return None
+
+
+def block_score_groups(block: ScoreBlock, limit: int) -> KeyedTable:
+    """Sums ``w, w*y, w*x`` per distinct score ``x`` of one block's rows of positive weight (the
+    ``BIN_*`` columns of ``gpucal.calibrators._bins``), in increasing score order."""
+    xp = array_namespace(block.score)
+    keep = block.w > 0
+    x, y, w = block.score[keep], block.y[keep], block.w[keep]
+    keys, stats = group_sorted((x,), xp.stack([w, w * y, w * x], axis=1), xp)
+    check_table_size(int(stats.shape[0]), limit, "distinct-score table")
+    return KeyedTable(tuple(to_numpy(k) for k in keys), to_numpy(stats))
+
+
+def score_groups(rows: Rows) -> KeyedTable:
+    """The distinct-score table of all the rows (:class:`ScoreBlock`): the blocks' tables merged by key.
+
+    Its size is the number of distinct scores, capped by ``dask.config`` ``gpucal.max-distinct-keys``.
+    """
+    limit = max_distinct_keys()
+    combine = functools.partial(merge_tables, limit=limit, what="distinct-score table")
+    table: KeyedTable = rows.reduce(block_score_groups, combine, limit)
+    return table
 
 
 def _newton_sums(rows: Rows, backend: str, options: dict[str, Any], m: int) -> Any:
@@ -241,4 +279,13 @@ class ScoreRows:
         return LogisticFit(result.theta[:d].copy(), intercept, result.n_iter, result.converged)
 
 
-__all__ = ["ScoreBlock", "ScoreRows", "combine_summaries", "read_scores", "score_summary"]
+__all__ = [
+    "ScoreBlock",
+    "ScoreRows",
+    "block_score_groups",
+    "combine_summaries",
+    "read_scores",
+    "score_groups",
+    "score_summary",
+    "whole_block",
+]

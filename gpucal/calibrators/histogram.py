@@ -1,6 +1,7 @@
 r"""Histogram binning (Zadrozny & Elkan 2001): the calibrated score is the mean label of the score's bin.
 
-The functional core :func:`fit_histogram` returns the bin edges and values; :class:`HistogramCalibrator`
+The functional core :func:`fit_histogram` returns the bin edges and values; :func:`histogram_rows` is the
+same fit over :class:`gpucal.rows.Rows` (one machine or dask partitions); :class:`HistogramCalibrator`
 validates, calls it and stores them.
 """
 
@@ -22,7 +23,9 @@ from gpucal.calibrators._bins import (
     midpoint_edges,
 )
 from gpucal.calibrators._logistic import sigmoid
+from gpucal.calibrators._score_rows import ScoreBlock, ScoreRows, score_groups, whole_block
 from gpucal.persistence import register
+from gpucal.rows import Rows
 
 
 def as_probability(score: Any, score_kind: str) -> Any:
@@ -80,10 +83,38 @@ def histogram_from_stats(edges: np.ndarray, stats: np.ndarray) -> tuple[np.ndarr
     return edges, np.clip(values, 0.0, 1.0), weights
 
 
-def uniform_bin_sums(score: Any, y: Any, w: Any, n_bins: int, score_kind: str) -> np.ndarray:
-    """Per-bin sums of one block of rows on equal-width bins (the distributed fit adds them up)."""
+def probability_block(block: ScoreBlock, score_kind: str) -> ScoreBlock:
+    """The block with its score read as a probability (:func:`as_probability`): the axis the bins cut."""
+    return ScoreBlock(as_probability(block.score, score_kind), block.y, block.w)
+
+
+def uniform_bin_sums(block: ScoreBlock, n_bins: int) -> np.ndarray:
+    """Per-bin sums of one block of probabilities on equal-width bins (added over blocks)."""
     edges = np.linspace(0.0, 1.0, n_bins + 1)
-    return bin_sums(as_probability(score, score_kind), y, w, edges[1:-1], uniform=True)
+    return bin_sums(block.score, block.y, block.w, edges[1:-1], uniform=True)
+
+
+def histogram_rows(rows: Rows, n_bins: int, strategy: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`fit_histogram` over checked rows of probabilities (:class:`ScoreBlock`).
+
+    Equal width: the per-bin sums added over blocks (one block: the sums ``fit_histogram`` computes).
+    Equal mass: a row's bin depends only on the weight of the rows with a smaller score, so the bins are
+    a function of the distinct-score table (:func:`~gpucal.calibrators._score_rows.score_groups`,
+    :func:`~gpucal.calibrators._bins.mass_bin_stats_from_groups`). When the rows are one block in this
+    process the compiled walk over the sorted rows (:func:`~gpucal.calibrators._bins.mass_bin_stats`)
+    computes the same function without building the table: the weight below a score is a running sum
+    over the sorted rows there and a cumulative sum of the per-score sums in the table, equal up to the
+    order of the additions (bit for bit with unit weights, where both are counts).
+    """
+    if strategy == "uniform":
+        return histogram_from_stats(np.linspace(0.0, 1.0, n_bins + 1), rows.sum(uniform_bin_sums, n_bins))
+    whole = whole_block(rows)
+    if whole is not None:
+        stats, lows, highs = mass_bin_stats(whole.score, whole.y, whole.w, n_bins)
+    else:
+        table = score_groups(rows)
+        stats, lows, highs = mass_bin_stats_from_groups(table.keys[0], table.stats, n_bins)
+    return histogram_from_stats(midpoint_edges(lows, highs, 0.0, 1.0), stats)
 
 
 @register
@@ -185,21 +216,12 @@ class HistogramCalibrator(Calibrator):
         self.score_kind = score_kind
         self.output_type = output_type
 
-    def _fit_scores(self, score: Any, y: Any, sample_weight: Any) -> None:
-        p = as_probability(score, self.score_kind)
-        self.bin_edges_, self.bin_values_, self.bin_weights_ = fit_histogram(
-            p, y, sample_weight, n_bins=self.n_bins, strategy=self.strategy
+    def _fit(self, rows: Rows) -> None:
+        scores = ScoreRows.of(rows, self.score_col, self.score_kind).rows
+        probabilities = scores.map(probability_block, self.score_kind)
+        self.bin_edges_, self.bin_values_, self.bin_weights_ = histogram_rows(
+            probabilities, self.n_bins, self.strategy
         )
-
-    def _fit_partitions(self, rows: Any) -> None:
-        if self.strategy == "uniform":
-            stats = rows.sum(uniform_bin_sums, self.n_bins, self.score_kind)
-            edges = np.linspace(0.0, 1.0, self.n_bins + 1)
-        else:
-            table = rows.score_table(probability=True)
-            stats, lows, highs = mass_bin_stats_from_groups(table.keys[0], table.stats, self.n_bins)
-            edges = midpoint_edges(lows, highs, 0.0, 1.0)
-        self.bin_edges_, self.bin_values_, self.bin_weights_ = histogram_from_stats(edges, stats)
 
     def _predict_scores(self, score: Any) -> Any:
         p = as_probability(score, self.score_kind)

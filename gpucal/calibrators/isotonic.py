@@ -1,6 +1,7 @@
 r"""Isotonic calibration: the increasing step function closest to the labels, with scikit-learn's ties.
 
-The functional core :func:`fit_isotonic` returns the knots of a piecewise-linear map; the estimator
+The functional core :func:`fit_isotonic` returns the knots of a piecewise-linear map; :func:`isotonic_rows`
+is the same fit over :class:`gpucal.rows.Rows` (one machine or dask partitions); the estimator
 :class:`IsotonicCalibrator` validates, calls it and stores the knots as ``X_thresholds_`` and
 ``y_thresholds_`` (scikit-learn's names and meaning).
 """
@@ -14,8 +15,10 @@ import numpy as np
 from gpucal.calibrators._base import Calibrator, Constraint, Interval, Options
 from gpucal.calibrators._bins import BIN_W, BIN_WY, interp_clipped
 from gpucal.calibrators._pav import PavBlocks, clip_blocks, isotonic_blocks, isotonic_blocks_from_groups
+from gpucal.calibrators._score_rows import ScoreRows, score_groups, whole_block
 from gpucal.calibrators._sorted import host_float64
 from gpucal.persistence import register
+from gpucal.rows import Rows
 
 # The rank-preserving map of a block stays within this fraction of the gap to the neighbouring block's
 # value, so neighbouring blocks never meet (1/3 leaves a third of every gap untouched).
@@ -120,6 +123,25 @@ def isotonic_knots(
     if rank_preserving:
         return _rank_preserving_knots(blocks, clip_eps, 1.0 - clip_eps)
     return _step_knots(blocks)
+
+
+def isotonic_rows(rows: Rows) -> PavBlocks:
+    """The blocks of the isotonic fit of checked rows (:class:`~gpucal.calibrators._score_rows.ScoreBlock`).
+
+    The fit is pool-adjacent-violators on the groups of tied scores, a function of the sums ``w`` and
+    ``w*y`` per distinct score (:func:`~gpucal.calibrators._score_rows.score_groups`, merged over blocks):
+    :func:`~gpucal.calibrators._pav.isotonic_blocks_from_groups`. When the rows are one block in this
+    process the compiled walk over the sorted rows (:func:`~gpucal.calibrators._pav.isotonic_blocks`)
+    computes the same function without building the table: it forms the same tie groups (the tie rule
+    reads only the distinct values, and a group starts at a distinct value), adds the same rows into
+    each group and pools the groups by the same ``_push_block``; only the order of the additions inside
+    a group differs, so the two agree to rounding (bit for bit with unit weights and 0/1 labels).
+    """
+    whole = whole_block(rows)
+    if whole is not None:
+        return isotonic_blocks(*(host_float64(a) for a in (whole.score, whole.y, whole.w)))
+    table = score_groups(rows)
+    return isotonic_blocks_from_groups(table.keys[0], table.stats[:, BIN_W], table.stats[:, BIN_WY])
 
 
 @register
@@ -244,14 +266,8 @@ class IsotonicCalibrator(Calibrator):
         self.score_kind = score_kind
         self.output_type = output_type
 
-    def _fit_scores(self, score: Any, y: Any, sample_weight: Any) -> None:
-        self.X_thresholds_, self.y_thresholds_ = fit_isotonic(
-            score, y, sample_weight, clip_eps=self.clip_eps, rank_preserving=self.rank_preserving
-        )
-
-    def _fit_partitions(self, rows: Any) -> None:
-        table = rows.score_table(probability=False)
-        blocks = isotonic_blocks_from_groups(table.keys[0], table.stats[:, BIN_W], table.stats[:, BIN_WY])
+    def _fit(self, rows: Rows) -> None:
+        blocks = isotonic_rows(ScoreRows.of(rows, self.score_col, self.score_kind).rows)
         self.X_thresholds_, self.y_thresholds_ = isotonic_knots(
             blocks, clip_eps=self.clip_eps, rank_preserving=self.rank_preserving
         )
