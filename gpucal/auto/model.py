@@ -1,103 +1,48 @@
 """``AutoCalibrator``: a blend of calibrators (or the best one), chosen by cross-fitting.
 
 Each candidate (``gpucal.auto.candidates``) is fitted on ``n_folds - 1`` folds and scored on the held-out
-fold (``gpucal.auto.folds``). By default the candidates' out-of-fold logits are blended
-(``gpucal.auto.blend``) and the members refitted on every row; with ``ensemble=False`` the one with the
-lowest mean held-out score is.
+fold (``gpucal.auto.folds``, ``gpucal.auto.cross_fit``; the report's metrics: ``gpucal.auto.report``).
+By default the candidates' out-of-fold logits are blended (``gpucal.auto.blend``) and the members
+refitted on every row; with ``ensemble=False`` the one with the lowest mean held-out score is. This
+module is the estimator: its parameters, the search's order, the guards, the refit, predict and save.
 """
 
 from __future__ import annotations
 
 import copy
-import sys
 import time
 from collections.abc import Hashable, Sequence
 from typing import Any, ClassVar
 
 import numpy as np
-from sklearn.base import clone
 
 from gpucal._backend import array_namespace, to_numpy
 from gpucal._frames import describe_input, split_input, wrap_output
 from gpucal._params import AnyOf
 from gpucal._validation import check_consistent_length, check_labels, check_sample_weight
 from gpucal.auto.blend import MIN_MEMBER_WEIGHT, blend_logit, fit_blend, logits
-from gpucal.auto.candidates import (
-    Candidate,
-    column_params,
-    default_candidates,
-    resolve_candidates,
-    takes_param,
+from gpucal.auto.candidates import Candidate, column_params, default_candidates, resolve_candidates
+from gpucal.auto.cross_fit import (
+    CANDIDATE_ERRORS,
+    as_host_array,
+    best_per_method,
+    cross_fit_candidate,
+    fresh,
+    log,
 )
-from gpucal.auto.folds import group_values, grouped_folds, stratified_folds, subsample_rows, take_rows
+from gpucal.auto.folds import group_values, grouped_folds, stratified_folds, subsample_rows
 from gpucal.auto.guard import blend_probabilities, order_guard, paired_gain
+from gpucal.auto.report import METRICS, ROW_LOSSES, report_row, report_table, summary_line
 from gpucal.auto.sizing import PLATT_MARGIN, CrossFitPlan, plan_cross_fit
+from gpucal.auto.specs import candidate_from_spec, candidate_spec
 from gpucal.calibrators._base import Calibrator, Constraint, Interval, Options
-from gpucal.calibrators._logistic import EPS, sigmoid
+from gpucal.calibrators._logistic import sigmoid
 from gpucal.calibrators.platt import OUTPUT_TYPE_OPTIONS, SCORE_KIND_OPTIONS
-from gpucal.catalogue import METHODS
-from gpucal.metrics import brier, ece, log_loss
 from gpucal.persistence import register
 from gpucal.rows._collections import DISTRIBUTED_FITS, any_dask
 
-#: The metrics of the report, each lower-is-better; ``scoring`` picks the one that chooses.
-METRICS = {"log_loss": log_loss, "brier": brier, "ece": ece}
-
-
-def _row_log_loss(y: np.ndarray, p: np.ndarray) -> np.ndarray:
-    q = np.clip(p, EPS, 1.0 - EPS)
-    return -(y * np.log(q) + (1.0 - y) * np.log1p(-q))
-
-
-def _row_brier(y: np.ndarray, p: np.ndarray) -> np.ndarray:
-    return (p - y) ** 2
-
-
-#: Per-row losses of the scorings that have one (racing compares candidates row by row).
-ROW_LOSSES = {"log_loss": _row_log_loss, "brier": _row_brier}
 #: The class the AUC guard falls back to: a monotone map of the score keeps its ranking.
 ORDER_KEEPING = "PlattCalibrator"
-#: Errors of a candidate's fit that mark it failed in the report instead of stopping the search.
-CANDIDATE_ERRORS = (ValueError, KeyError, ArithmeticError, ImportError, NotImplementedError)
-
-
-def _log(message: str) -> None:
-    print(f"[AutoCalibrator] {message}", file=sys.stderr, flush=True)
-
-
-def _take(array: Any, rows: np.ndarray) -> Any:
-    return None if array is None else array[array_namespace(array).asarray(rows)]
-
-
-def _spec(estimator: Any) -> Any:
-    """A candidate as JSON: its name when given by name, else ``{"class": ..., "params": ...}``."""
-    if isinstance(estimator, str | dict):
-        return estimator
-    if type(estimator) not in METHODS.values():
-        msg = (
-            f"candidates: {type(estimator).__name__} is not a gpucal calibrator, so the model cannot be "
-            "saved as JSON; give gpucal calibrators (or their names) to save it"
-        )
-        raise TypeError(msg)
-    return {"class": type(estimator).__name__, "params": estimator.get_params(deep=False)}
-
-
-def _from_spec(entry: Any) -> Any:
-    """Inverse of :func:`_spec` for ``{"class": ..., "params": ...}`` entries; other entries unchanged."""
-    if not isinstance(entry, dict):
-        return entry
-    classes = {cls.__name__: cls for cls in METHODS.values()}
-    if (
-        set(entry) != {"class", "params"}
-        or entry["class"] not in classes
-        or not isinstance(entry["params"], dict)
-    ):
-        msg = (
-            "candidates: a dict entry must be {'class': <a gpucal calibrator class name>, 'params': {...}}; "
-            f"got {entry!r}"
-        )
-        raise ValueError(msg)
-    return classes[entry["class"]](**entry["params"])
 
 
 @register
@@ -333,7 +278,7 @@ class AutoCalibrator(Calibrator):
         if isinstance(self.candidates, str | dict) or not isinstance(self.candidates, Sequence):
             msg = f"candidates: expected a list of names or estimators, got {self.candidates!r}"
             raise TypeError(msg)
-        entries = [_from_spec(entry) for entry in self.candidates]
+        entries = [candidate_from_spec(entry) for entry in self.candidates]
         if any(entry == "auto" or isinstance(entry, AutoCalibrator) for entry in entries):
             msg = "candidates: an AutoCalibrator cannot be a candidate of another"
             raise ValueError(msg)
@@ -385,11 +330,25 @@ class AutoCalibrator(Calibrator):
         for index, candidate in enumerate(candidates):
             spent = time.perf_counter() - started
             if index > 0 and self.time_budget is not None and spent >= self.time_budget:
-                rows.append(self._report_row(candidate, "skipped", None, 0.0))
+                rows.append(report_row(candidate, "skipped", None, 0.0, self.scoring))
                 if self.verbose:
-                    _log(f"{index + 1}/{len(candidates)} {candidate.label}: skipped (time budget spent)")
+                    log(f"{index + 1}/{len(candidates)} {candidate.label}: skipped (time budget spent)")
                 continue
-            row = self._cross_fit(index, len(candidates), candidate, X, labels, weights, folds, reference)
+            row = cross_fit_candidate(
+                index,
+                len(candidates),
+                candidate,
+                X,
+                labels,
+                weights,
+                folds,
+                reference,
+                self.oof_predictions_,
+                self.n_folds_,
+                self.scoring,
+                self.drop_threshold,
+                self.verbose,
+            )
             rows.append(row)
             score = row[f"mean_test_{self.scoring}"]
             if row["status"] == "ok" and (
@@ -408,7 +367,7 @@ class AutoCalibrator(Calibrator):
             raise ValueError(msg)
         self.best_index_ = int(usable[np.argmin(scores[usable])])
         crossed = np.flatnonzero(folds >= 0)
-        pool = _best_per_method(usable, scores, candidates) if plan.large else usable
+        pool = best_per_method(usable, scores, candidates) if plan.large else usable
         members, blend_weights, intercept = self._choose(
             pool, crossed, host_labels, host_weights, MIN_MEMBER_WEIGHT if plan.large else 0.0
         )
@@ -431,9 +390,20 @@ class AutoCalibrator(Calibrator):
             self.best_index_ = platt
             members, blend_weights, intercept = [platt], np.array([1.0]), 0.0
         self._refit(X, labels, weights, candidates, rows, members, blend_weights, intercept)
-        self._set_report(rows, scores)
+        self.cv_results_, self.report_ = report_table(rows, scores)
         if self.verbose:
-            self._log_summary(candidates, n_rows)
+            log(
+                summary_line(
+                    self.cv_results_,
+                    self.best_index_,
+                    self.scoring,
+                    len(candidates),
+                    self.cv_seconds_,
+                    self.intercept_ if self.ensemble else None,
+                    n_rows,
+                    self.refit_seconds_,
+                )
+            )
         return self
 
     def _no_distributed_fit(self) -> NotImplementedError:
@@ -449,113 +419,6 @@ class AutoCalibrator(Calibrator):
             + "."
         )
         return NotImplementedError(msg)
-
-    def _cross_fit(
-        self,
-        index: int,
-        n_candidates: int,
-        candidate: Candidate,
-        X: Any,
-        labels: Any,
-        weights: Any,
-        folds: np.ndarray,
-        reference: int | None,
-    ) -> dict[str, Any]:
-        """Fit ``candidate`` on all folds but one in turn; fill its out-of-fold predictions; its row.
-
-        Stops early (``drop_threshold``) when it trails candidate ``reference``, the best so far.
-        """
-        per_fold: dict[str, list[float]] = {name: [] for name in METRICS}
-        seconds = 0.0
-        host_labels = to_numpy(labels)
-        for fold in range(self.n_folds_):
-            # Rows outside the cross-fitted subsample have fold -1: in no training set, in no test fold.
-            train, test = np.flatnonzero((folds >= 0) & (folds != fold)), np.flatnonzero(folds == fold)
-            fold_started = time.perf_counter()
-            try:
-                model = _fresh(candidate.estimator)
-                model.fit(take_rows(X, train), _take(labels, train), sample_weight=_take(weights, train))
-                predicted = _as_host_array(model.predict(take_rows(X, test)))
-            except CANDIDATE_ERRORS as error:
-                status = f"error: {type(error).__name__}: {error}"
-                self.oof_predictions_[:, index] = np.nan
-                if self.verbose:
-                    _log(f"{index + 1}/{n_candidates} {candidate.label}: fold {fold + 1} failed ({status})")
-                failed = self._report_row(
-                    candidate, status, None, seconds + time.perf_counter() - fold_started
-                )
-                return failed
-            seconds += time.perf_counter() - fold_started
-            self.oof_predictions_[test, index] = predicted
-            test_weights = None if weights is None else to_numpy(_take(weights, test))
-            for name, metric in METRICS.items():
-                per_fold[name].append(metric(host_labels[test], predicted, sample_weight=test_weights))
-            if self.verbose >= 2:
-                _log(
-                    f"{index + 1}/{n_candidates} {candidate.label}: fold {fold + 1}/{self.n_folds_} "
-                    f"{self.scoring} {per_fold[self.scoring][-1]:.5f} "
-                    f"({time.perf_counter() - fold_started:.1f} s)"
-                )
-            n_done = fold + 1
-            done = (folds >= 0) & (folds < n_done)
-            trailing = self._trailing(index, reference, done, host_labels, weights)
-            if n_done < self.n_folds_ and trailing is not None:
-                self.oof_predictions_[:, index] = np.nan
-                row = self._report_row(candidate, f"dropped after {n_done} fold(s)", per_fold, seconds)
-                if self.verbose:
-                    _log(
-                        f"{index + 1}/{n_candidates} {candidate.label}: dropped after {n_done} fold(s), "
-                        f"{trailing}, {seconds:.1f} s"
-                    )
-                return row
-        row = self._report_row(candidate, "ok", per_fold, seconds)
-        if self.verbose:
-            _log(
-                f"{index + 1}/{n_candidates} {candidate.label}: {self.scoring} "
-                f"{row[f'mean_test_{self.scoring}']:.5f} +- {row[f'std_test_{self.scoring}']:.5f} over "
-                f"{self.n_folds_} folds, {seconds:.1f} s"
-            )
-        return row
-
-    def _trailing(
-        self, index: int, reference: int | None, done: np.ndarray, labels: np.ndarray, weights: Any
-    ) -> str | None:
-        """Why candidate ``index`` trails ``reference`` on rows ``done`` (``drop_threshold``), or None."""
-        if reference is None or self.drop_threshold is None or self.scoring not in ROW_LOSSES:
-            return None
-        row_loss = ROW_LOSSES[self.scoring]
-        y = labels[done]
-        w = np.ones(y.shape[0]) if weights is None else to_numpy(weights)[done]
-        diff = row_loss(y, self.oof_predictions_[done, index]) - row_loss(
-            y, self.oof_predictions_[done, reference]
-        )
-        total = w.sum()
-        if total <= 0:
-            return None
-        mean = float(w @ diff / total)
-        error = float(np.sqrt(w @ (diff - mean) ** 2) / total)  # weights as row counts, as everywhere
-        if mean <= self.drop_threshold * error:
-            return None
-        return f"{self.scoring} {mean:+.5f} per row vs the best so far ({error:.5f} standard error)"
-
-    def _report_row(
-        self, candidate: Candidate, status: str, per_fold: dict[str, list[float]] | None, seconds: float
-    ) -> dict[str, Any]:
-        row: dict[str, Any] = {
-            "candidate": candidate.label,
-            "method": candidate.name,
-            "params": dict(candidate.params),
-            "status": status,
-        }
-        for name in METRICS:
-            values = np.asarray(per_fold[name]) if per_fold is not None else np.array([np.nan])
-            row[f"mean_test_{name}"] = float(values.mean())
-            row[f"std_test_{name}"] = float(values.std())
-        n_done = len(per_fold[self.scoring]) if per_fold is not None else 0
-        row["mean_fit_time"] = seconds / n_done if n_done else np.nan
-        row["n_folds_fitted"] = n_done
-        row["fit_seconds"] = seconds
-        return row
 
     def _folds(
         self,
@@ -649,7 +512,7 @@ class AutoCalibrator(Calibrator):
         self.estimators_ = []
         for i in members:
             member_started = time.perf_counter()
-            model = _fresh(candidates[i].estimator)
+            model = fresh(candidates[i].estimator)
             self.estimators_.append(model.fit(X, labels, sample_weight=weights))
             rows[i]["refit_seconds"] = time.perf_counter() - member_started
         self.refit_seconds_ = time.perf_counter() - started
@@ -667,40 +530,6 @@ class AutoCalibrator(Calibrator):
         self.members_ = [
             to_dict(model) if isinstance(model, Calibrator) else None for model in self.estimators_
         ]
-
-    def _set_report(self, rows: list[dict[str, Any]], scores: np.ndarray) -> None:
-        import pandas as pd
-
-        ranks = np.full(len(rows), len(rows), dtype=np.int64)
-        finite = np.flatnonzero(np.isfinite(scores))
-        ranks[finite[np.argsort(scores[finite], kind="stable")]] = np.arange(1, finite.size + 1)
-        for row, rank in zip(rows, ranks, strict=True):
-            row["rank_test_score"] = int(rank)
-        self.cv_results_ = pd.DataFrame(rows)
-        self.report_ = {
-            column: [_plain(value) for value in self.cv_results_[column]]
-            for column in self.cv_results_.columns
-        }
-
-    def _log_summary(self, candidates: list[Candidate], n_rows: int) -> None:
-        results = self.cv_results_
-        best = results.iloc[self.best_index_]
-        skipped = results.loc[results["status"] == "skipped", "candidate"].tolist()
-        text = (
-            f"best: {best['candidate']} {self.scoring} {best[f'mean_test_{self.scoring}']:.5f} "
-            f"(of {len(candidates)} candidates, {self.cv_seconds_:.1f} s cross-fitting); "
-        )
-        if self.ensemble:
-            shown = ", ".join(
-                f"{results.iloc[i]['candidate']} {w:.2f}"
-                for i, w in enumerate(results["blend_weight"])
-                if w > 0
-            )
-            text += f"blend of {shown}, intercept {self.intercept_:+.3f}; "
-        text += f"refitted on {n_rows:,} rows in {self.refit_seconds_:.1f} s"
-        if skipped:
-            text += f"; skipped (time budget): {', '.join(skipped)}"
-        _log(text)
 
     # ----------------------------------------------------------------------------------------------
     # Predict, rules, saving
@@ -724,10 +553,10 @@ class AutoCalibrator(Calibrator):
         estimators = self._fitted_estimators()
         info = describe_input(X, score_col=self.score_col)
         if not self.ensemble:
-            calibrated = _as_host_array(estimators[0].predict(X))
+            calibrated = as_host_array(estimators[0].predict(X))
         else:
             used = [k for k, weight in enumerate(self.weights_) if weight > 0]
-            member_logits = np.column_stack([logits(_as_host_array(estimators[k].predict(X))) for k in used])
+            member_logits = np.column_stack([logits(as_host_array(estimators[k].predict(X))) for k in used])
             calibrated = sigmoid(blend_logit(member_logits, np.asarray(self.weights_)[used], self.intercept_))
         return wrap_output(calibrated, info, output_type=self.output_type)
 
@@ -757,7 +586,7 @@ class AutoCalibrator(Calibrator):
 
         document_model = copy.copy(self)
         if self.candidates is not None:
-            document_model.candidates = [_spec(entry) for entry in self.candidates]
+            document_model.candidates = [candidate_spec(entry) for entry in self.candidates]
         save(document_model, path)
 
     def _fitted_estimators(self) -> list[Any]:
@@ -796,44 +625,6 @@ class AutoCalibrator(Calibrator):
         self.cv_results_ = pd.DataFrame(
             {k: [np.nan if v is None else v for v in col] for k, col in report.items()}
         )
-
-
-def _best_per_method(usable: np.ndarray, scores: np.ndarray, candidates: list[Candidate]) -> np.ndarray:
-    """The best-scoring candidate of each method among ``usable``: a large set's blend pool.
-
-    Two settings of one method predict nearly alike, and each blend member costs a refit on every row
-    (two feature-aware Platt members took 1.2 of the 2.4 s of a 150,000-row fit).
-    """
-    best: dict[str, int] = {}
-    for i in usable:
-        name = candidates[int(i)].name
-        if name not in best or scores[i] < scores[best[name]]:
-            best[name] = int(i)
-    return np.array(sorted(best.values()), dtype=np.int64)
-
-
-def _fresh(estimator: Any) -> Any:
-    """A clone of ``estimator`` that returns numpy predictions (when it takes ``output_type``)."""
-    model = clone(estimator)
-    if takes_param(model, "output_type"):
-        model.set_params(output_type="numpy")
-    return model
-
-
-def _as_host_array(predicted: Any) -> np.ndarray:
-    """A prediction of any family as a float64 host array."""
-    if hasattr(predicted, "to_numpy"):
-        predicted = predicted.to_numpy()
-    return np.asarray(to_numpy(predicted), dtype=np.float64)
-
-
-def _plain(value: Any) -> Any:
-    """A report cell as JSON data: NaN -> None, numpy scalars -> Python numbers."""
-    if isinstance(value, float | np.floating):
-        return None if not np.isfinite(value) else float(value)
-    if isinstance(value, np.integer):
-        return int(value)
-    return value
 
 
 __all__ = ["CANDIDATE_ERRORS", "METRICS", "AutoCalibrator"]
