@@ -1,0 +1,335 @@
+r"""The logistic model's passes over the rows: its features, its loss sums, its prediction.
+
+Row ``i``'s features :math:`x_i` are a fixed map of one score column (``FEATURES_LOGIT``,
+``FEATURES_BETA``, ``FEATURES_BETA_AB``) or the columns of a small design (``FEATURES_COLUMNS``).
+:func:`logistic_sums` returns the loss, gradient and Hessian sums a Newton step needs and
+:func:`predict_logistic` the probabilities, each from a fused numba loop on the CPU (fixed-size chunks,
+so the result does not depend on the thread count) or from plain array code (numpy or cupy).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numba
+import numpy as np
+
+from gpucal._backend import array_namespace, to_numpy
+
+# How a kernel reads the features of row i from its input X (a 2-D float64 array).
+FEATURES_COLUMNS = 0  # X is the design matrix: x_i = X[i, :] (a raw margin is one column)
+FEATURES_LOGIT = 1  # X[:, 0] is a probability: x_i = [logit(p_i)]
+FEATURES_BETA = 2  # X[:, 0] is a probability: x_i = [ln p_i, -ln(1 - p_i)] (Kull et al. 2017, abm)
+FEATURES_BETA_AB = 3  # X[:, 0] is a probability: x_i = [ln 2 p_i, -ln 2 (1 - p_i)] (betacal's "ab")
+_MODE_WIDTH = {FEATURES_LOGIT: 1, FEATURES_BETA: 2, FEATURES_BETA_AB: 2}
+
+# Probabilities are clipped to [EPS, 1 - EPS] before a logarithm, as betacal does (float64 machine
+# epsilon): logit(0) becomes -36.04 and logit(1) becomes 36.04 instead of -inf and inf.
+EPS = float(np.finfo(np.float64).eps)
+LN2 = math.log(2.0)
+
+# Rows per partial sum of the numba kernel. Fixed, so the summation order (and so every bit of the
+# result) does not depend on the number of threads.
+CHUNK_ROWS = 1 << 15
+# Below this many rows, "auto" runs the numpy array code instead of the numba loop.
+NUMBA_MIN_ROWS = 1 << 17
+
+
+# --------------------------------------------------------------------------------------------------
+# Features
+
+
+def n_features(X: Any, mode: int) -> int:
+    """Return the number of features a row of ``X`` yields under ``mode``."""
+    return int(X.shape[1]) if mode == FEATURES_COLUMNS else _MODE_WIDTH[mode]
+
+
+def features_array(X: Any, mode: int) -> Any:
+    """Return the ``(n, d)`` design of ``X`` under ``mode`` (numpy or cupy; the array path)."""
+    xp = array_namespace(X)
+    if mode == FEATURES_COLUMNS:
+        return X
+    p = xp.clip(X[:, 0], EPS, 1.0 - EPS)
+    if mode == FEATURES_LOGIT:
+        return xp.log(p / (1.0 - p))[:, None]
+    if mode == FEATURES_BETA:
+        return xp.stack([xp.log(p), -xp.log(1.0 - p)], axis=1)
+    return xp.stack([xp.log(p) + LN2, -(xp.log(1.0 - p) + LN2)], axis=1)
+
+
+@numba.njit(cache=True, inline="always")
+def _row_features(X, i, mode):
+    """Return the (at most two) features of row ``i`` (the numba twin of :func:`features_array`).
+
+    Inlined by numba (``inline="always"``): a call per row that passes an array would touch its
+    reference count, which costs more than the arithmetic.
+    """
+    if mode == FEATURES_COLUMNS:
+        return X[i, 0], X[i, 1] if X.shape[1] > 1 else 0.0
+    p = min(max(X[i, 0], EPS), 1.0 - EPS)
+    if mode == FEATURES_LOGIT:
+        return math.log(p / (1.0 - p)), 0.0
+    # log(1 - p) as betacal writes it (log1p costs twice as much; 1 - p is exact for p >= 1/2 and the
+    # absolute error below is at rounding level).
+    if mode == FEATURES_BETA:
+        return math.log(p), -math.log(1.0 - p)
+    return math.log(p) + LN2, -(math.log(1.0 - p) + LN2)
+
+
+@numba.njit(parallel=True, cache=True)
+def _features_cpu(X, mode, out):
+    n = out.shape[0]
+    n_chunks = (n + CHUNK_ROWS - 1) // CHUNK_ROWS
+    for c in numba.prange(n_chunks):
+        for i in range(c * CHUNK_ROWS, min(n, (c + 1) * CHUNK_ROWS)):
+            x0, x1 = _row_features(X, i, mode)
+            out[i, 0] = x0
+            if out.shape[1] > 1:
+                out[i, 1] = x1
+    return out
+
+
+def features_cpu(X: np.ndarray, mode: int) -> np.ndarray:
+    """Return the ``(n, d)`` design of ``X`` under ``mode`` from the numba loop (numpy only, d <= 2)."""
+    X2 = np.ascontiguousarray(as_2d(X), dtype=np.float64)
+    out = np.empty((X2.shape[0], n_features(X2, mode)), dtype=np.float64)
+    return _features_cpu(X2, mode, out)
+
+
+# --------------------------------------------------------------------------------------------------
+# Row sums
+
+# The numba loop keeps its sums in scalars (registers), so it is written for the full model
+# z = c0 x0 + c1 x1 + c2 with at most two features and an intercept; unused parameters are 0 and
+# their rows and columns of the sums are dropped on the host. Wider designs take the array path.
+NUMBA_MAX_FEATURES = 2
+
+
+@numba.njit(parallel=True, cache=True)
+def _logistic_sums_cpu(X, mode, y, t_neg, t_pos, w, c0, c1, c2):
+    """Return the 10 sums ``[loss, g0, g1, g2, h00, h01, h02, h11, h12, h22]`` of the model
+    ``sigmoid(c0 x0 + c1 x1 + c2)`` (index 2 is the intercept)."""
+    n = y.shape[0]
+    n_chunks = (n + CHUNK_ROWS - 1) // CHUNK_ROWS
+    partial = np.zeros((n_chunks, 10))
+    for c in numba.prange(n_chunks):
+        loss = g0 = g1 = g2 = h00 = h01 = h02 = h11 = h12 = h22 = 0.0
+        for i in range(c * CHUNK_ROWS, min(n, (c + 1) * CHUNK_ROWS)):
+            wi = w[i]
+            if wi == 0.0:  # a zero-weight row adds nothing, even where its features are extreme
+                continue
+            x0, x1 = _row_features(X, i, mode)
+            z = c0 * x0 + c1 * x1 + c2
+            t = t_neg + y[i] * (t_pos - t_neg)
+            # One exp and one log per row: e = exp(-|z|) gives both sigmoid(z) and log(1 + exp(z)).
+            e = math.exp(-abs(z))
+            # log(1 + e) rather than log1p(e) (twice as fast): e <= 1, so the absolute error stays
+            # at rounding level, and the loss only decides the line search.
+            if z >= 0.0:
+                p = 1.0 / (1.0 + e)
+                loss += wi * (z + math.log(1.0 + e) - t * z)
+            else:
+                p = e / (1.0 + e)
+                loss += wi * (math.log(1.0 + e) - t * z)
+            r = wi * (p - t)
+            h = wi * p * (1.0 - p)
+            g0 += r * x0
+            g1 += r * x1
+            g2 += r
+            h00 += h * x0 * x0
+            h01 += h * x0 * x1
+            h02 += h * x0
+            h11 += h * x1 * x1
+            h12 += h * x1
+            h22 += h
+        partial[c, 0] = loss
+        partial[c, 1] = g0
+        partial[c, 2] = g1
+        partial[c, 3] = g2
+        partial[c, 4] = h00
+        partial[c, 5] = h01
+        partial[c, 6] = h02
+        partial[c, 7] = h11
+        partial[c, 8] = h12
+        partial[c, 9] = h22
+    total = np.zeros(10)
+    for c in range(n_chunks):  # fixed order: the result does not depend on the thread count
+        for j in range(10):
+            total[j] += partial[c, j]
+    return total
+
+
+def as_2d(X: Any) -> Any:
+    """``X`` as a 2-D array: a 1-D score becomes one column."""
+    return X[:, None] if X.ndim == 1 else X
+
+
+def logistic_sums(
+    X: Any,
+    y: Any,
+    w: Any,
+    theta: np.ndarray,
+    *,
+    mode: int = FEATURES_COLUMNS,
+    cols: Any = None,
+    fit_intercept: bool = True,
+    targets: tuple[float, float] = (0.0, 1.0),
+    backend: str = "auto",
+) -> tuple[float, np.ndarray, np.ndarray]:
+    r"""Return the row sums :math:`\sum w\ell`, :math:`g` and :math:`H` at ``theta``.
+
+    Parameters
+    ----------
+    X : array of shape (n,) or (n, D)
+        Score column (``mode`` other than ``FEATURES_COLUMNS``) or design matrix; numpy or cupy.
+    y : array of shape (n,)
+        Labels in [0, 1].
+    w : array of shape (n,)
+        Row weights.
+    theta : numpy.ndarray of shape (m,)
+        Coefficients of the features ``cols``, then the intercept when ``fit_intercept``.
+    mode : int, default=FEATURES_COLUMNS
+        How features are read from ``X`` (``FEATURES_*``).
+    cols : sequence of int or None, default=None
+        Which features enter the model (None: all); betacal's refit drops one.
+    fit_intercept : bool, default=True
+        Whether the last entry of ``theta`` is an intercept.
+    targets : (float, float), default=(0.0, 1.0)
+        :math:`(t_-, t_+)`: the target of a row is :math:`t_- + y (t_+ - t_-)`.
+    backend : {"auto", "numba", "array"}, default="auto"
+        ``"numba"``: the fused CPU loop (numpy only); ``"array"``: numpy/cupy array code (the oracle,
+        and the GPU path); ``"auto"``: numba for numpy arrays of at least ``NUMBA_MIN_ROWS`` rows,
+        array code otherwise. The numba loop handles at most ``NUMBA_MAX_FEATURES`` features; wider
+        designs always take the array path.
+
+    Returns
+    -------
+    loss_sum : float
+    grad_sum : numpy.ndarray of shape (m,)
+    hess_sum : numpy.ndarray of shape (m, m)
+    """
+    X2 = as_2d(X)
+    width = n_features(X2, mode)
+    col_idx = np.arange(width, dtype=np.int64) if cols is None else np.asarray(cols, dtype=np.int64)
+    theta = np.ascontiguousarray(theta, dtype=np.float64)
+    if width <= NUMBA_MAX_FEATURES and use_numba(backend, X2, y, w):
+        # Embed theta in the full model [x0, x1, 1]; keep the sums of the parameters in use.
+        used = np.r_[col_idx, [2] if fit_intercept else []].astype(np.int64)
+        full = np.zeros(3)
+        full[used] = theta
+        s = _logistic_sums_cpu(
+            np.ascontiguousarray(X2, dtype=np.float64),
+            mode,
+            np.ascontiguousarray(y, dtype=np.float64),
+            float(targets[0]),
+            float(targets[1]),
+            # Not made contiguous: unit weights are a zero-stride view, and a copy would cost a pass
+            # and 8n bytes on every Newton step.
+            np.asarray(w, dtype=np.float64),
+            full[0],
+            full[1],
+            full[2],
+        )
+        grad = s[1:4]
+        hess = np.array([[s[4], s[5], s[6]], [s[5], s[7], s[8]], [s[6], s[8], s[9]]])
+        return float(s[0]), grad[used], hess[np.ix_(used, used)]
+    xp = array_namespace(X2, y, w)
+    design = features_array(X2, mode)[:, xp.asarray(col_idx)]
+    if fit_intercept:
+        design = xp.concatenate([design, xp.ones((design.shape[0], 1))], axis=1)
+    z = design @ xp.asarray(theta)
+    t = targets[0] + y * (targets[1] - targets[0])
+    p = sigmoid(z)
+    loss = xp.sum(w * (xp.logaddexp(0.0, z) - t * z))
+    grad = design.T @ (w * (p - t))
+    hess = (design * (w * p * (1.0 - p))[:, None]).T @ design
+    return float(loss), to_numpy(grad), to_numpy(hess)
+
+
+def use_numba(backend: str, *arrays: Any) -> bool:
+    """Resolve ``backend`` for these arrays: True for the numba loop, False for array code.
+
+    ``"auto"`` takes numba for numpy arrays of at least ``NUMBA_MIN_ROWS`` rows: below that, waking
+    the thread pool costs more than the vectorised numpy code (and much more on a busy machine).
+    """
+    if backend not in ("auto", "numba", "array"):
+        msg = f"backend must be one of ('auto', 'numba', 'array'); got {backend!r}"
+        raise ValueError(msg)
+    on_gpu = array_namespace(*arrays) is not np
+    if backend == "numba" and on_gpu:
+        msg = "backend='numba' runs on the CPU; the arrays are cupy"
+        raise TypeError(msg)
+    large = int(arrays[0].shape[0]) >= NUMBA_MIN_ROWS
+    return backend == "numba" or (backend == "auto" and not on_gpu and large)
+
+
+# --------------------------------------------------------------------------------------------------
+# Predict
+
+
+@numba.njit(parallel=True, cache=True)
+def _predict_cpu(X, mode, c0, c1, c2, out):
+    """``out[i] = sigmoid(c0 x0 + c1 x1 + c2)``, features computed on the fly."""
+    n = out.shape[0]
+    n_chunks = (n + CHUNK_ROWS - 1) // CHUNK_ROWS
+    for c in numba.prange(n_chunks):
+        for i in range(c * CHUNK_ROWS, min(n, (c + 1) * CHUNK_ROWS)):
+            x0, x1 = _row_features(X, i, mode)
+            z = c0 * x0 + c1 * x1 + c2
+            e = math.exp(-abs(z))
+            out[i] = 1.0 / (1.0 + e) if z >= 0.0 else e / (1.0 + e)
+    return out
+
+
+def predict_logistic(
+    X: Any,
+    coef: Any,
+    intercept: float,
+    *,
+    mode: int = FEATURES_COLUMNS,
+    cols: Any = None,
+    backend: str = "auto",
+) -> Any:
+    """Return :math:`\\sigma(\\text{coef}^\\top x + \\text{intercept})` per row (numpy or cupy, float64)."""
+    X2 = as_2d(X)
+    width = n_features(X2, mode)
+    col_idx = np.arange(width, dtype=np.int64) if cols is None else np.asarray(cols, dtype=np.int64)
+    coef = np.ascontiguousarray(coef, dtype=np.float64)
+    if width <= NUMBA_MAX_FEATURES and use_numba(backend, X2):
+        full = np.zeros(2)
+        full[col_idx] = coef
+        out = np.empty(X2.shape[0], dtype=np.float64)
+        return _predict_cpu(
+            np.ascontiguousarray(X2, dtype=np.float64), mode, full[0], full[1], float(intercept), out
+        )
+    xp = array_namespace(X2)
+    return sigmoid(features_array(X2, mode)[:, xp.asarray(col_idx)] @ xp.asarray(coef) + intercept)
+
+
+def sigmoid(z: Any) -> Any:
+    """``1 / (1 + exp(-z))`` without overflow: ``e / (1 + e)`` or ``1 / (1 + e)`` with ``e = exp(-|z|)``."""
+    xp = array_namespace(z)
+    e = xp.exp(-xp.abs(z))
+    return xp.where(z >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
+
+
+__all__ = [
+    "CHUNK_ROWS",
+    "EPS",
+    "FEATURES_BETA",
+    "FEATURES_BETA_AB",
+    "FEATURES_COLUMNS",
+    "FEATURES_LOGIT",
+    "LN2",
+    "NUMBA_MAX_FEATURES",
+    "NUMBA_MIN_ROWS",
+    "as_2d",
+    "features_array",
+    "features_cpu",
+    "logistic_sums",
+    "n_features",
+    "predict_logistic",
+    "sigmoid",
+    "use_numba",
+]

@@ -1,0 +1,183 @@
+"""Damped Newton minimisation of a smooth convex loss from its sums: the driver of every scaling fit.
+
+``newton_minimize`` takes a function returning the loss, gradient and Hessian at a point (one pass over
+the rows, ``gpucal.calibrators._logistic_kernels.logistic_sums`` or a sum over row blocks) and owns the
+tiny linear algebra and the step control: Armijo step halving, optional box bounds, and the stopping
+rules below.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+from sklearn.exceptions import ConvergenceWarning
+
+# Newton control. A step whose largest component is below STEP_TOL * (1 + |theta|), or whose Newton
+# decrement g' H^-1 g (on the mean loss) is below DECREMENT_TOL, is taken and ends the fit: Newton
+# converges quadratically, so the point after that step is accurate to about the square of the step.
+NEWTON_MAX_ITER = 100
+STEP_TOL = 1e-9
+# ... or when the error left after the step, predicted from the observed quadratic convergence, is
+# below ERROR_TOL (relative); the warm start on a subsample needs only WARM_ERROR_TOL.
+ERROR_TOL = 1e-10
+WARM_ERROR_TOL = 1e-6
+DECREMENT_TOL = 1e-20
+ARMIJO = 1e-4
+MAX_HALVINGS = 40
+# A trial point whose mean loss rose by less than this (relative) counts as no rise: row sums of 1e7
+# terms carry rounding noise far above machine epsilon, and near the optimum the Newton step is better
+# than what the noisy loss can tell apart.
+LOSS_RTOL = 1e-12
+
+
+@dataclass(frozen=True)
+class NewtonResult:
+    """Outcome of :func:`newton_minimize`.
+
+    Attributes
+    ----------
+    theta : numpy.ndarray
+        Parameters at the end.
+    n_iter : int
+        Newton steps taken (each is one pass over the rows, plus one per step halving).
+    converged : bool
+        False when ``max_iter`` was reached or no step lowered the loss.
+    """
+
+    theta: np.ndarray
+    n_iter: int
+    converged: bool
+
+
+SumsFunction = Callable[[np.ndarray], tuple[float, np.ndarray, np.ndarray]]
+
+
+def newton_minimize(
+    sums: SumsFunction,
+    theta0: np.ndarray,
+    *,
+    total_weight: float,
+    l2: np.ndarray | float = 0.0,
+    bounds: tuple[float, float] | None = None,
+    max_iter: int = NEWTON_MAX_ITER,
+    what: str = "logistic fit",
+    warn: bool = True,
+    error_tol: float = ERROR_TOL,
+) -> NewtonResult:
+    r"""Minimise :math:`F(\theta) = S(\theta) / W + \tfrac12 \sum_j \lambda_j \theta_j^2` by damped Newton.
+
+    Parameters
+    ----------
+    sums : callable
+        ``sums(theta) -> (loss_sum, grad_sum, hess_sum)``: the row sums :math:`S`, :math:`\nabla S`,
+        :math:`\nabla^2 S` at ``theta`` (host float64). Each call is one pass over the rows.
+    theta0 : numpy.ndarray
+        Starting point.
+    total_weight : float
+        :math:`W`, the sum of the row weights (the loss is a weighted mean, so ``l2`` does not depend
+        on the number of rows and integer weights equal repeated rows).
+    l2 : float or numpy.ndarray, default=0.0
+        Ridge weights :math:`\lambda_j` per parameter (a scalar applies to all).
+    bounds : (float, float) or None, default=None
+        Box for a one-parameter problem: the Newton point is projected onto it, which is exact for
+        a convex function of one variable.
+    max_iter : int, default=NEWTON_MAX_ITER
+        Most Newton steps.
+    what : str
+        Named in the ``ConvergenceWarning``.
+    warn : bool, default=True
+        Warn when the fit does not converge (off for the warm-start fit on a subsample).
+    error_tol : float, default=ERROR_TOL
+        Stop once the predicted relative error after the next full Newton step is below this.
+
+    Notes
+    -----
+    Each iteration solves :math:`H \Delta = -g` and halves :math:`\Delta` until the Armijo condition
+    holds. The fit ends, after taking :math:`\Delta`, when its relative size
+    :math:`r_k = \max_j |\Delta_j| / (1 + |\theta_j|)` is below ``STEP_TOL``, when the Newton
+    decrement is below ``DECREMENT_TOL``, or when two consecutive full steps show quadratic
+    convergence and predict an error :math:`\max(C, 1)\, r_k^2 \le` ``error_tol`` after this one,
+    :math:`C = r_k / r_{k-1}^2`: this saves the last pass over the rows, whose step would be at
+    rounding level.
+
+    Returns
+    -------
+    NewtonResult
+    """
+    theta = np.array(theta0, dtype=np.float64)
+    ridge = np.broadcast_to(np.asarray(l2, dtype=np.float64), theta.shape)
+    if bounds is not None and theta.shape != (1,):
+        msg = "bounds are only supported for one-parameter problems"
+        raise ValueError(msg)
+
+    def evaluate(point: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
+        loss_sum, grad_sum, hess_sum = sums(point)
+        loss = loss_sum / total_weight + 0.5 * float(ridge @ (point * point))
+        grad = grad_sum / total_weight + ridge * point
+        hess = hess_sum / total_weight + np.diag(ridge)
+        return loss, grad, hess
+
+    loss, grad, hess = evaluate(theta)
+    previous = math.inf  # relative size of the last step, when it was a full Newton step
+    for n_iter in range(1, max_iter + 1):
+        step = _newton_direction(hess, grad)
+        if bounds is not None:
+            step = np.clip(theta + step, bounds[0], bounds[1]) - theta
+        decrement = -float(grad @ step)
+        size = float(np.max(np.abs(step) / (1.0 + np.abs(theta))))
+        contraction = size / previous**2 if previous > 0 else math.inf
+        predicted = max(contraction, 1.0) * size * size
+        if size <= STEP_TOL or decrement <= DECREMENT_TOL or predicted <= error_tol:
+            return NewtonResult(theta + step, n_iter, True)
+        # Backtracking line search (Armijo), halving the step; each trial is one row pass.
+        scale = 1.0
+        for _ in range(MAX_HALVINGS):
+            trial = theta + scale * step
+            trial_loss, trial_grad, trial_hess = evaluate(trial)
+            tolerance = LOSS_RTOL * max(abs(loss), 1e-300)
+            if math.isfinite(trial_loss) and trial_loss <= loss - ARMIJO * scale * decrement + tolerance:
+                break
+            scale *= 0.5
+        else:
+            if warn:
+                _warn(what, f"no step lowered the loss after {MAX_HALVINGS} halvings")
+            return NewtonResult(theta, n_iter, False)
+        theta, loss, grad, hess = trial, trial_loss, trial_grad, trial_hess
+        previous = size if scale == 1.0 else math.inf
+    if warn:
+        _warn(what, f"did not converge in {max_iter} Newton steps (separable data?)")
+    return NewtonResult(theta, max_iter, False)
+
+
+def _newton_direction(hess: np.ndarray, grad: np.ndarray) -> np.ndarray:
+    """Solve ``hess @ step = -grad``; a singular Hessian (a constant feature) takes the minimum-norm step."""
+    try:
+        step = -np.linalg.solve(hess, grad)
+    except np.linalg.LinAlgError:
+        step = np.full_like(grad, np.nan)
+    if not np.all(np.isfinite(step)):
+        step = -np.linalg.pinv(hess) @ grad
+    return step
+
+
+def _warn(what: str, reason: str) -> None:
+    warnings.warn(f"{what}: {reason}; the parameters are the last iterate", ConvergenceWarning, stacklevel=3)
+
+
+__all__ = [
+    "ARMIJO",
+    "DECREMENT_TOL",
+    "ERROR_TOL",
+    "LOSS_RTOL",
+    "MAX_HALVINGS",
+    "NEWTON_MAX_ITER",
+    "STEP_TOL",
+    "WARM_ERROR_TOL",
+    "NewtonResult",
+    "SumsFunction",
+    "newton_minimize",
+]
