@@ -4,7 +4,7 @@ A :class:`~gpucal.encoding.FeatureEncoder` fitted on one partition would give ot
 codes (a category it never saw, other quantile cuts). Two consistent ways:
 
 * :func:`fit_encoder`: ``FeatureEncoder.fit`` of a dask DataFrame, one pass over the partitions
-  (:meth:`~gpucal.encoding.FeatureEncoder.fit_rows`, ``gpucal.encoding_summaries``).
+  (:meth:`~gpucal.encoding.FeatureEncoder.fit_rows`, ``gpucal.encoding.summaries``).
 * :func:`hash_codes`: a stable hash of the value modulo ``n_buckets``, for categorical columns of very
   high cardinality (user or item ids) whose category list would not fit in a model file. It needs no
   fit: every partition, process and machine computes the same code from the value alone
@@ -31,7 +31,7 @@ def fit_encoder(encoder: FeatureEncoder, X: Any, *, sample_weight: Any = None) -
 
     The same as ``encoder.fit(X, sample_weight=sample_weight)`` (:meth:`FeatureEncoder.fit_rows`), which
     equals ``encoder.fit(X.compute(), sample_weight=...)``: the same categories (sorted) and the same
-    quantile cuts (``gpucal.encoding_summaries``).
+    quantile cuts (``gpucal.encoding.summaries``).
     """
     return encoder.fit(X, sample_weight=sample_weight)
 

@@ -34,8 +34,8 @@ Rules
 Codes come back as one C-ordered ``(n_rows, n_features)`` array of the smallest of int8, int16 and
 int32 that holds every code, on the device the data is on (numpy or cupy).
 
-This module is the estimator, ``FeatureEncoder``; one column's coding is ``gpucal.encoding_codings``
-and the per-block summaries a fit merges are ``gpucal.encoding_summaries``.
+This module is the estimator, ``FeatureEncoder``; one column's coding is ``gpucal.encoding.codings``
+and the per-block summaries a fit merges are ``gpucal.encoding.summaries``.
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ from gpucal._backend import array_namespace, to_numpy
 from gpucal._frames import Column, frame_columns
 from gpucal._params import Interval, Options, check_param
 from gpucal._validation import check_consistent_length, check_not_empty, check_sample_weight
-from gpucal.encoding_codings import (
+from gpucal.encoding.codings import (
     CODE_DTYPES,
     KIND_BINS,
     KIND_VALUES,
@@ -66,7 +66,7 @@ from gpucal.encoding_codings import (
     plain_column_name,
     transform_bins,
 )
-from gpucal.encoding_summaries import (
+from gpucal.encoding.summaries import (
     BINS,
     VALUES,
     as_codes,
@@ -258,7 +258,7 @@ class FeatureEncoder(BaseEstimator):
         them; ``read`` must be module-level, picklable).
 
         Rows held here in one block are :meth:`fit` on that block; other rows take one pass of block
-        summaries merged over blocks (``gpucal.encoding_summaries``) and :meth:`fit_summaries`, which
+        summaries merged over blocks (``gpucal.encoding.summaries``) and :meth:`fit_summaries`, which
         gives the same encoder.
 
         Returns

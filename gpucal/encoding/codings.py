@@ -3,7 +3,7 @@
 ``Coding`` is how one fitted column maps to codes (its bins' cut points, or its sorted categories, then
 the missing code and the unseen code); this module also holds its plain-data form (``coding_from_dict``,
 ``plain_category``, ``plain_column_name``), the codes' dtype, and the bin codes of a numeric column
-(``transform_bins``). The per-block summaries a fit merges are ``gpucal.encoding_summaries``.
+(``transform_bins``). The per-block summaries a fit merges are ``gpucal.encoding.summaries``.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from gpucal._frames import Column
-from gpucal.encoding_summaries import plain_value
+from gpucal.encoding.summaries import plain_value
 from kernels.lookup import VALUE_DTYPES, lookup_codes, lookup_edges
 
 CODE_DTYPES = (np.int8, np.int16, np.int32)  # the dtypes the group-sum kernel takes

@@ -121,7 +121,7 @@ def summarise_block(
     categorical: frozenset[Hashable],
     limit: int,
 ) -> tuple[int, dict[Hashable, Any]]:
-    """:func:`~gpucal.encoding_summaries.block_summaries` of the features and weights ``read`` gives."""
+    """:func:`~gpucal.encoding.summaries.block_summaries` of the features and weights ``read`` gives."""
     X, w = read(block, *args)
     return block_summaries(X, w, categorical, limit)
 
