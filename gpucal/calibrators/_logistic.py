@@ -52,7 +52,7 @@ from gpucal.calibrators._logistic_kernels import (
     sigmoid,
     use_numba,
 )
-from gpucal.calibrators._newton import WARM_ERROR_TOL, NewtonResult, newton_minimize
+from gpucal.calibrators._newton import WARM_ERROR_TOL, NewtonResult, SumsFunction, newton_minimize
 from gpucal.rows.block import check_class_weights
 
 # Fits on at least WARM_START_MIN_ROWS rows start from the fit on about WARM_START_ROWS strided rows.
@@ -158,38 +158,55 @@ def fit_logistic(
         d, total_weight, label_sum, fit_intercept=fit_intercept, targets=targets, l2=l2, theta0=theta0
     )
     options = {"mode": mode, "cols": cols, "fit_intercept": fit_intercept, "targets": targets}
+
+    def sums_of(X_: Any, y_: Any, w_: Any) -> SumsFunction:
+        def sums(theta: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
+            return logistic_sums(X_, y_, w_, theta, backend=backend, **options)
+
+        return sums
+
     n_rows = int(X2.shape[0])
+    warm = None
     if n_rows >= WARM_START_MIN_ROWS:
-        # Start from the fit on an evenly strided subsample: the objective is convex, so the start
-        # changes only how many full passes are needed (about three instead of six), not the answer.
         stride = n_rows // WARM_START_ROWS
-        sub = (xp.ascontiguousarray(a[::stride]) for a in (X2, y, w))
-        X_sub, y_sub, w_sub = sub
-        sub_weight = float(xp.sum(w_sub))
-        if sub_weight > 0.0:
+        X_sub, y_sub, w_sub = (xp.ascontiguousarray(a[::stride]) for a in (X2, y, w))
+        warm = (sums_of(X_sub, y_sub, w_sub), float(xp.sum(w_sub)))
+    full = (sums_of(X2, y, w), total_weight)
+    return newton_fit(full, warm, start, ridge, d, fit_intercept=fit_intercept, bounds=bounds, what=what)
 
-            def sub_sums(theta: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
-                return logistic_sums(X_sub, y_sub, w_sub, theta, backend=backend, **options)
 
-            warm = newton_minimize(
-                sub_sums,
-                start,
-                total_weight=sub_weight,
-                l2=ridge,
-                bounds=bounds,
-                warn=False,
-                error_tol=WARM_ERROR_TOL,
-            )
-            if warm.converged:
-                start = warm.theta
+def newton_fit(
+    full: tuple[SumsFunction, float],
+    warm: tuple[SumsFunction, float] | None,
+    start: np.ndarray,
+    ridge: np.ndarray,
+    d: int,
+    *,
+    fit_intercept: bool,
+    bounds: tuple[float, float] | None,
+    what: str,
+) -> LogisticFit:
+    """The Newton fit of :func:`fit_logistic` from its sums, wherever the rows are.
 
-    def sums(theta: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
-        return logistic_sums(X2, y, w, theta, backend=backend, **options)
-
-    result = newton_minimize(sums, start, total_weight=total_weight, l2=ridge, bounds=bounds, what=what)
-    theta = result.theta
-    intercept = float(theta[-1]) if fit_intercept else 0.0
-    return LogisticFit(theta[:d].copy(), intercept, result.n_iter, result.converged)
+    ``full`` and ``warm`` are ``(sums, total weight)`` of every row and of the evenly strided warm-start
+    rows (None: no warm start). The objective is convex, so starting from the strided rows' fit changes
+    only how many full passes are needed (about three instead of six), not the answer.
+    """
+    if warm is not None and warm[1] > 0.0:
+        first = newton_minimize(
+            warm[0],
+            start,
+            total_weight=warm[1],
+            l2=ridge,
+            bounds=bounds,
+            warn=False,
+            error_tol=WARM_ERROR_TOL,
+        )
+        if first.converged:
+            start = first.theta
+    result = newton_minimize(full[0], start, total_weight=full[1], l2=ridge, bounds=bounds, what=what)
+    intercept = float(result.theta[-1]) if fit_intercept else 0.0
+    return LogisticFit(result.theta[:d].copy(), intercept, result.n_iter, result.converged)
 
 
 def check_two_classes(y: Any, w: Any, name: str = "y") -> None:
@@ -272,6 +289,7 @@ __all__ = [
     "fit_logistic",
     "logistic_sums",
     "n_features",
+    "newton_fit",
     "newton_minimize",
     "newton_start",
     "predict_logistic",

@@ -37,7 +37,6 @@ from gpucal._frames import split_input
 from gpucal._validation import check_consistent_length, check_labels, check_same_index, check_sample_weight
 from gpucal.calibrators._logistic import (
     FEATURES_COLUMNS,
-    WARM_ERROR_TOL,
     WARM_START_MIN_ROWS,
     WARM_START_ROWS,
     LogisticFit,
@@ -45,7 +44,7 @@ from gpucal.calibrators._logistic import (
     features_cpu,
     logistic_sums,
     n_features,
-    newton_minimize,
+    newton_fit,
     newton_start,
     use_numba,
 )
@@ -250,33 +249,12 @@ class ScoreRows:
         m = start.shape[0]
         design = self.rows.map(with_features, mode, backend)
         n_rows = int(self.summary[COUNT])
+        warm = None
         if n_rows >= WARM_START_MIN_ROWS:
-            # Start from the fit on evenly strided rows: the objective is convex, so the start changes
-            # only how many full passes are needed (about three instead of six), not the answer.
             sub = design.map(strided, n_rows // WARM_START_ROWS, offsets=True)
-            sub_weight = float(sub.sum(weight_sum)[0])
-            if sub_weight > 0.0:
-                warm = newton_minimize(
-                    _newton_sums(sub, backend, options, m),
-                    start,
-                    total_weight=sub_weight,
-                    l2=ridge,
-                    bounds=bounds,
-                    warn=False,
-                    error_tol=WARM_ERROR_TOL,
-                )
-                if warm.converged:
-                    start = warm.theta
-        result = newton_minimize(
-            _newton_sums(design, backend, options, m),
-            start,
-            total_weight=total_weight,
-            l2=ridge,
-            bounds=bounds,
-            what=what,
-        )
-        intercept = float(result.theta[-1]) if fit_intercept else 0.0
-        return LogisticFit(result.theta[:d].copy(), intercept, result.n_iter, result.converged)
+            warm = (_newton_sums(sub, backend, options, m), float(sub.sum(weight_sum)[0]))
+        full = (_newton_sums(design, backend, options, m), total_weight)
+        return newton_fit(full, warm, start, ridge, d, fit_intercept=fit_intercept, bounds=bounds, what=what)
 
 
 __all__ = [

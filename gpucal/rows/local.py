@@ -8,14 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from gpucal._backend import is_cupy_array, to_numpy
-
-
-def host(x: Any) -> Any:
-    """Bring a result (a cupy array, a tuple of them) to the host; leave anything else."""
-    if isinstance(x, tuple):
-        return tuple(host(v) for v in x)
-    return to_numpy(x) if is_cupy_array(x) else x
+from gpucal.rows._reduce import _host as host
 
 
 @dataclass(frozen=True)
@@ -63,4 +56,4 @@ class LocalRows:
         return np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64), int(lengths.sum())
 
 
-__all__ = ["LocalRows", "host"]
+__all__ = ["LocalRows"]
