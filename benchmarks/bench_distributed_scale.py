@@ -351,18 +351,18 @@ def _tiny_part(i: int) -> np.ndarray:
 
 
 def pass_latency(n_partitions: int, repeats: int = 15) -> dict[str, float]:
-    """Seconds of a pass that does nothing: ``sum_partitions`` of a 7-vector over tiny persisted parts."""
+    """Seconds of a pass that does nothing: ``DaskRows.sum`` of a 7-vector over tiny persisted parts."""
     import dask
 
-    from gpucal.rows._placement import as_partitions, persist
-    from gpucal.rows._reduce import sum_partitions
+    from gpucal.rows._placement import persist
+    from gpucal.rows.dask import DaskRows
 
-    parts = persist([dask.delayed(_tiny_part, pure=False)(i) for i in range(n_partitions)])
-    sum_partitions(as_partitions(parts), _noop_sums)
+    rows = DaskRows(persist([dask.delayed(_tiny_part, pure=False)(i) for i in range(n_partitions)]))
+    rows.sum(_noop_sums)
     times = []
     for _ in range(repeats):
         t0 = time.perf_counter()
-        sum_partitions(as_partitions(parts), _noop_sums)
+        rows.sum(_noop_sums)
         times.append(time.perf_counter() - t0)
     return {"partitions": n_partitions, "median_s": float(np.median(times)), "min_s": float(np.min(times))}
 

@@ -711,7 +711,7 @@ def test_temperature_takes_an_n_by_1_score() -> None:
 def test_score_rows_fit_is_the_same_over_blocks_and_on_arrays(weighted: bool) -> None:
     """ScoreRows on one block is fit_logistic bit for bit; over uneven blocks (the warm start's
     subsample taken by global row index) it differs only in the order of the additions."""
-    from gpucal.calibrators._logistic import FEATURES_BETA, ArrayRows, fit_logistic
+    from gpucal.calibrators._logistic import FEATURES_BETA, fit_logistic
     from gpucal.calibrators._score_rows import ScoreRows
     from gpucal.rows import LocalRows, RowBlock
 
@@ -733,7 +733,7 @@ def test_score_rows_fit_is_the_same_over_blocks_and_on_arrays(weighted: bool) ->
     one = rows_of([]).fit(mode=FEATURES_BETA)
     assert_array_equal(one.coef, expected.coef)
     assert one.intercept == expected.intercept
-    array_fit = ArrayRows(p, y, np.ones(n) if w is None else w).fit(mode=FEATURES_BETA)
+    array_fit = ScoreRows.of_arrays(p, y, np.ones(n) if w is None else w).fit(mode=FEATURES_BETA)
     assert_array_equal(array_fit.coef, one.coef)
     split = rows_of([0, 1, 70_001, 200_000]).fit(mode=FEATURES_BETA)  # an empty and a one-row block
     assert_allclose(split.coef, one.coef, rtol=1e-10)

@@ -45,7 +45,7 @@ from gpucal.calibrators._feature_platt_rows import (
     strided,
 )
 from gpucal.encoding import FeatureEncoder
-from gpucal.rows import LabelSummary, LocalRows, Rows
+from gpucal.rows import LabelSummary, Rows
 from kernels import N_STATS, STAT_WF, STAT_WFF, STAT_WFY, STAT_WY, value_offsets
 
 # Most conjugate-gradient steps per Newton step. Within one feature the one-hot block of the Hessian is
@@ -125,7 +125,7 @@ def fit_feature_platt(rows: Rows, params: FeaturePlattParams) -> FeaturePlattSta
     ValueError
         No rows, all weights zero, or one class only (with non-zero weight); the blocks' own checks.
     """
-    whole = isinstance(rows, LocalRows) and rows.n_blocks == 1
+    whole = rows.single_block() is not None
     checked = rows.map(read_block, params.score_col, params.feature_cols, params.score_kind, whole)
     encoder = FeatureEncoder(n_bins=params.n_bins, categorical_cols=params.categorical_cols)
     encoder = encoder.fit_rows(checked, encoder_inputs, whole)

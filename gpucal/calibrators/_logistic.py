@@ -19,9 +19,10 @@ sums over rows into arrays of a fixed shape (the design's width is 1 to 3), so o
 the rows and the same fit runs over row blocks, GPU arrays or Dask partitions (add the partial sums).
 The driver :func:`newton_minimize` (``gpucal.calibrators._newton``) owns the tiny linear algebra and
 the step control; the row passes are :func:`logistic_sums` (``gpucal.calibrators._logistic_kernels``: a
-fused numba loop on the CPU; plain array code for numpy or cupy). This module is the fit itself
-(:func:`fit_logistic`), the check that both classes carry weight, and the rows a scaling fit reads
-(:class:`LogisticRows`, :class:`ArrayRows`); the names above are importable from here too.
+fused numba loop on the CPU; plain array code for numpy or cupy). This module is the fit itself, written
+once over :class:`gpucal.rows.Rows` of :class:`ScoreBlock` (:func:`fit_logistic_rows`; arrays on one
+device are one block, :func:`fit_logistic`), and the check that both classes carry weight; the names
+above are importable from here too.
 
 Targets are soft: row ``i`` has target :math:`t_i = t_- + y_i (t_+ - t_-)`, so Platt's smoothed targets
 need no extra n-sized array (``targets=(t_-, t_+)``; ``(0, 1)`` is the plain maximum likelihood fit).
@@ -31,7 +32,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
@@ -53,6 +54,7 @@ from gpucal.calibrators._logistic_kernels import (
     use_numba,
 )
 from gpucal.calibrators._newton import WARM_ERROR_TOL, NewtonResult, SumsFunction, newton_minimize
+from gpucal.rows import LocalRows, Rows
 from gpucal.rows.block import check_class_weights
 
 # Fits on at least WARM_START_MIN_ROWS rows start from the fit on about WARM_START_ROWS strided rows.
@@ -115,11 +117,70 @@ def newton_start(
     return start, ridge
 
 
-def fit_logistic(
-    X: Any,
-    y: Any,
-    w: Any,
+@dataclass(frozen=True)
+class ScoreBlock:
+    """One block's checked score (or design matrix), labels and weights (float64, one device), and
+    the feature mode its score is read with."""
+
+    score: Any
+    y: Any
+    w: Any
+    mode: int = FEATURES_COLUMNS
+
+    def __len__(self) -> int:
+        return int(self.score.shape[0])
+
+
+def with_features(block: ScoreBlock, mode: int, backend: str) -> ScoreBlock:
+    """The block as a 2-D design read under ``mode``; its log features computed once when the compiled
+    loop will read it (the design costs 8 bytes per feature and row, and each Newton pass is left with
+    one exp and one log per row)."""
+    X = as_2d(block.score)
+    if mode != FEATURES_COLUMNS and use_numba(backend, X, block.y, block.w):
+        return ScoreBlock(features_cpu(X, mode), block.y, block.w, FEATURES_COLUMNS)
+    return ScoreBlock(X, block.y, block.w, mode)
+
+
+def strided(block: ScoreBlock, stride: int, *, row_offset: int) -> ScoreBlock:
+    """The block's rows whose global index is a multiple of ``stride`` (contiguous copies)."""
+    xp = array_namespace(block.score)
+    first = (-row_offset) % stride
+    score, y, w = (xp.ascontiguousarray(a[first::stride]) for a in (block.score, block.y, block.w))
+    return ScoreBlock(score, y, w, block.mode)
+
+
+def weight_sum(block: ScoreBlock) -> np.ndarray:
+    """``[sum w]`` of one block."""
+    return np.array([float(array_namespace(block.w).sum(block.w))])
+
+
+def logistic_vector(
+    block: ScoreBlock, theta: np.ndarray, backend: str, options: dict[str, Any]
+) -> np.ndarray:
+    """``[loss, gradient, Hessian (flattened)]`` sums of one block at ``theta``."""
+    loss, grad, hess = logistic_sums(
+        block.score, block.y, block.w, theta, mode=block.mode, backend=backend, **options
+    )
+    return np.concatenate([[loss], grad, np.asarray(hess).ravel()])
+
+
+def _newton_sums(rows: Rows, backend: str, options: dict[str, Any], m: int) -> SumsFunction:
+    """``theta -> (loss, gradient, Hessian)`` sums over the blocks: one pass per call."""
+
+    def sums(theta: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
+        vector = rows.sum(logistic_vector, np.asarray(theta, dtype=np.float64), backend, options)
+        return float(vector[0]), vector[1 : 1 + m], vector[1 + m :].reshape(m, m)
+
+    return sums
+
+
+def fit_logistic_rows(
+    rows: Rows,
     *,
+    n_rows: int,
+    n_columns: int,
+    total_weight: float,
+    label_sum: float,
     mode: int = FEATURES_COLUMNS,
     cols: Any = None,
     fit_intercept: bool = True,
@@ -130,83 +191,75 @@ def fit_logistic(
     backend: str = "auto",
     what: str = "logistic fit",
 ) -> LogisticFit:
-    r"""Fit :math:`\sigma(\theta^\top x + c)` by weighted (soft-target) maximum likelihood.
+    r"""Fit :math:`\sigma(\theta^\top x + c)` by weighted (soft-target) maximum likelihood over rows
+    held anywhere: blocks of :class:`ScoreBlock`, every Newton pass a :meth:`~gpucal.rows.Rows.sum`.
 
     The objective is the weighted mean log-loss plus :math:`\tfrac{l_2}{2}\lVert\theta\rVert^2` (the
-    intercept is not penalised). Parameters are as in :func:`logistic_sums`; ``theta0`` defaults to
-    zero coefficients and the intercept of the best constant model, :math:`\operatorname{logit}\bar t`.
+    intercept is not penalised). ``n_rows``, ``total_weight`` (:math:`\sum w`) and ``label_sum``
+    (:math:`\sum w y`, read only for the default start) are the rows' sums; ``n_columns`` the width of
+    the score. The other parameters are as in :func:`logistic_sums`; ``theta0`` defaults to zero
+    coefficients and the intercept of the best constant model, :math:`\operatorname{logit}\bar t`.
     ``bounds`` is passed to :func:`newton_minimize` (one-parameter fits only).
+
+    On at least ``WARM_START_MIN_ROWS`` rows, Newton starts from the fit on the rows whose *global*
+    index is a multiple of ``n_rows // WARM_START_ROWS`` (the same subsample on one machine and over
+    any partitioning). The objective is convex, so that start changes only how many full passes are
+    needed (about three instead of six), not the answer.
 
     Returns
     -------
     LogisticFit
     """
-    X2 = as_2d(X)
-    xp = array_namespace(X2, y, w)
-    width = n_features(X2, mode)
-    if mode != FEATURES_COLUMNS and use_numba(backend, X2, y, w):
-        # Logarithms once, not once per pass: the design costs 8 bytes per feature and row, and
-        # each Newton pass is left with one exp and one log per row.
-        X2 = features_cpu(X2, mode)
-        mode = FEATURES_COLUMNS
+    width = n_features(np.empty((0, n_columns)), mode)
     d = width if cols is None else len(cols)
-    total_weight = float(xp.sum(w))
-    label_sum = (
-        float(w @ y) if theta0 is None and fit_intercept else 0.0
-    )  # a dot product: no n-sized temporary
     start, ridge = newton_start(
         d, total_weight, label_sum, fit_intercept=fit_intercept, targets=targets, l2=l2, theta0=theta0
     )
-    options = {"mode": mode, "cols": cols, "fit_intercept": fit_intercept, "targets": targets}
-
-    def sums_of(X_: Any, y_: Any, w_: Any) -> SumsFunction:
-        def sums(theta: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
-            return logistic_sums(X_, y_, w_, theta, backend=backend, **options)
-
-        return sums
-
-    n_rows = int(X2.shape[0])
-    warm = None
+    options = {"cols": cols, "fit_intercept": fit_intercept, "targets": targets}
+    m = start.shape[0]
+    design = rows.map(with_features, mode, backend)
     if n_rows >= WARM_START_MIN_ROWS:
-        stride = n_rows // WARM_START_ROWS
-        X_sub, y_sub, w_sub = (xp.ascontiguousarray(a[::stride]) for a in (X2, y, w))
-        warm = (sums_of(X_sub, y_sub, w_sub), float(xp.sum(w_sub)))
-    full = (sums_of(X2, y, w), total_weight)
-    return newton_fit(full, warm, start, ridge, d, fit_intercept=fit_intercept, bounds=bounds, what=what)
-
-
-def newton_fit(
-    full: tuple[SumsFunction, float],
-    warm: tuple[SumsFunction, float] | None,
-    start: np.ndarray,
-    ridge: np.ndarray,
-    d: int,
-    *,
-    fit_intercept: bool,
-    bounds: tuple[float, float] | None,
-    what: str,
-) -> LogisticFit:
-    """The Newton fit of :func:`fit_logistic` from its sums, wherever the rows are.
-
-    ``full`` and ``warm`` are ``(sums, total weight)`` of every row and of the evenly strided warm-start
-    rows (None: no warm start). The objective is convex, so starting from the strided rows' fit changes
-    only how many full passes are needed (about three instead of six), not the answer.
-    """
-    if warm is not None and warm[1] > 0.0:
-        first = newton_minimize(
-            warm[0],
-            start,
-            total_weight=warm[1],
-            l2=ridge,
-            bounds=bounds,
-            warn=False,
-            error_tol=WARM_ERROR_TOL,
-        )
-        if first.converged:
-            start = first.theta
-    result = newton_minimize(full[0], start, total_weight=full[1], l2=ridge, bounds=bounds, what=what)
+        sub = design.map(strided, n_rows // WARM_START_ROWS, offsets=True)
+        sub_weight = float(sub.sum(weight_sum)[0])
+        if sub_weight > 0.0:
+            first = newton_minimize(
+                _newton_sums(sub, backend, options, m),
+                start,
+                total_weight=sub_weight,
+                l2=ridge,
+                bounds=bounds,
+                warn=False,
+                error_tol=WARM_ERROR_TOL,
+            )
+            if first.converged:
+                start = first.theta
+    result = newton_minimize(
+        _newton_sums(design, backend, options, m),
+        start,
+        total_weight=total_weight,
+        l2=ridge,
+        bounds=bounds,
+        what=what,
+    )
     intercept = float(result.theta[-1]) if fit_intercept else 0.0
     return LogisticFit(result.theta[:d].copy(), intercept, result.n_iter, result.converged)
+
+
+def fit_logistic(X: Any, y: Any, w: Any, **options: Any) -> LogisticFit:
+    """:func:`fit_logistic_rows` on validated float64 arrays (numpy or cupy, one device): ``X`` a score
+    or a design matrix, ``y`` the labels, ``w`` the weights; ``options`` the keyword options of
+    :func:`fit_logistic_rows`."""
+    X2 = as_2d(X)
+    xp = array_namespace(X2, y, w)
+    needs_label_sum = options.get("theta0") is None and options.get("fit_intercept", True)
+    return fit_logistic_rows(
+        LocalRows((ScoreBlock(X2, y, w),)),
+        n_rows=int(X2.shape[0]),
+        n_columns=int(X2.shape[1]),
+        total_weight=float(xp.sum(w)),
+        label_sum=float(w @ y) if needs_label_sum else 0.0,  # a dot product: no n-sized temporary
+        **options,
+    )
 
 
 def check_two_classes(y: Any, w: Any, name: str = "y") -> None:
@@ -218,53 +271,6 @@ def check_two_classes(y: Any, w: Any, name: str = "y") -> None:
     xp = array_namespace(y, w)
     weighted = w > 0
     check_class_weights(bool(xp.any(weighted & (y > 0))), bool(xp.any(weighted & (y < 1))), name)
-
-
-# --------------------------------------------------------------------------------------------------
-# Where the rows of a scaling fit live
-
-
-class LogisticRows(Protocol):
-    """The rows a scaling calibrator fits on, whatever holds them.
-
-    :class:`ArrayRows` holds arrays on one device; ``gpucal.calibrators._score_rows.ScoreRows`` implements
-    the same four methods over any :class:`gpucal.rows.Rows` (each a pass over the blocks: one local block,
-    dask partitions held or streamed), so Platt, beta and temperature fits are written once.
-    """
-
-    def check_two_classes(self) -> None:
-        """Raise ``ValueError`` unless both classes carry weight (:func:`check_two_classes`)."""
-
-    def label_sums(self) -> tuple[float, float]:
-        """Return ``(sum w, sum w*y)``."""
-
-    def score_range(self) -> tuple[float, float]:
-        """Return the smallest and largest score."""
-
-    def fit(self, **options: Any) -> LogisticFit:
-        """Fit as :func:`fit_logistic` with these keyword options."""
-
-
-@dataclass(frozen=True)
-class ArrayRows:
-    """:class:`LogisticRows` over validated float64 arrays (numpy or cupy)."""
-
-    score: Any
-    y: Any
-    w: Any
-
-    def check_two_classes(self) -> None:
-        check_two_classes(self.y, self.w)
-
-    def label_sums(self) -> tuple[float, float]:
-        return float(self.w.sum()), float(self.w @ self.y)
-
-    def score_range(self) -> tuple[float, float]:
-        xp = array_namespace(self.score)
-        return float(xp.min(self.score)), float(xp.max(self.score))
-
-    def fit(self, **options: Any) -> LogisticFit:
-        return fit_logistic(self.score, self.y, self.w, **options)
 
 
 # Importers read these from here: the scaling calibrators, MBCT, the models above the calibrators.
@@ -279,20 +285,22 @@ __all__ = [
     "WARM_ERROR_TOL",
     "WARM_START_MIN_ROWS",
     "WARM_START_ROWS",
-    "ArrayRows",
     "LogisticFit",
-    "LogisticRows",
     "NewtonResult",
+    "ScoreBlock",
     "check_class_weights",
     "check_two_classes",
     "features_cpu",
     "fit_logistic",
+    "fit_logistic_rows",
     "logistic_sums",
     "n_features",
-    "newton_fit",
     "newton_minimize",
     "newton_start",
     "predict_logistic",
     "sigmoid",
+    "strided",
     "use_numba",
+    "weight_sum",
+    "with_features",
 ]

@@ -19,8 +19,6 @@ from gpucal.calibrators._logistic import (
     FEATURES_BETA_AB,
     FEATURES_LOGIT,
     LN2,
-    ArrayRows,
-    LogisticRows,
     predict_logistic,
 )
 from gpucal.calibrators._score_rows import ScoreRows
@@ -39,11 +37,11 @@ def fit_beta(score: Any, y: Any, w: Any, *, parameters: str = "abm") -> tuple[fl
     first). ``"am"`` fits ``logit(p)`` with an intercept (``a = b``). ``"ab"`` fits
     ``[ln 2p, -ln 2(1-p)]`` without an intercept (midpoint ``m = 1/2``, so ``c = (a - b) ln 2``).
     """
-    return fit_beta_rows(ArrayRows(score, y, w), parameters=parameters)
+    return fit_beta_rows(ScoreRows.of_arrays(score, y, w), parameters=parameters)
 
 
-def fit_beta_rows(rows: LogisticRows, *, parameters: str = "abm") -> tuple[float, float, float]:
-    """:func:`fit_beta` on rows held anywhere (arrays, or any ``gpucal.rows`` through ``ScoreRows``)."""
+def fit_beta_rows(rows: ScoreRows, *, parameters: str = "abm") -> tuple[float, float, float]:
+    """:func:`fit_beta` on rows held anywhere (arrays on one device, or any ``gpucal.rows``)."""
     rows.check_two_classes()
     if parameters == "am":
         fit = rows.fit(mode=FEATURES_LOGIT, what="BetaCalibrator")

@@ -23,7 +23,7 @@ from gpucal.calibrators._bins import (
     midpoint_edges,
 )
 from gpucal.calibrators._logistic import sigmoid
-from gpucal.calibrators._score_rows import ScoreBlock, ScoreRows, score_groups, whole_block
+from gpucal.calibrators._score_rows import ScoreBlock, ScoreRows, score_groups
 from gpucal.persistence import register
 from gpucal.rows import Rows
 
@@ -108,7 +108,7 @@ def histogram_rows(rows: Rows, n_bins: int, strategy: str) -> tuple[np.ndarray, 
     """
     if strategy == "uniform":
         return histogram_from_stats(np.linspace(0.0, 1.0, n_bins + 1), rows.sum(uniform_bin_sums, n_bins))
-    whole = whole_block(rows)
+    whole = rows.single_block()
     if whole is not None:
         stats, lows, highs = mass_bin_stats(whole.score, whole.y, whole.w, n_bins)
     else:

@@ -15,7 +15,7 @@ import numpy as np
 from gpucal.calibrators._base import Calibrator, Constraint, Interval, Options
 from gpucal.calibrators._bins import BIN_W, BIN_WY, interp_clipped
 from gpucal.calibrators._pav import PavBlocks, clip_blocks, isotonic_blocks, isotonic_blocks_from_groups
-from gpucal.calibrators._score_rows import ScoreRows, score_groups, whole_block
+from gpucal.calibrators._score_rows import ScoreRows, score_groups
 from gpucal.calibrators._sorted import host_float64
 from gpucal.persistence import register
 from gpucal.rows import Rows
@@ -137,7 +137,7 @@ def isotonic_rows(rows: Rows) -> PavBlocks:
     each group and pools the groups by the same ``_push_block``; only the order of the additions inside
     a group differs, so the two agree to rounding (bit for bit with unit weights and 0/1 labels).
     """
-    whole = whole_block(rows)
+    whole = rows.single_block()
     if whole is not None:
         return isotonic_blocks(*(host_float64(a) for a in (whole.score, whole.y, whole.w)))
     table = score_groups(rows)

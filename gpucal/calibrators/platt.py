@@ -15,8 +15,6 @@ from gpucal.calibrators._base import Calibrator, Constraint, Options
 from gpucal.calibrators._logistic import (
     FEATURES_COLUMNS,
     FEATURES_LOGIT,
-    ArrayRows,
-    LogisticRows,
     predict_logistic,
 )
 from gpucal.calibrators._score_rows import ScoreRows
@@ -54,13 +52,14 @@ def fit_platt(
     score: Any, y: Any, w: Any, *, score_kind: str = "probability", target_smoothing: bool = True
 ) -> tuple[float, float]:
     """Return Platt's ``(a, b)`` for validated float64 arrays (numpy or cupy); see PlattCalibrator."""
-    return fit_platt_rows(ArrayRows(score, y, w), score_kind=score_kind, target_smoothing=target_smoothing)
+    rows = ScoreRows.of_arrays(score, y, w)
+    return fit_platt_rows(rows, score_kind=score_kind, target_smoothing=target_smoothing)
 
 
 def fit_platt_rows(
-    rows: LogisticRows, *, score_kind: str = "probability", target_smoothing: bool = True
+    rows: ScoreRows, *, score_kind: str = "probability", target_smoothing: bool = True
 ) -> tuple[float, float]:
-    """:func:`fit_platt` on rows held anywhere (arrays, or any ``gpucal.rows`` through ``ScoreRows``)."""
+    """:func:`fit_platt` on rows held anywhere (arrays on one device, or any ``gpucal.rows``)."""
     rows.check_two_classes()
     low, high = rows.score_range()
     if low == high:

@@ -27,8 +27,6 @@ from gpucal.calibrators._logistic import (
     EPS,
     FEATURES_COLUMNS,
     FEATURES_LOGIT,
-    ArrayRows,
-    LogisticRows,
     newton_minimize,
     predict_logistic,
     use_numba,
@@ -222,11 +220,11 @@ def softmax_with_temperature(Z: Any, temperature: float) -> Any:
 
 def fit_temperature_binary(score: Any, y: Any, w: Any, *, score_kind: str = "probability") -> float:
     """Return :math:`T` for :math:`\\sigma(x / T)`, ``x`` the logit of ``score`` or the margin itself."""
-    return fit_temperature_rows(ArrayRows(score, y, w), score_kind=score_kind)
+    return fit_temperature_rows(ScoreRows.of_arrays(score, y, w), score_kind=score_kind)
 
 
-def fit_temperature_rows(rows: LogisticRows, *, score_kind: str = "probability") -> float:
-    """:func:`fit_temperature_binary` on rows held anywhere (arrays, or dask partitions)."""
+def fit_temperature_rows(rows: ScoreRows, *, score_kind: str = "probability") -> float:
+    """:func:`fit_temperature_binary` on rows held anywhere (arrays on one device, or any ``gpucal.rows``)."""
     rows.check_two_classes()
     mode = FEATURES_LOGIT if score_kind == "probability" else FEATURES_COLUMNS
     fit = rows.fit(

@@ -36,7 +36,7 @@ from gpucal._validation import check_consistent_length, check_labels, check_same
 from gpucal.ccl.cluster_maps import ClusterMaps, fit_cluster_maps, fit_dirichlet_maps
 from gpucal.ccl.clustering import FittedClusters, assign_clusters, fit_clusters_on, project
 from gpucal.ccl.embeddings import TreeEmbedding, _as_pandas, leaf_counts, leaf_widths
-from gpucal.rows import LabelSummary, LocalRows, Rows, label_summary
+from gpucal.rows import LabelSummary, Rows, label_summary
 from gpucal.rows._checks import check_partition_weight
 
 # Columns of a block's summary: label_summary's five, then whether the block's score is on the GPU.
@@ -114,7 +114,7 @@ def fit_ccl(rows: Rows, params: CCLParams, embedding: TreeEmbedding) -> CCLState
     ValueError
         No rows, one class only, the blocks' own checks.
     """
-    whole = isinstance(rows, LocalRows) and rows.n_blocks == 1
+    whole = rows.single_block() is not None
     if not whole and (params.multiclass or params.calibrator == "dirichlet"):
         what = "multi-class scores (score_col a list)" if params.multiclass else "calibrator='dirichlet'"
         msg = (

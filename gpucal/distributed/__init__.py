@@ -11,8 +11,8 @@ and no GPU library; each function imports what it needs.
 * :func:`sum_partitions` maps a function returning a fixed-shape array over partitions and adds the
   results in a tree (every gpucal statistic is such a sum); :func:`reduce_partitions` is the same with
   another associative ``combine``; :func:`partition_offsets` gives each partition's global row offset
-  (what MVCE's views and the held-out splits hash). They are :mod:`gpucal.rows`' primitives, for users'
-  own statistics.
+  (what MVCE's views and the held-out splits hash). They are the passes of
+  :class:`~gpucal.rows.dask.DaskRows`, the rows every fit reads, for users' own statistics.
 * :func:`fit_encoder` learns a :class:`~gpucal.encoding.FeatureEncoder` over all partitions (the same as
   ``FeatureEncoder.fit`` of the dask DataFrame); :func:`hash_codes` is the stable hashing alternative for
   very high cardinality; :func:`transform_partitions` encodes every partition.
@@ -22,14 +22,8 @@ and no GPU library; each function imports what it needs.
 
 from gpucal.distributed.cluster import dataframe_backend, gpu_count, local_cluster, local_cuda_cluster
 from gpucal.distributed.encoding import fit_encoder, hash_codes, transform_partitions
-from gpucal.rows._collections import (
-    DISTRIBUTED_FITS,
-    is_dask_collection,
-    partition_lengths,
-    partition_offsets,
-    reject_dask,
-)
-from gpucal.rows._reduce import reduce_partitions, sum_partitions
+from gpucal.rows._collections import DISTRIBUTED_FITS, is_dask_collection, reject_dask
+from gpucal.rows.dask import partition_lengths, partition_offsets, reduce_partitions, sum_partitions
 
 __all__ = [
     "DISTRIBUTED_FITS",

@@ -77,7 +77,7 @@ from gpucal.encoding.summaries import (
     read_block,
     summarise_block,
 )
-from gpucal.rows import LocalRows, Rows, any_dask, as_rows
+from gpucal.rows import Rows, any_dask, as_rows
 from gpucal.rows._collections import collection_kind
 from kernels.lookup import VALUE_DTYPES, lookup_codes
 
@@ -267,8 +267,9 @@ class FeatureEncoder(BaseEstimator):
             ``self``, fitted.
         """
         read = read_block if read is None else read
-        if isinstance(rows, LocalRows) and rows.n_blocks == 1:
-            X, w = read(rows.blocks[0], *args)
+        block = rows.single_block()
+        if block is not None:
+            X, w = read(block, *args)
             return self.fit(X, sample_weight=w)
         from gpucal.rows._reduce import max_distinct_keys
 

@@ -51,7 +51,7 @@ from gpucal.hc.read import (
 from gpucal.partition.ensemble import TreeEnsemble, code_maps_from_weights, code_weights, join_trees
 from gpucal.partition.grow import GrowConfig, TreeNodes, grow_tree_on
 from gpucal.partition.tree_rows import tree_store
-from gpucal.rows import LabelSummary, LocalRows, Rows, poisson_one, row_uniforms
+from gpucal.rows import LabelSummary, Rows, poisson_one, row_uniforms
 from gpucal.rows.draws import held_out_mask
 
 
@@ -106,7 +106,7 @@ def fit_hc(rows: Rows, params: HCParams, tree_rows: Rows | None = None) -> HCSta
     ``tree_rows`` (blocks of ``X_tree, y_tree, sample_weight_tree``) grow the trees when given; without
     them ``params.tree_fraction`` of ``rows`` does, and the maps are fitted on the rest.
     """
-    whole = isinstance(rows, LocalRows) and rows.n_blocks == 1
+    whole = rows.single_block() is not None
     boosted = params.mode == "boosted"
     split = (params.tree_fraction, params.seed, boosted)
     role = SPLIT if tree_rows is None else MAP
@@ -121,7 +121,7 @@ def fit_hc(rows: Rows, params: HCParams, tree_rows: Rows | None = None) -> HCSta
         check_split(int(summary[0]), int(summary[N_TREE]), params.tree_fraction)
         grow, n_tree = read, int(summary[N_TREE])
     else:
-        tree_whole = isinstance(tree_rows, LocalRows) and tree_rows.n_blocks == 1
+        tree_whole = tree_rows.single_block() is not None
         device = "gpu" if on_gpu else "cpu"
         args = (TREE, feature_cols, params.score_col, device, split, tree_whole)
         grow = tree_rows.map(read_block, *args, offsets=True)

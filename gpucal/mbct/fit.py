@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 
 from gpucal._backend import array_namespace
-from gpucal.calibrators._logistic import EPS, ArrayRows, LogisticRows
+from gpucal.calibrators._logistic import EPS
 from gpucal.calibrators._score_rows import ScoreBlock, ScoreRows
 from gpucal.calibrators.platt import fit_platt_rows
 from gpucal.encoding import FeatureEncoder
@@ -75,7 +75,6 @@ from gpucal.partition.local_maps import (
 from gpucal.partition.tree_rows import TreeRows, tree_store
 from gpucal.rows import LocalRows, Rows, check_held_out
 from gpucal.rows.block import check_class_weights
-from gpucal.rows.streamed import StreamedRows
 
 # Newton steps refitting the shift / Platt leaves of a grown tree (they start from the grown map).
 N_REFIT_STEPS = 4
@@ -182,7 +181,7 @@ def _through(block: Any, tree: TreeEnsemble) -> ChainBlock:
 # The initial Platt map
 
 
-def fit_init_platt(rows: LogisticRows) -> tuple[float, float]:
+def fit_init_platt(rows: ScoreRows) -> tuple[float, float]:
     """Fit the global Platt map; with a single distinct score, only the offset to the mean label."""
     low, high = rows.score_range()
     if low != high:
@@ -199,11 +198,8 @@ def _score_block(block: ChainBlock) -> ScoreBlock:
     return ScoreBlock(block.f, block.y, xp.ones_like(block.f) if block.w is None else block.w)
 
 
-def _score_rows(rows: Rows) -> LogisticRows:
-    """The training scores as ``LogisticRows``: the arrays of one local block, else summed passes."""
-    if isinstance(rows, LocalRows) and rows.n_blocks == 1:
-        block = _score_block(rows.blocks[0])
-        return ArrayRows(block.score, block.y, block.w)
+def _score_rows(rows: Rows) -> ScoreRows:
+    """The training scores as the scaling fits read them."""
     return ScoreRows.of_blocks(rows.map(_score_block))
 
 
@@ -216,7 +212,7 @@ def fit_mbct(rows: Rows, params: MBCTParams, encoder: FeatureEncoder | None) -> 
 
     Raises ``NotImplementedError`` for criterion "mvce" on rows that are not one local block.
     """
-    local = isinstance(rows, LocalRows) and rows.n_blocks == 1
+    local = rows.single_block() is not None
     if params.criterion == "mvce" and not local:
         raise NotImplementedError(MVCE_ON_PARTITIONS)
     n_values = input_n_values(encoder, params.score_bins)
@@ -250,7 +246,7 @@ def fit_mbct(rows: Rows, params: MBCTParams, encoder: FeatureEncoder | None) -> 
     # MVCE's views cut samples into bins of equal count: a merged row would be one sample of many, so
     # rows are merged for the deterministic criterion only, and on one machine (elsewhere merging
     # would change only the order of the additions).
-    block = train.blocks[0] if local else None  # type: ignore[attr-defined]
+    block = train.single_block() if local else None
     if (
         block is not None
         and params.aggregate
@@ -262,7 +258,7 @@ def fit_mbct(rows: Rows, params: MBCTParams, encoder: FeatureEncoder | None) -> 
             train = LocalRows((ChainBlock(*merged),))
             del block, merged  # the unmerged training rows are freed
             weights = train.sum(block_code_weights, n_values)
-            _log(params, 1, f"  identical rows merged: {len(train.blocks[0])} rows remain")
+            _log(params, 1, f"  identical rows merged: {train.offsets()[1]} rows remain")
     code_maps, rare_codes, tree_n_values = code_maps_from_weights(weights, n_values, child)
     init = np.array([1.0, 0.0])
     if params.init == "platt":
@@ -323,7 +319,7 @@ class _Chain:
                 # Held partitions: the next input is predicted on the grown stores' rows (in node order),
                 # so a machine holds one copy of its rows. Streamed or local: on the chain's rows (a
                 # streamed pass would otherwise replay the tree's routing).
-                grown = isinstance(leaf, TreeRows) and not isinstance(train, StreamedRows)
+                grown = isinstance(leaf, TreeRows) and train.holds_blocks
                 next_train = (leaf.rows if grown else train).map(_through, tree)
                 next_valid = None if valid is None else valid.map(_through, tree)
                 new_loss = self._global_loss(next_train if next_valid is None else next_valid)
@@ -379,7 +375,7 @@ class _Chain:
         if p.criterion == "mvce":
             from gpucal.metrics import mvce
 
-            block = rows.blocks[0]  # type: ignore[attr-defined]
+            block: Any = rows.single_block()  # "mvce" fits one local block only (fit_mbct checks)
             return float(
                 mvce(
                     block.y,

@@ -19,7 +19,7 @@ from gpucal._validation import check_consistent_length, check_labels, check_same
 from gpucal.calibrators.platt import predict_platt
 from gpucal.encoding import FeatureEncoder
 from gpucal.partition.ensemble import TreeEnsemble, code_weights, map_codes, tree_code_dtype
-from gpucal.rows import LocalRows, Rows, concat_weights, held_out_mask
+from gpucal.rows import Rows, concat_weights, held_out_mask
 from gpucal.rows._checks import check_partition_weight
 from kernels import lookup_bins, take_rows
 
@@ -97,7 +97,7 @@ def fit_mbct_encoder(
     if not features:
         return None
     encoder = FeatureEncoder(n_bins=n_bins, categorical_cols=categorical_cols)
-    whole = isinstance(rows, LocalRows) and rows.n_blocks == 1
+    whole = rows.single_block() is not None
     return encoder.fit_rows(rows, _encoder_input, score_col, features, whole)
 
 

@@ -72,8 +72,7 @@ from gpucal._validation import (
     check_same_index,
     check_sample_weight,
 )
-from gpucal.rows import RowBlock, as_rows
-from gpucal.rows import Rows as DataRows
+from gpucal.rows import RowBlock, Rows, as_rows
 from gpucal.rows._checks import check_partition_weight
 from gpucal.rows._reduce import KeyedTable, check_table_size, group_sorted, merge_tables, merge_uniques
 
@@ -109,10 +108,6 @@ class CheckedRows:
     def weights(self) -> Any:
         """Return the weights as an array (ones when none were given)."""
         return self.xp.ones(self.n, dtype=self.xp.float64) if self.w is None else self.w
-
-
-#: The former name of :class:`CheckedRows`, kept while ``gpucal.plot.curve`` imports it.
-Rows = CheckedRows
 
 
 def check_rows(
@@ -201,7 +196,7 @@ def metric_rows(
     allow_soft: bool = True,
     label_name: str = "y_true",
     **fields: Any,
-) -> DataRows:
+) -> Rows:
     """Return the rows of a metric's inputs, local or dask, as blocks of :class:`CheckedRows`.
 
     ``fields`` are named 1-D columns (a field, clusters, a report's feature columns) factorised per
@@ -245,7 +240,7 @@ def merge_field_uniques(*per_block: tuple[np.ndarray, ...]) -> tuple[np.ndarray,
     return tuple(merge_uniques(*column) for column in zip(*per_block, strict=True))
 
 
-def field_uniques(rows: DataRows, *names: str) -> tuple[np.ndarray, ...]:
+def field_uniques(rows: Rows, *names: str) -> tuple[np.ndarray, ...]:
     """Return the distinct values of each named field over all blocks, in order of first appearance."""
     return tuple(rows.reduce(block_uniques, merge_field_uniques, names))
 
@@ -287,7 +282,7 @@ def _merge(*tables: KeyedTable, limit: int, what: str) -> KeyedTable:
     return merge_tables(*tables, limit=limit, what=what)
 
 
-def key_limit(rows: DataRows) -> int:
+def key_limit(rows: Rows) -> int:
     """The most keys a table merged from several blocks may hold (``dask.config``
     ``gpucal.max-distinct-keys``, default 1e7); unbounded for one block, already in memory."""
     if rows.n_blocks == 1:
@@ -297,9 +292,7 @@ def key_limit(rows: DataRows) -> int:
     return max_distinct_keys()
 
 
-def keyed_score_table(
-    rows: DataRows, *keys: tuple[str, np.ndarray], label_name: str = "y_true"
-) -> KeyedTable:
+def keyed_score_table(rows: Rows, *keys: tuple[str, np.ndarray], label_name: str = "y_true") -> KeyedTable:
     """Return the keyed table of sums ``count, w, w p, w y`` per distinct score of all blocks (per
     distinct ``(field code, score)`` with ``keys``), sorted by key, and check the totals.
 

@@ -30,7 +30,7 @@ import numpy as np
 
 from gpucal._backend import array_namespace
 from gpucal.partition.grow import GrowConfig, NodeOrderedRows, RowStore, Split, decide_splits, total_stats
-from gpucal.rows import LocalRows, Rows, concat_weights
+from gpucal.rows import Rows, concat_weights
 
 
 def _root_store(blocks: Sequence[Any], indices: list[int]) -> NodeOrderedRows:
@@ -144,8 +144,8 @@ def tree_store(rows: Rows) -> RowStore:
     """The store a tree grows on: one block held in this process is its own :class:`NodeOrderedRows`
     (rows kept in data order too: leaves come back per data row, and MVCE can read a node's rows), any
     other rows a :class:`TreeRows`."""
-    if isinstance(rows, LocalRows) and rows.n_blocks == 1:
-        block = rows.blocks[0]
+    block = rows.single_block()
+    if block is not None:
         return NodeOrderedRows.in_root(block.codes, block.f, block.y, block.w)
     return TreeRows.in_root(rows)
 

@@ -23,7 +23,7 @@ import pandas as pd
 from gpucal._backend import to_numpy
 from gpucal._params import Interval, Options, check_param
 from gpucal.metrics._binning import bin_ids, uniform_edges
-from gpucal.metrics._inputs import Rows, check_rows
+from gpucal.metrics._inputs import CheckedRows, check_rows
 from gpucal.metrics._sums import COUNT, WP, WY, W, group_stats
 from gpucal.plot._bootstrap import poisson_bin_sums, poisson_bin_sums_pooled
 
@@ -291,7 +291,7 @@ def reliability_curve(
     )
 
 
-def effective_sample_size(rows: Rows) -> float:
+def effective_sample_size(rows: CheckedRows) -> float:
     """Return Kish's :math:`(\\sum w)^2 / \\sum w^2` (the number of rows when there are no weights)."""
     if rows.w is None:
         return float(rows.n)

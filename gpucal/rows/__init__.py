@@ -4,7 +4,9 @@
 * :class:`Rows` (``gpucal.rows.protocol``): blocks of rows; :meth:`~Rows.map` a function over them where
   they live, :meth:`~Rows.sum` fixed-shape statistics over them, :meth:`~Rows.reduce` anything else in a
   tree, :meth:`~Rows.per_worker` one block per machine, :meth:`~Rows.sum_in_shares` a reduce-scatter,
-  :meth:`~Rows.offsets` every block's global row offset.
+  :meth:`~Rows.offsets` every block's global row offset; :meth:`~Rows.single_block` the one local block
+  holding every row (else None) and :attr:`~Rows.holds_blocks` whether mapped blocks are kept: what a
+  method asks instead of a backend's class.
 * :class:`LocalRows` (numpy / cupy, in this process), :class:`~gpucal.rows.dask.DaskRows` (dask partitions
   kept on the workers), :class:`~gpucal.rows.streamed.StreamedRows` (partitions read again every pass);
   the last two import dask, so they are imported from their modules.

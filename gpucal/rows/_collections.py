@@ -1,4 +1,4 @@
-"""Dask collections seen as lists of partitions: detection, alignment, lengths and global row offsets.
+"""Dask collections seen as lists of partitions: detection and alignment.
 
 Nothing here imports dask at module level: :func:`is_dask_collection` answers False without importing
 it when dask was never imported (an object cannot be a dask collection before its module is loaded),
@@ -17,8 +17,6 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
-
-import numpy as np
 
 
 def is_dask_collection(x: Any) -> bool:
@@ -213,29 +211,3 @@ def as_partitions(collections: Any) -> Partitions:
     if isinstance(collections, Sequence) and not is_dask_collection(collections):
         return partitions({f"collections[{i}]": c for i, c in enumerate(collections)})
     return partitions({"collection": collections})
-
-
-def _length(*parts: Any) -> int:
-    """Rows of a partition: the length of its first input (the others are checked by the metric)."""
-    first = next(p for p in parts if p is not None)
-    return len(first)
-
-
-def partition_lengths(collections: Any) -> np.ndarray:
-    """Return the number of rows of every partition (int64), in partition order: one pass."""
-    import dask
-
-    parts = collections if isinstance(collections, Partitions) else as_partitions(collections)
-    lengths = dask.compute(*[dask.delayed(_length)(*part) for part in parts.parts])
-    return np.asarray(lengths, dtype=np.int64)
-
-
-def partition_offsets(collections: Any) -> tuple[np.ndarray, int]:
-    """Return ``(offsets, n_total)``: the global index of each partition's first row, and all rows.
-
-    Row ``j`` of partition ``i`` is global row ``offsets[i] + j``, the index it would have in the
-    concatenated data on one machine (what the counter-based MVCE views hash).
-    """
-    lengths = partition_lengths(collections)
-    offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
-    return offsets, int(lengths.sum())

@@ -12,8 +12,6 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from gpucal.rows._collections import Partitions
-
 
 def persist(tasks: Sequence[Any]) -> list[Any]:
     """Compute the delayed ``tasks`` where they run and keep the results there (``dask.persist``)."""
@@ -28,11 +26,6 @@ def map_persisted(fn: Callable[..., Any], parts: Sequence[Any], *args: Any) -> l
 
     task = dask.delayed(fn, pure=False)  # fresh keys: no hashing of the arguments (models, trees)
     return persist([task(part, *args) for part in parts])
-
-
-def as_partitions(parts: Sequence[Any]) -> Partitions:
-    """Wrap delayed partitions (one object each) as the aligned partitions ``sum_partitions`` maps over."""
-    return Partitions(("rows",), [(part,) for part in parts])
 
 
 def _client() -> Any:
@@ -166,7 +159,6 @@ def per_worker(fn: Callable[..., Any], parts: Sequence[Any], *args: Any) -> list
 
 
 __all__ = [
-    "as_partitions",
     "balanced_shares",
     "holders",
     "map_persisted",

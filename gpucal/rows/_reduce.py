@@ -1,10 +1,12 @@
-"""Map a function over partitions and combine the results in a tree: the one distributed primitive.
+"""The pieces of every reduction over blocks: results to the host, added or combined in a tree.
 
-Every gpucal statistic is a sum over rows of a fixed-shape array (``kernels.group_sums``), so the
-distributed path is: each partition computes its array where it lives (numpy or cupy, brought to the
-host), and the arrays are added in a tree of ``split_every``-way additions (dask.delayed). The tree has
-a fixed shape for a given number of partitions, so a result is bit-identical from run to run; against
-one machine only the order of the additions differs (a relative difference of about 1e-15 per level).
+Every gpucal statistic is a sum over rows of a fixed-shape array (``kernels.group_sums``), so a pass over
+dask rows is: each block computes its array where it lives (numpy or cupy, brought to the host by
+:func:`_host`), and the arrays are combined in a tree of ``split_every``-way steps (:func:`_tree`, the
+one reduction of :class:`~gpucal.rows.dask.DaskRows` and :class:`~gpucal.rows.streamed.StreamedRows`).
+The tree has a fixed shape for a given number of blocks, so a result is bit-identical from run to run;
+against one machine only the order of the additions differs (a relative difference of about 1e-15 per
+level).
 
 Two statistics are not fixed-shape: the distinct values of a column (a field's categories) and sums
 keyed by a value (a table of ``count, w, w*p, w*y`` per distinct score, which exact equal-mass bins,
@@ -21,7 +23,6 @@ from typing import Any
 import numpy as np
 
 from gpucal._backend import is_cupy_array, to_numpy
-from gpucal.rows._collections import Partitions, as_partitions, partition_offsets
 
 #: Partitions (or partial results) added in one task of the reduction tree.
 SPLIT_EVERY = 8
@@ -69,103 +70,6 @@ def _tree(items: list[Any], combine: Callable[..., Any], split_every: int) -> An
     while len(items) > 1:
         items = [combine_task(*items[i : i + split_every]) for i in range(0, len(items), split_every)]
     return items[0]
-
-
-def reduce_partitions(
-    collections: Any,
-    fn: Callable[..., Any],
-    combine: Callable[..., Any],
-    *,
-    args: Sequence[Any] = (),
-    kwargs: dict[str, Any] | None = None,
-    with_offsets: bool = False,
-    split_every: int = SPLIT_EVERY,
-) -> Any:
-    """Return ``combine`` over partitions of ``fn(*partition, *args, **kwargs)``, reduced in a tree.
-
-    ``combine(*results)`` must be associative and must keep the order of its arguments meaningful
-    (results arrive in partition order). With ``with_offsets=True`` a first pass counts the rows of every
-    partition, and ``fn`` also receives ``row_offset=`` (the global index of the partition's first row)
-    and ``n_total=`` (all rows).
-    """
-    if split_every < 2:
-        msg = f"The 'split_every' parameter must be an int >= 2. Got {split_every!r} instead."
-        raise ValueError(msg)
-    import dask
-
-    parts = collections if isinstance(collections, Partitions) else as_partitions(collections)
-    if parts.n_partitions == 0:
-        msg = "the collection has no partitions"
-        raise ValueError(msg)
-    kwargs = dict(kwargs or {})
-    offsets: Sequence[int] = [0] * parts.n_partitions
-    if with_offsets:
-        offset_array, n_total = partition_offsets(parts)
-        offsets = [int(o) for o in offset_array]
-        kwargs["n_total"] = n_total
-    # Fresh keys for every pass: dask does not hash the arguments (histogram batches, Newton thetas,
-    # models), and two passes with equal arguments never share a key.
-    call = dask.delayed(_call, pure=False)
-    leaves = []
-    for part, offset in zip(parts.parts, offsets, strict=True):
-        extra = {**kwargs, "row_offset": offset} if with_offsets else kwargs
-        leaves.append(call(fn, part, tuple(args), extra))
-    (result,) = dask.compute(_tree(leaves, combine, split_every))
-    return result
-
-
-def sum_partitions(
-    collections: Any,
-    fn: Callable[..., Any],
-    *,
-    args: Sequence[Any] = (),
-    kwargs: dict[str, Any] | None = None,
-    with_offsets: bool = False,
-    split_every: int = SPLIT_EVERY,
-) -> np.ndarray:
-    """Map ``fn`` over the partitions of ``collections`` and add the results: one pass over the rows.
-
-    This is the distributed form of every gpucal statistic ("statistics are sums"): ``fn`` takes the
-    partition (one pandas or cudf frame or Series, or a numpy or cupy chunk, per collection), then
-    ``*args`` and ``**kwargs``, and returns an array of a shape that does not depend on the partition
-    (a histogram of fixed bins, a vector of Newton sums). The arrays are brought to the host and added
-    in a tree of ``split_every``-way additions; the sum comes back as a numpy array.
-
-    Parameters
-    ----------
-    collections : dask collection or sequence of dask collections
-        A dask DataFrame, Series or 1-D Array, or several with the same partitions (partition ``i``
-        of each is passed to ``fn`` together).
-    fn : callable
-        ``fn(*partitions, *args, **kwargs) -> array``; module-level (picklable) for process workers.
-    args, kwargs
-        Extra arguments, the same for every partition.
-    with_offsets : bool, default=False
-        Count the partitions' rows first (one more pass) and pass ``row_offset=`` and ``n_total=`` to
-        ``fn``, for statistics that depend on the global row index (MVCE's views).
-    split_every : int, default=8
-        Results added per task of the tree.
-
-    Returns
-    -------
-    numpy.ndarray
-
-    Examples
-    --------
-    A per-level histogram of a tree fit is one call: ``sum_partitions(frame, level_histogram,
-    args=(tree_so_far,))`` with ``level_histogram`` returning ``(n_nodes, n_bins, n_stats)`` sums.
-    """
-    return np.asarray(
-        reduce_partitions(
-            collections,
-            fn,
-            _add,
-            args=args,
-            kwargs=kwargs,
-            with_offsets=with_offsets,
-            split_every=split_every,
-        )
-    )
 
 
 # --------------------------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpucal.rows._collections import any_dask, partitions
-from gpucal.rows.block import RowBlock, row_block
+from gpucal.rows.block import RowBlock
 from gpucal.rows.local import LocalRows
 from gpucal.rows.protocol import Rows
 
@@ -38,14 +38,10 @@ def as_rows(*, stream: bool | None = None, **inputs: Any) -> Rows:
     """
     if not any_dask(*inputs.values()):
         return LocalRows((RowBlock(dict(inputs)),))
-    import dask
-
-    from gpucal.rows.dask import DaskRows
+    from gpucal.rows.dask import DaskRows, partition_blocks
     from gpucal.rows.streamed import StreamedRows, stream_partitions
 
-    parts = partitions(inputs)
-    task = dask.delayed(row_block, pure=True)
-    blocks = [task(parts.names, *part) for part in parts.parts]
+    blocks = partition_blocks(partitions(inputs))
     if stream if stream is not None else stream_partitions():
         return StreamedRows(blocks)
     return DaskRows(blocks)

@@ -1,29 +1,33 @@
 """Rows in the partitions of dask collections, kept on the workers between passes.
 
 A block is one partition (a dask Delayed); :meth:`DaskRows.map` computes ``fn`` on each where it lives
-and persists the results there, :meth:`DaskRows.sum` adds the blocks' fixed-shape arrays in a tree of
-``split_every``-way additions (:func:`~gpucal.rows._reduce.reduce_partitions`), so a sum is bit-identical
-from run to run and differs from one machine's only in the order of the additions.
-:meth:`DaskRows.per_worker` concatenates each worker's blocks there
-(:func:`~gpucal.rows._placement.per_worker`), and :meth:`DaskRows.sum_in_shares` adds each share of a
-batch on one worker and finishes it there, so the per-level histograms of a tree fit never meet on the
-client.
+and persists the results there, :meth:`DaskRows.reduce` combines the blocks' results in a tree of
+``split_every``-way combinations that keeps block order (:func:`~gpucal.rows._reduce._tree`), and
+:meth:`DaskRows.sum` is that reduction with addition, so a sum is bit-identical from run to run and
+differs from one machine's only in the order of the additions. :meth:`DaskRows.per_worker` concatenates
+each worker's blocks there (:func:`~gpucal.rows._placement.per_worker`), and
+:meth:`DaskRows.sum_in_shares` adds each share of a batch on one worker and finishes it there, so the
+per-level histograms of a tree fit never meet on the client.
+
+:func:`reduce_partitions`, :func:`sum_partitions`, :func:`partition_offsets` and
+:func:`partition_lengths` are the same passes over dask collections given directly (one
+:class:`~gpucal.rows.block.RowBlock` of the aligned partitions per block), for users' own statistics;
+``gpucal.distributed`` exports them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from gpucal.rows._collections import Partitions, as_partitions
 from gpucal.rows._placement import _client, holders, map_persisted, per_worker
 from gpucal.rows._reduce import SPLIT_EVERY, _add, _call, _tree
-
-
-def _length(block: Any) -> int:
-    return len(block)
+from gpucal.rows.block import RowBlock, row_block
+from gpucal.rows.protocol import block_length, block_offsets
 
 
 def _with_offset(block: Any, fn: Callable[..., Any], row_offset: int, args: tuple[Any, ...]) -> Any:
@@ -64,6 +68,8 @@ class DaskRows:
     """:class:`~gpucal.rows.Rows` over dask partitions (``parts``: one Delayed object per block)."""
 
     parts: list[Any]
+    #: Results combined in one task of the reduction tree (at least 2).
+    split_every: int = SPLIT_EVERY
     # Looked up once: [(offsets, n_rows)] and [holders(parts)].
     _offsets: list[tuple[np.ndarray, int]] = field(default_factory=list, compare=False, repr=False)
     _placed: list[Any] = field(default_factory=list, compare=False, repr=False)
@@ -72,15 +78,22 @@ class DaskRows:
     def n_blocks(self) -> int:
         return len(self.parts)
 
+    @property
+    def holds_blocks(self) -> bool:
+        return True
+
+    def single_block(self) -> Any | None:
+        return None
+
     def map(self, fn: Callable[..., Any], *args: Any, offsets: bool = False) -> DaskRows:
         if not offsets:
-            return DaskRows(map_persisted(fn, self.parts, *args))
+            return DaskRows(map_persisted(fn, self.parts, *args), self.split_every)
         import dask
 
         starts, _ = self.offsets()
         task = dask.delayed(_with_offset, pure=False)
         tasks = [task(part, fn, int(o), args) for part, o in zip(self.parts, starts, strict=True)]
-        return DaskRows(list(dask.persist(*tasks)))
+        return DaskRows(list(dask.persist(*tasks)), self.split_every)
 
     def sum(self, fn: Callable[..., Any], *args: Any, offsets: bool = False) -> np.ndarray:
         return np.asarray(self.reduce(fn, _add, *args, offsets=offsets))
@@ -98,11 +111,11 @@ class DaskRows:
             call(fn, (part,), args, {} if starts is None else {"row_offset": int(starts[i])})
             for i, part in enumerate(self.parts)
         ]
-        (result,) = dask.compute(_tree(leaves, combine, SPLIT_EVERY))
+        (result,) = dask.compute(_tree(leaves, combine, self.split_every))
         return result
 
     def per_worker(self, fn: Callable[..., Any], *args: Any) -> DaskRows:
-        return DaskRows(per_worker(fn, self.parts, *args))
+        return DaskRows(per_worker(fn, self.parts, *args), self.split_every)
 
     def sum_in_shares(
         self, fn: Callable[..., Any], finish: Callable[..., list[Any]], n_items: int, *args: Any
@@ -139,12 +152,144 @@ class DaskRows:
         if not self._offsets:
             import dask
 
-            lengths = np.asarray(
-                dask.compute(*[dask.delayed(_length, pure=False)(p) for p in self.parts]), dtype=np.int64
-            )
-            starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
-            self._offsets.append((starts, int(lengths.sum())))
+            lengths = dask.compute(*[dask.delayed(block_length, pure=False)(p) for p in self.parts])
+            self._offsets.append(block_offsets(lengths))
         return self._offsets[0]
 
 
-__all__ = ["DaskRows"]
+def partition_blocks(parts: Partitions) -> list[Any]:
+    """One delayed :class:`~gpucal.rows.block.RowBlock` per partition: the aligned inputs by name."""
+    import dask
+
+    task = dask.delayed(row_block, pure=True)
+    return [task(parts.names, *part) for part in parts.parts]
+
+
+def partition_rows(collections: Any, split_every: int = SPLIT_EVERY) -> DaskRows:
+    """The :class:`DaskRows` of a dask collection, a sequence of aligned ones, or their
+    :class:`~gpucal.rows._collections.Partitions` (one block per partition, not persisted)."""
+    if split_every < 2:
+        msg = f"The 'split_every' parameter must be an int >= 2. Got {split_every!r} instead."
+        raise ValueError(msg)
+    parts = collections if isinstance(collections, Partitions) else as_partitions(collections)
+    return DaskRows(partition_blocks(parts), split_every)
+
+
+def _spread(
+    block: RowBlock,
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    **offset: int,
+) -> Any:
+    """``fn`` of a block's partitions as positional arguments (the inputs' order), then the rest."""
+    return fn(*block.columns.values(), *args, **kwargs, **offset)
+
+
+def reduce_partitions(
+    collections: Any,
+    fn: Callable[..., Any],
+    combine: Callable[..., Any],
+    *,
+    args: Sequence[Any] = (),
+    kwargs: dict[str, Any] | None = None,
+    with_offsets: bool = False,
+    split_every: int = SPLIT_EVERY,
+) -> Any:
+    """Return ``combine`` over partitions of ``fn(*partition, *args, **kwargs)``, reduced in a tree:
+    :meth:`DaskRows.reduce` of the collections' partitions.
+
+    ``combine(*results)`` must be associative and must keep the order of its arguments meaningful
+    (results arrive in partition order). With ``with_offsets=True`` a first pass counts the rows of every
+    partition, and ``fn`` also receives ``row_offset=`` (the global index of the partition's first row)
+    and ``n_total=`` (all rows).
+    """
+    rows = partition_rows(collections, split_every)
+    if rows.n_blocks == 0:
+        msg = "the collection has no partitions"
+        raise ValueError(msg)
+    extra = dict(kwargs or {})
+    if with_offsets:
+        extra["n_total"] = rows.offsets()[1]
+    return rows.reduce(_spread, combine, fn, tuple(args), extra, offsets=with_offsets)
+
+
+def sum_partitions(
+    collections: Any,
+    fn: Callable[..., Any],
+    *,
+    args: Sequence[Any] = (),
+    kwargs: dict[str, Any] | None = None,
+    with_offsets: bool = False,
+    split_every: int = SPLIT_EVERY,
+) -> np.ndarray:
+    """Map ``fn`` over the partitions of ``collections`` and add the results: one pass over the rows.
+
+    This is the distributed form of every gpucal statistic ("statistics are sums"): ``fn`` takes the
+    partition (one pandas or cudf frame or Series, or a numpy or cupy chunk, per collection), then
+    ``*args`` and ``**kwargs``, and returns an array of a shape that does not depend on the partition
+    (a histogram of fixed bins, a vector of Newton sums). The arrays are brought to the host and added
+    in a tree of ``split_every``-way additions (:meth:`DaskRows.sum`); the sum comes back as a numpy
+    array.
+
+    Parameters
+    ----------
+    collections : dask collection or sequence of dask collections
+        A dask DataFrame, Series or 1-D Array, or several with the same partitions (partition ``i``
+        of each is passed to ``fn`` together).
+    fn : callable
+        ``fn(*partitions, *args, **kwargs) -> array``; module-level (picklable) for process workers.
+    args, kwargs
+        Extra arguments, the same for every partition.
+    with_offsets : bool, default=False
+        Count the partitions' rows first (one more pass) and pass ``row_offset=`` and ``n_total=`` to
+        ``fn``, for statistics that depend on the global row index (MVCE's views).
+    split_every : int, default=8
+        Results added per task of the tree.
+
+    Returns
+    -------
+    numpy.ndarray
+
+    Examples
+    --------
+    A per-level histogram of a tree fit is one call: ``sum_partitions(frame, level_histogram,
+    args=(tree_so_far,))`` with ``level_histogram`` returning ``(n_nodes, n_bins, n_stats)`` sums.
+    """
+    return np.asarray(
+        reduce_partitions(
+            collections,
+            fn,
+            _add,
+            args=args,
+            kwargs=kwargs,
+            with_offsets=with_offsets,
+            split_every=split_every,
+        )
+    )
+
+
+def partition_offsets(collections: Any) -> tuple[np.ndarray, int]:
+    """Return ``(offsets, n_total)``: the global index of each partition's first row, and all rows.
+
+    Row ``j`` of partition ``i`` is global row ``offsets[i] + j``, the index it would have in the
+    concatenated data on one machine (what the counter-based MVCE views hash): :meth:`DaskRows.offsets`.
+    """
+    return partition_rows(collections).offsets()
+
+
+def partition_lengths(collections: Any) -> np.ndarray:
+    """Return the number of rows of every partition (int64), in partition order: one pass."""
+    offsets, n_total = partition_offsets(collections)
+    return np.diff(offsets, append=n_total)
+
+
+__all__ = [
+    "DaskRows",
+    "partition_blocks",
+    "partition_lengths",
+    "partition_offsets",
+    "partition_rows",
+    "reduce_partitions",
+    "sum_partitions",
+]

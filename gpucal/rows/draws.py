@@ -14,7 +14,7 @@ machine and the partitions of a dask collection are counter-based instead: the u
 with :math:`\operatorname{mix}` the splitmix64 finaliser and :math:`\gamma` its golden-ratio increment
 (Steele, Lea & Flood, "Fast splittable pseudorandom number generators", OOPSLA 2014), all modulo
 :math:`2^{64}`: value :math:`r` of the SplitMix64 sequence keyed by seed and stream, so a row's draw
-needs only its global index (a partition's offset plus its position, ``partition_offsets``).
+needs only its global index (a block's offset plus its position, :meth:`~gpucal.rows.Rows.offsets`).
 """
 
 from __future__ import annotations

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from gpucal.rows._reduce import _host as host
+from gpucal.rows.protocol import block_offsets
 
 
 @dataclass(frozen=True)
@@ -20,6 +21,13 @@ class LocalRows:
     @property
     def n_blocks(self) -> int:
         return len(self.blocks)
+
+    @property
+    def holds_blocks(self) -> bool:
+        return True
+
+    def single_block(self) -> Any | None:
+        return self.blocks[0] if len(self.blocks) == 1 else None
 
     def _calls(self, fn: Callable[..., Any], args: tuple[Any, ...], offsets: bool) -> list[Any]:
         if not offsets:
@@ -52,8 +60,7 @@ class LocalRows:
         return list(finish(self.sum(fn, 0, n_items, *args), 0, n_items, *args))
 
     def offsets(self) -> tuple[np.ndarray, int]:
-        lengths = np.array([len(b) for b in self.blocks], dtype=np.int64)
-        return np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64), int(lengths.sum())
+        return block_offsets([len(b) for b in self.blocks])
 
 
 __all__ = ["LocalRows"]

@@ -29,6 +29,18 @@ class Rows(Protocol):
     def n_blocks(self) -> int:
         """The number of blocks (1 for rows in one machine's memory)."""
 
+    @property
+    def holds_blocks(self) -> bool:
+        """Whether the blocks :meth:`map` makes are kept where they were computed (True), or made again
+        by every pass from the source (False: streamed rows, where a pass replays every step)."""
+
+    def single_block(self) -> Any | None:
+        """Return the one block holding every row when it is in this process, else None.
+
+        Methods whose one-machine fit reads the rows whole (merging identical rows, MVCE's views, a
+        node-ordered tree store, an encoder fitted on the full frame) ask this instead of the backend's
+        type: any backend whose rows are one local block answers with that block."""
+
     def map(self, fn: Callable[..., Any], *args: Any, offsets: bool = False) -> Rows:
         """Return the rows whose block ``i`` is ``fn(block_i, *args)``, computed and kept where block ``i``
         lives. With ``offsets=True``, ``fn`` also receives ``row_offset=``: the global index of the block's
@@ -62,7 +74,19 @@ class Rows(Protocol):
     def offsets(self) -> tuple[np.ndarray, int]:
         """Return ``(offsets, n_rows)``: the global index of each block's first row (blocks support
         ``len``), and the number of rows. Row ``j`` of block ``i`` is row ``offsets[i] + j`` of the rows
-        concatenated on one machine, whatever the blocks."""
+        concatenated on one machine, whatever the blocks (:func:`block_offsets` of their lengths)."""
 
 
-__all__ = ["Rows"]
+def block_length(block: Any) -> int:
+    """The number of rows of a block (``len``): the task each backend runs to count its rows."""
+    return len(block)
+
+
+def block_offsets(lengths: Any) -> tuple[np.ndarray, int]:
+    r"""Return ``(offsets, n_rows)`` of blocks of ``lengths`` rows: ``offsets[i]`` is the global index of
+    block ``i``'s first row, :math:`\sum_{k < i} \text{lengths}_k`."""
+    lengths = np.asarray(lengths, dtype=np.int64)
+    return np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64), int(lengths.sum())
+
+
+__all__ = ["Rows", "block_length", "block_offsets"]

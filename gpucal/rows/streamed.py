@@ -22,6 +22,7 @@ import numpy as np
 
 from gpucal.rows._placement import worker_addresses
 from gpucal.rows._reduce import SPLIT_EVERY, _host, _tree
+from gpucal.rows.protocol import block_length, block_offsets
 
 #: The ``dask.config`` key that asks for streamed rows (default False: rows held on the workers).
 STREAM_KEY = "gpucal.stream-partitions"
@@ -106,10 +107,6 @@ def fold_in_lanes(n_parts: int, n_lanes: int, step: Callable[[int, Any], Any]) -
     return np.asarray(out)
 
 
-def _length(block: Any) -> int:
-    return len(block)
-
-
 def _alone(block: Any, fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
     return fn([block], [0], *args)
 
@@ -125,6 +122,13 @@ class StreamedRows:
     @property
     def n_blocks(self) -> int:
         return len(self.sources)
+
+    @property
+    def holds_blocks(self) -> bool:
+        return False
+
+    def single_block(self) -> Any | None:
+        return None
 
     def map(self, fn: Callable[..., Any], *args: Any, offsets: bool = False) -> StreamedRows:
         starts = self.offsets()[0] if offsets else None
@@ -171,12 +175,10 @@ class StreamedRows:
             import dask
 
             task = dask.delayed(_replayed_call, pure=False)
-            lengths = np.asarray(
-                dask.compute(*[task(s, i, self.steps, _length, (), {}) for i, s in enumerate(self.sources)]),
-                dtype=np.int64,
+            lengths = dask.compute(
+                *[task(s, i, self.steps, block_length, (), {}) for i, s in enumerate(self.sources)]
             )
-            starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
-            self._offsets.append((starts, int(lengths.sum())))
+            self._offsets.append(block_offsets(lengths))
         return self._offsets[0]
 
 
