@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import sys
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -47,25 +48,44 @@ def as_host_array(predicted: Any) -> np.ndarray:
     return np.asarray(to_numpy(predicted), dtype=np.float64)
 
 
-def cross_fit_candidate(
-    index: int,
-    n_candidates: int,
-    candidate: Candidate,
-    X: Any,
-    labels: Any,
-    weights: Any,
-    folds: np.ndarray,
-    reference: int | None,
-    oof_predictions: np.ndarray,
-    n_folds: int,
-    scoring: str,
-    drop_threshold: float | None,
-    verbose: int,
-) -> dict[str, Any]:
-    """Fit ``candidate`` on all folds but one in turn; fill its column of ``oof_predictions``; its row.
+@dataclass(frozen=True)
+class CrossFitting:
+    """What every candidate of one search is cross-fitted on: the checked rows, the folds, the settings.
 
-    Stops early (``drop_threshold``) when it trails candidate ``reference``, the best so far.
+    Attributes
+    ----------
+    X, labels, weights
+        The rows (``weights`` None: unit weights).
+    folds : numpy.ndarray
+        Each row's fold, -1 for rows outside the cross-fitted subsample.
+    oof_predictions : numpy.ndarray of shape (n_rows, n_candidates)
+        Filled column by column with each candidate's held-out predictions.
+    n_folds, scoring, drop_threshold, verbose
+        The estimator's resolved settings.
     """
+
+    X: Any
+    labels: Any
+    weights: Any
+    folds: np.ndarray
+    oof_predictions: np.ndarray
+    n_folds: int
+    scoring: str
+    drop_threshold: float | None
+    verbose: int
+
+
+def cross_fit_candidate(
+    search: CrossFitting, index: int, candidate: Candidate, *, reference: int | None
+) -> dict[str, Any]:
+    """Fit ``candidate`` (number ``index``) on all folds but one in turn; fill its column of
+    ``search.oof_predictions``; return its report row.
+
+    Stops early (``search.drop_threshold``) when it trails candidate ``reference``, the best so far.
+    """
+    X, labels, weights, folds = search.X, search.labels, search.weights, search.folds
+    oof_predictions, n_folds, scoring = search.oof_predictions, search.n_folds, search.scoring
+    verbose, n_candidates = search.verbose, oof_predictions.shape[1]
     per_fold: dict[str, list[float]] = {name: [] for name in METRICS}
     seconds = 0.0
     host_labels = to_numpy(labels)
@@ -100,7 +120,7 @@ def cross_fit_candidate(
         n_done = fold + 1
         done = (folds >= 0) & (folds < n_done)
         trailing = trailing_reason(
-            scoring, drop_threshold, oof_predictions, index, reference, done, host_labels, weights
+            scoring, search.drop_threshold, oof_predictions, index, reference, done, host_labels, weights
         )
         if n_done < n_folds and trailing is not None:
             oof_predictions[:, index] = np.nan
@@ -137,6 +157,7 @@ def best_per_method(usable: np.ndarray, scores: np.ndarray, candidates: list[Can
 
 __all__ = [
     "CANDIDATE_ERRORS",
+    "CrossFitting",
     "as_host_array",
     "best_per_method",
     "cross_fit_candidate",

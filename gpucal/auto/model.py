@@ -24,6 +24,7 @@ from gpucal.auto.blend import MIN_MEMBER_WEIGHT, blend_logit, fit_blend, logits
 from gpucal.auto.candidates import Candidate, column_params, default_candidates, resolve_candidates
 from gpucal.auto.cross_fit import (
     CANDIDATE_ERRORS,
+    CrossFitting,
     as_host_array,
     best_per_method,
     cross_fit_candidate,
@@ -324,6 +325,17 @@ class AutoCalibrator(Calibrator):
         host_weights = np.ones(n_rows) if weights is None else to_numpy(weights)
         folds = self._folds(X, groups, host_labels, None if weights is None else host_weights, plan)
         self.oof_predictions_ = np.full((n_rows, len(candidates)), np.nan)
+        search = CrossFitting(
+            X=X,
+            labels=labels,
+            weights=weights,
+            folds=folds,
+            oof_predictions=self.oof_predictions_,
+            n_folds=self.n_folds_,
+            scoring=self.scoring,
+            drop_threshold=self.drop_threshold,
+            verbose=self.verbose,
+        )
         started = time.perf_counter()
         rows = []
         reference: int | None = None  # the best candidate cross-fitted so far
@@ -334,21 +346,7 @@ class AutoCalibrator(Calibrator):
                 if self.verbose:
                     log(f"{index + 1}/{len(candidates)} {candidate.label}: skipped (time budget spent)")
                 continue
-            row = cross_fit_candidate(
-                index,
-                len(candidates),
-                candidate,
-                X,
-                labels,
-                weights,
-                folds,
-                reference,
-                self.oof_predictions_,
-                self.n_folds_,
-                self.scoring,
-                self.drop_threshold,
-                self.verbose,
-            )
+            row = cross_fit_candidate(search, index, candidate, reference=reference)
             rows.append(row)
             score = row[f"mean_test_{self.scoring}"]
             if row["status"] == "ok" and (

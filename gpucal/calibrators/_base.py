@@ -24,10 +24,11 @@ it; the others raise ``NotImplementedError`` on dask inputs rather than gatherin
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 from collections.abc import Callable
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 import numpy as np
 from sklearn.base import BaseEstimator
@@ -46,6 +47,8 @@ Constraint = Interval | Options | AnyOf
 #: The arguments of ``fit`` that hold one value per row, checked together for index alignment; a
 #: calibrator that takes a second set of rows names them with the suffix ``_tree`` (``X_tree``, ...).
 ROW_ARGUMENTS = ("X", "y", "sample_weight")
+#: A fit's parameter record (a dataclass, :meth:`Calibrator._params_as`).
+P = TypeVar("P")
 ROW_ARGUMENT_SUFFIXES = ("", "_tree")
 
 
@@ -105,9 +108,18 @@ class Calibrator(BaseEstimator):
     # Parameters
 
     def _validate_params(self) -> None:
-        """Check every parameter against ``_parameter_constraints`` (style.md, item 1)."""
+        """Check every parameter against ``_parameter_constraints``."""
         for name, constraint in self._parameter_constraints.items():
             check_param(type(self).__name__, name, getattr(self, name), constraint)
+
+    def _params_as(self, params_class: type[P], **resolved: Any) -> P:
+        """Return the fit's parameter record ``params_class`` (a dataclass): each field the value in
+        ``resolved`` (what the fit resolved: columns, backend, sizes) or else the parameter of its name
+        (fields that are neither keep their default), so the record's fields are the one list of what
+        the fit reads."""
+        params = set(self._get_param_names())
+        names = [f.name for f in dataclasses.fields(params_class)]  # type: ignore[arg-type]
+        return params_class(**{**{n: getattr(self, n) for n in names if n in params}, **resolved})
 
     # ----------------------------------------------------------------------------------------------
     # Input

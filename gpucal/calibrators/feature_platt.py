@@ -9,7 +9,7 @@ r"""Feature-aware Platt scaling: a logistic regression on the score's logit and 
 with :math:`x_i` the logit of the score (or the raw margin), :math:`c_{ij}` the code of row ``i`` in
 feature ``j`` (``gpucal.encoding.FeatureEncoder``) and :math:`o_j` the first code of feature ``j`` in the
 flat coefficient vector (``kernels.value_offsets``). The linear special case of NeuCalib (one-dimensional
-field embeddings, no MLP) and the strong simple baseline of ``methods.md``.
+field embeddings, no MLP), and a strong simple baseline.
 
 This module is the estimator: it validates its parameters, turns its input into
 :class:`~gpucal.rows.Rows` (``gpucal.rows.as_rows``: local arrays, or dask partitions) and calls
@@ -214,16 +214,8 @@ class FeatureAwarePlattCalibrator(Calibrator):
         self
         """
         self._validate_params()
-        params = FeaturePlattParams(
-            score_col=self.score_col,
-            feature_cols=self.feature_cols,
-            categorical_cols=self.categorical_cols,
-            n_bins=int(self.n_bins),
-            score_kind=self.score_kind,
-            l2=float(self.l2),
-            max_iter=int(self.max_iter),
-            tol=float(self.tol),
-            device=self.device,
+        params = self._params_as(
+            FeaturePlattParams,
             warm_start_min_rows=WARM_START_MIN_ROWS,
             warm_start_rows=WARM_START_ROWS,
             array_code=FORCE_ARRAY_PATH,

@@ -9,7 +9,6 @@ for AUC (Sec. 4, Lemmas 4.3-4.4). What the paper fixes and what gpucal chose is 
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
-from dataclasses import fields
 from typing import Any, ClassVar
 
 import numpy as np
@@ -290,7 +289,7 @@ class HeterogeneousCalibrator(Calibrator):
         tree_rows = None
         if X_tree is not None:
             tree_rows = as_rows(X=X_tree, y=y_tree, sample_weight=sample_weight_tree)
-        params = HCParams(**{f.name: getattr(self, f.name) for f in fields(HCParams)})
+        params = self._params_as(HCParams)
         state = fit_hc(rows, params, tree_rows)
         self.encoder_, self.ensemble_, self.node_params_ = state.encoder, state.ensemble, state.node_params
         self.feature_cols_, self.history_ = state.feature_cols, state.history

@@ -3,8 +3,7 @@ r"""``gpucal.MBCT``: Multiple Boosting Calibration Trees (Huang et al., WWW 2022
 A chain of multi-way trees over discrete features, each node calibrating the output of the trees
 before it. The estimator validates its parameters and stores the state that
 :func:`gpucal.mbct.fit.fit_mbct` returns (the fit itself, over any rows). What the paper fixes, what it
-leaves open and what gpucal chose is in the class docstring and the README; ``mbct.md`` has the
-reasoning.
+leaves open and what gpucal chose is in the class docstring and the README.
 """
 
 from __future__ import annotations
@@ -37,29 +36,6 @@ HISTORY_FIELDS: dict[str, tuple[type, ...]] = {
     "loss_after": (int, float),
     "kept": (bool,),
 }
-# The parameters the fit reads (``MBCTParams``), besides the resolved feature columns and backend.
-_FIT_PARAMS = (
-    "score_col",
-    "score_bins",
-    "leaf_map",
-    "criterion",
-    "max_depth",
-    "max_trees",
-    "min_node_size",
-    "alpha",
-    "e",
-    "min_child_size",
-    "n_views",
-    "mvce_p",
-    "leaf_penalty",
-    "learning_rate",
-    "validation_fraction",
-    "init",
-    "tol",
-    "aggregate",
-    "seed",
-    "verbose",
-)
 
 
 @register
@@ -139,9 +115,9 @@ class MBCT(Calibrator):
     tol : float, default=0
         A tree is kept when it lowers the global loss by more than ``tol`` times the loss.
     aggregate : bool, default=True
-        Merge rows with equal codes and score first (App. A.2; lossless, ``_aggregate``), when that at
-        least halves the rows. CPU path and criterion "gain" only: MVCE's views are equal-count bins of
-        samples, which merged rows would distort.
+        Merge rows with equal codes and score first (App. A.2; lossless,
+        ``gpucal.partition.aggregate``), when that at least halves the rows. CPU path and criterion
+        "gain" only: MVCE's views are equal-count bins of samples, which merged rows would distort.
     seed : int, default=0
         Seed of the MVCE views and of the validation split.
     device : {"auto", "cpu", "gpu"}, default="auto"
@@ -362,10 +338,8 @@ class MBCT(Calibrator):
         features = list(split.features)
         self.encoder_ = fit_mbct_encoder(rows, self.score_col, features, self.n_bins, self.categorical_cols)
         self.feature_cols_ = [] if self.encoder_ is None else list(self.encoder_.feature_names_)
-        params = MBCTParams(
-            **{name: getattr(self, name) for name in _FIT_PARAMS},
-            feature_cols=self.feature_cols_,
-            backend="cuda" if device == "gpu" else "cpu",
+        params = self._params_as(
+            MBCTParams, feature_cols=self.feature_cols_, backend="cuda" if device == "gpu" else "cpu"
         )
         state = fit_mbct(rows, params, self.encoder_)
         self.ensemble_ = state.ensemble
