@@ -1,7 +1,7 @@
 """Which device an array lives on, and the array namespace that goes with it.
 
 GPU libraries are detected by the type's module name before anything is imported, so that
-``import gpucal`` and every CPU code path never import cupy, cudf or dask_cuda (``gpu.md``).
+``import gpucal`` and every CPU code path never import cupy, cudf or dask_cuda.
 """
 
 from __future__ import annotations

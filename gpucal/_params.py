@@ -2,7 +2,7 @@
 
 ``@validate_params(n_bins=Interval(int, 1, None), strategy=Options("uniform", "quantile"))`` checks the
 named keyword arguments when the function is called and raises
-``The 'n_bins' parameter of ece must be an int in [1, inf). Got 0 instead.`` (style.md, item 1).
+``The 'n_bins' parameter of ece must be an int in [1, inf). Got 0 instead.``
 """
 
 from __future__ import annotations

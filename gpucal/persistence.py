@@ -16,7 +16,7 @@ numbers), ``"float_matrix"`` (2-D, rectangular), ``"int_array"``, ``"json"`` (pl
 checked by the class). Floats are written with Python's shortest round-trip repr, so a loaded
 model predicts bit-for-bit what the saved one did.
 
-A file cannot hurt the process that loads it (issue 18): only a regular file is read (a device such
+A file cannot hurt the process that loads it: only a regular file is read (a device such
 as ``/dev/zero`` or a FIFO is refused before it is opened), and at most ``MAX_FILE_BYTES``; the parser
 refuses ``NaN``/``Infinity``, number literals that overflow to infinity (``1e999``), integers longer
 than ``MAX_INT_DIGITS`` digits, and nesting deeper than ``MAX_NESTING``; a ``null`` or a boolean where a
@@ -180,7 +180,7 @@ def _decode_state_value(cls_name: str, name: str, kind: str, value: Any) -> Any:
             msg = f"{where}: not finite"
             raise ModelFileError(msg)
         return float(value) if kind == "float" else value
-    return value  # "json": plain data, the class's _set_state checks it
+    return value  # "json": plain data, the class's _check_state checks it
 
 
 def from_dict(document: Any) -> Any:

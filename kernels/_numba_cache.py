@@ -3,7 +3,7 @@ r"""Where numba keeps gpucal's compiled kernels, and the one line that says when
 Left alone, numba stores a ``cache=True`` kernel in a ``__pycache__`` folder next to its source. For
 an installed gpucal that is ``site-packages/gpucal/**/__pycache__``: a later ``pip install -e .``
 removes the package but not those folders, and Python then imports the leftover ``gpucal`` folder
-as an empty namespace package (``module 'gpucal' has no attribute 'datasets'``, issue 18); in a
+as an empty namespace package (``module 'gpucal' has no attribute 'datasets'``); in a
 read-only image the folder cannot be written at all. So gpucal points numba at a user cache
 directory, the first of:
 

@@ -20,7 +20,7 @@ The feature-aware ones are left out when ``X`` has no feature column, and with `
 set (:mod:`gpucal.auto.sizing`) NeuCalib and feature-aware Platt with ``l2 = 1`` are left out: on the 7
 sets over 100,000 rows of ``benchmarks/results/auto.md`` that penalty was never the best of the three in
 the cross-fitting (dropped by racing on 4 of them), and each candidate left out saves its folds.
-``l2 = 10`` is scikit-learn's ``C = 0.1``, the baseline of ``methods.md``; ``min_child_size=100`` pools
+``l2 = 10`` is scikit-learn's ``C = 0.1``, the usual logistic baseline; ``min_child_size=100`` pools
 only the children lighter than 100 (MBCT's default pools those lighter than its node-size bound, several
 hundred on mid-size data), and ``leaf_penalty=300`` shrinks each child's map harder toward its parent's.
 """

@@ -1,7 +1,7 @@
 """How much cross-fitting :class:`~gpucal.auto.AutoCalibrator` does, by the size of the calibration set.
 
 Up to :data:`LARGE_ROWS` rows every row is cross-fitted over 5 folds and every default candidate runs.
-Above it the search has to cost less than a fifth of MCGrad's default fit (issue 14), which on the 7 sets
+Above it the search has to cost less than a fifth of MCGrad's default fit, which on the 7 sets
 of 150,000 rows of ``benchmarks/results/auto.md`` takes 4-14 s on 2 CPU cores; the old search took 1-10
 times as long as MCGrad. On such sets the fold-to-fold noise of a held-out log-loss is far below the
 differences that decide, so:
@@ -14,8 +14,8 @@ differences that decide, so:
 - NeuCalib leaves the default list: on the CPU one NeuCalib fit on 150,000 rows takes 5-12 s, as long
   as MCGrad's whole default fit (49% of the old search's time). This is the measured price of the
   speed: on 3 of the 7 sets NeuCalib alone has a lower held-out log-loss than the search without it
-  (``auto.md``: within noise of the best gpucal method on 4 of 7 large sets instead of 7); the
-  search still beats or equals every peer there;
+  (``benchmarks/results/auto.md``: within noise of the best gpucal method on 4 of 7 large sets instead
+  of 7); the search still beats or equals every peer there;
 - feature-aware Platt with ``l2 = 1`` leaves it too (:mod:`gpucal.auto.candidates`), the blend takes
   the best setting of each method and drops members lighter than
   :data:`~gpucal.auto.blend.MIN_MEMBER_WEIGHT`: every member costs a refit on all rows (0.3-0.7 s for

@@ -1,9 +1,9 @@
 r"""An XGBoost or LightGBM model as gpucal's own tree tables: what CCL saves, loads and embeds with.
 
 A model file must not be able to hurt the process that loads it, and both libraries' model parsers are
-native code that trusts its input (issue 18: a truncated LightGBM text segfaulted in ``gpucal.load``, an
-edited header aborted, a child index out of range segfaulted, a child pointing at its own node hung
-``predict``; XGBoost alike). So no file content ever reaches either library: at fit time the user's
+native code that trusts its input (a truncated LightGBM text segfaults the parser, an edited header
+aborts it, a child index out of range segfaults, a child pointing at its own node hangs ``predict``;
+XGBoost alike). So no file content ever reaches either library: at fit time the user's
 model (an object in memory, trusted as the user's own) is read once into plain node arrays
 (:func:`from_model`), those arrays are what the calibrator saves, and every load checks them
 (``kernels.split_trees.check_split_trees``) before gpucal's kernels walk them. ``predict`` and ``load``
@@ -173,8 +173,8 @@ class TreeTables:
         """Rebuild the tables from :meth:`to_dict`'s output, checking every field (``ValueError``)."""
         if isinstance(data, str):
             msg = (
-                "tree tables: the model is stored as the library's own text, as gpucal wrote it before "
-                "issue 18; that text went unchecked to native parsers, so it is no longer read: refit the "
+                "tree tables: the model is stored as the library's own text, as older gpucal versions "
+                "wrote it; that text would go unchecked to native parsers, so it is not read: refit the "
                 "calibrator with the model and save it again"
             )
             raise ValueError(msg)

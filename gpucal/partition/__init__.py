@@ -1,7 +1,7 @@
 """Split the rows into parts, then calibrate each part: the engine MBCT, HC and CCL share.
 
 The three feature-aware calibrators of the papers differ only in how the parts are found and which map
-calibrates a part (``notes/methods.md``):
+calibrates a part:
 
 ========  =============================================  ===========================================
 method    parts                                          map per part

@@ -11,7 +11,7 @@ Maps, with :math:`l = \\operatorname{logit}(\\operatorname{clip}(f, \\epsilon, 1
 - ``"shift"``: :math:`l' = l + b` (``a = 1``);
 - ``"platt"``: :math:`l' = a l + b`.
 
-Trees chain: tree ``t`` maps the output of trees ``1..t-1`` (``mbct.md``, "how trees compose").
+Trees chain: tree ``t`` maps the output of trees ``1..t-1``.
 
 The trees read *tree codes*: ``code_maps[j]`` sends feature ``j``'s input code (the encoder's code, or
 the score bin) to its tree code. Input codes too light to ever hold a child of their own share one

@@ -6,8 +6,9 @@ Per level (Huang et al. 2022, Sec. 4.3, operations (1)-(3)):
    (``kernels.group_sums``; nodes are batched so the histogram stays under ``MAX_HIST_BYTES``);
 2. for every open node and feature, the multi-way split into one child per value (values with less
    weight than ``min_child_size`` pooled into one child), each child's map fitted from its sums, and the
-   split's loss: the deterministic criterion from the sums alone (``_leaves``), or the faithful MVCE over
-   ``r`` views shared by every candidate of the node (``kernels.mvce_split_sums``, Eq. 10 and 12);
+   split's loss: the deterministic criterion from the sums alone (``gpucal.partition.splits``), or the
+   faithful MVCE over ``r`` views shared by every candidate of the node (``kernels.mvce_split_sums``,
+   Eq. 10 and 12);
 3. the best feature splits the node when the split has at least two children and lowers the node's
    loss (stopping rule 3); nodes lighter than ``min_node_size`` (rule 2) or at ``max_depth`` (rule 1)
    stay leaves; ``kernels.route_rows`` moves every row of a split node to its child.

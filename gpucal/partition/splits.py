@@ -1,12 +1,12 @@
 r"""Node maps and split choice of MBCT, from the group sums of the tree's input ``f`` and labels ``y``.
 
-Each node holds a map of the tree's input probability ``f`` (``_ensemble``): the paper's
+Each node holds a map of the tree's input probability ``f`` (``gpucal.partition.ensemble``): the paper's
 :math:`k_b f` ("scale") or a logit shift :math:`\sigma(\operatorname{logit} f + d_b)` ("shift"; the
 "platt" map grows its tree like "shift" and refits :math:`(a_b, d_b)` per node at the end). Every
 quantity below is a function of the seven sums :math:`(n, W, \sum wf, \sum wy, \sum wf^2, \sum wfy,
 \sum wy^2)` of a node or of a candidate child, so a split decision needs the histogram alone.
 
-Scale map (Huang et al. 2022, Sec. 4.1; ``mbct.md``, "how k_b is fitted"):
+Scale map (Huang et al. 2022, Sec. 4.1):
 
 .. math::
 
