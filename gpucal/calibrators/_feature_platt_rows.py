@@ -38,7 +38,7 @@ from gpucal.calibrators._feature_platt_kernels import (
     score_feature,
 )
 from gpucal.encoding import FeatureEncoder
-from gpucal.rows import label_summary
+from gpucal.rows import label_summary, strided_rows
 from gpucal.rows._checks import check_partition_weight
 from kernels import group_sums
 
@@ -155,13 +155,9 @@ def block_summary(block: PlattBlock) -> np.ndarray:
 
 
 def strided(block: PlattBlock, stride: int, *, row_offset: int) -> PlattBlock:
-    """The block's rows whose global index is a multiple of ``stride`` (the warm start's sample)."""
-    xp = array_namespace(block.x)
-    start = -row_offset % stride
-    x, codes, y, w = (
-        xp.ascontiguousarray(a[start::stride]) for a in (block.x, block.codes, block.y, block.w)
-    )
-    return PlattBlock(x, codes, y, w)
+    """The block's rows whose global index is a multiple of ``stride`` (the warm start's sample,
+    :func:`~gpucal.rows.block.strided_rows`)."""
+    return PlattBlock(*strided_rows(stride, row_offset, block.x, block.codes, block.y, block.w))
 
 
 def code_weights(block: PlattBlock, n_values: np.ndarray) -> np.ndarray:

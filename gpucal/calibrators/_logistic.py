@@ -54,7 +54,7 @@ from gpucal.calibrators._logistic_kernels import (
     use_numba,
 )
 from gpucal.calibrators._newton import WARM_ERROR_TOL, NewtonResult, SumsFunction, newton_minimize
-from gpucal.rows import LocalRows, Rows
+from gpucal.rows import LocalRows, Rows, strided_rows
 from gpucal.rows.block import check_class_weights
 
 # Fits on at least WARM_START_MIN_ROWS rows start from the fit on about WARM_START_ROWS strided rows.
@@ -142,10 +142,8 @@ def with_features(block: ScoreBlock, mode: int, backend: str) -> ScoreBlock:
 
 
 def strided(block: ScoreBlock, stride: int, *, row_offset: int) -> ScoreBlock:
-    """The block's rows whose global index is a multiple of ``stride`` (contiguous copies)."""
-    xp = array_namespace(block.score)
-    first = (-row_offset) % stride
-    score, y, w = (xp.ascontiguousarray(a[first::stride]) for a in (block.score, block.y, block.w))
+    """The block's rows whose global index is a multiple of ``stride`` (:func:`strided_rows`)."""
+    score, y, w = strided_rows(stride, row_offset, block.score, block.y, block.w)
     return ScoreBlock(score, y, w, block.mode)
 
 

@@ -18,7 +18,7 @@ Importing this package imports no dask and no GPU library.
 """
 
 from gpucal.rows._collections import any_dask, is_dask_collection, no_distributed_fit, reject_dask
-from gpucal.rows.block import LabelSummary, RowBlock, concat_weights, label_summary
+from gpucal.rows.block import LabelSummary, RowBlock, concat_weights, label_summary, strided_rows
 from gpucal.rows.build import as_rows
 from gpucal.rows.draws import check_held_out, held_out_mask, poisson_one, row_uniforms
 from gpucal.rows.local import LocalRows
@@ -40,4 +40,5 @@ __all__ = [
     "poisson_one",
     "reject_dask",
     "row_uniforms",
+    "strided_rows",
 ]

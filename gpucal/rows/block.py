@@ -16,6 +16,8 @@ from typing import Any
 
 import numpy as np
 
+from gpucal._backend import array_namespace
+
 
 @dataclass(frozen=True)
 class RowBlock:
@@ -121,4 +123,20 @@ def concat_weights(weights: Sequence[Any], xp: Any) -> Any:
     return weights[0] if len(weights) == 1 else xp.concatenate(list(weights))
 
 
-__all__ = ["LabelSummary", "RowBlock", "check_class_weights", "concat_weights", "label_summary", "row_block"]
+def strided_rows(stride: int, row_offset: int, *arrays: Any) -> tuple[Any, ...]:
+    """The rows of a block's ``arrays`` whose *global* index is a multiple of ``stride`` (contiguous
+    copies; the block's first row is global row ``row_offset``): the same subsample on one machine and
+    over any partitioning, what the warm starts fit on."""
+    first = -row_offset % stride
+    return tuple(array_namespace(a).ascontiguousarray(a[first::stride]) for a in arrays)
+
+
+__all__ = [
+    "LabelSummary",
+    "RowBlock",
+    "check_class_weights",
+    "concat_weights",
+    "label_summary",
+    "row_block",
+    "strided_rows",
+]
