@@ -8,8 +8,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from gpucal.rows import LabelSummary, LocalRows, RowBlock, as_rows, label_summary
+from gpucal.distributed import partition_lengths, partition_offsets, sum_partitions
+from gpucal.rows import LabelSummary, LocalRows, RowBlock, as_rows, label_summary, strided_rows
 from gpucal.rows.draws import held_out_mask
+from gpucal.rows.protocol import block_offsets
 
 dd = pytest.importorskip("dask.dataframe")
 
@@ -101,3 +103,42 @@ def test_local_rows_hold_one_block_as_given() -> None:
     assert rows.n_blocks == 1
     assert rows.blocks[0]["X"] is frame
     assert rows.blocks[0]["y"] is None
+
+
+@pytest.mark.parametrize(("kind", "holds"), [("local", True), ("dask", True), ("streamed", False)])
+def test_what_a_method_asks_instead_of_the_backend(client: Any, kind: str, holds: bool) -> None:
+    """``single_block`` is the one local block (None for several blocks or rows elsewhere), and
+    ``holds_blocks`` is False only where every pass reads the partitions again."""
+    rows = _rows(kind)
+    assert rows.holds_blocks is holds
+    block = rows.single_block()
+    if kind == "local":
+        assert block is rows.blocks[0]
+        assert rows.map(_doubled).single_block()["p"].sum() == 2 * block["p"].sum()
+    else:
+        assert block is None
+    assert LocalRows((block, block)).single_block() is None
+
+
+def test_block_offsets_and_strided_rows_count_global_rows() -> None:
+    offsets, n_rows = block_offsets([3, 0, 5, 2])
+    np.testing.assert_array_equal(offsets, [0, 3, 3, 8])
+    assert n_rows == 10
+    values = np.arange(10.0)
+    # Global rows 0, 4, 8 of blocks [0, 3), [3, 8), [8, 10): each block picks its own, in order.
+    picked = [
+        strided_rows(4, int(o), values[o : o + n])[0] for o, n in zip(offsets, [3, 0, 5, 2], strict=True)
+    ]
+    np.testing.assert_array_equal(np.concatenate(picked), values[::4])
+    assert all(p.flags.c_contiguous for p in picked)
+
+
+def test_partition_entry_points_are_dask_rows_passes(client: Any) -> None:
+    frame = _frame()
+    ddf = dd.from_pandas(frame, npartitions=5)
+    lengths = partition_lengths(ddf)
+    assert lengths.sum() == N_ROWS
+    np.testing.assert_array_equal(partition_offsets(ddf)[0], np.concatenate([[0], np.cumsum(lengths)[:-1]]))
+    np.testing.assert_array_equal(partition_offsets(ddf)[0], _rows("dask").offsets()[0])
+    with pytest.raises(ValueError, match="split_every"):
+        sum_partitions(ddf, _values, split_every=1)
