@@ -39,7 +39,7 @@ from gpucal.calibrators._feature_platt_solver import (
     fit_feature_platt,
 )
 from gpucal.calibrators.platt import OUTPUT_TYPE_OPTIONS, SCORE_KIND_OPTIONS
-from gpucal.encoding import FeatureEncoder
+from gpucal.encoding import FeatureEncoder, resolve_feature_cols
 from gpucal.persistence import register
 from gpucal.rows import as_rows
 
@@ -214,9 +214,13 @@ class FeatureAwarePlattCalibrator(Calibrator):
         self
         """
         self._validate_params()
+        rows = as_rows(X=X, y=y, sample_weight=sample_weight)
+        feature_cols = resolve_feature_cols(
+            rows, X, y, sample_weight, score_col=self.score_col, feature_cols=self.feature_cols
+        )
         params = FeaturePlattParams(
             score_col=self.score_col,
-            feature_cols=self.feature_cols,
+            feature_cols=feature_cols,
             categorical_cols=self.categorical_cols,
             n_bins=int(self.n_bins),
             score_kind=self.score_kind,
@@ -228,7 +232,7 @@ class FeatureAwarePlattCalibrator(Calibrator):
             warm_start_rows=WARM_START_ROWS,
             array_code=FORCE_ARRAY_PATH,
         )
-        state = fit_feature_platt(as_rows(X=X, y=y, sample_weight=sample_weight), params)
+        state = fit_feature_platt(rows, params)
         return self._set_fitted(state)
 
     def _set_fitted(self, state: FeaturePlattState) -> FeatureAwarePlattCalibrator:

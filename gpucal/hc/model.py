@@ -19,7 +19,7 @@ from gpucal._backend import array_namespace
 from gpucal._frames import SplitInput, split_input, wrap_output
 from gpucal.calibrators._base import AnyOf, Calibrator, Constraint, Interval, Options
 from gpucal.calibrators.platt import OUTPUT_TYPE_OPTIONS
-from gpucal.encoding import FeatureEncoder
+from gpucal.encoding import FeatureEncoder, resolve_feature_cols
 from gpucal.hc.fit import HCParams, fit_hc
 from gpucal.hc.node_maps import (
     ENSEMBLE_KINDS,
@@ -290,7 +290,13 @@ class HeterogeneousCalibrator(Calibrator):
         tree_rows = None
         if X_tree is not None:
             tree_rows = as_rows(X=X_tree, y=y_tree, sample_weight=sample_weight_tree)
-        params = HCParams(**{f.name: getattr(self, f.name) for f in fields(HCParams)})
+        feature_cols = resolve_feature_cols(
+            rows, X, y, sample_weight, score_col=self.score_col, feature_cols=self.feature_cols
+        )
+        params = HCParams(
+            **{f.name: getattr(self, f.name) for f in fields(HCParams) if f.name != "feature_cols"},
+            feature_cols=feature_cols,
+        )
         state = fit_hc(rows, params, tree_rows)
         self.encoder_, self.ensemble_, self.node_params_ = state.encoder, state.ensemble, state.node_params
         self.feature_cols_, self.history_ = state.feature_cols, state.history
