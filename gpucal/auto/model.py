@@ -114,9 +114,13 @@ class AutoCalibrator(Calibrator):
     score_col : str, default="score"
         Column of ``X`` holding the score.
     feature_cols : list of hashable, str or None, default=None
-        Feature columns for the feature-aware candidates; None means every column but ``score_col``.
+        Feature columns for the feature-aware candidates; None means every column but ``score_col``, the label
+        (a column named like ``y`` or holding its values), the weights and ``p_true``
+        (``gpucal.encoding.features``); a feature that is the label is refused.
     categorical_cols : list of hashable, str or None, default=None
-        Numeric feature columns to read by value (IDs), for the feature-aware candidates.
+        Numeric feature columns to read by value, for the feature-aware candidates. None: integer columns with
+        few distinct values (at most one per 20 rows, 50,000 at most) are read by value, other numbers binned
+        (``FeatureEncoder``); ``[]``: every number binned.
     score_kind : {"probability", "logit"}, default="probability"
         Probabilities, or raw margins: then the default candidates are those that take margins (Platt,
         isotonic, feature-aware Platt, NeuCalib).

@@ -72,9 +72,13 @@ class FeatureAwarePlattCalibrator(Calibrator):
     score_col : str, default="score"
         Column of ``X`` holding the score.
     feature_cols : list of hashable, str or None, default=None
-        Feature columns; None means every column of ``X`` except ``score_col``.
+        Feature columns; None means every column but ``score_col``, the label (a column named like ``y`` or
+        holding its values), the weights and ``p_true`` (``gpucal.encoding.features``); a feature that is the
+        label is refused.
     categorical_cols : list of hashable, str or None, default=None
-        Numeric feature columns to read by value (e.g. integer IDs) instead of by quantile bins.
+        Numeric feature columns to read by value instead of by quantile bins. None: integer columns with few
+        distinct values (at most one per 20 rows, 50,000 at most) are read by value, other numbers binned
+        (``FeatureEncoder``); ``[]``: every number binned.
     n_bins : int, default=32
         Most quantile bins per numeric feature.
     score_kind : {"probability", "logit"}, default="probability"

@@ -103,8 +103,9 @@ class ClusteredCalibrator(Calibrator):
     score_col : str or list of str, default="score"
         The base model's probability column; a list of columns is a multi-class probability matrix.
     feature_cols : list of str or None, default=None
-        Columns handed to an XGBoost / LightGBM embedding model; None: the model's own feature names when
-        it has them, else every column but the score. gpucal models read their own columns.
+        Columns handed to an XGBoost / LightGBM embedding model; None: the model's own feature names when it
+        has them, else every column but the score, the label and the weights (``gpucal.encoding.features``).
+        gpucal models read their own columns. Listing the label, a score column or a column twice is refused.
     seed : int, default=0
         Seed of the clustering sample, the projection and k-means' starts.
     device : {"auto", "cpu", "gpu"}, default="auto"

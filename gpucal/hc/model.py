@@ -76,10 +76,14 @@ class HeterogeneousCalibrator(Calibrator):
     score_col : str, default="score"
         Column holding the base model's probability.
     feature_cols : list of str, str or None, default=None
-        Features the tree splits on; None means every column but the score. Numbers are cut into
-        ``n_bins`` quantile bins, other columns split by value (``FeatureEncoder``).
+        Features the tree splits on; None means every column but ``score_col``, the label (a column named like
+        ``y`` or holding its values), the weights and ``p_true`` (``gpucal.encoding.features``); a feature
+        that is the label is refused. Other numbers are cut into ``n_bins`` quantile bins, other columns
+        split by value (``FeatureEncoder``).
     categorical_cols : list of str, optional
-        Numeric columns to split by value (IDs) rather than by threshold.
+        Numeric columns to split by value rather than by threshold. None: integer columns with few distinct
+        values (at most one per 20 rows, 50,000 at most) are read by value, other numbers binned
+        (``FeatureEncoder``); ``[]``: every number binned.
     n_bins : int, default=32
         Quantile bins per numeric feature: the thresholds a split may use.
     max_depth : int, default=3

@@ -83,10 +83,14 @@ class MBCT(Calibrator):
     score_col : str, default="score"
         Column holding the base model's probability.
     feature_cols : list of str, str or None, default=None
-        Split features; None means every column but the score. Categoricals split by value, numbers by
-        ``n_bins`` quantile bins (``FeatureEncoder``); missing values get their own code.
+        Split features; None means every column but ``score_col``, the label (a column named like ``y`` or
+        holding its values), the weights and ``p_true`` (``gpucal.encoding.features``); a feature that is the
+        label is refused. Categoricals split by value, other numbers by ``n_bins`` quantile bins
+        (``FeatureEncoder``); missing values get their own code.
     categorical_cols : list of str, optional
-        Numeric columns to split by value (IDs).
+        Numeric columns to split by value. None: integer columns with few distinct values (at most one per 20
+        rows, 50,000 at most) are read by value, other numbers binned (``FeatureEncoder``); ``[]``: every
+        number binned.
     n_bins : int, default=32
         Quantile bins per numeric feature.
     score_bins : int, default=100
