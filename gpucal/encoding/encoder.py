@@ -160,6 +160,8 @@ class FeatureEncoder(BaseEstimator):
     ['DE', 'FR', 'missing', 'unseen']
     >>> enc.describe_codes("age")
     ['[-inf, 30.0)', '[30.0, inf]', 'missing']
+    >>> enc.describe_columns()
+    'read by value: country (2 values); binned: age (2 bins)'
     """
 
     def __init__(
@@ -529,6 +531,21 @@ class FeatureEncoder(BaseEstimator):
         if coding.has_unseen_code:
             labels.append("unseen")
         return labels
+
+    def describe_columns(self) -> str:
+        """One line saying how each column is read, for fit reports.
+
+        For example ``"read by value: region (50 values), hour (24 values); binned: age (32 bins)"``.
+        """
+        check_is_fitted(self, "feature_names_")
+        by_value = [f"{c.name} ({len(c.categories)} values)" for c in self._codings if c.kind == KIND_VALUES]  # type: ignore[arg-type]
+        binned = [f"{c.name} ({c.n_regular} bins)" for c in self._codings if c.kind == KIND_BINS]
+        parts = [
+            f"{label}: {', '.join(names)}"
+            for label, names in (("read by value", by_value), ("binned", binned))
+            if names
+        ]
+        return "; ".join(parts)
 
     def to_dict(self) -> dict[str, Any]:
         """Return the parameters and fitted state as plain JSON-compatible data (lists, numbers, strings).
