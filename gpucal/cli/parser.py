@@ -169,7 +169,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--plot-strategy",
         choices=("uniform", "quantile"),
         default="quantile",
-        help="bins of the diagram: quantile, equal mass (reads well at low base rates); uniform, equal width",
+        help="the diagram's 15 bins (the table's ECE bins: the legend's ECE is the table's "
+        "ece_15_<strategy>): quantile, equal mass (reads well at low base rates); uniform, equal width",
     )
     evaluate.set_defaults(handler=run_evaluate)
 

@@ -279,6 +279,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
             frame[args.label_col].to_numpy(),
             {c: frame[c].to_numpy() for c in predictions},
             sample_weight=weights,
+            n_bins=15,  # the bins of the table's ECE rows: the legend's ECE is its ece_15_<strategy>
             strategy=args.plot_strategy,
             seed=args.seed,
         )
