@@ -38,7 +38,7 @@ from gpucal.auto.specs import candidate_from_spec, candidate_spec
 from gpucal.calibrators._base import Calibrator, Constraint, Interval, Options
 from gpucal.calibrators._logistic import sigmoid
 from gpucal.calibrators.platt import OUTPUT_TYPE_OPTIONS, SCORE_KIND_OPTIONS
-from gpucal.encoding import resolve_feature_cols
+from gpucal.encoding import FeatureEncoder, resolve_feature_cols
 from gpucal.persistence import register
 from gpucal.rows import as_rows
 from gpucal.rows._collections import DISTRIBUTED_FITS, any_dask
@@ -338,6 +338,9 @@ class AutoCalibrator(Calibrator):
         plan = plan_cross_fit(n_rows, self.n_folds, self.cv_rows)
         self.n_folds_, self.cv_rows_ = plan.n_folds, plan.cv_rows
         candidates = self._resolve_candidates(bool(split.features), plan.large, list(split.features))
+        if self.verbose and split.features:
+            encoder = FeatureEncoder(categorical_cols=self.categorical_cols).fit(split.features)
+            log(f"features {encoder.describe_columns()}")
         host_labels = to_numpy(labels)
         host_weights = np.ones(n_rows) if weights is None else to_numpy(weights)
         folds = self._folds(X, groups, host_labels, None if weights is None else host_weights, plan)

@@ -109,10 +109,12 @@ def _rows_differing(block: RowBlock, candidates: list[Hashable], weighted: bool)
     X, y, w = block["X"], block.columns.get("y"), block.columns.get("sample_weight")
     targets = [numeric_values(as_column(y, "y")) if y is not None else None]
     targets.append(numeric_values(as_column(w, "sample_weight")) if weighted and w is not None else None)
-    columns = frame_columns(X, candidates)
     out = np.full((2, len(candidates)), float(len(block)))
     for j, name in enumerate(candidates):
-        values = numeric_values(columns[name])
+        try:
+            values = numeric_values(frame_columns(X, [name])[name])
+        except TypeError:  # a dtype no feature may have (dates, nested): not the label; the fit says why
+            continue
         for i, target in enumerate(targets):
             if values is not None and target is not None and target.shape == values.shape:
                 out[i, j] = float(int((values != target).sum()))
