@@ -107,8 +107,7 @@ def _series_name(x: Any) -> Hashable | None:
 def _rows_differing(block: RowBlock, candidates: list[Hashable], weighted: bool) -> np.ndarray:
     """``[[rows where column j != y], [rows where column j != sample_weight]]`` of one block (float64)."""
     X, y, w = block["X"], block.columns.get("y"), block.columns.get("sample_weight")
-    targets = [numeric_values(as_column(y, "y")) if y is not None else None]
-    targets.append(numeric_values(as_column(w, "sample_weight")) if weighted and w is not None else None)
+    targets = [_numeric_target(y), _numeric_target(w) if weighted else None]
     out = np.full((2, len(candidates)), float(len(block)))
     for j, name in enumerate(candidates):
         try:
@@ -119,6 +118,16 @@ def _rows_differing(block: RowBlock, candidates: list[Hashable], weighted: bool)
             if values is not None and target is not None and target.shape == values.shape:
                 out[i, j] = float(int((values != target).sum()))
     return out
+
+
+def _numeric_target(x: Any) -> Any:
+    """Labels or weights as float64 numbers, or None when they hold none (the fit's checks say why)."""
+    if x is None:
+        return None
+    try:
+        return numeric_values(as_column(x, "y"))
+    except (TypeError, ValueError):
+        return None
 
 
 __all__ = ["resolve_feature_cols"]
