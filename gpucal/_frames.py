@@ -55,6 +55,8 @@ from gpucal._backend import array_namespace, is_cupy_array, to_numpy
 from gpucal._validation import check_invariant, check_not_empty, check_scores
 
 FAMILIES = ("numpy", "cupy", "pandas", "cudf", "polars", "pyarrow")
+#: Columns never taken as default features: the data sets' true probability (an oracle no real table has).
+ORACLE_COLUMNS = ("p_true",)
 OUTPUT_TYPES = ("input", *FAMILIES)
 #: The name of a returned prediction Series (module docstring, "Prediction names").
 PREDICTION_NAME = "calibrated"
@@ -469,15 +471,50 @@ def frame_columns(
     return {c: v if isinstance(v, Column) else as_column(v, f"{name}[{c!r}]") for c, v in out.items()}
 
 
-def _resolve_feature_cols(
-    names: list[Hashable], score_col: Hashable, feature_cols: Any, name: str
+def column_names(X: Any, name: str = "X") -> list[Hashable] | None:
+    """The column names of a dataframe, ``dict`` of columns or 2-D array (positions); None for 1-D ``X``."""
+    obj = _as_frame_or_1d(X, name)
+    return obj.names if isinstance(obj, _Frame) else None
+
+
+def numeric_values(col: Column) -> Any:
+    """A :class:`Column`'s values as float64 numbers (NaN: missing), or None when it holds none.
+
+    Booleans read as 0 and 1; a column of strings or categories has no numeric values (None).
+    """
+    xp = array_namespace(col.values)
+    if col.is_numeric:
+        return xp.asarray(col.values, dtype=xp.float64)
+    if col.categories is not None and len(col.categories) == 2 and list(col.categories) == [False, True]:
+        codes = xp.asarray(col.values, dtype=xp.float64)
+        return xp.where(codes < 0, xp.nan, codes)
+    return None
+
+
+def default_feature_names(names: Sequence[Hashable], score_col: Any) -> list[Hashable]:
+    """Every column of ``names`` but the score (a name, or a list of them) and :data:`ORACLE_COLUMNS`: the
+    candidates for default features, before a fit takes the label and weight columns out
+    (``gpucal.encoding.features``)."""
+    scores = list(score_col) if isinstance(score_col, list | tuple) else [score_col]
+    return [c for c in names if c not in scores and c not in ORACLE_COLUMNS]
+
+
+def resolve_feature_names(
+    names: list[Hashable], score_col: Any, feature_cols: Any, name: str = "X"
 ) -> list[Hashable]:
+    """``feature_cols`` checked against the columns ``names`` of ``X``; None gives the default candidates.
+
+    Raises ``ValueError`` for a name listed twice or a score column listed, ``KeyError`` for a name that
+    is not a column (the message lists the columns).
+    """
     if feature_cols is None:
-        return [c for c in names if c != score_col]
+        return default_feature_names(names, score_col)
     cols = [feature_cols] if isinstance(feature_cols, str) else list(feature_cols)
     _check_unique_names(cols, "feature_cols")
-    if score_col in cols:
-        msg = f"feature_cols: lists the score column {score_col!r}; the score cannot also be a feature"
+    scores = list(score_col) if isinstance(score_col, list | tuple) else [score_col]
+    listed = [c for c in scores if c in cols]
+    if listed:
+        msg = f"feature_cols: lists the score column {listed[0]!r}; the score cannot also be a feature"
         raise ValueError(msg)
     missing = [c for c in cols if c not in names]
     if missing:
@@ -508,8 +545,10 @@ def split_input(
         Name of the score column of a dataframe (its position for a 2-D array). Ignored for a 1-D
         ``X`` and for an ``(n, 1)`` array unless it is 0: either is the score itself.
     feature_cols : list of hashable, str or None, default=None
-        Feature column names; None means every column except ``score_col``. A single string is
-        one column name. ``[]`` means no features.
+        Feature column names; None means every column except ``score_col`` and
+        :data:`ORACLE_COLUMNS` (a fit first takes the label and weight columns out too:
+        :func:`gpucal.encoding.resolve_feature_cols`). A single string is one column name. ``[]``
+        means no features.
     score_kind : {"probability", "logit"}, default="probability"
         Probabilities must lie in [0, 1]; logits (margins) only need to be finite.
     require_features : bool, default=False
@@ -555,7 +594,7 @@ def split_input(
                 f"available columns: {obj.names}"
             )
             raise KeyError(msg)
-        cols = _resolve_feature_cols(obj.names, score_col, feature_cols, name)
+        cols = resolve_feature_names(obj.names, score_col, feature_cols, name)
         info = InputInfo(obj.family, obj.n_rows, obj.index, prediction_name(obj.names))
         score_name = f"{name}[{score_col!r}]"
         raw_score = obj.get(score_col)

@@ -120,8 +120,15 @@ def check_finite(x: Any, name: str) -> None:
         raise ValueError(msg)
 
 
-def check_probabilities(p: Any, name: str = "y_prob") -> Any:
-    """Return ``p`` as a float64 1-D array after checking it is finite and inside [0, 1]."""
+#: What :func:`check_probabilities` suggests for values outside [0, 1] where no ``score_kind`` exists.
+TO_PROBABILITIES = "pass probabilities (margins/logits through a sigmoid first, e.g. scipy.special.expit)"
+
+
+def check_probabilities(p: Any, name: str = "y_prob", *, fix: str = TO_PROBABILITIES) -> Any:
+    """Return ``p`` as a float64 1-D array after checking it is finite and inside [0, 1].
+
+    ``fix`` ends the message for values outside [0, 1]: how the caller's own function takes margins.
+    """
     xp = array_namespace(p)
     arr = xp.asarray(as_1d_array(p, name), dtype=xp.float64)
     if _inside_unit_interval(arr):
@@ -129,9 +136,28 @@ def check_probabilities(p: Any, name: str = "y_prob") -> Any:
     check_finite(arr, name)
     bad = (arr < 0) | (arr > 1)
     if bool(bad.any()):
-        msg = f"{name}: {_first_bad(bad, arr)} are outside [0, 1]; pass margins/logits as score_kind='logit'"
+        msg = f"{name}: {_first_bad(bad, arr)} are outside [0, 1]; {fix}"
         raise ValueError(msg)
     return arr
+
+
+def check_not_class_labels(p: Any, name: str = "y_prob") -> None:
+    """Refuse predictions of an integer or boolean dtype: class labels (``predict``), not probabilities.
+
+    Tables of calibration metrics over hard 0/1 predictions are mostly infinite log-losses and sigmas;
+    a float array of probabilities that happen to be 0 or 1 is accepted.
+    """
+    dtype = getattr(p, "dtype", None) if not isinstance(p, list | tuple) else np.asarray(p).dtype
+    if dtype is None:
+        dtype = getattr(p, "type", "")  # pyarrow arrays
+    kind = str(dtype).lower()
+    if kind.removeprefix("u").startswith(("int", "bool")):
+        msg = (
+            f"{name}: dtype {dtype} holds class labels, not probabilities; pass the predicted probability "
+            "of the positive class (e.g. model.predict_proba(X)[:, 1]), or cast to float to score hard 0/1 "
+            "predictions as probabilities"
+        )
+        raise TypeError(msg)
 
 
 def check_scores(s: Any, name: str = "score", kind: str = "probability") -> Any:
@@ -140,7 +166,7 @@ def check_scores(s: Any, name: str = "score", kind: str = "probability") -> Any:
         msg = f"The 'score_kind' parameter must be one of {SCORE_KINDS}. Got {kind!r} instead."
         raise ValueError(msg)
     if kind == "probability":
-        return check_probabilities(s, name)
+        return check_probabilities(s, name, fix="pass margins/logits as score_kind='logit'")
     xp = array_namespace(s)
     arr = xp.asarray(as_1d_array(s, name), dtype=xp.float64)
     check_finite(arr, name)

@@ -12,6 +12,7 @@ from typing import Any
 import pandas as pd
 
 from gpucal import metrics
+from gpucal._validation import check_not_class_labels
 from gpucal.metrics.grouped import report_columns
 
 
@@ -31,7 +32,8 @@ def evaluate(
     y_true : array-like of shape (n,)
         Labels in {0, 1} (soft labels in [0, 1] allowed).
     predictions : mapping of str to array-like of shape (n,)
-        Named probability predictions of the same rows, e.g. ``{"raw": score, "isotonic": p}``.
+        Named probability predictions of the same rows, e.g. ``{"raw": score, "isotonic": p}``. An
+        integer or boolean dtype holds class labels, not probabilities: refused (``TypeError``).
     sample_weight : array-like of shape (n,), default=None
         Row weights used by every metric.
     fields : DataFrame or mapping of str to array-like of shape (n,), default=None
@@ -55,9 +57,13 @@ def evaluate(
         ``smooth_ece`` (Błasiok & Nakkiran's consistent measure).
     """
     field_columns = (
-        {} if fields is None or (isinstance(fields, Mapping) and not fields) else report_columns(fields)
+        {}
+        if fields is None or (isinstance(fields, Mapping) and not fields)
+        else report_columns(fields, "fields")
     )
     table: dict[str, dict[str, float]] = {}
+    for name, y_prob in predictions.items():
+        check_not_class_labels(y_prob, f"predictions[{name!r}]")
     for name, y_prob in predictions.items():
         col = {
             "log_loss": metrics.log_loss(y_true, y_prob, sample_weight=sample_weight),

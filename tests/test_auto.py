@@ -261,8 +261,9 @@ def test_verbose_lines(ctr: Any, capsys: Any) -> None:
     X, y, _ = ctr
     auto(verbose=1).fit(X, y)
     lines = capsys.readouterr().err.strip().splitlines()
-    assert len(lines) == len(FAST) + 1
-    assert lines[0].startswith("[AutoCalibrator] 1/3 platt: log_loss")
+    assert len(lines) == len(FAST) + 2
+    assert lines[0].startswith("[AutoCalibrator] features read by value: ")  # how each feature is read
+    assert lines[1].startswith("[AutoCalibrator] 1/3 platt: log_loss")
     assert lines[-1].startswith("[AutoCalibrator] best: ")
     auto(verbose=2, candidates=["platt"]).fit(X, y)
     assert "fold 5/5" in capsys.readouterr().err

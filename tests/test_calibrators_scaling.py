@@ -738,3 +738,22 @@ def test_score_rows_fit_is_the_same_over_blocks_and_on_arrays(weighted: bool) ->
     split = rows_of([0, 1, 70_001, 200_000]).fit(mode=FEATURES_BETA)  # an empty and a one-row block
     assert_allclose(split.coef, one.coef, rtol=1e-10)
     assert_allclose(split.intercept, one.intercept, rtol=1e-10)
+
+
+@pytest.mark.parametrize("score_col", ["scroe", None])
+def test_temperature_missing_or_none_score_col_names_the_column(score_col: Any) -> None:
+    """A misspelt score column read the frame as a class-score matrix and said "rows ... must sum to 1"."""
+    p, y = binary_data(200)
+    df = pd.DataFrame({"score": p, "other": p})
+    if score_col is None:
+        with pytest.raises(ValueError, match="The 'score_col' parameter of TemperatureCalibrator"):
+            TemperatureCalibrator(score_col=None).fit(df, y)
+        return
+    match = r"X: no score column 'scroe' \(set score_col=; columns: \['score', 'other'\]\), so X was read as"
+    with pytest.raises(ValueError, match=match + ".*must sum to 1"):
+        TemperatureCalibrator(score_col=score_col).fit(df, y)
+    with pytest.raises(TypeError, match=match + ".*expected numbers, got dtype object"):
+        TemperatureCalibrator(score_col=score_col).fit(df.assign(other="a"), y)
+    fitted = TemperatureCalibrator().fit(df, y)
+    with pytest.raises(ValueError, match=r"got a class-score matrix \(X has no score column 'score'"):
+        fitted.predict(df.rename(columns={"score": "s"}))

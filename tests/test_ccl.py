@@ -823,3 +823,28 @@ def test_bad_data(tabular, tree_models):
     fitted = cal.fit(frame, y)
     with pytest.raises(KeyError, match="score"):
         fitted.predict(frame.drop(columns="score"))
+
+
+def test_numeric_features_must_be_real_numbers_at_fit_and_predict(tabular, tree_models):
+    """Complex numbers, strings holding numbers and datetimes would be cast to floats without a word."""
+    frame, y = _calibration_frame(tabular, tree_models["lightgbm"])
+    cal = ClusteredCalibrator(embedding_model=tree_models["lightgbm"], n_clusters=3)
+    with pytest.raises(ValueError, match=r"column 'a' has dtype complex128.*reads it as real numbers"):
+        cal.fit(frame.assign(a=frame["a"].astype(complex)), y)
+    fitted = cal.fit(frame, y)
+    as_strings = frame.assign(a=frame["a"].astype(str))
+    with pytest.raises(ValueError, match=r"column 'a' has dtype (object|str).*pandas\.to_numeric"):
+        fitted.predict(as_strings)
+    as_dates = frame.assign(a=pd.to_datetime(frame["a"].fillna(0).abs() * 1e9))
+    with pytest.raises(ValueError, match=r"column 'a' has dtype datetime64"):
+        fitted.predict(as_dates)
+
+
+def test_feature_cols_listing_the_score_or_a_column_twice(tabular, tree_models):
+    frame, y = _calibration_frame(tabular, tree_models["lightgbm"])
+    columns = [c for c in frame.columns if c != "score"]
+    cal = ClusteredCalibrator(embedding_model=tree_models["lightgbm"], n_clusters=3)
+    with pytest.raises(ValueError, match=r"feature_cols: lists the score column 'score'"):
+        cal.set_params(feature_cols=[*columns[:-1], "score"]).fit(frame, y)
+    with pytest.raises(ValueError, match=r"feature_cols: duplicate column names \[\"'a'\"\]"):
+        cal.set_params(feature_cols=[*columns[:-1], "a"]).fit(frame, y)

@@ -277,19 +277,26 @@ def test_predict_refuses_to_overwrite_an_input_column(files, scored, capsys):
         np.testing.assert_array_equal(result[column], expected)
 
 
-def test_feature_aware_fit_without_feature_cols_reads_every_other_column(tmp_path, scored):
-    """Issue 18: ``fit --method mbct`` without ``--feature-cols`` fitted zero trees."""
+def test_feature_aware_fit_without_feature_cols_reads_every_other_column(tmp_path, scored, capsys):
+    """Issue 18: ``fit --method mbct`` without ``--feature-cols`` fitted zero trees. The default leaves out
+    the score, label and weight columns, ``p_true`` and a column holding the label's values (a leak)."""
     data = tmp_path / "data.parquet"
-    weighted = scored.assign(weight=1.0)
+    weighted = scored.assign(
+        weight=1.0, clicked=scored["label"].astype(bool), age=np.arange(len(scored)) % 97
+    )
     weighted.to_parquet(data)
     model = tmp_path / "mbct.json"
     argv = ["fit", str(data), "--method", "mbct", "--model", str(model), "--weight-col", "weight"]
-    assert main([*argv, "--categorical-cols", "segment", "--param", "max_trees=2"]) == 0
+    assert main([*argv, "--param", "max_trees=2"]) == 0
+    err = capsys.readouterr().err
+    assert "every column but the score, label and weights: segment, age" in err
+    assert (
+        "features read by value: segment (5 values); binned: age (32 bins)" in err
+    )  # 397 values > 4000 / 20
     fitted = gpucal.load(model)
-    assert fitted.feature_cols == ["p_true", "segment"]
-    assert fitted.categorical_cols == ["segment"]
-    X = scored[["score", "p_true", "segment"]]
-    expected = gpucal.MBCT(feature_cols=["p_true", "segment"], categorical_cols=["segment"], max_trees=2)
+    assert fitted.feature_cols == ["segment", "age"]
+    X = weighted[["score", "segment", "age"]]
+    expected = gpucal.MBCT(feature_cols=["segment", "age"], max_trees=2)
     expected.fit(X, scored["label"], sample_weight=weighted["weight"])
     assert "tree 1" in fitted.export_rules()
     np.testing.assert_array_equal(fitted.predict(X), expected.predict(X))

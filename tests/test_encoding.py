@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 
 import numpy as np
@@ -18,6 +19,7 @@ from sklearn.exceptions import NotFittedError
 from gpucal._frames import split_input
 from gpucal.encoding import FeatureEncoder
 from gpucal.encoding.summaries import inverted_cdf
+from gpucal.rows import LocalRows, RowBlock
 
 
 def _hand_bins(
@@ -128,12 +130,74 @@ def test_bins_match_hand_computation(n_bins):
 
 def test_every_bin_has_fit_rows_and_few_values_get_own_bins():
     x = np.repeat([0, 1, 2, 5], [700, 100, 100, 100])
-    enc = FeatureEncoder(n_bins=16).fit({"x": x})
+    enc = FeatureEncoder(n_bins=16, categorical_cols=[]).fit({"x": x})  # integers binned, not read by value
     assert_array_equal(enc.bin_edges_["x"], [1, 2, 5])
     codes = enc.transform({"x": x})[:, 0]
     assert_array_equal(np.bincount(codes, minlength=5), [700, 100, 100, 100, 0])
     # with 8 bins, 5 holds less than 1/8 of the rows and shares the top bin with 2
-    assert_array_equal(FeatureEncoder(n_bins=8).fit({"x": x}).bin_edges_["x"], [1, 2])
+    assert_array_equal(FeatureEncoder(n_bins=8, categorical_cols=[]).fit({"x": x}).bin_edges_["x"], [1, 2])
+
+
+def _integer_ids(n_rows: int, n_ids: int, seed: int = 0) -> np.ndarray:
+    """``n_ids`` integer codes, each on at least one of ``n_rows`` rows, in a random order."""
+    rng = np.random.default_rng(seed)
+    return rng.permutation(np.resize(np.arange(1000, 1000 + n_ids), n_rows)).astype(np.int64)
+
+
+def test_integer_codes_are_read_by_value_floats_binned():
+    site = _integer_ids(6000, 60)
+    enc = FeatureEncoder().fit({"site": site, "site_float": site.astype(np.float64)})
+    assert enc.kinds_ == ["values", "bins"]
+    assert enc.categories_["site"].tolist() == list(range(1000, 1060))  # one code per site, none merged
+    assert len(enc.bin_edges_["site_float"]) == 31  # 32 quantile bins over the 60 sites
+    codes = enc.transform({"site": site, "site_float": site.astype(np.float64)})[:, 0]
+    assert_array_equal(codes, site - 1000)
+
+
+def test_integer_rule_threshold_one_value_per_20_rows():
+    # 6000 rows: at most 300 distinct values are read by value; 301 are binned
+    enc = FeatureEncoder().fit({"a": _integer_ids(6000, 300), "b": _integer_ids(6000, 301)})
+    assert enc.kinds_ == ["values", "bins"]
+
+
+@pytest.mark.parametrize(
+    ("categorical_cols", "kinds"),
+    [([], ["bins", "bins"]), (["b"], ["bins", "values"]), (None, ["values", "bins"])],
+)
+def test_categorical_cols_list_replaces_the_integer_rule(categorical_cols, kinds):
+    X = {"a": _integer_ids(2000, 10), "b": np.random.default_rng(1).normal(size=2000)}
+    assert FeatureEncoder(categorical_cols=categorical_cols).fit(X).kinds_ == kinds
+
+
+def test_integer_rule_for_every_integer_dtype():
+    ids = _integer_ids(1000, 12)
+    frames = [
+        pd.DataFrame({"x": pd.array(np.where(np.arange(1000) % 7 == 0, None, ids), dtype="Int64")}),
+        pl.DataFrame({"x": ids.astype(np.uint16)}),
+        pa.table({"x": pa.array(ids.astype(np.int32))}),
+    ]
+    for frame in frames:
+        enc = FeatureEncoder().fit(frame)
+        assert enc.kinds_ == ["values"], type(frame)
+        assert enc.categories_["x"].tolist() == list(range(1000, 1012))
+
+
+@pytest.mark.parametrize("categorical_cols", [None, []])
+def test_integer_rule_same_over_blocks(categorical_cols):
+    """Fitted over several blocks (the dask path), the encoder is the one fitted on all rows at once."""
+    rng = np.random.default_rng(3)
+    w = rng.uniform(0.0, 2.0, 3000)
+    w[:40] = 0.0  # values held only by zero-weight rows are still categories
+    X = pd.DataFrame({"a": _integer_ids(3000, 150), "b": _integer_ids(3000, 151), "c": rng.normal(size=3000)})
+    whole = FeatureEncoder(categorical_cols=categorical_cols).fit(X, sample_weight=w)
+    cuts = [0, 700, 2000, 3000]
+    blocks = tuple(
+        RowBlock({"X": X.iloc[lo:hi], "sample_weight": pd.Series(w[lo:hi], index=X.index[lo:hi])})
+        for lo, hi in itertools.pairwise(cuts)
+    )
+    merged = FeatureEncoder(categorical_cols=categorical_cols).fit_rows(LocalRows(blocks))
+    assert merged.to_dict() == whole.to_dict()
+    assert merged.kinds_ == (["values", "bins", "bins"] if categorical_cols is None else ["bins"] * 3)
 
 
 def test_out_of_range_and_infinite_values_go_to_end_bins():

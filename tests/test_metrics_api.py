@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 from numpy.testing import assert_allclose
 
+import gpucal
 from gpucal import metrics
 
 RTOL = 1e-12
@@ -344,3 +345,65 @@ def test_ece_sweep_stops_once_every_tied_group_has_its_bin() -> None:
     assert metrics.ece_sweep(y3, p3) == pytest.approx(
         metrics.ece(y3, p3, n_bins=3, strategy="quantile"), rel=1e-9
     )
+
+
+# --------------------------------------------------------------------------------------------------
+# Inputs that gave an obscure error or a silently infinite table
+
+
+def _rows(n: int = 300, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    p = rng.uniform(0.05, 0.95, n)
+    return (rng.random(n) < p).astype(np.int64), p, rng.integers(0, 4, n)
+
+
+def test_field_of_lists_or_two_dimensions_is_named():
+    y, p, region = _rows()
+    lists = pd.Series([[int(v), 1] for v in region])
+    for call in (
+        lambda: metrics.field_ece(y, p, lists),
+        lambda: metrics.field_rce(y, p, lists),
+        lambda: metrics.cece(y, p, lists),
+    ):
+        with pytest.raises(TypeError, match=r"cannot group rows by its values \(unhashable type: 'list'\)"):
+            call()
+    with pytest.raises(TypeError, match=r"features\['a'\]: holds list values"):
+        metrics.segment_report(y, p, pd.DataFrame({"a": lists}))
+    with pytest.raises(TypeError, match=r"fields\['a'\]: holds list values"):
+        gpucal.evaluate(y, {"p": p}, fields=pd.DataFrame({"a": lists}))
+    with pytest.raises(ValueError, match=r"fields\['a'\]: expected a 1-D column .* shape \(300, 2\)"):
+        gpucal.evaluate(y, {"p": p}, fields={"a": np.c_[region, region]})
+
+
+def test_segment_report_takes_pyarrow_inputs():
+    pa = pytest.importorskip("pyarrow")
+    y, p, region = _rows()
+    expected = metrics.segment_report(y, p, pd.DataFrame({"region": region}))
+    got = metrics.segment_report(pa.array(y), pa.array(p), pa.table({"region": pa.array(region)}))
+    pd.testing.assert_frame_equal(got, expected)
+
+
+@pytest.mark.parametrize(
+    "hard", [lambda y: y, lambda y: y.astype(bool), lambda y: pd.Series(y, dtype="Int64")]
+)
+def test_class_labels_as_predictions_are_refused(hard):
+    """0/1 integer predictions gave log-loss 18 and infinite sigmas without a word."""
+    y, p, region = _rows()
+    with pytest.raises(
+        TypeError, match=r"y_prob: dtype .* holds class labels, not probabilities.*predict_proba"
+    ):
+        metrics.segment_report(y, hard(y), pd.DataFrame({"region": region}))
+    with pytest.raises(TypeError, match=r"predictions\['hard'\]: dtype .* holds class labels"):
+        gpucal.evaluate(y, {"p": p, "hard": hard(y)})
+    # the same values as floats are probabilities that happen to be 0 or 1: a documented result
+    report = metrics.segment_report(y, y.astype(np.float64), pd.DataFrame({"region": region}))
+    assert (report["error"] == 0).all()
+    assert (report["sigma"] == 0).all()
+
+
+def test_ece_outside_unit_interval_suggests_what_ece_takes():
+    y, p, _ = _rows()
+    with pytest.raises(
+        ValueError, match=r"outside \[0, 1\]; pass probabilities \(margins/logits through a sigmoid"
+    ):
+        metrics.ece(y, p * 3)

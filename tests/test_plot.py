@@ -368,8 +368,8 @@ def test_plot_overlays_predictions_with_ece_in_legend():
     ax, hist_ax = fig.axes
     labels = named_lines(ax)
     assert labels[0] == "perfectly calibrated"
-    assert labels[1] == f"raw (ECE {ece(y, p, n_bins=10):.4f})"
-    assert labels[2] == f"fixed (ECE {ece(y, np.sqrt(p), n_bins=10):.4f})"
+    assert labels[1] == f"raw (ECE {ece(y, p, n_bins=10):.4f}, 10 uniform bins)"
+    assert labels[2] == f"fixed (ECE {ece(y, np.sqrt(p), n_bins=10):.4f}, 10 uniform bins)"
     assert len(ax.collections) == 2  # one band per prediction
     assert len(hist_ax.patches) == 2  # one outline histogram per prediction
     assert ax.get_legend() is not None
@@ -470,3 +470,22 @@ def test_missing_matplotlib_names_the_extra(monkeypatch):
 def test_import_gpucal_does_not_import_matplotlib():
     code = "import sys, gpucal, gpucal.plot; sys.exit('matplotlib' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
+
+
+def test_plot_axis_holds_every_prediction_and_legend_matches_the_table():
+    """With quantile bins at a low base rate the last bin's mean sat far below the largest prediction,
+    and the axis (histogram included) was cut there; the legend's ECE matched no row of evaluate."""
+    pytest.importorskip("matplotlib")
+    import gpucal
+    from gpucal.plot import plot_reliability
+
+    rng = np.random.default_rng(5)
+    p = np.clip(rng.beta(0.6, 30.0, 20000), 0, 1)
+    p[:700] = rng.uniform(0.5, 0.81, 700)  # a few hundred rows far above the last quantile bin's mean
+    y = (rng.random(p.shape[0]) < p).astype(float)
+    fig = plot_reliability(y, {"s": p}, n_bins=15, strategy="quantile", n_bootstrap=0)
+    ax, hist_ax = fig.axes
+    assert ax.get_xlim()[1] >= p.max()
+    assert hist_ax.get_xlim()[1] >= p.max()
+    table = gpucal.evaluate(y, {"s": p})
+    assert named_lines(ax)[1] == f"s (ECE {table.loc['ece_15_quantile', 's']:.4f}, 15 quantile bins)"

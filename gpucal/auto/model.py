@@ -39,7 +39,9 @@ from gpucal.auto.specs import candidate_from_spec, candidate_spec
 from gpucal.calibrators._base import Calibrator, Constraint, Interval, Options
 from gpucal.calibrators._logistic import sigmoid
 from gpucal.calibrators.platt import OUTPUT_TYPE_OPTIONS, SCORE_KIND_OPTIONS
+from gpucal.encoding import FeatureEncoder, resolve_feature_cols
 from gpucal.persistence import register
+from gpucal.rows import as_rows
 from gpucal.rows._collections import DISTRIBUTED_FITS, any_dask
 
 #: The class the AUC guard falls back to: a monotone map of the score keeps its ranking.
@@ -113,9 +115,13 @@ class AutoCalibrator(Calibrator):
     score_col : str, default="score"
         Column of ``X`` holding the score.
     feature_cols : list of hashable, str or None, default=None
-        Feature columns for the feature-aware candidates; None means every column but ``score_col``.
+        Feature columns for the feature-aware candidates; None means every column but ``score_col``, the label
+        (a column named like ``y`` or holding its values), the weights and ``p_true``
+        (``gpucal.encoding.features``); a feature that is the label is refused.
     categorical_cols : list of hashable, str or None, default=None
-        Numeric feature columns to read by value (IDs), for the feature-aware candidates.
+        Numeric feature columns to read by value, for the feature-aware candidates. None: integer columns with
+        few distinct values (at most one per 20 rows, 50,000 at most) are read by value, other numbers binned
+        (``FeatureEncoder``); ``[]``: every number binned.
     score_kind : {"probability", "logit"}, default="probability"
         Probabilities, or raw margins: then the default candidates are those that take margins (Platt,
         isotonic, feature-aware Platt, NeuCalib).
@@ -268,8 +274,12 @@ class AutoCalibrator(Calibrator):
     # ----------------------------------------------------------------------------------------------
     # Fit
 
-    def _resolve_candidates(self, has_features: bool, large: bool = False) -> list[Candidate]:
-        columns = column_params(self.score_col, self.feature_cols, self.categorical_cols, self.score_kind)
+    def _resolve_candidates(
+        self, has_features: bool, large: bool = False, feature_cols: Any = None
+    ) -> list[Candidate]:
+        """The candidates, reading ``feature_cols`` (the resolved features; None: the parameter)."""
+        features = self.feature_cols if feature_cols is None else feature_cols
+        columns = column_params(self.score_col, features, self.categorical_cols, self.score_kind)
         if self.candidates is None:
             from gpucal.neural import torch_available
 
@@ -308,8 +318,16 @@ class AutoCalibrator(Calibrator):
         self._validate_params()
         if any_dask(X, y, sample_weight, groups):
             raise self._no_distributed_fit()
+        feature_cols = resolve_feature_cols(
+            as_rows(X=X, y=y, sample_weight=sample_weight),
+            X,
+            y,
+            sample_weight,
+            score_col=self.score_col,
+            feature_cols=self.feature_cols,
+        )
         split = split_input(
-            X, score_col=self.score_col, feature_cols=self.feature_cols, score_kind=self.score_kind
+            X, score_col=self.score_col, feature_cols=feature_cols, score_kind=self.score_kind
         )
         labels = check_labels(y, "y")
         n_rows = check_consistent_length(X=split.score, y=labels)
@@ -320,7 +338,10 @@ class AutoCalibrator(Calibrator):
         )
         plan = plan_cross_fit(n_rows, self.n_folds, self.cv_rows)
         self.n_folds_, self.cv_rows_ = plan.n_folds, plan.cv_rows
-        candidates = self._resolve_candidates(has_features=bool(split.features), large=plan.large)
+        candidates = self._resolve_candidates(bool(split.features), plan.large, list(split.features))
+        if self.verbose and split.features:
+            encoder = FeatureEncoder(categorical_cols=self.categorical_cols).fit(split.features)
+            log(f"features {encoder.describe_columns()}")
         host_labels = to_numpy(labels)
         host_weights = np.ones(n_rows) if weights is None else to_numpy(weights)
         folds = self._folds(X, groups, host_labels, None if weights is None else host_weights, plan)

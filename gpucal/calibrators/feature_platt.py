@@ -39,7 +39,7 @@ from gpucal.calibrators._feature_platt_solver import (
     fit_feature_platt,
 )
 from gpucal.calibrators.platt import OUTPUT_TYPE_OPTIONS, SCORE_KIND_OPTIONS
-from gpucal.encoding import FeatureEncoder
+from gpucal.encoding import FeatureEncoder, resolve_feature_cols
 from gpucal.persistence import register
 from gpucal.rows import as_rows
 
@@ -72,9 +72,13 @@ class FeatureAwarePlattCalibrator(Calibrator):
     score_col : str, default="score"
         Column of ``X`` holding the score.
     feature_cols : list of hashable, str or None, default=None
-        Feature columns; None means every column of ``X`` except ``score_col``.
+        Feature columns; None means every column but ``score_col``, the label (a column named like ``y`` or
+        holding its values), the weights and ``p_true`` (``gpucal.encoding.features``); a feature that is the
+        label is refused.
     categorical_cols : list of hashable, str or None, default=None
-        Numeric feature columns to read by value (e.g. integer IDs) instead of by quantile bins.
+        Numeric feature columns to read by value instead of by quantile bins. None: integer columns with few
+        distinct values (at most one per 20 rows, 50,000 at most) are read by value, other numbers binned
+        (``FeatureEncoder``); ``[]``: every number binned.
     n_bins : int, default=32
         Most quantile bins per numeric feature.
     score_kind : {"probability", "logit"}, default="probability"
@@ -214,13 +218,18 @@ class FeatureAwarePlattCalibrator(Calibrator):
         self
         """
         self._validate_params()
+        rows = as_rows(X=X, y=y, sample_weight=sample_weight)
+        feature_cols = resolve_feature_cols(
+            rows, X, y, sample_weight, score_col=self.score_col, feature_cols=self.feature_cols
+        )
         params = self._params_as(
             FeaturePlattParams,
+            feature_cols=feature_cols,
             warm_start_min_rows=WARM_START_MIN_ROWS,
             warm_start_rows=WARM_START_ROWS,
             array_code=FORCE_ARRAY_PATH,
         )
-        state = fit_feature_platt(as_rows(X=X, y=y, sample_weight=sample_weight), params)
+        state = fit_feature_platt(rows, params)
         return self._set_fitted(state)
 
     def _set_fitted(self, state: FeaturePlattState) -> FeatureAwarePlattCalibrator:

@@ -353,11 +353,16 @@ class TemperatureCalibrator(Calibrator):
         -------
         self
         """
+        if self.score_col is None:
+            msg = (
+                "The 'score_col' parameter of TemperatureCalibrator must be a column name. Got None instead."
+            )
+            raise ValueError(msg)
         if not _is_matrix(X, self.score_col):
             super().fit(X, y, sample_weight)
             return self
         self._validate_params()
-        Z = as_2d_scores(X, score_kind=self.score_kind)
+        Z = self._matrix(X)
         n, k = Z.shape
         labels = check_class_labels(y, n, k)
         w = check_sample_weight(sample_weight, n, xp=array_namespace(Z))
@@ -366,6 +371,21 @@ class TemperatureCalibrator(Calibrator):
         self.n_classes_ = int(k)
         self.multiclass_ = True
         return self
+
+    def _matrix(self, X: Any) -> Any:
+        """``X`` as a class-score matrix; for a dataframe the error says it was read so for lack of
+        ``score_col`` (a misspelt score column would otherwise read as a bad matrix)."""
+        try:
+            return as_2d_scores(X, score_kind=self.score_kind)
+        except (TypeError, ValueError) as exc:
+            if isinstance(X, np.ndarray | list | tuple) or is_cupy_array(X):
+                raise
+            columns = list(X.column_names if hasattr(X, "column_names") else X.columns)
+            msg = (
+                f"X: no score column {self.score_col!r} (set score_col=; columns: {columns}), so X was read "
+                f"as a class-score matrix, one column per class, and {exc}"
+            )
+            raise type(exc)(msg) from None
 
     def predict(self, X: Any) -> Any:
         """Return calibrated probabilities: 1-D for binary fits, ``(n, k)`` for multi-class fits.
@@ -384,12 +404,14 @@ class TemperatureCalibrator(Calibrator):
         check_is_fitted(self, list(self._state_spec))
         if _is_matrix(X, self.score_col) != self.multiclass_:
             fitted = f"an (n, {self.n_classes_}) matrix" if self.multiclass_ else "1-D binary scores"
-            got = "a class-score matrix" if not self.multiclass_ else "binary scores"
+            got = "binary scores"
+            if not self.multiclass_:
+                got = f"a class-score matrix (X has no score column {self.score_col!r}; set score_col=)"
             msg = f"X: this calibrator was fitted on {fitted}; got {got}"
             raise ValueError(msg)
         if not self.multiclass_:
             return super().predict(X)
-        Z = as_2d_scores(X, score_kind=self.score_kind)
+        Z = self._matrix(X)
         if Z.shape[1] != self.n_classes_:
             msg = f"X: has {Z.shape[1]} columns, the calibrator was fitted on {self.n_classes_} classes"
             raise ValueError(msg)

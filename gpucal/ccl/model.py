@@ -23,8 +23,9 @@ from gpucal.calibrators._logistic import EPS
 from gpucal.calibrators.platt import OUTPUT_TYPE_OPTIONS
 from gpucal.ccl.cluster_maps import as_matrix
 from gpucal.ccl.clustering import CLUSTERINGS, assign_clusters, project
-from gpucal.ccl.embeddings import EMBEDDINGS, LEAF_ENCODINGS, TreeEmbedding, _as_pandas, make_embedding
+from gpucal.ccl.embeddings import EMBEDDINGS, LEAF_ENCODINGS, TreeEmbedding, make_embedding
 from gpucal.ccl.fit import CCLParams, CCLState, fit_ccl, is_multiclass, read_scores
+from gpucal.encoding import resolve_feature_cols
 from gpucal.persistence import register
 from gpucal.rows import any_dask, as_rows
 from gpucal.rows._checks import check_all_dask
@@ -102,8 +103,9 @@ class ClusteredCalibrator(Calibrator):
     score_col : str or list of str, default="score"
         The base model's probability column; a list of columns is a multi-class probability matrix.
     feature_cols : list of str or None, default=None
-        Columns handed to an XGBoost / LightGBM embedding model; None: the model's own feature names when
-        it has them, else every column but the score. gpucal models read their own columns.
+        Columns handed to an XGBoost / LightGBM embedding model; None: the model's own feature names when it
+        has them, else every column but the score, the label and the weights (``gpucal.encoding.features``).
+        gpucal models read their own columns. Listing the label, a score column or a column twice is refused.
     seed : int, default=0
         Seed of the clustering sample, the projection and k-means' starts.
     device : {"auto", "cpu", "gpu"}, default="auto"
@@ -265,10 +267,6 @@ class ClusteredCalibrator(Calibrator):
         """Return ``(score, info)``: the 1-D probability or the ``(n, K)`` probability matrix."""
         return read_scores(X, self.score_col, allow_empty=allow_empty)
 
-    def _other_columns(self, X: Any) -> list[Hashable]:
-        scores = set(self.score_col) if self._multiclass else {self.score_col}  # type: ignore[arg-type]
-        return [c for c in _as_pandas(X).columns if c not in scores]
-
     # ----------------------------------------------------------------------------------------------
     # fit
 
@@ -306,10 +304,18 @@ class ClusteredCalibrator(Calibrator):
             check_all_dask(given)  # the error names the inputs that are not dask collections
         if not distributed:
             self._scores(X)  # the input checks (sparse, empty, bad columns) word the error before pandas does
-        # A dask frame's columns are those of its meta (nothing is computed to read them).
-        columns = self._other_columns(X._meta if distributed else X)
+        rows = as_rows(**given)
+        # The columns an XGBoost / LightGBM model reads: feature_cols checked, or every column but the
+        # score, the label and the weights (when the model does not name its features).
+        columns = resolve_feature_cols(
+            rows, X, y, sample_weight, score_col=self.score_col, feature_cols=self.feature_cols
+        )
         embedding = make_embedding(
-            self.embedding_model, self.embedding, self.leaf_encoding, self.feature_cols, columns
+            self.embedding_model,
+            self.embedding,
+            self.leaf_encoding,
+            self.feature_cols,
+            [] if columns is None else list(columns),
         )
         params = CCLParams(
             score_col=self.score_col,
@@ -319,7 +325,7 @@ class ClusteredCalibrator(Calibrator):
             penalty=float(self.penalty),
             cluster_options=self._cluster_options(),
         )
-        self._set_fitted(fit_ccl(as_rows(**given), params, embedding))
+        self._set_fitted(fit_ccl(rows, params, embedding))
         return self
 
     def _cluster_options(self) -> dict[str, Any]:

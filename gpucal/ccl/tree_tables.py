@@ -106,7 +106,9 @@ class TreeTables:
         order in the frame does not matter; a column the model was trained on as pandas categories must
         be a category column, and the error names the column and the fix. A category the model never
         saw is missing (NaN), as LightGBM treats it; XGBoost 3.2 gives it its code in the frame's own
-        categories (so the training category that had that code), which gpucal does not copy.
+        categories (so the training category that had that code), which gpucal does not copy. A column
+        read as numbers must have a real numeric dtype (int, uint, float, bool): strings, datetimes,
+        objects and complex numbers are refused, naming the column, never cast.
         """
         import pandas as pd
 
@@ -135,11 +137,16 @@ class TreeTables:
                 codes = column.cat.set_categories(cats).cat.codes.to_numpy()
                 out[:, j] = np.where(codes < 0, np.nan, codes)
                 continue
-            try:
-                out[:, j] = column.to_numpy(dtype=np.float64, na_value=np.nan)
-            except (TypeError, ValueError):
-                msg = f"X: column {name!r} (dtype {column.dtype}) must hold numbers for the embedding model"
-                raise ValueError(msg) from None
+            dtype = column.dtype
+            if not pd.api.types.is_numeric_dtype(dtype) or pd.api.types.is_complex_dtype(dtype):
+                # strings, datetimes, objects and complex numbers would be cast to floats without a word
+                msg = (
+                    f"X: column {name!r} has dtype {dtype}, but the {self.library} embedding model reads "
+                    "it as real numbers (int, float or bool); pass it as numbers, e.g. "
+                    f"X[{name!r}] = pandas.to_numeric(X[{name!r}])"
+                )
+                raise ValueError(msg)
+            out[:, j] = column.to_numpy(dtype=np.float64, na_value=np.nan)
         if self.float32_inputs:
             out = out.astype(np.float32).astype(np.float64)
         return out

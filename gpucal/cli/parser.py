@@ -97,12 +97,16 @@ def build_parser() -> argparse.ArgumentParser:
         "--feature-cols",
         default=None,
         help="comma-separated feature columns of feature-aware methods (mbct, hc, feature_platt, "
-        "neucalib, ...; default: every column but the score, label and weight columns)",
+        "neucalib, ...; default: every column but the score, label and weight columns, p_true, and a "
+        "column holding the label's or the weights' values; naming the label is refused)",
     )
     fit.add_argument(
         "--categorical-cols",
         default=None,
-        help="comma-separated feature columns to treat as categories (default: the method's own choice)",
+        help="comma-separated numeric feature columns to read by value, every other number binned "
+        "(default: an integer column with at most one distinct value per 20 rows, and 50,000 at most, "
+        "is read by value, other numbers are cut into quantile bins; strings and booleans are always "
+        "read by value; the fit logs which columns were read how)",
     )
     fit.add_argument(
         "--param",
@@ -165,7 +169,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--plot-strategy",
         choices=("uniform", "quantile"),
         default="quantile",
-        help="bins of the diagram: quantile, equal mass (reads well at low base rates); uniform, equal width",
+        help="the diagram's 15 bins (the table's ECE bins: the legend's ECE is the table's "
+        "ece_15_<strategy>): quantile, equal mass (reads well at low base rates); uniform, equal width",
     )
     evaluate.set_defaults(handler=run_evaluate)
 

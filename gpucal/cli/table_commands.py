@@ -104,10 +104,12 @@ def _fit_params(args: argparse.Namespace, parameters: set[str]) -> dict[str, Any
 
     Options the method lacks are refused, named as typed; ``--verbose`` only reaches methods with a
     ``verbose`` parameter. A feature-aware method given no ``--feature-cols`` reads every column but
-    the score, label and weight columns, as ``feature_cols=None`` does in Python; the list is resolved
-    here and logged, so the saved model names its features.
+    the score, label and weight columns and ``p_true``; :func:`run_fit` then takes out a column holding
+    the label's or the weights' values, as ``feature_cols=None`` does in Python
+    (``gpucal.encoding.features``), and logs the list, so the saved model names its features.
     """
     from gpucal._files import table_columns
+    from gpucal._frames import ORACLE_COLUMNS
 
     chosen: dict[str, tuple[str, Any]] = {}  # parameter -> (option as typed, value)
     if args.score_col != "score":
@@ -136,11 +138,37 @@ def _fit_params(args: argparse.Namespace, parameters: set[str]) -> dict[str, Any
     if args.verbose and "verbose" in parameters:
         params["verbose"] = args.verbose
     if "feature_cols" in parameters and params.get("feature_cols") is None:
-        skipped = {args.score_col, args.label_col, args.weight_col}
+        skipped = {args.score_col, args.label_col, args.weight_col, *ORACLE_COLUMNS}
         params["feature_cols"] = [c for c in table_columns(args.data) if c not in skipped]
-        features = ", ".join(params["feature_cols"])
-        log_progress(f"no --feature-cols: every other column is a feature: {features}")
+        args.default_features = True
     return params
+
+
+def _log_features(args: argparse.Namespace, calibrator: Any, X: Any, y: Any, weights: Any) -> list[str]:
+    """Resolve defaulted features against the label's and weights' values; log how each is read.
+
+    Returns the features the fit reads (``--feature-cols`` as given, or the default list without the
+    columns that hold the label's or the weights' values).
+    """
+    from gpucal.encoding import FeatureEncoder, resolve_feature_cols
+    from gpucal.rows import as_rows
+
+    params = calibrator.get_params()
+    features = list(params.get("feature_cols") or [])
+    if getattr(args, "default_features", False):
+        rows = as_rows(X=X, y=y, sample_weight=weights)
+        features = list(
+            resolve_feature_cols(rows, X, y, weights, score_col=args.score_col, feature_cols=None) or []
+        )
+        calibrator.set_params(feature_cols=features)
+        log_progress(
+            f"no --feature-cols: every column but the score, label and weights: {', '.join(features)}"
+        )
+    if features and "categorical_cols" in params:
+        encoding = {"categorical_cols": params["categorical_cols"], "n_bins": params.get("n_bins", 32)}
+        encoder = FeatureEncoder(**encoding).fit(X[features])
+        log_progress(f"features {encoder.describe_columns()}")
+    return features
 
 
 def run_fit(args: argparse.Namespace) -> int:
@@ -157,11 +185,13 @@ def run_fit(args: argparse.Namespace) -> int:
     needed = [args.score_col, args.label_col, *features] + ([args.weight_col] if args.weight_col else [])
     log_progress(f"reading {args.data} ...")
     frame = read_table(args.data, columns=needed)
+    weights = frame[args.weight_col] if args.weight_col else None
+    features = _log_features(
+        args, calibrator, frame[[args.score_col, *features]], frame[args.label_col], weights
+    )
     log_progress(f"fitting {type(calibrator).__name__} on {len(frame):,} rows ...")
     started = time.perf_counter()
-    X = frame[[args.score_col, *features]]
-    weights = frame[args.weight_col] if args.weight_col else None
-    calibrator.fit(X, frame[args.label_col], sample_weight=weights)
+    calibrator.fit(frame[[args.score_col, *features]], frame[args.label_col], sample_weight=weights)
     calibrator.save(args.model)
     log_progress(f"fitted in {time.perf_counter() - started:.2f} s; model written to {args.model}")
     return 0
@@ -249,6 +279,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
             frame[args.label_col].to_numpy(),
             {c: frame[c].to_numpy() for c in predictions},
             sample_weight=weights,
+            n_bins=15,  # the bins of the table's ECE rows: the legend's ECE is its ece_15_<strategy>
             strategy=args.plot_strategy,
             seed=args.seed,
         )

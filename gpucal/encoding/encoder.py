@@ -5,16 +5,26 @@ Each feature column ``j`` becomes codes in ``[0, n_values_[j])``:
 ========================  ======================================================================
 column                    codes
 ========================  ======================================================================
-numbers (int, float)      quantile bins ``0 .. k-1`` (``k <= n_bins``), then the missing code ``k``
+numbers (float, and       quantile bins ``0 .. k-1`` (``k <= n_bins``), then the missing code ``k``
+integers with many
+distinct values)
 by value (strings,        the distinct values seen at fit time, sorted, ``0 .. k-1``; the missing
 categoricals, enums,      code ``k``; with ``handle_unseen="separate"`` (default) the unseen code
-booleans, and numbers     ``k + 1``
-listed in
+booleans, integer codes,  ``k + 1``
+numbers listed in
 ``categorical_cols``)
 ========================  ======================================================================
 
 Rules
 -----
+* **Integers.** With ``categorical_cols=None`` (the default) an integer column (any int or uint
+  dtype, nullable ones included) is read by value when it has at most one distinct value per
+  ``ROWS_PER_VALUE`` (20) rows and at most ``MAX_AUTO_VALUES`` (50,000) distinct values: in CTR,
+  credit and clinical tables such a column is a code (a site, a region, an hour), and quantile bins
+  would merge unrelated codes. Other integer columns (counts, amounts, timestamps with many distinct
+  values) and every float column are binned. A list ``categorical_cols`` replaces the rule: exactly
+  the numeric columns it names are read by value (``[]``: every number binned). ``kinds_`` says how
+  each column was read.
 * **Missing** (NaN, None, null, pd.NA, a categorical's code -1) always has its own code, present
   even when the fit data had no missing value, so new data with gaps needs no refit.
 * **Bins.** The cut points are the quantiles at levels ``1/n_bins, ..., (n_bins-1)/n_bins`` of the
@@ -67,11 +77,14 @@ from gpucal.encoding.codings import (
     transform_bins,
 )
 from gpucal.encoding.summaries import (
-    BINS,
+    INTEGERS,
     VALUES,
     as_codes,
     bin_edges_from_values,
     fit_bins,
+    integer_categories,
+    is_integer_column,
+    max_auto_values,
     merge_summaries,
     observed_categories,
     read_block,
@@ -95,8 +108,10 @@ class FeatureEncoder(BaseEstimator):
         Most quantile bins per numeric column (fewer when values repeat). 1 puts every number in
         one bin.
     categorical_cols : list of hashable, str or None, default=None
-        Numeric columns to encode by value instead of by bins (e.g. integer IDs). Non-numeric
-        columns are always encoded by value.
+        Numeric columns to encode by value instead of by bins. None: integer columns with few
+        distinct values (at most one per 20 rows, and 50,000) by value, other numbers binned (module
+        docstring, "Integers"); a list: exactly those numeric columns by value; ``[]``: every number
+        binned. Non-numeric columns are always encoded by value.
     handle_unseen : {"separate", "missing", "error"}, default="separate"
         What a category that did not occur at fit time becomes:
 
@@ -145,6 +160,8 @@ class FeatureEncoder(BaseEstimator):
     ['DE', 'FR', 'missing', 'unseen']
     >>> enc.describe_codes("age")
     ['[-inf, 30.0)', '[30.0, inf]', 'missing']
+    >>> enc.describe_columns()
+    'read by value: country (2 values); binned: age (2 bins)'
     """
 
     def __init__(
@@ -242,10 +259,19 @@ class FeatureEncoder(BaseEstimator):
         w = None if sample_weight is None else check_sample_weight(sample_weight, n_rows, xp=xp)
         codings = []
         for name, col in columns.items():
-            if col.is_numeric and name not in categorical:
+            if not col.is_numeric or name in categorical:
+                cats = observed_categories(as_codes(col))
+            elif self.categorical_cols is None and is_integer_column(col):
+                cats = observed_categories(as_codes(col))
+                if len(cats) > max_auto_values(n_rows):
+                    cats = None
+                else:
+                    cats = integer_categories(cats)
+            else:
+                cats = None
+            if cats is None:
                 codings.append(Coding(name, KIND_BINS, edges=fit_bins(col.values, w, int(self.n_bins))))
             else:
-                cats = observed_categories(as_codes(col))
                 codings.append(Coding(name, KIND_VALUES, categories=cats, has_unseen_code=self._separate))
         self._set_fitted(codings)
         return self
@@ -276,16 +302,20 @@ class FeatureEncoder(BaseEstimator):
         categorical = frozenset(self._check_params())
         limit = max_distinct_keys()
         combine = functools.partial(merge_summaries, limit=limit)
-        n_rows, summaries = rows.reduce(summarise_block, combine, read, args, categorical, limit)
+        auto = self.categorical_cols is None
+        n_rows, summaries = rows.reduce(summarise_block, combine, read, args, categorical, limit, auto)
         check_not_empty(n_rows, "X")
         names = list(summaries)
         self._check_columns(names)
-        value_weights = {
-            name: (table.keys[0], table.stats[:, 0])
-            for name, (kind, table) in summaries.items()
-            if kind == BINS
-        }
-        categories = {name: cats for name, (kind, cats) in summaries.items() if kind == VALUES}
+        value_weights, categories = {}, {}
+        for name, (kind, summary) in summaries.items():
+            if kind == VALUES:
+                categories[name] = summary
+            elif kind == INTEGERS and summary.keys[0].shape[0] <= max_auto_values(n_rows):
+                categories[name] = integer_categories(summary.keys[0])
+            else:  # BINS, or INTEGERS with too many values: the values of positive weight
+                weighted = summary.stats[:, 0] > 0
+                value_weights[name] = (summary.keys[0][weighted], summary.stats[weighted, 0])
         return self.fit_summaries(names, value_weights=value_weights, categories=categories)
 
     def _check_columns(self, names: list[Hashable]) -> None:
@@ -502,6 +532,21 @@ class FeatureEncoder(BaseEstimator):
         if coding.has_unseen_code:
             labels.append("unseen")
         return labels
+
+    def describe_columns(self) -> str:
+        """One line saying how each column is read, for fit reports.
+
+        For example ``"read by value: region (50 values), hour (24 values); binned: age (32 bins)"``.
+        """
+        check_is_fitted(self, "feature_names_")
+        by_value = [f"{c.name} ({len(c.categories)} values)" for c in self._codings if c.kind == KIND_VALUES]  # type: ignore[arg-type]
+        binned = [f"{c.name} ({c.n_regular} bins)" for c in self._codings if c.kind == KIND_BINS]
+        parts = [
+            f"{label}: {', '.join(names)}"
+            for label, names in (("read by value", by_value), ("binned", binned))
+            if names
+        ]
+        return "; ".join(parts)
 
     def to_dict(self) -> dict[str, Any]:
         """Return the parameters and fitted state as plain JSON-compatible data (lists, numbers, strings).

@@ -27,8 +27,32 @@ from gpucal.rows import RowBlock
 from gpucal.rows._checks import check_partition_weight
 from gpucal.rows._reduce import KeyedTable, check_table_size, group_sorted, merge_tables, merge_uniques
 
-#: Kinds of column summary: a value-weight table (quantile bins) or the categories used.
-BINS, VALUES = "bins", "values"
+#: Kinds of column summary: a value-weight table (quantile bins), the categories used, or the value-weight
+#: table of an integer column whose reading (by value or binned) depends on its distinct values
+#: (``FeatureEncoder``'s default rule): every finite value is kept, zero weights included.
+BINS, VALUES, INTEGERS = "bins", "values", "integers"
+
+#: The default rule: an integer column is read by value when it has at most one distinct value per
+#: ``ROWS_PER_VALUE`` rows and at most ``MAX_AUTO_VALUES`` of them; other numbers are binned.
+ROWS_PER_VALUE = 20
+MAX_AUTO_VALUES = 50_000
+
+
+def is_integer_column(col: Column) -> bool:
+    """Whether a numeric column has an integer dtype in its library (nullable integers included)."""
+    return col.is_numeric and col.dtype.lower().removeprefix("u").startswith("int")
+
+
+def max_auto_values(n_rows: int) -> int:
+    """The most distinct values an integer column of ``n_rows`` rows may have to be read by value."""
+    return min(MAX_AUTO_VALUES, n_rows // ROWS_PER_VALUE)
+
+
+def integer_categories(values: Any) -> np.ndarray:
+    """Distinct integer values (any numeric dtype holding integers) as a sorted object array of ints."""
+    out = np.empty(len(values), dtype=object)
+    out[:] = sorted(int(v) for v in values)
+    return out
 
 
 def as_codes(col: Column) -> tuple[Any, np.ndarray]:
@@ -76,21 +100,26 @@ def plain_value(v: Any) -> Any:
 
 
 def block_summaries(
-    X: Any, w: Any, categorical: frozenset[Hashable], limit: int
+    X: Any, w: Any, categorical: frozenset[Hashable], limit: int, auto_integers: bool = False
 ) -> tuple[int, dict[Hashable, Any]]:
-    """One block: its row count, and per column a value-weight table (numbers) or its categories."""
+    """One block: its row count, and per column a value-weight table (numbers) or its categories.
+
+    With ``auto_integers``, integer columns not in ``categorical`` get an :data:`INTEGERS` table: every
+    finite value, zero weights included, so the merged table decides the column's reading.
+    """
     columns = frame_columns(X)
     n_rows = len(X)
     out: dict[Hashable, Any] = {}
     for name, col in columns.items():
         if col.is_numeric and name not in categorical:
+            kind = INTEGERS if auto_integers and is_integer_column(col) else BINS
             xp = array_namespace(col.values)
             v = xp.asarray(col.values, dtype=xp.float64)
             weight = xp.ones(n_rows, dtype=xp.float64) if w is None else check_partition_weight(w, n_rows, xp)
-            keep = xp.isfinite(v) & (weight > 0)
+            keep = xp.isfinite(v) if kind == INTEGERS else xp.isfinite(v) & (weight > 0)
             keys, sums = group_sorted((v[keep],), weight[keep][:, None], xp)
             check_table_size(int(sums.shape[0]), limit, f"X[{name!r}] distinct values")
-            out[name] = (BINS, KeyedTable((to_numpy(keys[0]),), to_numpy(sums)))
+            out[name] = (kind, KeyedTable((to_numpy(keys[0]),), to_numpy(sums)))
         else:
             out[name] = (VALUES, observed_categories(as_codes(col)))
     return n_rows, out
@@ -102,8 +131,8 @@ def merge_summaries(*parts: tuple[int, dict[Hashable, Any]], limit: int) -> tupl
     merged: dict[Hashable, Any] = {}
     for name, (kind, _) in parts[0][1].items():
         pieces = [p[1][name][1] for p in parts]
-        if kind == BINS:
-            merged[name] = (BINS, merge_tables(*pieces, limit=limit, what=f"X[{name!r}] distinct values"))
+        if kind in (BINS, INTEGERS):
+            merged[name] = (kind, merge_tables(*pieces, limit=limit, what=f"X[{name!r}] distinct values"))
         else:
             merged[name] = (VALUES, merge_uniques(*pieces))
     return n_rows, merged
@@ -120,10 +149,11 @@ def summarise_block(
     args: tuple[Any, ...],
     categorical: frozenset[Hashable],
     limit: int,
+    auto_integers: bool = False,
 ) -> tuple[int, dict[Hashable, Any]]:
     """:func:`~gpucal.encoding.summaries.block_summaries` of the features and weights ``read`` gives."""
     X, w = read(block, *args)
-    return block_summaries(X, w, categorical, limit)
+    return block_summaries(X, w, categorical, limit, auto_integers)
 
 
 def fit_bins(values: Any, weight: Any, n_bins: int) -> np.ndarray:
@@ -182,12 +212,18 @@ def inverted_cdf(v: Any, levels: Any, weight: Any) -> Any:
 
 __all__ = [
     "BINS",
+    "INTEGERS",
+    "MAX_AUTO_VALUES",
+    "ROWS_PER_VALUE",
     "VALUES",
     "as_codes",
     "bin_edges_from_values",
     "block_summaries",
     "fit_bins",
+    "integer_categories",
     "inverted_cdf",
+    "is_integer_column",
+    "max_auto_values",
     "merge_summaries",
     "observed_categories",
     "plain_value",

@@ -148,6 +148,7 @@ def fit_hc(rows: Rows, params: HCParams, tree_rows: Rows | None = None) -> HCSta
     fit = _Fit(params, settings)
     n_map = int(summary[0]) - (n_tree if tree_rows is None else 0)
     fit.log(1, f"HC ({params.mode}): {n_tree} tree rows, {n_map} map rows, {len(ordinal)} features")
+    fit.log(1, f"  features {encoder.describe_columns()}")
     trees, node_params = fit.boosted(tree, cal) if boosted else fit.trees(tree, cal)
 
     names = [str(c) for c in encoder.feature_names_]

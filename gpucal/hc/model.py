@@ -18,7 +18,7 @@ from gpucal._backend import array_namespace
 from gpucal._frames import SplitInput, split_input, wrap_output
 from gpucal.calibrators._base import AnyOf, Calibrator, Constraint, Interval, Options
 from gpucal.calibrators.platt import OUTPUT_TYPE_OPTIONS
-from gpucal.encoding import FeatureEncoder
+from gpucal.encoding import FeatureEncoder, resolve_feature_cols
 from gpucal.hc.fit import HCParams, fit_hc
 from gpucal.hc.node_maps import (
     ENSEMBLE_KINDS,
@@ -75,10 +75,14 @@ class HeterogeneousCalibrator(Calibrator):
     score_col : str, default="score"
         Column holding the base model's probability.
     feature_cols : list of str, str or None, default=None
-        Features the tree splits on; None means every column but the score. Numbers are cut into
-        ``n_bins`` quantile bins, other columns split by value (``FeatureEncoder``).
+        Features the tree splits on; None means every column but ``score_col``, the label (a column named like
+        ``y`` or holding its values), the weights and ``p_true`` (``gpucal.encoding.features``); a feature
+        that is the label is refused. Other numbers are cut into ``n_bins`` quantile bins, other columns
+        split by value (``FeatureEncoder``).
     categorical_cols : list of str, optional
-        Numeric columns to split by value (IDs) rather than by threshold.
+        Numeric columns to split by value rather than by threshold. None: integer columns with few distinct
+        values (at most one per 20 rows, 50,000 at most) are read by value, other numbers binned
+        (``FeatureEncoder``); ``[]``: every number binned.
     n_bins : int, default=32
         Quantile bins per numeric feature: the thresholds a split may use.
     max_depth : int, default=3
@@ -289,7 +293,10 @@ class HeterogeneousCalibrator(Calibrator):
         tree_rows = None
         if X_tree is not None:
             tree_rows = as_rows(X=X_tree, y=y_tree, sample_weight=sample_weight_tree)
-        params = self._params_as(HCParams)
+        feature_cols = resolve_feature_cols(
+            rows, X, y, sample_weight, score_col=self.score_col, feature_cols=self.feature_cols
+        )
+        params = self._params_as(HCParams, feature_cols=feature_cols)
         state = fit_hc(rows, params, tree_rows)
         self.encoder_, self.ensemble_, self.node_params_ = state.encoder, state.ensemble, state.node_params
         self.feature_cols_, self.history_ = state.feature_cols, state.history

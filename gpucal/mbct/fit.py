@@ -238,6 +238,8 @@ def fit_mbct(rows: Rows, params: MBCTParams, encoder: FeatureEncoder | None) -> 
     _log(
         params, 1, f"MBCT: {n_train} training rows, {len(n_values)} split features ({rows.n_blocks} block(s))"
     )
+    if encoder is not None:
+        _log(params, 1, f"  features {encoder.describe_columns()}")
     # Eq. 13 reads the label variance of the rows: before merging, whose soft labels would lower it.
     total, label_sum = float(summary[read.W_SUM]), float(summary[read.WY_SUM])
     variance = float(train.sum(label_square_sum, label_sum / total)[0]) / total

@@ -18,7 +18,7 @@ from gpucal._backend import is_cupy_array, resolve_device
 from gpucal._frames import SplitInput, split_input, wrap_output
 from gpucal.calibrators._base import AnyOf, Calibrator, Constraint, Interval, Options
 from gpucal.calibrators.platt import OUTPUT_TYPE_OPTIONS
-from gpucal.encoding import FeatureEncoder
+from gpucal.encoding import FeatureEncoder, resolve_feature_cols
 from gpucal.mbct.fit import MVCE_ON_PARTITIONS, MBCTParams, fit_mbct
 from gpucal.mbct.read import apply_init, fit_mbct_encoder, input_n_values, split_codes
 from gpucal.partition.ensemble import LEAF_MAPS, TreeEnsemble, predict_ensemble
@@ -59,10 +59,14 @@ class MBCT(Calibrator):
     score_col : str, default="score"
         Column holding the base model's probability.
     feature_cols : list of str, str or None, default=None
-        Split features; None means every column but the score. Categoricals split by value, numbers by
-        ``n_bins`` quantile bins (``FeatureEncoder``); missing values get their own code.
+        Split features; None means every column but ``score_col``, the label (a column named like ``y`` or
+        holding its values), the weights and ``p_true`` (``gpucal.encoding.features``); a feature that is the
+        label is refused. Categoricals split by value, other numbers by ``n_bins`` quantile bins
+        (``FeatureEncoder``); missing values get their own code.
     categorical_cols : list of str, optional
-        Numeric columns to split by value (IDs).
+        Numeric columns to split by value. None: integer columns with few distinct values (at most one per 20
+        rows, 50,000 at most) are read by value, other numbers binned (``FeatureEncoder``); ``[]``: every
+        number binned.
     n_bins : int, default=32
         Quantile bins per numeric feature.
     score_bins : int, default=100
@@ -323,8 +327,12 @@ class MBCT(Calibrator):
         if dask_input and self.criterion == "mvce":
             raise NotImplementedError(MVCE_ON_PARTITIONS)
         columns = X._meta if dask_input else X
+        rows = as_rows(X=X, y=y, sample_weight=sample_weight)
+        feature_cols = resolve_feature_cols(
+            rows, X, y, sample_weight, score_col=self.score_col, feature_cols=self.feature_cols
+        )
         split = split_input(
-            columns, score_col=self.score_col, feature_cols=self.feature_cols, allow_empty=dask_input
+            columns, score_col=self.score_col, feature_cols=feature_cols, allow_empty=dask_input
         )
         if not split.features and not self.score_bins:
             msg = "X: MBCT needs a feature column or score_bins > 0 to split on"
@@ -334,7 +342,6 @@ class MBCT(Calibrator):
             device = "gpu" if is_cupy_array(split.score) else "cpu"
         else:
             device = resolve_device(self.device, split.score)
-        rows = as_rows(X=X, y=y, sample_weight=sample_weight)
         features = list(split.features)
         self.encoder_ = fit_mbct_encoder(rows, self.score_col, features, self.n_bins, self.categorical_cols)
         self.feature_cols_ = [] if self.encoder_ is None else list(self.encoder_.feature_names_)

@@ -226,7 +226,14 @@ def factorize_values(values: Any, name: str) -> tuple[Any, Any]:
         if values.ndim != 1:
             msg = f"{name}: expected a 1-D array, got shape {tuple(values.shape)}"
             raise ValueError(msg)
-        codes, uniques = pd.factorize(values, use_na_sentinel=False)
+        try:
+            codes, uniques = pd.factorize(values, use_na_sentinel=False)
+        except TypeError as exc:  # unhashable values: lists, arrays, dicts
+            msg = (
+                f"{name}: cannot group rows by its values ({exc}); a field holds one value per row "
+                "(numbers, strings, booleans or categories), not lists or arrays"
+            )
+            raise TypeError(msg) from None
     return codes, uniques
 
 

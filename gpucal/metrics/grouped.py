@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from gpucal._params import Interval, Options, validate_params
+from gpucal._validation import check_not_class_labels
 from gpucal.metrics._binning import sum_by_id, table_mass_bins, uniform_bin_ids
 from gpucal.metrics._inputs import (
     CheckedRows,
@@ -363,8 +364,11 @@ def segment_report(
     Division by zero: a value of zero total weight has ``observed``, ``predicted`` and ``error`` NaN and
     ``excess`` 0; ``pcoc`` follows :func:`pcoc` (``inf`` with no positives, NaN for 0/0). ``sigma`` is 0
     when ``excess`` is 0 and infinite (with its sign) when the null variance is 0 but the excess is not
-    (every probability 0 or 1).
+    (every probability 0 or 1). Predictions of an integer or boolean dtype are class labels, not
+    probabilities, and are refused (``TypeError``); a feature column must hold one value per row (a 2-D
+    column, or one of lists or arrays, is refused, naming it).
     """
+    check_not_class_labels(y_prob)
     columns = report_columns(features)
     names = [f"features[{name!r}]" for name in columns]
     rows = metric_rows(y_true, y_prob, sample_weight, **dict(zip(names, columns.values(), strict=True)))
@@ -379,9 +383,15 @@ def segment_report(
     return sort_segments(parts, sort_by)
 
 
-def report_columns(features: Any) -> dict[str, Any]:
-    """The columns of :func:`segment_report`'s ``features`` (a DataFrame or a mapping), by name."""
-    if hasattr(features, "columns"):
+def report_columns(features: Any, name: str = "features") -> dict[str, Any]:
+    """The columns of :func:`segment_report`'s ``features`` (a DataFrame or a mapping), by name.
+
+    Each must be one value per row: a 2-D column, or one holding lists or arrays, is refused here,
+    naming it (``ValueError`` / ``TypeError``).
+    """
+    if hasattr(features, "column_names"):  # a pyarrow Table or RecordBatch: .columns holds the arrays
+        columns = {str(name): features.column(name) for name in features.column_names}
+    elif hasattr(features, "columns"):
         columns = {str(name): features[name] for name in features.columns}
     elif isinstance(features, Mapping):
         columns = {str(name): values for name, values in features.items()}
@@ -392,7 +402,32 @@ def report_columns(features: Any) -> dict[str, Any]:
     if not columns:
         msg = "features: no columns to report on"
         raise ValueError(msg)
+    for column, values in columns.items():
+        check_field_column(values, f"{name}[{column!r}]")
     return columns
+
+
+def check_field_column(values: Any, name: str) -> None:
+    """Refuse a field that is not one value per row: a 2-D array or frame, or a column of lists/arrays."""
+    shape = getattr(values, "shape", None)
+    if shape is not None and len(shape) != 1:
+        msg = f"{name}: expected a 1-D column (one value per row), got shape {tuple(shape)}"
+        raise ValueError(msg)
+    first = next((v for v in _head(values) if v is not None), None)
+    if isinstance(first, list | tuple | dict | set | np.ndarray):
+        kind = type(first).__name__
+        msg = f"{name}: holds {kind} values; a field holds one value per row (numbers, strings, categories)"
+        raise TypeError(msg)
+
+
+def _head(values: Any) -> list[Any]:
+    """The first few values of an object (Python-valued) column, else none (numbers need no look)."""
+    dtype = getattr(values, "dtype", None)
+    if dtype is not None and str(dtype) != "object":
+        return []
+    if isinstance(values, pd.Series):
+        return list(values.iloc[:8])
+    return list(values[:8]) if isinstance(values, list | np.ndarray) else []
 
 
 #: Column of :func:`segment_sums` after the four of ``metrics._sums``: ``sum w p**2``.

@@ -27,11 +27,11 @@ from gpucal.calibrators._base import Calibrator, Constraint, Interval, Options
 from gpucal.calibrators._logistic import sigmoid
 from gpucal.calibrators.feature_platt import score_feature
 from gpucal.calibrators.platt import OUTPUT_TYPE_OPTIONS, SCORE_KIND_OPTIONS
-from gpucal.encoding import FeatureEncoder
+from gpucal.encoding import FeatureEncoder, resolve_feature_cols
 from gpucal.neural._torch import as_tensor, load_training, require_torch, torch_device, torch_threads
 from gpucal.neural.piecewise import check_knots, eta_logit, finish_eta, fit_eta, knot_coordinates
 from gpucal.persistence import register
-from gpucal.rows import reject_dask
+from gpucal.rows import as_rows, reject_dask
 from kernels import value_offsets
 
 # Rows per chunk of the prediction's forward pass: bounds the (rows, fields x dim) temporaries.
@@ -184,9 +184,13 @@ class FieldAwareCalibrator(Calibrator):
     score_col : str, default="score"
         Column of ``X`` holding the score.
     feature_cols : list of hashable, str or None, default=None
-        Feature columns (the fields); None means every column of ``X`` except ``score_col``.
+        Feature columns (the fields); None means every column but ``score_col``, the label (a column named
+        like ``y`` or holding its values), the weights and ``p_true`` (``gpucal.encoding.features``); a
+        feature that is the label is refused.
     categorical_cols : list of hashable, str or None, default=None
-        Numeric feature columns to read by value (e.g. integer IDs) instead of by quantile bins.
+        Numeric feature columns to read by value instead of by quantile bins. None: integer columns with few
+        distinct values (at most one per 20 rows, 50,000 at most) are read by value, other numbers binned
+        (``FeatureEncoder``); ``[]``: every number binned.
     n_bins : int, default=32
         Most quantile bins per numeric feature.
     embedding_dim : int, default=8
@@ -396,10 +400,18 @@ class FieldAwareCalibrator(Calibrator):
         reject_dask(self, X, y, sample_weight)
         self._validate_params()
         require_torch(type(self).__name__)  # before any work: the install hint names this class
+        feature_cols = resolve_feature_cols(
+            as_rows(X=X, y=y, sample_weight=sample_weight),
+            X,
+            y,
+            sample_weight,
+            score_col=self.score_col,
+            feature_cols=self.feature_cols,
+        )
         split = split_input(
             X,
             score_col=self.score_col,
-            feature_cols=self.feature_cols,
+            feature_cols=feature_cols,
             score_kind=self.score_kind,
             require_features=True,
         )

@@ -82,7 +82,8 @@ def plot_reliability(
     Each prediction gets one line (its bins' mean prediction against their observed rate, see
     :func:`~gpucal.plot.reliability_curve`) and a shaded bootstrap band at level ``confidence``;
     the diagonal :math:`\bar y = \bar p` is perfect calibration. The legend gives each prediction's
-    ECE on the bins drawn (:func:`gpucal.metrics.ece` with the same ``n_bins`` and ``strategy``). Beneath,
+    ECE on the bins drawn (:func:`gpucal.metrics.ece` with the same ``n_bins`` and ``strategy``) and
+    names them; with ``n_bins=15`` it is the ``ece_15_<strategy>`` row of :func:`gpucal.evaluate`. Beneath,
     a histogram of the predictions (weighted by ``sample_weight``) shows how much data each part of the
     curve stands on.
 
@@ -132,7 +133,8 @@ def plot_reliability(
     Empty bins are left out of the lines, never drawn at 0. Bins of fewer than ``SPARSE_BIN_ROWS`` (30)
     rows get hollow markers and a legend entry: their rate is noisy, and a percentile bootstrap cannot
     widen the band of a bin whose few labels are all 0 or all 1. Both axes run from 0 to the highest
-    point or band end, rounded up to 0.05 and at most 1, so that scores bunched near 0 (click-through
+    point, band end or prediction (so every row's prediction is on the axis), rounded up to 0.05 and at
+    most 1, so that scores bunched near 0 (click-through
     rates) are not squeezed into a corner; ``fig.axes[0].set_xlim(0, 1)`` (and ``set_ylim``) restores
     the full square. With ``strategy="uniform"`` the histogram
     uses the diagram's own bins, so each point sits over the bar of rows it averages; with
@@ -190,12 +192,12 @@ def plot_reliability(
         hist_ax = _append_histogram_axes(ax) if show_histogram else None
 
     colors = matplotlib.rcParams["axes.prop_cycle"].by_key()["color"]
-    limit = _axis_limit(curves.values())
+    limit = _axis_limit(curves.values(), named.values(), sample_weight)
     ax.plot([0.0, 1.0], [0.0, 1.0], linestyle="--", color="0.5", linewidth=1.0, label="perfectly calibrated")
     for k, (name, curve) in enumerate(curves.items()):
         color = colors[k % len(colors)]
         error = ece(y_true, named[name], sample_weight=sample_weight, n_bins=n_bins_used, strategy=strategy)
-        _draw_curve(ax, curve, color=color, label=f"{name} (ECE {error:.4f})")
+        _draw_curve(ax, curve, color=color, label=f"{name} (ECE {error:.4f}, {n_bins_used} {strategy} bins)")
         if hist_ax is not None:
             _draw_histogram(hist_ax, named[name], sample_weight, curve, limit, color=color)
     if any((curve.count < SPARSE_BIN_ROWS).any() for curve in curves.values()):
@@ -275,12 +277,18 @@ def _append_histogram_axes(ax: Any) -> Any:
     return ax.figure.add_subplot(grid[1], sharex=ax)
 
 
-def _axis_limit(curves: Any) -> float:
-    """Return the upper limit of both axes: the curves' largest point or band, rounded up, at most 1."""
+def _axis_limit(curves: Any, predictions: Any, sample_weight: Any) -> float:
+    """Return the upper limit of both axes, rounded up, at most 1: the curves' largest point or band
+    end, or the largest prediction of positive weight (no row of the histogram lies beyond the axis)."""
     highest = 0.0
     for curve in curves:
         values = np.concatenate([curve.mean_predicted, curve.observed, curve.band_high])
         highest = max(highest, float(np.nanmax(values)))
+    w = None if sample_weight is None else np.asarray(to_numpy(as_1d_array(sample_weight, "w")), dtype=float)
+    for values in predictions:
+        kept = to_numpy(values) if w is None else to_numpy(values)[w > 0]
+        if kept.shape[0]:
+            highest = max(highest, float(kept.max()))
     return min(1.0, LIMIT_STEP * np.ceil(1.05 * highest / LIMIT_STEP)) if highest > 0 else 1.0
 
 

@@ -1,0 +1,123 @@
+"""Which columns a feature-aware fit reads by default: never the label, the weights or ``p_true``.
+
+The oracle of each test is the same fit with the true features named explicitly: leaving ``feature_cols``
+out on a frame that also holds the label (``fit(df, df["clicked"])``, the README's pattern) must give the
+same model, and a frame without the label column must predict.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+from numpy.testing import assert_allclose
+from scipy.special import expit, logit
+
+import gpucal
+from gpucal.encoding import resolve_feature_cols
+from gpucal.rows import as_rows
+
+FEATURES = ["region", "device"]
+
+
+def table(n: int = 3000, seed: int = 0) -> pd.DataFrame:
+    """Scores, two integer fields with a per-value bias, the label ``clicked``, weights and ``p_true``."""
+    rng = np.random.default_rng(seed)
+    region, device = rng.integers(0, 6, n), rng.integers(0, 3, n)
+    score = rng.beta(2.0, 5.0, n)
+    p_true = expit(logit(score) + 0.4 * (region - 2.5) - 0.3 * device)
+    clicked = (rng.random(n) < p_true).astype(np.int64)
+    weight = rng.uniform(0.5, 2.0, n)
+    frame = {"score": score, "region": region, "clicked": clicked, "device": device}
+    return pd.DataFrame({**frame, "p_true": p_true, "w": weight})
+
+
+# Small, fast settings per method; each reads FEATURES as categories.
+METHODS: dict[str, dict[str, Any]] = {
+    "feature_platt": {},
+    "mbct": {"max_depth": 2, "max_trees": 2},
+    "hc": {"max_depth": 2},
+    "auto": {"candidates": ["platt", "feature_platt"], "n_folds": 2},
+}
+
+
+def _fit(method: str, X: pd.DataFrame, y: Any, **params: Any) -> Any:
+    return gpucal.make_calibrator(method, categorical_cols=FEATURES, **METHODS[method], **params).fit(
+        X, y, sample_weight=X["w"] if "w" in X else None
+    )
+
+
+@pytest.mark.parametrize("method", list(METHODS))
+@pytest.mark.parametrize("label", ["series", "array", "renamed"])
+def test_label_is_never_a_default_feature(method: str, label: str) -> None:
+    df = table()
+    y = {"series": df["clicked"], "array": df["clicked"].to_numpy(), "renamed": df["clicked"].rename("y")}[
+        label
+    ]
+    default = _fit(method, df, y)
+    explicit = _fit(method, df, df["clicked"], feature_cols=FEATURES)
+    production = table(seed=1).drop(columns=["clicked", "p_true", "w"])  # no label where it is predicted
+    assert_allclose(default.predict(production), explicit.predict(production), rtol=1e-12, atol=0)
+
+
+@pytest.mark.parametrize("method", list(METHODS))
+@pytest.mark.parametrize("by", ["name", "values"])
+def test_naming_the_label_as_a_feature_is_refused(method: str, by: str) -> None:
+    df = table()
+    if by == "values":
+        df["clicked_copy"] = df["clicked"].astype(bool)  # the label again, as booleans
+    column = "clicked" if by == "name" else "clicked_copy"
+    how = "has the name of y" if by == "name" else "holds the same values as y"
+    with pytest.raises(ValueError, match=f"feature_cols: column '{column}' {how}.*it is the label"):
+        _fit(method, df, df["clicked"], feature_cols=["region", column])
+
+
+def test_weights_and_p_true_are_never_default_features() -> None:
+    df = table()
+    for weights in (df["w"], df["w"].to_numpy()):
+        rows = as_rows(X=df, y=df["clicked"], sample_weight=weights)
+        chosen = resolve_feature_cols(rows, df, df["clicked"], weights, score_col="score", feature_cols=None)
+        assert chosen == FEATURES
+    # without weights, "w" is an ordinary column; p_true (the data sets' oracle) never is a default
+    rows = as_rows(X=df, y=df["clicked"])
+    chosen = resolve_feature_cols(rows, df, df["clicked"], score_col="score", feature_cols=None)
+    assert chosen == [*FEATURES, "w"]
+    # naming the weight column explicitly is allowed (it is no leak)
+    rows = as_rows(X=df, y=df["clicked"], sample_weight=df["w"])
+    explicit = resolve_feature_cols(
+        rows, df, df["clicked"], df["w"], score_col="score", feature_cols=["region", "w"]
+    )
+    assert explicit == ["region", "w"]
+
+
+def test_make_ctr_defaults_leave_out_label_and_p_true() -> None:
+    df = gpucal.datasets.make_ctr(2000, seed=0)
+    rows = as_rows(X=df, y=df["label"])
+    chosen = resolve_feature_cols(rows, df, df["label"], score_col="score", feature_cols=None)
+    assert chosen == ["site_id", "ad_category", "region", "hour", "user_segment", "device"]
+
+
+def test_neural_default_features_leave_out_the_label() -> None:
+    pytest.importorskip("torch")
+    df = table(n=1500)
+    params = {"categorical_cols": FEATURES, "max_epochs": 2, "seed": 0}
+    default = gpucal.make_calibrator("neucalib", **params).fit(df.drop(columns=["w"]), df["clicked"])
+    assert list(default.encoder_["columns"][i]["name"] for i in range(2)) == FEATURES
+    with pytest.raises(ValueError, match="'clicked' has the name of y"):
+        gpucal.make_calibrator("neucalib", feature_cols=["clicked"], **params).fit(df, df["clicked"])
+
+
+def test_ccl_default_columns_leave_out_the_label() -> None:
+    lightgbm = pytest.importorskip("lightgbm")
+    df = table(n=2000)
+    X = df[["score", *FEATURES]].to_numpy()  # a booster trained on an array names no feature
+    booster = lightgbm.train(
+        {"objective": "binary", "num_leaves": 4, "verbose": -1}, lightgbm.Dataset(X[:, 1:], df["clicked"]), 3
+    )
+    params = {"embedding_model": booster, "n_clusters": 2, "seed": 0}
+    default = gpucal.make_calibrator("ccl", **params).fit(df.drop(columns=["w", "p_true"]), df["clicked"])
+    explicit = gpucal.make_calibrator("ccl", feature_cols=FEATURES, **params).fit(df, df["clicked"])
+    production = table(seed=1).drop(columns=["clicked", "p_true", "w"])
+    assert_allclose(default.predict(production), explicit.predict(production), rtol=1e-12, atol=0)
