@@ -282,7 +282,7 @@ def test_feature_aware_fit_without_feature_cols_reads_every_other_column(tmp_pat
     the score, label and weight columns, ``p_true`` and a column holding the label's values (a leak)."""
     data = tmp_path / "data.parquet"
     weighted = scored.assign(
-        weight=1.0, clicked=scored["label"].astype(bool), age=np.arange(len(scored)) % 97
+        weight=1.0, clicked=scored["label"].astype(bool), age=np.arange(len(scored)) % 397
     )
     weighted.to_parquet(data)
     model = tmp_path / "mbct.json"
