@@ -38,6 +38,7 @@ if TYPE_CHECKING:
         ScalingBinningCalibrator,
         SIRCalibrator,
         TemperatureCalibrator,
+        VennAbersCalibrator,
         correct_downsampling,
     )
     from gpucal.ccl import ClusteredCalibrator
@@ -69,6 +70,7 @@ __all__ = [
     "SIRCalibrator",
     "ScalingBinningCalibrator",
     "TemperatureCalibrator",
+    "VennAbersCalibrator",
     "__version__",
     "correct_downsampling",
     "datasets",
@@ -116,6 +118,7 @@ _MODULE_OF = {
             "ScalingBinningCalibrator",
             "SIRCalibrator",
             "TemperatureCalibrator",
+            "VennAbersCalibrator",
             "correct_downsampling",
         ),
         "gpucal.factory": ("make_calibrator",),

@@ -23,6 +23,7 @@ from gpucal.calibrators import (
     ScalingBinningCalibrator,
     SIRCalibrator,
     TemperatureCalibrator,
+    VennAbersCalibrator,
 )
 from gpucal.ccl import ClusteredCalibrator
 from gpucal.hc import HeterogeneousCalibrator
@@ -39,6 +40,7 @@ METHODS: dict[str, type[Calibrator]] = {
     "isotonic": IsotonicCalibrator,
     "scaling_binning": ScalingBinningCalibrator,
     "sir": SIRCalibrator,
+    "venn_abers": VennAbersCalibrator,
     "dirichlet": DirichletCalibrator,
     "downsampling": DownsamplingCorrection,
     "feature_platt": FeatureAwarePlattCalibrator,

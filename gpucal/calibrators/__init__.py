@@ -19,6 +19,7 @@ from gpucal.calibrators.platt import PlattCalibrator
 from gpucal.calibrators.scaling_binning import ScalingBinningCalibrator
 from gpucal.calibrators.sir import SIRCalibrator
 from gpucal.calibrators.temperature import TemperatureCalibrator
+from gpucal.calibrators.venn_abers import VennAbersCalibrator
 
 __all__ = [
     "BetaCalibrator",
@@ -32,5 +33,6 @@ __all__ = [
     "SIRCalibrator",
     "ScalingBinningCalibrator",
     "TemperatureCalibrator",
+    "VennAbersCalibrator",
     "correct_downsampling",
 ]
