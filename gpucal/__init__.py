@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from gpucal.auto import AutoCalibrator
     from gpucal.calibrators import (
         BetaCalibrator,
+        CenteredIsotonicCalibrator,
         DirichletCalibrator,
         DownsamplingCorrection,
         FeatureAwarePlattCalibrator,
@@ -55,6 +56,7 @@ __all__ = [
     "MBCT",
     "AutoCalibrator",
     "BetaCalibrator",
+    "CenteredIsotonicCalibrator",
     "ClusteredCalibrator",
     "DirichletCalibrator",
     "DownsamplingCorrection",
@@ -109,6 +111,7 @@ _MODULE_OF = {
     for module, names in {
         "gpucal.calibrators": (
             "BetaCalibrator",
+            "CenteredIsotonicCalibrator",
             "DirichletCalibrator",
             "DownsamplingCorrection",
             "FeatureAwarePlattCalibrator",

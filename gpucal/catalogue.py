@@ -14,6 +14,7 @@ from typing import Any
 from gpucal.calibrators import (
     BetaCalibrator,
     Calibrator,
+    CenteredIsotonicCalibrator,
     DirichletCalibrator,
     DownsamplingCorrection,
     FeatureAwarePlattCalibrator,
@@ -38,6 +39,7 @@ METHODS: dict[str, type[Calibrator]] = {
     "beta": BetaCalibrator,
     "histogram": HistogramCalibrator,
     "isotonic": IsotonicCalibrator,
+    "centered_isotonic": CenteredIsotonicCalibrator,
     "scaling_binning": ScalingBinningCalibrator,
     "sir": SIRCalibrator,
     "venn_abers": VennAbersCalibrator,

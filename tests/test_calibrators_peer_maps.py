@@ -16,6 +16,7 @@ from numpy.testing import assert_allclose
 from sklearn.isotonic import IsotonicRegression
 
 import gpucal
+from gpucal.calibrators.centered_isotonic import CenteredIsotonicCalibrator
 from gpucal.calibrators.venn_abers import VennAbersCalibrator, venn_abers_folds
 
 ATOL = 1e-12
@@ -32,6 +33,7 @@ def make_data(n: int, seed: int, *, decimals: int | None = None) -> tuple[np.nda
 
 def test_names_in_the_catalogue() -> None:
     assert type(gpucal.make_calibrator("venn_abers")) is VennAbersCalibrator
+    assert type(gpucal.make_calibrator("centered_isotonic")) is CenteredIsotonicCalibrator
 
 
 # --------------------------------------------------------------------------------------------------
@@ -190,3 +192,66 @@ def test_cross_round_trip(tmp_path) -> None:  # type: ignore[no-untyped-def]
     test = np.linspace(0, 1, 101)
     np.testing.assert_array_equal(loaded.predict(test), cal.predict(test))
     np.testing.assert_array_equal(loaded.predict_interval(test), cal.predict_interval(test))
+
+
+# --------------------------------------------------------------------------------------------------
+# Centred isotonic regression
+
+
+@pytest.mark.parametrize(
+    ("n", "decimals", "weighted"), [(3000, None, False), (5000, 3, True), (400, 2, False)]
+)
+def test_cir_equals_probcal(n: int, decimals: int | None, weighted: bool) -> None:
+    from probcal.isotonic import CenteredIsotonicCalibrator as ProbcalCIR
+
+    s, y = make_data(n, 11, decimals=decimals)
+    w = np.random.default_rng(12).uniform(0.5, 2.0, n) if weighted else np.ones(n)
+    test = np.concatenate([np.linspace(0, 1, 601), s[:300]])
+    ref = ProbcalCIR().fit(s, y, sample_weight=w)
+    sample_weight = w if weighted else None
+    cal = CenteredIsotonicCalibrator(interior_strict=False).fit(s, y, sample_weight=sample_weight)
+    assert_allclose(cal.predict(test), ref.predict_proba(test), atol=ATOL, rtol=0)
+    assert_allclose(cal.X_knots_, ref.block_center_s_, atol=ATOL, rtol=0)
+    # The default pools probcal's adjacent blocks of equal value inside (0, 1): one knot for each run.
+    strict = CenteredIsotonicCalibrator().fit(s, y, sample_weight=sample_weight)
+    means = ref.block_mean_
+    runs = np.concatenate([[True], (np.diff(means) != 0) | (means[1:] <= 0) | (means[1:] >= 1)])
+    assert_allclose(strict.y_knots_, means[runs], atol=ATOL, rtol=0)
+    assert strict.X_knots_.shape[0] == int(runs.sum()) < means.shape[0] + (n == 5000)
+
+
+def test_cir_pools_interior_flat_stretches_and_keeps_them_at_zero_and_one() -> None:
+    """The oracle by hand: groups at 0.1 .. 0.6 with means 0, 0, 1/2, 1/2, 1, 1."""
+    s = np.array([0.1, 0.2, 0.3, 0.3, 0.4, 0.4, 0.5, 0.6])
+    y = np.array([0, 0, 0, 1, 1, 0, 1, 1], dtype=float)
+    cal = CenteredIsotonicCalibrator().fit(s, y)
+    assert_allclose(cal.X_knots_, [0.1, 0.2, 0.35, 0.5, 0.6])
+    assert_allclose(cal.y_knots_, [0.0, 0.0, 0.5, 1.0, 1.0])
+    assert_allclose(cal.predict(np.array([0.05, 0.15, 0.275, 0.425, 0.7])), [0.0, 0.0, 0.25, 0.75, 1.0])
+
+
+def test_cir_weights_equal_repeated_rows_and_strictly_increasing() -> None:
+    s, y = make_data(2000, 13, decimals=3)
+    w = np.random.default_rng(14).integers(0, 4, s.shape[0]).astype(float)
+    rows = np.repeat(np.arange(s.shape[0]), w.astype(int))
+    weighted = CenteredIsotonicCalibrator().fit(s, y, sample_weight=w)
+    repeated = CenteredIsotonicCalibrator().fit(s[rows], y[rows])
+    assert_allclose(weighted.X_knots_, repeated.X_knots_, atol=ATOL)
+    assert_allclose(weighted.y_knots_, repeated.y_knots_, atol=ATOL)
+    inside = (weighted.y_knots_[1:] > 0) & (weighted.y_knots_[:-1] < 1)
+    assert np.all(np.diff(weighted.y_knots_)[inside] > 0)
+
+
+def test_cir_one_class_is_constant() -> None:
+    s = np.linspace(0.1, 0.9, 9)
+    cal = CenteredIsotonicCalibrator().fit(s, np.ones(9))
+    assert_allclose(cal.predict(np.linspace(0, 1, 11)), 1.0)
+
+
+def test_cir_bad_input() -> None:
+    with pytest.raises(ValueError, match=r"\[0, 1\]"):
+        CenteredIsotonicCalibrator().fit(np.array([0.2, -0.5]), np.array([0.0, 1.0]))
+    with pytest.raises(ValueError, match="all weights are zero"):
+        CenteredIsotonicCalibrator().fit(
+            np.array([0.2, 0.5]), np.array([0.0, 1.0]), sample_weight=np.zeros(2)
+        )

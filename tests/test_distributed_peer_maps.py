@@ -30,12 +30,12 @@ def _frame(n: int = 3000, seed: int = 0) -> pd.DataFrame:
     return pd.DataFrame({"score": score, "y": y, "w": w})
 
 
-CASES = [("venn_abers", {}), ("venn_abers", {"n_folds": 4, "random_state": 3})]
+CASES = [("venn_abers", {}), ("venn_abers", {"n_folds": 4, "random_state": 3}), ("centered_isotonic", {})]
 
 
 @pytest.mark.parametrize("streamed", [False, True], ids=["held", "streamed"])
 @pytest.mark.parametrize("weighted", [False, True], ids=["unweighted", "weighted"])
-@pytest.mark.parametrize(("name", "params"), CASES, ids=["ivap", "cvap"])
+@pytest.mark.parametrize(("name", "params"), CASES, ids=["ivap", "cvap", "cir"])
 def test_dask_fit_is_the_one_machine_fit(
     client, name: str, params: dict, weighted: bool, streamed: bool
 ) -> None:  # type: ignore[no-untyped-def]

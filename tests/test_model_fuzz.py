@@ -120,6 +120,7 @@ def _fitted_models():
         "scaling_binning",
         "sir",
         "venn_abers",
+        "centered_isotonic",
     ):
         out.append((name, gpucal.make_calibrator(name).fit(score, y), "scores", frame))
     out.append(

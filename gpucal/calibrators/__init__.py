@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from gpucal.calibrators._base import Calibrator
 from gpucal.calibrators.beta import BetaCalibrator
+from gpucal.calibrators.centered_isotonic import CenteredIsotonicCalibrator
 from gpucal.calibrators.dirichlet import DirichletCalibrator
 from gpucal.calibrators.downsampling import DownsamplingCorrection, correct_downsampling
 from gpucal.calibrators.feature_platt import FeatureAwarePlattCalibrator
@@ -24,6 +25,7 @@ from gpucal.calibrators.venn_abers import VennAbersCalibrator
 __all__ = [
     "BetaCalibrator",
     "Calibrator",
+    "CenteredIsotonicCalibrator",
     "DirichletCalibrator",
     "DownsamplingCorrection",
     "FeatureAwarePlattCalibrator",
