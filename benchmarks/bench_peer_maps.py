@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import functools
 import os
 import platform
 import time
@@ -154,7 +155,7 @@ def main() -> None:
     for n in args.sizes:
         y, p, g = make_data(n)
         for case, call in ours.items():
-            seconds, out = timed(lambda call=call: call(y, p, g))
+            seconds, out = timed(functools.partial(call, y, p, g))
             print(f"{case} n={n}: gpucal {seconds:.2f} s", flush=True)
             for ref_name, ref_call, read in refs[case]:
                 cap = REFERENCE_ROWS.get(f"{case}/{ref_name}")
@@ -163,7 +164,7 @@ def main() -> None:
                         f"| {case} | {n:.0e} | {seconds:.2f} | {ref_name} | skipped (> {cap:.0e} rows) | | |"
                     )
                     continue
-                ref_seconds, ref_out = timed(lambda ref_call=ref_call: ref_call(y, p, g))
+                ref_seconds, ref_out = timed(functools.partial(ref_call, y, p, g))
                 diff = float(np.max(np.abs(np.asarray(read(out)) - np.asarray(ref_out))))
                 print(f"  {ref_name} {ref_seconds:.2f} s, diff {diff:.1e}", flush=True)
                 lines.append(
