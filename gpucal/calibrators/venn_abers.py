@@ -193,11 +193,11 @@ def block_fold_groups(
         xs, positives = sorted_counts(block.score, block.y)
         new = np.ones(xs.shape[0], dtype=bool)
         new[1:] = xs[1:] != xs[:-1]
-        keys = xs[new]
-        check_table_size(int(keys.shape[0]), limit, "distinct-score table")
+        distinct = xs[new]
+        check_table_size(int(distinct.shape[0]), limit, "distinct-score table")
         counts = np.diff(np.append(np.flatnonzero(new), xs.shape[0])).astype(np.float64)
-        hits = np.diff(np.searchsorted(positives, keys, side="right"), prepend=0).astype(np.float64)
-        return KeyedTable((keys,), np.column_stack([counts, hits]))
+        hits = np.diff(np.searchsorted(positives, distinct, side="right"), prepend=0).astype(np.float64)
+        return KeyedTable((distinct,), np.column_stack([counts, hits]))
     fold = xp.asarray(venn_abers_folds(len(block), n_folds, seed, row_offset)) if n_folds > 1 else None
     keep = block.w > 0
     x, y, w = block.score[keep], block.y[keep], block.w[keep]
