@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from gpucal.auto import AutoCalibrator
     from gpucal.calibrators import (
         BetaCalibrator,
+        CenteredIsotonicCalibrator,
         DirichletCalibrator,
         DownsamplingCorrection,
         FeatureAwarePlattCalibrator,
@@ -38,6 +39,7 @@ if TYPE_CHECKING:
         ScalingBinningCalibrator,
         SIRCalibrator,
         TemperatureCalibrator,
+        VennAbersCalibrator,
         correct_downsampling,
     )
     from gpucal.ccl import ClusteredCalibrator
@@ -54,6 +56,7 @@ __all__ = [
     "MBCT",
     "AutoCalibrator",
     "BetaCalibrator",
+    "CenteredIsotonicCalibrator",
     "ClusteredCalibrator",
     "DirichletCalibrator",
     "DownsamplingCorrection",
@@ -69,6 +72,7 @@ __all__ = [
     "SIRCalibrator",
     "ScalingBinningCalibrator",
     "TemperatureCalibrator",
+    "VennAbersCalibrator",
     "__version__",
     "correct_downsampling",
     "datasets",
@@ -107,6 +111,7 @@ _MODULE_OF = {
     for module, names in {
         "gpucal.calibrators": (
             "BetaCalibrator",
+            "CenteredIsotonicCalibrator",
             "DirichletCalibrator",
             "DownsamplingCorrection",
             "FeatureAwarePlattCalibrator",
@@ -116,6 +121,7 @@ _MODULE_OF = {
             "ScalingBinningCalibrator",
             "SIRCalibrator",
             "TemperatureCalibrator",
+            "VennAbersCalibrator",
             "correct_downsampling",
         ),
         "gpucal.factory": ("make_calibrator",),

@@ -14,6 +14,7 @@ from typing import Any
 from gpucal.calibrators import (
     BetaCalibrator,
     Calibrator,
+    CenteredIsotonicCalibrator,
     DirichletCalibrator,
     DownsamplingCorrection,
     FeatureAwarePlattCalibrator,
@@ -23,6 +24,7 @@ from gpucal.calibrators import (
     ScalingBinningCalibrator,
     SIRCalibrator,
     TemperatureCalibrator,
+    VennAbersCalibrator,
 )
 from gpucal.ccl import ClusteredCalibrator
 from gpucal.hc import HeterogeneousCalibrator
@@ -37,8 +39,10 @@ METHODS: dict[str, type[Calibrator]] = {
     "beta": BetaCalibrator,
     "histogram": HistogramCalibrator,
     "isotonic": IsotonicCalibrator,
+    "centered_isotonic": CenteredIsotonicCalibrator,
     "scaling_binning": ScalingBinningCalibrator,
     "sir": SIRCalibrator,
+    "venn_abers": VennAbersCalibrator,
     "dirichlet": DirichletCalibrator,
     "downsampling": DownsamplingCorrection,
     "feature_platt": FeatureAwarePlattCalibrator,

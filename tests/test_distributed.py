@@ -32,6 +32,22 @@ from gpucal.distributed import (  # noqa: E402
 )
 
 RTOL = 1e-9
+#: Covered by tests/test_metrics_calibration_tests.py (result objects, compared field by field).
+CALIBRATION_TESTS = {
+    "CalibrationInterceptResult",
+    "CalibrationSlopeResult",
+    "GradeTestResult",
+    "HosmerLemeshowResult",
+    "MurphyDecomposition",
+    "SpiegelhalterResult",
+    "binomial_grade_test",
+    "calibration_intercept",
+    "calibration_slope",
+    "hosmer_lemeshow",
+    "jeffreys_grade_test",
+    "murphy_decomposition",
+    "spiegelhalter_z",
+}
 # hash_codes(['gpucal'], 1_000_003): pandas.util.hash_array with gpucal's fixed key, recorded once.
 GPUCAL_BUCKET = 803063
 N_ROWS = 2000
@@ -100,6 +116,9 @@ def test_every_public_metric_is_covered() -> None:
     covered |= {name.removesuffix(s) for name in covered for s in suffixes}
     covered |= {"ecce", "ecce_sigma", "ecce_pvalue", "smooth_ece", "ece_debiased", "ici", "e50", "e90"}
     covered |= {"emax", "multicalibration_error", "MulticalibrationResult"}  # test_metrics_new_dask.py
+    covered |= {
+        name for name in metrics.__all__ if name in CALIBRATION_TESTS
+    }  # test_metrics_calibration_tests.py
     missing = sorted(set(metrics.__all__) - covered)
     assert not missing, f"metrics without a distributed test case: {missing}"
 

@@ -111,7 +111,17 @@ def _fitted_models():
     feats = ["f1", "f2"]
     score = frame["score"].to_numpy()
     out = []
-    for name in ("platt", "temperature", "beta", "histogram", "isotonic", "scaling_binning", "sir"):
+    for name in (
+        "platt",
+        "temperature",
+        "beta",
+        "histogram",
+        "isotonic",
+        "scaling_binning",
+        "sir",
+        "venn_abers",
+        "centered_isotonic",
+    ):
         out.append((name, gpucal.make_calibrator(name).fit(score, y), "scores", frame))
     out.append(
         ("downsampling", gpucal.make_calibrator("downsampling", rate=0.25).fit(score, y), "scores", frame)

@@ -23,6 +23,7 @@ from gpucal._params import Interval
 from gpucal.auto.model import AutoCalibrator
 from gpucal.calibrators import (
     BetaCalibrator,
+    CenteredIsotonicCalibrator,
     DirichletCalibrator,
     DownsamplingCorrection,
     FeatureAwarePlattCalibrator,
@@ -32,6 +33,7 @@ from gpucal.calibrators import (
     ScalingBinningCalibrator,
     SIRCalibrator,
     TemperatureCalibrator,
+    VennAbersCalibrator,
 )
 from gpucal.calibrators._base import Calibrator
 from gpucal.ccl.model import ClusteredCalibrator
@@ -126,6 +128,8 @@ LOGIT_SCORE = [
     IsotonicCalibrator(score_col=0, score_kind="logit"),
     ScalingBinningCalibrator(score_col=0, score_kind="logit"),
     SIRCalibrator(score_col=0, score_kind="logit"),
+    VennAbersCalibrator(score_col=0, score_kind="logit"),
+    CenteredIsotonicCalibrator(score_col=0, score_kind="logit"),
     DownsamplingCorrection(score_col=0, score_kind="logit", rate=0.5),
     AutoCalibrator(candidates=["platt", "isotonic"], n_folds=2, score_col=0, score_kind="logit"),
 ]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from gpucal.calibrators._base import Calibrator
 from gpucal.calibrators.beta import BetaCalibrator
+from gpucal.calibrators.centered_isotonic import CenteredIsotonicCalibrator
 from gpucal.calibrators.dirichlet import DirichletCalibrator
 from gpucal.calibrators.downsampling import DownsamplingCorrection, correct_downsampling
 from gpucal.calibrators.feature_platt import FeatureAwarePlattCalibrator
@@ -19,10 +20,12 @@ from gpucal.calibrators.platt import PlattCalibrator
 from gpucal.calibrators.scaling_binning import ScalingBinningCalibrator
 from gpucal.calibrators.sir import SIRCalibrator
 from gpucal.calibrators.temperature import TemperatureCalibrator
+from gpucal.calibrators.venn_abers import VennAbersCalibrator
 
 __all__ = [
     "BetaCalibrator",
     "Calibrator",
+    "CenteredIsotonicCalibrator",
     "DirichletCalibrator",
     "DownsamplingCorrection",
     "FeatureAwarePlattCalibrator",
@@ -32,5 +35,6 @@ __all__ = [
     "SIRCalibrator",
     "ScalingBinningCalibrator",
     "TemperatureCalibrator",
+    "VennAbersCalibrator",
     "correct_downsampling",
 ]

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import math
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -97,9 +98,10 @@ def block_score_groups(block: ScoreBlock, limit: int) -> KeyedTable:
 def score_groups(rows: Rows) -> KeyedTable:
     """The distinct-score table of all the rows (:class:`ScoreBlock`): the blocks' tables merged by key.
 
-    Its size is the number of distinct scores, capped by ``dask.config`` ``gpucal.max-distinct-keys``.
+    Its size is the number of distinct scores, capped by ``dask.config`` ``gpucal.max-distinct-keys`` when
+    it is merged from several blocks (one block is already in memory: no cap).
     """
-    limit = max_distinct_keys()
+    limit = sys.maxsize if rows.n_blocks == 1 else max_distinct_keys()
     combine = functools.partial(merge_tables, limit=limit, what="distinct-score table")
     table: KeyedTable = rows.reduce(block_score_groups, combine, limit)
     return table

@@ -16,9 +16,27 @@ sources and what each metric can and cannot see are in each docstring.
   :func:`ece_debiased`.
 * Segments of features and the score: :func:`multicalibration_error` (MCGrad's MCE, its sigma and
   p-value).
+* Classical tests, one result object each: :func:`hosmer_lemeshow`, :func:`spiegelhalter_z`,
+  :func:`calibration_slope`, :func:`calibration_intercept`, :func:`murphy_decomposition`, and per
+  rating grade :func:`binomial_grade_test`, :func:`jeffreys_grade_test`.
 """
 
 from gpucal.metrics.binned import ada_ece, cal_n, ece, ece_sweep, mce, pce, prob_ece
+from gpucal.metrics.calibration_tests import (
+    CalibrationInterceptResult,
+    CalibrationSlopeResult,
+    GradeTestResult,
+    HosmerLemeshowResult,
+    MurphyDecomposition,
+    SpiegelhalterResult,
+    binomial_grade_test,
+    calibration_intercept,
+    calibration_slope,
+    hosmer_lemeshow,
+    jeffreys_grade_test,
+    murphy_decomposition,
+    spiegelhalter_z,
+)
 from gpucal.metrics.debiased import ece_debiased
 from gpucal.metrics.ecce import ecce, ecce_pvalue, ecce_sigma
 from gpucal.metrics.grouped import cece, field_ece, field_rce, gc_n, pcoc, segment_report
@@ -30,10 +48,19 @@ from gpucal.metrics.scores import brier, log_loss, roc_auc, tce
 from gpucal.metrics.smooth import smooth_ece
 
 __all__ = [
+    "CalibrationInterceptResult",
+    "CalibrationSlopeResult",
+    "GradeTestResult",
+    "HosmerLemeshowResult",
     "MulticalibrationResult",
+    "MurphyDecomposition",
+    "SpiegelhalterResult",
     "ada_ece",
+    "binomial_grade_test",
     "brier",
     "cal_n",
+    "calibration_intercept",
+    "calibration_slope",
     "cece",
     "e50",
     "e90",
@@ -47,10 +74,13 @@ __all__ = [
     "field_ece",
     "field_rce",
     "gc_n",
+    "hosmer_lemeshow",
     "ici",
+    "jeffreys_grade_test",
     "log_loss",
     "mce",
     "multicalibration_error",
+    "murphy_decomposition",
     "mvce",
     "pce",
     "pcoc",
@@ -59,5 +89,6 @@ __all__ = [
     "roc_auc",
     "segment_report",
     "smooth_ece",
+    "spiegelhalter_z",
     "tce",
 ]

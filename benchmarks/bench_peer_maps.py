@@ -1,0 +1,194 @@
+"""Speed of the peer maps and classical tests against their references, side by side in one run.
+
+Calibrators (fit on ``n`` rows, then predict those ``n`` rows): Venn-Abers (inductive) against probcal
+0.4 and the ``venn-abers`` package, cross Venn-Abers (5 folds) against probcal, centred isotonic
+regression against probcal. Tests on ``n`` rows: Hosmer-Lemeshow, Spiegelhalter's z, the Murphy
+decomposition, the per-grade binomial and Jeffreys tests against probcal; Cox's calibration slope (with
+its SEs and joint test) against statsmodels' GLM and probcal's ``calibration_slope`` (slope only).
+
+Each pair's outputs must agree (the largest difference is reported). A reference that would not finish
+in a few minutes on this machine at ``n`` rows (``REFERENCE_ROWS``) runs once on fewer rows, with gpucal
+timed on those rows too. gpucal is
+warmed up on small data first (numba's cache load); each timing is one call (the machine is shared).
+Writes ``benchmarks/results/peer_maps.md``.
+
+Usage: ``python benchmarks/bench_peer_maps.py [--sizes 1000000 10000000]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import functools
+import os
+import platform
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+RESULTS = Path(__file__).resolve().parent / "results" / "peer_maps.md"
+# Largest row counts each reference gets here (2 shared cores): probcal's Venn-Abers sweeps Python
+# lists (104 s at 1e6 in this run's first try), venn-abers recomputes slopes over the suffix (4.6 s at
+# 1e5, more than 8 minutes at 1e6); the cross predictor is five probcal fits. Above its cap a reference
+# runs once on the first ``cap`` rows, and gpucal is timed on those rows too for the ratio.
+REFERENCE_ROWS = {
+    "venn_abers/venn-abers": 100_000,
+    "venn_abers/probcal": 1_000_000,
+    "cross_venn_abers/probcal": 100_000,
+}
+
+
+def timed(call: Callable[[], Any]) -> tuple[float, Any]:
+    start = time.perf_counter()
+    out = call()
+    return time.perf_counter() - start, out
+
+
+def make_data(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    p = rng.beta(0.8, 1.5, n)
+    y = (rng.random(n) < np.clip(1.2 * p, 0, 1)).astype(np.float64)
+    grades = np.array(list("ABCDEFG"))[np.minimum((p * 7).astype(int), 6)]
+    return y, p, grades
+
+
+def gpucal_cases() -> dict[str, Callable[..., Any]]:
+    import gpucal
+    from gpucal import metrics
+
+    def ivap(y: np.ndarray, p: np.ndarray, g: np.ndarray) -> Any:
+        cal = gpucal.VennAbersCalibrator().fit(p, y)
+        return np.column_stack([cal.predict(p), cal.predict_interval(p)])
+
+    def cvap(y: np.ndarray, p: np.ndarray, g: np.ndarray) -> Any:
+        return gpucal.VennAbersCalibrator(n_folds=5).fit(p, y).predict(p)
+
+    def slope(y: np.ndarray, p: np.ndarray, g: np.ndarray) -> Any:
+        r = metrics.calibration_slope(y, p)
+        return np.array([r.intercept, r.slope, r.intercept_se, r.slope_se])
+
+    return {
+        "venn_abers": ivap,
+        "cross_venn_abers": cvap,
+        "centered_isotonic": lambda y, p, g: (
+            gpucal.CenteredIsotonicCalibrator(interior_strict=False).fit(p, y).predict(p)
+        ),
+        "hosmer_lemeshow": lambda y, p, g: metrics.hosmer_lemeshow(y, p).statistic,
+        "spiegelhalter_z": lambda y, p, g: metrics.spiegelhalter_z(y, p).z,
+        "murphy_decomposition": lambda y, p, g: metrics.murphy_decomposition(y, p).reliability,
+        "calibration_slope": slope,
+        "binomial_grade_test": lambda y, p, g: metrics.binomial_grade_test(y, p, g).p_value,
+        "jeffreys_grade_test": lambda y, p, g: metrics.jeffreys_grade_test(y, p, g).p_value,
+    }
+
+
+def reference_cases() -> dict[str, list[tuple[str, Callable[..., Any], Callable[[Any], Any]]]]:
+    """Per case: (reference name, call, how to read the gpucal output it is compared with)."""
+    import probcal.metrics as pm
+    from probcal.isotonic import CenteredIsotonicCalibrator
+    from probcal.vennabers import CrossVennAbersCalibrator, VennAbersCalibrator
+
+    def probcal_ivap(y: np.ndarray, p: np.ndarray, g: np.ndarray) -> Any:
+        cal = VennAbersCalibrator().fit(p, y)
+        return np.column_stack([cal.predict_proba(p), cal.predict_interval(p)])
+
+    def package_ivap(y: np.ndarray, p: np.ndarray, g: np.ndarray) -> Any:
+        from venn_abers import VennAbers
+
+        two = np.column_stack([1 - p, p])
+        merged, pairs = VennAbers().fit(p_cal=two, y_cal=y).predict_proba(p_test=two)
+        return np.column_stack([merged[:, 1], pairs])
+
+    def statsmodels_slope(y: np.ndarray, p: np.ndarray, g: np.ndarray) -> Any:
+        import statsmodels.api as sm
+
+        q = np.clip(p, 1e-12, 1 - 1e-12)
+        z = np.log(q) - np.log1p(-q)
+        fit = sm.GLM(y, np.column_stack([np.ones_like(z), z]), family=sm.families.Binomial()).fit()
+        return np.concatenate([fit.params, fit.bse])
+
+    same = lambda out: out  # noqa: E731
+    return {
+        "venn_abers": [("probcal", probcal_ivap, same), ("venn-abers", package_ivap, same)],
+        # probcal deals its own stratified folds: the merged outputs differ by the folds' noise.
+        "cross_venn_abers": [
+            ("probcal", lambda y, p, g: CrossVennAbersCalibrator(cv=5).fit(p, y).predict_proba(p), same)
+        ],
+        "centered_isotonic": [
+            ("probcal", lambda y, p, g: CenteredIsotonicCalibrator().fit(p, y).predict_proba(p), same)
+        ],
+        "hosmer_lemeshow": [("probcal", lambda y, p, g: pm.hosmer_lemeshow(y, p).statistic, same)],
+        "spiegelhalter_z": [("probcal", lambda y, p, g: pm.spiegelhalter_z(y, p).z, same)],
+        "murphy_decomposition": [
+            ("probcal", lambda y, p, g: pm.murphy_decomposition(y, p).reliability, same)
+        ],
+        "calibration_slope": [
+            ("statsmodels", statsmodels_slope, same),
+            ("probcal", lambda y, p, g: pm.calibration_slope(y, p), lambda out: out[1]),
+        ],
+        "binomial_grade_test": [("probcal", lambda y, p, g: pm.binomial_grade_test(y, p, g).p_value, same)],
+        "jeffreys_grade_test": [("probcal", lambda y, p, g: pm.jeffreys_grade_test(y, p, g).p_value, same)],
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[1_000_000, 10_000_000])
+    args = parser.parse_args()
+    ours, refs = gpucal_cases(), reference_cases()
+    small = make_data(10_000, 1)
+    for call in ours.values():  # numba's cache load, scipy's imports
+        call(*small)
+    lines = [
+        "# Peer maps and classical tests against their references",
+        "",
+        f"Run {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC on {platform.machine()}, "
+        f"{os.cpu_count()} cores, shared with seven other engineers' jobs (timings are loaded-machine "
+        "wall times of one call each; ratios compare calls of the same run).",
+        "Produced by `python benchmarks/bench_peer_maps.py`. Calibrators: fit on n rows, predict those n "
+        "rows. `max |diff|`: the largest difference between gpucal's output and the reference's.",
+        "",
+        "| case | rows | gpucal s | reference | reference s | ratio (ref / gpucal) | max abs diff |",
+        "|---|---:|---:|---|---:|---:|---:|",
+    ]
+    capped_done: set[str] = set()
+    for n in args.sizes:
+        full = make_data(n)
+        for case, call in ours.items():
+            seconds, out = timed(functools.partial(call, *full))
+            print(f"{case} n={n}: gpucal {seconds:.2f} s", flush=True)
+            for ref_name, ref_call, read in refs[case]:
+                key = f"{case}/{ref_name}"
+                cap = REFERENCE_ROWS.get(key)
+                rows, data, ours_seconds, ours_out = n, full, seconds, out
+                if cap is not None and n > cap:
+                    if key in capped_done:
+                        continue
+                    capped_done.add(key)
+                    rows, data = cap, tuple(a[:cap] for a in full)
+                    ours_seconds, ours_out = timed(functools.partial(call, *data))
+                y, p, g = data
+                ref_seconds, ref_out = timed(functools.partial(ref_call, y, p, g))
+                diff = float(np.max(np.abs(np.asarray(read(ours_out)) - np.asarray(ref_out))))
+                print(f"  {ref_name} {ref_seconds:.2f} s on {rows} rows, diff {diff:.1e}", flush=True)
+                lines.append(
+                    f"| {case} | {rows:.0e} | {ours_seconds:.2f} | {ref_name} | {ref_seconds:.2f} | "
+                    f"{ref_seconds / ours_seconds:.1f}x | {diff:.1e} |"
+                )
+    lines += [
+        "",
+        "Notes: `cross_venn_abers` differs from probcal by its folds (per-row counter-based draws here, "
+        "probcal's stratified shuffle): the difference column is the folds' noise, not an error; with "
+        "probcal's folds the outputs are equal (tests/test_calibrators_peer_maps.py). `centered_isotonic` "
+        "runs with `interior_strict=False`, probcal's pooling rule. The grade tests' inputs are seven "
+        "string grades.",
+    ]
+    RESULTS.write_text("\n".join(lines) + "\n")
+    print(f"wrote {RESULTS}")
+
+
+if __name__ == "__main__":
+    main()
