@@ -15,6 +15,7 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 from gpucal._version import __version__
+from gpucal.registry import complete_with
 from kernels._numba_cache import use_user_cache_dir
 
 # numba's parallel loops run on its OpenMP layer here, whose threads spin after every parallel region by
@@ -23,6 +24,14 @@ from kernels._numba_cache import use_user_cache_dir
 # a value the user set wins.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 use_user_cache_dir()
+
+
+def _import_every_method() -> None:
+    """Import every method, each joining :mod:`gpucal.registry` (its ``complete`` runs this, once)."""
+    import gpucal.loading  # noqa: F401
+
+
+complete_with(_import_every_method)
 
 if TYPE_CHECKING:
     from gpucal import datasets, distributed, metrics
@@ -98,6 +107,7 @@ _SUBMODULES = (
     "neural",
     "partition",
     "persistence",
+    "registry",
     "rows",
     "rules",
 )

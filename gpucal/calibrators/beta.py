@@ -25,7 +25,7 @@ from gpucal.calibrators._logistic import (
 )
 from gpucal.calibrators._score_rows import ScoreRows
 from gpucal.calibrators.platt import OUTPUT_TYPE_OPTIONS
-from gpucal.persistence import register
+from gpucal.registry import calibration_method
 from gpucal.rows import Rows
 
 PARAMETERS = ("abm", "ab", "am")
@@ -69,7 +69,7 @@ def predict_beta(score: Any, a: float, b: float, c: float) -> Any:
     return predict_logistic(score, np.array([a, b]), c, mode=FEATURES_BETA)
 
 
-@register
+@calibration_method("beta", fits_on_dask=True)
 class BetaCalibrator(Calibrator):
     r"""Beta calibration of probabilities: three parameters, or two in the "ab" / "am" variants.
 

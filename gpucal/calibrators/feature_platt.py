@@ -40,7 +40,7 @@ from gpucal.calibrators._feature_platt_solver import (
 )
 from gpucal.calibrators.platt import OUTPUT_TYPE_OPTIONS, SCORE_KIND_OPTIONS
 from gpucal.encoding import FeatureEncoder
-from gpucal.persistence import register
+from gpucal.registry import calibration_method
 from gpucal.rows import as_rows
 
 # Test-only switch: take the array code (the GPU path) on numpy arrays too, instead of the numba loops.
@@ -51,7 +51,7 @@ WARM_START_MIN_ROWS = 1 << 18
 WARM_START_ROWS = 1 << 16
 
 
-@register
+@calibration_method("feature_platt", fits_on_dask=True)
 class FeatureAwarePlattCalibrator(Calibrator):
     r"""Platt scaling with a learnt offset per feature value (L2-regularised logistic regression).
 

@@ -20,7 +20,7 @@ from gpucal.calibrators._logistic import (
     predict_logistic,
 )
 from gpucal.calibrators._score_rows import ScoreRows
-from gpucal.persistence import register
+from gpucal.registry import calibration_method
 from gpucal.rows import Rows
 
 SCORE_KIND_OPTIONS = Options("probability", "logit")
@@ -79,7 +79,7 @@ def predict_platt(score: Any, a: float, b: float, *, score_kind: str = "probabil
     return predict_logistic(score, [a], b, mode=mode)
 
 
-@register
+@calibration_method("platt", aliases=("sigmoid",), fits_on_dask=True)
 class PlattCalibrator(Calibrator):
     r"""Platt scaling (logistic calibration) of a probability's logit or of a raw margin.
 

@@ -35,7 +35,7 @@ from gpucal.calibrators._logistic import (
 )
 from gpucal.calibrators._score_rows import ScoreRows
 from gpucal.calibrators.platt import OUTPUT_TYPE_OPTIONS, SCORE_KIND_OPTIONS
-from gpucal.persistence import register
+from gpucal.registry import calibration_method
 from gpucal.rows import Rows
 
 # scikit-learn searches log(beta) in [-10, 10]; the same box keeps T finite and positive when the
@@ -258,7 +258,7 @@ def _is_matrix(X: Any, score_col: Any) -> bool:
     return score_col not in list(columns)
 
 
-@register
+@calibration_method("temperature", fits_on_dask=True)
 class TemperatureCalibrator(Calibrator):
     r"""Temperature scaling, binary or multi-class.
 

@@ -32,7 +32,8 @@ from gpucal.partition.ensemble import (
     predict_ensemble,
 )
 from gpucal.partition.local_maps import LOCAL_MAP_KINDS, n_map_params
-from gpucal.persistence import check_records, register
+from gpucal.persistence import check_records
+from gpucal.registry import calibration_method
 from gpucal.rows import any_dask, as_rows
 from gpucal.rows._checks import check_all_dask
 from gpucal.rules import export_rules
@@ -50,7 +51,7 @@ HISTORY_FIELDS: dict[str, tuple[type, ...]] = {
 }
 
 
-@register
+@calibration_method("hc", fits_on_dask=True)
 class HeterogeneousCalibrator(Calibrator):
     r"""Heterogeneous calibration: the leaves of a label-predicting tree, one calibration map per leaf.
 

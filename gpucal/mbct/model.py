@@ -23,7 +23,8 @@ from gpucal.encoding import FeatureEncoder
 from gpucal.mbct.fit import MVCE_ON_PARTITIONS, MBCTParams, fit_mbct
 from gpucal.mbct.read import apply_init, fit_mbct_encoder, input_n_values, split_codes
 from gpucal.partition.ensemble import LEAF_MAPS, TreeEnsemble, predict_ensemble
-from gpucal.persistence import check_records, register
+from gpucal.persistence import check_records
+from gpucal.registry import calibration_method
 from gpucal.rows import any_dask, as_rows
 from gpucal.rules import export_rules
 from kernels import tree_leaves
@@ -62,7 +63,7 @@ _FIT_PARAMS = (
 )
 
 
-@register
+@calibration_method("mbct", fits_on_dask=True)
 class MBCT(Calibrator):
     r"""Multiple Boosting Calibration Trees: feature-aware, individual, non-monotonic calibration.
 

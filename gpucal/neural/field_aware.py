@@ -30,7 +30,7 @@ from gpucal.calibrators.platt import OUTPUT_TYPE_OPTIONS, SCORE_KIND_OPTIONS
 from gpucal.encoding import FeatureEncoder
 from gpucal.neural._torch import as_tensor, load_training, require_torch, torch_device, torch_threads
 from gpucal.neural.piecewise import check_knots, eta_logit, finish_eta, fit_eta, knot_coordinates
-from gpucal.persistence import register
+from gpucal.registry import calibration_method
 from gpucal.rows import reject_dask
 from kernels import value_offsets
 
@@ -162,7 +162,7 @@ def fill_unknown_rows(
     return embedding
 
 
-@register
+@calibration_method("neucalib", aliases=("field_aware",))
 class FieldAwareCalibrator(Calibrator):
     r"""NeuCalib: a monotone piecewise-linear map of the logit plus a field network, trained with PyTorch.
 
