@@ -16,7 +16,6 @@ import math
 import numbers
 from typing import Any, ClassVar
 
-import numba
 import numpy as np
 
 from gpucal._backend import array_namespace, is_cupy_array
@@ -37,6 +36,7 @@ from gpucal.calibrators._score_rows import ScoreRows
 from gpucal.calibrators.platt import OUTPUT_TYPE_OPTIONS, SCORE_KIND_OPTIONS
 from gpucal.registry import calibration_method
 from gpucal.rows import Rows
+from kernels.jit import numba
 
 # scikit-learn searches log(beta) in [-10, 10]; the same box keeps T finite and positive when the
 # likelihood keeps improving as T -> 0 (separable data) or as T -> inf (scores unrelated to y).
