@@ -7,6 +7,7 @@ check is on the modules loaded, not on a timing, so it is deterministic; measure
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import subprocess
@@ -17,6 +18,7 @@ from types import ModuleType
 import pytest
 
 import gpucal
+import kernels as device_code
 
 REPO = Path(gpucal.__file__).resolve().parent.parent
 #: Libraries that take tenths of a second or more to import, and gpucal's own modules that pull them in.
