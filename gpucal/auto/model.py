@@ -35,9 +35,15 @@ from gpucal.auto.guard import blend_probabilities, order_guard, paired_gain
 from gpucal.auto.report import METRICS, ROW_LOSSES, report_row, report_table, summary_line
 from gpucal.auto.sizing import PLATT_MARGIN, CrossFitPlan, plan_cross_fit
 from gpucal.auto.specs import candidate_from_spec, candidate_spec
-from gpucal.calibrators._base import Calibrator, Constraint, Interval, Options
+from gpucal.calibrators._base import (
+    OUTPUT_TYPE_OPTIONS,
+    SCORE_KIND_OPTIONS,
+    Calibrator,
+    Constraint,
+    Interval,
+    Options,
+)
 from gpucal.calibrators._logistic import sigmoid
-from gpucal.calibrators.platt import OUTPUT_TYPE_OPTIONS, SCORE_KIND_OPTIONS
 from gpucal.registry import calibration_method, dask_fitting_names, fits_on_dask
 from gpucal.rows._collections import any_dask
 

@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from gpucal.calibrators._base import Calibrator, Constraint, Options
+from gpucal.calibrators._base import OUTPUT_TYPE_OPTIONS, Calibrator, Constraint, Options
 from gpucal.calibrators._logistic import (
     FEATURES_BETA,
     FEATURES_BETA_AB,
@@ -24,7 +24,6 @@ from gpucal.calibrators._logistic import (
     predict_logistic,
 )
 from gpucal.calibrators._score_rows import ScoreRows
-from gpucal.calibrators.platt import OUTPUT_TYPE_OPTIONS
 from gpucal.registry import calibration_method
 from gpucal.rows import Rows
 

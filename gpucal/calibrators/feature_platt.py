@@ -26,7 +26,14 @@ import numpy as np
 
 from gpucal._backend import resolve_device
 from gpucal._frames import split_input, wrap_output
-from gpucal.calibrators._base import Calibrator, Constraint, Interval, Options
+from gpucal.calibrators._base import (
+    OUTPUT_TYPE_OPTIONS,
+    SCORE_KIND_OPTIONS,
+    Calibrator,
+    Constraint,
+    Interval,
+    Options,
+)
 from gpucal.calibrators._feature_platt_kernels import (
     on_device,
     predict_feature_platt,
@@ -38,7 +45,6 @@ from gpucal.calibrators._feature_platt_solver import (
     FeaturePlattState,
     fit_feature_platt,
 )
-from gpucal.calibrators.platt import OUTPUT_TYPE_OPTIONS, SCORE_KIND_OPTIONS
 from gpucal.encoding import FeatureEncoder
 from gpucal.registry import calibration_method
 from gpucal.rows import as_rows

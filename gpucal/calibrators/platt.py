@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from gpucal.calibrators._base import Calibrator, Constraint, Options
+from gpucal.calibrators._base import OUTPUT_TYPE_OPTIONS, SCORE_KIND_OPTIONS, Calibrator, Constraint, Options
 from gpucal.calibrators._logistic import (
     FEATURES_COLUMNS,
     FEATURES_LOGIT,
@@ -22,9 +22,6 @@ from gpucal.calibrators._logistic import (
 from gpucal.calibrators._score_rows import ScoreRows
 from gpucal.registry import calibration_method
 from gpucal.rows import Rows
-
-SCORE_KIND_OPTIONS = Options("probability", "logit")
-OUTPUT_TYPE_OPTIONS = Options("input", "numpy", "cupy", "pandas", "cudf", "polars", "pyarrow")
 
 
 def platt_targets(y: Any, w: Any, *, smoothing: bool) -> tuple[float, float]:

@@ -20,7 +20,7 @@ import numpy as np
 
 from gpucal._backend import array_namespace, is_cupy_array
 from gpucal._validation import check_class_labels, check_finite, check_sample_weight
-from gpucal.calibrators._base import Calibrator, Constraint
+from gpucal.calibrators._base import OUTPUT_TYPE_OPTIONS, SCORE_KIND_OPTIONS, Calibrator, Constraint
 from gpucal.calibrators._logistic import (
     CHUNK_ROWS,
     EPS,
@@ -33,7 +33,6 @@ from gpucal.calibrators._logistic import (
     use_numba,
 )
 from gpucal.calibrators._score_rows import ScoreRows
-from gpucal.calibrators.platt import OUTPUT_TYPE_OPTIONS, SCORE_KIND_OPTIONS
 from gpucal.registry import calibration_method
 from gpucal.rows import Rows
 from kernels.jit import numba

@@ -18,9 +18,8 @@ from sklearn.utils.validation import check_is_fitted
 
 from gpucal._backend import array_namespace, to_numpy
 from gpucal._frames import wrap_output
-from gpucal.calibrators._base import AnyOf, Calibrator, Constraint, Interval, Options
+from gpucal.calibrators._base import OUTPUT_TYPE_OPTIONS, AnyOf, Calibrator, Constraint, Interval, Options
 from gpucal.calibrators._logistic import EPS
-from gpucal.calibrators.platt import OUTPUT_TYPE_OPTIONS
 from gpucal.ccl.cluster_maps import as_matrix
 from gpucal.ccl.clustering import CLUSTERINGS, assign_clusters, project
 from gpucal.ccl.embeddings import EMBEDDINGS, LEAF_ENCODINGS, TreeEmbedding, _as_pandas, make_embedding

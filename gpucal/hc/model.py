@@ -17,8 +17,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from gpucal._backend import array_namespace
 from gpucal._frames import SplitInput, split_input, wrap_output
-from gpucal.calibrators._base import AnyOf, Calibrator, Constraint, Interval, Options
-from gpucal.calibrators.platt import OUTPUT_TYPE_OPTIONS
+from gpucal.calibrators._base import OUTPUT_TYPE_OPTIONS, AnyOf, Calibrator, Constraint, Interval, Options
 from gpucal.encoding import FeatureEncoder
 from gpucal.hc.fit import HCParams, fit_hc
 from gpucal.hc.node_maps import (

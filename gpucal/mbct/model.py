@@ -17,8 +17,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from gpucal._backend import is_cupy_array, resolve_device
 from gpucal._frames import SplitInput, split_input, wrap_output
-from gpucal.calibrators._base import AnyOf, Calibrator, Constraint, Interval, Options
-from gpucal.calibrators.platt import OUTPUT_TYPE_OPTIONS
+from gpucal.calibrators._base import OUTPUT_TYPE_OPTIONS, AnyOf, Calibrator, Constraint, Interval, Options
 from gpucal.encoding import FeatureEncoder
 from gpucal.mbct.fit import MVCE_ON_PARTITIONS, MBCTParams, fit_mbct
 from gpucal.mbct.read import apply_init, fit_mbct_encoder, input_n_values, split_codes

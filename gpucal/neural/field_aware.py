@@ -23,10 +23,16 @@ from sklearn.utils.validation import check_is_fitted
 from gpucal._backend import array_namespace, is_cupy_array, to_numpy
 from gpucal._frames import split_input, wrap_output
 from gpucal._validation import check_consistent_length, check_labels, check_sample_weight
-from gpucal.calibrators._base import Calibrator, Constraint, Interval, Options
+from gpucal.calibrators._base import (
+    OUTPUT_TYPE_OPTIONS,
+    SCORE_KIND_OPTIONS,
+    Calibrator,
+    Constraint,
+    Interval,
+    Options,
+)
 from gpucal.calibrators._logistic import sigmoid
 from gpucal.calibrators.feature_platt import score_feature
-from gpucal.calibrators.platt import OUTPUT_TYPE_OPTIONS, SCORE_KIND_OPTIONS
 from gpucal.encoding import FeatureEncoder
 from gpucal.neural._torch import as_tensor, load_training, require_torch, torch_device, torch_threads
 from gpucal.neural.piecewise import check_knots, eta_logit, finish_eta, fit_eta, knot_coordinates

@@ -23,11 +23,18 @@ from typing import Any, ClassVar
 import numpy as np
 
 from gpucal._backend import array_namespace, to_numpy
-from gpucal.calibrators._base import Calibrator, Constraint, Interval, Options
+from gpucal.calibrators._base import (
+    OUTPUT_TYPE_OPTIONS,
+    SCORE_KIND_OPTIONS,
+    Calibrator,
+    Constraint,
+    Interval,
+    Options,
+)
 from gpucal.calibrators._bins import interp_clipped
 from gpucal.calibrators._logistic import EPS, check_two_classes, sigmoid
 from gpucal.calibrators.feature_platt import score_feature
-from gpucal.calibrators.platt import OUTPUT_TYPE_OPTIONS, SCORE_KIND_OPTIONS, fit_platt
+from gpucal.calibrators.platt import fit_platt
 from gpucal.neural._torch import as_tensor, load_training, require_torch, torch_device, torch_threads
 from gpucal.registry import calibration_method
 
