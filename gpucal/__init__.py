@@ -4,25 +4,25 @@
 when data already lives on the GPU (cupy / cudf) or ``device="gpu"`` is asked for. It imports no
 heavy library either (pandas, numba, scikit-learn, scipy): each public name is imported from its
 module on first use (PEP 562 ``__getattr__``), so ``import gpucal`` and ``gpucal --help`` take a
-fraction of a second. Before anything imports numba, its cache is pointed at a user cache folder,
-never the installed package (``kernels._numba_cache``).
+fraction of a second. Importing it changes nothing in the process: numba's cache folder and OpenMP's
+wait policy are set where gpucal first compiles (``kernels.jit``).
 """
 
 from __future__ import annotations
 
-import os
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 from gpucal._version import __version__
-from kernels._numba_cache import use_user_cache_dir
+from gpucal.registry import complete_with
 
-# numba's parallel loops run on its OpenMP layer here, whose threads spin after every parallel region by
-# default; on few cores the spinning threads starve the numpy work between gpucal's parallel loops (a
-# 1e7-row histogram fit measured 1.6 s spinning, 0.22 s passive). Set before the first parallel launch;
-# a value the user set wins.
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-use_user_cache_dir()
+
+def _import_every_method() -> None:
+    """Import every method, each joining :mod:`gpucal.registry` (its ``complete`` runs this, once)."""
+    import gpucal.loading  # noqa: F401
+
+
+complete_with(_import_every_method)
 
 if TYPE_CHECKING:
     from gpucal import datasets, distributed, metrics
@@ -102,6 +102,7 @@ _SUBMODULES = (
     "neural",
     "partition",
     "persistence",
+    "registry",
     "rows",
     "rules",
 )

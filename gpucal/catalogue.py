@@ -1,9 +1,9 @@
 """Every calibration method by name: the table :class:`~gpucal.auto.AutoCalibrator` chooses among.
 
-It stands above the methods it lists (the one-dimensional maps and feature-aware Platt, MBCT, HC, CCL and
-the neural calibrators) and below the automatic calibrator; :mod:`gpucal.factory` adds ``"auto"`` to it
-for :func:`~gpucal.factory.make_calibrator`. scikit-learn's names ("sigmoid", "isotonic", "temperature")
-are aliases of ours.
+It stands above the methods (the one-dimensional maps and feature-aware Platt, MBCT, HC, CCL and the
+neural calibrators), imports them all, and reads their names from :mod:`gpucal.registry`, where each
+method joined with its aliases (scikit-learn's "sigmoid" for "platt"); it stands below the automatic
+calibrator, which :mod:`gpucal.factory` adds for :func:`~gpucal.factory.make_calibrator`.
 """
 
 from __future__ import annotations
@@ -11,48 +11,17 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
-from gpucal.calibrators import (
-    BetaCalibrator,
-    Calibrator,
-    CenteredIsotonicCalibrator,
-    DirichletCalibrator,
-    DownsamplingCorrection,
-    FeatureAwarePlattCalibrator,
-    HistogramCalibrator,
-    IsotonicCalibrator,
-    PlattCalibrator,
-    ScalingBinningCalibrator,
-    SIRCalibrator,
-    TemperatureCalibrator,
-    VennAbersCalibrator,
-)
-from gpucal.ccl import ClusteredCalibrator
-from gpucal.hc import HeterogeneousCalibrator
-from gpucal.mbct import MBCT
-from gpucal.neural import FieldAwareCalibrator, PiecewiseLogitCalibrator
+# Each import makes its package's methods join gpucal.registry.
+import gpucal.calibrators
+import gpucal.ccl
+import gpucal.hc
+import gpucal.mbct
+import gpucal.neural  # noqa: F401
+from gpucal.calibrators import Calibrator
+from gpucal.registry import methods
 
-#: Name -> class of every method (the automatic calibrator aside).
-METHODS: dict[str, type[Calibrator]] = {
-    "platt": PlattCalibrator,
-    "sigmoid": PlattCalibrator,
-    "temperature": TemperatureCalibrator,
-    "beta": BetaCalibrator,
-    "histogram": HistogramCalibrator,
-    "isotonic": IsotonicCalibrator,
-    "centered_isotonic": CenteredIsotonicCalibrator,
-    "scaling_binning": ScalingBinningCalibrator,
-    "sir": SIRCalibrator,
-    "venn_abers": VennAbersCalibrator,
-    "dirichlet": DirichletCalibrator,
-    "downsampling": DownsamplingCorrection,
-    "feature_platt": FeatureAwarePlattCalibrator,
-    "mbct": MBCT,
-    "hc": HeterogeneousCalibrator,
-    "ccl": ClusteredCalibrator,
-    "piecewise_logit": PiecewiseLogitCalibrator,
-    "neucalib": FieldAwareCalibrator,
-    "field_aware": FieldAwareCalibrator,
-}
+#: Name -> class of every method the automatic calibrator may choose (names and aliases, sorted).
+METHODS: dict[str, type[Calibrator]] = {key: m.cls for key, m in methods().items() if m.candidate}
 
 
 def build(table: dict[str, type[Calibrator]], name: str, params: dict[str, Any]) -> Calibrator:

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpucal.auto import AutoCalibrator
+# The automatic calibrator and the catalogue's methods join gpucal.registry when imported.
+import gpucal.auto  # noqa: F401
 from gpucal.calibrators import Calibrator
-from gpucal.catalogue import METHODS, build
+from gpucal.catalogue import build
+from gpucal.registry import methods
 
-#: Name -> class: every method of :data:`gpucal.catalogue.METHODS` and ``"auto"``.
-CALIBRATORS: dict[str, type[Calibrator]] = {**METHODS, "auto": AutoCalibrator}
+#: Name -> class: every method of :mod:`gpucal.registry`, ``"auto"`` included (names and aliases, sorted).
+CALIBRATORS: dict[str, type[Calibrator]] = {key: m.cls for key, m in methods().items()}
 
 
 def make_calibrator(name: str, **params: Any) -> Calibrator:

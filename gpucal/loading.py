@@ -1,9 +1,8 @@
 """``gpucal.load``: a saved model of any of gpucal's classes, read back from its JSON file.
 
-A model file names its class, and :mod:`gpucal.persistence` rebuilds only the classes registered with it;
-each method's package registers its classes when it is imported. ``gpucal.persistence`` sits below the
-methods and imports none of them, so the step "import every method" lives here, above the methods
-(``ARCHITECTURE.md``): whatever the process imported before, ``load`` reads any gpucal model.
+A model file names its class, and :mod:`gpucal.persistence` rebuilds the classes of :mod:`gpucal.registry`,
+which each method joins where it is defined. This module stands above the methods and imports every one
+of them, so that the registry is complete here; ``gpucal.registry.complete`` imports this module.
 """
 
 from __future__ import annotations
@@ -11,14 +10,14 @@ from __future__ import annotations
 import os
 from typing import Any
 
-# Each import registers its package's classes with gpucal.persistence.
+# Each import makes its package's methods join gpucal.registry.
 import gpucal.auto
 import gpucal.calibrators
 import gpucal.ccl
 import gpucal.hc
 import gpucal.mbct
 import gpucal.neural  # noqa: F401
-from gpucal.persistence import _REGISTRY, from_dict, read_document
+from gpucal.persistence import from_dict, read_document
 
 
 def load(path: str | os.PathLike[str]) -> Any:
@@ -35,8 +34,3 @@ def load(path: str | os.PathLike[str]) -> Any:
     True
     """
     return from_dict(read_document(path))
-
-
-def _registry() -> dict[str, type]:
-    """Every loadable class by name (each method's package is imported above)."""
-    return _REGISTRY

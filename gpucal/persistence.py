@@ -32,12 +32,12 @@ import json
 import math
 import os
 import stat
-from importlib import import_module
 from typing import Any
 
 import numpy as np
 
 from gpucal._version import __version__
+from gpucal.registry import class_named, class_names
 
 FORMAT = "gpucal-model"
 SCHEMA_VERSION = 1
@@ -47,21 +47,9 @@ MAX_INT_DIGITS = 20
 # gpucal's own files nest 8 levels at most (a CCL file holding a gpucal model's code maps).
 MAX_NESTING = 32
 
-_REGISTRY: dict[str, type] = {}
-
 
 class ModelFileError(ValueError):
     """A model file cannot be loaded: corrupt, truncated, wrong version or not a gpucal model."""
-
-
-def register(cls: type) -> type:
-    """Class decorator: make a calibrator loadable by ``gpucal.load`` under its class name.
-
-    Each method's module registers its classes when it is imported; this module imports none of them
-    (it sits below the methods). ``gpucal.loading`` imports every method first, for ``gpucal.load``.
-    """
-    _REGISTRY[cls.__name__] = cls
-    return cls
 
 
 def _encode_state_value(kind: str, value: Any) -> Any:
@@ -186,10 +174,10 @@ def _decode_state_value(cls_name: str, name: str, kind: str, value: Any) -> Any:
 def from_dict(document: Any) -> Any:
     """Rebuild a fitted calibrator from :func:`to_dict`'s output, checking every part first.
 
-    Each method's package registers its classes when imported; a class not registered yet (a CCL
-    embedding naming an MBCT model in a process that never imported ``gpucal.mbct``) is looked up by
-    importing :mod:`gpucal.loading`, which imports every method. By name, at run time: this module sits
-    below the methods (``ARCHITECTURE.md``) and never imports them itself.
+    The class is looked up in :mod:`gpucal.registry`, which every method joins where it is defined; a
+    class whose package was not imported yet (a CCL embedding naming an MBCT model in a process that
+    never imported ``gpucal.mbct``) is found once the registry is completed (``registry.complete``).
+    This module sits below the methods (``ARCHITECTURE.md``) and imports none of them.
     """
     if not isinstance(document, dict) or document.get("format") != FORMAT:
         msg = "not a gpucal model file (no 'format': 'gpucal-model' at the top level)"
@@ -205,12 +193,10 @@ def from_dict(document: Any) -> Any:
         msg = f"model file is missing {missing}"
         raise ModelFileError(msg)
     cls_name = document["class"]
-    if isinstance(cls_name, str) and cls_name not in _REGISTRY:
-        import_module("gpucal.loading")
-    if not isinstance(cls_name, str) or cls_name not in _REGISTRY:
-        msg = f"unknown calibrator class {cls_name!r}; known: {sorted(_REGISTRY)}"
+    cls = class_named(cls_name) if isinstance(cls_name, str) else None
+    if cls is None:
+        msg = f"unknown calibrator class {cls_name!r}; known: {class_names()}"
         raise ModelFileError(msg)
-    cls = _REGISTRY[cls_name]
     params, state = document["params"], document["state"]
     if not isinstance(params, dict) or not isinstance(state, dict):
         msg = f"{cls_name}: 'params' and 'state' must be JSON objects"

@@ -1,18 +1,15 @@
 """Device code of gpucal: each kernel as a numpy oracle, a numba CPU twin and a numba-cuda kernel.
 
 Importing this package imports neither numba nor numpy: each name below is imported from its module
-on first use (PEP 562), so ``import gpucal`` stays fast, and numba's cache folder is chosen before
-numba is first imported (``kernels._numba_cache``). ``numba.cuda`` is imported inside the CUDA path.
+on first use (PEP 562), so ``import gpucal`` stays fast; the modules that compile import numba from
+:mod:`kernels.jit`, which chooses numba's cache folder first. ``numba.cuda`` is imported inside the
+CUDA path.
 """
 
 from __future__ import annotations
 
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
-
-from kernels._numba_cache import use_user_cache_dir
-
-use_user_cache_dir()
 
 if TYPE_CHECKING:
     from kernels.group_sums import group_sums

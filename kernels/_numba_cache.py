@@ -13,12 +13,12 @@ directory, the first of:
 3. ``gpucal-numba-<user>`` in the temporary directory, for a read-only home or image (created by numba).
 
 numba reads ``NUMBA_CACHE_DIR`` once, when ``numba.core.config`` is first imported, so
-:func:`use_user_cache_dir` runs before gpucal's first numba import: ``kernels/__init__.py`` and
-``gpucal/__init__.py`` call it first thing (importing a submodule runs its package's ``__init__``
-first). It sets the variable, which child processes (Dask workers) inherit, and numba's live setting
-when numba was imported before gpucal. numba then uses that folder for every ``cache=True`` function
-of the process, not only gpucal's. A ``NUMBA_CACHE_DIR`` that cannot be written is replaced: numba
-would otherwise fall back to the package folder.
+:func:`use_user_cache_dir` runs before gpucal's first numba import: every module of gpucal that
+compiles imports numba from :mod:`kernels.jit`, which calls it first. It sets the variable, which child
+processes (Dask workers) inherit, and numba's live setting when numba was imported before gpucal.
+numba then uses that folder for every ``cache=True`` function of the process, not only gpucal's. A
+``NUMBA_CACHE_DIR`` that cannot be written is replaced: numba would otherwise fall back to the package
+folder.
 
 numba fires a ``numba:compile`` event only when a signature is not in the cache; the first such
 event of a gpucal or kernels function logs one line (logger ``gpucal``, level WARNING, so it shows
@@ -28,15 +28,11 @@ by default and goes through pytest's log capture, not stderr, in tests).
 from __future__ import annotations
 
 import functools
-import importlib.abc
-import importlib.machinery
 import logging
 import os
 import sys
 import tempfile
-from collections.abc import Sequence
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 CACHE_DIR_VARIABLE = "NUMBA_CACHE_DIR"
@@ -82,7 +78,7 @@ def numba_cache_dir() -> Path:
 
 
 def use_user_cache_dir() -> Path:
-    """Point numba's cache at :func:`numba_cache_dir` and arm the compile notice; return the folder.
+    """Point numba's cache at :func:`numba_cache_dir`; return the folder.
 
     Cheap and idempotent; call it before importing numba. It imports nothing heavy.
     """
@@ -91,10 +87,6 @@ def use_user_cache_dir() -> Path:
     config: Any = sys.modules.get("numba.core.config")
     if config is not None:  # numba came first: its setting was read already, so set it too
         config.CACHE_DIR = str(path)
-    if "numba.core.event" in sys.modules:
-        register_compile_notice()
-    elif not any(isinstance(finder, _AfterNumbaEventImport) for finder in sys.meta_path):
-        sys.meta_path.insert(0, _AfterNumbaEventImport())
     return path
 
 
@@ -127,29 +119,3 @@ def register_compile_notice() -> None:
             pass
 
     event.register("numba:compile", CompileNotice())
-
-
-class _AfterNumbaEventImport(importlib.abc.MetaPathFinder):
-    """Registers the compile notice once ``numba.core.event`` is imported, by whoever imports it.
-
-    The notice needs numba, which ``import gpucal`` must not import; numba has no post-import hook,
-    so this finder wraps the loader of that one module and steps aside for everything else.
-    """
-
-    def find_spec(
-        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
-    ) -> importlib.machinery.ModuleSpec | None:
-        if fullname != "numba.core.event":
-            return None
-        sys.meta_path.remove(self)
-        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
-        if spec is None or spec.loader is None:
-            return spec
-        load = spec.loader.exec_module
-
-        def exec_module(module: ModuleType) -> None:
-            load(module)
-            register_compile_notice()
-
-        spec.loader.exec_module = exec_module  # type: ignore[method-assign]
-        return spec

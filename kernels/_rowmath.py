@@ -7,8 +7,9 @@ so the two backends cannot drift apart in what they add per row.
 
 from __future__ import annotations
 
-import numba
 import numpy as np
+
+from kernels.jit import numba
 
 
 @numba.njit(cache=True)

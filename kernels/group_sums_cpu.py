@@ -21,11 +21,11 @@ different thread counts, are bit-identical):
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 
 from kernels._rowmath import group_row_stats
 from kernels.group_sums_oracle import N_STATS
+from kernels.jit import numba
 
 # At most this many private histograms: 16 threads busy, or a few chunks per thread for load balance on
 # small machines. More chunks cost memory and reduction time and did not help (2 cores, 1e7 x 8 rows).

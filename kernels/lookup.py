@@ -27,10 +27,10 @@ from __future__ import annotations
 
 from typing import Any
 
-import numba
 import numpy as np
 
 from kernels._dispatch import CODE_DTYPES, is_cupy_array, namespace_of, resolve_backend
+from kernels.jit import numba
 
 #: Value dtypes the lookup reads as they are (uint64 could wrap into the table's range as int64).
 VALUE_DTYPES = tuple(

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 from typing import Any
 
-import numba
 import numpy as np
 
 from kernels._dispatch import is_cupy_array, resolve_backend
+from kernels.jit import numba
 
 
 def partition_rows(node_idx: Any, n_nodes: int, *, backend: str = "auto") -> Any:

@@ -14,10 +14,10 @@ the candidate: it is added once per row and copied into every column at the end.
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 
 from kernels._feistel import bin_of, feistel, view_keys, walk
+from kernels.jit import numba
 from kernels.trees_row import apply_map, finish_value, start_value
 
 # Rows per chunk: the chunk's Feistel values and bins (16 bytes a row) stay in L1.

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import math
 
-import numba
 import numpy as np
 
+from kernels.jit import numba
 from kernels.split_trees_oracle import (
     DECISION_CAT_LEFT,
     DECISION_CAT_RIGHT,

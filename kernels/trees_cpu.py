@@ -17,9 +17,9 @@ the speed benchmark, one thread:
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 
+from kernels.jit import numba
 from kernels.trees_row import apply_map, finish_value, route_row, start_value, step_down
 
 

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import math
 
-import numba
 import numpy as np
 
+from kernels.jit import numba
 from kernels.trees_oracle import EPS, LEAF_SCALE
 
 ONE_MINUS_EPS = 1.0 - EPS

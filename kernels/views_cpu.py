@@ -8,11 +8,11 @@ branches; with the walk inside the bin loop, the whole ran about 1.4 times slowe
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 
 from kernels._feistel import bin_of, feistel, row_bin, view_keys, walk
 from kernels._rowmath import view_row_stats
+from kernels.jit import numba
 
 # Rows per chunk: the chunk's Feistel values and bins (16 bytes a row) stay in L1.
 CHUNK_ROWS = 512

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-import kernels
+import kernels as device_code
 
-REPO = Path(kernels.__file__).resolve().parent.parent
+REPO = Path(device_code.__file__).resolve().parent.parent
 # Module prefixes that only the CUDA path may load.
 GPU_MODULES = ("numba.cuda", "numba_cuda.", "cupy", "cudf", "dask_cuda")
 SCRIPT = """
@@ -22,7 +22,7 @@ print(",".join(loaded))
 """
 
 
-@pytest.mark.parametrize("package", ["kernels", "gpucal"])
+@pytest.mark.parametrize("package", [device_code.__name__, "gpucal"])
 def test_import_loads_no_gpu_module(package):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
     env.pop("NUMBA_ENABLE_CUDASIM", None)
@@ -36,7 +36,7 @@ def test_import_loads_no_gpu_module(package):
 def test_cpu_calls_load_no_gpu_module():
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
     env.pop("NUMBA_ENABLE_CUDASIM", None)
-    code = SCRIPT.format(package="kernels", prefixes=GPU_MODULES).replace(
+    code = SCRIPT.format(package=device_code.__name__, prefixes=GPU_MODULES).replace(
         "loaded =",
         "import numpy as np\n"
         "kernels.group_sums(np.zeros((3, 1), np.int8), np.ones(3), np.ones(3))\n"

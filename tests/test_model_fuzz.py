@@ -22,7 +22,7 @@ import pandas as pd
 import pytest
 
 import gpucal
-from gpucal.loading import _registry
+from gpucal.registry import class_names
 
 MEMORY_LIMIT = 6 << 30  # RLIMIT_AS of the subprocess: far above a tiny model's needs
 N_TRUNCATIONS = 8
@@ -168,7 +168,7 @@ def _fitted_models():
             feature_cols=feats if label != "mbct" else None,
         )
         out.append((f"ccl_{label}", ccl.fit(frame, y), "frame", frame))
-    if "AutoCalibrator" in _registry():
+    if "AutoCalibrator" in class_names():
         auto = gpucal.make_calibrator("auto", candidates=["platt", "isotonic"], n_folds=2)
         out.append(("auto", auto.fit(score, y), "scores", frame))
     return out
@@ -247,7 +247,7 @@ def test_fuzzed_model_files_never_crash_hang_or_predict_non_finite(tmp_path):
     rng = np.random.default_rng(18)
     cases, labels = [], {}
     models = _fitted_models()
-    assert {type(m).__name__ for _, m, _, _ in models} == set(_registry())  # every registered class
+    assert {type(m).__name__ for _, m, _, _ in models} == set(class_names())  # every registered class
     for name, model, kind, frame in models:
         model.save(tmp_path / f"{name}.json")
         text = (tmp_path / f"{name}.json").read_text()

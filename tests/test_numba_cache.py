@@ -117,3 +117,17 @@ def test_after_warm_up_the_demo_compiles_nothing(fresh_env: dict[str, str]):
     assert warm.stderr.count(NOTICE) == 1, warm.stderr
     demo = run_python("from gpucal.cli import main\nmain(['demo', '--rows', '20000'])\n", fresh_env)
     assert NOTICE not in demo.stderr
+
+
+def test_import_gpucal_changes_nothing_in_the_process(fresh_env: dict[str, str]):
+    """A library does not change its process on import: the environment and the import system stay."""
+    code = (
+        "import os, sys\n"
+        "env, finders = dict(os.environ), list(sys.meta_path)\n"
+        "import gpucal, kernels\n"
+        "assert dict(os.environ) == env and sys.meta_path == finders, 'import changed the process'\n"
+        "import gpucal.calibrators\n"  # the first module that compiles
+        "assert os.environ['NUMBA_CACHE_DIR'] and os.environ['OMP_WAIT_POLICY'] == 'PASSIVE'\n"
+    )
+    fresh_env.pop("OMP_WAIT_POLICY", None)
+    run_python(code, fresh_env)

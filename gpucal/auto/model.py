@@ -36,19 +36,25 @@ from gpucal.auto.guard import blend_probabilities, order_guard, paired_gain
 from gpucal.auto.report import METRICS, ROW_LOSSES, report_row, report_table, summary_line
 from gpucal.auto.sizing import PLATT_MARGIN, CrossFitPlan, plan_cross_fit
 from gpucal.auto.specs import candidate_from_spec, candidate_spec
-from gpucal.calibrators._base import Calibrator, Constraint, Interval, Options
+from gpucal.calibrators._base import (
+    OUTPUT_TYPE_OPTIONS,
+    SCORE_KIND_OPTIONS,
+    Calibrator,
+    Constraint,
+    Interval,
+    Options,
+)
 from gpucal.calibrators._logistic import sigmoid
-from gpucal.calibrators.platt import OUTPUT_TYPE_OPTIONS, SCORE_KIND_OPTIONS
 from gpucal.encoding import FeatureEncoder, resolve_feature_cols
-from gpucal.persistence import register
+from gpucal.registry import calibration_method, dask_fitting_names, fits_on_dask
 from gpucal.rows import as_rows
-from gpucal.rows._collections import DISTRIBUTED_FITS, any_dask
+from gpucal.rows._collections import any_dask
 
 #: The class the AUC guard falls back to: a monotone map of the score keeps its ranking.
 ORDER_KEEPING = "PlattCalibrator"
 
 
-@register
+@calibration_method("auto", candidate=False)
 class AutoCalibrator(Calibrator):
     r"""Choose the best calibrator for the data by cross-fitting on the calibration rows.
 
@@ -428,13 +434,13 @@ class AutoCalibrator(Calibrator):
     def _no_distributed_fit(self) -> NotImplementedError:
         """The error for dask input, naming the candidates that have no distributed fit of their own."""
         candidates = self._resolve_candidates(has_features=True)
-        local = sorted({c.label for c in candidates if type(c.estimator).__name__ not in DISTRIBUTED_FITS})
+        local = sorted({c.label for c in candidates if not fits_on_dask(type(c.estimator))})
         msg = (
             "AutoCalibrator does not fit on dask collections: its cross-fitting would have to cut every "
             "partition into folds, which this version does not do"
             + (f", and candidates {', '.join(local)} have no distributed fit" if local else "")
             + ". Fit it on a sample brought in with .compute(), or fit one calibrator that fits on dask: "
-            + ", ".join(DISTRIBUTED_FITS)
+            + ", ".join(dask_fitting_names())
             + "."
         )
         return NotImplementedError(msg)

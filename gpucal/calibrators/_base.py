@@ -43,6 +43,9 @@ from gpucal.rows import Rows, as_rows
 from gpucal.rows._collections import any_dask, collection_kind, no_distributed_fit
 
 Constraint = Interval | Options | AnyOf
+#: The options every calibrator taking a score and returning probabilities shares.
+SCORE_KIND_OPTIONS = Options("probability", "logit")
+OUTPUT_TYPE_OPTIONS = Options("input", "numpy", "cupy", "pandas", "cudf", "polars", "pyarrow")
 
 #: The arguments of ``fit`` that hold one value per row, checked together for index alignment; a
 #: calibrator that takes a second set of rows names them with the suffix ``_tree`` (``X_tree``, ...).
@@ -252,4 +255,13 @@ def predict_partitions(estimator: Any, X: Any) -> Any:
     raise TypeError(msg)
 
 
-__all__ = ["AnyOf", "Calibrator", "Constraint", "Interval", "Options", "predict_partitions"]
+__all__ = [
+    "OUTPUT_TYPE_OPTIONS",
+    "SCORE_KIND_OPTIONS",
+    "AnyOf",
+    "Calibrator",
+    "Constraint",
+    "Interval",
+    "Options",
+    "predict_partitions",
+]

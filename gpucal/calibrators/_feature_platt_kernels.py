@@ -10,12 +10,12 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import numba
 import numpy as np
 
 from gpucal._backend import array_namespace, is_cupy_array, to_numpy
 from gpucal.calibrators._logistic import EPS, sigmoid
 from kernels import value_offsets
+from kernels.jit import numba
 
 # Rows per partial sum of the numba row passes: fixed, so the result does not depend on the thread count.
 CHUNK_ROWS = 1 << 15

@@ -18,10 +18,10 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-import numba
 import numpy as np
 
 from gpucal._backend import to_numpy
+from kernels.jit import numba
 
 # Rows per run at the least: below this one argsort is as fast as several plus the merge.
 MIN_RUN_ROWS = 1 << 20

@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from gpucal.calibrators._base import Calibrator, Constraint, Options
+from gpucal.calibrators._base import OUTPUT_TYPE_OPTIONS, Calibrator, Constraint, Options
 from gpucal.calibrators._logistic import (
     FEATURES_BETA,
     FEATURES_BETA_AB,
@@ -22,8 +22,7 @@ from gpucal.calibrators._logistic import (
     predict_logistic,
 )
 from gpucal.calibrators._score_rows import ScoreRows
-from gpucal.calibrators.platt import OUTPUT_TYPE_OPTIONS
-from gpucal.persistence import register
+from gpucal.registry import calibration_method
 from gpucal.rows import Rows
 
 PARAMETERS = ("abm", "ab", "am")
@@ -67,7 +66,7 @@ def predict_beta(score: Any, a: float, b: float, c: float) -> Any:
     return predict_logistic(score, np.array([a, b]), c, mode=FEATURES_BETA)
 
 
-@register
+@calibration_method("beta", fits_on_dask=True)
 class BetaCalibrator(Calibrator):
     r"""Beta calibration of probabilities: three parameters, or two in the "ab" / "am" variants.
 

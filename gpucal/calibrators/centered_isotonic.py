@@ -9,14 +9,14 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-import numba
 import numpy as np
 
 from gpucal.calibrators._base import Calibrator, Constraint, Options
 from gpucal.calibrators._bins import BIN_W, BIN_WY, interp_clipped
 from gpucal.calibrators._score_rows import ScoreRows, score_groups
-from gpucal.persistence import register
+from gpucal.registry import calibration_method
 from gpucal.rows import Rows
+from kernels.jit import numba
 
 
 @numba.njit(cache=True)
@@ -85,7 +85,7 @@ def centered_isotonic_knots(
     return np.clip(swx / sw, lo, hi), np.clip(swy / sw, 0.0, 1.0)
 
 
-@register
+@calibration_method("centered_isotonic")
 class CenteredIsotonicCalibrator(Calibrator):
     r"""Centred isotonic regression (CIR, Oron & Flournoy 2017): strictly increasing between block centres.
 

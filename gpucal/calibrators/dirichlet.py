@@ -20,7 +20,7 @@ from gpucal._validation import check_class_labels, check_sample_weight
 from gpucal.calibrators._base import Calibrator, Constraint, Interval
 from gpucal.calibrators._logistic import newton_minimize
 from gpucal.calibrators.temperature import as_2d_scores, check_several_classes
-from gpucal.persistence import register
+from gpucal.registry import calibration_method
 from gpucal.rows import reject_dask
 
 # A block of rows holds block_rows * (k + 1)^2 float64 for the Hessian products: about 32 MiB.
@@ -126,7 +126,7 @@ def predict_dirichlet(log_p: Any, coef: np.ndarray, intercept: np.ndarray) -> An
     return out
 
 
-@register
+@calibration_method("dirichlet")
 class DirichletCalibrator(Calibrator):
     r"""Dirichlet calibration of a multi-class probability matrix, with ODIR regularisation.
 

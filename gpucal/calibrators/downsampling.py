@@ -16,10 +16,9 @@ from typing import Any, ClassVar
 from gpucal._backend import array_namespace
 from gpucal._params import check_param
 from gpucal._validation import check_sample_weight, check_scores
-from gpucal.calibrators._base import Calibrator, Constraint, Interval
+from gpucal.calibrators._base import OUTPUT_TYPE_OPTIONS, SCORE_KIND_OPTIONS, Calibrator, Constraint, Interval
 from gpucal.calibrators._logistic import sigmoid
-from gpucal.calibrators.platt import OUTPUT_TYPE_OPTIONS, SCORE_KIND_OPTIONS
-from gpucal.persistence import register
+from gpucal.registry import calibration_method
 from gpucal.rows import is_dask_collection
 
 RATE = Interval(float, 0.0, 1.0, closed="right")
@@ -64,7 +63,7 @@ def _correct(score: Any, rate: float, score_kind: str) -> Any:
     return out
 
 
-@register
+@calibration_method("downsampling")
 class DownsamplingCorrection(Calibrator):
     r"""The negative-downsampling correction, shaped as a calibrator so it chains like the others.
 

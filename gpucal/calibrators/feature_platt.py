@@ -26,7 +26,14 @@ import numpy as np
 
 from gpucal._backend import resolve_device
 from gpucal._frames import split_input, wrap_output
-from gpucal.calibrators._base import Calibrator, Constraint, Interval, Options
+from gpucal.calibrators._base import (
+    OUTPUT_TYPE_OPTIONS,
+    SCORE_KIND_OPTIONS,
+    Calibrator,
+    Constraint,
+    Interval,
+    Options,
+)
 from gpucal.calibrators._feature_platt_kernels import (
     on_device,
     predict_feature_platt,
@@ -38,9 +45,8 @@ from gpucal.calibrators._feature_platt_solver import (
     FeaturePlattState,
     fit_feature_platt,
 )
-from gpucal.calibrators.platt import OUTPUT_TYPE_OPTIONS, SCORE_KIND_OPTIONS
 from gpucal.encoding import FeatureEncoder, resolve_feature_cols
-from gpucal.persistence import register
+from gpucal.registry import calibration_method
 from gpucal.rows import as_rows
 
 # Test-only switch: take the array code (the GPU path) on numpy arrays too, instead of the numba loops.
@@ -51,7 +57,7 @@ WARM_START_MIN_ROWS = 1 << 18
 WARM_START_ROWS = 1 << 16
 
 
-@register
+@calibration_method("feature_platt", fits_on_dask=True)
 class FeatureAwarePlattCalibrator(Calibrator):
     r"""Platt scaling with a learnt offset per feature value (L2-regularised logistic regression).
 

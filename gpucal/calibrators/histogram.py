@@ -24,7 +24,7 @@ from gpucal.calibrators._bins import (
 )
 from gpucal.calibrators._logistic import sigmoid
 from gpucal.calibrators._score_rows import ScoreBlock, ScoreRows, score_groups
-from gpucal.persistence import register
+from gpucal.registry import calibration_method
 from gpucal.rows import Rows
 
 
@@ -117,7 +117,7 @@ def histogram_rows(rows: Rows, n_bins: int, strategy: str) -> tuple[np.ndarray, 
     return histogram_from_stats(midpoint_edges(lows, highs, 0.0, 1.0), stats)
 
 
-@register
+@calibration_method("histogram", fits_on_dask=True)
 class HistogramCalibrator(Calibrator):
     r"""Histogram binning (Zadrozny & Elkan 2001), equal to netcal's ``HistogramBinning``.
 

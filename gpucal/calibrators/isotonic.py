@@ -17,7 +17,7 @@ from gpucal.calibrators._bins import BIN_W, BIN_WY, interp_clipped
 from gpucal.calibrators._pav import PavBlocks, clip_blocks, isotonic_blocks, isotonic_blocks_from_groups
 from gpucal.calibrators._score_rows import ScoreRows, score_groups
 from gpucal.calibrators._sorted import host_float64
-from gpucal.persistence import register
+from gpucal.registry import calibration_method
 from gpucal.rows import Rows
 
 # The rank-preserving map of a block stays within this fraction of the gap to the neighbouring block's
@@ -144,7 +144,7 @@ def isotonic_rows(rows: Rows) -> PavBlocks:
     return isotonic_blocks_from_groups(table.keys[0], table.stats[:, BIN_W], table.stats[:, BIN_WY])
 
 
-@register
+@calibration_method("isotonic", fits_on_dask=True)
 class IsotonicCalibrator(Calibrator):
     r"""Isotonic regression calibration (Zadrozny & Elkan 2002), equal to scikit-learn's.
 

@@ -11,18 +11,15 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from gpucal.calibrators._base import Calibrator, Constraint, Options
+from gpucal.calibrators._base import OUTPUT_TYPE_OPTIONS, SCORE_KIND_OPTIONS, Calibrator, Constraint, Options
 from gpucal.calibrators._logistic import (
     FEATURES_COLUMNS,
     FEATURES_LOGIT,
     predict_logistic,
 )
 from gpucal.calibrators._score_rows import ScoreRows
-from gpucal.persistence import register
+from gpucal.registry import calibration_method
 from gpucal.rows import Rows
-
-SCORE_KIND_OPTIONS = Options("probability", "logit")
-OUTPUT_TYPE_OPTIONS = Options("input", "numpy", "cupy", "pandas", "cudf", "polars", "pyarrow")
 
 
 def platt_targets(y: Any, w: Any, *, smoothing: bool) -> tuple[float, float]:
@@ -78,7 +75,7 @@ def predict_platt(score: Any, a: float, b: float, *, score_kind: str = "probabil
     return predict_logistic(score, [a], b, mode=mode)
 
 
-@register
+@calibration_method("platt", aliases=("sigmoid",), fits_on_dask=True)
 class PlattCalibrator(Calibrator):
     r"""Platt scaling (logistic calibration) of a probability's logit or of a raw margin.
 

@@ -15,7 +15,7 @@ from gpucal.calibrators._base import Calibrator, Constraint, Interval, Options
 from gpucal.calibrators._bins import BIN_W, BIN_WP, lookup_bins, mass_bin_stats, midpoint_edges
 from gpucal.calibrators.histogram import check_bin_state
 from gpucal.calibrators.platt import fit_platt, predict_platt
-from gpucal.persistence import register
+from gpucal.registry import calibration_method
 
 
 def fit_scaling_binning(
@@ -86,7 +86,7 @@ def fit_scaling_binning(
     return coef, intercept, edges, values
 
 
-@register
+@calibration_method("scaling_binning")
 class ScalingBinningCalibrator(Calibrator):
     r"""Scaling-binning calibration (Kumar, Liang & Ma 2019): Platt scaling, then equal-mass binning.
 

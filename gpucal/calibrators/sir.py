@@ -14,7 +14,7 @@ from gpucal._backend import array_namespace
 from gpucal.calibrators._base import Calibrator, Constraint, Interval, Options
 from gpucal.calibrators._bins import BIN_W, BIN_WP, BIN_WY, interp_clipped, mass_bin_stats
 from gpucal.calibrators._pav import N_BLOCK_STATS, SUM_W, SUM_WX, SUM_WY, X_FIRST, X_LAST, pool_groups
-from gpucal.persistence import register
+from gpucal.registry import calibration_method
 
 
 def fit_sir(
@@ -71,7 +71,7 @@ def fit_sir(
     return np.asarray(knots_x), np.asarray(knots_y)
 
 
-@register
+@calibration_method("sir")
 class SIRCalibrator(Calibrator):
     r"""Smoothed isotonic regression (SIR, Deng et al. 2020): binning, isotonic across bins, interpolation.
 

@@ -16,12 +16,11 @@ import math
 import numbers
 from typing import Any, ClassVar
 
-import numba
 import numpy as np
 
 from gpucal._backend import array_namespace, is_cupy_array
 from gpucal._validation import check_class_labels, check_finite, check_sample_weight
-from gpucal.calibrators._base import Calibrator, Constraint
+from gpucal.calibrators._base import OUTPUT_TYPE_OPTIONS, SCORE_KIND_OPTIONS, Calibrator, Constraint
 from gpucal.calibrators._logistic import (
     CHUNK_ROWS,
     EPS,
@@ -32,9 +31,9 @@ from gpucal.calibrators._logistic import (
     use_numba,
 )
 from gpucal.calibrators._score_rows import ScoreRows
-from gpucal.calibrators.platt import OUTPUT_TYPE_OPTIONS, SCORE_KIND_OPTIONS
-from gpucal.persistence import register
+from gpucal.registry import calibration_method
 from gpucal.rows import Rows
+from kernels.jit import numba
 
 # scikit-learn searches log(beta) in [-10, 10]; the same box keeps T finite and positive when the
 # likelihood keeps improving as T -> 0 (separable data) or as T -> inf (scores unrelated to y).
@@ -256,7 +255,7 @@ def _is_matrix(X: Any, score_col: Any) -> bool:
     return score_col not in list(columns)
 
 
-@register
+@calibration_method("temperature", fits_on_dask=True)
 class TemperatureCalibrator(Calibrator):
     r"""Temperature scaling, binary or multi-class.
 

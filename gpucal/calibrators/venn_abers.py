@@ -12,7 +12,6 @@ import functools
 import sys
 from typing import Any, ClassVar
 
-import numba
 import numpy as np
 from sklearn.utils.validation import check_is_fitted
 
@@ -21,9 +20,10 @@ from gpucal.calibrators._base import Calibrator, Constraint, Interval, Options
 from gpucal.calibrators._bins import _first_not_below, _knot_table
 from gpucal.calibrators._score_rows import ScoreBlock, ScoreRows
 from gpucal.calibrators._sorted import host_float64, sorted_counts, unit_binary
-from gpucal.persistence import register
+from gpucal.registry import calibration_method
 from gpucal.rows import Rows, row_uniforms
 from gpucal.rows._reduce import KeyedTable, check_table_size, group_sorted, max_distinct_keys, merge_tables
+from kernels.jit import numba
 
 # The stream of ``row_uniforms`` that deals the rows to the folds of the cross variant.
 FOLD_STREAM = 25
@@ -261,7 +261,7 @@ def venn_abers_rows(
     return np.concatenate(scores), np.concatenate(f0s), np.concatenate(f1s), np.asarray(sizes, dtype=np.int64)
 
 
-@register
+@calibration_method("venn_abers")
 class VennAbersCalibrator(Calibrator):
     r"""Venn-Abers calibration: the inductive (IVAP, Vovk & Petej 2014) or cross (CVAP) predictor.
 

@@ -325,9 +325,10 @@ class TreeEmbedding:
         if self.library != "gpucal":
             model: Any = self.model.to_dict()
         else:
-            from gpucal.persistence import _REGISTRY, to_dict
+            from gpucal.persistence import to_dict
+            from gpucal.registry import class_named
 
-            if type(self.model).__name__ not in _REGISTRY:
+            if class_named(type(self.model).__name__) is not type(self.model):
                 msg = (
                     f"embedding_model: a {type(self.model).__qualname__} cannot be saved; only gpucal's "
                     "registered models, XGBoost and LightGBM models can"

@@ -18,15 +18,14 @@ from sklearn.utils.validation import check_is_fitted
 
 from gpucal._backend import array_namespace, to_numpy
 from gpucal._frames import wrap_output
-from gpucal.calibrators._base import AnyOf, Calibrator, Constraint, Interval, Options
+from gpucal.calibrators._base import OUTPUT_TYPE_OPTIONS, AnyOf, Calibrator, Constraint, Interval, Options
 from gpucal.calibrators._logistic import EPS
-from gpucal.calibrators.platt import OUTPUT_TYPE_OPTIONS
 from gpucal.ccl.cluster_maps import as_matrix
 from gpucal.ccl.clustering import CLUSTERINGS, assign_clusters, project
 from gpucal.ccl.embeddings import EMBEDDINGS, LEAF_ENCODINGS, TreeEmbedding, make_embedding
 from gpucal.ccl.fit import CCLParams, CCLState, fit_ccl, is_multiclass, read_scores
 from gpucal.encoding import resolve_feature_cols
-from gpucal.persistence import register
+from gpucal.registry import calibration_method
 from gpucal.rows import any_dask, as_rows
 from gpucal.rows._checks import check_all_dask
 
@@ -40,7 +39,7 @@ FITTED, CONSTANT, FALLBACK = 0, 1, 2
 AUTO_MAX_ROWS = {"kmeans": 10_000, "agglomerative": 5_000}
 
 
-@register
+@calibration_method("ccl", fits_on_dask=True)
 class ClusteredCalibrator(Calibrator):
     r"""Clustered calibration (CCL): one calibration map per cluster of learnt row embeddings.
 

@@ -86,16 +86,14 @@ def _calibrator_class(method: str) -> type:
 
 
 def method_list() -> str:
-    """Return the registered calibrators, one line each, aliases beside the name they stand for."""
-    from gpucal.factory import CALIBRATORS
+    """Return every method of :mod:`gpucal.registry`, one line each, its aliases beside its name."""
+    from gpucal.registry import complete, methods
 
-    names_of: dict[type, list[str]] = {}
-    for name, cls in CALIBRATORS.items():
-        names_of.setdefault(cls, []).append(name)
+    complete()
     lines = []
-    for cls, names in names_of.items():
-        alias = f" (alias {', '.join(names[1:])})" if len(names) > 1 else ""
-        lines.append(f"  {names[0]}{alias}: {cls.__name__}")
+    for method in sorted({m.name: m for m in methods().values()}.values(), key=lambda m: m.name):
+        alias = f" (alias {', '.join(method.aliases)})" if method.aliases else ""
+        lines.append(f"  {method.name}{alias}: {method.cls.__name__}")
     return "\n".join(lines)
 
 

@@ -14,7 +14,8 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit, prange
+
+from kernels.jit import njit, prange
 
 # Fixed draw layout of one row: one draw per field, two for the context normal, one for the label.
 N_FIELD_STREAMS = 6

@@ -16,13 +16,16 @@ and no GPU library; each function imports what it needs.
 * :func:`fit_encoder` learns a :class:`~gpucal.encoding.FeatureEncoder` over all partitions (the same as
   ``FeatureEncoder.fit`` of the dask DataFrame); :func:`hash_codes` is the stable hashing alternative for
   very high cardinality; :func:`transform_partitions` encodes every partition.
-* :data:`DISTRIBUTED_FITS` names the calibrators whose fit takes dask collections; the others refuse
-  them by name (:func:`reject_dask`).
+* ``DISTRIBUTED_FITS`` names the calibrators whose fit takes dask collections (those that joined
+  :mod:`gpucal.registry` with ``fits_on_dask``); the others refuse them by name (:func:`reject_dask`).
 """
+
+from typing import Any
 
 from gpucal.distributed.cluster import dataframe_backend, gpu_count, local_cluster, local_cuda_cluster
 from gpucal.distributed.encoding import fit_encoder, hash_codes, transform_partitions
-from gpucal.rows._collections import DISTRIBUTED_FITS, is_dask_collection, reject_dask
+from gpucal.registry import dask_fitting_names
+from gpucal.rows._collections import is_dask_collection, reject_dask
 from gpucal.rows.dask import partition_lengths, partition_offsets, reduce_partitions, sum_partitions
 
 __all__ = [
@@ -41,3 +44,11 @@ __all__ = [
     "sum_partitions",
     "transform_partitions",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """``DISTRIBUTED_FITS``, read from the registry when asked (every method has joined by then)."""
+    if name == "DISTRIBUTED_FITS":
+        return dask_fitting_names()
+    msg = f"module {__name__!r} has no attribute {name!r}"
+    raise AttributeError(msg)

@@ -16,8 +16,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from gpucal._backend import array_namespace
 from gpucal._frames import SplitInput, split_input, wrap_output
-from gpucal.calibrators._base import AnyOf, Calibrator, Constraint, Interval, Options
-from gpucal.calibrators.platt import OUTPUT_TYPE_OPTIONS
+from gpucal.calibrators._base import OUTPUT_TYPE_OPTIONS, AnyOf, Calibrator, Constraint, Interval, Options
 from gpucal.encoding import FeatureEncoder, resolve_feature_cols
 from gpucal.hc.fit import HCParams, fit_hc
 from gpucal.hc.node_maps import (
@@ -31,7 +30,8 @@ from gpucal.partition.ensemble import (
     predict_ensemble,
 )
 from gpucal.partition.local_maps import LOCAL_MAP_KINDS, n_map_params
-from gpucal.persistence import check_records, register
+from gpucal.persistence import check_records
+from gpucal.registry import calibration_method
 from gpucal.rows import any_dask, as_rows
 from gpucal.rows._checks import check_all_dask
 from gpucal.rules import export_rules
@@ -49,7 +49,7 @@ HISTORY_FIELDS: dict[str, tuple[type, ...]] = {
 }
 
 
-@register
+@calibration_method("hc", fits_on_dask=True)
 class HeterogeneousCalibrator(Calibrator):
     r"""Heterogeneous calibration: the leaves of a label-predicting tree, one calibration map per leaf.
 

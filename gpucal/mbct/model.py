@@ -16,13 +16,13 @@ from sklearn.utils.validation import check_is_fitted
 
 from gpucal._backend import is_cupy_array, resolve_device
 from gpucal._frames import SplitInput, split_input, wrap_output
-from gpucal.calibrators._base import AnyOf, Calibrator, Constraint, Interval, Options
-from gpucal.calibrators.platt import OUTPUT_TYPE_OPTIONS
+from gpucal.calibrators._base import OUTPUT_TYPE_OPTIONS, AnyOf, Calibrator, Constraint, Interval, Options
 from gpucal.encoding import FeatureEncoder, resolve_feature_cols
 from gpucal.mbct.fit import MVCE_ON_PARTITIONS, MBCTParams, fit_mbct
 from gpucal.mbct.read import apply_init, fit_mbct_encoder, input_n_values, split_codes
 from gpucal.partition.ensemble import LEAF_MAPS, TreeEnsemble, predict_ensemble
-from gpucal.persistence import check_records, register
+from gpucal.persistence import check_records
+from gpucal.registry import calibration_method
 from gpucal.rows import any_dask, as_rows
 from gpucal.rules import export_rules
 from kernels import tree_leaves
@@ -38,7 +38,7 @@ HISTORY_FIELDS: dict[str, tuple[type, ...]] = {
 }
 
 
-@register
+@calibration_method("mbct", fits_on_dask=True)
 class MBCT(Calibrator):
     r"""Multiple Boosting Calibration Trees: feature-aware, individual, non-monotonic calibration.
 

@@ -18,11 +18,11 @@ from __future__ import annotations
 
 from typing import Any
 
-import numba
 import numpy as np
 
 from gpucal._backend import array_namespace
 from gpucal.metrics._sums import code_dtype
+from kernels.jit import numba
 
 
 def uniform_edges(n_bins: int) -> np.ndarray:

@@ -25,10 +25,10 @@ import math
 import sys
 from typing import Any
 
-import numba
 import numpy as np
 
 from gpucal.metrics._score_table import ScoreTable, table_of
+from kernels.jit import numba
 
 # Beyond this many standard deviations the p-value is below double precision: MCGrad reports
 # ``sys.float_info.epsilon`` there, and 1 below ECCE_SIGMA_MIN; gpucal does the same so that values match.

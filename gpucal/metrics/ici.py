@@ -29,11 +29,11 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import numba
 import numpy as np
 
 from gpucal._params import Interval, validate_params
 from gpucal.metrics._score_table import ScoreTable, table_of
+from kernels.jit import numba
 
 FRAC = Interval(float, 0, 1, closed="right")
 GRID_SIZE = Interval(int, 2, None, allow_none=True)

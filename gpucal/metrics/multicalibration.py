@@ -40,7 +40,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import numba
 import numpy as np
 import pandas as pd
 
@@ -51,6 +50,7 @@ from gpucal.metrics._sums import COUNT, group_stats
 from gpucal.metrics.ecce import ecce_pvalue_from_sigma, sigma_ratio
 from gpucal.metrics.grouped import report_columns
 from gpucal.rows import RowBlock, as_rows
+from kernels.jit import numba
 
 OTHER = "__OTHER"
 DEPTH = Interval(int, 0, None, allow_none=True)

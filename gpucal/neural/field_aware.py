@@ -23,14 +23,20 @@ from sklearn.utils.validation import check_is_fitted
 from gpucal._backend import array_namespace, is_cupy_array, to_numpy
 from gpucal._frames import split_input, wrap_output
 from gpucal._validation import check_consistent_length, check_labels, check_sample_weight
-from gpucal.calibrators._base import Calibrator, Constraint, Interval, Options
+from gpucal.calibrators._base import (
+    OUTPUT_TYPE_OPTIONS,
+    SCORE_KIND_OPTIONS,
+    Calibrator,
+    Constraint,
+    Interval,
+    Options,
+)
 from gpucal.calibrators._logistic import sigmoid
 from gpucal.calibrators.feature_platt import score_feature
-from gpucal.calibrators.platt import OUTPUT_TYPE_OPTIONS, SCORE_KIND_OPTIONS
 from gpucal.encoding import FeatureEncoder, resolve_feature_cols
 from gpucal.neural._torch import as_tensor, load_training, require_torch, torch_device, torch_threads
 from gpucal.neural.piecewise import check_knots, eta_logit, finish_eta, fit_eta, knot_coordinates
-from gpucal.persistence import register
+from gpucal.registry import calibration_method
 from gpucal.rows import as_rows, reject_dask
 from kernels import value_offsets
 
@@ -162,7 +168,7 @@ def fill_unknown_rows(
     return embedding
 
 
-@register
+@calibration_method("neucalib", aliases=("field_aware",))
 class FieldAwareCalibrator(Calibrator):
     r"""NeuCalib: a monotone piecewise-linear map of the logit plus a field network, trained with PyTorch.
 

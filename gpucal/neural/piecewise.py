@@ -23,13 +23,20 @@ from typing import Any, ClassVar
 import numpy as np
 
 from gpucal._backend import array_namespace, to_numpy
-from gpucal.calibrators._base import Calibrator, Constraint, Interval, Options
+from gpucal.calibrators._base import (
+    OUTPUT_TYPE_OPTIONS,
+    SCORE_KIND_OPTIONS,
+    Calibrator,
+    Constraint,
+    Interval,
+    Options,
+)
 from gpucal.calibrators._bins import interp_clipped
 from gpucal.calibrators._logistic import EPS, check_two_classes, sigmoid
 from gpucal.calibrators.feature_platt import score_feature
-from gpucal.calibrators.platt import OUTPUT_TYPE_OPTIONS, SCORE_KIND_OPTIONS, fit_platt
+from gpucal.calibrators.platt import fit_platt
 from gpucal.neural._torch import as_tensor, load_training, require_torch, torch_device, torch_threads
-from gpucal.persistence import register
+from gpucal.registry import calibration_method
 
 
 def knot_positions(x: Any, w: Any, n_knots: int) -> np.ndarray:
@@ -186,7 +193,7 @@ def check_knots(knots_x: Any, knots_y: Any) -> None:
         raise ValueError(msg)
 
 
-@register
+@calibration_method("piecewise_logit")
 class PiecewiseLogitCalibrator(Calibrator):
     r"""Monotone piecewise-linear map of the logit, fitted by the ILPS loss (NeuCalib's :math:`\eta`).
 

@@ -45,11 +45,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import numba
 import numpy as np
 
 from gpucal._backend import array_namespace, to_numpy
 from kernels import STAT_W, STAT_WF, STAT_WY, group_sums
+from kernels.jit import numba
 from kernels.trees_oracle import EPS  # probabilities clipped to [EPS, 1 - EPS], as the trees clip them
 
 LOCAL_MAP_KINDS = ("constant", "scale", "shift", "temperature", "platt", "beta")

@@ -57,10 +57,10 @@ from __future__ import annotations
 
 import math
 
-import numba
 import numpy as np
 
 from kernels import STAT_COUNT, STAT_W, STAT_WF, STAT_WFF, STAT_WFY, STAT_WY, STAT_WYY
+from kernels.jit import numba
 
 # Criterion codes of the binary split functions: the node map's loss (MBCT's "gain" with the scale or the
 # shift map) or an impurity of the label (HC).

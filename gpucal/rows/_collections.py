@@ -18,6 +18,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from gpucal.registry import dask_fitting_names
+
 
 def is_dask_collection(x: Any) -> bool:
     """Return True when ``x`` is a dask collection; never imports dask itself."""
@@ -33,26 +35,15 @@ def any_dask(*values: Any) -> bool:
     return any(is_dask_collection(v) for v in values)
 
 
-#: The calibrators whose fit runs on dask collections (the others raise ``NotImplementedError``).
-DISTRIBUTED_FITS = (
-    "HistogramCalibrator",
-    "IsotonicCalibrator",
-    "PlattCalibrator",
-    "BetaCalibrator",
-    "TemperatureCalibrator",
-    "MBCT",
-    "FeatureAwarePlattCalibrator",
-    "HeterogeneousCalibrator",
-    "ClusteredCalibrator",
-)
-
-
 def no_distributed_fit(estimator: Any) -> NotImplementedError:
-    """The error of an estimator that cannot fit on dask collections (it never gathers the rows)."""
+    """The error of an estimator that cannot fit on dask collections (it never gathers the rows).
+
+    It names the methods that do: those that joined :mod:`gpucal.registry` with ``fits_on_dask``.
+    """
     name = type(estimator).__name__
     msg = (
         f"{name} has no distributed fit, and gpucal does not gather the rows of a dask collection on one "
-        f"worker. Calibrators that fit on dask collections: {', '.join(DISTRIBUTED_FITS)}. Fit {name} on "
+        f"worker. Calibrators that fit on dask collections: {', '.join(dask_fitting_names())}. Fit {name} on "
         "one machine (for instance on a sample brought in with .compute())."
     )
     return NotImplementedError(msg)

@@ -1,0 +1,188 @@
+"""The house rules that lint-imports cannot see; CI runs this beside it (``.ci/run``).
+
+Over every module of the ``gpucal`` package (the ``kernels/`` folder is installed as ``gpucal.kernels``):
+
+1. ``private-import``: no import of a private module or a private name (starting with ``_``) of another
+   gpucal package; what a package shares it makes public where it lives. A package is ``gpucal.<name>``
+   (a module of the root, such as ``gpucal._frames``, is one of its own);
+2. ``rows-isinstance``: no ``isinstance`` / ``issubclass`` on a ``Rows`` implementation (``LocalRows``,
+   ``DaskRows``, ``StreamedRows``) outside ``gpucal/rows/``: the methods ask the protocol, not the backend;
+3. ``string-import``: no import of a gpucal module by string (``import_module``, ``__import__``,
+   ``find_spec``), an edge lint-imports cannot see. The one exception is a package's PEP 562
+   ``__getattr__`` in its ``__init__.py``, importing its own public names lazily: its ``TYPE_CHECKING``
+   block names the same modules, and lint-imports reads that;
+4. ``wheel`` (with ``--wheel PATH``): the wheel holds no top-level package but ``gpucal``.
+
+Prints one line per finding (``path:line: rule: what``) and exits with status 1 when there is any.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import sys
+import zipfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+#: Source folder -> the package its modules are imported as.
+SOURCES = {"gpucal": "gpucal", "kernels": "gpucal.kernels"}
+ROWS_IMPLEMENTATIONS = frozenset({"LocalRows", "DaskRows", "StreamedRows"})
+STRING_IMPORTS = frozenset({"import_module", "__import__", "find_spec"})
+
+
+@dataclass(frozen=True)
+class Finding:
+    path: str
+    line: int
+    rule: str
+    what: str
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.line}: {self.rule}: {self.what}"
+
+
+def module_name(relative: Path) -> str:
+    """The dotted name of the module at ``relative`` (a path inside the repository)."""
+    parts = list(relative.with_suffix("").parts)
+    parts[0] = SOURCES[parts[0]]
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def as_installed(target: str) -> str:
+    """An import path as it resolves in the installed package (``kernels.x`` is ``gpucal.kernels.x``)."""
+    return f"gpucal.{target}" if target.split(".")[0] == "kernels" else target
+
+
+def package_of(module: str) -> str:
+    """``gpucal.<name>``, the package a module belongs to; ``gpucal`` for the root package itself."""
+    return ".".join(module.split(".")[:2])
+
+
+def is_private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def imported(node: ast.Import | ast.ImportFrom, module: str, is_package: bool) -> Iterator[tuple[str, str]]:
+    """``(module, name)`` of each thing an import statement binds (``name`` empty for ``import x``)."""
+    if isinstance(node, ast.Import):
+        for alias in node.names:
+            yield as_installed(alias.name), ""
+        return
+    base = node.module or ""
+    if node.level:
+        parts = module.split(".") if is_package else module.split(".")[:-1]
+        parts = parts[: len(parts) - node.level + 1]
+        base = ".".join([*parts, *([base] if base else [])])
+    for alias in node.names:
+        yield as_installed(base), alias.name
+
+
+def private_imports(tree: ast.AST, module: str, is_package: bool) -> Iterator[tuple[int, str]]:
+    own = package_of(module)
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Import | ast.ImportFrom):
+            continue
+        for target, name in imported(node, module, is_package):
+            if target.split(".")[0] != "gpucal" or target == "gpucal" or package_of(target) == own:
+                continue
+            private = [p for p in target.split(".")[2:] if is_private(p)]
+            if private:
+                yield node.lineno, f"imports {target}, a private module of {package_of(target)}"
+            elif is_private(name):
+                yield node.lineno, f"imports the private name {name} of {target}"
+
+
+def rows_isinstance(tree: ast.AST) -> Iterator[tuple[int, str]]:
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)):
+            continue
+        if node.func.id not in ("isinstance", "issubclass") or len(node.args) != 2:
+            continue
+        classes = node.args[1]
+        names = {n.id for n in ast.walk(classes) if isinstance(n, ast.Name)}
+        names |= {n.attr for n in ast.walk(classes) if isinstance(n, ast.Attribute)}
+        found = sorted(names & ROWS_IMPLEMENTATIONS)
+        if found:
+            yield (
+                node.lineno,
+                f"{node.func.id}(..., {', '.join(found)}) outside gpucal.rows; ask the protocol",
+            )
+
+
+def may_name_gpucal(argument: ast.expr) -> bool:
+    """Whether an import's string argument may name a gpucal module: it does, or it is computed."""
+    if isinstance(argument, ast.Constant) and isinstance(argument.value, str):
+        return argument.value.split(".")[0] in ("", "gpucal", "kernels")
+    return True
+
+
+def string_imports(tree: ast.Module, is_package: bool) -> Iterator[tuple[int, str]]:
+    exempt: set[int] = set()
+    if is_package:  # the lazy public names of a package (PEP 562)
+        for node in tree.body:
+            if isinstance(node, ast.FunctionDef) and node.name == "__getattr__":
+                exempt |= {id(n) for n in ast.walk(node)}
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call) or id(node) in exempt or not node.args:
+            continue
+        func = node.func
+        name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
+        if name in STRING_IMPORTS and may_name_gpucal(node.args[0]):
+            yield node.lineno, f"{name}(...) may import a gpucal module by string; import it by name"
+
+
+def check_source(source: str, path: str, module: str, is_package: bool = False) -> list[Finding]:
+    """The findings of rules 1-3 in one module: ``module`` is its dotted name, ``path`` what to print."""
+    tree = ast.parse(source, filename=path)
+    found = [Finding(path, n, "private-import", w) for n, w in private_imports(tree, module, is_package)]
+    if package_of(module) != "gpucal.rows":
+        found += [Finding(path, n, "rows-isinstance", w) for n, w in rows_isinstance(tree)]
+    found += [Finding(path, n, "string-import", w) for n, w in string_imports(tree, is_package)]
+    return found
+
+
+def check_tree(repo: Path) -> list[Finding]:
+    """The findings of rules 1-3 over every module of gpucal in the repository at ``repo``."""
+    found = []
+    for folder in SOURCES:
+        for path in sorted((repo / folder).rglob("*.py")):
+            relative = path.relative_to(repo)
+            source = path.read_text(encoding="utf-8")
+            found += check_source(source, str(relative), module_name(relative), path.name == "__init__.py")
+    return found
+
+
+def check_wheel(wheel: Path) -> list[Finding]:
+    """Rule 4: every file of the wheel lies under ``gpucal/`` or its ``.dist-info`` folder."""
+    with zipfile.ZipFile(wheel) as archive:
+        tops = {name.split("/")[0] for name in archive.namelist()}
+    return [
+        Finding(
+            str(wheel), 0, "wheel", f"top-level {top!r} beside gpucal: another project may ship that name"
+        )
+        for top in sorted(tops)
+        if top != "gpucal" and not top.endswith((".dist-info", ".data"))
+    ]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--wheel", type=Path, help="also check this wheel's top-level packages")
+    parser.add_argument("--repo", type=Path, default=REPO, help="the repository (default: this one)")
+    args = parser.parse_args(argv)
+    found = check_tree(args.repo)
+    if args.wheel is not None:
+        found += check_wheel(args.wheel)
+    for finding in found:
+        print(finding)
+    print(f"house check: {len(found)} finding(s)", file=sys.stderr)
+    return 1 if found else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
