@@ -127,7 +127,10 @@ class CenteredIsotonicCalibrator(Calibrator):
     Notes
     -----
     *Against probcal.* probcal 0.4's ``CenteredIsotonicCalibrator`` pools only strict violators: with
-    ``interior_strict=False`` the maps are equal (tested to 1e-12, with ties and weights). With the
+    ``interior_strict=False`` the maps are equal (tested to 1e-12, with ties and weights), except
+    where two adjacent blocks' means are equal in exact arithmetic: probcal's running mean can round
+    them apart and pool them (one such pair in 1e6 rows of ``benchmarks/bench_peer_maps.py``, a local
+    difference of 1e-4), while the sums here keep them equal and apart. With the
     default, two adjacent blocks of exactly equal value inside (0, 1) (frequent with few rows per
     block: 1/2 and 2/4) are one point here and two there. Both pool exactly equal scores only and
     ignore rows of zero weight.

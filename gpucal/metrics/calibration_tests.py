@@ -17,6 +17,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+import numba
 import numpy as np
 from scipy import special, stats
 
@@ -412,9 +413,57 @@ def _logit_block(block: CheckedRows) -> CheckedRows:
     return CheckedRows(y=block.y, p=xp.log(q) - xp.log1p(-q), w=block.w, xp=xp)
 
 
+@numba.njit(parallel=True, cache=True)
+def _recalibration_sums_cpu(z, y, w, unit, a, b):  # pragma: no cover - compiled; tested vs statsmodels
+    """:func:`_recalibration_sums` in one parallel pass (``unit``: every weight 1, ``w`` unread)."""
+    total_w = 0.0
+    total_wy = 0.0
+    loglik = 0.0
+    g0 = 0.0
+    g1 = 0.0
+    h00 = 0.0
+    h01 = 0.0
+    h11 = 0.0
+    for i in numba.prange(z.shape[0]):
+        wi = 1.0 if unit else w[i]
+        eta = a + b * z[i]
+        if eta >= 0.0:
+            e = np.exp(-eta)
+            log_mu = -np.log1p(e)
+            log_not = -eta + log_mu
+            mu = 1.0 / (1.0 + e)
+        else:
+            e = np.exp(eta)
+            log_not = -np.log1p(e)
+            log_mu = eta + log_not
+            mu = e / (1.0 + e)
+        r = wi * (y[i] - mu)
+        v = wi * mu * (1.0 - mu)
+        total_w += wi
+        total_wy += wi * y[i]
+        loglik += wi * (y[i] * log_mu + (1.0 - y[i]) * log_not)
+        g0 += r
+        g1 += r * z[i]
+        h00 += v
+        h01 += v * z[i]
+        h11 += v * z[i] * z[i]
+    return np.array([float(z.shape[0]), total_w, total_wy, loglik, g0, g1, h00, h01, h11])
+
+
 def _recalibration_sums(block: CheckedRows, a: float, b: float) -> np.ndarray:
     """``[count, W, W y, log-likelihood, gradient (2), Hessian (2 x 2)]`` of ``y ~ a + b z`` at ``(a, b)``."""
     xp, z, y = block.xp, block.p, block.y
+    if xp is np:
+        unit = block.w is None
+        w = np.empty(0) if unit else np.ascontiguousarray(block.w, dtype=np.float64)
+        return _recalibration_sums_cpu(
+            np.ascontiguousarray(z, dtype=np.float64),
+            np.ascontiguousarray(y, dtype=np.float64),
+            w,
+            unit,
+            a,
+            b,
+        )
     w = block.weights()
     eta = a + b * z
     # log(mu) = -log(1 + e^-eta), log(1 - mu) = -log(1 + e^eta), both without overflow
