@@ -138,6 +138,20 @@ def sorted_counts(score: np.ndarray, y: np.ndarray | None) -> tuple[np.ndarray, 
     return np.sort(score), positives
 
 
+def distinct_counts(score: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Return ``(distinct scores, rows, positives)`` per distinct score for the counting path.
+
+    Two ``numpy.sort`` calls (:func:`sorted_counts`) and a merge: exact counts, no ``argsort``.
+    """
+    xs, positives = sorted_counts(score, y)
+    new = np.ones(xs.shape[0], dtype=bool)
+    new[1:] = xs[1:] != xs[:-1]
+    distinct = xs[new]
+    rows = np.diff(np.append(np.flatnonzero(new), xs.shape[0])).astype(np.float64)
+    hits = np.diff(np.searchsorted(positives, distinct, side="right"), prepend=0).astype(np.float64)
+    return distinct, rows, hits
+
+
 def host_float64(x: Any) -> np.ndarray:
     """Return ``x`` as a C-contiguous float64 numpy array (a device array is copied to the host)."""
     return np.ascontiguousarray(to_numpy(x), dtype=np.float64)

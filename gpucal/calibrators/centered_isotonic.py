@@ -13,7 +13,8 @@ import numpy as np
 
 from gpucal.calibrators._base import Calibrator, Constraint, Options
 from gpucal.calibrators._bins import BIN_W, BIN_WY, interp_clipped
-from gpucal.calibrators._score_rows import ScoreRows, score_groups
+from gpucal.calibrators._score_rows import ScoreRows, score_groups, whole_block
+from gpucal.calibrators._sorted import distinct_counts, unit_binary
 from gpucal.registry import calibration_method
 from gpucal.rows import Rows
 from kernels.jit import numba
@@ -85,7 +86,7 @@ def centered_isotonic_knots(
     return np.clip(swx / sw, lo, hi), np.clip(swy / sw, 0.0, 1.0)
 
 
-@calibration_method("centered_isotonic")
+@calibration_method("centered_isotonic", fits_on_dask=True)
 class CenteredIsotonicCalibrator(Calibrator):
     r"""Centred isotonic regression (CIR, Oron & Flournoy 2017): strictly increasing between block centres.
 
@@ -176,9 +177,16 @@ class CenteredIsotonicCalibrator(Calibrator):
         self.output_type = output_type
 
     def _fit(self, rows: Rows) -> None:
-        table = score_groups(ScoreRows.of(rows, self.score_col, self.score_kind).rows)
+        blocks = ScoreRows.of(rows, self.score_col, self.score_kind).rows
+        whole = whole_block(blocks)
+        if whole is not None and isinstance(whole.score, np.ndarray) and unit_binary(whole.y, whole.w):
+            # One block on the host, unit weights, 0/1 labels: the same sums as counts, by two sorts.
+            xs, weight, weighted_y = distinct_counts(whole.score, whole.y)
+        else:
+            table = score_groups(blocks)
+            xs, weight, weighted_y = table.keys[0], table.stats[:, BIN_W], table.stats[:, BIN_WY]
         self.X_knots_, self.y_knots_ = centered_isotonic_knots(
-            table.keys[0], table.stats[:, BIN_W], table.stats[:, BIN_WY], interior_strict=self.interior_strict
+            xs, weight, weighted_y, interior_strict=self.interior_strict
         )
 
     def _predict_scores(self, score: Any) -> Any:

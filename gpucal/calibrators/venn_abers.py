@@ -19,7 +19,7 @@ from gpucal._backend import array_namespace, to_numpy
 from gpucal.calibrators._base import Calibrator, Constraint, Interval, Options
 from gpucal.calibrators._bins import _first_not_below, _knot_table
 from gpucal.calibrators._score_rows import ScoreBlock, ScoreRows
-from gpucal.calibrators._sorted import host_float64, sorted_counts, unit_binary
+from gpucal.calibrators._sorted import distinct_counts, host_float64, unit_binary
 from gpucal.registry import calibration_method
 from gpucal.rows import Rows, row_uniforms
 from gpucal.rows._reduce import KeyedTable, check_table_size, group_sorted, max_distinct_keys, merge_tables
@@ -190,13 +190,8 @@ def block_fold_groups(
     """
     xp = array_namespace(block.score)
     if n_folds == 1 and xp is np and len(block) > 0 and unit_binary(block.y, block.w):
-        xs, positives = sorted_counts(block.score, block.y)
-        new = np.ones(xs.shape[0], dtype=bool)
-        new[1:] = xs[1:] != xs[:-1]
-        distinct = xs[new]
+        distinct, counts, hits = distinct_counts(block.score, block.y)
         check_table_size(int(distinct.shape[0]), limit, "distinct-score table")
-        counts = np.diff(np.append(np.flatnonzero(new), xs.shape[0])).astype(np.float64)
-        hits = np.diff(np.searchsorted(positives, distinct, side="right"), prepend=0).astype(np.float64)
         return KeyedTable((distinct,), np.column_stack([counts, hits]))
     fold = xp.asarray(venn_abers_folds(len(block), n_folds, seed, row_offset)) if n_folds > 1 else None
     keep = block.w > 0
@@ -261,7 +256,7 @@ def venn_abers_rows(
     return np.concatenate(scores), np.concatenate(f0s), np.concatenate(f1s), np.asarray(sizes, dtype=np.int64)
 
 
-@calibration_method("venn_abers")
+@calibration_method("venn_abers", fits_on_dask=True)
 class VennAbersCalibrator(Calibrator):
     r"""Venn-Abers calibration: the inductive (IVAP, Vovk & Petej 2014) or cross (CVAP) predictor.
 
