@@ -13,7 +13,7 @@ import numpy as np
 
 from gpucal.calibrators._base import Calibrator, Constraint, Options
 from gpucal.calibrators._bins import BIN_W, BIN_WY, interp_clipped
-from gpucal.calibrators._score_rows import ScoreRows, score_groups, whole_block
+from gpucal.calibrators._score_rows import ScoreRows, score_groups
 from gpucal.calibrators._sorted import distinct_counts, unit_binary
 from gpucal.registry import calibration_method
 from gpucal.rows import Rows
@@ -178,7 +178,7 @@ class CenteredIsotonicCalibrator(Calibrator):
 
     def _fit(self, rows: Rows) -> None:
         blocks = ScoreRows.of(rows, self.score_col, self.score_kind).rows
-        whole = whole_block(blocks)
+        whole = blocks.single_block()
         if whole is not None and isinstance(whole.score, np.ndarray) and unit_binary(whole.y, whole.w):
             # One block on the host, unit weights, 0/1 labels: the same sums as counts, by two sorts.
             xs, weight, weighted_y = distinct_counts(whole.score, whole.y)
