@@ -13,8 +13,8 @@ gradient and Hessian diagonal               :func:`gradient_sums` of a :class:`C
                                             ``[sum r x, sum r, sum D x^2, sum D]`` and
                                             ``group_sums(codes, f=p, y, w)``
 Hessian-vector product                      :func:`hessian_sums`: ``group_sums(codes, f=X v, y=x, w=D)``
-a cross's score test (``interactions="auto"``)  :func:`level_sums`: ``sum w (p - y)``, ``sum w p (1 - p)``
-                                            and ``sum w^2 p (1 - p)`` per code
+a cross's score test (``"auto"``)           :func:`level_sums`: ``sum w (p - y)``, ``sum w p (1 - p)``
+                                            per code
 ==========================================  ==================================================
 
 The row vectors the solver carries (the predictor :math:`z = X\theta`, a step's :math:`X d`, the
@@ -184,20 +184,12 @@ def code_weights(block: PlattBlock, n_values: np.ndarray) -> np.ndarray:
 
 
 def level_sums(block: PlattBlock, theta: np.ndarray, n_values: np.ndarray, array_code: bool) -> np.ndarray:
-    """Per code, at the model ``theta`` (zero on the codes it does not fit): ``sum w (p - y)``,
-    ``sum w p (1 - p)`` and ``sum w^2 p (1 - p)``, shape ``(sum(n_values), 3)``."""
+    """Per code, at the model ``theta`` (zero on the codes it does not fit): ``sum w (p - y)`` and
+    ``sum w p (1 - p)``, shape ``(sum(n_values), 2)``."""
     offsets = value_offsets(np.asarray(n_values, dtype=np.int64))
     p = sigmoid(_linear(block, theta, offsets, array_code))
     stats = to_numpy(group_sums(block.codes, p, block.y, block.w_kernel, n_values=n_values)[0])
-    out = np.empty((stats.shape[0], 3))
-    out[:, 0] = stats[:, STAT_WF] - stats[:, STAT_WY]
-    out[:, 1] = stats[:, STAT_WF] - stats[:, STAT_WFF]
-    if block.w_kernel is None:
-        out[:, 2] = out[:, 1]
-    else:
-        squared = to_numpy(group_sums(block.codes, p, block.y, block.w * block.w, n_values=n_values)[0])
-        out[:, 2] = squared[:, STAT_WF] - squared[:, STAT_WFF]
-    return out
+    return np.column_stack([stats[:, STAT_WF] - stats[:, STAT_WY], stats[:, STAT_WF] - stats[:, STAT_WFF]])
 
 
 # --------------------------------------------------------------------------------------------------

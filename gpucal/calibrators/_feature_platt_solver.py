@@ -177,27 +177,27 @@ def screen_crosses(
     the held-out loss of the first-order model ``theta``.
 
     At the first-order fit, a cross level :math:`l` has gradient :math:`g_l = \sum_{i \in l} w_i (p_i -
-    y_i)`, curvature :math:`h_l = \sum w_i p_i (1 - p_i)` and, if the model is right, :math:`E[g_l^2] =
-    v_l = \sum w_i^2 p_i (1 - p_i)` (the score test's variance). One ridge-damped Newton step on the
-    cross alone sets :math:`\delta_l = -g_l / (h_l + \lambda)`; on new rows whose gradient has the same
-    mean :math:`\mu_l`, it changes the loss by :math:`\mu_l \delta_l + \tfrac12 h_l \delta_l^2` in
-    expectation. With :math:`\mu_l g_l` estimated without bias by :math:`g_l^2 - v_l`, a cross is kept
-    when
+    y_i)` and curvature :math:`h_l = \sum w_i p_i (1 - p_i)`, which is also the variance of :math:`g_l`
+    if the model is right (the score test's; weights count as repeated rows). One ridge-damped Newton
+    step on the cross alone sets :math:`\delta_l = -g_l / (h_l + \lambda)`; on new rows whose gradient
+    has the same mean :math:`\mu_l`, it changes the loss by :math:`\mu_l \delta_l + \tfrac12 h_l
+    \delta_l^2` in expectation. With :math:`\mu_l g_l` estimated without bias by :math:`g_l^2 - h_l`, a
+    cross is kept when
 
     .. math::
 
-        \sum_l \Big[\frac{g_l^2 - v_l}{h_l + \lambda} - \frac{h_l\, g_l^2}{2 (h_l + \lambda)^2}\Big] > 0.
+        \sum_l \Big[\frac{g_l^2 - h_l}{h_l + \lambda} - \frac{h_l\, g_l^2}{2 (h_l + \lambda)^2}\Big] > 0.
 
-    With unit weights and :math:`\lambda = 0` this is :math:`\tfrac12 \chi^2 > \text{df}`, the score
-    test at Akaike's penalty. One pass of group sums over the rows scores every candidate pair at once: the
+    With :math:`\lambda = 0` this is :math:`\tfrac12 \chi^2 > \text{df}`, the score test at Akaike's
+    penalty. One pass of group sums over the rows scores every candidate pair at once: the
     screen of AutoCross (Luo et al., KDD 2019, section 4.2: each candidate judged by a cheap fit on top of
     the current model), with the held-out split replaced by its expectation.
     """
     full = np.r_[theta, np.zeros(2 + int(np.sum(n_codes)) - theta.shape[0])]
     sums = rows.sum(level_sums, full, n_codes, array_code)
-    g, h, v = sums[:, 0], sums[:, 1], sums[:, 2]
+    g, h = sums[:, 0], sums[:, 1]
     damped = h + l2_cross
-    gain = (g * g - v) / damped - 0.5 * h * g * g / (damped * damped)
+    gain = (g * g - h) / damped - 0.5 * h * g * g / (damped * damped)
     offsets = value_offsets(n_codes)
     return [
         c - n_first
