@@ -6,13 +6,13 @@ on the summed label summary. Newton-CG (Jacobi-preconditioned, line-searched) th
 through sums over blocks (``_feature_platt_rows``'s table), so on one machine (one block) it is the fit
 on the arrays, and over dask partitions it takes the same steps up to the order of the additions:
 
-- gradient of the one-hot block: :math:`\sum_{i: c_{ij}=v} w_i (p_i - y_i)` = ``WF - WY`` of
-  ``group_sums(codes, f=p, y=y, w=w)``; its Hessian diagonal :math:`\sum w p (1-p)` = ``WF - WFF`` of the
-  same pass (the preconditioner);
-- Hessian-vector product :math:`H v = X^\top D X v`, :math:`D = w p (1 - p)`: with
-  :math:`u = X v` per row, ``group_sums(codes, f=u, y=x, w=D)`` gives the one-hot block (``WF``) and,
-  summed over the values of any one feature, :math:`\sum D u` (intercept) and :math:`\sum D u x` (``WFY``,
-  the score's coefficient): one pass over the rows per product;
+- gradient of the one-hot block: :math:`\sum_{i: c_{ij}=v} w_i (p_i - y_i)`, and its Hessian diagonal
+  :math:`\sum w p (1-p)` (the preconditioner), from one ``code_sums`` pass (the one-hot design transposed
+  times two row vectors);
+- Hessian-vector product :math:`H v = X^\top D X v`, :math:`D = w p (1 - p)`: with :math:`u = X v` per
+  row, ``code_sums(codes, D u, D u x)`` gives the one-hot block and, summed over the values of any one
+  feature, :math:`\sum D u` (intercept) and :math:`\sum D u x` (the score's coefficient): one pass over
+  the rows per product;
 - the score and intercept entries of the gradient and diagonal, and the loss, are plain row sums.
 
 References: S. G. Nash, "A survey of truncated-Newton methods", J. Comput. Appl. Math. 124 (2000), 45-59.
@@ -49,7 +49,7 @@ from gpucal.calibrators._feature_platt_rows import (
 from gpucal.encoding import FeatureEncoder
 from gpucal.encoding.encoder import MAX_CROSS_LEVELS, MIN_CROSS_COUNT
 from gpucal.rows import LabelSummary, LocalRows, Rows
-from kernels import N_STATS, STAT_WF, STAT_WFF, STAT_WFY, STAT_WY, value_offsets
+from kernels import value_offsets
 
 # Most conjugate-gradient steps per Newton step. Within one feature the one-hot block of the Hessian is
 # diagonal, so the Jacobi preconditioner leaves only the coupling between features (and the score) to CG.
@@ -301,22 +301,22 @@ class _Problem:
         curvature = z.map(curved, self.n_values, self.array_code)
         flat = curvature.sum(gradient_sums)
         rx, r_sum, dxx, d_sum = flat[:N_ROW_SUMS]
-        stats = flat[N_ROW_SUMS:].reshape(-1, N_STATS)
+        stats = flat[N_ROW_SUMS:].reshape(-1, 2)
         grad = np.empty_like(theta)
         diag = np.empty_like(theta)
         grad[0], grad[1] = rx, r_sum
-        grad[2:] = stats[:, STAT_WF] - stats[:, STAT_WY]
+        grad[2:] = stats[:, 0]
         diag[0], diag[1] = dxx, d_sum
-        diag[2:] = stats[:, STAT_WF] - stats[:, STAT_WFF]
+        diag[2:] = stats[:, 1]
         return grad + self.ridge * theta, diag + self.ridge, curvature
 
     def hessian_product(self, v: np.ndarray, curvature: Rows) -> np.ndarray:
         """Return :math:`(X^\\top D X + \\Lambda) v` from one group-sum pass."""
         stats = curvature.sum(hessian_sums, v, self.offsets, self.n_values, self.array_code)
         out = np.empty_like(v)
-        out[0] = stats[self.first, STAT_WFY].sum()  # sum D u x, over the values of feature 0
-        out[1] = stats[self.first, STAT_WF].sum()  # sum D u
-        out[2:] = stats[:, STAT_WF]
+        out[0] = stats[self.first, 1].sum()  # sum D u x, over the values of feature 0
+        out[1] = stats[self.first, 0].sum()  # sum D u
+        out[2:] = stats[:, 0]
         return out + self.ridge * v
 
 
