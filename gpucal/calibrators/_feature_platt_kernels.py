@@ -87,45 +87,49 @@ def _gradient_rows_cpu(z, x, y, w, p, curvature):
 
 
 @numba.njit(parallel=True, cache=True)
-def _code_sums_cpu(codes, offsets, n_codes, r, s, n_chunks):
-    """``out[o_j + c_ij] += (r_i, s_i)`` for every row and column: private tables per row chunk, added in
+def _code_sums_cpu(codes, offsets, n_codes, values, n_chunks):
+    """``out[o_j + c_ij] += values[i]`` for every row and column: private tables per row chunk, added in
     chunk order."""
     n_rows, n_features = codes.shape
+    n_stats = values.shape[1]
     per_chunk = (n_rows + n_chunks - 1) // n_chunks
-    partial = np.zeros((n_chunks, n_codes, 2))
+    partial = np.zeros((n_chunks, n_codes, n_stats))
     for c in numba.prange(n_chunks):
         table = partial[c]
         for i in range(c * per_chunk, min(n_rows, (c + 1) * per_chunk)):
-            ri = r[i]
-            si = s[i]
             for j in range(n_features):
                 k = offsets[j] + codes[i, j]
-                table[k, 0] += ri
-                table[k, 1] += si
-    out = np.zeros((n_codes, 2))
+                for m in range(n_stats):
+                    table[k, m] += values[i, m]
+    out = np.zeros((n_codes, n_stats))
     for c in range(n_chunks):  # fixed order
         out += partial[c]
     return out
 
 
-def code_sums(codes: Any, n_values: np.ndarray, r: Any, s: Any, *, array_code: bool = False) -> np.ndarray:
-    r"""Return :math:`(\sum_{i: c_{ij} = v} r_i, \sum_{i: c_{ij} = v} s_i)` per code, shape
-    ``(sum(n_values), 2)``: the one-hot design transposed times two row vectors.
+def code_sums(codes: Any, n_values: np.ndarray, *vectors: Any, array_code: bool = False) -> np.ndarray:
+    r"""Return :math:`\sum_{i: c_{ij} = v} r_i` per code for each row vector :math:`r` of ``vectors`` (one
+    or two), shape ``(sum(n_values), len(vectors))``: the one-hot design transposed times the vectors.
 
-    numpy: a numba loop adding 16 bytes per row and column into a table of 16 bytes per code, which stays
-    in cache where ``group_sums``' seven padded statistics (64 bytes per code) do not (31,000 codes: 0.5
-    against 2 MB); cupy (or ``array_code``): ``group_sums`` (``WF`` and ``WY`` of ``f=r, y=s``).
+    numpy: a numba loop adding 8 bytes per vector, row and column into a table of 8 bytes per vector and
+    code, which stays in cache where ``group_sums``' seven padded statistics (64 bytes per code) do not
+    (31,000 codes: 0.25 against 2 MB); cupy (or ``array_code``): ``group_sums`` (``WF`` and ``WY`` of
+    ``f, y = vectors``).
     """
     n_values = np.asarray(n_values, dtype=np.int64)
     xp = array_namespace(codes)
+    n_rows = codes.shape[0]
     if xp is np and not array_code:
         n_codes = int(n_values.sum())
-        by_memory = max(1, CODE_TABLE_BYTES // (16 * max(n_codes, 1)))
-        n_chunks = max(1, min(MAX_CODE_CHUNKS, codes.shape[0] // CODE_CHUNK_ROWS, by_memory))
-        r, s = (np.ascontiguousarray(np.broadcast_to(a, codes.shape[:1]), dtype=np.float64) for a in (r, s))
-        return _code_sums_cpu(codes, value_offsets(n_values), n_codes, r, s, n_chunks)
-    stats = to_numpy(group_sums(codes, r, s, None, n_values=n_values)[0])
-    return np.ascontiguousarray(stats[:, [STAT_WF, STAT_WY]])
+        by_memory = max(1, CODE_TABLE_BYTES // (8 * len(vectors) * max(n_codes, 1)))
+        n_chunks = max(1, min(MAX_CODE_CHUNKS, n_rows // CODE_CHUNK_ROWS, by_memory))
+        values = np.empty((n_rows, len(vectors)))
+        for m, v in enumerate(vectors):
+            values[:, m] = v
+        return _code_sums_cpu(codes, value_offsets(n_values), n_codes, values, n_chunks)
+    f, y = vectors if len(vectors) == 2 else (vectors[0], vectors[0])
+    stats = to_numpy(group_sums(codes, f, y, None, n_values=n_values)[0])
+    return np.ascontiguousarray(stats[:, [STAT_WF, STAT_WY][: len(vectors)]])
 
 
 def linear_predictor(

@@ -12,7 +12,8 @@ loss of a line-search trial                 :func:`block_loss` of a :class:`Pred
 gradient and Hessian diagonal               :func:`gradient_sums` of a :class:`Curved` block:
                                             ``[sum r x, sum r, sum D x^2, sum D]`` and
                                             ``code_sums(codes, r, D)`` (``r = w (p - y)``)
-Hessian-vector product                      :func:`hessian_sums`: ``code_sums(codes, D X v, D X v x)``
+Hessian-vector product                      :func:`hessian_sums`: ``sum D u x`` and ``code_sums(codes, D u)``
+                                            (``u = X v``)
 a cross's score test (``"auto"``)           :func:`level_sums`: ``sum w (p - y)``, ``sum w p (1 - p)``
                                             per code
 ==========================================  ==================================================
@@ -234,10 +235,11 @@ def gradient_sums(block: Curved) -> np.ndarray:
 def hessian_sums(
     block: Curved, v: np.ndarray, offsets: np.ndarray, n_values: np.ndarray, array_code: bool
 ) -> np.ndarray:
-    """The code sums ``(sum(n_values), 2)`` of :math:`D X v` and :math:`D X v x`."""
+    """``[sum D u x, code sums of D u (flattened)]`` for :math:`u = X v`."""
     rows = block.rows
     du = block.curvature * _linear(rows, v, offsets, array_code)
-    return code_sums(rows.codes, n_values, du, du * rows.x, array_code=array_code)
+    xp = array_namespace(du)
+    return np.r_[float(xp.sum(du * rows.x)), code_sums(rows.codes, n_values, du, array_code=array_code)[:, 0]]
 
 
 __all__ = [

@@ -10,8 +10,8 @@ on the arrays, and over dask partitions it takes the same steps up to the order 
   :math:`\sum w p (1-p)` (the preconditioner), from one ``code_sums`` pass (the one-hot design transposed
   times two row vectors);
 - Hessian-vector product :math:`H v = X^\top D X v`, :math:`D = w p (1 - p)`: with :math:`u = X v` per
-  row, ``code_sums(codes, D u, D u x)`` gives the one-hot block and, summed over the values of any one
-  feature, :math:`\sum D u` (intercept) and :math:`\sum D u x` (the score's coefficient): one pass over
+  row, ``code_sums(codes, D u)`` gives the one-hot block and, summed over the values of any one feature,
+  :math:`\sum D u` (intercept); :math:`\sum D u x` (the score's coefficient) is a row sum: one pass over
   the rows per product;
 - the score and intercept entries of the gradient and diagonal, and the loss, are plain row sums.
 
@@ -189,9 +189,10 @@ def screen_crosses(
         \sum_l \Big[\frac{g_l^2 - h_l}{h_l + \lambda} - \frac{h_l\, g_l^2}{2 (h_l + \lambda)^2}\Big] > 0.
 
     With :math:`\lambda = 0` this is :math:`\tfrac12 \chi^2 > \text{df}`, the score test at Akaike's
-    penalty. One pass of group sums over the rows scores every candidate pair at once: the
-    screen of AutoCross (Luo et al., KDD 2019, section 4.2: each candidate judged by a cheap fit on top of
-    the current model), with the held-out split replaced by its expectation.
+    penalty. One pass of code sums over the rows scores every candidate pair at once: the screen of
+    AutoCross (Luo et al., KDD 2019: each candidate judged by a fit of its own weights with the current
+    model's fixed), one Newton step in place of its gradient descent and the held-out split replaced by
+    its expectation.
     """
     full = np.r_[theta, np.zeros(2 + int(np.sum(n_codes)) - theta.shape[0])]
     sums = rows.sum(level_sums, full, n_codes, array_code)
@@ -312,11 +313,11 @@ class _Problem:
 
     def hessian_product(self, v: np.ndarray, curvature: Rows) -> np.ndarray:
         """Return :math:`(X^\\top D X + \\Lambda) v` from one group-sum pass."""
-        stats = curvature.sum(hessian_sums, v, self.offsets, self.n_values, self.array_code)
+        sums = curvature.sum(hessian_sums, v, self.offsets, self.n_values, self.array_code)
         out = np.empty_like(v)
-        out[0] = stats[self.first, 1].sum()  # sum D u x, over the values of feature 0
-        out[1] = stats[self.first, 0].sum()  # sum D u
-        out[2:] = stats[:, 0]
+        out[0] = sums[0]  # sum D u x
+        out[1] = sums[1:][self.first].sum()  # sum D u, over the values of feature 0
+        out[2:] = sums[1:]
         return out + self.ridge * v
 
 

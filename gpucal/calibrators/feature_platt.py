@@ -56,19 +56,24 @@ L2_CROSS = 10.0
 
 @register
 class FeatureAwarePlattCalibrator(Calibrator):
-    r"""Platt scaling with a learnt offset per feature value (L2-regularised logistic regression).
+    r"""Platt scaling with a learnt offset per feature value, and per pair of values of crossed features
+    (L2-regularised logistic regression).
 
     .. math::
 
-        \hat p = \sigma\Big(b + a\, x + \sum_j \beta_j[\text{value of feature } j]\Big), \qquad
+        \hat p = \sigma\Big(b + a\, x + \sum_j c_j[x_j] + \sum_{(j, k)} d_{jk}[x_j, x_k]\Big), \qquad
         x = \begin{cases} \log\frac{p}{1-p} & \text{score\_kind="probability"} \\
         s & \text{score\_kind="logit"} \end{cases}
 
-    The design is ``[x, one-hot of every feature column's codes]`` plus an intercept; the fit minimises
-    the weighted log-loss summed over rows plus :math:`\tfrac{l_2}{2}(a^2 + \lVert\beta\rVert^2)`
+    The design is ``[x, one-hot of every feature column's codes, one-hot of every cross's codes]`` plus an
+    intercept; the fit minimises the weighted log-loss summed over rows plus
+    :math:`\tfrac{l_2}{2}(a^2 + \lVert c\rVert^2) + \tfrac{l_{2,\times}}{2} \lVert d\rVert^2`
     (scikit-learn's convention: ``LogisticRegression(C=1/l2)``). Numeric features are cut into quantile
-    bins, everything else is read by value (:class:`~gpucal.encoding.FeatureEncoder`). The linear special
-    case of NeuCalib, and the baseline a feature-aware calibrator has to beat.
+    bins, everything else is read by value (:class:`~gpucal.encoding.FeatureEncoder`). Without
+    ``interactions`` (the default) there are no cross terms: the linear special case of NeuCalib, and the
+    baseline a feature-aware calibrator has to beat. With them it is the degree-2 polynomial model
+    ("Poly2") of Juan et al. over the chosen pairs of fields, each pair's values one more field, rare
+    pairs pooled (see ``interactions``).
 
     Parameters
     ----------
@@ -91,6 +96,30 @@ class FeatureAwarePlattCalibrator(Calibrator):
         shrunk as if it had about :math:`l_2 / (p(1-p))` (4 to 20) extra rows at the global fit, so only
         rare values are pulled toward the average. Must be positive: the one-hot columns of a feature sum
         to the intercept's column, so without a penalty the offsets are not identified.
+    interactions : list of pairs of feature columns, "auto", "all" or None, default=None
+        Pairs of features whose combinations get an offset of their own (crosses, one more coded field each:
+        :mod:`gpucal.encoding.crosses`; numeric features cross through their bins):
+
+        - None: first order only;
+        - a list of pairs: those crosses, in order (a pair naming an unknown column, a column with itself,
+          or an entry of one column raises ``ValueError`` naming it);
+        - ``"all"``: every pair of features;
+        - ``"auto"``: every pair is screened on the first-order fit by the expected held-out gain of one
+          Newton step on its cross (a score test from the cross's gradient and curvature sums per level,
+          one pass over the rows; :func:`~gpucal.calibrators._feature_platt_solver.screen_crosses`), and
+          the pairs that pay are kept.
+
+        The pairs kept are ``interactions_``.
+    l2_cross : float, default=10.0
+        Ridge strength on the cross offsets :math:`d`. Crosses have many more levels, each with fewer rows,
+        than single features, so they are shrunk harder by default; chosen with ``l2`` on held-out
+        log-loss over several datasets (``benchmarks/results/interactions.md``).
+    min_cross_count : float, default=10.0
+        Least weight (rows, when unweighted) of a cross level with an offset of its own; lighter levels,
+        and combinations not seen at fit time, share one pooled offset per cross.
+    max_cross_levels : int, default=100000
+        Most codes of all crosses together (the model's size and the fit's memory); pairs past it are
+        dropped with a ``UserWarning`` naming them.
     max_iter : int, default=100
         Most Newton steps (each is one gradient pass plus a few Hessian-vector passes over the rows).
     tol : float, default=1e-8
@@ -110,11 +139,14 @@ class FeatureAwarePlattCalibrator(Calibrator):
         Coefficient :math:`a` of the score's logit (or margin).
     intercept_ : float
         Intercept :math:`b`.
-    coef_ : numpy.ndarray of shape (sum of the encoder's ``n_values_``,)
+    coef_ : numpy.ndarray of shape (sum of the encoder's ``n_codes_``,)
         One offset per code of each feature, features in order, each feature's codes from
-        ``value_offsets(n_values_)`` on (its bins or categories, then its missing and unseen codes).
+        ``value_offsets(n_codes_)`` on (its bins or categories, then its missing and unseen codes); then
+        each cross's offsets (its kept levels, then the pooled one).
     n_iter_ : int
         Newton steps taken.
+    interactions_ : list of [str, str]
+        The crossed pairs in the model, in ``coef_`` order (empty without crosses).
 
     See Also
     --------
@@ -145,6 +177,11 @@ class FeatureAwarePlattCalibrator(Calibrator):
        likelihood methods", in Advances in Large Margin Classifiers, MIT Press, 1999, pp. 61-74.
     .. [2] S. G. Nash, "A survey of truncated-Newton methods", Journal of Computational and Applied
        Mathematics 124 (2000), pp. 45-59.
+    .. [3] Y. Juan, Y. Zhuang, W.-S. Chin and C.-J. Lin, "Field-aware factorization machines for CTR
+       prediction", RecSys 2016 (the Poly2 model of section 2).
+    .. [4] Y. Luo et al., "AutoCross: automatic feature crossing for tabular data in real-world
+       applications", KDD 2019 (crosses of fields; candidates judged with the current model's weights
+       fixed).
 
     Examples
     --------

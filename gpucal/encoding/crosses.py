@@ -13,8 +13,8 @@ A fitted cross keeps its ``m`` keys (int64); prediction reads a row's code from 
 :math:`n_j n_k` entries when that is at most ``MAX_LOOKUP_SPAN``, by binary search over the keys otherwise.
 
 The idea is the feature cross of AutoCross (Luo et al., "AutoCross: Automatic Feature Crossing for
-Tabular Data in Real-World Applications", KDD 2019, section 3: the cross of two categorical fields as
-the Cartesian product of their values, numbers discretised first).
+Tabular Data in Real-World Applications", KDD 2019: the cross of two categorical fields as the Cartesian
+product of their values, numbers discretised first).
 """
 
 from __future__ import annotations

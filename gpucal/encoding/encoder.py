@@ -246,8 +246,9 @@ class FeatureEncoder(BaseEstimator):
         self.n_codes_ = np.array([*self.n_values_, *(c.n_values for c in crosses)], dtype=np.int64)
         self.codes_dtype_ = codes_dtype(codings)
         if crosses:
-            largest = max(c.n_values for c in crosses) - 1
-            self.codes_dtype_ = max(self.codes_dtype_, smallest_code_dtype(largest), key=lambda d: d.itemsize)
+            # A cross has at most max_cross_levels codes, and no more than the int32 a pair key's table holds.
+            crossed = smallest_code_dtype(max(c.n_values for c in crosses) - 1) or np.dtype(np.int32)
+            self.codes_dtype_ = max(self.codes_dtype_, crossed, key=lambda d: d.itemsize)
         # Lookup tables of integer-valued columns, built at their first transform (not saved).
         self._value_tables: dict[int, tuple[int, np.ndarray, int] | None] = {}
 
