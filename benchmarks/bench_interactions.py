@@ -294,11 +294,12 @@ NOTES = """## Reading the numbers
   within 0.05% of each other on average; 10 is the middle of the range that wins at either `l2`
   (10 at `l2=10`, 10-100 at `l2=1`). The main-effect penalty matters more than the cross penalty: the
   automatic calibrator should search `l2` in {1, 10} with `l2_cross` in {10, 100}.
-- **Crosses.** Every pair crossed (`all`) loses to first order everywhere (too many levels for the
-  rows); the score test (`auto`) keeps a pair only where its expected held-out gain is positive: it finds
-  make_ctr's device x hour interaction (the only one in the truth) and nothing on the scenarios without
-  one, and gains on ctr-mixed and kdd. It keeps pairs that cost a little on acs and adult (0.1-0.3%): the
-  test scores each pair alone, and overlapping pairs add up.
+- **Crosses.** Every pair crossed (`all`) loses to first order everywhere (too many levels for the rows);
+  the score test (`auto`) keeps a pair only where its expected held-out gain is positive: it finds
+  make_ctr's device x hour interaction on ctr-mixed (the only one in the truth, which that scenario's score
+  misses) and nothing on ctr-segment_bias (whose score carries it), and gains on ctr-mixed and kdd. It keeps
+  pairs that cost a little on acs and adult (0.1-0.3%): the test scores each pair alone, and overlapping
+  pairs add up.
 - **Against scikit-learn.** `LogisticRegression(C=0.1)` is `l2=10`: compare it with `first l2=10` and
   `auto 10/10` in the grid, not with the defaults.
 - **Machine.** 2 cores shared with seven other engineers' jobs during every run: timings are noisy
