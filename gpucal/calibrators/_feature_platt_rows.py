@@ -11,8 +11,11 @@ weight per code (the centering's used set)  :func:`code_weights`
 loss of a line-search trial                 :func:`block_loss` of a :class:`Predicted` block
 gradient and Hessian diagonal               :func:`gradient_sums` of a :class:`Curved` block:
                                             ``[sum r x, sum r, sum D x^2, sum D]`` and
-                                            ``group_sums(codes, f=p, y, w)``
-Hessian-vector product                      :func:`hessian_sums`: ``group_sums(codes, f=X v, y=x, w=D)``
+                                            ``code_sums(codes, r, D)`` (``r = w (p - y)``)
+Hessian-vector product                      :func:`hessian_sums`: ``sum D u x`` and ``code_sums(codes, D u)``
+                                            (``u = X v``)
+a cross's score test (``"auto"``)           :func:`level_sums`: ``sum w (p - y)``, ``sum w p (1 - p)``
+                                            per code
 ==========================================  ==================================================
 
 The row vectors the solver carries (the predictor :math:`z = X\theta`, a step's :math:`X d`, the
@@ -31,16 +34,18 @@ from gpucal._backend import array_namespace, resolve_device, to_numpy
 from gpucal._frames import SplitInput, split_input
 from gpucal._validation import check_consistent_length, check_labels, check_same_index, check_sample_weight
 from gpucal.calibrators._feature_platt_kernels import (
+    code_sums,
     gradient_rows,
     linear_predictor,
     on_device,
     row_loss,
     score_feature,
 )
+from gpucal.calibrators._logistic import sigmoid
 from gpucal.encoding import FeatureEncoder
 from gpucal.rows import label_summary, strided_rows
 from gpucal.rows._checks import check_partition_weight
-from kernels import group_sums
+from kernels import value_offsets
 
 
 @dataclass(frozen=True)
@@ -65,13 +70,6 @@ class PlattBlock:
 
     def __len__(self) -> int:
         return int(self.x.shape[0])
-
-    @property
-    def w_kernel(self) -> Any:
-        """The weights for ``group_sums``: None for unit weights (the zero-stride view), which it skips."""
-        w = self.w
-        unit = w.shape[0] > 0 and w.strides[0] == 0 and float(w[0]) == 1.0
-        return None if unit else w
 
 
 @dataclass(frozen=True)
@@ -98,7 +96,7 @@ class Curved:
     rows: PlattBlock
     z: Any
     curvature: Any
-    sums: np.ndarray  # [sum r x, sum r, sum D x^2, sum D, group sums (flattened)]
+    sums: np.ndarray  # [sum r x, sum r, sum D x^2, sum D, code sums of (r, D) (flattened)]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -160,6 +158,12 @@ def strided(block: PlattBlock, stride: int, *, row_offset: int) -> PlattBlock:
     return PlattBlock(*strided_rows(stride, row_offset, block.x, block.codes, block.y, block.w))
 
 
+def select_columns(block: PlattBlock, columns: np.ndarray) -> PlattBlock:
+    """The block with the code columns ``columns`` only (C-contiguous, for the kernels)."""
+    xp = array_namespace(block.codes)
+    return PlattBlock(block.x, xp.ascontiguousarray(block.codes[:, columns]), block.y, block.w)
+
+
 def code_weights(block: PlattBlock, n_values: np.ndarray) -> np.ndarray:
     """``sum w`` per code, features in order (flat, ``sum(n_values)`` entries)."""
     xp = array_namespace(block.x)
@@ -168,6 +172,16 @@ def code_weights(block: PlattBlock, n_values: np.ndarray) -> np.ndarray:
         for j, k in enumerate(n_values)
     ]
     return np.concatenate(counts)
+
+
+def level_sums(block: PlattBlock, theta: np.ndarray, n_values: np.ndarray, array_code: bool) -> np.ndarray:
+    """Per code, at the model ``theta`` (zero on the codes it does not fit): ``sum w (p - y)`` and
+    ``sum w p (1 - p)``, shape ``(sum(n_values), 2)``."""
+    offsets = value_offsets(np.asarray(n_values, dtype=np.int64))
+    p = sigmoid(_linear(block, theta, offsets, array_code))
+    return code_sums(
+        block.codes, n_values, block.w * (p - block.y), block.w * p * (1.0 - p), array_code=array_code
+    )
 
 
 # --------------------------------------------------------------------------------------------------
@@ -205,22 +219,23 @@ def curved(block: Predicted, n_values: np.ndarray, array_code: bool) -> Curved:
     """The gradient pass of a block: its curvatures (kept for the Hessian products) and its sums."""
     rows = block.rows
     row_sums, p, curvature = gradient_rows(block.z, rows.x, rows.y, rows.w, array_code=array_code)
-    stats = to_numpy(group_sums(rows.codes, p, rows.y, rows.w_kernel, n_values=n_values)[0])
+    stats = code_sums(rows.codes, n_values, rows.w * (p - rows.y), curvature, array_code=array_code)
     return Curved(rows, block.z, curvature, np.concatenate([row_sums, stats.ravel()]))
 
 
 def gradient_sums(block: Curved) -> np.ndarray:
-    """The gradient pass's sums: ``[sum r x, sum r, sum D x^2, sum D, group sums (flattened)]``."""
+    """The gradient pass's sums: ``[sum r x, sum r, sum D x^2, sum D, code sums of (r, D) (flattened)]``."""
     return block.sums
 
 
 def hessian_sums(
     block: Curved, v: np.ndarray, offsets: np.ndarray, n_values: np.ndarray, array_code: bool
 ) -> np.ndarray:
-    """The group sums ``(sum(n_values), N_STATS)`` of ``(f=X v, y=x, w=D)``."""
+    """``[sum D u x, code sums of D u (flattened)]`` for :math:`u = X v`."""
     rows = block.rows
-    u = _linear(rows, v, offsets, array_code)
-    return to_numpy(group_sums(rows.codes, u, rows.x, block.curvature, n_values=n_values)[0])
+    du = block.curvature * _linear(rows, v, offsets, array_code)
+    xp = array_namespace(du)
+    return np.r_[float(xp.sum(du * rows.x)), code_sums(rows.codes, n_values, du, array_code=array_code)[:, 0]]
 
 
 __all__ = [
@@ -237,9 +252,11 @@ __all__ = [
     "encoder_inputs",
     "gradient_sums",
     "hessian_sums",
+    "level_sums",
     "line_trial",
     "predicted",
     "read_block",
+    "select_columns",
     "stepped",
     "strided",
 ]

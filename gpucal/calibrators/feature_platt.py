@@ -46,6 +46,7 @@ from gpucal.calibrators._feature_platt_solver import (
     fit_feature_platt,
 )
 from gpucal.encoding import FeatureEncoder, resolve_feature_cols
+from gpucal.encoding.encoder import MAX_CROSS_LEVELS, MIN_CROSS_COUNT
 from gpucal.registry import calibration_method
 from gpucal.rows import as_rows
 
@@ -55,23 +56,30 @@ FORCE_ARRAY_PATH = False
 # at each fit, so tests can lower them).
 WARM_START_MIN_ROWS = 1 << 18
 WARM_START_ROWS = 1 << 16
+#: Default penalty of the cross effects (the main effects' ``l2`` is 1.0): see the class docstring.
+L2_CROSS = 10.0
 
 
 @calibration_method("feature_platt", fits_on_dask=True)
 class FeatureAwarePlattCalibrator(Calibrator):
-    r"""Platt scaling with a learnt offset per feature value (L2-regularised logistic regression).
+    r"""Platt scaling with a learnt offset per feature value, and per pair of values of crossed features
+    (L2-regularised logistic regression).
 
     .. math::
 
-        \hat p = \sigma\Big(b + a\, x + \sum_j \beta_j[\text{value of feature } j]\Big), \qquad
+        \hat p = \sigma\Big(b + a\, x + \sum_j c_j[x_j] + \sum_{(j, k)} d_{jk}[x_j, x_k]\Big), \qquad
         x = \begin{cases} \log\frac{p}{1-p} & \text{score\_kind="probability"} \\
         s & \text{score\_kind="logit"} \end{cases}
 
-    The design is ``[x, one-hot of every feature column's codes]`` plus an intercept; the fit minimises
-    the weighted log-loss summed over rows plus :math:`\tfrac{l_2}{2}(a^2 + \lVert\beta\rVert^2)`
+    The design is ``[x, one-hot of every feature column's codes, one-hot of every cross's codes]`` plus an
+    intercept; the fit minimises the weighted log-loss summed over rows plus
+    :math:`\tfrac{l_2}{2}(a^2 + \lVert c\rVert^2) + \tfrac{l_{2,\times}}{2} \lVert d\rVert^2`
     (scikit-learn's convention: ``LogisticRegression(C=1/l2)``). Numeric features are cut into quantile
-    bins, everything else is read by value (:class:`~gpucal.encoding.FeatureEncoder`). The linear special
-    case of NeuCalib, and the baseline a feature-aware calibrator has to beat.
+    bins, everything else is read by value (:class:`~gpucal.encoding.FeatureEncoder`). Without
+    ``interactions`` (the default) there are no cross terms: the linear special case of NeuCalib, and the
+    baseline a feature-aware calibrator has to beat. With them it is the degree-2 polynomial model
+    ("Poly2") of Juan et al. over the chosen pairs of fields, each pair's values one more field, rare
+    pairs pooled (see ``interactions``).
 
     Parameters
     ----------
@@ -98,6 +106,30 @@ class FeatureAwarePlattCalibrator(Calibrator):
         shrunk as if it had about :math:`l_2 / (p(1-p))` (4 to 20) extra rows at the global fit, so only
         rare values are pulled toward the average. Must be positive: the one-hot columns of a feature sum
         to the intercept's column, so without a penalty the offsets are not identified.
+    interactions : list of pairs of feature columns, "auto", "all" or None, default=None
+        Pairs of features whose combinations get an offset of their own (crosses, one more coded field each:
+        :mod:`gpucal.encoding.crosses`; numeric features cross through their bins):
+
+        - None: first order only;
+        - a list of pairs: those crosses, in order (a pair naming an unknown column, a column with itself,
+          or an entry of one column raises ``ValueError`` naming it);
+        - ``"all"``: every pair of features;
+        - ``"auto"``: every pair is screened on the first-order fit by the expected held-out gain of one
+          Newton step on its cross (a score test from the cross's gradient and curvature sums per level,
+          one pass over the rows; :func:`~gpucal.calibrators._feature_platt_solver.screen_crosses`), and
+          the pairs that pay are kept.
+
+        The pairs kept are ``interactions_``.
+    l2_cross : float, default=10.0
+        Ridge strength on the cross offsets :math:`d`. Crosses have many more levels, each with fewer rows,
+        than single features, so they are shrunk harder by default; chosen with ``l2`` on held-out
+        log-loss over several datasets (``benchmarks/results/interactions.md``).
+    min_cross_count : float, default=10.0
+        Least weight (rows, when unweighted) of a cross level with an offset of its own; lighter levels,
+        and combinations not seen at fit time, share one pooled offset per cross.
+    max_cross_levels : int, default=100000
+        Most codes of all crosses together (the model's size and the fit's memory); pairs past it are
+        dropped with a ``UserWarning`` naming them.
     max_iter : int, default=100
         Most Newton steps (each is one gradient pass plus a few Hessian-vector passes over the rows).
     tol : float, default=1e-8
@@ -117,11 +149,14 @@ class FeatureAwarePlattCalibrator(Calibrator):
         Coefficient :math:`a` of the score's logit (or margin).
     intercept_ : float
         Intercept :math:`b`.
-    coef_ : numpy.ndarray of shape (sum of the encoder's ``n_values_``,)
+    coef_ : numpy.ndarray of shape (sum of the encoder's ``n_codes_``,)
         One offset per code of each feature, features in order, each feature's codes from
-        ``value_offsets(n_values_)`` on (its bins or categories, then its missing and unseen codes).
+        ``value_offsets(n_codes_)`` on (its bins or categories, then its missing and unseen codes); then
+        each cross's offsets (its kept levels, then the pooled one).
     n_iter_ : int
         Newton steps taken.
+    interactions_ : list of [str, str]
+        The crossed pairs in the model, in ``coef_`` order (empty without crosses).
 
     See Also
     --------
@@ -152,6 +187,11 @@ class FeatureAwarePlattCalibrator(Calibrator):
        likelihood methods", in Advances in Large Margin Classifiers, MIT Press, 1999, pp. 61-74.
     .. [2] S. G. Nash, "A survey of truncated-Newton methods", Journal of Computational and Applied
        Mathematics 124 (2000), pp. 45-59.
+    .. [3] Y. Juan, Y. Zhuang, W.-S. Chin and C.-J. Lin, "Field-aware factorization machines for CTR
+       prediction", RecSys 2016 (the Poly2 model of section 2).
+    .. [4] Y. Luo et al., "AutoCross: automatic feature crossing for tabular data in real-world
+       applications", KDD 2019 (crosses of fields; candidates judged with the current model's weights
+       fixed).
 
     Examples
     --------
@@ -166,6 +206,9 @@ class FeatureAwarePlattCalibrator(Calibrator):
         "n_bins": Interval(int, 1, None),
         "score_kind": SCORE_KIND_OPTIONS,
         "l2": Interval(float, 0, None, closed="neither"),
+        "l2_cross": Interval(float, 0, None, closed="neither"),
+        "min_cross_count": Interval(float, 0, None),
+        "max_cross_levels": Interval(int, 1, None),
         "max_iter": Interval(int, 1, None),
         "tol": Interval(float, 0, None, closed="neither"),
         "device": Options("auto", "cpu", "gpu"),
@@ -177,6 +220,7 @@ class FeatureAwarePlattCalibrator(Calibrator):
         "intercept_": "float",
         "coef_": "float_array",
         "n_iter_": "int",
+        "interactions_": "json",
     }
 
     def __init__(
@@ -188,6 +232,10 @@ class FeatureAwarePlattCalibrator(Calibrator):
         n_bins: int = 32,
         score_kind: str = "probability",
         l2: float = 1.0,
+        interactions: Sequence[Sequence[Hashable]] | str | None = None,
+        l2_cross: float = L2_CROSS,
+        min_cross_count: float = MIN_CROSS_COUNT,
+        max_cross_levels: int = MAX_CROSS_LEVELS,
         max_iter: int = 100,
         tol: float = 1e-8,
         device: str = "auto",
@@ -199,6 +247,10 @@ class FeatureAwarePlattCalibrator(Calibrator):
         self.n_bins = n_bins
         self.score_kind = score_kind
         self.l2 = l2
+        self.interactions = interactions
+        self.l2_cross = l2_cross
+        self.min_cross_count = min_cross_count
+        self.max_cross_levels = max_cross_levels
         self.max_iter = max_iter
         self.tol = tol
         self.device = device
@@ -231,6 +283,7 @@ class FeatureAwarePlattCalibrator(Calibrator):
         params = self._params_as(
             FeaturePlattParams,
             feature_cols=feature_cols,
+            interactions=self._checked_interactions(),
             warm_start_min_rows=WARM_START_MIN_ROWS,
             warm_start_rows=WARM_START_ROWS,
             array_code=FORCE_ARRAY_PATH,
@@ -247,7 +300,21 @@ class FeatureAwarePlattCalibrator(Calibrator):
         self.intercept_ = fit.intercept
         self.coef_ = fit.coef
         self.n_iter_ = fit.n_iter
+        self.interactions_ = [list(pair) for pair in encoder.interactions_]
         return self
+
+    def _checked_interactions(self) -> Any:
+        """``interactions`` if it has a valid form (its columns are checked against the data in ``fit``)."""
+        value = self.interactions
+        if value is None or value in ("auto", "all"):
+            return value
+        if isinstance(value, str) or not isinstance(value, Sequence):
+            msg = (
+                "The 'interactions' parameter of FeatureAwarePlattCalibrator must be None, 'auto', 'all' or "
+                f"a list of column pairs. Got {value!r} instead."
+            )
+            raise ValueError(msg)
+        return [tuple(pair) if isinstance(pair, list) else pair for pair in value]
 
     def predict(self, X: Any) -> Any:
         """Return calibrated probabilities for ``X``, in ``X``'s family (pandas in, pandas Series out).
@@ -281,7 +348,7 @@ class FeatureAwarePlattCalibrator(Calibrator):
         calibrated = predict_feature_platt(
             score_feature(score, self.score_kind),
             codes,
-            encoder.n_values_,
+            encoder.n_codes_,
             self.coef_score_,
             self.intercept_,
             self.coef_,
@@ -300,7 +367,10 @@ class FeatureAwarePlattCalibrator(Calibrator):
     def _check_state(self) -> None:
         """Check the loaded state (``gpucal.load`` calls this): a valid encoder and one offset per code."""
         encoder = FeatureEncoder.from_dict(self.encoder_)
-        n_codes = int(encoder.n_values_.sum())
+        if self.interactions_ != [list(pair) for pair in encoder.interactions_]:
+            msg = f"interactions_ {self.interactions_!r} differ from the encoder's crosses"
+            raise ValueError(msg)
+        n_codes = int(encoder.n_codes_.sum())
         coef = np.asarray(self.coef_, dtype=np.float64)
         if coef.shape != (n_codes,):
             msg = f"coef_ has {coef.shape[0]} entries; the encoder has {n_codes} codes"
