@@ -423,3 +423,64 @@ def test_the_cli_parses_without_importing_heavy_libraries():
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout == "[]\n"
+
+
+# --- Issue 23: a newcomer's first hour --------------------------------------------------------------
+
+HEAVY = ("pandas", "numba", "sklearn", "scipy", "torch")
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".parquet"])
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["fit", "{data}", "--method", "platt", "--model", "{model}", "--label-col", "y"], "--label-col y"),
+        (["fit", "{data}", "--method", "mbct", "--model", "{model}", "--feature-cols", "segment,sit"], "sit"),
+        (["evaluate", "{data}", "--pred-cols", "score,scroe"], "--pred-cols score,scroe"),
+    ],
+)
+def test_a_misspelled_column_is_refused_before_the_fit_libraries_load(
+    tmp_path, scored, suffix, argv, expected
+):
+    """Issue 23: ``gpucal`` took 3-4.6 s to name a misspelled column; it reads the header first now."""
+    data = tmp_path / f"data{suffix}"
+    scored.to_csv(data, index=False) if suffix == ".csv" else scored.to_parquet(data)
+    args = [a.format(data=data, model=tmp_path / "m.json") for a in argv]
+    code = (
+        "import sys; from gpucal.cli import main; code = main(sys.argv[1:]); "
+        f"print(code, sorted(set({HEAVY!r}) & set(sys.modules)))"
+    )
+    result = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, check=True)
+    assert result.stdout == "2 []\n", result.stderr
+    error = result.stderr.splitlines()[-1]
+    assert error.startswith("gpucal: error: "), result.stderr
+    assert expected in error
+    assert "not in" in error
+    assert "'segment'" in error  # the file's columns, for the user to pick from
+
+
+def test_fit_auto_says_what_it_chose_and_its_gain_over_platt(tmp_path, scored, capsys):
+    """Issue 23: ``fit --method auto`` said nothing of its choice without ``--verbose``."""
+    from sklearn.metrics import log_loss
+
+    rng = np.random.default_rng(1)
+    shift = np.array([-1.0, -0.5, 0.0, 0.5, 1.0])[scored["segment"]]  # a bias per segment: features help
+    logit = np.log(scored["score"] / (1 - scored["score"])) + shift
+    biased = scored.assign(label=rng.binomial(1, 1 / (1 + np.exp(-logit))))
+    data = tmp_path / "data.parquet"
+    biased.to_parquet(data)
+    candidates = ["platt", "feature_platt"]
+    argv = ["fit", str(data), "--method", "auto", "--model", str(tmp_path / "auto.json")]
+    argv += ["--feature-cols", "segment", "--categorical-cols", "segment", "--param", "ensemble=false"]
+    assert main([*argv, "--param", json.dumps(candidates).join(["candidates=", ""])]) == 0
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("auto chose")]
+    assert len(lines) == 1
+    model = gpucal.AutoCalibrator(
+        candidates=candidates, feature_cols=["segment"], categorical_cols=["segment"], ensemble=False
+    ).fit(biased[["score", "segment"]], biased["label"])
+    chosen = model.cv_results_["candidate"][model.best_index_]
+    assert chosen != "platt"
+    oof, y = model.oof_predictions_, biased["label"].to_numpy()
+    gain = log_loss(y, oof[:, 0]) - log_loss(y, oof[:, model.best_index_])  # Platt is candidate 0
+    assert lines[0].startswith(f"auto chose {chosen}: held-out log_loss gain over Platt scaling ")
+    assert f"{gain:+.5f} per row" in lines[0]
