@@ -259,8 +259,6 @@ def _warm_up_lanes(
         )
         for lane in lanes
     ]
-    for worker in workers:
-        worker.start()
     started = time.perf_counter()
     finished: list[str] = []
     # The step each lane runs now, replaced whole (never mutated): the heartbeat thread reads it.
@@ -272,6 +270,8 @@ def _warm_up_lanes(
 
     try:
         with heartbeat(status):
+            for worker in workers:  # sends each lane its rows: seconds on a loaded machine
+                worker.start()
             while len(finished) < total:
                 try:
                     step, seconds = news.get(timeout=DEMO_LANE_TIMEOUT_S)
@@ -288,6 +288,8 @@ def _warm_up_lanes(
                 log_progress(f"  {bar(len(finished), total)} {step} ({seconds:.1f} s)")
     finally:
         for worker in workers:
+            if worker.pid is None:  # never started
+                continue
             worker.join(timeout=5)
             if worker.is_alive():
                 worker.terminate()
