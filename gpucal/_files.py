@@ -1,11 +1,18 @@
-"""Reading and writing the tables the CLI works on: CSV and Parquet, chosen by the file's suffix."""
+"""Reading and writing the tables the CLI works on: CSV and Parquet, chosen by the file's suffix.
+
+pandas is imported by the functions that read or write rows, not by :func:`table_columns`, so a command
+can check the columns it was given (the file's header or Parquet schema) before it imports anything heavy.
+"""
 
 from __future__ import annotations
 
+import csv
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import pandas as pd
+if TYPE_CHECKING:
+    import pandas as pd
 
 TABLE_SUFFIXES = (".csv", ".parquet", ".pq")
 
@@ -32,15 +39,22 @@ def read_table(
         if missing:
             msg = f"{argument}: column(s) {missing} not in {os.fspath(path)!r}; its columns: {available}"
             raise ValueError(msg)
+    import pandas as pd
+
     if suffix == ".csv":
         return pd.read_csv(path, usecols=columns)
     return pd.read_parquet(path, columns=columns)
 
 
 def table_columns(path: str | os.PathLike[str]) -> list[str]:
-    """Return the column names of a CSV or Parquet file without reading its rows."""
+    """Return the column names of a CSV or Parquet file without reading its rows (nor importing pandas).
+
+    A CSV file's first line is read as pandas reads it by default: comma-separated, quoted fields,
+    UTF-8 with or without a byte-order mark.
+    """
     if Path(path).suffix.lower() == ".csv":
-        return [str(c) for c in pd.read_csv(path, nrows=0).columns]
+        with open(path, newline="", encoding="utf-8-sig") as handle:
+            return next(csv.reader(handle), [])
     import pyarrow.parquet as pq
 
     return list(pq.read_schema(path).names)

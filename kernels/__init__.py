@@ -12,6 +12,7 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from kernels._dispatch import readonly
     from kernels.group_sums import group_sums
     from kernels.group_sums_oracle import (
         N_STATS,
@@ -65,6 +66,7 @@ __all__ = [
     "mvce_split_sums",
     "partition_rows",
     "predict_trees",
+    "readonly",
     "route_rows",
     "take_rows",
     "tree_leaves",
@@ -90,6 +92,7 @@ _MODULE_OF = {
             "STAT_WYY",
             "value_offsets",
         ),
+        "kernels._dispatch": ("readonly",),
         "kernels.lookup": ("lookup_bins", "lookup_codes", "lookup_edges"),
         "kernels.partition": ("partition_rows", "take_rows"),
         "kernels.split_mvce": (

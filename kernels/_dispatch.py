@@ -62,6 +62,18 @@ def code_dtype(dtype: Any, name: str) -> np.dtype:
     raise TypeError(msg)
 
 
+def readonly(a: np.ndarray) -> np.ndarray:
+    """Return a read-only view of ``a`` (no copy) to pass to a CPU twin that only reads it.
+
+    numba compiles a separate specialisation for a read-only array (what pandas' copy-on-write
+    ``to_numpy`` gives) and a writable one (what numpy computes); passing every input read-only keeps
+    one, which halves the first call's compilation of kernels fed from both.
+    """
+    view = a.view()
+    view.flags.writeable = False
+    return view
+
+
 def check_1d(x: Any, name: str, n_rows: int) -> None:
     """Raise ``ValueError`` unless ``x`` is one-dimensional with ``n_rows`` entries."""
     if x.ndim != 1 or x.shape[0] != n_rows:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from kernels._dispatch import readonly
 from kernels._rowmath import group_row_stats
 from kernels.group_sums_oracle import N_STATS
 from kernels.jit import numba
@@ -92,6 +93,7 @@ def group_sums_cpu(codes, f, y, w, node_idx, offsets, n_nodes, n_bins, n_chunks)
     row-adding ones are compiled once per code dtype (parallel functions are slow to compile).
     """
     n_hist_bins = n_nodes * n_bins
+    f, y, w = readonly(f), readonly(y), readonly(w)  # one compiled variant for pandas' and numpy's arrays
     if n_nodes > 1 and node_idx.shape[0] > 0:
         bounds = node_run_bounds(node_idx, MAX_ROW_CHUNKS)
         if bounds.shape[0] > 0:

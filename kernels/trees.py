@@ -17,7 +17,15 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from kernels._dispatch import check_1d, code_dtype, is_cupy_array, namespace_of, resolve_backend, to_host
+from kernels._dispatch import (
+    check_1d,
+    code_dtype,
+    is_cupy_array,
+    namespace_of,
+    readonly,
+    resolve_backend,
+    to_host,
+)
 from kernels.trees_cpu import predict_trees_cpu, route_rows_cpu, tree_depths_cpu, tree_leaves_cpu
 from kernels.trees_oracle import (
     LEAF_MAP_CODES,
@@ -235,7 +243,7 @@ def predict_trees(
     if backend == "oracle":
         return predict_trees_oracle(codes, f, *nodes, values, starts, leaf_map)
     if backend == "cpu":
-        f = np.ascontiguousarray(f, dtype=np.float64)
+        f = readonly(np.ascontiguousarray(f, dtype=np.float64))
         out = np.empty(codes.shape[0], dtype=np.float64)
         depths = tree_depths_cpu(*nodes, starts)
         return predict_trees_cpu(codes, f, *nodes, values, starts, depths, leaf_map, out)

@@ -13,7 +13,15 @@ from typing import Any
 
 import numpy as np
 
-from kernels._dispatch import check_1d, check_count, float_dtype, namespace_of, resolve_backend, to_host
+from kernels._dispatch import (
+    check_1d,
+    check_count,
+    float_dtype,
+    namespace_of,
+    readonly,
+    resolve_backend,
+    to_host,
+)
 from kernels._feistel import MAX_BIN_PRODUCT, MAX_N_TOTAL, feistel_domain
 from kernels.views_cpu import view_bins_cpu, view_sums_cpu
 from kernels.views_oracle import (
@@ -193,8 +201,8 @@ def view_sums(
     if backend == "cpu":
         # The twin adds in float64 whatever the input; one float dtype halves its compiled variants.
         fdt = np.float64
-        p, y = (np.ascontiguousarray(a, dtype=fdt) for a in (p, y))
-        w = np.empty(0, dtype=fdt) if w is None else np.ascontiguousarray(w, dtype=fdt)
+        p, y = (readonly(np.ascontiguousarray(a, dtype=fdt)) for a in (p, y))
+        w = readonly(np.empty(0, dtype=fdt) if w is None else np.ascontiguousarray(w, dtype=fdt))
         return view_sums_cpu(
             p,
             y,

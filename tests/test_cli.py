@@ -352,26 +352,95 @@ def test_the_warmup_command_reports_its_time(monkeypatch, capsys):
     assert "12.5 s" in out[0]
 
 
-def test_demo_times_warm_fits_only(monkeypatch, capsys):
-    """Issue 18: the demo's fit_predict_s counted JIT compilation; each fit is now warmed up first."""
+def test_demo_times_warm_fits_only(monkeypatch, tmp_path, capsys):
+    """Issue 23: a timed fit still compiled (Platt 5.96 s against beta's 0.09 s); warm means warm now.
+
+    Platt's first fit here compiles a fresh numba function and sleeps: the demo must fit it again and
+    report the second, fast fit. The others compile nothing (the kernels are cached) and fit once
+    (the untimed loading fits are left out here).
+    """
+    import time
+
+    import numba
+
     import gpucal.cli.demo as cli
 
-    monkeypatch.setattr(cli, "DEMO_WARMUP_ROWS", 300)
-    seen = []
+    monkeypatch.setattr(cli, "_warm_marker", lambda: tmp_path / "demo.warm")
+    monkeypatch.setattr(cli, "_warm_up_lanes", lambda *args: None)
+    main(["demo", "--rows", "3000", "--top", "2"])  # every kernel of this size in the cache
+    calls: list[str] = []
     fit_predict = cli._demo_fit_predict
 
     def spy(name, calibration, held_out, fields, fitted):
-        seen.append((name, len(calibration)))
+        calls.append(name)
+        if name == "platt" and calls.count("platt") == 1:
+            numba.njit(lambda x: x + 1)(1)  # a compilation, as a kernel's first use would be
+            time.sleep(1.0)
         return fit_predict(name, calibration, held_out, fields, fitted)
 
     monkeypatch.setattr(cli, "_demo_fit_predict", spy)
-    assert main(["demo", "--rows", "3000", "--top", "2"]) == 0
-    names = [name for name, _ in seen]
-    half = len(seen) // 2
-    assert names[:half] == names[half:]
-    assert {rows for _, rows in seen[:half]} == {300}
-    assert {rows for _, rows in seen[half:]} == {3000}
-    assert "fit_predict_s is warm" in capsys.readouterr().out
+    monkeypatch.setattr(cli, "_load_kernels", lambda *args: None)
+    capsys.readouterr()
+    assert main(["demo", "--rows", "3000", "--top", "2", "--format", "json"]) == 0
+    assert calls.count("platt") == 2
+    assert all(calls.count(name) == 1 for name in set(calls) - {"platt"}), calls
+    table = json.loads(capsys.readouterr().out)["metrics"]
+    assert table["platt"]["fit_predict_s"] < 1.0
+
+
+def test_demo_compiles_in_parallel_lanes_first(monkeypatch, tmp_path, capsys):
+    """Issue 23: the first run's compilation is split over warm-up processes that report as they go."""
+    import gpucal.cli.demo as cli
+
+    marker = tmp_path / "demo.warm"
+    monkeypatch.setattr(cli, "_warm_marker", lambda: marker)
+    assert main(["demo", "--rows", "2000", "--top", "2"]) == 0
+    err = capsys.readouterr().err
+    steps = [step for lane in cli.DEMO_WARMUP_LANES for step in lane]
+    for step in steps:
+        assert re.search(rf"\] \d+/{len(steps)} {step} \(", err), (step, err)
+    assert f"[{'#' * 20}] {len(steps)}/{len(steps)} " in err
+    assert "warm-up stopped" not in err
+    assert marker.exists()
+    assert main(["demo", "--rows", "2000", "--top", "2"]) == 0  # the second run skips the warm-up
+    assert "compiled already" in capsys.readouterr().err
+
+
+def test_the_heartbeat_fills_silences(monkeypatch, capsys):
+    """Issue 23: the first run was silent for 117 s; a long stage now prints its status every few seconds."""
+    import time
+
+    from gpucal.cli import progress
+
+    monkeypatch.setattr(progress, "HEARTBEAT_S", 0.2)
+    progress.log_progress("start")
+    with progress.heartbeat(lambda: "still working"):
+        time.sleep(1.0)
+    with progress.heartbeat(lambda: "too soon"):
+        pass
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == "start"
+    assert err.count("still working") >= 2  # about 5 on an idle machine; a loaded one can lose some
+    assert "too soon" not in err
+
+
+def test_the_demo_explains_its_segment_table(monkeypatch, tmp_path, capsys):
+    """Issue 23: ``excess`` was never explained and ``weight`` printed as ``48596.00000``."""
+    import gpucal.cli.demo as cli
+
+    monkeypatch.setattr(cli, "_warm_marker", lambda: tmp_path / "demo.warm")
+    monkeypatch.setattr(cli, "_warm_up_lanes", lambda *args: None)
+    assert main(["demo", "--rows", "3000", "--top", "3", "--min-segment-rows", "100"]) == 0
+    out = capsys.readouterr().out
+    segments = out.split("rows >= 100:\n")[1].splitlines()
+    header = segments[0].split()
+    columns = "feature value rows weight observed predicted error excess pcoc sigma"
+    assert header == columns.split()
+    for line in segments[1:4]:
+        cells = dict(zip(header, line.split(), strict=True))
+        assert cells["weight"] == cells["rows"]  # unit weights: a count, no decimals
+        assert cells["excess"][0] in "+-"
+    assert "excess = predicted - observed positives" in out
 
 
 @pytest.mark.parametrize("rows", [3, 99, 100, 150])
@@ -430,3 +499,64 @@ def test_the_cli_parses_without_importing_heavy_libraries():
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout == "[]\n"
+
+
+# --- Issue 23: a newcomer's first hour --------------------------------------------------------------
+
+HEAVY = ("pandas", "numba", "sklearn", "scipy", "torch")
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".parquet"])
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["fit", "{data}", "--method", "platt", "--model", "{model}", "--label-col", "y"], "--label-col y"),
+        (["fit", "{data}", "--method", "mbct", "--model", "{model}", "--feature-cols", "segment,sit"], "sit"),
+        (["evaluate", "{data}", "--pred-cols", "score,scroe"], "--pred-cols score,scroe"),
+    ],
+)
+def test_a_misspelled_column_is_refused_before_the_fit_libraries_load(
+    tmp_path, scored, suffix, argv, expected
+):
+    """Issue 23: ``gpucal`` took 3-4.6 s to name a misspelled column; it reads the header first now."""
+    data = tmp_path / f"data{suffix}"
+    scored.to_csv(data, index=False) if suffix == ".csv" else scored.to_parquet(data)
+    args = [a.format(data=data, model=tmp_path / "m.json") for a in argv]
+    code = (
+        "import sys; from gpucal.cli import main; code = main(sys.argv[1:]); "
+        f"print(code, sorted(set({HEAVY!r}) & set(sys.modules)))"
+    )
+    result = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, check=True)
+    assert result.stdout == "2 []\n", result.stderr
+    error = result.stderr.splitlines()[-1]
+    assert error.startswith("gpucal: error: "), result.stderr
+    assert expected in error
+    assert "not in" in error
+    assert "'segment'" in error  # the file's columns, for the user to pick from
+
+
+def test_fit_auto_says_what_it_chose_and_its_gain_over_platt(tmp_path, scored, capsys):
+    """Issue 23: ``fit --method auto`` said nothing of its choice without ``--verbose``."""
+    from sklearn.metrics import log_loss
+
+    rng = np.random.default_rng(1)
+    shift = np.array([-1.0, -0.5, 0.0, 0.5, 1.0])[scored["segment"]]  # a bias per segment: features help
+    logit = np.log(scored["score"] / (1 - scored["score"])) + shift
+    biased = scored.assign(label=rng.binomial(1, 1 / (1 + np.exp(-logit))))
+    data = tmp_path / "data.parquet"
+    biased.to_parquet(data)
+    candidates = ["platt", "feature_platt"]
+    argv = ["fit", str(data), "--method", "auto", "--model", str(tmp_path / "auto.json")]
+    argv += ["--feature-cols", "segment", "--categorical-cols", "segment", "--param", "ensemble=false"]
+    assert main([*argv, "--param", json.dumps(candidates).join(["candidates=", ""])]) == 0
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("auto chose")]
+    assert len(lines) == 1
+    model = gpucal.AutoCalibrator(
+        candidates=candidates, feature_cols=["segment"], categorical_cols=["segment"], ensemble=False
+    ).fit(biased[["score", "segment"]], biased["label"])
+    chosen = model.cv_results_["candidate"][model.best_index_]
+    assert chosen != "platt"
+    oof, y = model.oof_predictions_, biased["label"].to_numpy()
+    gain = log_loss(y, oof[:, 0]) - log_loss(y, oof[:, model.best_index_])  # Platt is candidate 0
+    assert lines[0].startswith(f"auto chose {chosen}: held-out log_loss gain over Platt scaling ")
+    assert f"{gain:+.5f} per row" in lines[0]

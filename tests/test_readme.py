@@ -48,3 +48,18 @@ def test_partition_example_runs(capsys):
     exec(compile(code, "README.md", "exec"), namespace)
     assert "Calibration tree rules" in capsys.readouterr().out
     assert namespace["p"].index.equals(namespace["test"].index)
+
+
+def test_ci_runs_the_readme_test_command_word_for_word():
+    """.ci/run installs and tests exactly as the README's test command does (MCGrad included), and only
+    CI installs NVIDIA's compiler wheels (the ``ptx`` extra)."""
+    block = re.search(r"## The two commands\n\n.*?```bash\n(.*?)```", README.read_text(), re.S)
+    assert block is not None, "README has no 'The two commands' block"
+    command = block.group(1).strip().splitlines()[-1]
+    assert command.endswith('python -m pytest -m "not slow and not ptx"'), command
+    assert "--no-deps MCGrad" in command
+    extras = re.search(r'-e "\.\[(.*?)\]"', command)
+    assert extras is not None, command
+    assert "ptx" not in extras.group(1).split(",")
+    ci = (README.parent / ".ci" / "run").read_text().splitlines()
+    assert command in ci

@@ -169,9 +169,10 @@ class AutoCalibrator(Calibrator):
         ``applied``: whether Platt scaling replaced the prediction for it (with a ``note`` when there was
         no Platt candidate to fall back to).
     platt_gain_ : dict
-        On a large set: ``gain``, the prediction's mean per-row ``scoring`` below Platt's on the
-        cross-fitted rows, its standard error ``se``, and ``applied`` (gain at most 2 ``se``: Platt
-        predicts). ``None`` values elsewhere.
+        ``gain``, the prediction's mean per-row ``scoring`` below Platt's on the cross-fitted rows (the
+        blend's or best candidate's out-of-fold predictions, before any guard), its standard error
+        ``se``, and ``applied``: on a large set, the gain was at most 2 ``se`` and Platt predicts.
+        ``gain`` and ``se`` are None without a Platt candidate or with ``scoring="ece"``.
     cv_seconds_, refit_seconds_ : float
         Time of the cross-fitting and of the refits on all rows.
     members_, report_ : list of dict, dict
@@ -507,17 +508,17 @@ class AutoCalibrator(Calibrator):
     ) -> bool:
         """On a large set: True when the prediction does not beat Platt by ``PLATT_MARGIN`` standard errors.
 
-        Sets ``platt_gain_``: the mean per-row gain of ``scoring`` over Platt on the cross-fitted rows,
-        its standard error, and whether Platt replaces the prediction.
+        Sets ``platt_gain_`` on every size: the mean per-row gain of ``scoring`` over Platt on the
+        cross-fitted rows, its standard error, and whether Platt replaces the prediction.
         """
         self.platt_gain_: dict[str, Any] = {"applied": False, "gain": None, "se": None}
-        if not plan.large or platt is None or members == [platt] or self.scoring not in ROW_LOSSES:
+        if platt is None or self.scoring not in ROW_LOSSES:
             return False
         row_loss, y = ROW_LOSSES[self.scoring], labels[crossed]
         gain, error = paired_gain(
             row_loss(y, predicted), row_loss(y, self.oof_predictions_[crossed, platt]), weights[crossed]
         )
-        applied = not gain > PLATT_MARGIN * error
+        applied = bool(plan.large and members != [platt] and not gain > PLATT_MARGIN * error)
         self.platt_gain_ = {"applied": applied, "gain": gain, "se": error}
         return applied
 

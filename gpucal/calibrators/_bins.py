@@ -22,7 +22,7 @@ import numpy as np
 
 from gpucal._backend import array_namespace, to_numpy
 from gpucal.calibrators._sorted import next_row, open_cursor, sorted_counts, sorted_runs, unit_binary
-from kernels.jit import numba
+from kernels import readonly
 
 # Columns of the per-bin sums.
 BIN_W = 0
@@ -119,7 +119,7 @@ def lookup_bins(p: Any, interior: np.ndarray, values: np.ndarray, *, uniform: bo
     interior = np.ascontiguousarray(interior, dtype=np.float64)
     values = np.ascontiguousarray(values, dtype=np.float64)
     if xp is np:
-        return _lookup_cpu(p, interior, values, uniform, np.empty(p.shape[0], dtype=np.float64))
+        return _lookup_cpu(readonly(p), interior, values, uniform, np.empty(p.shape[0], dtype=np.float64))
     return xp.asarray(values)[xp.searchsorted(xp.asarray(interior), p, side="left")]
 
 
@@ -197,7 +197,9 @@ def interp_clipped(x: Any, knots_x: np.ndarray, knots_y: np.ndarray) -> Any:
     knots_y = np.ascontiguousarray(knots_y, dtype=np.float64)
     if xp is np:
         table, inv_h = _knot_table(knots_x)
-        return _interp_cpu(x, knots_x, knots_y, table, inv_h, np.empty(x.shape[0], dtype=np.float64))
+        return _interp_cpu(
+            readonly(x), knots_x, knots_y, table, inv_h, np.empty(x.shape[0], dtype=np.float64)
+        )
     kx, ky = xp.asarray(knots_x), xp.asarray(knots_y)
     return xp.interp(xp.clip(x, kx[0], kx[-1]), kx, ky)
 

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from gpucal._backend import array_namespace, to_numpy
-from kernels.jit import numba
+from kernels import readonly
 
 # How a kernel reads the features of row i from its input X (a 2-D float64 array).
 FEATURES_COLUMNS = 0  # X is the design matrix: x_i = X[i, :] (a raw margin is one column)
@@ -92,7 +92,7 @@ def _features_cpu(X, mode, out):
 
 def features_cpu(X: np.ndarray, mode: int) -> np.ndarray:
     """Return the ``(n, d)`` design of ``X`` under ``mode`` from the numba loop (numpy only, d <= 2)."""
-    X2 = np.ascontiguousarray(as_2d(X), dtype=np.float64)
+    X2 = readonly(np.ascontiguousarray(as_2d(X), dtype=np.float64))
     out = np.empty((X2.shape[0], n_features(X2, mode)), dtype=np.float64)
     return _features_cpu(X2, mode, out)
 
@@ -219,14 +219,14 @@ def logistic_sums(
         full = np.zeros(3)
         full[used] = theta
         s = _logistic_sums_cpu(
-            np.ascontiguousarray(X2, dtype=np.float64),
+            readonly(np.ascontiguousarray(X2, dtype=np.float64)),
             mode,
-            np.ascontiguousarray(y, dtype=np.float64),
+            readonly(np.ascontiguousarray(y, dtype=np.float64)),
             float(targets[0]),
             float(targets[1]),
             # Not made contiguous: unit weights are a zero-stride view, and a copy would cost a pass
             # and 8n bytes on every Newton step.
-            np.asarray(w, dtype=np.float64),
+            readonly(np.asarray(w, dtype=np.float64)),
             full[0],
             full[1],
             full[2],
@@ -301,7 +301,12 @@ def predict_logistic(
         full[col_idx] = coef
         out = np.empty(X2.shape[0], dtype=np.float64)
         return _predict_cpu(
-            np.ascontiguousarray(X2, dtype=np.float64), mode, full[0], full[1], float(intercept), out
+            readonly(np.ascontiguousarray(X2, dtype=np.float64)),
+            mode,
+            full[0],
+            full[1],
+            float(intercept),
+            out,
         )
     xp = array_namespace(X2)
     return sigmoid(features_array(X2, mode)[:, xp.asarray(col_idx)] @ xp.asarray(coef) + intercept)

@@ -1,7 +1,9 @@
 """``gpucal fit``, ``predict``, ``rules`` and ``evaluate``: the commands over the user's files.
 
-Each checks its paths before it reads any data (a missing file, a folder where a file is expected, a
-wrong suffix), so a mistake is one error line, not a traceback after minutes of reading.
+Each checks its paths (a missing file, a folder where a file is expected, a wrong suffix) and the
+columns its options name (from the file's header or Parquet schema) before it imports the libraries a
+fit needs or reads any data, so a mistake is one error line within a fraction of a second, not a
+traceback after minutes of reading.
 """
 
 from __future__ import annotations
@@ -73,6 +75,22 @@ def _check_output_file(argument: str, path: str, suffixes: tuple[str, ...] | Non
     else:
         return
     raise ValueError(msg)
+
+
+def _check_columns(path: str, options: dict[str, str | None]) -> None:
+    """Raise ``ValueError`` for the first option naming a column ``path`` lacks; reads only the header.
+
+    ``options`` maps each option, as typed, to its value (a column or a comma-separated list; None when
+    not given).
+    """
+    from gpucal._files import table_columns
+
+    available = table_columns(path)
+    for option, value in options.items():
+        missing = [c for c in _columns(value) if c not in available]
+        if missing:
+            msg = f"{option} {value}: column(s) {missing} not in {path!r}; its columns: {available}"
+            raise ValueError(msg)
 
 
 def _calibrator_class(method: str) -> type:
@@ -169,15 +187,55 @@ def _log_features(args: argparse.Namespace, calibrator: Any, X: Any, y: Any, wei
     return features
 
 
+def auto_choice(model: Any) -> str:
+    """One line on a fitted ``AutoCalibrator``: what predicts, and its held-out gain over Platt scaling.
+
+    The gain is ``platt_gain_``: the mean per-row ``scoring`` of the out-of-fold predictions below Platt
+    scaling's, with its standard error, on the cross-fitted rows.
+    """
+    results, scoring = model.cv_results_, model.scoring
+    members = [
+        f"{candidate} {weight:.2f}"
+        for candidate, weight in zip(results["candidate"], results["blend_weight"], strict=True)
+        if weight > 0
+    ]
+    best = str(results["candidate"][model.best_index_])
+    chosen = f"blend of {', '.join(members)}" if len(members) > 1 else best
+    gain, error = model.platt_gain_["gain"], model.platt_gain_["se"]
+    if gain is None:
+        return f"auto chose {chosen} (no held-out {scoring} of Platt scaling to compare with)"
+    measured = f"{gain:+.5f} per row (standard error {error:.5f}) on {model.cv_rows_:,} cross-fitted rows"
+    if model.auc_guard_["applied"]:
+        guard = model.auc_guard_
+        return (
+            f"auto chose {best}: the search's choice ranked the held-out rows worse than the raw score "
+            f"(AUC {guard['auc']:.4f} against {guard['raw_auc']:.4f})"
+        )
+    if model.platt_gain_["applied"]:
+        return f"auto chose {best}: the search's choice gained only {measured} in held-out {scoring}"
+    return f"auto chose {chosen}: held-out {scoring} gain over Platt scaling {measured}"
+
+
 def run_fit(args: argparse.Namespace) -> int:
     """Fit a calibrator on a CSV / Parquet file and save it as JSON."""
     from gpucal._files import TABLE_SUFFIXES, read_table
-    from gpucal.factory import make_calibrator
 
     _check_input_file("data", args.data, TABLE_SUFFIXES)
     _check_output_file("--model", args.model)
-    cls = _calibrator_class(args.method)
+    _check_columns(
+        args.data,
+        {
+            "--score-col": args.score_col,
+            "--label-col": args.label_col,
+            "--weight-col": args.weight_col,
+            "--feature-cols": args.feature_cols,
+            "--categorical-cols": args.categorical_cols,
+        },
+    )
+    cls = _calibrator_class(args.method)  # imports every calibrator: after the cheap checks
     params = _fit_params(args, set(inspect.signature(cls).parameters))
+    from gpucal.factory import make_calibrator
+
     calibrator = make_calibrator(args.method, **params)
     features = list(params.get("feature_cols") or [])
     needed = [args.score_col, args.label_col, *features] + ([args.weight_col] if args.weight_col else [])
@@ -190,6 +248,8 @@ def run_fit(args: argparse.Namespace) -> int:
     log_progress(f"fitting {type(calibrator).__name__} on {len(frame):,} rows ...")
     started = time.perf_counter()
     calibrator.fit(frame[[args.score_col, *features]], frame[args.label_col], sample_weight=weights)
+    if args.method == "auto":
+        log_progress(auto_choice(calibrator))
     calibrator.save(args.model)
     log_progress(f"fitted in {time.perf_counter() - started:.2f} s; model written to {args.model}")
     return 0
@@ -236,10 +296,7 @@ def run_rules(args: argparse.Namespace) -> int:
 
 def run_evaluate(args: argparse.Namespace) -> int:
     """Print (and optionally save) the metrics table of prediction columns of a CSV / Parquet file."""
-    import pandas as pd
-
     from gpucal._files import TABLE_SUFFIXES, read_table
-    from gpucal.evaluation import evaluate
 
     _check_input_file("data", args.data, TABLE_SUFFIXES)
     if args.json:
@@ -250,6 +307,20 @@ def run_evaluate(args: argparse.Namespace) -> int:
     if not predictions:
         msg = "--pred-cols names no column"
         raise ValueError(msg)
+    _check_columns(
+        args.data,
+        {
+            "--label-col": args.label_col,
+            "--pred-cols": args.pred_cols,
+            "--weight-col": args.weight_col,
+            "--field-cols": args.field_cols,
+            "--true-col": args.true_col,
+        },
+    )
+    import pandas as pd
+
+    from gpucal.evaluation import evaluate
+
     fields = _columns(args.field_cols)
     optional = [c for c in (args.weight_col, args.true_col) if c]
     frame = read_table(args.data, columns=[args.label_col, *predictions, *fields, *optional])

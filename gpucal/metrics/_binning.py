@@ -22,7 +22,7 @@ import numpy as np
 
 from gpucal._backend import array_namespace
 from gpucal.metrics._sums import code_dtype
-from kernels.jit import numba
+from kernels import readonly
 
 
 def uniform_edges(n_bins: int) -> np.ndarray:
@@ -58,7 +58,7 @@ def uniform_bin_ids(p: Any, n_bins: int, *, force_fallback: bool = False) -> Any
     if xp is not np or force_fallback:
         return xp.searchsorted(xp.asarray(interior), p, side="left").astype(dtype)
     out = np.empty(p.shape[0], dtype=dtype)
-    _uniform_bin_ids_cpu(np.ascontiguousarray(p, dtype=np.float64), interior, out)
+    _uniform_bin_ids_cpu(readonly(np.ascontiguousarray(p, dtype=np.float64)), interior, out)
     return out
 
 

@@ -1,0 +1,132 @@
+"""The first run of ``gpucal demo`` on a machine: wall time, CPU time and the longest silent stretch.
+
+Runs the README's first command's demo in a subprocess with a fresh, empty numba cache (a new temporary
+``NUMBA_CACHE_DIR``), so every kernel it calls is compiled, and reads its output line by line as it comes
+to find the longest stretch without a line (stdout and stderr together; from the start to the first line
+and from the last line to the exit count too). CPU time is user + system of the demo and every process it
+waited for (its warm-up processes), from ``getrusage(RUSAGE_CHILDREN)``. The load average before and after
+is recorded: on a shared machine the wall time is the CPU time stretched by the others' work.
+
+``--venv`` first makes a fresh virtual environment and times ``pip install <repo>`` into it (downloads
+included), then runs that environment's ``gpucal``; without it the current interpreter's gpucal runs.
+``--hide-torch`` runs the demo as a fresh ``pip install .`` would, without PyTorch (no neural
+calibrators), when the interpreter has it.
+
+Usage::
+
+    python benchmarks/bench_first_run.py --hide-torch --json benchmarks/results/first_run.json
+    python benchmarks/bench_first_run.py --hide-torch -- --rows 500000   # arguments after -- go to demo
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import platform
+import resource
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+#: Runs the demo as if PyTorch were not installed: gpucal asks ``importlib.util.find_spec("torch")``.
+#: Nothing heavy is imported before the demo's own first line.
+HIDE_TORCH = (
+    "import importlib.util as u, sys; find = u.find_spec; "
+    "u.find_spec = lambda name, package=None: None if name == 'torch' else find(name, package); "
+    "from gpucal.cli import main; sys.exit(main(sys.argv[1:]))"
+)
+
+
+def children_cpu_seconds() -> float:
+    """User + system CPU seconds of every finished child process of this one (and their children)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def fresh_venv(folder: Path, source: Path) -> tuple[Path, float]:
+    """Make a virtual environment in ``folder``, ``pip install`` ``source``; return python, seconds."""
+    started = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "venv", str(folder)], check=True)
+    python = folder / "bin" / "python"
+    subprocess.run([str(python), "-m", "pip", "install", "--quiet", str(source)], check=True)
+    return python, time.perf_counter() - started
+
+
+def timed_run(command: list[str], env: dict[str, str]) -> dict[str, object]:
+    """Run ``command``, echoing its lines; return wall and CPU seconds, exit code and the silences."""
+    cpu_before = children_cpu_seconds()
+    load_before = os.getloadavg()
+    started = time.monotonic()
+    stamps: list[float] = []
+    lock = threading.Lock()
+    process = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tempfile.gettempdir()
+    )
+
+    def pump(stream, sink) -> None:  # type: ignore[no-untyped-def]
+        for line in stream:
+            with lock:
+                stamps.append(time.monotonic() - started)
+                print(f"[{stamps[-1]:6.1f} s] {line}", end="", file=sink, flush=True)
+
+    readers = [
+        threading.Thread(target=pump, args=(process.stdout, sys.stdout)),
+        threading.Thread(target=pump, args=(process.stderr, sys.stderr)),
+    ]
+    for reader in readers:
+        reader.start()
+    code = process.wait()
+    for reader in readers:
+        reader.join()
+    wall = time.monotonic() - started
+    edges = [0.0, *sorted(stamps), wall]
+    gaps = [(b - a, a) for a, b in itertools.pairwise(edges)]
+    longest, at = max(gaps)
+    return {
+        "exit_code": code,
+        "wall_s": round(wall, 2),
+        "cpu_s": round(children_cpu_seconds() - cpu_before, 2),
+        "longest_silence_s": round(longest, 2),
+        "longest_silence_starts_at_s": round(at, 2),
+        "lines": len(stamps),
+        "load_average_before": [round(x, 2) for x in load_before],
+        "load_average_after": [round(x, 2) for x in os.getloadavg()],
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--venv", action="store_true", help="a fresh venv with `pip install <repo>` first")
+    parser.add_argument("--hide-torch", action="store_true", help="run the demo as if PyTorch were absent")
+    parser.add_argument("--json", default=None, help="write the measurements here")
+    parser.add_argument("--source", default=str(REPO), help="the gpucal checkout to run (default: this one)")
+    parser.add_argument("demo_args", nargs="*", help="arguments of `gpucal demo` (after --)")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="gpucal-first-run-") as work:
+        result: dict[str, object] = {"source": args.source, "machine": platform.machine()}
+        result["cpu_count"] = os.cpu_count()
+        python = Path(sys.executable)
+        if args.venv:
+            python, seconds = fresh_venv(Path(work) / "venv", Path(args.source))
+            result["pip_install_s"] = round(seconds, 2)
+        env = dict(os.environ, NUMBA_CACHE_DIR=str(Path(work) / "numba-cache"))
+        env.pop("PYTHONPATH", None)
+        if not args.venv:
+            env["PYTHONPATH"] = args.source  # that checkout's gpucal, as `pip install .` would give
+        prefix = [str(python), "-c", HIDE_TORCH] if args.hide_torch else [str(python), "-m", "gpucal"]
+        result["command"] = " ".join(["gpucal", "demo", *args.demo_args])
+        result["torch_hidden"] = args.hide_torch
+        result |= timed_run([*prefix, "demo", *args.demo_args], env)
+    print(json.dumps(result, indent=2), file=sys.stderr)
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
