@@ -23,6 +23,7 @@ import numpy as np
 from gpucal._backend import array_namespace, to_numpy
 from gpucal.calibrators._sorted import next_row, open_cursor, sorted_counts, sorted_runs, unit_binary
 from kernels import readonly
+from kernels.jit import numba
 
 # Columns of the per-bin sums.
 BIN_W = 0

@@ -23,6 +23,7 @@ import numpy as np
 from gpucal._backend import array_namespace
 from gpucal.metrics._sums import code_dtype
 from kernels import readonly
+from kernels.jit import numba
 
 
 def uniform_edges(n_bins: int) -> np.ndarray:
