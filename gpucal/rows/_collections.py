@@ -225,8 +225,10 @@ def partition_lengths(collections: Any) -> np.ndarray:
     """Return the number of rows of every partition (int64), in partition order: one pass."""
     import dask
 
+    from gpucal.rows._faults import compute
+
     parts = collections if isinstance(collections, Partitions) else as_partitions(collections)
-    lengths = dask.compute(*[dask.delayed(_length)(*part) for part in parts.parts])
+    lengths = compute(*[dask.delayed(_length)(*part) for part in parts.parts])
     return np.asarray(lengths, dtype=np.int64)
 
 

@@ -22,6 +22,7 @@ import numpy as np
 
 from gpucal._backend import is_cupy_array, to_numpy
 from gpucal.rows._collections import Partitions, as_partitions, partition_offsets
+from gpucal.rows._faults import compute
 
 #: Partitions (or partial results) added in one task of the reduction tree.
 SPLIT_EVERY = 8
@@ -110,7 +111,7 @@ def reduce_partitions(
     for part, offset in zip(parts.parts, offsets, strict=True):
         extra = {**kwargs, "row_offset": offset} if with_offsets else kwargs
         leaves.append(call(fn, part, tuple(args), extra))
-    (result,) = dask.compute(_tree(leaves, combine, split_every))
+    (result,) = compute(_tree(leaves, combine, split_every))
     return result
 
 

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from gpucal.rows._faults import compute
 from gpucal.rows._placement import worker_addresses
 from gpucal.rows._reduce import SPLIT_EVERY, _host, _tree
 
@@ -102,7 +103,7 @@ def fold_in_lanes(n_parts: int, n_lanes: int, step: Callable[[int, Any], Any]) -
     total = lanes[0]
     for lane in lanes[1:]:
         total = add(total, lane)
-    (out,) = dask.compute(total)
+    (out,) = compute(total)
     return np.asarray(out)
 
 
@@ -154,7 +155,7 @@ class StreamedRows:
         call = dask.delayed(_replayed_call, pure=False)
         kwargs = self._kwargs(offsets)
         leaves = [call(s, i, self.steps, fn, args, kwargs[i]) for i, s in enumerate(self.sources)]
-        (result,) = dask.compute(_tree(leaves, combine, SPLIT_EVERY))
+        (result,) = compute(_tree(leaves, combine, SPLIT_EVERY))
         return result
 
     def per_worker(self, fn: Callable[..., Any], *args: Any) -> StreamedRows:
@@ -172,7 +173,7 @@ class StreamedRows:
 
             task = dask.delayed(_replayed_call, pure=False)
             lengths = np.asarray(
-                dask.compute(*[task(s, i, self.steps, _length, (), {}) for i, s in enumerate(self.sources)]),
+                compute(*[task(s, i, self.steps, _length, (), {}) for i, s in enumerate(self.sources)]),
                 dtype=np.int64,
             )
             starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
