@@ -1,12 +1,12 @@
 """A worker plugin that kills its own worker process at a chosen task: deterministic faults for tests.
 
-The plan is a JSON file, ``{"names": [...], "skip": n, "kills": k}``: the ``n + 1``-th task to start
-(over the whole cluster) whose function, or a function among its arguments, has one of ``names`` kills
-the worker running it with SIGKILL, as a preempted machine or the out-of-memory killer would; so do the
-next ``k - 1`` matching tasks. Every kill appends ``address name`` to the log file beside the plan, so a
-test can check that the fault happened. Without a plan file nothing happens (the nanny's replacement
-worker gets the plugin too, and does not die again). Kept apart from the test module so that the worker
-processes import only this.
+The plan is a JSON file listing kills, ``[{"names": [...], "skip": n}, ...]``: for the first, the
+``n + 1``-th task to start (over the whole cluster) whose function, or a function among its arguments,
+has one of ``names`` kills the worker running it with SIGKILL, as a preempted machine or the
+out-of-memory killer would; then the next kill of the list is armed, counted from there. Every kill
+appends ``address name`` to the log file beside the plan, so a test can check that the faults
+happened. Without a plan file nothing happens (the nanny's replacement worker gets the plugin too, and
+does not die again). Kept apart from the test module so that the worker processes import only this.
 """
 
 from __future__ import annotations
@@ -40,24 +40,26 @@ class KillAtTask(WorkerPlugin):
         if finish != "executing" or not os.path.exists(self.plan):
             return
         try:
-            plan = json.loads(Path(self.plan).read_text())
+            first, *rest = json.loads(Path(self.plan).read_text())
         except (OSError, ValueError):  # another worker is rewriting it
             return
         ts = self.worker.state.tasks.get(key)
-        hit = _names(getattr(ts, "run_spec", None)) & set(plan["names"])
+        hit = _names(getattr(ts, "run_spec", None)) & set(first["names"])
         if not hit:
             return
         with open(self.plan + ".count", "ab") as counter:
             counter.write(b".")
-        if os.path.getsize(self.plan + ".count") <= plan["skip"]:
+        if os.path.getsize(self.plan + ".count") <= first["skip"]:
             return
         claimed = f"{self.plan}.{os.getpid()}"
         try:
             os.rename(self.plan, claimed)  # one worker wins each kill
         except FileNotFoundError:
             return
-        if plan["kills"] > 1:
-            Path(self.plan).write_text(json.dumps({**plan, "kills": plan["kills"] - 1, "skip": 0}))
+        os.remove(self.plan + ".count")
+        if rest:
+            Path(claimed).write_text(json.dumps(rest))
+            os.rename(claimed, self.plan)
         with open(self.plan + ".log", "a") as log:
             log.write(f"{self.worker.address} {min(hit)}\n")
         os.kill(os.getpid(), signal.SIGKILL)
