@@ -39,7 +39,7 @@ from gpucal.rows.streamed import STREAM_KEY
 distributed = pytest.importorskip("distributed")
 
 #: Seconds a test may take before the alarm fails it (a fit takes seconds here, and so does each kill).
-ALARM_S = 240
+ALARM_S = 480
 N_ROWS = 24_000
 N_PARTS = 4
 FEATURES = ["score", "region", "user_segment", "device"]
