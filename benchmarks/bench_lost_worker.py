@@ -161,8 +161,10 @@ def report(result: dict[str, Any], out: Path) -> None:
         "The kernels were compiled into numba's disk cache by an earlier run. A row without a worker "
         "killed is a fit that ended before its timer.",
         "",
-        "Without the recovery (tasks pinned to a worker with `allow_other_workers=False`) a kill after the "
-        "per-worker stores were built left the fit waiting forever for the dead worker's address.",
+        "Before the recovery (per-worker tasks pinned with `allow_other_workers=False`), the same run with "
+        "a kill at 25% of the fit (4e6 rows, 2026-11-26) never finished: 25 minutes after the kill the "
+        "scheduler held one task in state `no-worker`, a worker's store (`_on_group`) restricted to the "
+        "dead worker's address without loose restrictions, and the fit waited for it until stopped.",
         "",
     ]
     out.with_suffix(".md").write_text("\n".join(lines))
