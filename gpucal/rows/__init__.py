@@ -13,11 +13,15 @@
 * :mod:`gpucal.rows.draws`: random draws and the held-out split per *global* row index, the same on one
   machine and over any partitioning; :mod:`gpucal.rows.block`: the input block and the checked summary of
   labels and weights (``w`` None means unit weights, everywhere).
+* A pass over dask rows survives a lost worker (its blocks are computed again from the graph) or fails
+  with :class:`WorkerLostError` or :class:`PassTimeoutError` instead of waiting forever
+  (``gpucal.rows._faults``).
 
 Importing this package imports no dask and no GPU library.
 """
 
 from gpucal.rows._collections import any_dask, is_dask_collection, no_distributed_fit, reject_dask
+from gpucal.rows._faults import PassTimeoutError, WorkerLostError
 from gpucal.rows.block import LabelSummary, RowBlock, concat_weights, label_summary, strided_rows
 from gpucal.rows.build import as_rows
 from gpucal.rows.draws import check_held_out, held_out_mask, poisson_one, row_uniforms
@@ -27,8 +31,10 @@ from gpucal.rows.protocol import Rows
 __all__ = [
     "LabelSummary",
     "LocalRows",
+    "PassTimeoutError",
     "RowBlock",
     "Rows",
+    "WorkerLostError",
     "any_dask",
     "as_rows",
     "check_held_out",

@@ -56,8 +56,9 @@ def worker_addresses() -> list[str]:
 def holders(parts: Sequence[Any]) -> list[tuple[str, Any]] | None:
     """``(address, future)`` of every persisted partition: a worker holding it and its future.
 
-    Waits for the partitions to be computed (a partition's holder is known only then). None without a
-    ``distributed`` client, or when a partition is not persisted on it.
+    Waits for the partitions to be computed (a partition's holder is known only then; a lost worker's
+    partitions are computed again first). None without a ``distributed`` client, or when a partition
+    is not persisted on it or has no holder (its worker was lost while it was looked up).
     """
     client = _client()
     if client is None:
@@ -65,9 +66,9 @@ def holders(parts: Sequence[Any]) -> list[tuple[str, Any]] | None:
     futures = [_future_of(p) for p in parts]
     if any(f is None for f in futures):
         return None
-    from distributed import wait
+    from gpucal.rows._faults import PassWatch
 
-    wait(futures)
+    PassWatch(client, "reading the rows").wait(futures)
     held_by = client.who_has(futures)
     out = []
     for future in futures:
@@ -90,10 +91,10 @@ def worker_groups(parts: Sequence[Any]) -> list[tuple[str | None, list[int]]]:
     is in one group with no address.
     """
     placed = holders(parts)
-    client = _client()
-    if placed is None or client is None:
+    workers = worker_addresses()
+    if placed is None or not workers:
         return [(None, list(range(len(parts))))]
-    shares = balanced_shares([address for address, _ in placed], worker_addresses())
+    shares = balanced_shares([address for address, _ in placed], workers)
     return sorted(((w, idx) for w, idx in shares.items() if idx), key=lambda item: item[1][0])
 
 
@@ -129,10 +130,12 @@ def per_worker(fn: Callable[..., Any], parts: Sequence[Any], *args: Any) -> list
     """Return ``fn(parts_of_worker, indices, *args)`` once per worker, computed and kept on that worker.
 
     ``parts`` are persisted delayed partitions; each worker's call receives its group of
-    :func:`worker_groups` (in partition order) and their indices, and runs pinned to that worker: a
-    partition moves only when its holder has more than its share. The results (persisted delayed
-    objects, one per worker, ordered by their first partition) are the partitions of the passes that
-    follow: every pass then ships one result per worker.
+    :func:`worker_groups` (in partition order) and their indices, and runs on that worker: a partition
+    moves only when its holder has more than its share. The worker is a preference, not a requirement:
+    when it is lost, ``distributed`` computes the call again from its partitions (themselves computed
+    again where lost) on another worker, so no pass waits for an address that is gone. The results
+    (persisted delayed objects, one per worker, ordered by their first partition) are the partitions of
+    the passes that follow: every pass then ships one result per worker.
     """
     import dask
 
@@ -151,7 +154,7 @@ def per_worker(fn: Callable[..., Any], parts: Sequence[Any], *args: Any) -> list
             args,
             *[_future_of(p) for p in group],
             workers=[address],
-            allow_other_workers=False,
+            allow_other_workers=True,
             pure=False,
         )
         out.append(dask.delayed(future))

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from gpucal.rows._collections import Partitions, as_partitions
+from gpucal.rows._faults import PassWatch, compute
 from gpucal.rows._placement import _client, holders, map_persisted, per_worker
 from gpucal.rows._reduce import SPLIT_EVERY, _add, _call, _tree
 from gpucal.rows.block import RowBlock, row_block
@@ -111,7 +112,7 @@ class DaskRows:
             call(fn, (part,), args, {} if starts is None else {"row_offset": int(starts[i])})
             for i, part in enumerate(self.parts)
         ]
-        (result,) = dask.compute(_tree(leaves, combine, self.split_every))
+        (result,) = compute(_tree(leaves, combine, self.split_every))
         return result
 
     def per_worker(self, fn: Callable[..., Any], *args: Any) -> DaskRows:
@@ -131,16 +132,29 @@ class DaskRows:
             if lo == hi:
                 continue
             others = [
-                client.submit(_compact, other, fn, lo, hi, args, workers=[holder], pure=False)
+                client.submit(
+                    _compact, other, fn, lo, hi, args, workers=[holder], allow_other_workers=True, pure=False
+                )
                 for g, (holder, other) in enumerate(placed)
                 if g != h
             ]
             shares.append(
                 client.submit(
-                    _finish_share, block, fn, finish, lo, hi, args, *others, workers=[address], pure=False
+                    _finish_share,
+                    block,
+                    fn,
+                    finish,
+                    lo,
+                    hi,
+                    args,
+                    *others,
+                    workers=[address],
+                    allow_other_workers=True,
+                    pure=False,
                 )
             )
-        return [result for share in client.gather(shares) for result in share]
+        gathered = PassWatch(client, "a reduce-scatter over dask rows").gather(shares)
+        return [result for share in gathered for result in share]
 
     def _placement(self) -> list[tuple[str, Any]]:
         """``(address, future)`` of every block on its worker (looked up once); empty without a cluster."""
@@ -152,7 +166,7 @@ class DaskRows:
         if not self._offsets:
             import dask
 
-            lengths = dask.compute(*[dask.delayed(block_length, pure=False)(p) for p in self.parts])
+            lengths = compute(*[dask.delayed(block_length, pure=False)(p) for p in self.parts])
             self._offsets.append(block_offsets(lengths))
         return self._offsets[0]
 

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from gpucal.rows._faults import compute
 from gpucal.rows._placement import worker_addresses
 from gpucal.rows._reduce import SPLIT_EVERY, _host, _tree
 from gpucal.rows.protocol import block_length, block_offsets
@@ -103,7 +104,7 @@ def fold_in_lanes(n_parts: int, n_lanes: int, step: Callable[[int, Any], Any]) -
     total = lanes[0]
     for lane in lanes[1:]:
         total = add(total, lane)
-    (out,) = dask.compute(total)
+    (out,) = compute(total)
     return np.asarray(out)
 
 
@@ -158,7 +159,7 @@ class StreamedRows:
         call = dask.delayed(_replayed_call, pure=False)
         kwargs = self._kwargs(offsets)
         leaves = [call(s, i, self.steps, fn, args, kwargs[i]) for i, s in enumerate(self.sources)]
-        (result,) = dask.compute(_tree(leaves, combine, SPLIT_EVERY))
+        (result,) = compute(_tree(leaves, combine, SPLIT_EVERY))
         return result
 
     def per_worker(self, fn: Callable[..., Any], *args: Any) -> StreamedRows:
@@ -175,7 +176,7 @@ class StreamedRows:
             import dask
 
             task = dask.delayed(_replayed_call, pure=False)
-            lengths = dask.compute(
+            lengths = compute(
                 *[task(s, i, self.steps, block_length, (), {}) for i, s in enumerate(self.sources)]
             )
             self._offsets.append(block_offsets(lengths))
