@@ -63,7 +63,7 @@ NVLINK_BYTES_PER_S = 450e9  # NVLink 4, per direction per GPU (900 GB/s both way
 PCIE_BYTES_PER_S = 64e9  # PCIe 5 x16, per direction
 N_GPUS = 8
 KERNEL_LAUNCH_S = 10e-6  # a launch plus a host synchronisation, per kernel
-N_STATS = 7  # kernels.group_sums statistics per (node, code)
+N_STATS = 7  # gpucal.kernels.group_sums statistics per (node, code)
 
 CELL = r"""
 import json, sys, time
@@ -408,7 +408,7 @@ def compare_trees(model: Any, single_path: Path, rows: pd.DataFrame) -> dict[str
 def model_layout(model: Any, n_features: int) -> dict[str, Any]:
     """Trees, depth and nodes of the fit, and the bytes a row costs a pass over the tree rows."""
     e = model.ensemble_
-    from gpucal.partition.ensemble import tree_code_dtype
+    from gpucal.trees.ensemble import tree_code_dtype
 
     code_bytes = int(np.dtype(tree_code_dtype(e.n_values)).itemsize)
     n_code_cols = len(e.n_values)

@@ -295,7 +295,7 @@ def fit_head(model: Any, rows: Rows) -> Any:
 
 def kernel_cases() -> list[Case]:
     """The kernels called directly: the group-sum histogram (both variants), MVCE views, the row order."""
-    from kernels import group_sums, partition_rows, view_sums
+    from gpucal.kernels import group_sums, order_by_node, view_sums
 
     n_values = np.array(CARDINALITIES)
 
@@ -337,11 +337,11 @@ def kernel_cases() -> list[Case]:
             ),
         ),
         Case(
-            name="kernel.partition_rows",
+            name="kernel.order_by_node",
             runs_on="device",
             note="cupy.argsort (radix sort) on the device; a numba counting sort on the CPU",
             columns=("node",),
-            run=lambda rows, state: partition_rows(rows["node"], 2),
+            run=lambda rows, state: order_by_node(rows["node"], 2),
             output_bytes_per_row=8,
         ),
     ]
@@ -461,7 +461,7 @@ def feature_aware_cases() -> list[Case]:
             "mbct",
             fit_mbct,
             "device",
-            "trees: group_sums, route_rows, partition_rows kernels; decisions on host histograms",
+            "trees: group_sums, route_rows, order_by_node kernels; decisions on host histograms",
             tree_walk,
         ),
         Fitter(

@@ -20,7 +20,7 @@ from pathlib import Path
 import numba
 import numpy as np
 
-from kernels import group_sums
+from gpucal.kernels import group_sums
 
 CARDINALITIES = {
     "int8": (2, 3, 5, 10, 20, 50, 100, 100),

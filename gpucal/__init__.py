@@ -5,7 +5,7 @@ when data already lives on the GPU (cupy / cudf) or ``device="gpu"`` is asked fo
 heavy library either (pandas, numba, scikit-learn, scipy): each public name is imported from its
 module on first use (PEP 562 ``__getattr__``), so ``import gpucal`` and ``gpucal --help`` take a
 fraction of a second. Importing it changes nothing in the process: numba's cache folder and OpenMP's
-wait policy are set where gpucal first compiles (``kernels.jit``).
+wait policy are set where gpucal first compiles (``gpucal.kernels.jit``).
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ imports no GPU library; cudf and cupy are imported only when a result must be bu
 
 What comes out
 --------------
-:func:`split_input` returns the validated score column as a float64 numpy array (cupy for cudf and
+:func:`parse_input` returns the validated score column as a float64 numpy array (cupy for cudf and
 cupy inputs: no host copy) and each feature column as a :class:`Column`, the single form the
 :class:`~gpucal.encoding.FeatureEncoder` reads: numbers stay a numeric array (NaN marks missing),
 everything read by value (strings, categoricals, booleans) becomes integer codes into a small host
@@ -111,8 +111,8 @@ class Column:
 
 
 @dataclass(frozen=True)
-class SplitInput:
-    """Result of :func:`split_input`: the score array, the feature columns and the input's description."""
+class ParsedInput:
+    """Result of :func:`parse_input`: the score array, the feature columns and the input's description."""
 
     info: InputInfo
     score: Any
@@ -443,7 +443,7 @@ def frame_columns(
 ) -> dict[Hashable, Column]:
     """Return the named columns of a dataframe (all of them when ``columns`` is None) as :class:`Column`.
 
-    ``X`` may also be a ``dict`` whose values are already :class:`Column` (what :func:`split_input`
+    ``X`` may also be a ``dict`` whose values are already :class:`Column` (what :func:`parse_input`
     returns as ``features``); it is then only checked, not converted.
 
     Raises
@@ -523,7 +523,7 @@ def resolve_feature_names(
     return cols
 
 
-def split_input(
+def parse_input(
     X: Any,
     *,
     score_col: Hashable = "score",
@@ -532,7 +532,7 @@ def split_input(
     require_features: bool = False,
     allow_empty: bool = False,
     name: str = "X",
-) -> SplitInput:
+) -> ParsedInput:
     """Split ``X`` into its validated score array and its feature columns.
 
     Parameters
@@ -560,7 +560,7 @@ def split_input(
 
     Returns
     -------
-    SplitInput
+    ParsedInput
         ``score``: float64 1-D numpy array (cupy for cudf/cupy inputs); ``features``: an ordered
         ``dict`` of :class:`Column`; ``info``: the :class:`InputInfo` used to build outputs.
 
@@ -614,7 +614,7 @@ def split_input(
     score = check_scores(raw_score, score_name, kind=score_kind)
     if features:
         array_namespace(score, *(c.values for c in features.values()))  # one device for every column
-    return SplitInput(info, score, features)
+    return ParsedInput(info, score, features)
 
 
 def wrap_output(
@@ -627,7 +627,7 @@ def wrap_output(
     values : numpy.ndarray or cupy.ndarray
         One value per input row.
     info : InputInfo
-        From :func:`split_input` or :func:`describe_input` on the call's ``X``.
+        From :func:`parse_input` or :func:`describe_input` on the call's ``X``.
     name : hashable, optional
         Series name; defaults to ``info.name`` (:data:`PREDICTION_NAME`, never an input column's).
     output_type : {"input", "numpy", "cupy", "pandas", "cudf", "polars", "pyarrow"}, default="input"

@@ -1,7 +1,7 @@
 """Compile gpucal's CPU kernels into numba's on-disk cache ahead of first use (``gpucal warmup``).
 
 numba compiles a ``cache=True`` kernel the first time it is called with a new signature and stores
-the machine code in the user cache directory (``kernels._numba_cache``); later processes load it in
+the machine code in the user cache directory (``gpucal.kernels.numba_cache``); later processes load it in
 milliseconds. On a new machine that first compilation takes about a minute over all of gpucal, so
 the first fit of a process looks slow. :func:`warm_up` pays it once, up front: in a Docker build, after
 ``pip install``, or before timing anything.

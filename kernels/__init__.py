@@ -2,7 +2,7 @@
 
 Importing this package imports neither numba nor numpy: each name below is imported from its module
 on first use (PEP 562), so ``import gpucal`` stays fast; the modules that compile import numba from
-:mod:`kernels.jit`, which chooses numba's cache folder first. ``numba.cuda`` is imported inside the
+:mod:`gpucal.kernels.jit`, which chooses numba's cache folder first. ``numba.cuda`` is imported inside the
 CUDA path.
 """
 
@@ -12,9 +12,9 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from kernels._dispatch import readonly
-    from kernels.group_sums import group_sums
-    from kernels.group_sums_oracle import (
+    from gpucal.kernels._dispatch import readonly
+    from gpucal.kernels.group_sums import group_sums
+    from gpucal.kernels.group_sums_oracle import (
         N_STATS,
         STAT_COUNT,
         STAT_W,
@@ -25,18 +25,18 @@ if TYPE_CHECKING:
         STAT_WYY,
         value_offsets,
     )
-    from kernels.lookup import lookup_bins, lookup_codes, lookup_edges
-    from kernels.partition import partition_rows, take_rows
-    from kernels.split_mvce import (
+    from gpucal.kernels.lookup import lookup_bins, lookup_codes, lookup_edges
+    from gpucal.kernels.node_order import gather_rows, order_by_node
+    from gpucal.kernels.split_mvce import (
         N_SPLIT_STATS,
         SPLIT_RESIDUAL,
         SPLIT_W,
         mvce_from_split_sums,
         mvce_split_sums,
     )
-    from kernels.trees import predict_trees, route_rows, tree_leaves
-    from kernels.trees_oracle import LEAF_PLATT, LEAF_SCALE, LEAF_SHIFT
-    from kernels.views import N_VIEW_STATS, VIEW_COUNT, VIEW_W, VIEW_WP, VIEW_WY, view_bins, view_sums
+    from gpucal.kernels.trees import predict_trees, route_rows, tree_leaves
+    from gpucal.kernels.trees_oracle import LEAF_PLATT, LEAF_SCALE, LEAF_SHIFT
+    from gpucal.kernels.views import N_VIEW_STATS, VIEW_COUNT, VIEW_W, VIEW_WP, VIEW_WY, view_bins, view_sums
 
 __all__ = [
     "LEAF_PLATT",
@@ -58,17 +58,17 @@ __all__ = [
     "VIEW_W",
     "VIEW_WP",
     "VIEW_WY",
+    "gather_rows",
     "group_sums",
     "lookup_bins",
     "lookup_codes",
     "lookup_edges",
     "mvce_from_split_sums",
     "mvce_split_sums",
-    "partition_rows",
+    "order_by_node",
     "predict_trees",
     "readonly",
     "route_rows",
-    "take_rows",
     "tree_leaves",
     "value_offsets",
     "view_bins",
@@ -80,8 +80,8 @@ __all__ = [
 _MODULE_OF = {
     name: module
     for module, names in {
-        "kernels.group_sums": ("group_sums",),
-        "kernels.group_sums_oracle": (
+        "gpucal.kernels.group_sums": ("group_sums",),
+        "gpucal.kernels.group_sums_oracle": (
             "N_STATS",
             "STAT_COUNT",
             "STAT_W",
@@ -92,19 +92,19 @@ _MODULE_OF = {
             "STAT_WYY",
             "value_offsets",
         ),
-        "kernels._dispatch": ("readonly",),
-        "kernels.lookup": ("lookup_bins", "lookup_codes", "lookup_edges"),
-        "kernels.partition": ("partition_rows", "take_rows"),
-        "kernels.split_mvce": (
+        "gpucal.kernels._dispatch": ("readonly",),
+        "gpucal.kernels.lookup": ("lookup_bins", "lookup_codes", "lookup_edges"),
+        "gpucal.kernels.node_order": ("order_by_node", "gather_rows"),
+        "gpucal.kernels.split_mvce": (
             "N_SPLIT_STATS",
             "SPLIT_RESIDUAL",
             "SPLIT_W",
             "mvce_from_split_sums",
             "mvce_split_sums",
         ),
-        "kernels.trees": ("predict_trees", "route_rows", "tree_leaves"),
-        "kernels.trees_oracle": ("LEAF_PLATT", "LEAF_SCALE", "LEAF_SHIFT"),
-        "kernels.views": (
+        "gpucal.kernels.trees": ("predict_trees", "route_rows", "tree_leaves"),
+        "gpucal.kernels.trees_oracle": ("LEAF_PLATT", "LEAF_SCALE", "LEAF_SHIFT"),
+        "gpucal.kernels.views": (
             "N_VIEW_STATS",
             "VIEW_COUNT",
             "VIEW_W",

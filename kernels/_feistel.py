@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from kernels.jit import numba
+from gpucal.kernels.jit import numba
 
 # splitmix64 (Steele, Lea & Flood 2014) multipliers and the golden-ratio increment.
 MIX_MUL_1 = np.uint64(0xBF58476D1CE4E5B9)

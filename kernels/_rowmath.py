@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from kernels.jit import numba
+from gpucal.kernels.jit import numba
 
 
 @numba.njit(cache=True)

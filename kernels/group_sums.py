@@ -6,7 +6,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from kernels._dispatch import (
+from gpucal.kernels._dispatch import (
     check_1d,
     check_count,
     code_dtype,
@@ -15,8 +15,8 @@ from kernels._dispatch import (
     resolve_backend,
     to_host,
 )
-from kernels.group_sums_cpu import code_range, group_sums_cpu, row_chunk_count
-from kernels.group_sums_oracle import N_STATS, group_sums_oracle, value_offsets
+from gpucal.kernels.group_sums_cpu import code_range, group_sums_cpu, row_chunk_count
+from gpucal.kernels.group_sums_oracle import N_STATS, group_sums_oracle, value_offsets
 
 INT32_MAX = int(np.iinfo(np.int32).max)
 
@@ -176,7 +176,7 @@ def _group_sums_cuda(
 ) -> Any:
     from numba import cuda
 
-    from kernels.group_sums_cuda import THREADS_PER_BLOCK, launch_group_sums
+    from gpucal.kernels.group_sums_cuda import THREADS_PER_BLOCK, launch_group_sums
 
     on_gpu = namespace_of(c.codes) is not np
     xp = namespace_of(c.codes)

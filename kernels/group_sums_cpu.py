@@ -23,10 +23,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from kernels._dispatch import readonly
-from kernels._rowmath import group_row_stats
-from kernels.group_sums_oracle import N_STATS
-from kernels.jit import numba
+from gpucal.kernels._dispatch import readonly
+from gpucal.kernels._rowmath import group_row_stats
+from gpucal.kernels.group_sums_oracle import N_STATS
+from gpucal.kernels.jit import numba
 
 # At most this many private histograms: 16 threads busy, or a few chunks per thread for load balance on
 # small machines. More chunks cost memory and reduction time and did not help (2 cores, 1e7 x 8 rows).

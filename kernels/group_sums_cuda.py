@@ -4,7 +4,7 @@ Layout after XGBoost's GPU ``hist``: a grid-stride loop over rows; each block fi
 histogram in shared memory (zeroed, filled with shared atomics, flushed to global memory with one
 atomic per non-zero slot) when the whole ``(n_nodes, n_bins, 7)`` histogram fits in
 ``MAX_SHARED_BYTES``, and adds straight into global memory with atomics otherwise. The per-row
-arithmetic is ``kernels._rowmath.group_row_stats``, the function the CPU twin calls.
+arithmetic is ``gpucal.kernels._rowmath.group_row_stats``, the function the CPU twin calls.
 
 Float atomics make the order of additions, hence the last bits of the sums, vary between runs: compare
 GPU results with a tolerance.
@@ -18,8 +18,8 @@ from typing import Any
 import numpy as np
 from numba import cuda
 
-from kernels._rowmath import group_row_stats
-from kernels.group_sums_oracle import N_STATS
+from gpucal.kernels._rowmath import group_row_stats
+from gpucal.kernels.group_sums_oracle import N_STATS
 
 # Static shared memory per block; 48 KiB is the limit without opting in to more (all cc >= 7.0).
 MAX_SHARED_BYTES = 48 * 1024

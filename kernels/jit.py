@@ -4,7 +4,7 @@ Importing this module is gpucal's first use of its kernels, and the one place gp
 process it runs in (``import gpucal`` alone changes nothing), each time only where the user set nothing:
 
 * numba caches compiled code in a user cache folder, never inside the installed package
-  (``NUMBA_CACHE_DIR``, see :mod:`kernels._numba_cache`: a cache in the package outlives
+  (``NUMBA_CACHE_DIR``, see :mod:`gpucal.kernels.numba_cache`: a cache in the package outlives
   ``pip install -e .``), and the first compilation of one of gpucal's functions logs one line;
 * ``OMP_WAIT_POLICY=PASSIVE``: numba's parallel loops run on its OpenMP layer, whose threads spin after
   every parallel region by default; on few cores the spinning threads starve the numpy work between
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 
-from kernels._numba_cache import register_compile_notice, use_user_cache_dir
+from gpucal.kernels.numba_cache import register_compile_notice, use_user_cache_dir
 
 use_user_cache_dir()
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")

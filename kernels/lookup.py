@@ -19,7 +19,7 @@ The table may already be composed with a second map (an encoder's codes, then a 
 so one read per row replaces a chain of gathers and their int64 temporaries. A ``-1`` written to
 ``out`` marks a value the caller must reject; the function returns how many rows got one.
 
-Forms, as ``kernels.partition``: the numpy oracle, the numba CPU twin (parallel over rows, writing the
+Forms, as ``gpucal.kernels.node_order``: the numpy oracle, the numba CPU twin (parallel over rows, writing the
 column of the ``(n, d)`` code array in place) and, for cupy arrays, cupy's gathers.
 """
 
@@ -29,8 +29,8 @@ from typing import Any
 
 import numpy as np
 
-from kernels._dispatch import CODE_DTYPES, is_cupy_array, namespace_of, resolve_backend
-from kernels.jit import numba
+from gpucal.kernels._dispatch import CODE_DTYPES, is_cupy_array, namespace_of, resolve_backend
+from gpucal.kernels.jit import numba
 
 #: Value dtypes the lookup reads as they are (uint64 could wrap into the table's range as int64).
 VALUE_DTYPES = tuple(

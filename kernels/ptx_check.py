@@ -1,6 +1,6 @@
 """Compile every CUDA kernel for real GPUs without one: ``numba.cuda.compile_ptx`` then ``ptxas -v``.
 
-Run ``python -m kernels.ptx_check`` (or the pytest marked ``ptx``). For each kernel variant, dtype
+Run ``python -m gpucal.kernels.ptx_check`` (or the pytest marked ``ptx``). For each kernel variant, dtype
 signature and compute capability in ``CCS`` it type-checks the kernel as the GPU compiler does, assembles
 the PTX with ``ptxas -v`` and fails on register spills or on more than ``MAX_SHARED_BYTES`` of shared
 memory. Needs the ``numba-cuda[cu12]`` wheels (NVVM and ptxas); no GPU and no driver.
@@ -74,8 +74,8 @@ def fake_device(cc: tuple[int, int]) -> Iterator[None]:
 
 def kernel_signatures() -> Iterator[tuple[str, str, Callable[..., Any], tuple[Any, ...]]]:
     """Yield ``(name, dtypes, python function, argument types)`` for every kernel variant and dtype."""
-    from kernels.group_sums_cuda import MAX_SHARED_SLOTS, make_group_sums_kernel
-    from kernels.views_cuda import make_view_sums_kernel, view_bins_kernel
+    from gpucal.kernels.group_sums_cuda import MAX_SHARED_SLOTS, make_group_sums_kernel
+    from gpucal.kernels.views_cuda import make_view_sums_kernel, view_bins_kernel
 
     f64_1d, i64, u64 = types.float64[::1], types.int64, types.uint64
     for use_shared in (True, False):
@@ -95,7 +95,7 @@ def kernel_signatures() -> Iterator[tuple[str, str, Callable[..., Any], tuple[An
         view_bins_kernel.py_func,
         (u64[::1], u64, u64, u64, u64, u64, types.int32[:, ::1]),
     )
-    from kernels.split_mvce_cuda import mvce_split_sums_kernel
+    from gpucal.kernels.split_mvce_cuda import mvce_split_sums_kernel
 
     i64_1d, u64_1d = types.int64[::1], types.uint64[::1]
     for ftype in FLOAT_TYPES:
@@ -108,7 +108,7 @@ def kernel_signatures() -> Iterator[tuple[str, str, Callable[..., Any], tuple[An
                 *(i64, i64, u64, u64, i64, f64_1d),
             )
             yield "mvce_split_sums", f"{ctype}, {ftype}", mvce_split_sums_kernel.py_func, split_args
-    from kernels.trees_cuda import predict_trees_kernel, route_rows_kernel, tree_leaves_kernel
+    from gpucal.kernels.trees_cuda import predict_trees_kernel, route_rows_kernel, tree_leaves_kernel
 
     i32_1d = types.int32[::1]
     tree_nodes = (i32_1d, types.int64[::1], i32_1d)  # node_feature, node_child_base, child_table
@@ -145,7 +145,7 @@ def check_all(ccs: tuple[tuple[int, int], ...] = CCS) -> list[PtxReport]:
     """Compile and assemble every kernel signature for every capability in ``ccs``; return the reports."""
     from numba import cuda
 
-    from kernels.group_sums_cuda import MAX_SHARED_BYTES
+    from gpucal.kernels.group_sums_cuda import MAX_SHARED_BYTES
 
     ptxas = find_ptxas()
     reports = []

@@ -11,7 +11,7 @@ the node's rows. ``mvce_split_sums`` computes, in one pass over the rows, the re
 every bin of every view for every candidate feature at once, all candidates sharing the same views
 (common random numbers); ``mvce_from_split_sums`` turns them into the MVCE of each (node, candidate).
 The cost is :math:`O(n\, r\, (d + 1))`, the paper's :math:`O(k d s r n)` for one level. Layout and
-formulas are in ``kernels.split_mvce_oracle``.
+formulas are in ``gpucal.kernels.split_mvce_oracle``.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from kernels._dispatch import (
+from gpucal.kernels._dispatch import (
     check_1d,
     check_count,
     code_dtype,
@@ -30,12 +30,12 @@ from kernels._dispatch import (
     resolve_backend,
     to_host,
 )
-from kernels._feistel import MAX_BIN_PRODUCT, MAX_N_TOTAL, feistel_domain
-from kernels.group_sums_cpu import code_range
-from kernels.group_sums_oracle import value_offsets
-from kernels.split_mvce_cpu import mvce_split_sums_cpu
-from kernels.split_mvce_oracle import N_SPLIT_STATS, SPLIT_RESIDUAL, SPLIT_W, mvce_split_sums_oracle
-from kernels.trees_oracle import LEAF_MAP_CODES
+from gpucal.kernels._feistel import MAX_BIN_PRODUCT, MAX_N_TOTAL, feistel_domain
+from gpucal.kernels.group_sums_cpu import code_range
+from gpucal.kernels.group_sums_oracle import value_offsets
+from gpucal.kernels.split_mvce_cpu import mvce_split_sums_cpu
+from gpucal.kernels.split_mvce_oracle import N_SPLIT_STATS, SPLIT_RESIDUAL, SPLIT_W, mvce_split_sums_oracle
+from gpucal.kernels.trees_oracle import LEAF_MAP_CODES
 
 __all__ = ["N_SPLIT_STATS", "SPLIT_RESIDUAL", "SPLIT_W", "mvce_from_split_sums", "mvce_split_sums"]
 
@@ -108,13 +108,14 @@ def mvce_split_sums(
     :math:`g_v(i) = \\mathrm{slot\\_bin\\_start}[s] + \\lfloor \\pi_v(\\mathrm{local\\_row}_i)\\,
     \\mathrm{slot\\_bins}[s] / \\mathrm{slot\\_rows}[s] \\rfloor` of view :math:`v`, with
     :math:`\\pi_v` the Feistel permutation of ``[0, slot_rows[s])`` of view ``view_start + v`` of ``seed``
-    (the bins of ``kernels.views.view_bins`` with ``n_total = slot_rows[s]``): each view cuts each node
+    (the bins of ``gpucal.kernels.views.view_bins`` with ``n_total = slot_rows[s]``): each view cuts each node
     into ``slot_bins[s]`` bins whose sizes differ by at most one (the remainder is spread over the bins,
     no row is dropped). :math:`q_{ij}` is row :math:`i`'s prediction when node :math:`s` is split on
     feature :math:`j` and each child calibrated: the map ``(a, b) = child_value[s, o_j + codes[i, j]]``,
     :math:`o` = ``value_offsets(n_values)``, applied to :math:`f_i` (scale: :math:`\\min(a f, 1)`; shift
     and platt: :math:`\\sigma(a \\operatorname{logit}(\\operatorname{clip}(f, \\epsilon, 1 - \\epsilon))
-    + b)`, as ``kernels.predict_trees``). Column :math:`j = d` uses ``node_value[s]``, the node left unsplit.
+    + b)`, as ``gpucal.kernels.predict_trees``). Column :math:`j = d` uses ``node_value[s]``, the node left
+    unsplit.
     All candidates share the same views (common random numbers).
 
     Parameters
@@ -499,8 +500,8 @@ def _split_sums_cpu(c: _Checked) -> np.ndarray:
 def _split_sums_cuda(c: _Checked, n_blocks: int | None, threads_per_block: int | None) -> Any:
     from numba import cuda
 
-    from kernels.group_sums_cuda import THREADS_PER_BLOCK
-    from kernels.split_mvce_cuda import launch_mvce_split_sums
+    from gpucal.kernels.group_sums_cuda import THREADS_PER_BLOCK
+    from gpucal.kernels.split_mvce_cuda import launch_mvce_split_sums
 
     xp = namespace_of(c.codes)
     on_gpu = xp is not np

@@ -7,7 +7,8 @@ in blocks of ``block_rows``: a parallel pass over the block computes, once per r
 :math:`w_i (q_{ij} - y_i)` of every candidate column ``j`` (one logit per row, one map per candidate),
 and a parallel pass over the views adds the block into each view's sums. A block's residuals (about
 ``BLOCK_BYTES``) stay in the cache while every view reads them. Inside a view, a node's rows go in chunks
-of ``CHUNK_ROWS``, in passes as in ``kernels.views_cpu``: the Feistel network of every row (branch-free,
+of ``CHUNK_ROWS``, in passes as in ``gpucal.kernels.views_cpu``: the Feistel network of every row
+(branch-free,
 vectorised), the bins, the rare cycle walks, then the additions. The weight of a bin does not depend on
 the candidate: it is added once per row and copied into every column at the end.
 """
@@ -16,9 +17,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from kernels._feistel import bin_of, feistel, view_keys, walk
-from kernels.jit import numba
-from kernels.trees_row import apply_map, finish_value, start_value
+from gpucal.kernels._feistel import bin_of, feistel, view_keys, walk
+from gpucal.kernels.jit import numba
+from gpucal.kernels.trees_row import apply_map, finish_value, start_value
 
 # Rows per chunk: the chunk's Feistel values and bins (16 bytes a row) stay in L1.
 CHUNK_ROWS = 512
@@ -187,7 +188,8 @@ def mvce_split_sums_cpu(
     total_bins,
     block_rows=None,
 ):
-    """Return the split sums ``(n_views, total_bins, d + 1, 2)`` float64 (``kernels.split_mvce_oracle``).
+    """Return the split sums ``(n_views, total_bins, d + 1, 2)`` float64
+    (``gpucal.kernels.split_mvce_oracle``).
 
     Arrays are C-contiguous: ``f``, ``y``, ``w`` float64 (``w`` of length 0: unit weights), ``slot``
     int32, ``local_row`` int64, the per-slot ``slot_rows``, ``slot_bins``, ``right_bits``, ``n_left``

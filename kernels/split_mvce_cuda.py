@@ -1,8 +1,10 @@
 """numba-cuda kernel for the MVCE split sums (imported only on the CUDA path).
 
 A 2-D grid: a grid-stride loop over rows in x, ``blockIdx.y`` strides over views. A thread takes one row
-and one view: the row's bin in its node (``kernels._feistel.row_bin``, the functions the CPU twin calls),
-then for every candidate column the map of the row's child (``kernels.trees_row``, as in prediction) and
+and one view: the row's bin in its node (``gpucal.kernels._feistel.row_bin``, the functions the CPU twin
+calls),
+then for every candidate column the map of the row's child (``gpucal.kernels.trees_row``, as in prediction)
+and
 one global atomic add of :math:`w_i (q_{ij} - y_i)`; the bin's weight is added once, into column 0, and the
 host copies it into the other columns. The logit of the row is taken once per (row, view); the map of
 each candidate (an ``exp`` for shift and platt) is recomputed per view rather than stored, which keeps
@@ -19,9 +21,9 @@ from typing import Any
 import numpy as np
 from numba import cuda
 
-from kernels._feistel import row_bin, view_keys
-from kernels.group_sums_cuda import MAX_BLOCKS, THREADS_PER_BLOCK
-from kernels.trees_row import apply_map, finish_value, start_value
+from gpucal.kernels._feistel import row_bin, view_keys
+from gpucal.kernels.group_sums_cuda import MAX_BLOCKS, THREADS_PER_BLOCK
+from gpucal.kernels.trees_row import apply_map, finish_value, start_value
 
 # gridDim.y limit on every cc >= 3.0.
 MAX_GRID_Y = 65535

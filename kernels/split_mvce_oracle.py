@@ -8,13 +8,15 @@ Layout shared by all three forms (oracle, numba CPU twin, numba-cuda kernel). Ro
 .. math:: b_v(i) = \left\lfloor \pi_{v}(\mathrm{local\_row}_i)\, n_{bins} / n_{total} \right\rfloor,
     \qquad n_{total} = \mathrm{slot\_rows}[s], \; n_{bins} = \mathrm{slot\_bins}[s],
 
-with :math:`\pi_v` the Feistel permutation of ``[0, n_total)`` of ``kernels._feistel`` (the same bins as
-``kernels.views.view_bins`` with that ``n_total``), so bin sizes differ by at most one. The row's bin in
+with :math:`\pi_v` the Feistel permutation of ``[0, n_total)`` of ``gpucal.kernels._feistel`` (the same bins
+as
+``gpucal.kernels.views.view_bins`` with that ``n_total``), so bin sizes differ by at most one. The row's bin
+in
 the output is :math:`g = \mathrm{slot\_bin\_start}[s] + b_v(i)`. Every candidate column ``j`` sees the
 same bins (common random numbers). For candidate feature ``j < d`` the row takes its child's map
 ``(a, b) = child_value[s, o_j + codes[i, j]]`` with ``o = value_offsets(n_values)``; column ``d`` takes
 the node's own map ``node_value[s]`` (the node left unsplit). With :math:`q_{ij}` that map applied to
-:math:`f_i` (``kernels.trees_oracle``: scale :math:`\min(a f, 1)`, shift and platt
+:math:`f_i` (``gpucal.kernels.trees_oracle``: scale :math:`\min(a f, 1)`, shift and platt
 :math:`\sigma(a\,\operatorname{logit}(\operatorname{clip} f) + b)`):
 
 .. math:: S[v, g, j, 0] = \sum_{i:\, g_v(i) = g} w_i (q_{ij} - y_i), \qquad
@@ -28,10 +30,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from kernels._feistel import feistel_domain
-from kernels.group_sums_oracle import value_offsets
-from kernels.trees_oracle import LEAF_SCALE, logit_clipped, sigmoid
-from kernels.views_oracle import _feistel, _view_keys
+from gpucal.kernels._feistel import feistel_domain
+from gpucal.kernels.group_sums_oracle import value_offsets
+from gpucal.kernels.trees_oracle import LEAF_SCALE, logit_clipped, sigmoid
+from gpucal.kernels.views_oracle import _feistel, _view_keys
 
 # The two statistics per (view, bin, candidate): residual sum and weight sum.
 N_SPLIT_STATS = 2

@@ -1,7 +1,7 @@
 r"""``route_rows``, ``tree_leaves``, ``predict_trees``: MBCT's multi-way trees over integer codes.
 
-The node arrays are those of ``gpucal.partition.ensemble.TreeEnsemble`` (layout and formulas in
-``kernels.trees_oracle``). They are checked here on every call (a pass over the nodes, not the rows):
+The node arrays are those of ``gpucal.trees.ensemble.TreeEnsemble`` (layout and formulas in
+``gpucal.kernels.trees_oracle``). They are checked here on every call (a pass over the nodes, not the rows):
 dtypes, shapes, ``node_feature`` in ``[-1, d)``, split nodes' ``node_child_base`` inside ``child_table``,
 ``child_table`` in ``[-1, n_nodes)``, finite ``node_value`` and ``tree_start`` running from 0 to
 ``n_nodes``. Codes are not checked, for speed (a pass over the codes costs about a tenth of a
@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from kernels._dispatch import (
+from gpucal.kernels._dispatch import (
     check_1d,
     code_dtype,
     is_cupy_array,
@@ -26,8 +26,8 @@ from kernels._dispatch import (
     resolve_backend,
     to_host,
 )
-from kernels.trees_cpu import predict_trees_cpu, route_rows_cpu, tree_depths_cpu, tree_leaves_cpu
-from kernels.trees_oracle import (
+from gpucal.kernels.trees_cpu import predict_trees_cpu, route_rows_cpu, tree_depths_cpu, tree_leaves_cpu
+from gpucal.kernels.trees_oracle import (
     LEAF_MAP_CODES,
     predict_trees_oracle,
     route_rows_oracle,
@@ -399,7 +399,7 @@ class _Device:
 
 
 def _launch_options(n_blocks: int | None, threads_per_block: int | None) -> dict[str, Any]:
-    from kernels.group_sums_cuda import THREADS_PER_BLOCK
+    from gpucal.kernels.group_sums_cuda import THREADS_PER_BLOCK
 
     return {"n_blocks": n_blocks, "threads_per_block": threads_per_block or THREADS_PER_BLOCK}
 
@@ -407,7 +407,7 @@ def _launch_options(n_blocks: int | None, threads_per_block: int | None) -> dict
 def _route_rows_cuda(
     codes: Any, node_idx: Any, nodes: _Nodes, n_blocks: int | None, threads_per_block: int | None
 ) -> Any:
-    from kernels.trees_cuda import launch_route_rows
+    from gpucal.kernels.trees_cuda import launch_route_rows
 
     dev = _Device(codes, node_idx)
     out = dev.empty((codes.shape[0],), np.int32)
@@ -428,7 +428,7 @@ def _route_rows_cuda(
 def _tree_leaves_cuda(
     codes: Any, nodes: _Nodes, starts: np.ndarray, n_blocks: int | None, threads_per_block: int | None
 ) -> Any:
-    from kernels.trees_cuda import launch_tree_leaves
+    from gpucal.kernels.trees_cuda import launch_tree_leaves
 
     dev = _Device(codes)
     n_trees = starts.shape[0] - 1
@@ -457,7 +457,7 @@ def _predict_trees_cuda(
     n_blocks: int | None,
     threads_per_block: int | None,
 ) -> Any:
-    from kernels.trees_cuda import launch_predict_trees
+    from gpucal.kernels.trees_cuda import launch_predict_trees
 
     dev = _Device(codes, f)
     out = dev.empty((codes.shape[0],), np.float64)

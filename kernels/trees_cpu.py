@@ -1,7 +1,7 @@
 """Numba CPU twins of the tree kernels: parallel loops over rows, each row walked on its own.
 
 Rows are independent and each writes only its own outputs, so the result does not depend on the
-thread count or schedule (bit-identical between runs). The per-row code is ``kernels.trees_row``, the
+thread count or schedule (bit-identical between runs). The per-row code is ``gpucal.kernels.trees_row``, the
 functions the CUDA kernels call; row and node indices are unsigned (no wrap-around checks, see there).
 
 A walk is latency-bound: each level waits for three dependent loads (the node's feature, the row's
@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from kernels.jit import numba
-from kernels.trees_row import apply_map, finish_value, route_row, start_value, step_down
+from gpucal.kernels.jit import numba
+from gpucal.kernels.trees_row import apply_map, finish_value, route_row, start_value, step_down
 
 
 @numba.njit(parallel=True, cache=True)

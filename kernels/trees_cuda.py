@@ -2,7 +2,7 @@
 
 One thread per row in a grid-stride loop; each row walks the trees on its own and writes only its own
 outputs, so there are no atomics and the results do not depend on the launch shape. The per-row code is
-``kernels.trees_row``, the functions the CPU twin calls. The node arrays are small and every thread
+``gpucal.kernels.trees_row``, the functions the CPU twin calls. The node arrays are small and every thread
 reads them, so they stay in the L1/L2 caches.
 
 On the GPU, NVVM may fuse ``a * l + b`` into one fused multiply-add (one rounding instead of two):
@@ -17,8 +17,8 @@ from typing import Any
 import numpy as np
 from numba import cuda
 
-from kernels import trees_row
-from kernels.group_sums_cuda import MAX_BLOCKS, THREADS_PER_BLOCK
+from gpucal.kernels import trees_row
+from gpucal.kernels.group_sums_cuda import MAX_BLOCKS, THREADS_PER_BLOCK
 
 # Device functions compiled from the Python source of the CPU twin's per-row functions (the simulator
 # cannot hand its arrays to an njit function; a device function works on the GPU and in the simulator).

@@ -1,7 +1,7 @@
 r"""Numpy oracle for the tree kernels: routing rows through MBCT's multi-way trees and chained prediction.
 
 Layout shared by all three forms (oracle, numba CPU twin, numba-cuda kernel); it is the one of
-``gpucal.partition.ensemble.TreeEnsemble``:
+``gpucal.trees.ensemble.TreeEnsemble``:
 
 - ``node_feature[m]``: split feature of node ``m``, ``-1`` for a leaf;
 - ``node_child_base[m]``: offset of a split node's children in ``child_table``;
@@ -22,7 +22,7 @@ Prediction chains the trees. With :math:`m_t(i)` the node row :math:`i` stops at
   :math:`l_0 = \operatorname{logit}(\operatorname{clip}(f, \epsilon, 1 - \epsilon))`, output
   :math:`\sigma(l_T) = 1 / (1 + e^{-l_T})`. Shift maps have :math:`a = 1`, so both use one formula.
 
-:math:`\epsilon` is the float64 machine epsilon (as in ``gpucal.calibrators._logistic``) and
+:math:`\epsilon` is the float64 machine epsilon (as in ``gpucal.calibrators.logistic``) and
 :math:`\operatorname{logit}(p) = \log(p / (1 - p))`: one logarithm, and ``1 - p`` is exact for
 :math:`p \ge 1/2`. Every backend uses these same formulas in this same order.
 """
@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import numpy as np
 
-# Leaf maps as the kernels take them (the same numbers as gpucal.partition.ensemble).
+# Leaf maps as the kernels take them (the same numbers as gpucal.trees.ensemble).
 LEAF_SCALE = 0
 LEAF_SHIFT = 1
 LEAF_PLATT = 2

@@ -3,7 +3,7 @@ r"""Per-row arithmetic of the tree kernels, shared by the numba CPU twin and the
 Each function is a plain ``numba.njit`` function with ``inline="always"``: the CPU twin inlines it (a call
 that passes arrays would touch their reference counts, which costs more than the walk) and numba-cuda
 compiles the same source into the kernels, so the backends cannot drift apart. The formulas are those of
-``kernels.trees_oracle``'s module docstring.
+``gpucal.kernels.trees_oracle``'s module docstring.
 
 Array indices are cast to uint64 (every one is known to be >= 0 there): numba adds no negative-index
 wrap-around to unsigned indices, which made the CPU walk 1.6 times faster (1 thread, 3 trees of depth 5).
@@ -15,8 +15,8 @@ import math
 
 import numpy as np
 
-from kernels.jit import numba
-from kernels.trees_oracle import EPS, LEAF_SCALE
+from gpucal.kernels.jit import numba
+from gpucal.kernels.trees_oracle import EPS, LEAF_SCALE
 
 ONE_MINUS_EPS = 1.0 - EPS
 

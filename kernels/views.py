@@ -2,7 +2,7 @@
 
 MVCE (Huang et al., "MBCT", WWW 2022, section 4) scores a calibrator on ``n_views`` random partitions
 of the rows into bins of ``bin_size`` rows. Here view ``v`` is the permutation ``pi_v`` of the global
-row ids ``[0, n_total)`` given by ``kernels._feistel`` and row ``r`` falls in bin
+row ids ``[0, n_total)`` given by ``gpucal.kernels._feistel`` and row ``r`` falls in bin
 ``(pi_v(r) * n_bins) // n_total``, so a bin holds between ``bin_size`` and ``2 * bin_size - 1`` rows,
 and a Dask partition starting at ``row_offset`` gets exactly the bins it would get on one machine.
 """
@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from kernels._dispatch import (
+from gpucal.kernels._dispatch import (
     check_1d,
     check_count,
     float_dtype,
@@ -22,9 +22,9 @@ from kernels._dispatch import (
     resolve_backend,
     to_host,
 )
-from kernels._feistel import MAX_BIN_PRODUCT, MAX_N_TOTAL, feistel_domain
-from kernels.views_cpu import view_bins_cpu, view_sums_cpu
-from kernels.views_oracle import (
+from gpucal.kernels._feistel import MAX_BIN_PRODUCT, MAX_N_TOTAL, feistel_domain
+from gpucal.kernels.views_cpu import view_bins_cpu, view_sums_cpu
+from gpucal.kernels.views_oracle import (
     N_VIEW_STATS,
     VIEW_COUNT,
     VIEW_W,
@@ -246,8 +246,8 @@ def _view_bins_cuda(
 ) -> Any:
     from numba import cuda
 
-    from kernels.group_sums_cuda import THREADS_PER_BLOCK
-    from kernels.views_cuda import launch_view_bins
+    from gpucal.kernels.group_sums_cuda import THREADS_PER_BLOCK
+    from gpucal.kernels.views_cuda import launch_view_bins
 
     xp = namespace_of(rows)
     on_gpu = xp is not np
@@ -287,8 +287,8 @@ def _view_sums_cuda(
 ) -> Any:
     from numba import cuda
 
-    from kernels.group_sums_cuda import THREADS_PER_BLOCK
-    from kernels.views_cuda import launch_view_sums
+    from gpucal.kernels.group_sums_cuda import THREADS_PER_BLOCK
+    from gpucal.kernels.views_cuda import launch_view_sums
 
     xp = namespace_of(p)
     on_gpu = xp is not np

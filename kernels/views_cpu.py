@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from kernels._feistel import bin_of, feistel, row_bin, view_keys, walk
-from kernels._rowmath import view_row_stats
-from kernels.jit import numba
+from gpucal.kernels._feistel import bin_of, feistel, row_bin, view_keys, walk
+from gpucal.kernels._rowmath import view_row_stats
+from gpucal.kernels.jit import numba
 
 # Rows per chunk: the chunk's Feistel values and bins (16 bytes a row) stay in L1.
 CHUNK_ROWS = 512

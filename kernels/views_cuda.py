@@ -3,7 +3,7 @@
 ``view_sums``: a 2-D grid, ``blockIdx.y`` strides over views and a grid-stride loop over rows in x.
 Each block keeps the ``(n_bins, 4)`` sums of its current view in shared memory when they fit in
 ``MAX_SHARED_BYTES`` (zeroed, filled with shared atomics, flushed with global atomics), else it adds
-into global memory. The bin of a row is ``kernels._feistel.row_bin``, built from the functions the CPU
+into global memory. The bin of a row is ``gpucal.kernels._feistel.row_bin``, built from the functions the CPU
 twin calls (``feistel``, ``walk``, ``bin_of``).
 """
 
@@ -15,9 +15,9 @@ from typing import Any
 import numpy as np
 from numba import cuda
 
-from kernels._feistel import row_bin, view_keys
-from kernels._rowmath import view_row_stats
-from kernels.group_sums_cuda import MAX_BLOCKS, THREADS_PER_BLOCK, shared_slots_for
+from gpucal.kernels._feistel import row_bin, view_keys
+from gpucal.kernels._rowmath import view_row_stats
+from gpucal.kernels.group_sums_cuda import MAX_BLOCKS, THREADS_PER_BLOCK, shared_slots_for
 
 N_VIEW_STATS = 4
 # gridDim.y limit on every cc >= 3.0.

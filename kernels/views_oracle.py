@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from kernels._feistel import (
+from gpucal.kernels._feistel import (
     GOLDEN_GAMMA,
     KEY_MASK,
     MIX_MUL_1,

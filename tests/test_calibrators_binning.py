@@ -23,11 +23,11 @@ from sklearn.base import clone
 from sklearn.isotonic import IsotonicRegression, isotonic_regression
 
 import gpucal
-from gpucal.calibrators import _bins, _pav, _sorted
-from gpucal.calibrators._score_rows import ScoreRows
+from gpucal.calibrators import _sorted, bins, pav
 from gpucal.calibrators.histogram import HistogramCalibrator, histogram_rows, probability_block
 from gpucal.calibrators.isotonic import IsotonicCalibrator, fit_isotonic, isotonic_rows
 from gpucal.calibrators.scaling_binning import ScalingBinningCalibrator
+from gpucal.calibrators.score_rows import ScoreRows
 from gpucal.calibrators.sir import SIRCalibrator
 from gpucal.rows import LocalRows, RowBlock
 
@@ -109,9 +109,9 @@ def test_isotonic_threaded_sort_runs_equal_one_run(monkeypatch: pytest.MonkeyPat
     many = fit_isotonic(s, y, w)
     assert_allclose(many[0], one[0], rtol=0, atol=0)
     assert_allclose(many[1], one[1], rtol=0, atol=EXACT_ATOL)
-    stats_many = _bins.mass_bin_stats(s, y, w, 9)
+    stats_many = bins.mass_bin_stats(s, y, w, 9)
     monkeypatch.setattr(_sorted, "MIN_RUN_ROWS", 1 << 20)
-    for a, b in zip(stats_many, _bins.mass_bin_stats(s, y, w, 9), strict=True):
+    for a, b in zip(stats_many, bins.mass_bin_stats(s, y, w, 9), strict=True):
         assert_allclose(a, b, rtol=1e-12, atol=0)
 
 
@@ -120,13 +120,13 @@ def test_counting_path_equals_argsort_path(decimals: int | None) -> None:
     # Unit weights and 0/1 labels take np.sort + counts; force_argsort takes the general path.
     s, y = make_data(20_000, 6, decimals=decimals)
     w = np.ones(s.shape[0])
-    fast, general = _pav.isotonic_blocks(s, y, w), _pav.isotonic_blocks(s, y, w, force_argsort=True)
+    fast, general = pav.isotonic_blocks(s, y, w), pav.isotonic_blocks(s, y, w, force_argsort=True)
     for field in ("x_first", "x_last", "weight", "mean_x", "value"):
         assert_allclose(getattr(fast, field), getattr(general, field), rtol=1e-13, atol=0, err_msg=field)
     for y_is_score in (False, True):
         target = s if y_is_score else y
-        fast_bins = _bins.mass_bin_stats(s, target, w, 13, y_is_score=y_is_score)
-        general_bins = _bins.mass_bin_stats(s, target, w, 13, y_is_score=y_is_score, force_argsort=True)
+        fast_bins = bins.mass_bin_stats(s, target, w, 13, y_is_score=y_is_score)
+        general_bins = bins.mass_bin_stats(s, target, w, 13, y_is_score=y_is_score, force_argsort=True)
         for a, b in zip(fast_bins, general_bins, strict=True):
             assert_allclose(a, b, rtol=1e-12, atol=0)
 
@@ -324,15 +324,15 @@ def test_kernels_equal_numpy() -> None:
         ids = np.searchsorted(interior, p, side="left")
         expected = np.stack([np.bincount(ids, v, n_bins) for v in (w, w * y, w * p)], axis=1)
         for uniform in (True, False):
-            assert_allclose(_bins.bin_sums(p, y, w, interior, uniform=uniform), expected, rtol=1e-12)
+            assert_allclose(bins.bin_sums(p, y, w, interior, uniform=uniform), expected, rtol=1e-12)
             values = rng.random(n_bins)
-            assert_array_equal(_bins.lookup_bins(p, interior, values, uniform=uniform), values[ids])
+            assert_array_equal(bins.lookup_bins(p, interior, values, uniform=uniform), values[ids])
     # Knots spread, skewed, clustered (the index table's cells hold many knots) and single.
     clustered = np.unique(np.r_[rng.random(30), 0.5 + np.cumsum(np.full(200, 1e-12))])
     for kx in (np.sort(rng.random(50)), np.unique(rng.random(3000) ** 6), clustered, np.array([0.3])):
         ky = np.sort(rng.random(kx.shape[0]))
         t = np.r_[rng.random(10_000) * 1.2 - 0.1, kx, np.nextafter(kx, 2), np.nextafter(kx, -1)]
-        assert_allclose(_bins.interp_clipped(t, kx, ky), np.interp(t, kx, ky), rtol=0, atol=1e-15)
+        assert_allclose(bins.interp_clipped(t, kx, ky), np.interp(t, kx, ky), rtol=0, atol=1e-15)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -22,8 +22,8 @@ from gpucal.calibrators import feature_platt
 from gpucal.calibrators.feature_platt import FeatureAwarePlattCalibrator
 from gpucal.calibrators.platt import PlattCalibrator
 from gpucal.encoding import FeatureEncoder
+from gpucal.kernels import value_offsets
 from gpucal.metrics import log_loss
-from kernels import value_offsets
 
 EPS = np.finfo(np.float64).eps
 SIZES = (3, 17, 50)

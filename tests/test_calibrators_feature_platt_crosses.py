@@ -22,8 +22,8 @@ from sklearn.linear_model import LogisticRegression
 import gpucal
 from gpucal.calibrators.feature_platt import FeatureAwarePlattCalibrator
 from gpucal.encoding import FeatureEncoder
+from gpucal.kernels import value_offsets
 from gpucal.metrics import log_loss
-from kernels import value_offsets
 
 EPS = np.finfo(np.float64).eps
 

@@ -26,7 +26,7 @@ from sklearn.frozen import FrozenEstimator
 from sklearn.linear_model import LogisticRegression
 
 import gpucal
-from gpucal.calibrators import _logistic
+from gpucal.calibrators import logistic
 from gpucal.calibrators.beta import BetaCalibrator
 from gpucal.calibrators.dirichlet import DirichletCalibrator, dirichlet_sums
 from gpucal.calibrators.downsampling import DownsamplingCorrection, correct_downsampling
@@ -139,8 +139,8 @@ def test_platt_on_separable_data() -> None:
 def test_newton_warns_when_it_runs_out_of_steps() -> None:
     p, y = binary_data(200)
     with pytest.warns(ConvergenceWarning, match="did not converge in 1 Newton steps"):
-        _logistic.newton_minimize(
-            lambda t: _logistic.logistic_sums(p, y, np.ones(200), t, mode=_logistic.FEATURES_LOGIT),
+        logistic.newton_minimize(
+            lambda t: logistic.logistic_sums(p, y, np.ones(200), t, mode=logistic.FEATURES_LOGIT),
             np.array([5.0, 3.0]),
             total_weight=200.0,
             max_iter=1,
@@ -296,7 +296,7 @@ def test_dirichlet_binary_is_logistic_on_log_probabilities() -> None:
     p, y = _refit_data("plain", 3000)
     P = np.c_[1 - p, p]
     ours = DirichletCalibrator().fit(P, y.astype(int))
-    fit = _logistic.fit_logistic(np.log(np.clip(P, EPS, 1)), y, np.ones(p.size))
+    fit = logistic.fit_logistic(np.log(np.clip(P, EPS, 1)), y, np.ones(p.size))
     # Class 1 is the reference row: P(1) = sigmoid(-(W[0] @ ln p + b[0])).
     assert_params_close(-np.r_[ours.coef_[0], ours.intercept_[0]], np.r_[fit.coef, fit.intercept], rtol=1e-9)
     # ... which is beta calibration (abm) without the refit rule: [ln p1, ln p0] spans [ln p, -ln(1-p)].
@@ -348,7 +348,7 @@ def test_downsampling_rejects_bad_rate(rate: float) -> None:
 
 @pytest.mark.parametrize(
     ("mode", "width"),
-    [(_logistic.FEATURES_LOGIT, 1), (_logistic.FEATURES_BETA, 2), (_logistic.FEATURES_BETA_AB, 2), (0, 3)],
+    [(logistic.FEATURES_LOGIT, 1), (logistic.FEATURES_BETA, 2), (logistic.FEATURES_BETA_AB, 2), (0, 3)],
 )
 @pytest.mark.parametrize("fit_intercept", [True, False])
 def test_logistic_sums_numba_equals_array(mode: int, width: int, fit_intercept: bool) -> None:
@@ -360,15 +360,15 @@ def test_logistic_sums_numba_equals_array(mode: int, width: int, fit_intercept: 
     theta = rng.normal(size=width + int(fit_intercept))
     args = (X, y, w, theta)
     kw = {"mode": mode, "fit_intercept": fit_intercept, "targets": (0.1, 0.8)}
-    fast = _logistic.logistic_sums(*args, backend="numba", **kw)
-    slow = _logistic.logistic_sums(*args, backend="array", **kw)
+    fast = logistic.logistic_sums(*args, backend="numba", **kw)
+    slow = logistic.logistic_sums(*args, backend="array", **kw)
     for a, b in zip(fast, slow, strict=True):
         assert_allclose(a, b, rtol=1e-10)
-    assert_array_equal(fast[1], _logistic.logistic_sums(*args, backend="numba", **kw)[1])  # deterministic
+    assert_array_equal(fast[1], logistic.logistic_sums(*args, backend="numba", **kw)[1])  # deterministic
     coef = theta[:width]
     assert_allclose(
-        _logistic.predict_logistic(X, coef, 0.3, mode=mode, backend="numba"),
-        _logistic.predict_logistic(X, coef, 0.3, mode=mode, backend="array"),
+        logistic.predict_logistic(X, coef, 0.3, mode=mode, backend="numba"),
+        logistic.predict_logistic(X, coef, 0.3, mode=mode, backend="array"),
         rtol=1e-13,
     )
 
@@ -376,26 +376,26 @@ def test_logistic_sums_numba_equals_array(mode: int, width: int, fit_intercept: 
 @pytest.mark.parametrize(
     ("mode", "cols", "fit_intercept"),
     [
-        (_logistic.FEATURES_LOGIT, None, True),
-        (_logistic.FEATURES_BETA, None, True),
-        (_logistic.FEATURES_BETA, [1], True),
-        (_logistic.FEATURES_BETA_AB, None, False),
+        (logistic.FEATURES_LOGIT, None, True),
+        (logistic.FEATURES_BETA, None, True),
+        (logistic.FEATURES_BETA, [1], True),
+        (logistic.FEATURES_BETA_AB, None, False),
     ],
 )
 def test_fit_logistic_numba_equals_array(mode: int, cols: Any, fit_intercept: bool) -> None:
     p, y = _refit_data("plain", 3000)
     w = weights(3000, seed=5)
     kw = {"mode": mode, "cols": cols, "fit_intercept": fit_intercept}
-    fast = _logistic.fit_logistic(p, y, w, backend="numba", **kw)
-    slow = _logistic.fit_logistic(p, y, w, backend="array", **kw)
+    fast = logistic.fit_logistic(p, y, w, backend="numba", **kw)
+    slow = logistic.fit_logistic(p, y, w, backend="array", **kw)
     assert_params_close(np.r_[fast.coef, fast.intercept], np.r_[slow.coef, slow.intercept], rtol=1e-10)
 
 
 def test_warm_start_does_not_change_the_fit(monkeypatch: pytest.MonkeyPatch) -> None:
-    n = _logistic.WARM_START_MIN_ROWS + 7
+    n = logistic.WARM_START_MIN_ROWS + 7
     p, y = binary_data(n, seed=20)
     warm = BetaCalibrator().fit(p, y)
-    monkeypatch.setattr(_logistic, "WARM_START_MIN_ROWS", 10 * n)
+    monkeypatch.setattr(logistic, "WARM_START_MIN_ROWS", 10 * n)
     cold = BetaCalibrator().fit(p, y)
     assert_params_close([warm.a_, warm.b_, warm.c_], [cold.a_, cold.b_, cold.c_], rtol=1e-9)
 
@@ -711,12 +711,12 @@ def test_temperature_takes_an_n_by_1_score() -> None:
 def test_score_rows_fit_is_the_same_over_blocks_and_on_arrays(weighted: bool) -> None:
     """ScoreRows on one block is fit_logistic bit for bit; over uneven blocks (the warm start's
     subsample taken by global row index) it differs only in the order of the additions."""
-    from gpucal.calibrators._logistic import FEATURES_BETA, fit_logistic
-    from gpucal.calibrators._score_rows import ScoreRows
+    from gpucal.calibrators.logistic import FEATURES_BETA, fit_logistic
+    from gpucal.calibrators.score_rows import ScoreRows
     from gpucal.rows import LocalRows, RowBlock
 
     rng = np.random.default_rng(3)
-    n = _logistic.WARM_START_MIN_ROWS + 1000
+    n = logistic.WARM_START_MIN_ROWS + 1000
     p = np.clip(rng.beta(2.0, 3.0, n), 1e-6, 1 - 1e-6)
     y = (rng.random(n) < p**1.2).astype(np.float64)
     w = rng.random(n) if weighted else None

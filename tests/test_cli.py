@@ -257,7 +257,7 @@ def test_an_os_error_while_writing_is_one_line(files, monkeypatch, capsys):
     def refuse(self, path):
         raise PermissionError(13, "Permission denied", str(path))
 
-    monkeypatch.setattr("gpucal.calibrators._base.Calibrator.save", refuse)
+    monkeypatch.setattr("gpucal.calibrators.base.Calibrator.save", refuse)
     model = f"{files['dir']}/m.json"
     assert main(["fit", files["data"], "--method", "platt", "--model", model]) == 2
     assert capsys.readouterr().err.endswith(f"gpucal: error: '{model}': Permission denied\n")

@@ -199,7 +199,7 @@ def test_single_machine_calls_do_not_import_dask(monkeypatch) -> None:
     """Until dask is imported, the dask check is one dictionary look-up and never imports it."""
     import builtins
 
-    from gpucal.rows import _collections
+    from gpucal.rows import collections
 
     real_import = builtins.__import__
 
@@ -210,7 +210,7 @@ def test_single_machine_calls_do_not_import_dask(monkeypatch) -> None:
         return real_import(name, *args, **kwargs)
 
     # A process that never imported dask: sys.modules without it, and any import of it fails the test.
-    monkeypatch.setattr(_collections, "sys", type("Sys", (), {"modules": {}})())
+    monkeypatch.setattr(collections, "sys", type("Sys", (), {"modules": {}})())
     monkeypatch.setattr(builtins, "__import__", no_dask_import)
     assert not is_dask_collection(FRAME)
     metrics.ece(np.array([0.0, 1.0]), np.array([0.2, 0.7]))

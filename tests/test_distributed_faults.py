@@ -158,11 +158,11 @@ def _killed(kills_done: Callable[[], list[str]], kills: list[tuple[str, int]]) -
     return [line.split()[0] for line in done]
 
 
-# ``read_block``: the read of the partitions; ``join_split``: a worker's store of its partitions;
+# ``read_block``: the read of the partitions; ``join_holdout``: a worker's store of its partitions;
 # ``_routed``: a tree level's routing of the rows; ``_finish_share``: the reduce-scatter of a level's
 # histograms; ``_map_sums``: a Newton step of the leaf refit. CI kills a worker at each of them in one
 # fit; the slow tests kill one worker per fit.
-MBCT_KILLS = [("read_block", 1), ("join_split", 0), ("_routed", 2), ("_finish_share", 2), ("_map_sums", 3)]
+MBCT_KILLS = [("read_block", 1), ("join_holdout", 0), ("_routed", 2), ("_finish_share", 2), ("_map_sums", 3)]
 ONE_KILL = [pytest.param([kill], marks=pytest.mark.slow, id=kill[0]) for kill in MBCT_KILLS]
 
 

@@ -20,11 +20,11 @@ from gpucal import MBCT
 from gpucal.datasets import make_ctr
 from gpucal.distributed import sum_partitions
 from gpucal.mbct.read import ChainBlock as RowsPart
-from gpucal.partition import grow
-from gpucal.partition.grow import GrowConfig, grow_tree, grow_tree_on
-from gpucal.partition.tree_rows import TreeRows
-from gpucal.rows._collections import partitions
 from gpucal.rows._placement import balanced_shares, holders, per_worker, persist, worker_groups
+from gpucal.rows.collections import partitions
+from gpucal.trees import grow
+from gpucal.trees.grow import GrowConfig, grow_tree, grow_tree_on
+from gpucal.trees.tree_rows import TreeRows
 
 N_ROWS = 20_000
 N_VALUES = np.array([7, 5, 12, 3], dtype=np.int64)

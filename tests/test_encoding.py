@@ -16,7 +16,7 @@ from hypothesis.extra import numpy as hnp
 from numpy.testing import assert_array_equal
 from sklearn.exceptions import NotFittedError
 
-from gpucal._frames import split_input
+from gpucal._frames import parse_input
 from gpucal.encoding import FeatureEncoder
 from gpucal.encoding.summaries import inverted_cdf
 from gpucal.rows import LocalRows, RowBlock
@@ -265,7 +265,7 @@ def _frame() -> pd.DataFrame:
 def test_same_codes_for_every_family(convert):
     df = _frame()
     expected = FeatureEncoder(n_bins=8).fit_transform(df.drop(columns="score"))
-    other = FeatureEncoder(n_bins=8).fit(split_input(convert(df)).features)
+    other = FeatureEncoder(n_bins=8).fit(parse_input(convert(df)).features)
     assert_array_equal(other.transform(convert(df)), expected)
 
 

@@ -20,7 +20,7 @@ from gpucal._frames import (
     describe_input,
     frame_columns,
     input_family,
-    split_input,
+    parse_input,
     wrap_output,
 )
 from gpucal._validation import check_invariant, check_labels, check_sample_weight
@@ -50,7 +50,7 @@ FRAMES = {
 @pytest.mark.parametrize("family", list(FRAMES))
 def test_split_input_every_frame_family(family):
     X = FRAMES[family]()
-    got = split_input(X)
+    got = parse_input(X)
     assert got.info.family == ("numpy" if family == "dict" else family)
     assert got.info.n_rows == 4
     assert got.info.name == "calibrated"
@@ -77,23 +77,23 @@ def test_split_input_every_frame_family(family):
     ids=["numpy", "list", "pandas", "polars", "pyarrow", "pyarrow-chunked"],
 )
 def test_split_input_1d_scores(scores):
-    got = split_input(scores)
+    got = parse_input(scores)
     assert_array_equal(got.score, SCORES)
     assert got.features == {}
     assert got.info.n_rows == 4
 
 
 def test_feature_cols_select_and_order():
-    got = split_input(_pandas(), feature_cols=["age", "country"])
+    got = parse_input(_pandas(), feature_cols=["age", "country"])
     assert list(got.features) == ["age", "country"]
-    assert list(split_input(_pandas(), feature_cols="age").features) == ["age"]
-    assert split_input(_pandas(), feature_cols=[]).features == {}
+    assert list(parse_input(_pandas(), feature_cols="age").features) == ["age"]
+    assert parse_input(_pandas(), feature_cols=[]).features == {}
 
 
 def test_score_col_and_logits():
     X = _pandas().rename(columns={"score": "margin"})
     X["margin"] = [-3.0, 0.0, 2.5, 7.0]
-    got = split_input(X, score_col="margin", score_kind="logit")
+    got = parse_input(X, score_col="margin", score_kind="logit")
     assert_array_equal(got.score, [-3.0, 0.0, 2.5, 7.0])
     assert got.info.name == "calibrated"
 
@@ -216,13 +216,13 @@ def test_as_column_all_null():
 )
 def test_unsupported_dtype_names_column(X):
     with pytest.raises(TypeError, match=r"X\['when'\]: unsupported dtype .*numbers, booleans, strings"):
-        split_input(X)
+        parse_input(X)
 
 
 def test_unhashable_objects_name_column():
     X = pd.DataFrame({"score": [0.5], "when": [[1, 2]]})
     with pytest.raises(TypeError, match=r"X\['when'\]: cannot encode its values by value \(unhashable"):
-        split_input(X)
+        parse_input(X)
 
 
 def test_frame_columns_selects_and_reports_missing():
@@ -245,17 +245,17 @@ def test_missing_score_column_lists_columns():
     with pytest.raises(
         KeyError, match=r"X: score column 'p' not found \(set score_col=\); available columns: \["
     ):
-        split_input(_pandas(), score_col="p")
+        parse_input(_pandas(), score_col="p")
 
 
 def test_missing_feature_columns_listed():
     with pytest.raises(KeyError, match=r"feature_cols: column\(s\) \['x', 'y'\] not found in X; available"):
-        split_input(_pandas(), feature_cols=["age", "x", "y"])
+        parse_input(_pandas(), feature_cols=["age", "x", "y"])
 
 
 def test_duplicate_feature_cols():
     with pytest.raises(ValueError, match=r"feature_cols: duplicate column names \[\"'age'\"\]"):
-        split_input(_pandas(), feature_cols=["age", "age"])
+        parse_input(_pandas(), feature_cols=["age", "age"])
 
 
 def test_duplicate_frame_columns():
@@ -263,35 +263,35 @@ def test_duplicate_frame_columns():
     with pytest.raises(
         ValueError, match=r"X: duplicate column names \[\"'a'\"\]; column names must be unique"
     ):
-        split_input(X)
+        parse_input(X)
 
 
 def test_score_listed_as_feature():
     with pytest.raises(
         ValueError, match="feature_cols: lists the score column 'score'; the score cannot also"
     ):
-        split_input(_pandas(), feature_cols=["age", "score"])
+        parse_input(_pandas(), feature_cols=["age", "score"])
 
 
 def test_empty_frame():
     X = _pandas().iloc[:0]
     with pytest.raises(ValueError, match="X: no rows"):
-        split_input(X)
-    got = split_input(X, allow_empty=True)
+        parse_input(X)
+    got = parse_input(X, allow_empty=True)
     assert got.score.shape == (0,)
     assert wrap_output(got.score, got.info).index.equals(X.index)
 
 
 def test_require_features():
     with pytest.raises(ValueError, match="X: no feature columns; this calibrator needs at least one"):
-        split_input(np.array(SCORES), require_features=True)
+        parse_input(np.array(SCORES), require_features=True)
     with pytest.raises(ValueError, match="X: no feature columns"):
-        split_input(_pandas()[["score"]], require_features=True)
+        parse_input(_pandas()[["score"]], require_features=True)
 
 
 def test_feature_cols_with_1d_scores():
     with pytest.raises(ValueError, match="feature_cols: X is a 1-D score array and has no columns"):
-        split_input(np.array(SCORES), feature_cols=["a"])
+        parse_input(np.array(SCORES), feature_cols=["a"])
 
 
 @pytest.mark.parametrize(
@@ -313,43 +313,43 @@ def test_feature_cols_with_1d_scores():
 )
 def test_bad_scores_name_column_and_row(values, kind, match):
     with pytest.raises(ValueError, match=match):
-        split_input(pd.DataFrame({"score": values}), score_kind=kind)
+        parse_input(pd.DataFrame({"score": values}), score_kind=kind)
 
 
 def test_bad_score_kind():
     with pytest.raises(
         ValueError, match=r"The 'score_kind' parameter must be one of \('probability', 'logit'\)"
     ):
-        split_input(np.array(SCORES), score_kind="margin")
+        parse_input(np.array(SCORES), score_kind="margin")
 
 
 def test_string_scores():
     with pytest.raises(TypeError, match=r"X\['score'\]: expected numbers, got dtype"):
-        split_input(pd.DataFrame({"score": ["0.5"]}, dtype=object))
+        parse_input(pd.DataFrame({"score": ["0.5"]}, dtype=object))
 
 
 def test_1d_scores_named_x():
     with pytest.raises(ValueError, match=r"X: 1 value\(s\) \(first at row 0: 2.0\) are outside \[0, 1\]"):
-        split_input(np.array([2.0, 0.5]))
+        parse_input(np.array([2.0, 0.5]))
 
 
 def test_scalar_array_rejected():
     with pytest.raises(ValueError, match=r"X: expected a dataframe or a 1-D array of scores, got the scalar"):
-        split_input(np.array(0.5))
+        parse_input(np.array(0.5))
 
 
 def test_two_d_array_needs_column_positions():
     with pytest.raises(KeyError, match="X: a 2-D array of 2 columns has no column names; set score_col"):
-        split_input(np.zeros((3, 2)))
+        parse_input(np.zeros((3, 2)))
     with pytest.raises(ValueError, match="X: a 3-D array has no columns to read"):
-        split_input(np.zeros((3, 2, 1)))
+        parse_input(np.zeros((3, 2, 1)))
 
 
 def test_n_by_1_array_is_the_score():
     """Issue 18: scikit-learn users hand a score as an ``(n, 1)`` array, as IsotonicRegression takes it."""
     X = np.array(SCORES)[:, None]
     for score_col in ("score", 0):
-        got = split_input(X, score_col=score_col, feature_cols=[])
+        got = parse_input(X, score_col=score_col, feature_cols=[])
         assert_array_equal(got.score, SCORES)
         assert (got.info.family, got.info.n_rows, got.features) == ("numpy", 4, {})
 
@@ -357,13 +357,13 @@ def test_n_by_1_array_is_the_score():
 def test_two_d_array_by_column_position():
     """Issue 18: integer ``score_col`` / ``feature_cols`` read a 2-D array by column position."""
     X = np.column_stack([[5.0, 6.0, 7.0, 8.0], SCORES, [1.0, 2.0, 1.0, 2.0]])
-    got = split_input(X, score_col=1)
+    got = parse_input(X, score_col=1)
     assert_array_equal(got.score, SCORES)
     assert list(got.features) == [0, 2]
     assert_array_equal(got.features[2].values, [1.0, 2.0, 1.0, 2.0])
-    assert list(split_input(X, score_col=1, feature_cols=[2]).features) == [2]
+    assert list(parse_input(X, score_col=1, feature_cols=[2]).features) == [2]
     with pytest.raises(KeyError, match=r"feature_cols: column\(s\) \[3\] not found in X"):
-        split_input(X, score_col=1, feature_cols=[3])
+        parse_input(X, score_col=1, feature_cols=[3])
 
 
 @pytest.mark.parametrize("X", [3.0, "score", {1, 2}, object()], ids=["float", "str", "set", "object"])
@@ -371,21 +371,21 @@ def test_unsupported_type_names_type_and_parameter(X):
     with pytest.raises(
         TypeError, match=r"X: unsupported type builtins\.\w+; expected a pandas, cudf, polars"
     ):
-        split_input(X)
+        parse_input(X)
 
 
 def test_polars_lazyframe_asks_for_collect():
     with pytest.raises(
         TypeError, match=r"X: unsupported type polars.*LazyFrame.*\(call \.collect\(\) first\)"
     ):
-        split_input(pl.DataFrame({"score": [0.5]}).lazy())
+        parse_input(pl.DataFrame({"score": [0.5]}).lazy())
 
 
 def test_dict_columns_of_unequal_length():
     with pytest.raises(
         ValueError, match=r"X: columns have different numbers of rows: 'score' has 2, 'a' has 3"
     ):
-        split_input({"score": np.array([0.1, 0.2]), "a": np.array([1, 2, 3])})
+        parse_input({"score": np.array([0.1, 0.2]), "a": np.array([1, 2, 3])})
 
 
 def test_labels_and_weights_messages():
@@ -422,7 +422,7 @@ def test_check_invariant():
 
 def test_pandas_out_keeps_index_and_name():
     X = _pandas()
-    got = split_input(X)
+    got = parse_input(X)
     out = wrap_output(got.score * 2, got.info)
     assert isinstance(out, pd.Series)
     assert out.index.equals(X.index)
@@ -433,7 +433,7 @@ def test_pandas_out_keeps_index_and_name():
 
 def test_pandas_series_in_keeps_its_index():
     s = pd.Series(SCORES, index=list("abcd"), name="p")
-    got = split_input(s)
+    got = parse_input(s)
     out = wrap_output(got.score, got.info)
     assert list(out.index) == list("abcd")
     assert out.name == "calibrated"
@@ -444,7 +444,7 @@ def test_pandas_series_in_keeps_its_index():
     [("polars", pl.Series), ("pyarrow", pa.Array), ("dict", np.ndarray)],
 )
 def test_output_family_matches_input(family, kind):
-    got = split_input(FRAMES[family]())
+    got = parse_input(FRAMES[family]())
     out = wrap_output(got.score, got.info)
     assert isinstance(out, kind)
     assert_array_equal(np.asarray(out), SCORES)
@@ -453,7 +453,7 @@ def test_output_family_matches_input(family, kind):
 
 
 def test_output_type_overrides_input_family():
-    got = split_input(_pandas())
+    got = parse_input(_pandas())
     assert isinstance(wrap_output(got.score, got.info, output_type="numpy"), np.ndarray)
     out = wrap_output(got.score, got.info, output_type="polars")
     assert isinstance(out, pl.Series)
@@ -462,7 +462,7 @@ def test_output_type_overrides_input_family():
 
 
 def test_output_type_must_be_known():
-    got = split_input(np.array(SCORES))
+    got = parse_input(np.array(SCORES))
     with pytest.raises(ValueError, match=r"The 'output_type' parameter must be one of \('input', 'numpy'"):
         wrap_output(got.score, got.info, output_type="torch")
 
@@ -482,7 +482,7 @@ def test_describe_input_without_conversion():
 def test_predictions_never_take_an_input_column_name(family):
     """Issue 18: predictions were named after the score column, so ``with_columns`` replaced the score."""
     X = FRAMES[family]()
-    got = split_input(X)
+    got = parse_input(X)
     out = wrap_output(got.score / 2, got.info)
     assert out.name == "calibrated"
     if family == "polars":
@@ -491,8 +491,8 @@ def test_predictions_never_take_an_input_column_name(family):
     clashing = (
         X.rename({"age": "calibrated"}) if family == "polars" else X.rename(columns={"age": "calibrated"})
     )
-    assert split_input(clashing).info.name == "calibrated_1"
-    assert split_input(pd.Series(SCORES, name="calibrated")).info.name == "calibrated_1"
+    assert parse_input(clashing).info.name == "calibrated_1"
+    assert parse_input(pd.Series(SCORES, name="calibrated")).info.name == "calibrated_1"
 
 
 def test_nullable_labels_name_the_missing_value():
@@ -506,14 +506,14 @@ def test_nullable_labels_name_the_missing_value():
         check_labels(pa.array([1, 0, 1, None]), "y")
     score = pd.DataFrame({"score": pd.array([0.1, None, 0.3], dtype="Float64")})
     with pytest.raises(ValueError, match=r"X\['score'\]: 1 missing value\(s\) \(first at row 1: <NA>\)"):
-        split_input(score)
+        parse_input(score)
     assert_array_equal(check_labels(y.fillna(False), "y"), [1.0, 0.0, 0.0, 1.0])
 
 
 def test_complex_pandas_column_is_rejected_by_name() -> None:
     # Regression (review): complex passed pandas' numeric check and lost its imaginary part.
     with pytest.raises(TypeError, match=r"X\['c'\]: unsupported dtype complex128"):
-        split_input(pd.DataFrame({"score": [0.1, 0.2], "c": np.array([1 + 2j, 3j])}))
+        parse_input(pd.DataFrame({"score": [0.1, 0.2], "c": np.array([1 + 2j, 3j])}))
 
 
 def test_scikit_learn_inputs_are_named():
@@ -527,26 +527,26 @@ def test_scikit_learn_inputs_are_named():
     ):
         PlattCalibrator().fit(np.array(SCORES), None)
     with pytest.raises(TypeError, match=r"X: sparse input \(csr_matrix\) is not supported"):
-        split_input(sp.csr_matrix(np.array(SCORES)[:, None]))
+        parse_input(sp.csr_matrix(np.array(SCORES)[:, None]))
     with pytest.raises(TypeError, match=r"X: sparse input \(dok_matrix\) is not supported"):
-        split_input(sp.dok_matrix(np.array(SCORES)[:, None]))  # a dict subclass, not a dict of columns
+        parse_input(sp.dok_matrix(np.array(SCORES)[:, None]))  # a dict subclass, not a dict of columns
 
     class ArrayLike:
         def __array__(self, dtype=None, copy=None):  # type: ignore[no-untyped-def]
             return np.array(SCORES)
 
-    assert_array_equal(split_input(ArrayLike()).score, SCORES)
+    assert_array_equal(parse_input(ArrayLike()).score, SCORES)
     # An object array of numbers is read as numbers (as check_array reads it); strings and None are not.
-    assert_array_equal(split_input(np.array(SCORES, dtype=object)).score, SCORES)
+    assert_array_equal(parse_input(np.array(SCORES, dtype=object)).score, SCORES)
     with pytest.raises(
         TypeError, match=r"X: expected numbers, got dtype object \(a string at row 1: '0.5'\)"
     ):
-        split_input(np.array([0.1, "0.5"], dtype=object))
+        parse_input(np.array([0.1, "0.5"], dtype=object))
     with pytest.raises(TypeError, match=r"float\(\) argument must be a string or a real number, not 'dict'"):
-        split_input(np.array([0.1, {"a": 1}], dtype=object))
+        parse_input(np.array([0.1, {"a": 1}], dtype=object))
     with pytest.raises(ValueError, match=r"y: 1 missing value\(s\) \(first at row 1: None\)"):
         check_labels([1, None, 0], "y")
     with pytest.raises(
         ValueError, match=r"X: 0 feature\(s\) \(shape=\(4, 0\)\) while a minimum of 1 is required"
     ):
-        split_input(np.empty((4, 0)))
+        parse_input(np.empty((4, 0)))

@@ -18,10 +18,10 @@ from sklearn.linear_model import LogisticRegression
 import gpucal
 from gpucal.datasets import make_ctr
 from gpucal.hc import HeterogeneousCalibrator
+from gpucal.kernels import N_STATS, STAT_COUNT, STAT_W, STAT_WY, value_offsets
 from gpucal.metrics import log_loss, roc_auc
-from gpucal.partition.grow import GrowConfig, grow_tree
-from gpucal.partition.splits import CRIT_ENTROPY, CRIT_GINI, CRIT_SHIFT, choose_binary_splits, label_loss
-from kernels import N_STATS, STAT_COUNT, STAT_W, STAT_WY, value_offsets
+from gpucal.trees.grow import GrowConfig, grow_tree
+from gpucal.trees.splits import CRIT_ENTROPY, CRIT_GINI, CRIT_SHIFT, choose_binary_splits, label_loss
 
 # The paper's configuration (plain per-leaf Platt scaling), so every number has an independent reference.
 PAPER = {"leaf_penalty": 0.0, "min_leaf_size": 20.0}
@@ -309,7 +309,7 @@ def test_leaf_penalty_pulls_a_leaf_toward_its_parent() -> None:
 def test_every_local_map_kind_fits_and_the_fast_path_equals_the_node_maps(local_map) -> None:
     X, y = threshold_frame()
     model = HeterogeneousCalibrator(max_depth=2, n_bins=20, local_map=local_map, **PAPER).fit(X, y)
-    from gpucal.partition.local_maps import apply_local_maps, n_map_params
+    from gpucal.trees.local_maps import apply_local_maps, n_map_params
 
     assert model.node_params_.shape == (model.ensemble_.n_nodes, n_map_params(local_map))
     expected = apply_local_maps(X["score"].to_numpy(), model.leaves(X)[:, 0], model.node_params_, local_map)

@@ -18,7 +18,7 @@ from types import ModuleType
 import pytest
 
 import gpucal
-import kernels as device_code
+import gpucal.kernels as device_code
 
 REPO = Path(gpucal.__file__).resolve().parent.parent
 #: Libraries that take tenths of a second or more to import, and gpucal's own modules that pull them in.
@@ -37,7 +37,7 @@ HEAVY_MODULES = (
     "gpucal.calibrators",
     "gpucal.datasets",
     "gpucal.encoding",
-    "kernels.group_sums",
+    "gpucal.kernels.group_sums",
 )
 # Imports each gpucal module first (gpucal's own modules forgotten in between; the libraries stay loaded):
 # with lazy packages any module can be the first one a process imports, and each must import on its own.
@@ -80,10 +80,10 @@ def heavy_modules_loaded(statement: str) -> list[str]:
     "statement",
     [
         "import gpucal",
-        "import kernels",
+        "import gpucal.kernels",
         "import gpucal.cli\ntry:\n    gpucal.cli.main(['--help'])\nexcept SystemExit:\n    pass",
     ],
-    ids=["import gpucal", "import kernels", "gpucal --help"],
+    ids=["import gpucal", "import gpucal.kernels", "gpucal --help"],
 )
 def test_loads_no_heavy_module(statement: str):
     assert heavy_modules_loaded(statement) == []

@@ -10,8 +10,18 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from numpy.testing import assert_allclose, assert_array_equal
 
-from kernels import N_STATS, STAT_COUNT, STAT_W, STAT_WF, STAT_WFF, STAT_WFY, STAT_WY, STAT_WYY, group_sums
-from kernels.group_sums_cpu import (
+from gpucal.kernels import (
+    N_STATS,
+    STAT_COUNT,
+    STAT_W,
+    STAT_WF,
+    STAT_WFF,
+    STAT_WFY,
+    STAT_WY,
+    STAT_WYY,
+    group_sums,
+)
+from gpucal.kernels.group_sums_cpu import (
     MAX_ROW_CHUNKS,
     PADDED_STATS,
     aligned_zeros,
@@ -20,7 +30,7 @@ from kernels.group_sums_cpu import (
     node_run_bounds,
     row_chunk_count,
 )
-from kernels.group_sums_oracle import value_offsets
+from gpucal.kernels.group_sums_oracle import value_offsets
 
 # float64 sums of a few thousand O(1) terms in another order: 1e-12 relative is ~100 ulp of slack.
 RTOL = 1e-12

@@ -1,4 +1,5 @@
-"""``import kernels`` and ``import gpucal`` load no GPU module: numba.cuda loads on the CUDA path only."""
+"""``import gpucal.kernels`` and ``import gpucal`` load no GPU module: numba.cuda loads on the CUDA path
+only."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-import kernels as device_code
+import gpucal.kernels as device_code
 
 REPO = Path(device_code.__file__).resolve().parent.parent
 # Module prefixes that only the CUDA path may load.
@@ -39,8 +40,8 @@ def test_cpu_calls_load_no_gpu_module():
     code = SCRIPT.format(package=device_code.__name__, prefixes=GPU_MODULES).replace(
         "loaded =",
         "import numpy as np\n"
-        "kernels.group_sums(np.zeros((3, 1), np.int8), np.ones(3), np.ones(3))\n"
-        "kernels.view_sums(np.ones(3), np.ones(3), n_views=1, bin_size=1, seed=0)\n"
+        "gpucal.kernels.group_sums(np.zeros((3, 1), np.int8), np.ones(3), np.ones(3))\n"
+        "gpucal.kernels.view_sums(np.ones(3), np.ones(3), n_views=1, bin_size=1, seed=0)\n"
         "loaded =",
     )
     run = subprocess.run(

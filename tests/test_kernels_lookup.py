@@ -1,4 +1,5 @@
-"""``kernels.lookup_codes``, ``lookup_bins``, ``lookup_edges`` against numpy; ``transform(code_maps=)``."""
+"""``gpucal.kernels.lookup_codes``, ``lookup_bins``, ``lookup_edges`` against numpy;
+``transform(code_maps=)``."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import pandas as pd
 import pytest
 
 from gpucal.encoding import FeatureEncoder
-from kernels import lookup_bins, lookup_codes, lookup_edges
+from gpucal.kernels import lookup_bins, lookup_codes, lookup_edges
 
 
 def lookup_loop(values: np.ndarray, low: int, table: np.ndarray, fallback: int) -> np.ndarray:

@@ -11,7 +11,7 @@ pytestmark = pytest.mark.ptx
 
 
 def test_every_kernel_compiles_without_spills():
-    ptx_check = pytest.importorskip("kernels.ptx_check")
+    ptx_check = pytest.importorskip("gpucal.kernels.ptx_check")
     try:
         ptx_check.find_ptxas()
     except RuntimeError as exc:

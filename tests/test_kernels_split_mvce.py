@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from numpy.testing import assert_allclose, assert_array_equal
 
-import kernels.split_mvce_cpu
-from kernels import (
+import gpucal.kernels.split_mvce_cpu
+from gpucal.kernels import (
     LEAF_PLATT,
     LEAF_SCALE,
     LEAF_SHIFT,
@@ -150,7 +150,9 @@ def test_row_blocks_do_not_change_the_result(monkeypatch):
     kwargs = {"n_views": 3, "seed": 1, "n_values": n_values}
     default = mvce_split_sums(*args, LEAF_PLATT, backend="cpu", **kwargs)
     for rows in (1, 37, 512, 1000):
-        monkeypatch.setattr(kernels.split_mvce_cpu, "block_rows_for", lambda n_columns, rows=rows: rows)
+        monkeypatch.setattr(
+            gpucal.kernels.split_mvce_cpu, "block_rows_for", lambda n_columns, rows=rows: rows
+        )
         assert_array_equal(mvce_split_sums(*args, LEAF_PLATT, backend="cpu", **kwargs), default)
 
 
@@ -197,7 +199,7 @@ def test_common_random_numbers_across_candidates():
 
 
 def brute_force(args, leaf_map, n_views, view_start, seed, n_values, bin_size):
-    """Plain Python loops over rows and views; bins from ``kernels.views.view_bins`` per node."""
+    """Plain Python loops over rows and views; bins from ``gpucal.kernels.views.view_bins`` per node."""
     codes, f, y, w, slot, local_row, slot_rows, slot_bins, slot_bin_start, child_value, node_value = args
     n, d = codes.shape
     offsets = value_offsets(n_values)

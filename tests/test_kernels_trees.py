@@ -10,9 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from numpy.testing import assert_allclose, assert_array_equal
 
-from kernels import LEAF_PLATT, LEAF_SCALE, LEAF_SHIFT, predict_trees, route_rows, tree_leaves
-from kernels.trees_cpu import tree_depths_cpu
-from kernels.trees_oracle import EPS
+from gpucal.kernels import LEAF_PLATT, LEAF_SCALE, LEAF_SHIFT, predict_trees, route_rows, tree_leaves
+from gpucal.kernels.trees_cpu import tree_depths_cpu
+from gpucal.kernels.trees_oracle import EPS
 
 # "shift" and "platt" go through log and exp, which numpy and libm round differently by an ulp or so;
 # a few trees with |a| <= 1.5 amplify that to far below this.
@@ -171,7 +171,7 @@ def test_deep_ensemble_with_many_rows(code_dtype, leaf_map):
 
 
 def test_leaf_map_numbers_are_the_ensembles():
-    from gpucal.partition import ensemble as _ensemble
+    from gpucal.trees import ensemble as _ensemble
 
     assert (_ensemble.LEAF_SCALE, _ensemble.LEAF_SHIFT, _ensemble.LEAF_PLATT) == LEAF_MAPS
     assert _ensemble.LEAF_MAPS == ("scale", "shift", "platt")

@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 from numpy.testing import assert_allclose, assert_array_equal
 from scipy import stats
 
-from kernels import N_VIEW_STATS, VIEW_COUNT, VIEW_W, VIEW_WP, VIEW_WY, view_bins, view_sums
-from kernels._feistel import bin_of, feistel, feistel_domain, permute, view_keys
+from gpucal.kernels import N_VIEW_STATS, VIEW_COUNT, VIEW_W, VIEW_WP, VIEW_WY, view_bins, view_sums
+from gpucal.kernels._feistel import bin_of, feistel, feistel_domain, permute, view_keys
 
 # float64 sums of at most a few thousand O(1) terms in another order.
 RTOL = 1e-12

@@ -8,7 +8,7 @@ from numpy.testing import assert_allclose
 from scipy.optimize import minimize
 from sklearn.linear_model import LogisticRegression
 
-from gpucal.partition.local_maps import (
+from gpucal.trees.local_maps import (
     LOCAL_MAP_KINDS,
     apply_local_maps,
     fit_local_maps,

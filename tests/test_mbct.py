@@ -16,8 +16,8 @@ from gpucal import MBCT, ModelFileError
 from gpucal.datasets import make_ctr
 from gpucal.mbct._node_size import min_node_size, theorem1_bound
 from gpucal.metrics import log_loss
-from gpucal.partition import grow as _grow
-from gpucal.partition.aggregate import aggregate_rows, estimated_distinct
+from gpucal.trees import grow as _grow
+from gpucal.trees.aggregate import aggregate_rows, estimated_distinct
 
 
 def two_segment_frame() -> tuple[pd.DataFrame, np.ndarray]:

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from numpy.testing import assert_allclose
 
 from gpucal import metrics
-from gpucal.metrics._binning import mass_bin_ids, uniform_bin_ids
+from gpucal.metrics.binning import mass_bin_ids, uniform_bin_ids
 
 RTOL = 1e-10
 
@@ -124,7 +124,7 @@ def ref_cece(y, p, w, clusters, norm):  # type: ignore[no-untyped-def]
 
 
 def ref_mvce(y, p, w, n_views, bin_size, norm, seed):  # type: ignore[no-untyped-def]
-    from kernels import view_bins
+    from gpucal.kernels import view_bins
 
     bins = view_bins(len(p), n_views=n_views, bin_size=bin_size, seed=seed)
     per_view = []
@@ -240,7 +240,7 @@ def test_mvce_matches_reference(norm: float) -> None:
     y, p, w, _ = make_data(1500, 15)
     got = metrics.mvce(y, p, sample_weight=w, n_views=7, bin_size=100, p=norm, seed=42)
     if norm == math.inf:
-        from kernels import view_bins
+        from gpucal.kernels import view_bins
 
         bins = view_bins(1500, n_views=7, bin_size=100, seed=42)
         per_view = [

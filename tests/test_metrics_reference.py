@@ -14,8 +14,8 @@ from sklearn.metrics import brier_score_loss, roc_auc_score
 from sklearn.metrics import log_loss as sk_log_loss
 
 from gpucal import metrics
-from gpucal.metrics._inputs import metric_rows
 from gpucal.metrics.binned import binned_stats
+from gpucal.metrics.inputs import metric_rows
 
 RTOL = 1e-12
 

@@ -13,16 +13,18 @@ from pathlib import Path
 
 import pytest
 
-import kernels
-from kernels import _numba_cache
+import gpucal.kernels
+from gpucal.kernels import numba_cache
 
 PACKAGE_DIRS = [
-    Path(kernels.__file__).resolve().parent,
-    Path(kernels.__file__).resolve().parent.parent / "gpucal",
+    Path(gpucal.kernels.__file__).resolve().parent,
+    Path(gpucal.kernels.__file__).resolve().parent.parent / "gpucal",
 ]
 REPO = PACKAGE_DIRS[1].parent
 # A small cache=True kernel: compiles in about a second.
-CALL_A_KERNEL = "import numpy as np\nfrom kernels._feistel import mix64\nprint(int(mix64(np.uint64(3))))\n"
+CALL_A_KERNEL = (
+    "import numpy as np\nfrom gpucal.kernels._feistel import mix64\nprint(int(mix64(np.uint64(3))))\n"
+)
 NOTICE = "gpucal: compiling CPU kernels"
 
 
@@ -60,9 +62,9 @@ def fresh_env(tmp_path: Path) -> dict[str, str]:
 @pytest.fixture
 def clean_choice(monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
     """Let a test choose the folder anew under its own environment, and forget that choice after it."""
-    _numba_cache.numba_cache_dir.cache_clear()
+    numba_cache.numba_cache_dir.cache_clear()
     yield monkeypatch
-    _numba_cache.numba_cache_dir.cache_clear()
+    numba_cache.numba_cache_dir.cache_clear()
 
 
 def test_a_cached_kernel_writes_to_the_user_cache_not_the_package(fresh_env: dict[str, str], tmp_path: Path):
@@ -77,7 +79,8 @@ def test_a_cached_kernel_writes_to_the_user_cache_not_the_package(fresh_env: dic
 
 def test_a_compile_is_announced_once_and_a_cache_load_not_at_all(fresh_env: dict[str, str]):
     two_kernels = (
-        CALL_A_KERNEL + "from kernels._feistel import view_keys\nview_keys(np.uint64(1), np.uint64(2))\n"
+        CALL_A_KERNEL
+        + "from gpucal.kernels._feistel import view_keys\nview_keys(np.uint64(1), np.uint64(2))\n"
     )
     first = run_python(two_kernels, fresh_env)
     assert first.stderr.count(NOTICE) == 1, first.stderr
@@ -92,13 +95,13 @@ def test_numba_imported_first_still_caches_in_the_user_folder(fresh_env: dict[st
 
 def test_numba_cache_dir_set_by_the_user_wins(clean_choice: pytest.MonkeyPatch, tmp_path: Path):
     clean_choice.setenv("NUMBA_CACHE_DIR", str(tmp_path / "mine"))
-    assert _numba_cache.numba_cache_dir() == tmp_path / "mine"
+    assert numba_cache.numba_cache_dir() == tmp_path / "mine"
 
 
 def test_user_cache_folder_follows_xdg(clean_choice: pytest.MonkeyPatch, tmp_path: Path):
     clean_choice.delenv("NUMBA_CACHE_DIR", raising=False)
     clean_choice.setenv("XDG_CACHE_HOME", str(tmp_path))
-    assert _numba_cache.numba_cache_dir() == tmp_path / "gpucal" / "numba"
+    assert numba_cache.numba_cache_dir() == tmp_path / "gpucal" / "numba"
 
 
 def test_unwritable_folders_fall_back_to_a_temporary_one(clean_choice: pytest.MonkeyPatch, tmp_path: Path):
@@ -108,7 +111,7 @@ def test_unwritable_folders_fall_back_to_a_temporary_one(clean_choice: pytest.Mo
     clean_choice.setenv("NUMBA_CACHE_DIR", str(blocker / "numba"))
     clean_choice.setenv("XDG_CACHE_HOME", str(blocker / "xdg"))
     clean_choice.setenv("HOME", str(blocker))
-    assert _numba_cache.numba_cache_dir() == _numba_cache.temporary_cache_dir()
+    assert numba_cache.numba_cache_dir() == numba_cache.temporary_cache_dir()
 
 
 @pytest.mark.slow

@@ -11,8 +11,8 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from gpucal.encoding import FeatureEncoder
-from gpucal.partition.ensemble import TreeEnsemble
 from gpucal.plot import feature_calibration, plot_feature_calibration, plot_tree
+from gpucal.trees.ensemble import TreeEnsemble
 from tests.test_rules import SCORE_BINS, build_ensemble, fit_encoder
 
 

@@ -10,10 +10,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-import kernels.trees
+import gpucal.kernels.trees
 from gpucal.encoding import FeatureEncoder
-from gpucal.partition.ensemble import TreeEnsemble, map_codes
 from gpucal.rules import export_rules, sql_float, sql_value
+from gpucal.trees.ensemble import TreeEnsemble, map_codes
 
 EPS = float(np.finfo(np.float64).eps)
 SCORE_BINS = 10
@@ -560,7 +560,7 @@ def test_errors():
 def test_reference_walk_matches_predict_trees(leaf_map):
     _, ens, rows, codes = setup(leaf_map, seed=6)
     score = rows["score"].to_numpy()
-    got = kernels.trees.predict_trees(
+    got = gpucal.kernels.trees.predict_trees(
         map_codes(np.ascontiguousarray(codes, dtype=np.int32), ens.code_maps, ens.n_values),
         score,
         *ens.kernel_arrays(),

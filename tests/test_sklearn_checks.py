@@ -35,7 +35,7 @@ from gpucal.calibrators import (
     TemperatureCalibrator,
     VennAbersCalibrator,
 )
-from gpucal.calibrators._base import Calibrator
+from gpucal.calibrators.base import Calibrator
 from gpucal.ccl.model import ClusteredCalibrator
 from gpucal.factory import CALIBRATORS
 from gpucal.hc.model import HeterogeneousCalibrator

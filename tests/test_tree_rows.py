@@ -8,10 +8,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from gpucal.partition import grow
-from gpucal.partition.grow import NodeOrderedRows, grow_tree, grow_tree_on
-from gpucal.partition.tree_rows import TreeRows, tree_store
 from gpucal.rows import LocalRows
+from gpucal.trees import grow
+from gpucal.trees.grow import NodeOrderedRows, grow_tree, grow_tree_on
+from gpucal.trees.tree_rows import TreeRows, tree_store
 from tests.test_distributed_trees import N_ROWS, N_VALUES, _config, _rows
 
 dask = pytest.importorskip("dask")

@@ -11,8 +11,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gpucal.partition.splits import MAX_SHIFT, choose_splits
-from kernels import STAT_COUNT, STAT_W, STAT_WF, STAT_WFF, STAT_WFY, STAT_WY, STAT_WYY
+from gpucal.kernels import STAT_COUNT, STAT_W, STAT_WF, STAT_WFF, STAT_WFY, STAT_WY, STAT_WYY
+from gpucal.trees.splits import MAX_SHIFT, choose_splits
 
 
 def child_map(s: np.ndarray, parent: tuple[float, float], scale: bool, lam: float) -> tuple[float, float]:

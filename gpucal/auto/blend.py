@@ -25,7 +25,7 @@ import numpy as np
 from scipy.optimize import minimize
 from scipy.special import expit
 
-from gpucal.calibrators._logistic import EPS
+from gpucal.calibrators.logistic import EPS
 
 #: Weights below this are set to 0 (and the rest renormalised): SLSQP leaves dust on the bounds.
 MIN_WEIGHT = 1e-6

@@ -16,7 +16,7 @@ from sklearn.base import clone
 
 from gpucal._backend import array_namespace, to_numpy
 from gpucal.auto.candidates import Candidate, takes_param
-from gpucal.auto.folds import take_rows
+from gpucal.auto.folds import select_rows
 from gpucal.auto.report import METRICS, report_row, trailing_reason
 
 #: Errors of a candidate's fit that mark it failed in the report instead of stopping the search.
@@ -28,7 +28,7 @@ def log(message: str) -> None:
     print(f"[AutoCalibrator] {message}", file=sys.stderr, flush=True)
 
 
-def take(array: Any, rows: np.ndarray) -> Any:
+def entries_at(array: Any, rows: np.ndarray) -> Any:
     """``array``'s entries at ``rows`` (None stays None), in ``array``'s own namespace."""
     return None if array is None else array[array_namespace(array).asarray(rows)]
 
@@ -95,8 +95,10 @@ def cross_fit_candidate(
         fold_started = time.perf_counter()
         try:
             model = fresh(candidate.estimator)
-            model.fit(take_rows(X, train), take(labels, train), sample_weight=take(weights, train))
-            predicted = as_host_array(model.predict(take_rows(X, test)))
+            model.fit(
+                select_rows(X, train), entries_at(labels, train), sample_weight=entries_at(weights, train)
+            )
+            predicted = as_host_array(model.predict(select_rows(X, test)))
         except CANDIDATE_ERRORS as error:
             status = f"error: {type(error).__name__}: {error}"
             oof_predictions[:, index] = np.nan
@@ -108,7 +110,7 @@ def cross_fit_candidate(
             return failed
         seconds += time.perf_counter() - fold_started
         oof_predictions[test, index] = predicted
-        test_weights = None if weights is None else to_numpy(take(weights, test))
+        test_weights = None if weights is None else to_numpy(entries_at(weights, test))
         for name, metric in METRICS.items():
             per_fold[name].append(metric(host_labels[test], predicted, sample_weight=test_weights))
         if verbose >= 2:
@@ -161,7 +163,7 @@ __all__ = [
     "as_host_array",
     "best_per_method",
     "cross_fit_candidate",
+    "entries_at",
     "fresh",
     "log",
-    "take",
 ]

@@ -148,7 +148,7 @@ def _is_frame(X: Any) -> bool:
     return isinstance(X, Mapping) or kind in ("DataFrame", "Table", "RecordBatch")
 
 
-def take_rows(X: Any, rows: np.ndarray) -> Any:
+def select_rows(X: Any, rows: np.ndarray) -> Any:
     """Return the rows at positions ``rows`` of ``X``, in ``X``'s own family (index kept for pandas / cudf).
 
     One ``if/elif`` on the family (``gpucal._frames.input_family``): numpy and cupy arrays, ``dict`` of
@@ -156,7 +156,7 @@ def take_rows(X: Any, rows: np.ndarray) -> Any:
     """
     family = input_family(X, "X")
     if isinstance(X, Mapping):
-        return {name: take_rows(column, rows) for name, column in X.items()}
+        return {name: select_rows(column, rows) for name, column in X.items()}
     elif family in ("numpy", "cupy"):
         array = X if is_cupy_array(X) else np.asarray(X)
         return array[array_namespace(array).asarray(rows)]
@@ -167,4 +167,4 @@ def take_rows(X: Any, rows: np.ndarray) -> Any:
     return X.take(rows)  # pyarrow
 
 
-__all__ = ["group_values", "grouped_folds", "stratified_folds", "subsample_rows", "take_rows"]
+__all__ = ["group_values", "grouped_folds", "select_rows", "stratified_folds", "subsample_rows"]

@@ -28,7 +28,7 @@ import numpy as np
 from scipy.stats import rankdata
 
 from gpucal.auto.blend import blend_logit, logits
-from gpucal.calibrators._logistic import sigmoid
+from gpucal.calibrators.logistic import sigmoid
 from gpucal.metrics import roc_auc
 
 

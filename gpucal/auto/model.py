@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from gpucal._backend import array_namespace, to_numpy
-from gpucal._frames import describe_input, split_input, wrap_output
+from gpucal._frames import describe_input, parse_input, wrap_output
 from gpucal._params import AnyOf
 from gpucal._validation import check_consistent_length, check_labels, check_sample_weight
 from gpucal.auto.blend import MIN_MEMBER_WEIGHT, blend_logit, fit_blend, logits
@@ -36,7 +36,7 @@ from gpucal.auto.guard import blend_probabilities, order_guard, paired_gain
 from gpucal.auto.report import METRICS, ROW_LOSSES, report_row, report_table, summary_line
 from gpucal.auto.sizing import PLATT_MARGIN, CrossFitPlan, plan_cross_fit
 from gpucal.auto.specs import candidate_from_spec, candidate_spec
-from gpucal.calibrators._base import (
+from gpucal.calibrators.base import (
     OUTPUT_TYPE_OPTIONS,
     SCORE_KIND_OPTIONS,
     Calibrator,
@@ -44,11 +44,11 @@ from gpucal.calibrators._base import (
     Interval,
     Options,
 )
-from gpucal.calibrators._logistic import sigmoid
+from gpucal.calibrators.logistic import sigmoid
 from gpucal.encoding import FeatureEncoder, resolve_feature_cols
 from gpucal.registry import calibration_method, dask_fitting_names, fits_on_dask
 from gpucal.rows import as_rows
-from gpucal.rows._collections import any_dask
+from gpucal.rows.collections import any_dask
 
 #: The class the AUC guard falls back to: a monotone map of the score keeps its ranking.
 ORDER_KEEPING = "PlattCalibrator"
@@ -333,7 +333,7 @@ class AutoCalibrator(Calibrator):
             score_col=self.score_col,
             feature_cols=self.feature_cols,
         )
-        split = split_input(
+        split = parse_input(
             X, score_col=self.score_col, feature_cols=feature_cols, score_kind=self.score_kind
         )
         labels = check_labels(y, "y")

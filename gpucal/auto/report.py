@@ -13,7 +13,7 @@ import numpy as np
 
 from gpucal._backend import to_numpy
 from gpucal.auto.candidates import Candidate
-from gpucal.calibrators._logistic import EPS
+from gpucal.calibrators.logistic import EPS
 from gpucal.metrics import brier, ece, log_loss
 
 if TYPE_CHECKING:

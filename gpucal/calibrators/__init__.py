@@ -8,7 +8,7 @@ of all of them by name is :mod:`gpucal.catalogue`, and ``gpucal.make_calibrator`
 
 from __future__ import annotations
 
-from gpucal.calibrators._base import Calibrator
+from gpucal.calibrators.base import Calibrator
 from gpucal.calibrators.beta import BetaCalibrator
 from gpucal.calibrators.centered_isotonic import CenteredIsotonicCalibrator
 from gpucal.calibrators.dirichlet import DirichletCalibrator

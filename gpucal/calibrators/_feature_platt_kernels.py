@@ -13,9 +13,9 @@ from typing import Any
 import numpy as np
 
 from gpucal._backend import array_namespace, is_cupy_array, to_numpy
-from gpucal.calibrators._logistic import EPS, sigmoid
-from kernels import STAT_WF, STAT_WY, group_sums, value_offsets
-from kernels.jit import numba
+from gpucal.calibrators.logistic import EPS, sigmoid
+from gpucal.kernels import STAT_WF, STAT_WY, group_sums, value_offsets
+from gpucal.kernels.jit import numba
 
 # Rows per partial sum of the numba row passes: fixed, so the result does not depend on the thread count.
 CHUNK_ROWS = 1 << 15

@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from gpucal._backend import array_namespace, resolve_device, to_numpy
-from gpucal._frames import SplitInput, split_input
+from gpucal._frames import ParsedInput, parse_input
 from gpucal._validation import check_consistent_length, check_labels, check_same_index, check_sample_weight
 from gpucal.calibrators._feature_platt_kernels import (
     code_sums,
@@ -41,11 +41,11 @@ from gpucal.calibrators._feature_platt_kernels import (
     row_loss,
     score_feature,
 )
-from gpucal.calibrators._logistic import sigmoid
+from gpucal.calibrators.logistic import sigmoid
 from gpucal.encoding import FeatureEncoder
+from gpucal.kernels import value_offsets
 from gpucal.rows import label_summary, strided_rows
-from gpucal.rows._checks import check_partition_weight
-from kernels import value_offsets
+from gpucal.rows.checks import check_partition_weight
 
 
 @dataclass(frozen=True)
@@ -53,7 +53,7 @@ class CheckedBlock:
     """A block's inputs checked: score and feature columns, labels, weights (checked and as given)."""
 
     source: Any  # X as given (a partition's frame: the encoder's summaries read its feature columns)
-    split: SplitInput
+    split: ParsedInput
     y: Any
     w: Any  # float64 weights; unit weights as check_sample_weight's zero-stride view of ones
     source_w: Any  # sample_weight as given (the encoder's cuts weigh by it)
@@ -111,7 +111,7 @@ def read_block(block: Any, score_col: Any, feature_cols: Any, score_kind: str, w
     checks the whole data).
     """
     X, y, w = block["X"], block["y"], block["sample_weight"]
-    split = split_input(
+    split = parse_input(
         X,
         score_col=score_col,
         feature_cols=feature_cols,

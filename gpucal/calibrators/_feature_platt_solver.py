@@ -48,8 +48,8 @@ from gpucal.calibrators._feature_platt_rows import (
 )
 from gpucal.encoding import FeatureEncoder
 from gpucal.encoding.encoder import MAX_CROSS_LEVELS, MIN_CROSS_COUNT
+from gpucal.kernels import value_offsets
 from gpucal.rows import LabelSummary, Rows
-from kernels import value_offsets
 
 # Most conjugate-gradient steps per Newton step. Within one feature the one-hot block of the Hessian is
 # diagonal, so the Jacobi preconditioner leaves only the coupling between features (and the score) to CG.

@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 
 from gpucal._backend import array_namespace, to_numpy
-from kernels import readonly
-from kernels.jit import numba
+from gpucal.kernels import readonly
+from gpucal.kernels.jit import numba
 
 # How a kernel reads the features of row i from its input X (a 2-D float64 array).
 FEATURES_COLUMNS = 0  # X is the design matrix: x_i = X[i, :] (a raw margin is one column)

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from gpucal._backend import to_numpy
-from kernels.jit import numba
+from gpucal.kernels.jit import numba
 
 # Rows per run at the least: below this one argsort is as fast as several plus the merge.
 MIN_RUN_ROWS = 1 << 20

@@ -13,15 +13,15 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from gpucal.calibrators._base import OUTPUT_TYPE_OPTIONS, Calibrator, Constraint, Options
-from gpucal.calibrators._logistic import (
+from gpucal.calibrators.base import OUTPUT_TYPE_OPTIONS, Calibrator, Constraint, Options
+from gpucal.calibrators.logistic import (
     FEATURES_BETA,
     FEATURES_BETA_AB,
     FEATURES_LOGIT,
     LN2,
     predict_logistic,
 )
-from gpucal.calibrators._score_rows import ScoreRows
+from gpucal.calibrators.score_rows import ScoreRows
 from gpucal.registry import calibration_method
 from gpucal.rows import Rows
 

@@ -11,13 +11,13 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from gpucal.calibrators._base import Calibrator, Constraint, Options
-from gpucal.calibrators._bins import BIN_W, BIN_WY, interp_clipped
-from gpucal.calibrators._score_rows import ScoreRows, score_groups
 from gpucal.calibrators._sorted import distinct_counts, unit_binary
+from gpucal.calibrators.base import Calibrator, Constraint, Options
+from gpucal.calibrators.bins import BIN_W, BIN_WY, interp_clipped
+from gpucal.calibrators.score_rows import ScoreRows, score_groups
+from gpucal.kernels.jit import numba
 from gpucal.registry import calibration_method
 from gpucal.rows import Rows
-from kernels.jit import numba
 
 
 @numba.njit(cache=True)

@@ -17,8 +17,8 @@ import numpy as np
 
 from gpucal._backend import array_namespace, to_numpy
 from gpucal._validation import check_class_labels, check_sample_weight
-from gpucal.calibrators._base import Calibrator, Constraint, Interval
-from gpucal.calibrators._logistic import newton_minimize
+from gpucal.calibrators.base import Calibrator, Constraint, Interval
+from gpucal.calibrators.logistic import newton_minimize
 from gpucal.calibrators.temperature import as_2d_scores, check_several_classes
 from gpucal.registry import calibration_method
 from gpucal.rows import reject_dask

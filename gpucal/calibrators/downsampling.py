@@ -16,8 +16,8 @@ from typing import Any, ClassVar
 from gpucal._backend import array_namespace
 from gpucal._params import check_param
 from gpucal._validation import check_sample_weight, check_scores
-from gpucal.calibrators._base import OUTPUT_TYPE_OPTIONS, SCORE_KIND_OPTIONS, Calibrator, Constraint, Interval
-from gpucal.calibrators._logistic import sigmoid
+from gpucal.calibrators.base import OUTPUT_TYPE_OPTIONS, SCORE_KIND_OPTIONS, Calibrator, Constraint, Interval
+from gpucal.calibrators.logistic import sigmoid
 from gpucal.registry import calibration_method
 from gpucal.rows import is_dask_collection
 

@@ -8,7 +8,8 @@ r"""Feature-aware Platt scaling: a logistic regression on the score's logit and 
 
 with :math:`x_i` the logit of the score (or the raw margin), :math:`c_{ij}` the code of row ``i`` in
 feature ``j`` (``gpucal.encoding.FeatureEncoder``) and :math:`o_j` the first code of feature ``j`` in the
-flat coefficient vector (``kernels.value_offsets``). The linear special case of NeuCalib (one-dimensional
+flat coefficient vector (``gpucal.kernels.value_offsets``). The linear special case of NeuCalib
+(one-dimensional
 field embeddings, no MLP), and a strong simple baseline.
 
 This module is the estimator: it validates its parameters, turns its input into
@@ -25,15 +26,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from gpucal._backend import resolve_device
-from gpucal._frames import split_input, wrap_output
-from gpucal.calibrators._base import (
-    OUTPUT_TYPE_OPTIONS,
-    SCORE_KIND_OPTIONS,
-    Calibrator,
-    Constraint,
-    Interval,
-    Options,
-)
+from gpucal._frames import parse_input, wrap_output
 from gpucal.calibrators._feature_platt_kernels import (
     on_device,
     predict_feature_platt,
@@ -44,6 +37,14 @@ from gpucal.calibrators._feature_platt_solver import (
     FeaturePlattParams,
     FeaturePlattState,
     fit_feature_platt,
+)
+from gpucal.calibrators.base import (
+    OUTPUT_TYPE_OPTIONS,
+    SCORE_KIND_OPTIONS,
+    Calibrator,
+    Constraint,
+    Interval,
+    Options,
 )
 from gpucal.encoding import FeatureEncoder, resolve_feature_cols
 from gpucal.encoding.encoder import MAX_CROSS_LEVELS, MIN_CROSS_COUNT
@@ -334,7 +335,7 @@ class FeatureAwarePlattCalibrator(Calibrator):
         if lazy is not None:
             return lazy
         encoder = self._fitted_encoder()
-        split = split_input(
+        split = parse_input(
             X,
             score_col=self.score_col,
             feature_cols=encoder.feature_names_,

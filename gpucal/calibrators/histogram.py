@@ -12,8 +12,8 @@ from typing import Any, ClassVar
 import numpy as np
 
 from gpucal._backend import array_namespace
-from gpucal.calibrators._base import Calibrator, Constraint, Interval, Options
-from gpucal.calibrators._bins import (
+from gpucal.calibrators.base import Calibrator, Constraint, Interval, Options
+from gpucal.calibrators.bins import (
     BIN_W,
     BIN_WY,
     bin_sums,
@@ -22,8 +22,8 @@ from gpucal.calibrators._bins import (
     mass_bin_stats_from_groups,
     midpoint_edges,
 )
-from gpucal.calibrators._logistic import sigmoid
-from gpucal.calibrators._score_rows import ScoreBlock, ScoreRows, score_groups
+from gpucal.calibrators.logistic import sigmoid
+from gpucal.calibrators.score_rows import ScoreBlock, ScoreRows, score_groups
 from gpucal.registry import calibration_method
 from gpucal.rows import Rows
 
@@ -57,7 +57,7 @@ def fit_histogram(
     Returns
     -------
     edges : numpy.ndarray of shape (B + 1,)
-        Increasing edges from 0 to 1; bins are right-closed (see ``gpucal.calibrators._bins``).
+        Increasing edges from 0 to 1; bins are right-closed (see ``gpucal.calibrators.bins``).
     values : numpy.ndarray of shape (B,)
         Weighted mean label per bin; an empty (equal-width) bin gets its centre.
     weights : numpy.ndarray of shape (B,)
@@ -99,9 +99,9 @@ def histogram_rows(rows: Rows, n_bins: int, strategy: str) -> tuple[np.ndarray, 
 
     Equal width: the per-bin sums added over blocks (one block: the sums ``fit_histogram`` computes).
     Equal mass: a row's bin depends only on the weight of the rows with a smaller score, so the bins are
-    a function of the distinct-score table (:func:`~gpucal.calibrators._score_rows.score_groups`,
-    :func:`~gpucal.calibrators._bins.mass_bin_stats_from_groups`). When the rows are one block in this
-    process the compiled walk over the sorted rows (:func:`~gpucal.calibrators._bins.mass_bin_stats`)
+    a function of the distinct-score table (:func:`~gpucal.calibrators.score_rows.score_groups`,
+    :func:`~gpucal.calibrators.bins.mass_bin_stats_from_groups`). When the rows are one block in this
+    process the compiled walk over the sorted rows (:func:`~gpucal.calibrators.bins.mass_bin_stats`)
     computes the same function without building the table: the weight below a score is a running sum
     over the sorted rows there and a cumulative sum of the per-score sums in the table, equal up to the
     order of the additions (bit for bit with unit weights, where both are counts).
@@ -127,7 +127,7 @@ class HistogramCalibrator(Calibrator):
 
         \hat f(p) = \frac{\sum_{i:\, b(p_i) = b(p)} w_i y_i}{\sum_{i:\, b(p_i) = b(p)} w_i},
 
-    where :math:`b(p)` is the right-closed bin of :math:`p` (``gpucal.calibrators._bins``). The map is
+    where :math:`b(p)` is the right-closed bin of :math:`p` (``gpucal.calibrators.bins``). The map is
     a step function and is *not* monotone in general: a bin with fewer positives than the bin below
     gets a lower value. It also creates ties, so it can lower the AUC; prefer
     :class:`~gpucal.calibrators.isotonic.IsotonicCalibrator` or

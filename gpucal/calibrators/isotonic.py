@@ -12,11 +12,11 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from gpucal.calibrators._base import Calibrator, Constraint, Interval, Options
-from gpucal.calibrators._bins import BIN_W, BIN_WY, interp_clipped
-from gpucal.calibrators._pav import PavBlocks, clip_blocks, isotonic_blocks, isotonic_blocks_from_groups
-from gpucal.calibrators._score_rows import ScoreRows, score_groups
 from gpucal.calibrators._sorted import host_float64
+from gpucal.calibrators.base import Calibrator, Constraint, Interval, Options
+from gpucal.calibrators.bins import BIN_W, BIN_WY, interp_clipped
+from gpucal.calibrators.pav import PavBlocks, clip_blocks, isotonic_blocks, isotonic_blocks_from_groups
+from gpucal.calibrators.score_rows import ScoreRows, score_groups
 from gpucal.registry import calibration_method
 from gpucal.rows import Rows
 
@@ -126,12 +126,12 @@ def isotonic_knots(
 
 
 def isotonic_rows(rows: Rows) -> PavBlocks:
-    """The blocks of the isotonic fit of checked rows (:class:`~gpucal.calibrators._score_rows.ScoreBlock`).
+    """The blocks of the isotonic fit of checked rows (:class:`~gpucal.calibrators.score_rows.ScoreBlock`).
 
     The fit is pool-adjacent-violators on the groups of tied scores, a function of the sums ``w`` and
-    ``w*y`` per distinct score (:func:`~gpucal.calibrators._score_rows.score_groups`, merged over blocks):
-    :func:`~gpucal.calibrators._pav.isotonic_blocks_from_groups`. When the rows are one block in this
-    process the compiled walk over the sorted rows (:func:`~gpucal.calibrators._pav.isotonic_blocks`)
+    ``w*y`` per distinct score (:func:`~gpucal.calibrators.score_rows.score_groups`, merged over blocks):
+    :func:`~gpucal.calibrators.pav.isotonic_blocks_from_groups`. When the rows are one block in this
+    process the compiled walk over the sorted rows (:func:`~gpucal.calibrators.pav.isotonic_blocks`)
     computes the same function without building the table: it forms the same tie groups (the tie rule
     reads only the distinct values, and a group starts at a distinct value), adds the same rows into
     each group and pools the groups by the same ``_push_block``; only the order of the additions inside
@@ -154,7 +154,7 @@ class IsotonicCalibrator(Calibrator):
 
         \hat f = \operatorname*{arg\,min}_{f \text{ non-decreasing}} \sum_i w_i \bigl(y_i - f(s_i)\bigr)^2,
 
-    by pool-adjacent-violators over the groups of tied scores (``gpucal.calibrators._pav``), and
+    by pool-adjacent-violators over the groups of tied scores (``gpucal.calibrators.pav``), and
     predicts by linear interpolation between the knots, clipping scores outside the fitted range to
     it. With the defaults the outputs are those of
     ``sklearn.isotonic.IsotonicRegression(out_of_bounds="clip")`` fitted on the same data and weights

@@ -4,20 +4,20 @@ r"""Platt scaling: a logistic map of the score's logit (or of a raw margin).
 
     \hat p = \sigma\big(a \operatorname{logit}(p) + b\big) \quad\text{or}\quad \hat p = \sigma(a s + b),
 
-fitted by weighted maximum likelihood with Newton steps from row sums (``gpucal.calibrators._logistic``).
+fitted by weighted maximum likelihood with Newton steps from row sums (``gpucal.calibrators.logistic``).
 """
 
 from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from gpucal.calibrators._base import OUTPUT_TYPE_OPTIONS, SCORE_KIND_OPTIONS, Calibrator, Constraint, Options
-from gpucal.calibrators._logistic import (
+from gpucal.calibrators.base import OUTPUT_TYPE_OPTIONS, SCORE_KIND_OPTIONS, Calibrator, Constraint, Options
+from gpucal.calibrators.logistic import (
     FEATURES_COLUMNS,
     FEATURES_LOGIT,
     predict_logistic,
 )
-from gpucal.calibrators._score_rows import ScoreRows
+from gpucal.calibrators.score_rows import ScoreRows
 from gpucal.registry import calibration_method
 from gpucal.rows import Rows
 

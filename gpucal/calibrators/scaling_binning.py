@@ -11,8 +11,8 @@ from typing import Any, ClassVar
 import numpy as np
 
 from gpucal._backend import array_namespace
-from gpucal.calibrators._base import Calibrator, Constraint, Interval, Options
-from gpucal.calibrators._bins import BIN_W, BIN_WP, lookup_bins, mass_bin_stats, midpoint_edges
+from gpucal.calibrators.base import Calibrator, Constraint, Interval, Options
+from gpucal.calibrators.bins import BIN_W, BIN_WP, lookup_bins, mass_bin_stats, midpoint_edges
 from gpucal.calibrators.histogram import check_bin_state
 from gpucal.calibrators.platt import fit_platt, predict_platt
 from gpucal.registry import calibration_method

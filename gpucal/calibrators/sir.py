@@ -11,9 +11,9 @@ from typing import Any, ClassVar
 import numpy as np
 
 from gpucal._backend import array_namespace
-from gpucal.calibrators._base import Calibrator, Constraint, Interval, Options
-from gpucal.calibrators._bins import BIN_W, BIN_WP, BIN_WY, interp_clipped, mass_bin_stats
-from gpucal.calibrators._pav import N_BLOCK_STATS, SUM_W, SUM_WX, SUM_WY, X_FIRST, X_LAST, pool_groups
+from gpucal.calibrators.base import Calibrator, Constraint, Interval, Options
+from gpucal.calibrators.bins import BIN_W, BIN_WP, BIN_WY, interp_clipped, mass_bin_stats
+from gpucal.calibrators.pav import N_BLOCK_STATS, SUM_W, SUM_WX, SUM_WY, X_FIRST, X_LAST, pool_groups
 from gpucal.registry import calibration_method
 
 

@@ -20,8 +20,8 @@ import numpy as np
 
 from gpucal._backend import array_namespace, is_cupy_array
 from gpucal._validation import check_class_labels, check_finite, check_sample_weight
-from gpucal.calibrators._base import OUTPUT_TYPE_OPTIONS, SCORE_KIND_OPTIONS, Calibrator, Constraint
-from gpucal.calibrators._logistic import (
+from gpucal.calibrators.base import OUTPUT_TYPE_OPTIONS, SCORE_KIND_OPTIONS, Calibrator, Constraint
+from gpucal.calibrators.logistic import (
     CHUNK_ROWS,
     EPS,
     FEATURES_COLUMNS,
@@ -30,10 +30,10 @@ from gpucal.calibrators._logistic import (
     predict_logistic,
     use_numba,
 )
-from gpucal.calibrators._score_rows import ScoreRows
+from gpucal.calibrators.score_rows import ScoreRows
+from gpucal.kernels.jit import numba
 from gpucal.registry import calibration_method
 from gpucal.rows import Rows
-from kernels.jit import numba
 
 # scikit-learn searches log(beta) in [-10, 10]; the same box keeps T finite and positive when the
 # likelihood keeps improving as T -> 0 (separable data) or as T -> inf (scores unrelated to y).

@@ -16,14 +16,14 @@ import numpy as np
 from sklearn.utils.validation import check_is_fitted
 
 from gpucal._backend import array_namespace, to_numpy
-from gpucal.calibrators._base import Calibrator, Constraint, Interval, Options
-from gpucal.calibrators._bins import _first_not_below, _knot_table
-from gpucal.calibrators._score_rows import ScoreBlock, ScoreRows
 from gpucal.calibrators._sorted import distinct_counts, host_float64, unit_binary
+from gpucal.calibrators.base import Calibrator, Constraint, Interval, Options
+from gpucal.calibrators.bins import _first_not_below, _knot_table
+from gpucal.calibrators.score_rows import ScoreBlock, ScoreRows
+from gpucal.kernels.jit import numba
 from gpucal.registry import calibration_method
 from gpucal.rows import Rows, row_uniforms
-from gpucal.rows._reduce import KeyedTable, check_table_size, group_sorted, max_distinct_keys, merge_tables
-from kernels.jit import numba
+from gpucal.rows.reduce import KeyedTable, check_table_size, group_sorted, max_distinct_keys, merge_tables
 
 # The stream of ``row_uniforms`` that deals the rows to the folds of the cross variant.
 FOLD_STREAM = 25
@@ -416,7 +416,7 @@ class VennAbersCalibrator(Calibrator):
         (``[min_k p0_k, max_k p1_k]``). A numpy array, or a cupy array for cupy input.
         """
         check_is_fitted(self, list(self._state_spec))
-        score = self._split(X, allow_empty=True).score
+        score = self._parse_input(X, allow_empty=True).score
         p0, p1 = self._fold_pairs(score)
         return array_namespace(score).asarray(np.column_stack([p0.min(axis=0), p1.max(axis=0)]))
 

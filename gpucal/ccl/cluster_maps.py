@@ -1,6 +1,6 @@
 r"""CCL's maps: one calibration map per cluster from per-cluster sums over :class:`~gpucal.rows.Rows`.
 
-Platt, temperature and beta maps (``gpucal.partition.local_maps``) are fitted for all clusters at once
+Platt, temperature and beta maps (``gpucal.trees.local_maps``) are fitted for all clusters at once
 by grouped Newton steps whose every statistic is a sum over rows, so :func:`fit_cluster_maps` reads
 the rows only through ``rows.sum`` of block functions (:func:`cluster_sums`, :func:`centred_logit_sums`,
 ``local_map_sums``): one machine and any partitioning give the same maps up to the order of additions.
@@ -19,15 +19,15 @@ from typing import Any
 import numpy as np
 
 from gpucal._backend import array_namespace, to_numpy
-from gpucal.calibrators._logistic import EPS
-from gpucal.partition.local_maps import (
+from gpucal.calibrators.logistic import EPS
+from gpucal.rows import Rows
+from gpucal.trees.local_maps import (
     fit_local_maps_from_sums,
     flatten_map_sums,
     identity_params,
     local_map_sums,
     unflatten_map_sums,
 )
-from gpucal.rows import Rows
 
 # A cluster whose scores vary less than this (weighted variance of the logit, or of every log-probability
 # column) has no slope to fit: all its scores are equal up to rounding.

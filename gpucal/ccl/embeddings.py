@@ -19,7 +19,8 @@ Neither library is imported unless its model is used.
 
 :class:`TreeEmbedding` holds the model and what the fit learnt about its leaves. An XGBoost or LightGBM
 model is read once, at fit, into gpucal's own tree tables (:mod:`gpucal.ccl.tree_tables`): the leaves and
-SHAP values come from ``kernels.split_trees``, and ``predict`` and ``load`` need neither library (no file
+SHAP values come from ``gpucal.kernels.boosted_trees``, and ``predict`` and ``load`` need neither library (no
+file
 content ever reaches a native parser). It is saved as plain data (no pickle): those tables, or a gpucal
 model's own JSON document, plus the leaf-to-column table.
 """

@@ -31,13 +31,13 @@ from typing import Any
 import numpy as np
 
 from gpucal._backend import array_namespace, resolve_device
-from gpucal._frames import split_input
+from gpucal._frames import parse_input
 from gpucal._validation import check_consistent_length, check_labels, check_same_index, check_sample_weight
 from gpucal.ccl.cluster_maps import ClusterMaps, fit_cluster_maps, fit_dirichlet_maps
 from gpucal.ccl.clustering import FittedClusters, assign_clusters, fit_clusters_on, project
 from gpucal.ccl.embeddings import TreeEmbedding, _as_pandas, leaf_counts, leaf_widths
 from gpucal.rows import LabelSummary, Rows, label_summary
-from gpucal.rows._checks import check_partition_weight
+from gpucal.rows.checks import check_partition_weight
 
 # Columns of a block's summary: label_summary's five, then whether the block's score is on the GPU.
 ON_GPU = 5
@@ -89,7 +89,7 @@ def is_multiclass(score_col: Any) -> bool:
 def read_scores(X: Any, score_col: Any, *, allow_empty: bool = False) -> tuple[Any, Any]:
     """Return ``(score, info)``: the 1-D probability or the ``(n, K)`` probability matrix of ``X``."""
     if not is_multiclass(score_col):
-        split = split_input(X, score_col=score_col, feature_cols=[], allow_empty=allow_empty)
+        split = parse_input(X, score_col=score_col, feature_cols=[], allow_empty=allow_empty)
         return split.score, split.info
     from gpucal.calibrators.temperature import as_2d_scores
 

@@ -18,8 +18,8 @@ from sklearn.utils.validation import check_is_fitted
 
 from gpucal._backend import array_namespace, to_numpy
 from gpucal._frames import wrap_output
-from gpucal.calibrators._base import OUTPUT_TYPE_OPTIONS, AnyOf, Calibrator, Constraint, Interval, Options
-from gpucal.calibrators._logistic import EPS
+from gpucal.calibrators.base import OUTPUT_TYPE_OPTIONS, AnyOf, Calibrator, Constraint, Interval, Options
+from gpucal.calibrators.logistic import EPS
 from gpucal.ccl.cluster_maps import as_matrix
 from gpucal.ccl.clustering import CLUSTERINGS, assign_clusters, project
 from gpucal.ccl.embeddings import EMBEDDINGS, LEAF_ENCODINGS, TreeEmbedding, make_embedding
@@ -27,9 +27,9 @@ from gpucal.ccl.fit import CCLParams, CCLState, fit_ccl, is_multiclass, read_sco
 from gpucal.encoding import resolve_feature_cols
 from gpucal.registry import calibration_method
 from gpucal.rows import any_dask, as_rows
-from gpucal.rows._checks import check_all_dask
+from gpucal.rows.checks import check_all_dask
 
-#: Maps fitted by grouped Newton steps (``gpucal.partition.local_maps``) and the per-cluster Dirichlet fit.
+#: Maps fitted by grouped Newton steps (``gpucal.trees.local_maps``) and the per-cluster Dirichlet fit.
 LOCAL_MAPS = ("platt", "temperature", "beta")
 CALIBRATORS = (*LOCAL_MAPS, "dirichlet")
 # What happened to each cluster (``cluster_role_``).
@@ -89,7 +89,7 @@ class ClusteredCalibrator(Calibrator):
     calibrator : {"platt", "temperature", "beta", "dirichlet"}, default="platt"
         The map per cluster. Platt :math:`\sigma(a\,\mathrm{logit}\,p + b)`, temperature
         :math:`\sigma(a\,\mathrm{logit}\,p)`, beta :math:`\sigma(a \ln p - b \ln(1-p) + c)` are fitted for
-        all clusters at once by grouped Newton steps on per-cluster sums (``gpucal.partition.local_maps``);
+        all clusters at once by grouped Newton steps on per-cluster sums (``gpucal.trees.local_maps``);
         Dirichlet (:class:`~gpucal.calibrators.DirichletCalibrator`, the paper's multi-class map; on binary
         scores it acts on :math:`(1 - p, p)`) by one fit per cluster. Multi-class scores (``score_col`` a
         list) take "dirichlet" only.
@@ -408,7 +408,7 @@ class ClusteredCalibrator(Calibrator):
             if not self._multiclass:
                 out = xp.asarray(out[:, 1])
         else:
-            from gpucal.partition.local_maps import apply_local_maps
+            from gpucal.trees.local_maps import apply_local_maps
 
             part_xp = xp.asarray(part)
             out = apply_local_maps(score, part_xp, self.params_, self.calibrator)

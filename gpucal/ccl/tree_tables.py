@@ -6,7 +6,8 @@ aborts it, a child index out of range segfaults, a child pointing at its own nod
 XGBoost alike). So no file content ever reaches either library: at fit time the user's
 model (an object in memory, trusted as the user's own) is read once into plain node arrays
 (:func:`from_model`), those arrays are what the calibrator saves, and every load checks them
-(``kernels.split_trees.check_split_trees``) before gpucal's kernels walk them. ``predict`` and ``load``
+(``gpucal.kernels.boosted_trees.check_boosted_trees``) before gpucal's kernels walk them. ``predict`` and
+``load``
 import neither library.
 
 The tables hold, per node, the split feature, threshold, decision rule, missing-value handling and
@@ -15,7 +16,7 @@ SHAP: LightGBM's row counts, XGBoost's hessian sums, as each library's SHAP uses
 own leaf id; per tree, the output (class) it adds to; per feature, the pandas categories the model
 was trained with (rows are coded by them as both libraries do), and whether inputs are rounded to
 float32 first (XGBoost reads float32). The node layout and the rules are those of
-``kernels.split_trees_oracle``.
+``gpucal.kernels.boosted_trees_oracle``.
 """
 
 from __future__ import annotations
@@ -27,8 +28,8 @@ from typing import Any
 
 import numpy as np
 
-from kernels.split_trees import check_split_trees, split_tree_leaves, split_tree_shap
-from kernels.split_trees_oracle import (
+from gpucal.kernels.boosted_trees import boosted_tree_leaves, boosted_tree_shap, check_boosted_trees
+from gpucal.kernels.boosted_trees_oracle import (
     DECISION_CAT_LEFT,
     DECISION_CAT_RIGHT,
     DECISION_LE,
@@ -77,7 +78,7 @@ class TreeTables:
     float32_inputs : bool
         Whether values are rounded to float32 before the comparisons (XGBoost).
     nodes : dict of str to numpy.ndarray
-        The node arrays of ``kernels.split_trees.check_split_trees``.
+        The node arrays of ``gpucal.kernels.boosted_trees.check_boosted_trees``.
     max_depth : int
         The deepest tree's depth.
     """
@@ -153,11 +154,11 @@ class TreeTables:
 
     def leaves(self, X: np.ndarray) -> np.ndarray:
         """Return ``(n, n_trees)`` int64: each row's leaf per tree, numbered as the library numbers it."""
-        return split_tree_leaves(X, self.n_features, self.nodes).astype(np.int64)
+        return boosted_tree_leaves(X, self.n_features, self.nodes).astype(np.int64)
 
     def shap(self, X: np.ndarray) -> np.ndarray:
         """Return ``(n, n_outputs * n_features)``: exact tree SHAP values per output, bias left out."""
-        values = split_tree_shap(X, self.n_features, self.nodes, self.tree_class, self.n_outputs)
+        values = boosted_tree_shap(X, self.n_features, self.nodes, self.tree_class, self.n_outputs)
         return values.reshape(X.shape[0], -1)
 
     # ----------------------------------------------------------------------------------------------
@@ -195,7 +196,7 @@ class TreeTables:
             raise ValueError(msg)
         arrays = {name: _number_list(data[name], name) for name in NODE_FIELDS}
         n_features = _count(data["n_features"], "n_features")
-        trees, max_depth = check_split_trees(n_features, arrays)
+        trees, max_depth = check_boosted_trees(n_features, arrays)
         tree_class = _number_list(data["tree_class"], "tree_class")
         n_outputs = _count(data["n_outputs"], "n_outputs")
         if tree_class.shape[0] != trees.tree_start.shape[0] - 1 or tree_class.dtype.kind != "i":
@@ -478,7 +479,7 @@ def _tables(
     if len(table.tree_start) < 2:
         msg = "embedding_model: the model has no trees, so there are no leaves to embed"
         raise ValueError(msg)
-    trees, max_depth = check_split_trees(n_features, table.arrays())
+    trees, max_depth = check_boosted_trees(n_features, table.arrays())
     nodes = trees._asdict()
     return TreeTables(
         library, n_features, n_outputs, tree_class, categories, float32_inputs, nodes, max_depth

@@ -301,7 +301,7 @@ def _warm_marker() -> Path:
     Its name holds the version and the newest modification time of gpucal's and the kernels' sources:
     numba's cache entries are invalidated by the same times, and then the marker no longer matches.
     """
-    from kernels._numba_cache import numba_cache_dir
+    from gpucal.kernels.numba_cache import numba_cache_dir
 
     roots = [Path(__file__).resolve().parents[1], Path(__file__).resolve().parents[2] / "kernels"]
     newest = max(int(path.stat().st_mtime) for root in roots for path in root.rglob("*.py"))

@@ -15,7 +15,7 @@ import math
 
 import numpy as np
 
-from kernels.jit import njit, prange
+from gpucal.kernels.jit import njit, prange
 
 # Fixed draw layout of one row: one draw per field, two for the context normal, one for the label.
 N_FIELD_STREAMS = 6

@@ -25,7 +25,7 @@ from typing import Any
 from gpucal.distributed.cluster import dataframe_backend, gpu_count, local_cluster, local_cuda_cluster
 from gpucal.distributed.encoding import fit_encoder, hash_codes, transform_partitions
 from gpucal.registry import dask_fitting_names
-from gpucal.rows._collections import is_dask_collection, reject_dask
+from gpucal.rows.collections import is_dask_collection, reject_dask
 from gpucal.rows.dask import partition_lengths, partition_offsets, reduce_partitions, sum_partitions
 
 __all__ = [

@@ -16,7 +16,7 @@ import numpy as np
 
 from gpucal._frames import Column
 from gpucal.encoding.summaries import plain_value
-from kernels.lookup import VALUE_DTYPES, lookup_codes, lookup_edges
+from gpucal.kernels.lookup import VALUE_DTYPES, lookup_codes, lookup_edges
 
 CODE_DTYPES = (np.int8, np.int16, np.int32)  # the dtypes the group-sum kernel takes
 KIND_BINS = "bins"

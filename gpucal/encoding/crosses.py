@@ -29,8 +29,8 @@ import numpy as np
 
 from gpucal._backend import array_namespace, to_numpy
 from gpucal.encoding.codings import MAX_LOOKUP_SPAN
-from gpucal.rows._reduce import KeyedTable, check_table_size, group_sorted, merge_tables
-from kernels.lookup import lookup_codes
+from gpucal.kernels.lookup import lookup_codes
+from gpucal.rows.reduce import KeyedTable, check_table_size, group_sorted, merge_tables
 
 
 @dataclass(frozen=True)

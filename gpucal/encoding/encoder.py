@@ -106,10 +106,10 @@ from gpucal.encoding.summaries import (
     read_block,
     summarise_block,
 )
+from gpucal.kernels.lookup import VALUE_DTYPES, lookup_codes
 from gpucal.rows import Rows, any_dask, as_rows
-from gpucal.rows._checks import check_partition_weight
-from gpucal.rows._collections import collection_kind
-from kernels.lookup import VALUE_DTYPES, lookup_codes
+from gpucal.rows.checks import check_partition_weight
+from gpucal.rows.collections import collection_kind
 
 HANDLE_UNSEEN = ("separate", "missing", "error")
 #: Default weight (rows, when unweighted) a cross level needs to keep a code of its own.
@@ -279,7 +279,7 @@ class FeatureEncoder(BaseEstimator):
         ----------
         X : dataframe or dict
             pandas, cudf, polars or pyarrow dataframe, a ``dict`` of 1-D columns, or the
-            ``features`` dict of :func:`gpucal._frames.split_input`. Every column is encoded.
+            ``features`` dict of :func:`gpucal._frames.parse_input`. Every column is encoded.
         sample_weight : array-like of shape (n_rows,), optional
             Row weights for the quantile cut points (rows of weight 0 are ignored there).
             Categories are every value that occurs, whatever its weight.
@@ -332,7 +332,7 @@ class FeatureEncoder(BaseEstimator):
         self._set_fitted(codings)
         pairs = self._cross_pairs()
         if pairs:
-            from gpucal.rows._reduce import max_distinct_keys
+            from gpucal.rows.reduce import max_distinct_keys
 
             tables = count_pairs(self.transform(columns), w, pairs, max_distinct_keys())
             self._fit_crosses(codings, tables)
@@ -377,7 +377,7 @@ class FeatureEncoder(BaseEstimator):
         if block is not None:
             X, w = read(block, *args)
             return self.fit(X, sample_weight=w)
-        from gpucal.rows._reduce import max_distinct_keys
+        from gpucal.rows.reduce import max_distinct_keys
 
         categorical = frozenset(self._check_params())
         limit = max_distinct_keys()

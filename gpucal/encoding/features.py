@@ -31,7 +31,7 @@ import numpy as np
 
 from gpucal._frames import as_column, column_names, frame_columns, numeric_values, resolve_feature_names
 from gpucal.rows import RowBlock, Rows
-from gpucal.rows._collections import any_dask
+from gpucal.rows.collections import any_dask
 
 
 def resolve_feature_cols(

@@ -24,8 +24,8 @@ import numpy as np
 from gpucal._backend import array_namespace, to_numpy
 from gpucal._frames import Column, frame_columns
 from gpucal.rows import RowBlock
-from gpucal.rows._checks import check_partition_weight
-from gpucal.rows._reduce import KeyedTable, check_table_size, group_sorted, merge_tables, merge_uniques
+from gpucal.rows.checks import check_partition_weight
+from gpucal.rows.reduce import KeyedTable, check_table_size, group_sorted, merge_tables, merge_uniques
 
 #: Kinds of column summary: a value-weight table (quantile bins), the categories used, or the value-weight
 #: table of an integer column whose reading (by value or binned) depends on its distinct values

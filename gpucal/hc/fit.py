@@ -7,8 +7,8 @@ each a pass over the rows where they live (one block on one machine, a block per
    summed summaries; fit the encoder (``FeatureEncoder.fit_rows``); encode each block and cut it into
    tree rows and map rows;
 2. the tree code maps from the summed weight of every code among the tree rows (rare categories pooled);
-3. the trees (:func:`~gpucal.partition.grow.grow_tree_on` over
-   :func:`~gpucal.partition.tree_rows.tree_store`): one label tree, a forest on Poisson(1) bootstrap
+3. the trees (:func:`~gpucal.trees.grow.grow_tree_on` over
+   :func:`~gpucal.trees.tree_rows.tree_store`): one label tree, a forest on Poisson(1) bootstrap
    weights drawn per *global* row (:func:`~gpucal.rows.draws.poisson_one`) with a feature subset per
    tree, or the boosted chain, each tree's maps applied to every block before the next;
 4. each tree's node maps, fitted top-down from per-depth sums (:mod:`gpucal.hc.node_maps`).
@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from gpucal._backend import array_namespace
-from gpucal.calibrators._logistic import EPS
+from gpucal.calibrators.logistic import EPS
 from gpucal.encoding import KIND_BINS, FeatureEncoder
 from gpucal.hc.node_maps import ENSEMBLE_KINDS, ensemble_values, fit_node_maps, through_tree
 from gpucal.hc.read import (
@@ -39,7 +39,7 @@ from gpucal.hc.read import (
     TREE,
     TreeBlock,
     block_summary,
-    check_split,
+    check_holdout,
     encoded_sides,
     encoder_inputs,
     feature_names,
@@ -48,11 +48,11 @@ from gpucal.hc.read import (
     read_block,
     tree_codes,
 )
-from gpucal.partition.ensemble import TreeEnsemble, code_maps_from_weights, code_weights, join_trees
-from gpucal.partition.grow import GrowConfig, TreeNodes, grow_tree_on
-from gpucal.partition.tree_rows import tree_store
 from gpucal.rows import LabelSummary, Rows, poisson_one, row_uniforms
 from gpucal.rows.draws import held_out_mask
+from gpucal.trees.ensemble import TreeEnsemble, code_maps_from_weights, code_weights, join_trees
+from gpucal.trees.grow import GrowConfig, TreeNodes, grow_tree_on
+from gpucal.trees.tree_rows import tree_store
 
 
 @dataclass(frozen=True)
@@ -118,7 +118,7 @@ def fit_hc(rows: Rows, params: HCParams, tree_rows: Rows | None = None) -> HCSta
     feature_cols = read.reduce(feature_names, first)
     on_gpu = summary[N_ON_GPU] > 0
     if tree_rows is None:
-        check_split(int(summary[0]), int(summary[N_TREE]), params.tree_fraction)
+        check_holdout(int(summary[0]), int(summary[N_TREE]), params.tree_fraction)
         grow, n_tree = read, int(summary[N_TREE])
     else:
         tree_whole = tree_rows.single_block() is not None
@@ -293,7 +293,7 @@ class _Fit:
         pairs = cal.map(_divided, share, p.seed + 1, offsets=True)
         fit_rows, valid = pairs.map(pick, 0), pairs.map(pick, 1)
         n_fit, n = float(fit_rows.sum(_n_rows)[0]), cal.offsets()[1]
-        check_split(n, int(n_fit), share)
+        check_holdout(n, int(n_fit), share)
         return fit_rows, valid
 
     def boosted(self, tree: Rows, cal: Rows) -> tuple[list[TreeNodes], np.ndarray]:

@@ -15,8 +15,8 @@ import numpy as np
 from sklearn.utils.validation import check_is_fitted
 
 from gpucal._backend import array_namespace
-from gpucal._frames import SplitInput, split_input, wrap_output
-from gpucal.calibrators._base import OUTPUT_TYPE_OPTIONS, AnyOf, Calibrator, Constraint, Interval, Options
+from gpucal._frames import ParsedInput, parse_input, wrap_output
+from gpucal.calibrators.base import OUTPUT_TYPE_OPTIONS, AnyOf, Calibrator, Constraint, Interval, Options
 from gpucal.encoding import FeatureEncoder, resolve_feature_cols
 from gpucal.hc.fit import HCParams, fit_hc
 from gpucal.hc.node_maps import (
@@ -25,17 +25,17 @@ from gpucal.hc.node_maps import (
     apply_chain,
     ensemble_values,
 )
-from gpucal.partition.ensemble import (
-    TreeEnsemble,
-    predict_ensemble,
-)
-from gpucal.partition.local_maps import LOCAL_MAP_KINDS, n_map_params
+from gpucal.kernels import tree_leaves
 from gpucal.persistence import check_records
 from gpucal.registry import calibration_method
 from gpucal.rows import any_dask, as_rows
-from gpucal.rows._checks import check_all_dask
+from gpucal.rows.checks import check_all_dask
 from gpucal.rules import export_rules
-from kernels import tree_leaves
+from gpucal.trees.ensemble import (
+    TreeEnsemble,
+    predict_ensemble,
+)
+from gpucal.trees.local_maps import LOCAL_MAP_KINDS, n_map_params
 
 MODES = ("tree", "forest", "boosted")
 # The record of each tree in ``history_`` (checked when a model file is loaded).
@@ -66,7 +66,7 @@ class HeterogeneousCalibrator(Calibrator):
     subset of the features; ``"boosted"`` composes them, each tree's maps calibrating the output of the
     trees before it (:math:`\hat p = g^{(T)}_{b_T(x)} \circ \dots \circ g^{(1)}_{b_1(x)}(s)`).
 
-    The trees come from gpucal's tree engine (:mod:`gpucal.partition`): one group-sum histogram pass
+    The trees come from gpucal's tree engine (:mod:`gpucal.trees`): one group-sum histogram pass
     per level, binary splits chosen from the histogram (numeric bins cut at a threshold, categories cut
     after sorting them by their label rate), so the fit runs on the GPU as well.
 
@@ -97,7 +97,7 @@ class HeterogeneousCalibrator(Calibrator):
         Impurity of a node's label rate :math:`p` that the splits minimise: :math:`W H(p)` (half the
         binomial deviance) or :math:`2 W p (1 - p)`.
     local_map : {"platt", "constant", "shift", "temperature", "scale", "beta"}, default="platt"
-        The map of each part (``gpucal.partition.local_maps``); "platt" is the paper's.
+        The map of each part (``gpucal.trees.local_maps``); "platt" is the paper's.
     leaf_penalty : float, default=1
         Ridge pulling each node's map toward its parent's, in units of row weight (the root has none):
         a leaf without positives among its calibration rows otherwise gets a logit offset running to
@@ -311,9 +311,9 @@ class HeterogeneousCalibrator(Calibrator):
     # ----------------------------------------------------------------------------------------------
     # predict
 
-    def _predict_input(self, X: Any) -> tuple[Any, Any, SplitInput]:
+    def _predict_input(self, X: Any) -> tuple[Any, Any, ParsedInput]:
         check_is_fitted(self, list(self._state_spec))
-        split = split_input(X, score_col=self.score_col, feature_cols=self.feature_cols_, allow_empty=True)
+        split = parse_input(X, score_col=self.score_col, feature_cols=self.feature_cols_, allow_empty=True)
         xp = array_namespace(split.score)
         codes = xp.asarray(self.encoder_.transform(split.features, code_maps=self.ensemble_.code_maps))
         return codes, split.score, split

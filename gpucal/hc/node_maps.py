@@ -2,11 +2,11 @@ r"""A map on every node of a grown tree, fitted top-down on the calibration rows
 
 Heterogeneous calibration fits one calibration map per part (Durfee et al. 2022, Algorithm 1, lines
 2-5). The parts are the leaves, but a row whose value of a split feature no tree row of that node had
-stops at the split node (``gpucal.partition.ensemble``), so every node needs a map: node :math:`m`'s
+stops at the split node (``gpucal.trees.ensemble``), so every node needs a map: node :math:`m`'s
 map is fitted on all calibration rows whose walk passes through :math:`m`.
 
 Levels are fitted from the root down, one grouped Newton fit of all the level's nodes per level
-(:func:`~gpucal.partition.local_maps.fit_local_maps_from_sums` of the level's ``local_map_sums`` added
+(:func:`~gpucal.trees.local_maps.fit_local_maps_from_sums` of the level's ``local_map_sums`` added
 over the row blocks; "scale" in closed form from the level's group sums). The root gets the plain
 global fit; a deeper node starts from its parent's map and, with ``penalty`` :math:`\lambda > 0`, is
 pulled toward it,
@@ -29,8 +29,10 @@ from typing import Any
 import numpy as np
 
 from gpucal._backend import array_namespace
-from gpucal.partition.grow import TreeNodes
-from gpucal.partition.local_maps import (
+from gpucal.kernels import tree_leaves
+from gpucal.rows import Rows
+from gpucal.trees.grow import TreeNodes
+from gpucal.trees.local_maps import (
     apply_local_maps,
     fit_local_maps_from_sums,
     fit_scale_maps_from_sums,
@@ -41,8 +43,6 @@ from gpucal.partition.local_maps import (
     start_params,
     unflatten_map_sums,
 )
-from gpucal.rows import Rows
-from kernels import tree_leaves
 
 # The kinds of local map a TreeEnsemble node can carry as (a, b): the kernels' "platt" map
 # sigmoid(a logit f + b) (or "scale": min(a f, 1)). Beta has three parameters and no such form.
@@ -144,7 +144,7 @@ def fit_node_maps(rows: Rows, nodes: TreeNodes, kind: str, penalty: float, backe
     nodes : TreeNodes
         One grown tree (tree-local ids).
     kind : str
-        A ``gpucal.partition.local_maps`` kind.
+        A ``gpucal.trees.local_maps`` kind.
     penalty : float
         Ridge pulling a node's map toward its parent's (the root has none).
     backend : str

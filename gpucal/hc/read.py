@@ -6,7 +6,7 @@ trees marked (``tree_fraction``: row ``r`` grows them when draw ``r`` of ``defau
 the share, :func:`~gpucal.rows.draws.held_out_mask` at the block's global row offset, so dask partitions
 mark the rows one machine marks). Checks of the whole data read the summed block summaries. Once the
 encoder is fitted, :func:`encoded_sides` gives each block's tree rows and map rows as
-:class:`TreeBlock` s: what :class:`~gpucal.partition.tree_rows.TreeRows` and the node-map sums read.
+:class:`TreeBlock` s: what :class:`~gpucal.trees.tree_rows.TreeRows` and the node-map sums read.
 """
 
 from __future__ import annotations
@@ -18,14 +18,14 @@ from typing import Any
 import numpy as np
 
 from gpucal._backend import array_namespace, resolve_device
-from gpucal._frames import Column, frame_columns, split_input
+from gpucal._frames import Column, frame_columns, parse_input
 from gpucal._validation import check_consistent_length, check_labels, check_same_index, check_sample_weight
 from gpucal.encoding import FeatureEncoder
-from gpucal.partition.ensemble import map_codes
 from gpucal.rows import label_summary
-from gpucal.rows._checks import check_partition_weight
 from gpucal.rows.block import RowBlock
+from gpucal.rows.checks import check_partition_weight
 from gpucal.rows.draws import held_out_mask
+from gpucal.trees.ensemble import map_codes
 
 # Which rows a block of input holds: X cut by tree_fraction, X all map rows, X_tree all tree rows.
 SPLIT, MAP, TREE = "split", "map", "tree"
@@ -93,7 +93,7 @@ def read_block(
     if role == TREE and not boosted:  # the label tree reads features only
         features, score = frame_columns(X, feature_cols, name=x_name), None
     else:
-        given = split_input(
+        given = parse_input(
             X,
             score_col=score_col,
             feature_cols=feature_cols,
@@ -138,7 +138,7 @@ def first(*values: Any) -> Any:
     return values[0]
 
 
-def check_split(n: int, n_first: int, share: float) -> None:
+def check_holdout(n: int, n_first: int, share: float) -> None:
     """Raise ``ValueError`` unless a random split of ``n`` rows, ``n_first`` of them first, has rows on
     both sides (``tree_fraction``'s, and the boosted chain's validation split)."""
     if n_first in (0, n):
@@ -205,7 +205,7 @@ __all__ = [
     "InputBlock",
     "TreeBlock",
     "block_summary",
-    "check_split",
+    "check_holdout",
     "encoded_sides",
     "encoder_inputs",
     "feature_names",

@@ -38,9 +38,9 @@ from typing import Any
 import numpy as np
 
 from gpucal._backend import array_namespace
-from gpucal.calibrators._logistic import EPS
-from gpucal.calibrators._score_rows import ScoreBlock, ScoreRows
+from gpucal.calibrators.logistic import EPS
 from gpucal.calibrators.platt import fit_platt_rows
+from gpucal.calibrators.score_rows import ScoreBlock, ScoreRows
 from gpucal.encoding import FeatureEncoder
 from gpucal.mbct import read
 from gpucal.mbct._node_size import min_node_size
@@ -48,23 +48,25 @@ from gpucal.mbct.read import (
     ChainBlock,
     block_code_weights,
     chain_input,
+    holdout_block,
     input_n_values,
     input_summary,
-    join_split,
+    join_holdout,
     label_square_sum,
     read_block,
     side,
-    split_block,
 )
-from gpucal.partition.aggregate import aggregate_rows
-from gpucal.partition.ensemble import (
+from gpucal.rows import LocalRows, Rows, check_held_out
+from gpucal.rows.block import check_class_weights
+from gpucal.trees.aggregate import aggregate_rows
+from gpucal.trees.ensemble import (
     TreeEnsemble,
     code_maps_from_weights,
     join_trees,
     predict_ensemble,
 )
-from gpucal.partition.grow import GrowConfig, TreeNodes, grow_tree_on
-from gpucal.partition.local_maps import (
+from gpucal.trees.grow import GrowConfig, TreeNodes, grow_tree_on
+from gpucal.trees.local_maps import (
     MapSums,
     fit_local_maps_from_sums,
     flatten_map_sums,
@@ -72,9 +74,7 @@ from gpucal.partition.local_maps import (
     map_design,
     unflatten_map_sums,
 )
-from gpucal.partition.tree_rows import TreeRows, tree_store
-from gpucal.rows import LocalRows, Rows, check_held_out
-from gpucal.rows.block import check_class_weights
+from gpucal.trees.tree_rows import TreeRows, tree_store
 
 # Newton steps refitting the shift / Platt leaves of a grown tree (they start from the grown map).
 N_REFIT_STEPS = 4
@@ -219,8 +219,8 @@ def fit_mbct(rows: Rows, params: MBCTParams, encoder: FeatureEncoder | None) -> 
     encoded = rows.map(
         read_block, params.score_col, params.feature_cols, params.score_bins, params.backend, encoder, local
     )
-    split = encoded.map(split_block, params.validation_fraction, params.seed, offsets=True).per_worker(
-        join_split
+    split = encoded.map(holdout_block, params.validation_fraction, params.seed, offsets=True).per_worker(
+        join_holdout
     )
     del encoded  # held blocks are freed once their split exists
     summary = split.sum(input_summary, n_values)

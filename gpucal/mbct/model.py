@@ -15,17 +15,17 @@ import numpy as np
 from sklearn.utils.validation import check_is_fitted
 
 from gpucal._backend import is_cupy_array, resolve_device
-from gpucal._frames import SplitInput, split_input, wrap_output
-from gpucal.calibrators._base import OUTPUT_TYPE_OPTIONS, AnyOf, Calibrator, Constraint, Interval, Options
+from gpucal._frames import ParsedInput, parse_input, wrap_output
+from gpucal.calibrators.base import OUTPUT_TYPE_OPTIONS, AnyOf, Calibrator, Constraint, Interval, Options
 from gpucal.encoding import FeatureEncoder, resolve_feature_cols
+from gpucal.kernels import tree_leaves
 from gpucal.mbct.fit import MVCE_ON_PARTITIONS, MBCTParams, fit_mbct
-from gpucal.mbct.read import apply_init, fit_mbct_encoder, input_n_values, split_codes
-from gpucal.partition.ensemble import LEAF_MAPS, TreeEnsemble, predict_ensemble
+from gpucal.mbct.read import apply_init, fit_mbct_encoder, input_codes, input_n_values
 from gpucal.persistence import check_records
 from gpucal.registry import calibration_method
 from gpucal.rows import any_dask, as_rows
 from gpucal.rules import export_rules
-from kernels import tree_leaves
+from gpucal.trees.ensemble import LEAF_MAPS, TreeEnsemble, predict_ensemble
 
 AUTO = Options("auto")
 # The record of each tree in ``history_`` (checked when a model file is loaded).
@@ -120,7 +120,7 @@ class MBCT(Calibrator):
         A tree is kept when it lowers the global loss by more than ``tol`` times the loss.
     aggregate : bool, default=True
         Merge rows with equal codes and score first (App. A.2; lossless,
-        ``gpucal.partition.aggregate``), when that at least halves the rows. CPU path and criterion
+        ``gpucal.trees.aggregate``), when that at least halves the rows. CPU path and criterion
         "gain" only: MVCE's views are equal-count bins of samples, which merged rows would distort.
     seed : int, default=0
         Seed of the MVCE views and of the validation split.
@@ -331,7 +331,7 @@ class MBCT(Calibrator):
         feature_cols = resolve_feature_cols(
             rows, X, y, sample_weight, score_col=self.score_col, feature_cols=self.feature_cols
         )
-        split = split_input(
+        split = parse_input(
             columns, score_col=self.score_col, feature_cols=feature_cols, allow_empty=dask_input
         )
         if not split.features and not self.score_bins:
@@ -360,10 +360,10 @@ class MBCT(Calibrator):
     # ----------------------------------------------------------------------------------------------
     # predict
 
-    def _predict_input(self, X: Any) -> tuple[Any, Any, SplitInput]:
+    def _predict_input(self, X: Any) -> tuple[Any, Any, ParsedInput]:
         check_is_fitted(self, list(self._state_spec))
-        split = split_input(X, score_col=self.score_col, feature_cols=self.feature_cols_, allow_empty=True)
-        codes = split_codes(split, self.encoder_, self.score_bins, self.ensemble_)
+        split = parse_input(X, score_col=self.score_col, feature_cols=self.feature_cols_, allow_empty=True)
+        codes = input_codes(split, self.encoder_, self.score_bins, self.ensemble_)
         return codes, apply_init(split.score, self.init_), split
 
     def predict(self, X: Any) -> Any:

@@ -1,7 +1,7 @@
 """Reading MBCT's rows: the codes of a block, the checks, the validation split and the input summary.
 
 The block functions here run where the blocks are (module level, picklable), mapped over
-:class:`~gpucal.rows.Rows` by :func:`gpucal.mbct.fit.fit_mbct`; :func:`split_codes` and
+:class:`~gpucal.rows.Rows` by :func:`gpucal.mbct.fit.fit_mbct`; :func:`input_codes` and
 :func:`apply_init` also serve ``MBCT.predict``.
 """
 
@@ -14,14 +14,14 @@ from typing import Any
 import numpy as np
 
 from gpucal._backend import array_namespace
-from gpucal._frames import SplitInput, split_input
+from gpucal._frames import ParsedInput, parse_input
 from gpucal._validation import check_consistent_length, check_labels, check_same_index, check_sample_weight
 from gpucal.calibrators.platt import predict_platt
 from gpucal.encoding import FeatureEncoder
-from gpucal.partition.ensemble import TreeEnsemble, code_weights, map_codes, tree_code_dtype
+from gpucal.kernels import gather_rows, lookup_bins
 from gpucal.rows import Rows, concat_weights, held_out_mask
-from gpucal.rows._checks import check_partition_weight
-from kernels import lookup_bins, take_rows
+from gpucal.rows.checks import check_partition_weight
+from gpucal.trees.ensemble import TreeEnsemble, code_weights, map_codes, tree_code_dtype
 
 # Columns of :func:`input_summary` (the training rows' code weights from CODE_WEIGHTS on).
 N_ROWS, N_HELD, N_POSITIVE, N_NEGATIVE, W_SUM, WY_SUM, CODE_WEIGHTS = range(7)
@@ -41,7 +41,7 @@ class ChainBlock:
 
 
 @dataclass(frozen=True)
-class SplitBlock:
+class HoldoutBlock:
     """A block's training and validation rows (None without a split), and its ``[n, held]`` counts."""
 
     train: ChainBlock
@@ -50,8 +50,8 @@ class SplitBlock:
     n_held: int
 
 
-def split_codes(
-    split: SplitInput, encoder: FeatureEncoder | None, score_bins: int, tree: TreeEnsemble | None = None
+def input_codes(
+    split: ParsedInput, encoder: FeatureEncoder | None, score_bins: int, tree: TreeEnsemble | None = None
 ) -> Any:
     """Return the ``(n, d)`` codes: the encoded features, then the score bin, written in one array.
 
@@ -107,7 +107,7 @@ def _encoder_input(block: Any, score_col: Hashable, features: list[Any], whole: 
     X = block["X"]
     if not whole:
         return X[features], block["sample_weight"]
-    split = split_input(X, score_col=score_col, feature_cols=features, allow_empty=True)
+    split = parse_input(X, score_col=score_col, feature_cols=features, allow_empty=True)
     return split.features, block["sample_weight"]
 
 
@@ -126,7 +126,7 @@ def read_block(
     whose index must match its labels' and whose weights may all be zero.
     """
     X, y, w = block["X"], block["y"], block["sample_weight"]
-    split = split_input(X, score_col=score_col, feature_cols=feature_cols, allow_empty=True)
+    split = parse_input(X, score_col=score_col, feature_cols=feature_cols, allow_empty=True)
     score = split.score
     xp = array_namespace(score)
     if not whole:
@@ -135,7 +135,7 @@ def read_block(
     n = check_consistent_length(X=score, y=labels)
     if w is not None:
         w = check_sample_weight(w, n, xp=xp) if whole else check_partition_weight(w, n, xp)
-    codes = split_codes(split, encoder, score_bins)
+    codes = input_codes(split, encoder, score_bins)
     if backend == "cuda" and xp is np:
         import cupy
 
@@ -144,16 +144,16 @@ def read_block(
     return ChainBlock(codes, score, labels, w)
 
 
-def split_block(block: ChainBlock, fraction: float, seed: int, *, row_offset: int) -> SplitBlock:
+def holdout_block(block: ChainBlock, fraction: float, seed: int, *, row_offset: int) -> HoldoutBlock:
     """The block's training and held-out rows: ``held_out_mask`` from its global offset."""
     n = len(block)
     if not fraction:
-        return SplitBlock(block, None, n, 0)
+        return HoldoutBlock(block, None, n, 0)
     held = held_out_mask(n, fraction, seed, row_offset)
     xp = array_namespace(block.f)
-    train = take_rows(xp.asarray(np.flatnonzero(~held)), block.codes, block.f, block.y, block.w)
-    valid = take_rows(xp.asarray(np.flatnonzero(held)), block.codes, block.f, block.y, block.w)
-    return SplitBlock(ChainBlock(*train), ChainBlock(*valid), n, int(held.sum()))
+    train = gather_rows(xp.asarray(np.flatnonzero(~held)), block.codes, block.f, block.y, block.w)
+    valid = gather_rows(xp.asarray(np.flatnonzero(held)), block.codes, block.f, block.y, block.w)
+    return HoldoutBlock(ChainBlock(*train), ChainBlock(*valid), n, int(held.sum()))
 
 
 def _joined(blocks: list[ChainBlock]) -> ChainBlock:
@@ -167,12 +167,12 @@ def _joined(blocks: list[ChainBlock]) -> ChainBlock:
     return ChainBlock(cat("codes"), cat("f"), cat("y"), concat_weights([b.w for b in blocks], xp))
 
 
-def join_split(blocks: list[SplitBlock], indices: list[int]) -> SplitBlock:
+def join_holdout(blocks: list[HoldoutBlock], indices: list[int]) -> HoldoutBlock:
     """One machine's split blocks as one (its later passes ship one result whatever its blocks)."""
     if len(blocks) == 1:
         return blocks[0]
     valid = None if blocks[0].valid is None else _joined([b.valid for b in blocks if b.valid is not None])
-    return SplitBlock(
+    return HoldoutBlock(
         _joined([b.train for b in blocks]),
         valid,
         sum(b.n_rows for b in blocks),
@@ -188,7 +188,7 @@ def _class_counts(part: ChainBlock | None) -> tuple[int, int]:
     return int((weighted & (part.y > 0)).sum()), int((weighted & (part.y < 1)).sum())
 
 
-def input_summary(block: SplitBlock, n_values: np.ndarray) -> np.ndarray:
+def input_summary(block: HoldoutBlock, n_values: np.ndarray) -> np.ndarray:
     """``[rows, held, positive, negative, sum w, sum w y, code weights...]``: the checks (all rows), the
     first label moment and the code weights (training rows), in one pass."""
     train = block.train
@@ -199,7 +199,7 @@ def input_summary(block: SplitBlock, n_values: np.ndarray) -> np.ndarray:
     return np.concatenate([np.asarray(head, dtype=np.float64), code_weights(train.codes, train.w, n_values)])
 
 
-def side(block: SplitBlock, which: str) -> ChainBlock | None:
+def side(block: HoldoutBlock, which: str) -> ChainBlock | None:
     return block.train if which == "train" else block.valid
 
 
@@ -222,16 +222,16 @@ def chain_input(
 
 __all__ = [
     "ChainBlock",
-    "SplitBlock",
+    "HoldoutBlock",
     "apply_init",
     "block_code_weights",
     "chain_input",
     "fit_mbct_encoder",
+    "holdout_block",
+    "input_codes",
     "input_n_values",
     "input_summary",
     "label_square_sum",
     "read_block",
     "side",
-    "split_block",
-    "split_codes",
 ]

@@ -10,7 +10,7 @@ import math
 
 import numpy as np
 
-from gpucal.metrics._sums import WP, WY, W
+from gpucal.metrics.sums import WP, WY, W
 
 
 def bin_gaps(stats: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -5,7 +5,8 @@ score and nothing else: a model that is right on average at every score level bu
 segments of a feature (over-predicting one country, under-predicting another at the same score)
 scores well here. Use :func:`~gpucal.metrics.field_ece` or :func:`~gpucal.metrics.segment_report` for
 that. Each metric is computed from per-bin sums ``count, sum w, sum w*p, sum w*y``: equal-width bins in one
-pass over the rows through ``kernels.group_sums``, equal-mass bins cut on the table of sums per distinct
+pass over the rows through ``gpucal.kernels.group_sums``, equal-mass bins cut on the table of sums per
+distinct
 score (:func:`score_sums`), so numpy, cupy and dask inputs take the same path (``metrics._inputs``).
 
 Bins: ``strategy="uniform"`` uses sklearn's equal-width edges, closed on the right like
@@ -23,13 +24,13 @@ from typing import Any
 import numpy as np
 
 from gpucal._params import Interval, Options, validate_params
-from gpucal.metrics._binning import sum_by_id, table_mass_bins, uniform_bin_ids
-from gpucal.metrics._inputs import CheckedRows, check_total, key_limit, metric_rows
 from gpucal.metrics._reduce import bin_gaps, lp_average, ratio_error
-from gpucal.metrics._score_table import ScoreTable, merge_score_tables, score_table
-from gpucal.metrics._sums import COUNT, WP, WY, W, group_stats
+from gpucal.metrics.binning import sum_by_id, table_mass_bins, uniform_bin_ids
+from gpucal.metrics.inputs import CheckedRows, check_total, key_limit, metric_rows
+from gpucal.metrics.score_table import ScoreTable, merge_score_tables, score_table
+from gpucal.metrics.sums import COUNT, WP, WY, W, group_stats
 from gpucal.rows import Rows
-from gpucal.rows._reduce import KeyedTable, check_table_size
+from gpucal.rows.reduce import KeyedTable, check_table_size
 
 N_BINS = Interval(int, 1, None)
 STRATEGY = Options("uniform", "quantile")
@@ -43,7 +44,7 @@ def uniform_bin_sums(block: CheckedRows, n_bins: int) -> np.ndarray:
 
 
 def block_scores(block: CheckedRows, limit: int) -> ScoreTable:
-    """The :class:`~gpucal.metrics._score_table.ScoreTable` of one block (at most ``limit`` scores)."""
+    """The :class:`~gpucal.metrics.score_table.ScoreTable` of one block (at most ``limit`` scores)."""
     table = score_table(block.y, block.p, block.w)
     check_table_size(table.keys.shape[0], limit, "distinct-score table")
     return table
@@ -60,7 +61,7 @@ def score_sums(rows: Rows) -> KeyedTable:
     after the whole-data checks.
 
     Exact: tied scores are one key, never split; ``w*p`` is the score times its weight. Over several
-    blocks the table is capped by :func:`~gpucal.metrics._inputs.key_limit` keys.
+    blocks the table is capped by :func:`~gpucal.metrics.inputs.key_limit` keys.
     """
     limit = key_limit(rows)
     # The rows may hand back a plain tuple (results are brought to the host field by field).
@@ -72,7 +73,7 @@ def score_sums(rows: Rows) -> KeyedTable:
 
 def binned_stats(rows: Rows, n_bins: int, strategy: str) -> np.ndarray:
     """Return the ``(n_bins, 4)`` sums ``count, w, w*p, w*y`` of the probability bins of
-    :func:`~gpucal.metrics._inputs.metric_rows`, after the whole-data checks.
+    :func:`~gpucal.metrics.inputs.metric_rows`, after the whole-data checks.
 
     Equal-width bins are summed per block; equal-mass bins are cut on the table of sums per distinct
     score (:func:`score_sums`), so tie groups are never split.

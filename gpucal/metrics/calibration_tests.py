@@ -3,7 +3,7 @@ Murphy decomposition of the Brier score, and the per-grade binomial and Jeffreys
 
 Each returns one result object whose fields are named as probcal 0.4 names them (``statistic``, ``df``,
 ``p_value``; ``z``; ``reliability``, ``resolution``, ``uncertainty``; per grade ``pd``, ``p_value``). Each
-is a function of sums over rows (``gpucal.metrics._inputs``), so it runs on any backend and on dask
+is a function of sums over rows (``gpucal.metrics.inputs``), so it runs on any backend and on dask
 partitions with the one-machine value.
 
 *Weights* are frequency weights: a row of weight 2 counts as two rows, so integer weights give what
@@ -17,12 +17,12 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-import numba
 import numpy as np
 from scipy import special, stats
 
 from gpucal._params import Interval, Options, validate_params
-from gpucal.metrics._inputs import (
+from gpucal.kernels.jit import numba
+from gpucal.metrics.inputs import (
     CheckedRows,
     check_total,
     field_uniques,
@@ -30,7 +30,7 @@ from gpucal.metrics._inputs import (
     keyed_score_table,
     metric_rows,
 )
-from gpucal.metrics._sums import COUNT, WP, WY, W, group_stats
+from gpucal.metrics.sums import COUNT, WP, WY, W, group_stats
 from gpucal.rows import Rows
 
 #: Scores are clipped to ``[LOGIT_EPS, 1 - LOGIT_EPS]`` before the logit (probcal's clip).

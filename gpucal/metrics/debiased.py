@@ -16,7 +16,7 @@ sorted scores, cut half-way between the last score of a bin and the first of the
 
 Weights count as repeated rows (``n_b`` is a bin's weight, ``n`` the total), so integer weights give the
 value of the repeated rows. Everything is read off the table of distinct scores
-(``gpucal.metrics._score_table``): it runs the same on one machine and over dask partitions.
+(``gpucal.metrics.score_table``): it runs the same on one machine and over dask partitions.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from gpucal._params import Interval, validate_params
-from gpucal.metrics._score_table import ScoreTable, table_of
+from gpucal.metrics.score_table import ScoreTable, table_of
 
 N_BINS = Interval(int, 1, None)
 

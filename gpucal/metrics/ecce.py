@@ -14,7 +14,7 @@ the p-value. The walk sorts by ``p`` and nothing else: a model wrong inside segm
 on average at every score looks calibrated here (see :func:`~gpucal.metrics.multicalibration_error`).
 
 It has no bins and no parameter. It is computed from the table of distinct scores
-(``gpucal.metrics._score_table``), so it runs the same on one machine and over dask partitions; rows with
+(``gpucal.metrics.score_table``), so it runs the same on one machine and over dask partitions; rows with
 tied scores are one step of the walk (the references' argsort puts tied rows in an arbitrary order, which
 can change their value on tied scores; without ties the values are equal).
 """
@@ -27,8 +27,8 @@ from typing import Any
 
 import numpy as np
 
-from gpucal.metrics._score_table import ScoreTable, table_of
-from kernels.jit import numba
+from gpucal.kernels.jit import numba
+from gpucal.metrics.score_table import ScoreTable, table_of
 
 # Beyond this many standard deviations the p-value is below double precision: MCGrad reports
 # ``sys.float_info.epsilon`` there, and 1 below ECCE_SIGMA_MIN; gpucal does the same so that values match.

@@ -4,10 +4,11 @@ These metrics do not look at the score to form groups: each value of the field (
 bin, so the bins do not move when a calibrator changes the scores, and an error that is right on average
 at every score level but wrong inside a segment shows up directly. They are blind to errors along the
 score inside a segment (use the ECE family for that) and to segments of features they are not given.
-Each is a small function of per-value sums ``count, sum w, sum w*p, sum w*y`` from ``kernels.group_sums``.
+Each is a small function of per-value sums ``count, sum w, sum w*p, sum w*y`` from
+``gpucal.kernels.group_sums``.
 
 Field values are factorised per block with pandas (cupy for device arrays) and their distinct values
-merged over blocks (``gpucal.metrics._inputs``); missing values form their own group.
+merged over blocks (``gpucal.metrics.inputs``); missing values form their own group.
 """
 
 from __future__ import annotations
@@ -21,8 +22,10 @@ import pandas as pd
 
 from gpucal._params import Interval, Options, validate_params
 from gpucal._validation import check_not_class_labels
-from gpucal.metrics._binning import sum_by_id, table_mass_bins, uniform_bin_ids
-from gpucal.metrics._inputs import (
+from gpucal.metrics._reduce import bin_gaps, lp_average, pcoc_ratio
+from gpucal.metrics.binned import N_BINS, STRATEGY, cal_n_per_group
+from gpucal.metrics.binning import sum_by_id, table_mass_bins, uniform_bin_ids
+from gpucal.metrics.inputs import (
     CheckedRows,
     check_total,
     field_uniques,
@@ -30,9 +33,7 @@ from gpucal.metrics._inputs import (
     keyed_score_table,
     metric_rows,
 )
-from gpucal.metrics._reduce import bin_gaps, lp_average, pcoc_ratio
-from gpucal.metrics._sums import COUNT, WP, WY, W, group_stats
-from gpucal.metrics.binned import N_BINS, STRATEGY, cal_n_per_group
+from gpucal.metrics.sums import COUNT, WP, WY, W, group_stats
 
 
 def field_sums(block: CheckedRows, fields: tuple[tuple[str, np.ndarray], ...]) -> np.ndarray:

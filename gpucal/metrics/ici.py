@@ -18,7 +18,7 @@ Weights count as repeated rows everywhere (the LOESS windows and fits, the ancho
 integer weights give the values of the repeated rows. probcal instead fits the LOESS unweighted and uses
 weights only in the final mean and quantiles, so weighted values differ from probcal's by design.
 
-Everything is read off the table of distinct scores (``gpucal.metrics._score_table``): a LOESS window of
+Everything is read off the table of distinct scores (``gpucal.metrics.score_table``): a LOESS window of
 ``r`` rows is a run of distinct scores, the first and last possibly cut. It runs the same on one machine and
 over dask partitions. The fit costs ``O(anchors * distinct scores in a window)``: one compiled loop per
 anchor, in parallel.
@@ -32,8 +32,8 @@ from typing import Any
 import numpy as np
 
 from gpucal._params import Interval, validate_params
-from gpucal.metrics._score_table import ScoreTable, table_of
-from kernels.jit import numba
+from gpucal.kernels.jit import numba
+from gpucal.metrics.score_table import ScoreTable, table_of
 
 FRAC = Interval(float, 0, 1, closed="right")
 GRID_SIZE = Interval(int, 2, None, allow_none=True)

@@ -45,12 +45,12 @@ import pandas as pd
 
 from gpucal._params import Interval, validate_params
 from gpucal._validation import check_not_empty, check_same_index
-from gpucal.metrics._inputs import check_partition_rows
-from gpucal.metrics._sums import COUNT, group_stats
+from gpucal.kernels.jit import numba
 from gpucal.metrics.ecce import ecce_pvalue_from_sigma, sigma_ratio
 from gpucal.metrics.grouped import report_columns
+from gpucal.metrics.inputs import check_partition_rows
+from gpucal.metrics.sums import COUNT, group_stats
 from gpucal.rows import RowBlock, as_rows
-from kernels.jit import numba
 
 OTHER = "__OTHER"
 DEPTH = Interval(int, 0, None, allow_none=True)

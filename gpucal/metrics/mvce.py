@@ -9,9 +9,9 @@ import numpy as np
 
 from gpucal._backend import to_numpy
 from gpucal._params import Interval, validate_params
-from gpucal.metrics._inputs import CheckedRows, check_total, metric_rows
-from gpucal.metrics._sums import COUNT, WP, WY, W
 from gpucal.metrics.binned import NORM
+from gpucal.metrics.inputs import CheckedRows, check_total, metric_rows
+from gpucal.metrics.sums import COUNT, WP, WY, W
 
 
 @validate_params(
@@ -62,7 +62,7 @@ def mvce(
         The norm over views, in ``[1, inf]``.
     seed : int, default 0
         Seed of the partitions: the same seed gives the same bins on the CPU and the GPU (a keyed Feistel
-        permutation of the row ids in ``kernels.view_sums``, no shuffled copies).
+        permutation of the row ids in ``gpucal.kernels.view_sums``, no shuffled copies).
 
     Returns
     -------
@@ -85,7 +85,7 @@ def view_sums(
 ) -> np.ndarray:
     """MVCE's ``(n_views, n_bins, 4)`` view sums of one block, its rows at their global ids: the
     counter-based views put every row in the bin it has on one machine, whatever the blocks."""
-    from kernels import view_sums as kernel_view_sums
+    from gpucal.kernels import view_sums as kernel_view_sums
 
     return to_numpy(
         kernel_view_sums(

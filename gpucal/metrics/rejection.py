@@ -14,7 +14,7 @@ import pandas as pd
 
 from gpucal._backend import to_numpy
 from gpucal._validation import check_class_labels
-from gpucal.metrics._inputs import CheckedRows, check_total, metric_rows
+from gpucal.metrics.inputs import CheckedRows, check_total, metric_rows
 from gpucal.rows import is_dask_collection
 
 #: Default thresholds on the confidence :math:`\max(p, 1 - p)`: 0.5 (accept all) to 0.95.

@@ -15,11 +15,11 @@ import numpy as np
 from gpucal._backend import array_namespace
 from gpucal._params import validate_params
 from gpucal._validation import check_consistent_length, check_probabilities, check_same_index
-from gpucal.metrics._inputs import CheckedRows, check_total, metric_rows
-from gpucal.metrics._sums import WY, W
 from gpucal.metrics.binned import NORM, score_sums
+from gpucal.metrics.inputs import CheckedRows, check_total, metric_rows
+from gpucal.metrics.sums import WY, W
 from gpucal.rows import RowBlock, as_rows
-from gpucal.rows._checks import check_partition_weight
+from gpucal.rows.checks import check_partition_weight
 
 
 def loss_sums(block: CheckedRows, kind: str) -> np.ndarray:

@@ -33,7 +33,7 @@ import numpy as np
 
 from gpucal._backend import array_namespace, to_numpy
 from gpucal._validation import check_not_empty
-from gpucal.metrics._inputs import check_partition_rows
+from gpucal.metrics.inputs import check_partition_rows
 from gpucal.rows import RowBlock, as_rows
 
 # relplot's constants (Błasiok & Nakkiran's reference implementation): the density floor, the smallest

@@ -21,9 +21,9 @@ import numpy as np
 from sklearn.utils.validation import check_is_fitted
 
 from gpucal._backend import array_namespace, is_cupy_array, to_numpy
-from gpucal._frames import split_input, wrap_output
+from gpucal._frames import parse_input, wrap_output
 from gpucal._validation import check_consistent_length, check_labels, check_sample_weight
-from gpucal.calibrators._base import (
+from gpucal.calibrators.base import (
     OUTPUT_TYPE_OPTIONS,
     SCORE_KIND_OPTIONS,
     Calibrator,
@@ -31,14 +31,14 @@ from gpucal.calibrators._base import (
     Interval,
     Options,
 )
-from gpucal.calibrators._logistic import sigmoid
 from gpucal.calibrators.feature_platt import score_feature
+from gpucal.calibrators.logistic import sigmoid
 from gpucal.encoding import FeatureEncoder, resolve_feature_cols
+from gpucal.kernels import value_offsets
 from gpucal.neural._torch import as_tensor, load_training, require_torch, torch_device, torch_threads
 from gpucal.neural.piecewise import check_knots, eta_logit, finish_eta, fit_eta, knot_coordinates
 from gpucal.registry import calibration_method
 from gpucal.rows import as_rows, reject_dask
-from kernels import value_offsets
 
 # Rows per chunk of the prediction's forward pass: bounds the (rows, fields x dim) temporaries.
 PREDICT_CHUNK_ROWS = 1 << 16
@@ -414,7 +414,7 @@ class FieldAwareCalibrator(Calibrator):
             score_col=self.score_col,
             feature_cols=self.feature_cols,
         )
-        split = split_input(
+        split = parse_input(
             X,
             score_col=self.score_col,
             feature_cols=feature_cols,
@@ -506,7 +506,7 @@ class FieldAwareCalibrator(Calibrator):
         """
         check_is_fitted(self, list(self._state_spec))
         encoder = self._fitted_encoder()
-        split = split_input(
+        split = parse_input(
             X,
             score_col=self.score_col,
             feature_cols=encoder.feature_names_,
@@ -524,7 +524,7 @@ class FieldAwareCalibrator(Calibrator):
         """Return :math:`g(x)` per row of ``X`` (a numpy or cupy array): the learnt field term, a logit."""
         check_is_fitted(self, list(self._state_spec))
         encoder = self._fitted_encoder()
-        split = split_input(
+        split = parse_input(
             X, score_col=self.score_col, feature_cols=encoder.feature_names_, score_kind=self.score_kind
         )
         rows = embedding_rows(encoder.transform(split.features), self.code_rows_, encoder.n_values_)

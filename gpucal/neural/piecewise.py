@@ -23,7 +23,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from gpucal._backend import array_namespace, to_numpy
-from gpucal.calibrators._base import (
+from gpucal.calibrators.base import (
     OUTPUT_TYPE_OPTIONS,
     SCORE_KIND_OPTIONS,
     Calibrator,
@@ -31,9 +31,9 @@ from gpucal.calibrators._base import (
     Interval,
     Options,
 )
-from gpucal.calibrators._bins import interp_clipped
-from gpucal.calibrators._logistic import EPS, check_two_classes, sigmoid
+from gpucal.calibrators.bins import interp_clipped
 from gpucal.calibrators.feature_platt import score_feature
+from gpucal.calibrators.logistic import EPS, check_two_classes, sigmoid
 from gpucal.calibrators.platt import fit_platt
 from gpucal.neural._torch import as_tensor, load_training, require_torch, torch_device, torch_threads
 from gpucal.registry import calibration_method

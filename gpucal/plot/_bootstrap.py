@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from kernels.jit import numba
+from gpucal.kernels.jit import numba
 
 # Poisson(1) CDF, P(K <= k) for k = 0..POISSON_MAX_K - 1; P(K >= 20) is about 1.5e-19, below the
 # 2**-53 resolution of the uniforms, so the last entry is set to 1 to end every search.

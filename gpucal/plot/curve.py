@@ -22,9 +22,9 @@ import pandas as pd
 
 from gpucal._backend import to_numpy
 from gpucal._params import Interval, Options, check_param
-from gpucal.metrics._binning import bin_ids, uniform_edges
-from gpucal.metrics._inputs import CheckedRows, check_rows
-from gpucal.metrics._sums import COUNT, WP, WY, W, group_stats
+from gpucal.metrics.binning import bin_ids, uniform_edges
+from gpucal.metrics.inputs import CheckedRows, check_rows
+from gpucal.metrics.sums import COUNT, WP, WY, W, group_stats
 from gpucal.plot._bootstrap import poisson_bin_sums, poisson_bin_sums_pooled
 
 # Limits of the automatic bin count (``n_bins="auto"``): fewer than 5 bins hide the shape of the
@@ -235,7 +235,7 @@ def reliability_curve(
     exactly Poisson(``c``), so replicates are drawn per bin in ``O(n_bootstrap * n_bins)``. Otherwise a
     compiled loop (numba, parallel over replicates) draws each row's multiplier from a counter-based
     generator keyed by ``(seed, replicate, row)``, ``O(n * n_bootstrap)`` time. Per-bin sums are computed
-    by ``kernels.group_sums`` on the inputs' device; the bootstrap runs on the host (cupy inputs are
+    by ``gpucal.kernels.group_sums`` on the inputs' device; the bootstrap runs on the host (cupy inputs are
     copied there once).
 
     *Differences from sklearn.* With ``strategy="uniform"`` and no weights, ``mean_predicted`` and

@@ -25,9 +25,9 @@ import numpy as np
 
 from gpucal._backend import array_namespace, to_numpy
 from gpucal._params import Interval, validate_params
-from gpucal.calibrators._pav import isotonic_blocks_from_groups
-from gpucal.metrics._inputs import check_partition_rows
-from gpucal.metrics._score_table import table_of
+from gpucal.calibrators.pav import isotonic_blocks_from_groups
+from gpucal.metrics.inputs import check_partition_rows
+from gpucal.metrics.score_table import table_of
 from gpucal.metrics.smooth import DENSITY_EPS, grid_size, smooth_ece_and_bandwidth, smooth_on_mesh, splat
 from gpucal.rows import RowBlock, as_rows, poisson_one, row_uniforms
 

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
     from gpucal.encoding import FeatureEncoder
-    from gpucal.partition.ensemble import TreeEnsemble
+    from gpucal.trees.ensemble import TreeEnsemble
 
 # Significant digits of the map parameters in a tree's boxes.
 BOX_DIGITS = 4

@@ -20,10 +20,10 @@
 Importing this package imports no dask and no GPU library.
 """
 
-from gpucal.rows._collections import any_dask, is_dask_collection, no_distributed_fit, reject_dask
 from gpucal.rows._faults import PassTimeoutError, WorkerLostError
 from gpucal.rows.block import LabelSummary, RowBlock, concat_weights, label_summary, strided_rows
 from gpucal.rows.build import as_rows
+from gpucal.rows.collections import any_dask, is_dask_collection, no_distributed_fit, reject_dask
 from gpucal.rows.draws import check_held_out, held_out_mask, poisson_one, row_uniforms
 from gpucal.rows.local import LocalRows
 from gpucal.rows.protocol import Rows

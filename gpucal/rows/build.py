@@ -4,7 +4,7 @@ Local inputs (pandas, cudf, polars or pyarrow frames, numpy or cupy arrays) beco
 :class:`~gpucal.rows.block.RowBlock` held here; dask collections become one block per partition, held on
 the workers (:class:`~gpucal.rows.dask.DaskRows`) or, when ``dask.config`` key ``gpucal.stream-partitions``
 is set, read again by every pass (:class:`~gpucal.rows.streamed.StreamedRows`). Dask is detected without
-importing it (:func:`~gpucal.rows._collections.any_dask`). The blocks hold the inputs as given: checking
+importing it (:func:`~gpucal.rows.collections.any_dask`). The blocks hold the inputs as given: checking
 and encoding them is the fit's first :meth:`~gpucal.rows.Rows.map`, the same on every backend.
 """
 
@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpucal.rows._collections import any_dask, partitions
 from gpucal.rows.block import RowBlock
+from gpucal.rows.collections import any_dask, partitions
 from gpucal.rows.local import LocalRows
 from gpucal.rows.protocol import Rows
 

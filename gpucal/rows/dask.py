@@ -2,7 +2,7 @@
 
 A block is one partition (a dask Delayed); :meth:`DaskRows.map` computes ``fn`` on each where it lives
 and persists the results there, :meth:`DaskRows.reduce` combines the blocks' results in a tree of
-``split_every``-way combinations that keeps block order (:func:`~gpucal.rows._reduce._tree`), and
+``split_every``-way combinations that keeps block order (:func:`~gpucal.rows.reduce._tree`), and
 :meth:`DaskRows.sum` is that reduction with addition, so a sum is bit-identical from run to run and
 differs from one machine's only in the order of the additions. :meth:`DaskRows.per_worker` concatenates
 each worker's blocks there (:func:`~gpucal.rows._placement.per_worker`), and
@@ -23,12 +23,12 @@ from typing import Any
 
 import numpy as np
 
-from gpucal.rows._collections import Partitions, as_partitions
 from gpucal.rows._faults import PassWatch, compute
 from gpucal.rows._placement import _client, holders, map_persisted, per_worker
-from gpucal.rows._reduce import SPLIT_EVERY, _add, _call, _tree
 from gpucal.rows.block import RowBlock, row_block
+from gpucal.rows.collections import Partitions, as_partitions
 from gpucal.rows.protocol import block_length, block_offsets
+from gpucal.rows.reduce import SPLIT_EVERY, _add, _call, _tree
 
 
 def _with_offset(block: Any, fn: Callable[..., Any], row_offset: int, args: tuple[Any, ...]) -> Any:
@@ -179,9 +179,9 @@ def partition_blocks(parts: Partitions) -> list[Any]:
     return [task(parts.names, *part) for part in parts.parts]
 
 
-def partition_rows(collections: Any, split_every: int = SPLIT_EVERY) -> DaskRows:
+def order_by_node(collections: Any, split_every: int = SPLIT_EVERY) -> DaskRows:
     """The :class:`DaskRows` of a dask collection, a sequence of aligned ones, or their
-    :class:`~gpucal.rows._collections.Partitions` (one block per partition, not persisted)."""
+    :class:`~gpucal.rows.collections.Partitions` (one block per partition, not persisted)."""
     if split_every < 2:
         msg = f"The 'split_every' parameter must be an int >= 2. Got {split_every!r} instead."
         raise ValueError(msg)
@@ -218,7 +218,7 @@ def reduce_partitions(
     partition, and ``fn`` also receives ``row_offset=`` (the global index of the partition's first row)
     and ``n_total=`` (all rows).
     """
-    rows = partition_rows(collections, split_every)
+    rows = order_by_node(collections, split_every)
     if rows.n_blocks == 0:
         msg = "the collection has no partitions"
         raise ValueError(msg)
@@ -289,7 +289,7 @@ def partition_offsets(collections: Any) -> tuple[np.ndarray, int]:
     Row ``j`` of partition ``i`` is global row ``offsets[i] + j``, the index it would have in the
     concatenated data on one machine (what the counter-based MVCE views hash): :meth:`DaskRows.offsets`.
     """
-    return partition_rows(collections).offsets()
+    return order_by_node(collections).offsets()
 
 
 def partition_lengths(collections: Any) -> np.ndarray:
@@ -300,10 +300,10 @@ def partition_lengths(collections: Any) -> np.ndarray:
 
 __all__ = [
     "DaskRows",
+    "order_by_node",
     "partition_blocks",
     "partition_lengths",
     "partition_offsets",
-    "partition_rows",
     "reduce_partitions",
     "sum_partitions",
 ]

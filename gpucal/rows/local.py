@@ -8,8 +8,8 @@ from typing import Any
 
 import numpy as np
 
-from gpucal.rows._reduce import _host as host
 from gpucal.rows.protocol import block_offsets
+from gpucal.rows.reduce import _host as host
 
 
 @dataclass(frozen=True)

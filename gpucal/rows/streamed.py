@@ -22,8 +22,8 @@ import numpy as np
 
 from gpucal.rows._faults import compute
 from gpucal.rows._placement import worker_addresses
-from gpucal.rows._reduce import SPLIT_EVERY, _host, _tree
 from gpucal.rows.protocol import block_length, block_offsets
+from gpucal.rows.reduce import SPLIT_EVERY, _host, _tree
 
 #: The ``dask.config`` key that asks for streamed rows (default False: rows held on the workers).
 STREAM_KEY = "gpucal.stream-partitions"

@@ -1,7 +1,7 @@
 r"""Export a fitted chain of calibration trees (MBCT's, HC's) as if-then rules: text, JSON, or SQL.
 
 The MBCT paper serves its trees online as plain if-then rules (Huang et al. 2022, App. A.2); this
-package writes the rules of a :class:`~gpucal.partition.ensemble.TreeEnsemble` in three forms, each computing
+package writes the rules of a :class:`~gpucal.trees.ensemble.TreeEnsemble` in three forms, each computing
 exactly what the Python predictor computes.
 
 The model
@@ -20,7 +20,7 @@ codes share one tree code); the rules are written in input codes, i.e. in the ra
 With ``init = (a_0, b_0) != (1, 0)`` a global Platt map comes first,
 :math:`f_0 = \sigma(a_0 \operatorname{logit}(\operatorname{clip}(s, \epsilon, 1 - \epsilon)) + b_0)`,
 else :math:`f_0 = s`; :math:`\epsilon` is float64's machine epsilon, as in
-:mod:`gpucal.calibrators._logistic`. Each tree ``t`` then sends the row from its root down to the
+:mod:`gpucal.calibrators.logistic`. Each tree ``t`` then sends the row from its root down to the
 deepest node it reaches (it stops at a leaf, or at a node whose training rows never had the row's
 value of the split feature) and applies that node's map :math:`(a, b)`:
 

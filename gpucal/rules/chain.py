@@ -13,10 +13,10 @@ from gpucal.encoding import KIND_BINS
 
 if TYPE_CHECKING:
     from gpucal.encoding import FeatureEncoder
-    from gpucal.partition.ensemble import TreeEnsemble
+    from gpucal.trees.ensemble import TreeEnsemble
 
 KIND_SCORE = "score_bins"
-# The probability clip before a logit: float64's machine epsilon, as in gpucal.calibrators._logistic
+# The probability clip before a logit: float64's machine epsilon, as in gpucal.calibrators.logistic
 # (its value is part of the rules' formula, so it is written here rather than read from a method).
 EPS = float(np.finfo(np.float64).eps)
 # Significant digits of map parameters and weights in the text rules when ``precision`` is None.

@@ -16,7 +16,7 @@ from gpucal.rules.text import TextWriter
 
 if TYPE_CHECKING:
     from gpucal.encoding import FeatureEncoder
-    from gpucal.partition.ensemble import TreeEnsemble
+    from gpucal.trees.ensemble import TreeEnsemble
 
 EXPORT_FORMATS = ("text", "json", "sql")
 

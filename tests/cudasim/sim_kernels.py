@@ -15,7 +15,7 @@ import pytest
 from numba import cuda
 from numpy.testing import assert_allclose, assert_array_equal
 
-from kernels import N_STATS, group_sums, view_bins, view_sums
+from gpucal.kernels import N_STATS, group_sums, view_bins, view_sums
 
 if os.environ.get("NUMBA_ENABLE_CUDASIM") != "1" and not cuda.is_available():
     msg = "run this file with NUMBA_ENABLE_CUDASIM=1 (tests/test_kernels_cudasim.py does) or on a CUDA GPU"
@@ -84,7 +84,7 @@ def test_sim_group_sums_defaults_and_empty_nodes(force_global):
 
 @pytest.mark.parametrize("n_bins", [MAX_SHARED_BINS, MAX_SHARED_BINS + 1], ids=["fits-shared", "global"])
 def test_sim_group_sums_at_the_shared_memory_boundary(n_bins):
-    from kernels.group_sums_cuda import MAX_SHARED_SLOTS, shared_slots_for
+    from gpucal.kernels.group_sums_cuda import MAX_SHARED_SLOTS, shared_slots_for
 
     assert (shared_slots_for(n_bins * N_STATS) == MAX_SHARED_SLOTS) == (n_bins * N_STATS <= MAX_SHARED_SLOTS)
     rng = np.random.default_rng(3)

@@ -14,7 +14,7 @@ import pytest
 from numba import cuda
 from numpy.testing import assert_allclose, assert_array_equal
 
-from gpucal.partition.grow import GrowConfig, grow_tree
+from gpucal.trees.grow import GrowConfig, grow_tree
 
 if os.environ.get("NUMBA_ENABLE_CUDASIM") != "1" and not cuda.is_available():
     msg = "run this file with NUMBA_ENABLE_CUDASIM=1 (tests/test_kernels_cudasim.py does) or on a CUDA GPU"

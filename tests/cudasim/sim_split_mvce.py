@@ -13,7 +13,7 @@ import pytest
 from numba import cuda
 from numpy.testing import assert_allclose
 
-from kernels import LEAF_PLATT, LEAF_SCALE, LEAF_SHIFT, SPLIT_W, mvce_split_sums
+from gpucal.kernels import LEAF_PLATT, LEAF_SCALE, LEAF_SHIFT, SPLIT_W, mvce_split_sums
 
 if os.environ.get("NUMBA_ENABLE_CUDASIM") != "1" and not cuda.is_available():
     msg = "run this file with NUMBA_ENABLE_CUDASIM=1 (tests/test_kernels_cudasim.py does) or on a CUDA GPU"

@@ -14,7 +14,7 @@ import pytest
 from numba import cuda
 from numpy.testing import assert_allclose, assert_array_equal
 
-from kernels import LEAF_PLATT, LEAF_SCALE, LEAF_SHIFT, predict_trees, route_rows, tree_leaves
+from gpucal.kernels import LEAF_PLATT, LEAF_SCALE, LEAF_SHIFT, predict_trees, route_rows, tree_leaves
 from tests.test_kernels_trees import HAND_CODES, hand_ensemble, random_codes, random_ensemble, shift_values
 
 if os.environ.get("NUMBA_ENABLE_CUDASIM") != "1" and not cuda.is_available():

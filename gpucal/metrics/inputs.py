@@ -6,7 +6,7 @@ are :class:`CheckedRows`: each block is checked on its own by :func:`check_parti
 partition may be empty or weigh nothing), its fields factorised. A metric then
 
 1. sums fixed-shape arrays over the blocks with :meth:`~gpucal.rows.Rows.sum` (bin or group sums from
-   :func:`gpucal.metrics._sums.group_stats`, MVCE's views with the block's ``row_offset``), or combines
+   :func:`gpucal.metrics.sums.group_stats`, MVCE's views with the block's ``row_offset``), or combines
    keyed tables with :meth:`~gpucal.rows.Rows.reduce` (sums per distinct score);
 2. runs the whole-data checks on the summed summary (:func:`check_total`: no rows, all weights zero);
 3. finishes on the host (a few bins or groups).
@@ -24,7 +24,7 @@ AUC) run on the summed sums. Which pass each metric makes:
 * field metrics (Field-ECE / RCE, GC-N, CECE, the segment report): the fields' distinct values (in order
   of first appearance), then group sums on the global codes;
 * equal-mass ("quantile") bins, ECE-sweep and ROC AUC: a *distinct-score table*
-  (``gpucal.metrics._score_table``; GC-N's keyed by field value too, :func:`keyed_score_table`), the
+  (``gpucal.metrics.score_table``; GC-N's keyed by field value too, :func:`keyed_score_table`), the
   sums per distinct score, merged by key. It is exact (ties count one half in AUC,
   tie groups are never split by a bin), and its size is the number of distinct scores: small for
   calibrated (binned) scores, up to the row count for raw float scores. Merged from several blocks it is
@@ -73,8 +73,8 @@ from gpucal._validation import (
     check_sample_weight,
 )
 from gpucal.rows import RowBlock, Rows, as_rows
-from gpucal.rows._checks import check_partition_weight
-from gpucal.rows._reduce import KeyedTable, check_table_size, group_sorted, merge_tables, merge_uniques
+from gpucal.rows.checks import check_partition_weight
+from gpucal.rows.reduce import KeyedTable, check_table_size, group_sorted, merge_tables, merge_uniques
 
 
 @dataclass(frozen=True)
@@ -294,7 +294,7 @@ def key_limit(rows: Rows) -> int:
     ``gpucal.max-distinct-keys``, default 1e7); unbounded for one block, already in memory."""
     if rows.n_blocks == 1:
         return sys.maxsize
-    from gpucal.rows._reduce import max_distinct_keys
+    from gpucal.rows.reduce import max_distinct_keys
 
     return max_distinct_keys()
 

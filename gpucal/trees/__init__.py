@@ -13,13 +13,13 @@ CCL       clusters of row embeddings                      Platt, temperature, be
 
 Modules, each with one job:
 
-- :mod:`~gpucal.partition.grow`: one tree, one group-sum histogram pass per level
-  (``kernels.group_sums``), the split chosen from the histogram alone (:mod:`~gpucal.partition.splits`),
+- :mod:`~gpucal.trees.grow`: one tree, one group-sum histogram pass per level
+  (``gpucal.kernels.group_sums``), the split chosen from the histogram alone (:mod:`~gpucal.trees.splits`),
   one routing pass;
-- :mod:`~gpucal.partition.ensemble`: fitted trees as plain arrays, a map on every node, chained;
-- :mod:`~gpucal.partition.local_maps`: the per-part maps, fitted by grouped Newton steps from per-part
+- :mod:`~gpucal.trees.ensemble`: fitted trees as plain arrays, a map on every node, chained;
+- :mod:`~gpucal.trees.local_maps`: the per-part maps, fitted by grouped Newton steps from per-part
   sums, so a part's fit needs no pass of its own;
-- :mod:`~gpucal.partition.aggregate`: identical rows merged before a fit.
+- :mod:`~gpucal.trees.aggregate`: identical rows merged before a fit.
 
 Every statistic is a sum over rows of a fixed-shape array, so the same code runs on numpy (numba
 kernels), cupy (CUDA kernels) and, partition by partition, on Dask.

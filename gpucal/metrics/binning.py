@@ -21,9 +21,9 @@ from typing import Any
 import numpy as np
 
 from gpucal._backend import array_namespace
-from gpucal.metrics._sums import code_dtype
-from kernels import readonly
-from kernels.jit import numba
+from gpucal.kernels import readonly
+from gpucal.kernels.jit import numba
+from gpucal.metrics.sums import code_dtype
 
 
 def uniform_edges(n_bins: int) -> np.ndarray:

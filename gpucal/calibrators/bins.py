@@ -22,8 +22,8 @@ import numpy as np
 
 from gpucal._backend import array_namespace, to_numpy
 from gpucal.calibrators._sorted import next_row, open_cursor, sorted_counts, sorted_runs, unit_binary
-from kernels import readonly
-from kernels.jit import numba
+from gpucal.kernels import readonly
+from gpucal.kernels.jit import numba
 
 # Columns of the per-bin sums.
 BIN_W = 0
@@ -55,7 +55,7 @@ def _uniform_bin_of(x, interior):  # pragma: no cover - compiled
 
     Guess ``floor(x * B)`` and step to the searchsorted answer (at most one step: the guess and the
     edges are each within an ulp of ``k / B``); no data-dependent branch in the common case, several
-    times faster than the binary search on random scores (``gpucal.metrics._binning`` does the same).
+    times faster than the binary search on random scores (``gpucal.metrics.binning`` does the same).
     """
     last = interior.shape[0]
     b = min(max(int(x * (last + 1)), 0), last)

@@ -1,6 +1,6 @@
 r"""Numba CPU twin of the split-tree kernels: leaves and exact tree SHAP, parallel over rows.
 
-Layout and rules: ``kernels.split_trees_oracle``. Each row writes only its own outputs, so the result
+Layout and rules: ``gpucal.kernels.boosted_trees_oracle``. Each row writes only its own outputs, so the result
 does not depend on the thread count (bit-identical between runs).
 
 Tree SHAP is Algorithm 2 of Lundberg, Erion and Lee (2018), in the order of LightGBM's
@@ -17,8 +17,7 @@ import math
 
 import numpy as np
 
-from kernels.jit import numba
-from kernels.split_trees_oracle import (
+from gpucal.kernels.boosted_trees_oracle import (
     DECISION_CAT_LEFT,
     DECISION_CAT_RIGHT,
     DECISION_LE,
@@ -28,6 +27,7 @@ from kernels.split_trees_oracle import (
     MISSING_ZERO,
     ZERO_THRESHOLD,
 )
+from gpucal.kernels.jit import numba
 
 # Rows per parallel task of tree SHAP: each task allocates its path and stack buffers once.
 SHAP_CHUNK_ROWS = 256
@@ -48,7 +48,7 @@ def _in_set(cat_values, start, stop, value):
 
 @numba.njit(cache=True, inline="always")
 def goes_left(x, decision, threshold, missing, default_left, cat_values, cat_start, cat_stop):
-    """The rule of ``kernels.split_trees_oracle.goes_left`` for one node's fields."""
+    """The rule of ``gpucal.kernels.boosted_trees_oracle.goes_left`` for one node's fields."""
     if decision == DECISION_CAT_RIGHT:
         if math.isnan(x):
             return default_left != 0

@@ -1,18 +1,18 @@
 """The tree store over any :class:`~gpucal.rows.Rows`: one node-ordered store per machine, sums added.
 
-:func:`~gpucal.partition.grow.grow_tree_on` reads the rows through ``RowStore``: the root's seven sums,
+:func:`~gpucal.trees.grow.grow_tree_on` reads the rows through ``RowStore``: the root's seven sums,
 the splits of a batch of open nodes, routing every row to its child, and the node each row ends in.
 :class:`TreeRows` implements it once for every backend:
 
 * :meth:`TreeRows.in_root` concatenates each machine's blocks (objects with ``codes, f, y, w``) into one
-  :class:`~gpucal.partition.grow.NodeOrderedRows` there (:meth:`Rows.per_worker`), which keeps its rows
+  :class:`~gpucal.trees.grow.NodeOrderedRows` there (:meth:`Rows.per_worker`), which keeps its rows
   grouped by node (a stable counting sort per level), so a batch's histogram reads one run of rows;
 * root sums are :meth:`Rows.sum` over the stores: one result per machine is shipped, whatever the number of
   partitions;
 * a batch's splits are :meth:`Rows.sum_in_shares`: each machine histograms its rows of every share of the
   batch, each share's histogram is added on one machine and decided there
-  (:func:`~gpucal.partition.grow.decide_splits`), and only the splits come back;
-* routing is ``kernels.route_rows`` on every store where it lives, then the partition by node.
+  (:func:`~gpucal.trees.grow.decide_splits`), and only the splits come back;
+* routing is ``gpucal.kernels.route_rows`` on every store where it lives, then the partition by node.
 
 MVCE's views are drawn over the rows of a node in order, which are not sums: :func:`tree_store` gives the
 rows of one block held in this process their own ``NodeOrderedRows`` (which MVCE reads), and ``TreeRows``
@@ -29,8 +29,8 @@ from typing import Any
 import numpy as np
 
 from gpucal._backend import array_namespace
-from gpucal.partition.grow import GrowConfig, NodeOrderedRows, RowStore, Split, decide_splits, total_stats
 from gpucal.rows import Rows, concat_weights
+from gpucal.trees.grow import GrowConfig, NodeOrderedRows, RowStore, Split, decide_splits, total_stats
 
 
 def _root_store(blocks: Sequence[Any], indices: list[int]) -> NodeOrderedRows:

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpucal.calibrators._sorted import next_row, open_cursor, sorted_counts, sorted_runs, unit_binary
-from kernels.jit import numba
+from gpucal.kernels.jit import numba
 
 # scikit-learn's tie tolerance in _make_unique (float64): scores closer than this to a group's first
 # score belong to the group.

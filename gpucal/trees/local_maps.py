@@ -27,7 +27,7 @@ kind             :math:`x_i`                    offset  map
     H_m = \sum_{i \in m} w_i q_i (1 - q_i)\, x_i x_i^\top + \lambda I,
 
 sums over rows grouped by part (:func:`local_map_sums`: one fused numba pass on the CPU,
-``kernels.group_sums`` passes on the GPU and in the oracle), so every part of a partition is fitted at
+``gpucal.kernels.group_sums`` passes on the GPU and in the oracle), so every part of a partition is fitted at
 once and a Dask fit is the same steps over summed partitions. The ridge :math:`\lambda` (``penalty``)
 pulls a part toward :math:`\theta^0` (``prior``, also the starting point): MBCT uses it to shrink
 leaves toward the grown map. Steps are bounded per coordinate (a trust region, as XGBoost's
@@ -48,9 +48,9 @@ from typing import Any
 import numpy as np
 
 from gpucal._backend import array_namespace, to_numpy
-from kernels import STAT_W, STAT_WF, STAT_WY, group_sums
-from kernels.jit import numba
-from kernels.trees_oracle import EPS  # probabilities clipped to [EPS, 1 - EPS], as the trees clip them
+from gpucal.kernels import STAT_W, STAT_WF, STAT_WY, group_sums
+from gpucal.kernels.jit import numba
+from gpucal.kernels.trees_oracle import EPS  # probabilities clipped to [EPS, 1 - EPS], as the trees clip them
 
 LOCAL_MAP_KINDS = ("constant", "scale", "shift", "temperature", "platt", "beta")
 _N_PARAMS = {"constant": 1, "scale": 1, "shift": 1, "temperature": 1, "platt": 2, "beta": 3}
@@ -266,7 +266,7 @@ def local_map_sums(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     r"""Return per part :math:`\sum w`, the gradient ``(P, k)`` and the Hessian ``(P, k, k)`` at ``theta``.
 
-    On numpy inputs with the CPU backend, one fused numba pass; otherwise one ``kernels.group_sums``
+    On numpy inputs with the CPU backend, one fused numba pass; otherwise one ``gpucal.kernels.group_sums``
     pass per distinct sum (the GPU and oracle path), which gives the same sums in another order.
     ``design_offset`` is :func:`map_design` of ``score`` and ``kind``, passed by callers that take several
     Newton steps on the same scores (two logarithms per row, computed once).

@@ -1,8 +1,8 @@
 """Per-group sums for the metrics, computed by the shared kernels.
 
 Every metric in this package is a small function of per-bin (or per-group, per-view) sums
-``count, sum w, sum w*p, sum w*y``: the rows are touched once, by ``kernels.group_sums`` (one feature:
-the bin id, one node) or ``kernels.view_sums`` (MVCE, in ``mvce``), so numpy and cupy inputs take the
+``count, sum w, sum w*p, sum w*y``: the rows are touched once, by ``gpucal.kernels.group_sums`` (one feature:
+the bin id, one node) or ``gpucal.kernels.view_sums`` (MVCE, in ``mvce``), so numpy and cupy inputs take the
 same path.
 The result is brought to the host: the bin-level arithmetic after it is tiny.
 """
@@ -34,7 +34,7 @@ def group_stats(codes: Any, p: Any, y: Any, w: Any, n_groups: int) -> np.ndarray
     ``w=None`` means unit weights (no array of ones is made).
     """
     # Imported here so that a broken or missing kernel build cannot break ``import gpucal``.
-    from kernels import STAT_COUNT, STAT_W, STAT_WF, STAT_WY, group_sums
+    from gpucal.kernels import STAT_COUNT, STAT_W, STAT_WF, STAT_WY, group_sums
 
     xp_codes = codes.astype(code_dtype(n_groups), copy=False).reshape(-1, 1)
     hist = group_sums(xp_codes, p, y, w, n_values=np.array([n_groups], dtype=np.int64))

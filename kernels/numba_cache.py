@@ -14,7 +14,7 @@ directory, the first of:
 
 numba reads ``NUMBA_CACHE_DIR`` once, when ``numba.core.config`` is first imported, so
 :func:`use_user_cache_dir` runs before gpucal's first numba import: every module of gpucal that
-compiles imports numba from :mod:`kernels.jit`, which calls it first. It sets the variable, which child
+compiles imports numba from :mod:`gpucal.kernels.jit`, which calls it first. It sets the variable, which child
 processes (Dask workers) inherit, and numba's live setting when numba was imported before gpucal.
 numba then uses that folder for every ``cache=True`` function of the process, not only gpucal's. A
 ``NUMBA_CACHE_DIR`` that cannot be written is replaced: numba would otherwise fall back to the package

@@ -22,7 +22,7 @@ import numpy as np
 
 from gpucal._backend import array_namespace, to_numpy
 from gpucal._validation import check_not_empty
-from gpucal.metrics._inputs import check_partition_rows
+from gpucal.metrics.inputs import check_partition_rows
 from gpucal.rows import RowBlock, as_rows
 
 

@@ -12,8 +12,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from numpy.testing import assert_allclose, assert_array_equal
 
-from kernels.split_trees import MAX_TREE_DEPTH, check_split_trees, split_tree_leaves, split_tree_shap
-from kernels.split_trees_oracle import (
+from gpucal.kernels.boosted_trees import (
+    MAX_TREE_DEPTH,
+    boosted_tree_leaves,
+    boosted_tree_shap,
+    check_boosted_trees,
+)
+from gpucal.kernels.boosted_trees_oracle import (
     DECISION_CAT_LEFT,
     DECISION_CAT_RIGHT,
     DECISION_LE,
@@ -100,14 +105,14 @@ def test_leaves_and_shap_match_the_oracle(seed):
     n_features, n_trees, n_outputs = 4, 5, 2
     arrays = random_trees(rng, n_features, n_trees, max_depth=4)
     X = random_rows(rng, 60, n_features)
-    leaves = split_tree_leaves(X, n_features, arrays)
-    assert_array_equal(leaves, split_tree_leaves(X, n_features, arrays, backend="oracle"))
+    leaves = boosted_tree_leaves(X, n_features, arrays)
+    assert_array_equal(leaves, boosted_tree_leaves(X, n_features, arrays, backend="oracle"))
     tree_class = np.arange(n_trees) % n_outputs
-    shap = split_tree_shap(X, n_features, arrays, tree_class, n_outputs)
-    expected = split_tree_shap(X, n_features, arrays, tree_class, n_outputs, backend="oracle")
+    shap = boosted_tree_shap(X, n_features, arrays, tree_class, n_outputs)
+    expected = boosted_tree_shap(X, n_features, arrays, tree_class, n_outputs, backend="oracle")
     assert_allclose(shap, expected, rtol=1e-10, atol=1e-12)
     # Repeated runs are bit-identical.
-    assert_array_equal(shap, split_tree_shap(X, n_features, arrays, tree_class, n_outputs))
+    assert_array_equal(shap, boosted_tree_shap(X, n_features, arrays, tree_class, n_outputs))
 
 
 @settings(max_examples=25, deadline=None)
@@ -123,12 +128,13 @@ def test_random_trees_against_the_oracle(seed, n_features, n_trees, max_depth, n
     arrays = random_trees(rng, n_features, n_trees, max_depth)
     X = random_rows(rng, n_rows, n_features)
     assert_array_equal(
-        split_tree_leaves(X, n_features, arrays), split_tree_leaves(X, n_features, arrays, backend="oracle")
+        boosted_tree_leaves(X, n_features, arrays),
+        boosted_tree_leaves(X, n_features, arrays, backend="oracle"),
     )
     tree_class = np.zeros(n_trees, dtype=np.int64)
     assert_allclose(
-        split_tree_shap(X, n_features, arrays, tree_class, 1),
-        split_tree_shap(X, n_features, arrays, tree_class, 1, backend="oracle"),
+        boosted_tree_shap(X, n_features, arrays, tree_class, 1),
+        boosted_tree_shap(X, n_features, arrays, tree_class, 1, backend="oracle"),
         rtol=1e-10,
         atol=1e-12,
     )
@@ -141,8 +147,8 @@ def test_shap_of_a_feature_used_twice_on_one_path():
     X = random_rows(rng, 40, 2)
     tree_class = np.zeros(4, dtype=np.int64)
     assert_allclose(
-        split_tree_shap(X, 2, arrays, tree_class, 1),
-        split_tree_shap(X, 2, arrays, tree_class, 1, backend="oracle"),
+        boosted_tree_shap(X, 2, arrays, tree_class, 1),
+        boosted_tree_shap(X, 2, arrays, tree_class, 1, backend="oracle"),
         rtol=1e-10,
         atol=1e-12,
     )
@@ -196,13 +202,13 @@ def _stump(decision, *, threshold=0.5, missing=MISSING_NONE, default_left=0, cat
 def test_each_rule_by_hand(stump, values, sides):
     X = np.asarray(values, dtype=np.float64)[:, None]
     expected = [0 if s == "L" else 1 for s in sides]
-    assert_array_equal(split_tree_leaves(X, 1, stump)[:, 0], expected)
-    assert_array_equal(split_tree_leaves(X, 1, stump, backend="oracle")[:, 0], expected)
+    assert_array_equal(boosted_tree_leaves(X, 1, stump)[:, 0], expected)
+    assert_array_equal(boosted_tree_leaves(X, 1, stump, backend="oracle")[:, 0], expected)
 
 
 def test_shap_of_a_stump_by_hand():
     """One split, covers 1:1: the feature's value is the leaf minus the mean of the leaves."""
-    shap = split_tree_shap(np.array([[0.0], [1.0]]), 1, _stump(DECISION_LE), np.zeros(1, dtype=int), 1)
+    shap = boosted_tree_shap(np.array([[0.0], [1.0]]), 1, _stump(DECISION_LE), np.zeros(1, dtype=int), 1)
     assert_allclose(shap[:, 0, 0], [-1.0, 1.0])
 
 
@@ -223,9 +229,9 @@ def test_no_rows_and_a_single_leaf_tree():
         "node_leaf_id": np.array([0]),
         "tree_start": np.array([0, 1]),
     }
-    assert_array_equal(split_tree_leaves(np.ones((3, 2)), 2, leaf), np.zeros((3, 1)))
-    assert_array_equal(split_tree_shap(np.ones((3, 2)), 2, leaf, [0], 1), np.zeros((3, 1, 2)))
-    assert split_tree_leaves(np.zeros((0, 1)), 1, _stump(DECISION_LE)).shape == (0, 1)
+    assert_array_equal(boosted_tree_leaves(np.ones((3, 2)), 2, leaf), np.zeros((3, 1)))
+    assert_array_equal(boosted_tree_shap(np.ones((3, 2)), 2, leaf, [0], 1), np.zeros((3, 1, 2)))
+    assert boosted_tree_leaves(np.zeros((0, 1)), 1, _stump(DECISION_LE)).shape == (0, 1)
 
 
 def _chain(depth):
@@ -288,23 +294,23 @@ def _broken(field, value, base=None):
 )
 def test_bad_tables_are_refused(arrays, match):
     with pytest.raises(ValueError, match=match):
-        check_split_trees(1, arrays)
+        check_boosted_trees(1, arrays)
     with pytest.raises(ValueError, match=match):
-        split_tree_leaves(np.zeros((1, 1)), 1, arrays)
+        boosted_tree_leaves(np.zeros((1, 1)), 1, arrays)
 
 
 def test_deepest_supported_tree_runs():
     arrays = _chain(MAX_TREE_DEPTH)
     X = np.array([[-1.0], [1.0]])
-    assert split_tree_leaves(X, 1, arrays).tolist() == [[2 * MAX_TREE_DEPTH], [1]]
-    assert np.isfinite(split_tree_shap(X, 1, arrays, [0], 1)).all()
+    assert boosted_tree_leaves(X, 1, arrays).tolist() == [[2 * MAX_TREE_DEPTH], [1]]
+    assert np.isfinite(boosted_tree_shap(X, 1, arrays, [0], 1)).all()
 
 
 def test_bad_arguments():
     stump = _stump(DECISION_LE)
     with pytest.raises(ValueError, match="tree_class"):
-        split_tree_shap(np.zeros((1, 1)), 1, stump, [1], 1)
+        boosted_tree_shap(np.zeros((1, 1)), 1, stump, [1], 1)
     with pytest.raises(ValueError, match=r"shape \(n, 1\)"):
-        split_tree_leaves(np.zeros((1, 2)), 1, stump)
+        boosted_tree_leaves(np.zeros((1, 2)), 1, stump)
     with pytest.raises(ValueError, match="'backend' parameter"):
-        split_tree_leaves(np.zeros((1, 1)), 1, stump, backend="cuda")
+        boosted_tree_leaves(np.zeros((1, 1)), 1, stump, backend="cuda")

@@ -1,4 +1,4 @@
-"""``kernels.partition_rows``: the stable node order of MBCT's level passes."""
+"""``gpucal.kernels.order_by_node``: the stable node order of MBCT's level passes."""
 
 from __future__ import annotations
 
@@ -6,15 +6,15 @@ import numpy as np
 import pytest
 from numpy.testing import assert_array_equal
 
-from kernels import partition_rows, take_rows
+from gpucal.kernels import gather_rows, order_by_node
 
 
 @pytest.mark.parametrize("dtype", [np.int32, np.int64])
 def test_counting_sort_equals_the_stable_argsort(dtype):
     rng = np.random.default_rng(0)
     node = rng.integers(0, 37, 100_003).astype(dtype)
-    order = partition_rows(node, 37)
-    assert_array_equal(order, partition_rows(node, 37, backend="oracle"))
+    order = order_by_node(node, 37)
+    assert_array_equal(order, order_by_node(node, 37, backend="oracle"))
     assert_array_equal(order, np.argsort(node, kind="stable"))
     # Within a node, rows keep their data order: the position in a run is the rank among the node's rows.
     sorted_nodes = node[order]
@@ -24,8 +24,8 @@ def test_counting_sort_equals_the_stable_argsort(dtype):
 
 
 def test_empty_nodes_and_empty_input():
-    assert_array_equal(partition_rows(np.array([3, 0, 3], dtype=np.int32), 5), [1, 0, 2])
-    assert partition_rows(np.zeros(0, dtype=np.int32), 4).shape == (0,)
+    assert_array_equal(order_by_node(np.array([3, 0, 3], dtype=np.int32), 5), [1, 0, 2])
+    assert order_by_node(np.zeros(0, dtype=np.int32), 4).shape == (0,)
 
 
 @pytest.mark.parametrize(
@@ -38,7 +38,7 @@ def test_empty_nodes_and_empty_input():
 )
 def test_bad_node_ids_raise(node, match):
     with pytest.raises(ValueError, match=match):
-        partition_rows(node, 5)
+        order_by_node(node, 5)
 
 
 def test_take_rows_equals_fancy_indexing():
@@ -46,7 +46,7 @@ def test_take_rows_equals_fancy_indexing():
     order = rng.permutation(1000)
     codes = rng.integers(0, 9, (1000, 3)).astype(np.int16)
     f = rng.random(1000)
-    got_codes, got_f, got_none = take_rows(order, codes, f, None)
+    got_codes, got_f, got_none = gather_rows(order, codes, f, None)
     assert_array_equal(got_codes, codes[order])
     assert_array_equal(got_f, f[order])
     assert got_none is None

@@ -4,7 +4,7 @@
 (arrays on one device are one block, :meth:`ScoreRows.of_arrays`): each block is checked alone and holds
 the score, the labels and the weights (:func:`read_scores`); a summary pass (:func:`score_summary`,
 added over blocks) gives the whole-data checks, the label sums and the score range; and
-:meth:`ScoreRows.fit` is :func:`~gpucal.calibrators._logistic.fit_logistic_rows`, every Newton pass a
+:meth:`ScoreRows.fit` is :func:`~gpucal.calibrators.logistic.fit_logistic_rows`, every Newton pass a
 :meth:`~gpucal.rows.Rows.sum` of the blocks' ``(loss, gradient, Hessian)``. On one machine (one block)
 every sum is the one ``fit_logistic`` computes, so the fit is the same number for number; over dask
 partitions only the order of the additions differs.
@@ -13,7 +13,7 @@ Histogram binning (equal mass) and isotonic regression read the rows in score or
 function of the distinct-score table (:func:`score_groups`: sums ``w, w*y, w*x`` per distinct score of
 positive weight, the blocks' tables merged by key); on one machine, where the rows are one block
 (:meth:`~gpucal.rows.Rows.single_block`), they walk the sorted rows instead, which groups the same
-scores and adds the same rows (``gpucal.calibrators._pav``, ``gpucal.calibrators._bins``).
+scores and adds the same rows (``gpucal.calibrators.pav``, ``gpucal.calibrators.bins``).
 """
 
 from __future__ import annotations
@@ -27,12 +27,12 @@ from typing import Any
 import numpy as np
 
 from gpucal._backend import array_namespace, to_numpy
-from gpucal._frames import split_input
+from gpucal._frames import parse_input
 from gpucal._validation import check_consistent_length, check_labels, check_same_index, check_sample_weight
-from gpucal.calibrators._logistic import LogisticFit, ScoreBlock, check_class_weights, fit_logistic_rows
+from gpucal.calibrators.logistic import LogisticFit, ScoreBlock, check_class_weights, fit_logistic_rows
 from gpucal.rows import LocalRows, RowBlock, Rows
-from gpucal.rows._checks import check_partition_weight
-from gpucal.rows._reduce import KeyedTable, check_table_size, group_sorted, max_distinct_keys, merge_tables
+from gpucal.rows.checks import check_partition_weight
+from gpucal.rows.reduce import KeyedTable, check_table_size, group_sorted, max_distinct_keys, merge_tables
 
 # Columns of :func:`score_summary`.
 COUNT, WEIGHT, LABEL_WEIGHT, N_POSITIVE, N_NEGATIVE, LOWEST, HIGHEST = range(7)
@@ -43,7 +43,7 @@ def read_scores(block: RowBlock, score_col: Any, score_kind: str) -> ScoreBlock:
     inputs, except that the block may be empty or weigh nothing (the whole data is checked on the
     summary)."""
     X, y, sample_weight = block["X"], block["y"], block["sample_weight"]
-    score = split_input(
+    score = parse_input(
         X, score_col=score_col, feature_cols=[], score_kind=score_kind, allow_empty=True, name="X"
     ).score
     check_same_index(X=X, y=y, sample_weight=sample_weight)
@@ -86,7 +86,7 @@ def combine_summaries(*summaries: np.ndarray) -> np.ndarray:
 
 def block_score_groups(block: ScoreBlock, limit: int) -> KeyedTable:
     """Sums ``w, w*y, w*x`` per distinct score ``x`` of one block's rows of positive weight (the
-    ``BIN_*`` columns of ``gpucal.calibrators._bins``), in increasing score order."""
+    ``BIN_*`` columns of ``gpucal.calibrators.bins``), in increasing score order."""
     xp = array_namespace(block.score)
     keep = block.w > 0
     x, y, w = block.score[keep], block.y[keep], block.w[keep]
@@ -148,7 +148,7 @@ class ScoreRows:
         return float(self.summary[LOWEST]), float(self.summary[HIGHEST])
 
     def fit(self, **options: Any) -> LogisticFit:
-        """:func:`~gpucal.calibrators._logistic.fit_logistic_rows` of these rows and their sums (the
+        """:func:`~gpucal.calibrators.logistic.fit_logistic_rows` of these rows and their sums (the
         keyword options of ``fit_logistic_rows``)."""
         return fit_logistic_rows(
             self.rows,

@@ -1,7 +1,7 @@
-r"""``split_tree_leaves``, ``split_tree_shap``: XGBoost's and LightGBM's binary trees, walked by gpucal.
+r"""``boosted_tree_leaves``, ``boosted_tree_shap``: XGBoost's and LightGBM's binary trees, walked by gpucal.
 
-The node arrays (layout and rules in ``kernels.split_trees_oracle``) are checked on every call by
-:func:`check_split_trees`, a pass over the nodes, not the rows: whatever the arrays hold, a walk stays
+The node arrays (layout and rules in ``gpucal.kernels.boosted_trees_oracle``) are checked on every call by
+:func:`check_boosted_trees`, a pass over the nodes, not the rows: whatever the arrays hold, a walk stays
 inside them and ends, and tree SHAP divides by no zero cover. ``gpucal.ccl.tree_tables`` runs the same
 check when a model file is loaded, so no table from a file reaches a kernel unchecked.
 
@@ -16,8 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from kernels.split_trees_cpu import leaves_cpu, shap_values_cpu
-from kernels.split_trees_oracle import (
+from gpucal.kernels.boosted_trees_cpu import leaves_cpu, shap_values_cpu
+from gpucal.kernels.boosted_trees_oracle import (
     DECISIONS,
     MISSING_TYPES,
     SplitTrees,
@@ -66,7 +66,7 @@ def _as_dtype(name: str, value: Any) -> np.ndarray:
     return np.ascontiguousarray(arr, dtype=dtype)
 
 
-def check_split_trees(n_features: int, arrays: Mapping[str, Any]) -> tuple[SplitTrees, int]:
+def check_boosted_trees(n_features: int, arrays: Mapping[str, Any]) -> tuple[SplitTrees, int]:
     """Return the checked node arrays in the kernels' dtypes and the deepest tree's depth.
 
     Raises ``ValueError`` naming the field unless: every field has its length (``n_nodes``, or
@@ -165,13 +165,13 @@ def _check_backend(backend: str) -> None:
         raise ValueError(msg)
 
 
-def split_tree_leaves(
+def boosted_tree_leaves(
     X: Any, n_features: int, arrays: Mapping[str, Any], *, backend: str = "cpu"
 ) -> np.ndarray:
     r"""Return the library's id of the leaf every row reaches in every tree.
 
     Each row walks from its tree's root, at split :math:`m` to ``node_left[m]`` when
-    ``goes_left(x[node_feature[m]])`` (the rules of ``kernels.split_trees_oracle``), else to
+    ``goes_left(x[node_feature[m]])`` (the rules of ``gpucal.kernels.boosted_trees_oracle``), else to
     ``node_right[m]``, until a leaf :math:`\ell`, and returns ``node_leaf_id[l]``.
 
     Parameters
@@ -181,8 +181,8 @@ def split_tree_leaves(
     n_features : int
         The number of features the trees may index.
     arrays : mapping of str to array
-        The node arrays (``kernels.split_trees_oracle.SplitTrees``' fields), checked by
-        :func:`check_split_trees`.
+        The node arrays (``gpucal.kernels.boosted_trees_oracle.SplitTrees``' fields), checked by
+        :func:`check_boosted_trees`.
     backend : {'cpu', 'oracle'}, default='cpu'
         The numba CPU twin, or the pure-Python oracle (for tests).
 
@@ -191,7 +191,7 @@ def split_tree_leaves(
     numpy.ndarray of int32, shape (n, n_trees)
     """
     _check_backend(backend)
-    trees, _ = check_split_trees(n_features, arrays)
+    trees, _ = check_boosted_trees(n_features, arrays)
     X = _check_rows(X, n_features)
     if backend == "oracle":
         return leaves_oracle(X, trees)
@@ -203,7 +203,7 @@ def split_tree_leaves(
     )  # fmt: skip
 
 
-def split_tree_shap(
+def boosted_tree_shap(
     X: Any,
     n_features: int,
     arrays: Mapping[str, Any],
@@ -231,7 +231,7 @@ def split_tree_shap(
     n_features : int
         The number of features.
     arrays : mapping of str to array
-        The node arrays, as in :func:`split_tree_leaves`.
+        The node arrays, as in :func:`boosted_tree_leaves`.
     tree_class : int array of shape (n_trees,)
         The output each tree adds to, in ``[0, n_outputs)``.
     n_outputs : int
@@ -244,7 +244,7 @@ def split_tree_shap(
     numpy.ndarray of float64, shape (n, n_outputs, n_features)
     """
     _check_backend(backend)
-    trees, max_depth = check_split_trees(n_features, arrays)
+    trees, max_depth = check_boosted_trees(n_features, arrays)
     X = _check_rows(X, n_features)
     classes = np.ascontiguousarray(tree_class, dtype=np.int64)
     n_trees = trees.tree_start.shape[0] - 1

@@ -1,6 +1,7 @@
 """The pieces of every reduction over blocks: results to the host, added or combined in a tree.
 
-Every gpucal statistic is a sum over rows of a fixed-shape array (``kernels.group_sums``), so a pass over
+Every gpucal statistic is a sum over rows of a fixed-shape array (``gpucal.kernels.group_sums``), so a pass
+over
 dask rows is: each block computes its array where it lives (numpy or cupy, brought to the host by
 :func:`_host`), and the arrays are combined in a tree of ``split_every``-way steps (:func:`_tree`, the
 one reduction of :class:`~gpucal.rows.dask.DaskRows` and :class:`~gpucal.rows.streamed.StreamedRows`).

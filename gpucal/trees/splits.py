@@ -1,6 +1,6 @@
 r"""Node maps and split choice of MBCT, from the group sums of the tree's input ``f`` and labels ``y``.
 
-Each node holds a map of the tree's input probability ``f`` (``gpucal.partition.ensemble``): the paper's
+Each node holds a map of the tree's input probability ``f`` (``gpucal.trees.ensemble``): the paper's
 :math:`k_b f` ("scale") or a logit shift :math:`\sigma(\operatorname{logit} f + d_b)` ("shift"; the
 "platt" map grows its tree like "shift" and refits :math:`(a_b, d_b)` per node at the end). Every
 quantity below is a function of the seven sums :math:`(n, W, \sum wf, \sum wy, \sum wf^2, \sum wfy,
@@ -59,8 +59,8 @@ import math
 
 import numpy as np
 
-from kernels import STAT_COUNT, STAT_W, STAT_WF, STAT_WFF, STAT_WFY, STAT_WY, STAT_WYY
-from kernels.jit import numba
+from gpucal.kernels import STAT_COUNT, STAT_W, STAT_WF, STAT_WFF, STAT_WFY, STAT_WY, STAT_WYY
+from gpucal.kernels.jit import numba
 
 # Criterion codes of the binary split functions: the node map's loss (MBCT's "gain" with the scale or the
 # shift map) or an impurity of the label (HC).

@@ -1,4 +1,4 @@
-"""``partition_rows``: the stable order that puts every node's rows next to each other.
+"""``order_by_node``: the stable order that puts every node's rows next to each other.
 
 A tree level's histogram adds each row into its node's slice of ``(node, feature, value)`` bins. With
 rows in data order, consecutive rows hit different nodes and the additions scatter over the whole
@@ -16,11 +16,11 @@ from typing import Any
 
 import numpy as np
 
-from kernels._dispatch import is_cupy_array, resolve_backend
-from kernels.jit import numba
+from gpucal.kernels._dispatch import is_cupy_array, resolve_backend
+from gpucal.kernels.jit import numba
 
 
-def partition_rows(node_idx: Any, n_nodes: int, *, backend: str = "auto") -> Any:
+def order_by_node(node_idx: Any, n_nodes: int, *, backend: str = "auto") -> Any:
     """Return the stable permutation sorting rows by ``node_idx`` (values in ``[0, n_nodes)``), int64.
 
     Rows of one node keep their relative order, so a row's position inside its node's run is its rank
@@ -43,7 +43,7 @@ def partition_rows(node_idx: Any, n_nodes: int, *, backend: str = "auto") -> Any
     return _counting_sort(node_idx, np.int64(n_nodes))
 
 
-def take_rows(order: Any, *arrays: Any) -> tuple[Any, ...]:
+def gather_rows(order: Any, *arrays: Any) -> tuple[Any, ...]:
     """Return each array (1-D, or 2-D by rows; None passes through) reordered by ``order``: ``a[order]``.
 
     The CPU path gathers in parallel with numba (numpy's ``a[order]`` on a 2-D array is single-threaded

@@ -27,10 +27,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from gpucal._backend import array_namespace, to_numpy
-from kernels import lookup_codes, predict_trees
+from gpucal.kernels import lookup_codes, predict_trees
 
 if TYPE_CHECKING:
-    from gpucal.partition.grow import TreeNodes
+    from gpucal.trees.grow import TreeNodes
 
 LEAF_MAPS = ("scale", "shift", "platt")
 LEAF_SCALE, LEAF_SHIFT, LEAF_PLATT = range(3)
@@ -114,7 +114,8 @@ class TreeEnsemble:
         return out
 
     def kernel_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """Return the node arrays in ``kernels.predict_trees`` order (feature, base, table, value, start)."""
+        """Return the node arrays in ``gpucal.kernels.predict_trees`` order (feature, base, table, value,
+        start)."""
         return (self.node_feature, self.node_child_base, self.child_table, self.node_value, self.tree_start)
 
     # ----------------------------------------------------------------------------------------------
@@ -368,7 +369,8 @@ def join_trees(
 
 
 def predict_ensemble(ensemble: TreeEnsemble, codes: Any, f: Any) -> Any:
-    """Return the chain's output for tree codes ``codes`` and tree input ``f`` (``kernels.predict_trees``)."""
+    """Return the chain's output for tree codes ``codes`` and tree input ``f``
+    (``gpucal.kernels.predict_trees``)."""
     e = ensemble
     return predict_trees(
         codes,

@@ -10,7 +10,7 @@ import numpy as np
 
 from gpucal._backend import array_namespace
 from gpucal._validation import as_1d_array, check_finite, check_sample_weight
-from gpucal.rows._collections import is_dask_collection
+from gpucal.rows.collections import is_dask_collection
 
 
 def check_partition_weight(sample_weight: Any, n: int, xp: ModuleType, name: str = "sample_weight") -> Any:

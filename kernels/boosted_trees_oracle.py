@@ -1,6 +1,6 @@
 r"""Pure-Python oracle for binary split trees (XGBoost's and LightGBM's): leaves and exact tree SHAP.
 
-Layout shared with the numba twin (``kernels.split_trees_cpu``); ``gpucal.ccl.tree_tables`` fills it
+Layout shared with the numba twin (``gpucal.kernels.boosted_trees_cpu``); ``gpucal.ccl.tree_tables`` fills it
 from either library. Trees are concatenated; tree ``t`` holds node ids ``[tree_start[t],
 tree_start[t + 1])`` and its root is ``tree_start[t]``. Per node ``m``:
 

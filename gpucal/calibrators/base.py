@@ -36,11 +36,11 @@ from sklearn.utils import ClassifierTags, Tags
 from sklearn.utils.validation import check_is_fitted
 
 from gpucal._backend import array_namespace
-from gpucal._frames import SplitInput, split_input, wrap_output
+from gpucal._frames import ParsedInput, parse_input, wrap_output
 from gpucal._params import AnyOf, Interval, Options, check_param
 from gpucal._validation import check_consistent_length, check_labels, check_same_index, check_sample_weight
 from gpucal.rows import Rows, as_rows
-from gpucal.rows._collections import any_dask, collection_kind, no_distributed_fit
+from gpucal.rows.collections import any_dask, collection_kind, no_distributed_fit
 
 Constraint = Interval | Options | AnyOf
 #: The options every calibrator taking a score and returning probabilities shares.
@@ -127,9 +127,9 @@ class Calibrator(BaseEstimator):
     # ----------------------------------------------------------------------------------------------
     # Input
 
-    def _split(self, X: Any, *, allow_empty: bool = False) -> SplitInput:
+    def _parse_input(self, X: Any, *, allow_empty: bool = False) -> ParsedInput:
         """Validate a 1-D ``X`` or ``X[score_col]``: the float64 score and the input's description."""
-        return split_input(
+        return parse_input(
             X,
             score_col=getattr(self, "score_col", "score"),
             feature_cols=[],
@@ -139,7 +139,7 @@ class Calibrator(BaseEstimator):
 
     def _score_input(self, X: Any) -> Any:
         """Return the validated float64 score of a 1-D ``X`` or of ``X[score_col]``."""
-        return self._split(X).score
+        return self._parse_input(X).score
 
     def _fit_input(self, X: Any, y: Any, sample_weight: Any) -> tuple[Any, Any, Any]:
         """Validate ``(X, y, sample_weight)`` for a fit: scores, labels, weights of one length."""
@@ -195,7 +195,7 @@ class Calibrator(BaseEstimator):
         lazy = self._predict_partitions(X)
         if lazy is not None:
             return lazy
-        split = self._split(X, allow_empty=True)
+        split = self._parse_input(X, allow_empty=True)
         calibrated = self._predict_scores(split.score)
         return wrap_output(calibrated, split.info, output_type=getattr(self, "output_type", "input"))
 

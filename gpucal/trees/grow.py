@@ -3,15 +3,15 @@ r"""Grow one tree (MBCT's or HC's): one histogram pass per level, split decision
 Per level (Huang et al. 2022, Sec. 4.3, operations (1)-(3)):
 
 1. the group-sum histogram ``H[node, feature, value, stat]`` of the open nodes
-   (``kernels.group_sums``; nodes are batched so the histogram stays under ``MAX_HIST_BYTES``);
+   (``gpucal.kernels.group_sums``; nodes are batched so the histogram stays under ``MAX_HIST_BYTES``);
 2. for every open node and feature, the multi-way split into one child per value (values with less
    weight than ``min_child_size`` pooled into one child), each child's map fitted from its sums, and the
-   split's loss: the deterministic criterion from the sums alone (``gpucal.partition.splits``), or the
-   faithful MVCE over ``r`` views shared by every candidate of the node (``kernels.mvce_split_sums``,
+   split's loss: the deterministic criterion from the sums alone (``gpucal.trees.splits``), or the
+   faithful MVCE over ``r`` views shared by every candidate of the node (``gpucal.kernels.mvce_split_sums``,
    Eq. 10 and 12);
 3. the best feature splits the node when the split has at least two children and lowers the node's
    loss (stopping rule 3); nodes lighter than ``min_node_size`` (rule 2) or at ``max_depth`` (rule 1)
-   stay leaves; ``kernels.route_rows`` moves every row of a split node to its child.
+   stay leaves; ``gpucal.kernels.route_rows`` moves every row of a split node to its child.
 
 With ``split_mode="binary"`` step 2 is instead the best two-way split per feature
 (``splits.choose_binary_splits``: thresholds in code order for ordinal features, in label-rate order for
@@ -20,7 +20,7 @@ heterogeneous-calibration tree); ``feature_mask`` keeps a random forest's tree t
 
 The loop (:func:`grow_tree_on`) reads the rows only through a :class:`RowStore`: the root's sums, a
 batch's splits (:func:`decide_splits` of the batch's histogram), routing, the final node per row.
-:func:`grow_tree` runs it on one device (``NodeOrderedRows``); ``gpucal.partition.tree_rows`` runs the
+:func:`grow_tree` runs it on one device (``NodeOrderedRows``); ``gpucal.trees.tree_rows`` runs the
 same loop over any :class:`~gpucal.rows.Rows` (dask partitions held or streamed).
 """
 
@@ -33,7 +33,18 @@ from typing import Any, Protocol
 import numpy as np
 
 from gpucal._backend import array_namespace, to_numpy
-from gpucal.partition.splits import (
+from gpucal.kernels import (
+    N_STATS,
+    STAT_W,
+    gather_rows,
+    group_sums,
+    mvce_from_split_sums,
+    mvce_split_sums,
+    order_by_node,
+    route_rows,
+    value_offsets,
+)
+from gpucal.trees.splits import (
     LABEL_CRITERIA,
     binary_children,
     candidate_values,
@@ -43,17 +54,6 @@ from gpucal.partition.splits import (
     fit_node,
     node_value,
     split_children,
-)
-from kernels import (
-    N_STATS,
-    STAT_W,
-    group_sums,
-    mvce_from_split_sums,
-    mvce_split_sums,
-    partition_rows,
-    route_rows,
-    take_rows,
-    value_offsets,
 )
 
 # Histogram memory per batch of open nodes; more open nodes than fit are histogrammed in several passes.
@@ -195,13 +195,13 @@ def grow_tree(
 class RowStore(Protocol):
     """What the level loop reads from the rows, wherever they are (one array, or dask partitions).
 
-    :class:`NodeOrderedRows` holds them on one device; ``gpucal.partition.tree_rows`` holds them on
+    :class:`NodeOrderedRows` holds them on one device; ``gpucal.trees.tree_rows`` holds them on
     dask workers, adds each histogram over them and decides the splits there. Every row starts in the
     root (node 0).
     """
 
     def root_stats(self, backend: str) -> np.ndarray:
-        """Return the seven sums of every row (``kernels.N_STATS``)."""
+        """Return the seven sums of every row (``gpucal.kernels.N_STATS``)."""
 
     def start_level(self, n_nodes: int) -> None:
         """Prepare the histograms of a level of a tree of ``n_nodes`` nodes."""
@@ -222,7 +222,7 @@ class RowStore(Protocol):
     def routed(
         self, feature: Any, base: Any, table: Any, n_nodes: int, more_levels: bool, backend: str
     ) -> Any:
-        """Return the store with every row moved to its child (``kernels.route_rows``)."""
+        """Return the store with every row moved to its child (``gpucal.kernels.route_rows``)."""
 
     def final_nodes(self) -> Any:
         """Return the node each row ends in (the store's own form)."""
@@ -291,7 +291,8 @@ def batch_histogram(
     backend: str,
 ) -> tuple[np.ndarray, Any]:
     """Return the group sums of the rows of the nodes of ``batch`` (slot ``s``: node ``batch[s]``) and
-    each row's slot (-1: a node outside the batch), ``kernels.group_sums`` over ``(codes, f, y, w)``."""
+    each row's slot (-1: a node outside the batch), ``gpucal.kernels.group_sums`` over ``(codes, f, y,
+    w)``."""
     xp = array_namespace(f)
     slot_of_node = np.full(n_nodes, -1, dtype=np.int32)
     slot_of_node[batch] = np.arange(len(batch), dtype=np.int32)
@@ -314,8 +315,8 @@ class NodeOrderedRows:
     """The rows, permuted so that every node's rows are contiguous (and in data order within it).
 
     ``perm[i]`` is the data row at position ``i`` (None: data order). Kept per level by a stable
-    partition (``kernels.partition_rows``), so a node's histogram is added from one run of rows.
-    The store of one device in :func:`grow_tree`, and of each machine in ``gpucal.partition.tree_rows``.
+    partition (``gpucal.kernels.order_by_node``), so a node's histogram is added from one run of rows.
+    The store of one device in :func:`grow_tree`, and of each machine in ``gpucal.trees.tree_rows``.
     """
 
     codes: Any
@@ -369,7 +370,7 @@ class NodeOrderedRows:
     ) -> NodeOrderedRows:
         self.node_idx = route_rows(self.codes, self.node_idx, feature, base, table, backend=backend)
         self.starts = None
-        return self.partitioned(n_nodes, backend) if more_levels else self
+        return self.ordered_by_node(n_nodes, backend) if more_levels else self
 
     def final_nodes(self) -> Any:
         return self.in_data_order(self.node_idx)
@@ -390,9 +391,9 @@ class NodeOrderedRows:
             None,
         )
 
-    def partitioned(self, n_nodes: int, backend: str) -> NodeOrderedRows:
-        order = partition_rows(self.node_idx, n_nodes, backend="cpu" if backend == "oracle" else backend)
-        codes, f, y, w, node_idx, perm = take_rows(
+    def ordered_by_node(self, n_nodes: int, backend: str) -> NodeOrderedRows:
+        order = order_by_node(self.node_idx, n_nodes, backend="cpu" if backend == "oracle" else backend)
+        codes, f, y, w, node_idx, perm = gather_rows(
             order, self.codes, self.f, self.y, self.w, self.node_idx, self.perm
         )
         if self.keep_perm and perm is None:
