@@ -90,7 +90,7 @@ def client(cluster: tuple[Any, Any]) -> Any:
     """The cluster's client once both workers run (a nanny whose restart failed is replaced)."""
     cluster, client = cluster
     cluster.scale(2)
-    client.wait_for_workers(2, timeout=120)
+    client.wait_for_workers(2, timeout=300)
     return client
 
 
