@@ -195,13 +195,15 @@ def train(
     best_loss, best_epoch, best_state = math.inf, 0, copy.deepcopy(net.state_dict())
     history: list[float] = []
     epoch = 0
-    means, currents = list(average.parameters()), list(net.parameters())
+    means: list[torch.Tensor] = list(average.parameters())
+    currents: list[torch.Tensor] = list(net.parameters())
     for epoch in range(1, max_epochs + 1):
         net.train()
         # One gather per epoch, then contiguous batches: a gather per batch cost as much again.
         shuffled = take(train_index[torch.randperm(n_train, generator=generator).to(k.device)])
         for start in range(0, n_train, size):
-            kb, tb, rb, yb, wb = (None if a is None else a[start : start + size] for a in shuffled)
+            batch: list[Any] = [None if a is None else a[start : start + size] for a in shuffled]
+            kb, tb, rb, yb, wb = batch
             optimizer.zero_grad(set_to_none=True)
             loss = _weighted_log_loss(net(kb, tb, rb), yb, wb)
             if monotone_penalty > 0:
