@@ -302,7 +302,7 @@ NOTES = """## Reading the numbers
   pairs add up.
 - **Against scikit-learn.** `LogisticRegression(C=0.1)` is `l2=10`: compare it with `first l2=10` and
   `auto 10/10` in the grid, not with the defaults.
-- **Machine.** 2 cores shared with seven other engineers' jobs during every run: timings are noisy
+- **Machine.** 2 cores shared with other jobs during every run: timings are noisy
   (scikit-learn's sparse products ran at about a tenth of their unloaded speed) and only ratios within one
   run mean anything.
 """

@@ -150,7 +150,7 @@ def main() -> None:
         "# Peer maps and classical tests against their references",
         "",
         f"Run {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC on {platform.machine()}, "
-        f"{os.cpu_count()} cores, shared with seven other engineers' jobs (timings are loaded-machine "
+        f"{os.cpu_count()} cores, shared with other jobs (timings are loaded-machine "
         "wall times of one call each; ratios compare calls of the same run).",
         "Produced by `python benchmarks/bench_peer_maps.py`. Calibrators: fit on n rows, predict those n "
         "rows. `max |diff|`: the largest difference between gpucal's output and the reference's.",
