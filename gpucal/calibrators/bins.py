@@ -186,6 +186,23 @@ def _knot_table(knots_x: np.ndarray) -> tuple[np.ndarray, float]:
     return table.astype(np.int64), 1.0 / h
 
 
+def check_monotone_knots(knots_x: np.ndarray, knots_y: np.ndarray) -> None:
+    """Raise ``ValueError`` unless the knots (``X_knots_``, ``y_knots_`` of a loaded model) describe a
+    non-decreasing piecewise-linear map into [0, 1]: equal lengths, at least one knot, ``knots_x``
+    strictly increasing."""
+    if knots_x.shape != knots_y.shape or knots_x.shape[0] == 0:
+        msg = f"X_knots_ has {knots_x.shape[0]} entries and y_knots_ {knots_y.shape[0]}; need equal, >= 1"
+        raise ValueError(msg)
+    if (
+        np.any(np.diff(knots_x) <= 0)
+        or np.any(np.diff(knots_y) < 0)
+        or np.any(knots_y < 0)
+        or np.any(knots_y > 1)
+    ):
+        msg = "X_knots_ must be strictly increasing and y_knots_ non-decreasing in [0, 1]"
+        raise ValueError(msg)
+
+
 def interp_clipped(x: Any, knots_x: np.ndarray, knots_y: np.ndarray) -> Any:
     """Piecewise-linear map through the knots, constant beyond the first and last knot.
 

@@ -13,7 +13,7 @@ import numpy as np
 
 from gpucal.calibrators._sorted import distinct_counts, unit_binary
 from gpucal.calibrators.base import Calibrator, Constraint, Options
-from gpucal.calibrators.bins import BIN_W, BIN_WY, interp_clipped
+from gpucal.calibrators.bins import BIN_W, BIN_WY, check_monotone_knots, interp_clipped
 from gpucal.calibrators.score_rows import ScoreRows, score_groups
 from gpucal.kernels.jit import numba
 from gpucal.registry import calibration_method
@@ -194,10 +194,4 @@ class CenteredIsotonicCalibrator(Calibrator):
 
     def _check_state(self) -> None:
         """Raise ``ValueError`` unless the knots describe a non-decreasing map into [0, 1]."""
-        x, v = self.X_knots_, self.y_knots_
-        if x.shape != v.shape or x.shape[0] == 0:
-            msg = f"X_knots_ has {x.shape[0]} entries and y_knots_ {v.shape[0]}; need equal, >= 1"
-            raise ValueError(msg)
-        if np.any(np.diff(x) <= 0) or np.any(np.diff(v) < 0) or np.any(v < 0) or np.any(v > 1):
-            msg = "X_knots_ must be strictly increasing and y_knots_ non-decreasing in [0, 1]"
-            raise ValueError(msg)
+        check_monotone_knots(self.X_knots_, self.y_knots_)
