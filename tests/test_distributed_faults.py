@@ -75,23 +75,24 @@ def plan(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("faults") / "plan.json"
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def cluster(plan: Path) -> Iterator[tuple[Any, Any]]:
-    """Two worker processes under nannies, every worker with the kill plugin reading ``plan``."""
+    """Two worker processes under nannies, every worker with the kill plugin reading ``plan``.
+
+    A fresh cluster per test: a nanny restarting its killed worker can race the scheduler's removal of
+    the dead one ("name taken") and give up, so a cluster shared across tests would carry one test's
+    kill into the next one's workers and failures."""
     from tests._worker_faults import KillAtTask
 
     with _cluster(2) as cluster, distributed.Client(cluster) as client:
+        client.wait_for_workers(2, timeout=120)
         client.register_plugin(KillAtTask(str(plan)))
         yield cluster, client
 
 
 @pytest.fixture
 def client(cluster: tuple[Any, Any]) -> Any:
-    """The cluster's client once both workers run (a nanny whose restart failed is replaced)."""
-    cluster, client = cluster
-    cluster.scale(2)
-    client.wait_for_workers(2, timeout=300)
-    return client
+    return cluster[1]
 
 
 def _arm(plan: Path, kills: list[tuple[str, int]]) -> Callable[[], list[str]]:
