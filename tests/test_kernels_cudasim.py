@@ -26,7 +26,7 @@ def test_simulator_suite_matches_the_oracle(suite):
         "PYTHONPATH": os.pathsep.join([str(repo), os.environ.get("PYTHONPATH", "")]),
     }
     run = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(path)],
+        [sys.executable, "-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider", str(path)],
         cwd=repo,
         env=env,
         capture_output=True,
