@@ -20,6 +20,7 @@ import numpy as np
 from gpucal._backend import array_namespace, resolve_device
 from gpucal._frames import Column, frame_columns, parse_input
 from gpucal.encoding import FeatureEncoder
+from gpucal.kernels import gather_rows
 from gpucal.rows import label_summary
 from gpucal.rows.block import RowBlock
 from gpucal.rows.checks import check_labels_and_weights
@@ -170,9 +171,8 @@ def encoded_sides(
         index = block.row_offset + rows
         if rows.shape[0] == n:  # every row: no copy
             return TreeBlock(codes, f, block.y, block.w, index)
-        take = xp.asarray(rows)
-        w = None if block.w is None else block.w[take]
-        return TreeBlock(codes[take], f[take], block.y[take], w, index)
+        taken = gather_rows(xp.asarray(rows), codes, f, block.y, block.w)
+        return TreeBlock(*taken, index)
 
     tree_f = block.score if boosted else xp.full_like(block.y, 0.5)
     tree = None if block.role == MAP else side(np.flatnonzero(block.grows), tree_f)
