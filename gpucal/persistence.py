@@ -92,6 +92,20 @@ def check_records(value: Any, name: str, fields: dict[str, tuple[type, ...]], ma
                 raise ValueError(msg)
 
 
+def rebuilt_object(value: Any, cls: type, name: str, what: str, *, allow_none: bool = False) -> Any:
+    """Return a ``"json"`` state field as a ``cls`` object: plain data (a dict) rebuilt by
+    ``cls.from_dict``, an object of ``cls`` kept, None kept when ``allow_none``; anything else raises
+    ``ValueError`` naming the field (``"<name>: expected an <what> object"``)."""
+    if value is None and allow_none:
+        return None
+    if isinstance(value, dict):
+        value = cls.from_dict(value)  # type: ignore[attr-defined]
+    if not isinstance(value, cls):
+        msg = f"{name}: expected an {what} object" + (" or null" if allow_none else "")
+        raise ValueError(msg)
+    return value
+
+
 def to_dict(model: Any) -> dict[str, Any]:
     """Return the JSON-ready description of a fitted calibrator."""
     from sklearn.utils.validation import check_is_fitted

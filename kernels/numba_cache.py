@@ -36,8 +36,8 @@ from pathlib import Path
 from typing import Any
 
 CACHE_DIR_VARIABLE = "NUMBA_CACHE_DIR"
-#: Top-level packages whose compilation the notice reports.
-ANNOUNCED_PACKAGES = ("gpucal", "kernels")
+#: The top-level package whose compilation the notice reports (the kernels import as gpucal.kernels).
+ANNOUNCED_PACKAGE = "gpucal"
 
 
 def is_writable_dir(path: Path) -> bool:
@@ -93,7 +93,7 @@ def use_user_cache_dir() -> Path:
 def _announce(dispatcher: Any) -> bool:
     """Log the compile notice if ``dispatcher`` is gpucal's; return whether it was logged."""
     module = getattr(getattr(dispatcher, "py_func", None), "__module__", "") or ""
-    if module.partition(".")[0] not in ANNOUNCED_PACKAGES:
+    if module.partition(".")[0] != ANNOUNCED_PACKAGE:
         return False
     logging.getLogger("gpucal").warning(
         "gpucal: compiling CPU kernels on first use into %s "

@@ -36,17 +36,21 @@ CHUNK_ROWS = 1 << 16
 
 
 @numba.njit(cache=True, inline="always")
-def _bin_of(x, interior):  # pragma: no cover - compiled
-    """``searchsorted(interior, x, side="left")``: the number of interior edges strictly below ``x``."""
-    lo = 0
-    hi = interior.shape[0]
+def _first_not_below(a, lo, hi, x):  # pragma: no cover - compiled
+    """First index ``m`` in ``[lo, hi)`` with ``a[m] >= x`` (``hi`` if none); ``a`` increasing."""
     while lo < hi:
         mid = (lo + hi) >> 1
-        if interior[mid] < x:
+        if a[mid] < x:
             lo = mid + 1
         else:
             hi = mid
     return lo
+
+
+@numba.njit(cache=True, inline="always")
+def _bin_of(x, interior):  # pragma: no cover - compiled
+    """``searchsorted(interior, x, side="left")``: the number of interior edges strictly below ``x``."""
+    return _first_not_below(interior, 0, interior.shape[0], x)
 
 
 @numba.njit(cache=True, inline="always")
@@ -129,18 +133,6 @@ def lookup_bins(p: Any, interior: np.ndarray, values: np.ndarray, *, uniform: bo
 TABLE_CELLS_PER_KNOT = 4
 MIN_TABLE_CELLS = 64
 MAX_TABLE_CELLS = 1 << 20
-
-
-@numba.njit(cache=True, inline="always")
-def _first_not_below(a, lo, hi, x):  # pragma: no cover - compiled
-    """First index ``m`` in ``[lo, hi)`` with ``a[m] >= x`` (``hi`` if none); ``a`` increasing."""
-    while lo < hi:
-        mid = (lo + hi) >> 1
-        if a[mid] < x:
-            lo = mid + 1
-        else:
-            hi = mid
-    return lo
 
 
 @numba.njit(parallel=True, cache=True)

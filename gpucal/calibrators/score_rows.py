@@ -28,10 +28,10 @@ import numpy as np
 
 from gpucal._backend import array_namespace, to_numpy
 from gpucal._frames import parse_input
-from gpucal._validation import check_consistent_length, check_labels, check_same_index, check_sample_weight
+from gpucal._validation import check_sample_weight
 from gpucal.calibrators.logistic import LogisticFit, ScoreBlock, check_class_weights, fit_logistic_rows
 from gpucal.rows import LocalRows, RowBlock, Rows
-from gpucal.rows.checks import check_partition_weight
+from gpucal.rows.checks import check_labels_and_weights
 from gpucal.rows.reduce import KeyedTable, check_table_size, group_sorted, max_distinct_keys, merge_tables
 
 # Columns of :func:`score_summary`.
@@ -46,14 +46,10 @@ def read_scores(block: RowBlock, score_col: Any, score_kind: str) -> ScoreBlock:
     score = parse_input(
         X, score_col=score_col, feature_cols=[], score_kind=score_kind, allow_empty=True, name="X"
     ).score
-    check_same_index(X=X, y=y, sample_weight=sample_weight)
-    labels = check_labels(y, "y")
-    n = check_consistent_length(X=score, y=labels)
     xp = array_namespace(score)
-    if sample_weight is None:
+    labels, w, n = check_labels_and_weights(X, y, sample_weight, score, whole=False, xp=xp)
+    if w is None:
         w = check_sample_weight(None, n, xp=xp)  # a read-only view of ones: no n-sized array
-    else:
-        w = check_partition_weight(sample_weight, n, xp)
     return ScoreBlock(score, labels, w)
 
 

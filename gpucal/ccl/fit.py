@@ -32,12 +32,12 @@ import numpy as np
 
 from gpucal._backend import array_namespace, resolve_device
 from gpucal._frames import parse_input
-from gpucal._validation import check_consistent_length, check_labels, check_same_index, check_sample_weight
+from gpucal._validation import check_sample_weight
 from gpucal.ccl.cluster_maps import ClusterMaps, fit_cluster_maps, fit_dirichlet_maps
 from gpucal.ccl.clustering import FittedClusters, assign_clusters, fit_clusters_on, project
 from gpucal.ccl.embeddings import TreeEmbedding, _as_pandas, leaf_counts, leaf_widths
 from gpucal.rows import LabelSummary, Rows, label_summary
-from gpucal.rows.checks import check_partition_weight
+from gpucal.rows.checks import check_labels_and_weights
 
 # Columns of a block's summary: label_summary's five, then whether the block's score is on the GPU.
 ON_GPU = 5
@@ -182,11 +182,9 @@ def read_block(block: Any, params: CCLParams, whole: bool, *, row_offset: int) -
         weights = check_sample_weight(w, n, xp=xp)
         check_several_classes(labels, weights, score.shape[1])
     else:
-        if not whole:
-            check_same_index(X=X, y=y, sample_weight=w)
-        labels = check_labels(y, "y")
-        check_consistent_length(X=score, y=labels)
-        weights = check_sample_weight(w, n, xp=xp) if whole or w is None else check_partition_weight(w, n, xp)
+        labels, weights, _ = check_labels_and_weights(X, y, w, score, whole=whole, xp=xp)
+        if weights is None:
+            weights = check_sample_weight(None, n, xp=xp)  # the maps read explicit (unit) weights
     if resolve_device(params.device, score) == "gpu" and xp is np and params.calibrator != "dirichlet":
         import cupy
 

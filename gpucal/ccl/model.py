@@ -25,6 +25,7 @@ from gpucal.ccl.clustering import CLUSTERINGS, assign_clusters, project
 from gpucal.ccl.embeddings import EMBEDDINGS, LEAF_ENCODINGS, TreeEmbedding, make_embedding
 from gpucal.ccl.fit import CCLParams, CCLState, fit_ccl, is_multiclass, read_scores
 from gpucal.encoding import resolve_feature_cols
+from gpucal.persistence import rebuilt_object, to_dict
 from gpucal.registry import calibration_method
 from gpucal.rows import any_dask, as_rows
 from gpucal.rows.checks import check_all_dask
@@ -455,8 +456,6 @@ class ClusteredCalibrator(Calibrator):
         The embedding model lives in the fitted state; the saved parameters hold ``embedding_model=None``
         (or the path it was given), since a model object is not JSON data.
         """
-        from gpucal.persistence import to_dict
-
         document = to_dict(self)
         model = self.embedding_model
         document["params"]["embedding_model"] = (
@@ -468,11 +467,7 @@ class ClusteredCalibrator(Calibrator):
 
     def _check_state(self) -> None:
         """Rebuild the embedding from plain data and check the shapes agree."""
-        if isinstance(self.embedding_, dict):
-            self.embedding_ = TreeEmbedding.from_dict(self.embedding_)
-        if not isinstance(self.embedding_, TreeEmbedding):
-            msg = "embedding_: expected an embedding object"
-            raise ValueError(msg)
+        self.embedding_ = rebuilt_object(self.embedding_, TreeEmbedding, "embedding_", "embedding")
         if self.embedding_.width() != self.projection_.shape[0]:
             msg = (
                 f"embedding_ gives {self.embedding_.width()} columns, projection_ has "

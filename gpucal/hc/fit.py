@@ -48,6 +48,7 @@ from gpucal.hc.read import (
     read_block,
     tree_codes,
 )
+from gpucal.kernels import gather_rows
 from gpucal.rows import LabelSummary, Rows, poisson_one, row_uniforms
 from gpucal.rows.draws import held_out_mask
 from gpucal.trees.ensemble import TreeEnsemble, code_maps_from_weights, code_weights, join_trees
@@ -192,9 +193,8 @@ def _divided(block: TreeBlock, share: float, seed: int, row_offset: int) -> tupl
     xp = array_namespace(block.y)
 
     def take(at: np.ndarray) -> TreeBlock:
-        on_device = xp.asarray(at)
-        w = None if block.w is None else block.w[on_device]
-        return TreeBlock(block.codes[on_device], block.f[on_device], block.y[on_device], w, block.index[at])
+        codes, f, y, w = gather_rows(xp.asarray(at), block.codes, block.f, block.y, block.w)
+        return TreeBlock(codes, f, y, w, block.index[at])
 
     return take(np.flatnonzero(first_side)), take(np.flatnonzero(~first_side))
 

@@ -26,7 +26,7 @@ from gpucal.hc.node_maps import (
     ensemble_values,
 )
 from gpucal.kernels import tree_leaves
-from gpucal.persistence import check_records
+from gpucal.persistence import check_records, rebuilt_object
 from gpucal.registry import calibration_method
 from gpucal.rows import any_dask, as_rows
 from gpucal.rows.checks import check_all_dask
@@ -375,16 +375,8 @@ class HeterogeneousCalibrator(Calibrator):
 
     def _check_state(self) -> None:
         """Turn the loaded plain data back into an encoder and an ensemble, checking both."""
-        if isinstance(self.encoder_, dict):
-            self.encoder_ = FeatureEncoder.from_dict(self.encoder_)
-        if not isinstance(self.encoder_, FeatureEncoder):
-            msg = "encoder_: expected an encoder object"
-            raise ValueError(msg)
-        if isinstance(self.ensemble_, dict):
-            self.ensemble_ = TreeEnsemble.from_dict(self.ensemble_)
-        if not isinstance(self.ensemble_, TreeEnsemble):
-            msg = "ensemble_: expected an ensemble object"
-            raise ValueError(msg)
+        self.encoder_ = rebuilt_object(self.encoder_, FeatureEncoder, "encoder_", "encoder")
+        self.ensemble_ = rebuilt_object(self.ensemble_, TreeEnsemble, "ensemble_", "ensemble")
         if not isinstance(self.feature_cols_, list):
             msg = "feature_cols_: expected a list"
             raise ValueError(msg)

@@ -19,11 +19,11 @@ import numpy as np
 
 from gpucal._backend import array_namespace, resolve_device
 from gpucal._frames import Column, frame_columns, parse_input
-from gpucal._validation import check_consistent_length, check_labels, check_same_index, check_sample_weight
 from gpucal.encoding import FeatureEncoder
+from gpucal.kernels import gather_rows
 from gpucal.rows import label_summary
 from gpucal.rows.block import RowBlock
-from gpucal.rows.checks import check_partition_weight
+from gpucal.rows.checks import check_labels_and_weights
 from gpucal.rows.draws import held_out_mask
 from gpucal.trees.ensemble import map_codes
 
@@ -88,7 +88,7 @@ def read_block(
     (one machine: an empty block or all-zero weights are errors there, fine in one partition of many).
     """
     tree_fraction, seed, boosted = split
-    x_name, y_name, w_name = _NAMES[role]
+    x_name = _NAMES[role][0]
     X, y, w = block["X"], block["y"], block["sample_weight"]
     if role == TREE and not boosted:  # the label tree reads features only
         features, score = frame_columns(X, feature_cols, name=x_name), None
@@ -102,16 +102,8 @@ def read_block(
             name=x_name,
         )
         features, score = given.features, given.score
-    if not whole:
-        check_same_index(**{x_name: X, y_name: y, w_name: w})
-    labels = check_labels(y, y_name)
-    n = check_consistent_length(**{x_name: next(iter(features.values())).values, y_name: labels})
-    xp = array_namespace(labels)
-    weights = None
-    if w is not None:
-        weights = (
-            check_sample_weight(w, n, w_name, xp=xp) if whole else check_partition_weight(w, n, xp, w_name)
-        )
+    x_rows = next(iter(features.values())).values
+    labels, weights, n = check_labels_and_weights(X, y, w, x_rows, whole=whole, names=_NAMES[role])
     on_gpu = resolve_device(device, labels if score is None else score) == "gpu"
     if on_gpu:
         import cupy
@@ -179,9 +171,8 @@ def encoded_sides(
         index = block.row_offset + rows
         if rows.shape[0] == n:  # every row: no copy
             return TreeBlock(codes, f, block.y, block.w, index)
-        take = xp.asarray(rows)
-        w = None if block.w is None else block.w[take]
-        return TreeBlock(codes[take], f[take], block.y[take], w, index)
+        taken = gather_rows(xp.asarray(rows), codes, f, block.y, block.w)
+        return TreeBlock(*taken, index)
 
     tree_f = block.score if boosted else xp.full_like(block.y, 0.5)
     tree = None if block.role == MAP else side(np.flatnonzero(block.grows), tree_f)

@@ -21,7 +21,7 @@ from gpucal.encoding import FeatureEncoder, resolve_feature_cols
 from gpucal.kernels import tree_leaves
 from gpucal.mbct.fit import MVCE_ON_PARTITIONS, MBCTParams, fit_mbct
 from gpucal.mbct.read import apply_init, fit_mbct_encoder, input_codes, input_n_values
-from gpucal.persistence import check_records
+from gpucal.persistence import check_records, rebuilt_object
 from gpucal.registry import calibration_method
 from gpucal.rows import any_dask, as_rows
 from gpucal.rules import export_rules
@@ -413,16 +413,8 @@ class MBCT(Calibrator):
 
     def _check_state(self) -> None:
         """Turn the loaded plain data back into an encoder and an ensemble, checking both."""
-        if isinstance(self.encoder_, dict):
-            self.encoder_ = FeatureEncoder.from_dict(self.encoder_)
-        elif self.encoder_ is not None and not isinstance(self.encoder_, FeatureEncoder):
-            msg = "encoder_: expected an encoder object or null"
-            raise ValueError(msg)
-        if isinstance(self.ensemble_, dict):
-            self.ensemble_ = TreeEnsemble.from_dict(self.ensemble_)
-        if not isinstance(self.ensemble_, TreeEnsemble):
-            msg = "ensemble_: expected an ensemble object"
-            raise ValueError(msg)
+        self.encoder_ = rebuilt_object(self.encoder_, FeatureEncoder, "encoder_", "encoder", allow_none=True)
+        self.ensemble_ = rebuilt_object(self.ensemble_, TreeEnsemble, "ensemble_", "ensemble")
         if not isinstance(self.feature_cols_, list):
             msg = "feature_cols_: expected a list"
             raise ValueError(msg)

@@ -15,12 +15,11 @@ import numpy as np
 
 from gpucal._backend import array_namespace
 from gpucal._frames import ParsedInput, parse_input
-from gpucal._validation import check_consistent_length, check_labels, check_same_index, check_sample_weight
 from gpucal.calibrators.platt import predict_platt
 from gpucal.encoding import FeatureEncoder
 from gpucal.kernels import gather_rows, lookup_bins
 from gpucal.rows import Rows, concat_weights, held_out_mask
-from gpucal.rows.checks import check_partition_weight
+from gpucal.rows.checks import check_labels_and_weights
 from gpucal.trees.ensemble import TreeEnsemble, code_weights, map_codes, tree_code_dtype
 
 # Columns of :func:`input_summary` (the training rows' code weights from CODE_WEIGHTS on).
@@ -129,12 +128,7 @@ def read_block(
     split = parse_input(X, score_col=score_col, feature_cols=feature_cols, allow_empty=True)
     score = split.score
     xp = array_namespace(score)
-    if not whole:
-        check_same_index(X=X, y=y, sample_weight=w)
-    labels = check_labels(y, "y")
-    n = check_consistent_length(X=score, y=labels)
-    if w is not None:
-        w = check_sample_weight(w, n, xp=xp) if whole else check_partition_weight(w, n, xp)
+    labels, w, _ = check_labels_and_weights(X, y, w, score, whole=whole, xp=xp)
     codes = input_codes(split, encoder, score_bins)
     if backend == "cuda" and xp is np:
         import cupy

@@ -22,11 +22,10 @@ from scipy import special, stats
 
 from gpucal._params import Interval, Options, validate_params
 from gpucal.kernels.jit import numba
+from gpucal.metrics.grouped import field_value_sums
 from gpucal.metrics.inputs import (
     CheckedRows,
     check_total,
-    field_uniques,
-    global_codes,
     keyed_score_table,
     metric_rows,
 )
@@ -670,10 +669,7 @@ def _grade_sums(
     y_true: Any, y_prob: Any, grades: Any, sample_weight: Any, order: Any
 ) -> tuple[tuple, np.ndarray]:
     """The grades (``order``, else sorted) and their sums ``count, w, w p, w y``; unlisted grades refused."""
-    rows = metric_rows(y_true, y_prob, sample_weight, grade=grades)
-    (uniques,) = field_uniques(rows, "grade")
-    sums = rows.sum(_field_stats, uniques)
-    check_total(sums[:, COUNT].sum(), sums[:, W].sum())
+    uniques, sums = field_value_sums(y_true, y_prob, grades, sample_weight, "grade")
     present = list(uniques)
     if order is None:
         listed = tuple(sorted(present))
@@ -689,10 +685,6 @@ def _grade_sums(
         if g in position:
             out[j] = sums[position[g]]
     return listed, out
-
-
-def _field_stats(block: CheckedRows, uniques: np.ndarray) -> np.ndarray:
-    return group_stats(global_codes(block, "grade", uniques), block.p, block.y, block.w, len(uniques))
 
 
 def _lights(p_value: np.ndarray) -> tuple[str, ...]:

@@ -58,12 +58,16 @@ def segment_sums(block: CheckedRows, fields: tuple[tuple[str, np.ndarray], ...])
     return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
 
-def _field_stats(y_true: Any, y_prob: Any, field: Any, sample_weight: Any, name: str) -> np.ndarray:
+def field_value_sums(
+    y_true: Any, y_prob: Any, field: Any, sample_weight: Any, name: str
+) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct values of one field (named ``name`` in errors) and their sums ``count, w, w*p, w*y``
+    over every row, in the order of the values; the total weight is checked."""
     rows = metric_rows(y_true, y_prob, sample_weight, **{name: field})
     (uniques,) = field_uniques(rows, name)
     stats = rows.sum(field_sums, ((name, uniques),))
     check_total(stats[:, COUNT].sum(), stats[:, W].sum())
-    return stats
+    return uniques, stats
 
 
 def field_bin_sums(block: CheckedRows, uniques: np.ndarray, n_bins: int) -> np.ndarray:
@@ -106,7 +110,7 @@ def field_ece(y_true: Any, y_prob: Any, field: Any, *, sample_weight: Any = None
     >>> field_ece([1, 1, 0, 0], [0.5, 0.5, 0.5, 0.5], ["a", "a", "b", "b"])
     0.5
     """
-    stats = _field_stats(y_true, y_prob, field, sample_weight, "field")
+    _, stats = field_value_sums(y_true, y_prob, field, sample_weight, "field")
     return float(np.abs(stats[:, WY] - stats[:, WP]).sum() / stats[:, W].sum())
 
 
@@ -152,7 +156,7 @@ def field_rce(y_true: Any, y_prob: Any, field: Any, *, sample_weight: Any = None
     >>> round(field_rce([1, 0, 1, 0], [0.5, 0.5, 0.25, 0.25], ["a", "a", "b", "b"]), 6)
     0.25
     """
-    stats = _field_stats(y_true, y_prob, field, sample_weight, "field")
+    _, stats = field_value_sums(y_true, y_prob, field, sample_weight, "field")
     kept = stats[stats[:, W] > 0]
     excess = np.abs(kept[:, WY] - kept[:, WP])
     terms = kept[:, W] * excess / (kept[:, WY] + eps * kept[:, W])
@@ -264,7 +268,7 @@ def cece(y_true: Any, y_prob: Any, clusters: Any, *, sample_weight: Any = None, 
     >>> cece(y, p, clusters), cece(y, p, clusters, metric="mce")
     (0.125, 0.25)
     """
-    stats = _field_stats(y_true, y_prob, clusters, sample_weight, "clusters")
+    _, stats = field_value_sums(y_true, y_prob, clusters, sample_weight, "clusters")
     gap, mass = bin_gaps(stats)
     norm = {"ece": 1.0, "mce": math.inf, "ada_ece": 2.0}[metric]
     return lp_average(gap, mass, norm, "mass")

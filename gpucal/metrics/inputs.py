@@ -123,15 +123,7 @@ def check_rows(
 
     pandas inputs must share one index (:func:`gpucal._validation.check_same_index`).
     """
-    indexed = {label_name: y_true, "y_prob": y_prob, "sample_weight": sample_weight}
-    check_same_index(**indexed)
-    p = check_probabilities(y_prob, "y_prob")
-    y = check_labels(y_true, label_name, allow_soft=allow_soft)
-    xp = array_namespace(y, p)
-    n = check_consistent_length(**{label_name: y, "y_prob": p})
-    check_not_empty(n, label_name)
-    w = None if sample_weight is None else check_sample_weight(sample_weight, n, xp=xp)
-    return CheckedRows(y=y, p=p, w=w, xp=xp, indexed=indexed)
+    return _checked_rows(y_true, y_prob, sample_weight, allow_soft, label_name, whole=True)
 
 
 def check_partition_rows(
@@ -148,13 +140,28 @@ def check_partition_rows(
     (:func:`check_total`). Row numbers in error messages count from the block's first row. pandas
     blocks must share one index, as whole inputs must (:func:`check_rows`).
     """
+    return _checked_rows(y_true, y_prob, sample_weight, allow_soft, label_name, whole=False)
+
+
+def _checked_rows(
+    y_true: Any, y_prob: Any, sample_weight: Any, allow_soft: bool, label_name: str, *, whole: bool
+) -> CheckedRows:
+    """The checks of :func:`check_rows` (``whole``: rows and some weight required) or of
+    :func:`check_partition_rows`."""
     indexed = {label_name: y_true, "y_prob": y_prob, "sample_weight": sample_weight}
     check_same_index(**indexed)
     p = check_probabilities(y_prob, "y_prob")
     y = check_labels(y_true, label_name, allow_soft=allow_soft)
     xp = array_namespace(y, p)
     n = check_consistent_length(**{label_name: y, "y_prob": p})
-    w = None if sample_weight is None else check_partition_weight(sample_weight, n, xp)
+    if whole:
+        check_not_empty(n, label_name)
+    if sample_weight is None:
+        w = None
+    elif whole:
+        w = check_sample_weight(sample_weight, n, xp=xp)
+    else:
+        w = check_partition_weight(sample_weight, n, xp)
     return CheckedRows(y=y, p=p, w=w, xp=xp, indexed=indexed)
 
 

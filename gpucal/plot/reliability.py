@@ -48,6 +48,15 @@ def _import_matplotlib() -> Any:
         raise ImportError(msg) from err
 
 
+def axes_figure(ax: Axes) -> Figure:
+    """The figure that holds ``ax`` (its root figure); ``ValueError`` for axes that belong to none."""
+    root = ax.get_figure(root=True)
+    if root is None:
+        msg = "ax: the axes belong to no figure"
+        raise ValueError(msg)
+    return root
+
+
 def _named_predictions(predictions: Any) -> dict[str, Any]:
     """Return ``{name: 1-D predictions}`` from a mapping, a DataFrame or a single array."""
     if isinstance(predictions, Mapping):
@@ -184,11 +193,7 @@ def plot_reliability(
         else:
             ax, hist_ax = fig.add_subplot(), None
     else:
-        root = ax.get_figure(root=True)
-        if root is None:
-            msg = "ax: the axes belong to no figure"
-            raise ValueError(msg)
-        fig = root
+        fig = axes_figure(ax)
         hist_ax = _append_histogram_axes(ax) if show_histogram else None
 
     colors = matplotlib.rcParams["axes.prop_cycle"].by_key()["color"]

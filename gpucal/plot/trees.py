@@ -26,7 +26,7 @@ from gpucal._validation import (
     check_same_index,
     check_sample_weight,
 )
-from gpucal.plot.reliability import _import_matplotlib
+from gpucal.plot.reliability import _import_matplotlib, axes_figure
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -138,11 +138,7 @@ def plot_tree(
         fig = Figure(figsize=(width, INCHES_PER_LEVEL * (depth + 1) + 0.8), layout="constrained")
         ax = fig.add_subplot()
     else:
-        root_fig = ax.get_figure(root=True)
-        if root_fig is None:
-            msg = "ax: the axes belong to no figure"
-            raise ValueError(msg)
-        fig = root_fig
+        fig = axes_figure(ax)
     _draw_box(ax, root)
     ax.set_xlim(-0.6, n_columns - 0.4)
     ax.set_ylim(-depth - 0.6, 0.6)
@@ -386,11 +382,7 @@ def plot_feature_calibration(
         fig = Figure(figsize=(max(6.4, 0.55 * k + 2.0), 4.8), layout="constrained")
         ax = fig.add_subplot()
     else:
-        root = ax.get_figure(root=True)
-        if root is None:
-            msg = "ax: the axes belong to no figure"
-            raise ValueError(msg)
-        fig = root
+        fig = axes_figure(ax)
     colors = matplotlib.rcParams["axes.prop_cycle"].by_key()["color"]
     x = np.arange(k)
     width = 0.27

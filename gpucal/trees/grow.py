@@ -27,7 +27,7 @@ same loop over any :class:`~gpucal.rows.Rows` (dask partitions held or streamed)
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 import numpy as np
@@ -192,6 +192,26 @@ def grow_tree(
     return grow_tree_on(NodeOrderedRows.in_root(codes, f, y, w), n_values, rare_codes, config, log=log)
 
 
+@dataclass(frozen=True)
+class SplitBatch:
+    """One batch of a level's open nodes and what deciding their splits reads.
+
+    ``parent[s]`` is node ``batch[s]``'s map; ``n_nodes`` the tree's nodes when the level started
+    (every row is in one of them).
+    """
+
+    batch: list[int]
+    parent: np.ndarray
+    n_nodes: int
+    n_values: np.ndarray
+    rare_codes: np.ndarray
+    config: GrowConfig
+
+    def share(self, lo: int, hi: int) -> SplitBatch:
+        """The batch's nodes ``lo:hi``."""
+        return replace(self, batch=self.batch[lo:hi], parent=self.parent[lo:hi])
+
+
 class RowStore(Protocol):
     """What the level loop reads from the rows, wherever they are (one array, or dask partitions).
 
@@ -206,18 +226,10 @@ class RowStore(Protocol):
     def start_level(self, n_nodes: int) -> None:
         """Prepare the histograms of a level of a tree of ``n_nodes`` nodes."""
 
-    def splits(
-        self,
-        batch: list[int],
-        parent: np.ndarray,
-        n_nodes: int,
-        n_values: np.ndarray,
-        rare_codes: np.ndarray,
-        config: GrowConfig,
-    ) -> list[Split | None]:
-        """Return the split (or None) of each node of ``batch`` (``parent[s]``: node ``batch[s]``'s map):
-        :func:`decide_splits` of the group-sum histogram ``(len(batch), n_bins, N_STATS)`` of the batch's
-        rows, wherever it is added up and decided."""
+    def splits(self, level: SplitBatch) -> list[Split | None]:
+        """Return the split (or None) of each node of ``level.batch``: :func:`decide_splits` of the
+        group-sum histogram ``(len(batch), n_bins, N_STATS)`` of the batch's rows, wherever it is added
+        up and decided."""
 
     def routed(
         self, feature: Any, base: Any, table: Any, n_nodes: int, more_levels: bool, backend: str
@@ -258,7 +270,7 @@ def grow_tree_on(
             parent = np.stack([nodes.value[m] for m in batch])
             # The nodes when the level started: every row is in one of them, and a store's node
             # starts (``start_level``) stay valid for all the level's batches.
-            splits = rows.splits(batch, parent, n_before, n_values, rare_codes, config)
+            splits = rows.splits(SplitBatch(batch, parent, n_before, n_values, rare_codes, config))
             for node, choice in zip(batch, splits, strict=True):
                 if choice is None:
                     continue
@@ -353,17 +365,9 @@ class NodeOrderedRows:
         )
         return hist, _BatchRows(run, slot, starts - lo)
 
-    def splits(
-        self,
-        batch: list[int],
-        parent: np.ndarray,
-        n_nodes: int,
-        n_values: np.ndarray,
-        rare_codes: np.ndarray,
-        config: GrowConfig,
-    ) -> list[Split | None]:
-        hist, batch_rows = self.histogram(batch, n_nodes, n_values, config.backend)
-        return decide_splits(hist, batch_rows, batch, parent, n_values, rare_codes, config)
+    def splits(self, level: SplitBatch) -> list[Split | None]:
+        hist, batch_rows = self.histogram(level.batch, level.n_nodes, level.n_values, level.config.backend)
+        return decide_splits(hist, batch_rows, level)
 
     def routed(
         self, feature: Any, base: Any, table: Any, n_nodes: int, more_levels: bool, backend: str
@@ -426,20 +430,19 @@ def total_stats(f: Any, y: Any, w: Any, backend: str) -> np.ndarray:
     return to_numpy(sums)[0, 0, :]
 
 
-def decide_splits(
-    hist: np.ndarray,
-    batch_rows: _BatchRows | None,
-    batch: list[int],
-    parent: np.ndarray,
-    n_values: np.ndarray,
-    rare_codes: np.ndarray,
-    config: GrowConfig,
-) -> list[Split | None]:
-    """Return the split (or None) of each node of ``batch`` from its histogram ``hist``.
+def decide_splits(hist: np.ndarray, batch_rows: _BatchRows | None, level: SplitBatch) -> list[Split | None]:
+    """Return the split (or None) of each node of ``level.batch`` from its histogram ``hist``.
 
-    ``parent[s]`` is node ``batch[s]``'s map; ``batch_rows`` (the batch's run of rows) is read by the
-    MVCE criterion only. Reads nothing else of the tree, so it runs wherever the histogram is.
+    ``batch_rows`` (the batch's run of rows) is read by the MVCE criterion only. Reads nothing else of
+    the tree, so it runs wherever the histogram is.
     """
+    batch, parent, n_values, rare_codes, config = (
+        level.batch,
+        level.parent,
+        level.n_values,
+        level.rare_codes,
+        level.config,
+    )
     offsets = value_offsets(n_values)
     if config.split_mode == "binary":
         return _decide_binary(hist, parent, offsets, n_values, config)
@@ -459,10 +462,7 @@ def decide_splits(
         )
         # Eq. 12 over the features whose split has at least two children.
         split_loss = np.where(np.isfinite(split_loss), mvce_split, np.inf)
-    best = first_best(split_loss, own_loss)
-    split_loss = split_loss[np.arange(len(batch)), best]
-    loss_scale = np.maximum(np.abs(own_loss), np.abs(split_loss))
-    accept = np.isfinite(split_loss) & (split_loss < own_loss - RELATIVE_GAIN_TOL * loss_scale)
+    best, accept = best_accepted(split_loss, own_loss)
     out: list[Split | None] = []
     for s in range(len(batch)):
         if not accept[s]:
@@ -481,6 +481,16 @@ def decide_splits(
         )
         out.append(Split(j, table, values, weights))
     return out
+
+
+def best_accepted(split_loss: np.ndarray, own_loss: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Return per node its best feature (:func:`first_best`) and whether splitting on it lowers the
+    node's loss by more than rounding (``RELATIVE_GAIN_TOL`` of the larger loss)."""
+    best = first_best(split_loss, own_loss)
+    split_loss = split_loss[np.arange(split_loss.shape[0]), best]
+    loss_scale = np.maximum(np.abs(own_loss), np.abs(split_loss))
+    accept = np.isfinite(split_loss) & (split_loss < own_loss - RELATIVE_GAIN_TOL * loss_scale)
+    return best, accept
 
 
 def first_best(split_loss: np.ndarray, own_loss: np.ndarray) -> np.ndarray:
@@ -511,10 +521,7 @@ def _decide_binary(
     split_loss, own_loss, side = choose_binary_splits(
         hist, offsets, n_values, ordinal, allowed, parent, kind, config.penalty, config.min_child_size
     )
-    best = first_best(split_loss, own_loss)
-    split_loss = split_loss[np.arange(hist.shape[0]), best]
-    loss_scale = np.maximum(np.abs(own_loss), np.abs(split_loss))
-    accept = np.isfinite(split_loss) & (split_loss < own_loss - RELATIVE_GAIN_TOL * loss_scale)
+    best, accept = best_accepted(split_loss, own_loss)
     out: list[Split | None] = []
     for s in range(hist.shape[0]):
         if not accept[s]:

@@ -30,7 +30,7 @@ import numpy as np
 
 from gpucal._backend import array_namespace
 from gpucal.rows import Rows, concat_weights
-from gpucal.trees.grow import GrowConfig, NodeOrderedRows, RowStore, Split, decide_splits, total_stats
+from gpucal.trees.grow import NodeOrderedRows, RowStore, Split, SplitBatch, decide_splits, total_stats
 
 
 def _root_store(blocks: Sequence[Any], indices: list[int]) -> NodeOrderedRows:
@@ -51,36 +51,17 @@ def _root_stats(store: NodeOrderedRows, backend: str) -> np.ndarray:
     return total_stats(store.f, store.y, store.w, backend)
 
 
-def _share_histogram(
-    store: NodeOrderedRows,
-    lo: int,
-    hi: int,
-    batch: list[int],
-    parent: np.ndarray,
-    n_nodes: int,
-    n_values: np.ndarray,
-    rare_codes: np.ndarray,
-    config: GrowConfig,
-) -> np.ndarray:
-    """A store's group sums ``(hi - lo, n_bins, N_STATS)`` of nodes ``batch[lo:hi]``, from their run."""
+def _share_histogram(store: NodeOrderedRows, lo: int, hi: int, level: SplitBatch) -> np.ndarray:
+    """A store's group sums ``(hi - lo, n_bins, N_STATS)`` of nodes ``level.batch[lo:hi]``, from their run."""
+    n_nodes = level.n_nodes
     if store.starts is None or store.starts.shape[0] != n_nodes + 1:
         store = replace(store, starts=store.node_starts(n_nodes))
-    hist, _ = store.histogram(batch[lo:hi], n_nodes, n_values, config.backend)
+    hist, _ = store.histogram(level.batch[lo:hi], n_nodes, level.n_values, level.config.backend)
     return hist
 
 
-def _decide(
-    hist: np.ndarray,
-    lo: int,
-    hi: int,
-    batch: list[int],
-    parent: np.ndarray,
-    n_nodes: int,
-    n_values: np.ndarray,
-    rare_codes: np.ndarray,
-    config: GrowConfig,
-) -> list[Split | None]:
-    return decide_splits(hist, None, batch[lo:hi], parent[lo:hi], n_values, rare_codes, config)
+def _decide(hist: np.ndarray, lo: int, hi: int, level: SplitBatch) -> list[Split | None]:
+    return decide_splits(hist, None, level.share(lo, hi))
 
 
 def _routed(
@@ -115,20 +96,11 @@ class TreeRows:
     def start_level(self, n_nodes: int) -> None:
         """Nothing to do here: routing already computed the level's node starts."""
 
-    def splits(
-        self,
-        batch: list[int],
-        parent: np.ndarray,
-        n_nodes: int,
-        n_values: np.ndarray,
-        rare_codes: np.ndarray,
-        config: GrowConfig,
-    ) -> list[Split | None]:
-        if config.criterion == "mvce":
+    def splits(self, level: SplitBatch) -> list[Split | None]:
+        if level.config.criterion == "mvce":
             msg = "criterion 'mvce' needs the rows of each node on one device (its views are not sums)"
             raise NotImplementedError(msg)
-        args = (list(batch), parent, n_nodes, n_values, rare_codes, config)
-        return self.rows.sum_in_shares(_share_histogram, _decide, len(batch), *args)
+        return self.rows.sum_in_shares(_share_histogram, _decide, len(level.batch), level)
 
     def routed(
         self, feature: Any, base: Any, table: Any, n_nodes: int, more_levels: bool, backend: str
