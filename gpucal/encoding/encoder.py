@@ -453,6 +453,13 @@ class FeatureEncoder(BaseEstimator):
         self._set_fitted(codings)
         return self
 
+    @property
+    def crosses_(self) -> tuple[Cross, ...]:
+        """The fitted crosses (:class:`~gpucal.encoding.crosses.Cross`: the pair's columns and kept keys),
+        in output order."""
+        check_is_fitted(self, "feature_names_")
+        return tuple(self._crosses)
+
     def keep_crosses(self, kept: Sequence[int]) -> FeatureEncoder:
         """Return a fitted copy with only the crosses ``kept`` (indices among ``interactions_``), in order:
         ``transform`` then gives the columns of ``X`` and those crosses, codes unchanged."""
