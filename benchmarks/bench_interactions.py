@@ -51,6 +51,8 @@ QUALITY_JSON = RESULTS / "interactions_quality.json"
 SPEED_FIELDS = ["ad_category", "region", "hour", "user_segment", "device", "num_a", "num_b", "num_c"]
 SPEED_CATEGORICAL = ["ad_category", "region", "hour", "user_segment", "device"]
 SPEED_BINS = 16
+#: Rows held out after the training rows (the same draw) for the held-out log-loss of the speed fits.
+SPEED_HELD_OUT = 100_000
 #: ``tol`` of the ``gpucal_loose`` fit: about where scikit-learn's lbfgs (its default ``tol=1e-4``) stops.
 LOOSE_TOL = 1e-4
 #: (l2, l2_cross) of the second-order grid; first order is fitted at each l2 of the grid.
@@ -78,9 +80,9 @@ def one_hot(encoder: Any, frame: pd.DataFrame, scale: float) -> Any:
     ``scale``."""
     from scipy import sparse
 
-    codes = np.asarray(encoder.transform(frame), dtype=np.int64)
+    codes = encoder.transform(frame)
     n_codes = np.asarray(encoder.n_codes_, dtype=np.int64)
-    offsets = np.r_[0, np.cumsum(n_codes)[:-1]]
+    offsets = np.r_[0, np.cumsum(n_codes)[:-1]].astype(np.int32)
     n_rows, width = codes.shape
     p = np.clip(frame["score"].to_numpy(np.float64), 1e-15, 1 - 1e-15)
     indices = np.empty((n_rows, width + 1), dtype=np.int32)
@@ -103,16 +105,19 @@ def log_loss(y: np.ndarray, p: np.ndarray) -> float:
 # Speed
 
 
-def speed_data(n_rows: int) -> tuple[pd.DataFrame, np.ndarray]:
+def speed_data(n_rows: int) -> tuple[pd.DataFrame, np.ndarray, pd.DataFrame, np.ndarray]:
+    """``n_rows`` training rows and ``SPEED_HELD_OUT`` held-out rows of one draw: ``X, y, X_test, y_test``."""
     from gpucal.datasets import make_ctr
 
-    df = make_ctr(n_rows, "mixed", seed=0)
+    n_all = n_rows + SPEED_HELD_OUT
+    df = make_ctr(n_all, "mixed", seed=0)
     rng = np.random.default_rng(1)
     X = df[["score", *SPEED_CATEGORICAL]].copy()
-    X["num_a"] = df["p_true"].to_numpy() * np.exp(rng.normal(0.0, 0.3, n_rows))
-    X["num_b"] = rng.normal(size=n_rows)
-    X["num_c"] = rng.normal(size=n_rows)
-    return X, df["label"].to_numpy(np.float64)
+    X["num_a"] = df["p_true"].to_numpy() * np.exp(rng.normal(0.0, 0.3, n_all))
+    X["num_b"] = rng.normal(size=n_all)
+    X["num_c"] = rng.normal(size=n_all)
+    y = df["label"].to_numpy(np.float64)
+    return X.iloc[:n_rows], y[:n_rows], X.iloc[n_rows:], y[n_rows:]
 
 
 def _rss_mb() -> float:
@@ -124,18 +129,19 @@ def speed_one(method: str, n_rows: int) -> dict[str, Any]:
     """One timed fit in this process (run by :func:`speed` in a fresh one)."""
     from gpucal.calibrators.feature_platt import L2_CROSS, FeatureAwarePlattCalibrator
 
-    X, y = speed_data(n_rows)
+    X, y, X_test, y_test = speed_data(n_rows)
     params = {"categorical_cols": SPEED_CATEGORICAL, "n_bins": SPEED_BINS, "interactions": "all"}
     cal = FeatureAwarePlattCalibrator(**params, tol=LOOSE_TOL if method == "gpucal_loose" else 1e-8)
     out: dict[str, Any] = {"method": method, "n_rows": n_rows}
     if method in ("gpucal", "gpucal_loose"):
         FeatureAwarePlattCalibrator(**params).fit(X.iloc[:5000], y[:5000])  # compile the kernels, untimed
         out["rss_before_mb"] = _rss_mb()
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         cal.fit(X, y)
         out["seconds"] = time.perf_counter() - start
+        out["cpu_seconds"] = time.process_time() - cpu
         out["n_iter"] = cal.n_iter_
-        p = np.asarray(cal.predict(X))
+        p, p_test = np.asarray(cal.predict(X)), np.asarray(cal.predict(X_test))
         out["n_coef"] = 2 + len(cal.coef_)
     else:
         from sklearn.linear_model import LogisticRegression
@@ -148,17 +154,20 @@ def speed_one(method: str, n_rows: int) -> dict[str, Any]:
         design = one_hot(encoder, X, np.sqrt(1.0 / L2_CROSS))
         out["rss_before_mb"] = _rss_mb()
         model = LogisticRegression(C=1.0, max_iter=1000)
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             model.fit(design, y)
         out["seconds"] = time.perf_counter() - start
+        out["cpu_seconds"] = time.process_time() - cpu
         out["n_iter"] = int(model.n_iter_[0])
         out["warnings"] = sorted({type(w.message).__name__ for w in caught})
         p = model.predict_proba(design)[:, 1]
+        p_test = model.predict_proba(one_hot(encoder, X_test, np.sqrt(1.0 / L2_CROSS)))[:, 1]
         out["n_coef"] = 1 + design.shape[1]
     out["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     out["train_log_loss"] = log_loss(y, p)
+    out["test_log_loss"] = log_loss(y_test, p_test)
     return out
 
 
@@ -170,7 +179,12 @@ def speed(args: argparse.Namespace) -> None:
         for n_rows in sizes:
             runs = [r for r in runs if (r["method"], r["n_rows"]) != (method, n_rows)]
             cmd = [sys.executable, __file__, "--speed-one", method, str(n_rows)]
-            done = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout, check=False)
+            try:
+                done = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout, check=False)
+            except subprocess.TimeoutExpired:
+                runs.append({"method": method, "n_rows": n_rows, "failed": f"not done in {args.timeout} s"})
+                print(method, n_rows, "TIMED OUT", flush=True)
+                continue
             if done.returncode != 0:
                 runs.append({"method": method, "n_rows": n_rows, "failed": done.stderr[-2000:]})
                 print(method, n_rows, "FAILED", done.stderr[-500:], flush=True)
@@ -326,24 +340,31 @@ def _speed_section(doc: dict[str, Any]) -> list[str]:
         'interactions="all")` (encoding included); scikit-learn: `LogisticRegression(C=1)` (lbfgs) on the '
         "same one-hot design, built beforehand (not timed). One fresh process per fit; peak = `ru_maxrss`.",
         "",
-        "| method | rows | fit s | iterations | coefficients | RSS before fit MB | peak RSS MB "
-        "| train log-loss |",
-        "|---|---|---|---|---|---|---|---|",
+        "| method | rows | fit s | CPU s | iterations | coefficients | RSS before fit MB | peak RSS MB "
+        f"| train log-loss | held-out log-loss ({SPEED_HELD_OUT:,} rows) |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in doc["runs"]:
         if "failed" in r:
-            lines.append(f"| {r['method']} | {r['n_rows']:,} | failed | | | | | |")
+            reason = r["failed"] if r["failed"].startswith("not done") else "failed"
+            lines.append(f"| {r['method']} | {r['n_rows']:,} | {reason} | | | | | | | |")
             continue
         lines.append(
-            f"| {r['method']} | {r['n_rows']:,} | {r['seconds']:.1f} | {r['n_iter']} | {r['n_coef']:,} | "
-            f"{r['rss_before_mb']:.0f} | {r['peak_rss_mb']:.0f} | {r['train_log_loss']:.6f} |"
+            f"| {r['method']} | {r['n_rows']:,} | {r['seconds']:.1f} | {r['cpu_seconds']:.1f} | "
+            f"{r['n_iter']} | {r['n_coef']:,} | {r['rss_before_mb']:.0f} | {r['peak_rss_mb']:.0f} | "
+            f"{r['train_log_loss']:.6f} | {r['test_log_loss']:.6f} |"
         )
     by = {(r["method"], r["n_rows"]): r for r in doc["runs"] if "failed" not in r}
     for ours in ("gpucal", "gpucal_loose"):
         common = sorted({n for m, n in by if m == ours} & {n for m, n in by if m == "sklearn"})
         for n in common:
-            ratio = by[("sklearn", n)]["seconds"] / by[(ours, n)]["seconds"]
-            lines.append(f"\nAt {n:,} rows scikit-learn's fit took {ratio:.2f}x `{ours}`'s.")
+            theirs, mine = by[("sklearn", n)], by[(ours, n)]
+            wall, cpu = theirs["seconds"] / mine["seconds"], theirs["cpu_seconds"] / mine["cpu_seconds"]
+            memory = theirs["peak_rss_mb"] / mine["peak_rss_mb"]
+            lines.append(
+                f"\nAt {n:,} rows scikit-learn's fit took {wall:.2f}x `{ours}`'s wall time, {cpu:.2f}x its "
+                f"CPU time, with {memory:.2f}x its peak memory."
+            )
     lines += [f"\nMachine: {doc['machine']}.", ""]
     return lines
 

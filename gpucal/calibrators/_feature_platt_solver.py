@@ -2,7 +2,8 @@ r"""Feature-aware Platt's fit over :class:`~gpucal.rows.Rows`: read, encode, the
 
 :func:`fit_feature_platt` is the one fit for every backend. Its first passes read and check every block
 (``_feature_platt_rows.read_block``), fit the encoder over them and encode them; the whole-data checks run
-on the summed label summary. Newton-CG (Jacobi-preconditioned, line-searched) then reads the rows only
+on the summed label summary. Newton-CG (line-searched; CG deflated by the directions no row sees and
+Jacobi-preconditioned: :func:`_conjugate_gradient`) then reads the rows only
 through sums over blocks (``_feature_platt_rows``'s table), so on one machine (one block) it is the fit
 on the arrays, and over dask partitions it takes the same steps up to the order of the additions:
 
@@ -12,10 +13,14 @@ on the arrays, and over dask partitions it takes the same steps up to the order 
 - Hessian-vector product :math:`H v = X^\top D X v`, :math:`D = w p (1 - p)`: with :math:`u = X v` per
   row, ``code_sums(codes, D u)`` gives the one-hot block and, summed over the values of any one feature,
   :math:`\sum D u` (intercept); :math:`\sum D u x` (the score's coefficient) is a row sum: one pass over
-  the rows per product;
+  the rows per product (``hessian_rows``: one fused loop on the CPU);
+- which levels of a crossed column have rows in the cross's pooled code (``pooled_levels``, once per fit):
+  the null directions of the design (:func:`null_directions`) that deflate CG;
 - the score and intercept entries of the gradient and diagonal, and the loss, are plain row sums.
 
-References: S. G. Nash, "A survey of truncated-Newton methods", J. Comput. Appl. Math. 124 (2000), 45-59.
+References: S. G. Nash, "A survey of truncated-Newton methods", J. Comput. Appl. Math. 124 (2000), 45-59;
+Y. Saad, M. Yeung, J. Erhel and F. Guyomarc'h, "A deflated version of the conjugate gradient algorithm",
+SIAM J. Sci. Comput. 21 (2000), 1909-1926.
 """
 
 from __future__ import annotations
