@@ -374,9 +374,10 @@ def null_directions(
     n_first = len(n_values) - len(crosses)
     at = 0
     for i, cross in enumerate(crosses):
-        codes = 2 + offsets[n_first + i] + np.arange(cross.pooled_code)
-        codes = codes[used[codes]]
-        keys = cross.keys[used[2 + offsets[n_first + i] + np.arange(cross.pooled_code)]]
+        first_code = 2 + offsets[n_first + i]
+        kept = used[first_code : first_code + cross.pooled_code]  # the kept keys' codes (not the pooled)
+        codes = first_code + np.flatnonzero(kept)
+        keys = cross.keys[kept]
         sides = (
             (cross.left, keys // cross.n_right, cross.n_left),
             (cross.right, keys % cross.n_right, cross.n_right),
