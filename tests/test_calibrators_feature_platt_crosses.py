@@ -20,6 +20,8 @@ from scipy.special import expit, logit
 from sklearn.linear_model import LogisticRegression
 
 import gpucal
+from gpucal.calibrators._feature_platt_rows import PlattBlock, code_weights, pooled_levels
+from gpucal.calibrators._feature_platt_solver import null_directions
 from gpucal.calibrators.feature_platt import FeatureAwarePlattCalibrator
 from gpucal.encoding import FeatureEncoder
 from gpucal.kernels import value_offsets
@@ -49,12 +51,8 @@ PARAMS: dict[str, Any] = {"categorical_cols": ["device", "hour"], "n_bins": 4, "
 def crossed_design(cal: FeatureAwarePlattCalibrator, X: pd.DataFrame, scale: float) -> np.ndarray:
     """``[logit(score), one-hot codes]`` with the cross columns multiplied by ``scale``."""
     encoder = FeatureEncoder.from_dict(cal.encoder_)
-    codes = encoder.transform(X)
-    offsets = value_offsets(encoder.n_codes_)
-    onehot = np.zeros((len(X), int(encoder.n_codes_.sum())))
-    n_first = len(encoder.feature_names_)
-    for j in range(codes.shape[1]):
-        onehot[np.arange(len(X)), offsets[j] + codes[:, j]] = 1.0 if j < n_first else scale
+    onehot = crossed_design_codes(encoder, encoder.transform(X))
+    onehot[:, int(encoder.n_values_.sum()) :] *= scale
     return np.column_stack([logit(np.clip(X["score"].to_numpy(), EPS, 1 - EPS)), onehot])
 
 
@@ -79,6 +77,39 @@ def test_equals_sklearn_on_the_one_hot_design_with_crosses(
     coef[1 + n_first :] *= scale
     assert_allclose(np.r_[cal.intercept_, cal.coef_score_, cal.coef_], np.r_[ref.intercept_, coef], atol=1e-6)
     assert_allclose(cal.predict(X).to_numpy(), ref.predict_proba(design)[:, 1], rtol=0, atol=1e-8)
+
+
+def test_null_directions_change_no_row_of_positive_weight() -> None:
+    # min_cross_count pools a few of site x hour's 30 pairs (weight about 30 each): levels with
+    # pooled rows get no direction of their own, the others do.
+    X, y = crossed_data(n=900, seed=5)
+    w = np.random.default_rng(6).integers(0, 3, len(y)).astype(np.float64)
+    encoder = FeatureEncoder(
+        n_bins=4, categorical_cols=["device", "hour"], interactions=[("site", "hour")], min_cross_count=22.0
+    )
+    encoder.fit(X[["site", "device", "hour", "num"]], sample_weight=w)
+    codes = encoder.transform(X)
+    block = PlattBlock(np.zeros(len(y)), codes, y, w)
+    n_codes = encoder.n_codes_
+    used = np.r_[True, True, code_weights(block, n_codes) > 0]
+    pooled = pooled_levels(block, encoder.crosses_, len(encoder.feature_names_))
+    assert 0 < np.count_nonzero(pooled) < pooled.size
+    design = np.column_stack([np.zeros(len(y)), np.ones(len(y)), crossed_design_codes(encoder, codes)])
+    null = null_directions(n_codes, used, encoder.crosses_, pooled).toarray()
+    assert null.shape[1] > len(n_codes)  # the columns' own, and cross levels'
+    assert_allclose(design[w > 0] @ null, 0.0, atol=0)
+    # Ignoring the pooled rows gives directions that do change rows: the count is what makes them null.
+    wrong = null_directions(n_codes, used, encoder.crosses_, np.zeros_like(pooled)).toarray()
+    assert np.abs(design[w > 0] @ wrong).max() > 0
+
+
+def crossed_design_codes(encoder: FeatureEncoder, codes: np.ndarray) -> np.ndarray:
+    """The one-hot design of every code column (no score, no intercept)."""
+    offsets = value_offsets(encoder.n_codes_)
+    onehot = np.zeros((codes.shape[0], int(encoder.n_codes_.sum())))
+    for j in range(codes.shape[1]):
+        onehot[np.arange(codes.shape[0]), offsets[j] + codes[:, j]] = 1.0
+    return onehot
 
 
 def test_integer_weights_equal_repeated_rows() -> None:

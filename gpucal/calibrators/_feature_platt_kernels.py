@@ -107,6 +107,40 @@ def _code_sums_cpu(codes, offsets, n_codes, values, n_chunks):
     return out
 
 
+@numba.njit(parallel=True, cache=True)
+def _hessian_rows_cpu(x, codes, offsets, v, curvature, n_codes, n_chunks):
+    """``du_i = D_i (v_0 x_i + v_1 + sum_j v[2 + o_j + c_ij])``; return ``sum du x`` and ``out[o_j + c_ij] +=
+    du_i`` (private tables per row chunk, added in chunk order)."""
+    n_rows, n_features = codes.shape
+    per_chunk = (n_rows + n_chunks - 1) // n_chunks
+    partial = np.zeros((n_chunks, n_codes))
+    partial_x = np.zeros(n_chunks)
+    for c in numba.prange(n_chunks):
+        table = partial[c]
+        sx = 0.0
+        for i in range(c * per_chunk, min(n_rows, (c + 1) * per_chunk)):
+            u = v[0] * x[i] + v[1]
+            for j in range(n_features):
+                u += v[2 + offsets[j] + codes[i, j]]
+            du = curvature[i] * u
+            sx += du * x[i]
+            for j in range(n_features):
+                table[offsets[j] + codes[i, j]] += du
+        partial_x[c] = sx
+    out = np.zeros(n_codes)
+    total_x = 0.0
+    for c in range(n_chunks):  # fixed order
+        out += partial[c]
+        total_x += partial_x[c]
+    return total_x, out
+
+
+def _code_chunks(n_rows: int, n_codes: int, n_vectors: int) -> int:
+    """Private tables of a numba scatter pass: their count depends on the sizes only."""
+    by_memory = max(1, CODE_TABLE_BYTES // (8 * n_vectors * max(n_codes, 1)))
+    return max(1, min(MAX_CODE_CHUNKS, n_rows // CODE_CHUNK_ROWS, by_memory))
+
+
 def code_sums(codes: Any, n_values: np.ndarray, *vectors: Any, array_code: bool = False) -> np.ndarray:
     r"""Return :math:`\sum_{i: c_{ij} = v} r_i` per code for each row vector :math:`r` of ``vectors`` (one
     or two), shape ``(sum(n_values), len(vectors))``: the one-hot design transposed times the vectors.
@@ -121,8 +155,7 @@ def code_sums(codes: Any, n_values: np.ndarray, *vectors: Any, array_code: bool 
     n_rows = codes.shape[0]
     if xp is np and not array_code:
         n_codes = int(n_values.sum())
-        by_memory = max(1, CODE_TABLE_BYTES // (8 * len(vectors) * max(n_codes, 1)))
-        n_chunks = max(1, min(MAX_CODE_CHUNKS, n_rows // CODE_CHUNK_ROWS, by_memory))
+        n_chunks = _code_chunks(n_rows, n_codes, len(vectors))
         values = np.empty((n_rows, len(vectors)))
         for m, v in enumerate(vectors):
             values[:, m] = v
@@ -150,6 +183,28 @@ def linear_predictor(
     for j in range(codes.shape[1]):
         out += coef[int(offsets[j]) :][codes[:, j]]
     return out
+
+
+def hessian_rows(
+    x: Any, codes: Any, n_values: np.ndarray, v: np.ndarray, curvature: Any, *, array_code: bool = False
+) -> np.ndarray:
+    r"""Return ``[sum D u x, code_sums(codes, D u)]`` (flat) for :math:`u = X v` (``v = [a, b, beta]``): the
+    rows' share of a Hessian-vector product :math:`X^\top D X v`.
+
+    numpy: one fused numba pass (the predictor, its product with ``D`` and the scatter per row, no row
+    temporaries); cupy (or ``array_code``): :func:`linear_predictor` then :func:`code_sums`.
+    """
+    n_values = np.asarray(n_values, dtype=np.int64)
+    offsets = value_offsets(n_values)
+    xp = array_namespace(x, codes)
+    if xp is np and not array_code:
+        n_codes = int(n_values.sum())
+        n_chunks = _code_chunks(codes.shape[0], n_codes, 1)
+        v = np.ascontiguousarray(v, dtype=np.float64)
+        total_x, sums = _hessian_rows_cpu(x, codes, offsets, v, curvature, n_codes, n_chunks)
+        return np.r_[total_x, sums]
+    du = curvature * linear_predictor(x, v[0], v[1], v[2:], codes, offsets, array_code=array_code)
+    return np.r_[float(xp.sum(du * x)), code_sums(codes, n_values, du, array_code=array_code)[:, 0]]
 
 
 def row_loss(z: Any, y: Any, w: Any, *, array_code: bool = False) -> float:
@@ -219,6 +274,7 @@ def on_device(a: Any, device: str) -> Any:
 __all__ = [
     "code_sums",
     "gradient_rows",
+    "hessian_rows",
     "linear_predictor",
     "on_device",
     "predict_feature_platt",

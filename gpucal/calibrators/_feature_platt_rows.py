@@ -14,6 +14,8 @@ gradient and Hessian diagonal               :func:`gradient_sums` of a :class:`C
                                             ``code_sums(codes, r, D)`` (``r = w (p - y)``)
 Hessian-vector product                      :func:`hessian_sums`: ``sum D u x`` and ``code_sums(codes, D u)``
                                             (``u = X v``)
+levels a cross pools (the null directions)  :func:`pooled_levels`: rows with the pooled code, per level of
+                                            each of the pair's columns
 a cross's score test (``"auto"``)           :func:`level_sums`: ``sum w (p - y)``, ``sum w p (1 - p)``
                                             per code
 ==========================================  ==================================================
@@ -25,6 +27,7 @@ the rows are. ``array_code`` is the tests' switch to the array code (the GPU pat
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,6 +39,7 @@ from gpucal._validation import check_consistent_length, check_labels, check_same
 from gpucal.calibrators._feature_platt_kernels import (
     code_sums,
     gradient_rows,
+    hessian_rows,
     linear_predictor,
     on_device,
     row_loss,
@@ -43,6 +47,7 @@ from gpucal.calibrators._feature_platt_kernels import (
 )
 from gpucal.calibrators.logistic import sigmoid
 from gpucal.encoding import FeatureEncoder
+from gpucal.encoding.crosses import Cross
 from gpucal.kernels import value_offsets
 from gpucal.rows import label_summary, strided_rows
 from gpucal.rows.checks import check_partition_weight
@@ -174,6 +179,18 @@ def code_weights(block: PlattBlock, n_values: np.ndarray) -> np.ndarray:
     return np.concatenate(counts)
 
 
+def pooled_levels(block: PlattBlock, crosses: Sequence[Cross], n_first: int) -> np.ndarray:
+    """Per cross (code column ``n_first + i``), the rows of positive weight holding its pooled code,
+    counted per level of its left column, then per level of its right column (flat, in cross order)."""
+    xp = array_namespace(block.codes)
+    counts = []
+    for i, cross in enumerate(crosses):
+        pooled = block.codes[(block.codes[:, n_first + i] == cross.pooled_code) & (block.w > 0)]
+        for column, n_levels in ((cross.left, cross.n_left), (cross.right, cross.n_right)):
+            counts.append(to_numpy(xp.bincount(pooled[:, column].astype(xp.int64), minlength=n_levels)))
+    return np.concatenate(counts) if counts else np.zeros(0)
+
+
 def level_sums(block: PlattBlock, theta: np.ndarray, n_values: np.ndarray, array_code: bool) -> np.ndarray:
     """Per code, at the model ``theta`` (zero on the codes it does not fit): ``sum w (p - y)`` and
     ``sum w p (1 - p)``, shape ``(sum(n_values), 2)``."""
@@ -228,14 +245,10 @@ def gradient_sums(block: Curved) -> np.ndarray:
     return block.sums
 
 
-def hessian_sums(
-    block: Curved, v: np.ndarray, offsets: np.ndarray, n_values: np.ndarray, array_code: bool
-) -> np.ndarray:
+def hessian_sums(block: Curved, v: np.ndarray, n_values: np.ndarray, array_code: bool) -> np.ndarray:
     """``[sum D u x, code sums of D u (flattened)]`` for :math:`u = X v`."""
     rows = block.rows
-    du = block.curvature * _linear(rows, v, offsets, array_code)
-    xp = array_namespace(du)
-    return np.r_[float(xp.sum(du * rows.x)), code_sums(rows.codes, n_values, du, array_code=array_code)[:, 0]]
+    return hessian_rows(rows.x, rows.codes, n_values, v, block.curvature, array_code=array_code)
 
 
 __all__ = [
@@ -254,6 +267,7 @@ __all__ = [
     "hessian_sums",
     "level_sums",
     "line_trial",
+    "pooled_levels",
     "predicted",
     "read_block",
     "select_columns",

@@ -2,7 +2,8 @@ r"""Feature-aware Platt's fit over :class:`~gpucal.rows.Rows`: read, encode, the
 
 :func:`fit_feature_platt` is the one fit for every backend. Its first passes read and check every block
 (``_feature_platt_rows.read_block``), fit the encoder over them and encode them; the whole-data checks run
-on the summed label summary. Newton-CG (Jacobi-preconditioned, line-searched) then reads the rows only
+on the summed label summary. Newton-CG (line-searched; CG deflated by the directions no row sees and
+Jacobi-preconditioned: :func:`_conjugate_gradient`) then reads the rows only
 through sums over blocks (``_feature_platt_rows``'s table), so on one machine (one block) it is the fit
 on the arrays, and over dask partitions it takes the same steps up to the order of the additions:
 
@@ -12,21 +13,27 @@ on the arrays, and over dask partitions it takes the same steps up to the order 
 - Hessian-vector product :math:`H v = X^\top D X v`, :math:`D = w p (1 - p)`: with :math:`u = X v` per
   row, ``code_sums(codes, D u)`` gives the one-hot block and, summed over the values of any one feature,
   :math:`\sum D u` (intercept); :math:`\sum D u x` (the score's coefficient) is a row sum: one pass over
-  the rows per product;
+  the rows per product (``hessian_rows``: one fused loop on the CPU);
+- which levels of a crossed column have rows in the cross's pooled code (``pooled_levels``, once per fit):
+  the null directions of the design (:func:`null_directions`) that deflate CG;
 - the score and intercept entries of the gradient and diagonal, and the loss, are plain row sums.
 
-References: S. G. Nash, "A survey of truncated-Newton methods", J. Comput. Appl. Math. 124 (2000), 45-59.
+References: S. G. Nash, "A survey of truncated-Newton methods", J. Comput. Appl. Math. 124 (2000), 45-59;
+Y. Saad, M. Yeung, J. Erhel and F. Guyomarc'h, "A deflated version of the conjugate gradient algorithm",
+SIAM J. Sci. Comput. 21 (2000), 1909-1926.
 """
 
 from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Hashable
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from scipy import sparse
+from scipy.sparse.linalg import splu
 from sklearn.exceptions import ConvergenceWarning
 
 from gpucal.calibrators._feature_platt_rows import (
@@ -40,6 +47,7 @@ from gpucal.calibrators._feature_platt_rows import (
     hessian_sums,
     level_sums,
     line_trial,
+    pooled_levels,
     predicted,
     read_block,
     select_columns,
@@ -47,13 +55,15 @@ from gpucal.calibrators._feature_platt_rows import (
     strided,
 )
 from gpucal.encoding import FeatureEncoder
+from gpucal.encoding.crosses import Cross
 from gpucal.encoding.encoder import MAX_CROSS_LEVELS, MIN_CROSS_COUNT
 from gpucal.kernels import value_offsets
 from gpucal.rows import LabelSummary, Rows
 
-# Most conjugate-gradient steps per Newton step. Within one feature the one-hot block of the Hessian is
-# diagonal, so the Jacobi preconditioner leaves only the coupling between features (and the score) to CG.
+# Most conjugate-gradient steps per Newton step.
 CG_MAX_ITER = 250
+# Relative jitter on the deflation's W' Lambda W (its columns may be dependent).
+COARSE_JITTER = 1e-10
 # Armijo constant of the backtracking line search, and the most halvings before giving up.
 ARMIJO = 1e-4
 MAX_HALVINGS = 40
@@ -160,13 +170,13 @@ def fit_feature_platt(rows: Rows, params: FeaturePlattParams) -> FeaturePlattSta
     theta[1] = math.log(summary.mean_label / (1.0 - summary.mean_label))  # the best constant model
     if screen and encoder.interactions_:
         first = encoded.map(select_columns, np.arange(n_first))
-        theta = _fit_rows(first, encoder.n_values_, n_first, theta, params, summary.n_rows, final=False).theta
+        theta = _fit_rows(first, encoder.n_values_, (), theta, params, summary.n_rows, final=False).theta
         kept = screen_crosses(encoded, theta, encoder.n_codes_, n_first, params.l2_cross, params.array_code)
         encoder = encoder.keep_crosses(kept)
         columns = np.r_[np.arange(n_first), n_first + np.asarray(kept, dtype=np.int64)]
         encoded = encoded.map(select_columns, columns)
     theta = np.r_[theta, np.zeros(2 + int(np.sum(encoder.n_codes_)) - theta.shape[0])]  # crosses start at 0
-    fit = _fit_rows(encoded, encoder.n_codes_, n_first, theta, params, summary.n_rows, final=True)
+    fit = _fit_rows(encoded, encoder.n_codes_, encoder.crosses_, theta, params, summary.n_rows, final=True)
     return FeaturePlattState(encoder, fit)
 
 
@@ -210,17 +220,19 @@ def screen_crosses(
 def _fit_rows(
     encoded: Rows,
     n_values: np.ndarray,
-    n_first: int,
+    crosses: Sequence[Cross],
     theta: np.ndarray,
     params: FeaturePlattParams,
     n_rows: int,
     *,
     final: bool,
 ) -> FeaturePlattFit:
-    """Newton-CG from ``theta`` on the encoded rows (columns past ``n_first`` are crosses, penalised by
-    ``l2_cross``), warm-started on strided rows when there are many; ``final``: the fit returned to the
-    user (to ``tol``, warning when it stops early), else a start for it (to ``WARM_TOL``, silently)."""
-    penalties = np.r_[np.full(n_first, params.l2), np.full(len(n_values) - n_first, params.l2_cross)]
+    """Newton-CG from ``theta`` on the encoded rows (the last ``len(crosses)`` columns are those crosses,
+    penalised by ``l2_cross``), warm-started on strided rows when there are many; ``final``: the fit
+    returned to the user (to ``tol``, warning when it stops early), else a start for it (to ``WARM_TOL``,
+    silently)."""
+    n_first = len(n_values) - len(crosses)
+    penalties = np.r_[np.full(n_first, params.l2), np.full(len(crosses), params.l2_cross)]
     if n_rows >= params.warm_start_min_rows:
         # Start from the fit on evenly strided rows. The penalty is not scaled down to their share of the
         # weight: a value with a handful of sampled rows would get an extreme offset, a far worse start than
@@ -228,13 +240,13 @@ def _fit_rows(
         # needed, not the answer.
         sample = encoded.map(strided, n_rows // params.warm_start_rows, offsets=True)
         if LabelSummary.of(sample.sum(block_summary)).weight > 0.0:
-            sub = _Problem(sample, n_values, penalties, params.l2, params.array_code)
+            sub = _Problem(sample, n_values, crosses, penalties, params.l2, params.array_code)
             warm = _newton_cg(
                 sub, theta, max_iter=params.max_iter, tol=WARM_TOL, what=params.what, warn=False
             )
             if warm.converged:
                 theta = warm.theta
-    problem = _Problem(encoded, n_values, penalties, params.l2, params.array_code)
+    problem = _Problem(encoded, n_values, crosses, penalties, params.l2, params.array_code)
     tol = params.tol if final else WARM_TOL
     return _newton_cg(problem, theta, max_iter=params.max_iter, tol=tol, what=params.what, warn=final)
 
@@ -247,7 +259,13 @@ class _Problem:
     """
 
     def __init__(
-        self, rows: Rows, n_values: np.ndarray, penalties: np.ndarray, l2_score: float, array_code: bool
+        self,
+        rows: Rows,
+        n_values: np.ndarray,
+        crosses: Sequence[Cross],
+        penalties: np.ndarray,
+        l2_score: float,
+        array_code: bool,
     ) -> None:
         self.rows = rows
         self.array_code = array_code
@@ -261,18 +279,26 @@ class _Problem:
         # Codes some row of non-zero weight has; the others keep offset 0 (their gradient and Hessian are
         # the penalty's alone), and no row changes when they are left out.
         self.used = np.concatenate([[True, True], rows.sum(code_weights, self.n_values) > 0.0])
+        n_first = len(self.n_values) - len(crosses)
+        pooled = rows.sum(pooled_levels, crosses, n_first) if crosses else np.zeros(0)
+        self.null = null_directions(self.n_values, self.used, crosses, pooled)
+        # W' Lambda W (H W = Lambda W): factored once, with a relative jitter that only W's own null space
+        # feels (W x = 0 there), so that dependent directions need no care.
+        coarse = (self.null.T @ sparse.diags(self.ridge) @ self.null).tocsc()
+        jitter = COARSE_JITTER * max(float(coarse.diagonal().max(initial=0.0)), 1.0)
+        self.coarse_lu = splu(coarse + jitter * sparse.identity(coarse.shape[0], format="csc"))
 
     def blocks(self) -> list[slice]:
         """The slices of ``theta`` holding each feature's offsets."""
         return [slice(2 + o, 2 + o + int(k)) for o, k in zip(self.offsets, self.n_values, strict=True)]
 
     def center(self, theta: np.ndarray) -> np.ndarray:
-        """Move each feature's mean offset (over its used codes) into the intercept: same predictor.
+        """Move each feature's mean offset (over its used codes) into the intercept, and set the unused
+        codes' offsets to 0: the same predictor on every row (each has one used code per feature).
 
-        The optimum lies where every feature's offsets sum to zero (its intercept gradient is zero,
-        so the penalty's gradient on each feature's offsets sums to zero), and Newton-CG keeps those
-        sums (see :func:`_conjugate_gradient`), so it must start there. Every row has one used code
-        per feature, so no row's predictor changes; unused codes stay 0.
+        The optimum lies where every feature's offsets sum to zero (its intercept gradient is zero, so
+        the penalty's gradient on each feature's offsets sums to zero): the start is moved there, and
+        unused codes, which Newton-CG never moves, to their optimum.
         """
         theta = np.where(self.used, theta, 0.0)
         for block in self.blocks():
@@ -311,9 +337,13 @@ class _Problem:
         diag[2:] = stats[:, 1]
         return grad + self.ridge * theta, diag + self.ridge, curvature
 
+    def coarse(self, v: np.ndarray) -> np.ndarray:
+        """Return :math:`W (W^\\top \\Lambda W)^{-1} W^\\top v` (:func:`null_directions`' ``W``)."""
+        return np.asarray(self.null @ self.coarse_lu.solve(np.asarray(self.null.T @ v)))
+
     def hessian_product(self, v: np.ndarray, curvature: Rows) -> np.ndarray:
         """Return :math:`(X^\\top D X + \\Lambda) v` from one group-sum pass."""
-        sums = curvature.sum(hessian_sums, v, self.offsets, self.n_values, self.array_code)
+        sums = curvature.sum(hessian_sums, v, self.n_values, self.array_code)
         out = np.empty_like(v)
         out[0] = sums[0]  # sum D u x
         out[1] = sums[1:][self.first].sum()  # sum D u, over the values of feature 0
@@ -321,33 +351,76 @@ class _Problem:
         return out + self.ridge * v
 
 
+def null_directions(
+    n_values: np.ndarray, used: np.ndarray, crosses: Sequence[Cross], pooled: np.ndarray
+) -> sparse.csr_matrix:
+    r"""The directions :math:`W` of ``theta`` (``[a, b, beta]``, one column each) that change no row's
+    predictor: :math:`X W = 0` on every row of positive weight. Over used codes only:
+
+    - per column (feature or cross): intercept up, every code of the column down (each row has one);
+    - per cross of columns ``j`` and ``k`` and level ``v`` of ``j`` that no row of the cross's pooled code
+      has (``pooled``, :func:`~gpucal.calibrators._feature_platt_rows.pooled_levels`): ``j``'s offset of
+      ``v`` up, the cross's codes of the pairs ``(v, .)`` down (a row with ``v`` has one of them, and no
+      other row does); the same per level of ``k``.
+
+    Along them :math:`H W = \Lambda W`: only the penalties curve the objective there, far less than
+    the data curve every other direction, and the near-collinear directions that slow CG (a main
+    effect against the crosses it is part of) are their combinations. The columns may be dependent.
+    """
+    offsets = value_offsets(n_values)
+    vectors: list[np.ndarray] = []
+    for o, k in zip(offsets, n_values, strict=True):
+        vectors.append(np.r_[1, 2 + o + np.flatnonzero(used[2 + o : 2 + o + k])])
+    n_first = len(n_values) - len(crosses)
+    at = 0
+    for i, cross in enumerate(crosses):
+        first_code = 2 + offsets[n_first + i]
+        kept = used[first_code : first_code + cross.pooled_code]  # the kept keys' codes (not the pooled)
+        codes = first_code + np.flatnonzero(kept)
+        keys = cross.keys[kept]
+        sides = (
+            (cross.left, keys // cross.n_right, cross.n_left),
+            (cross.right, keys % cross.n_right, cross.n_right),
+        )
+        for column, levels, n_levels in sides:
+            free = np.flatnonzero(pooled[at : at + n_levels] == 0)
+            at += n_levels
+            for level in free:
+                main = 2 + offsets[column] + level
+                if used[main]:
+                    vectors.append(np.r_[main, codes[levels == level]])
+    signs = [np.r_[1.0, -np.ones(v.shape[0] - 1)] for v in vectors]
+    columns = np.repeat(np.arange(len(vectors)), [v.shape[0] for v in vectors])
+    shape = (used.shape[0], len(vectors))
+    return sparse.csr_matrix((np.concatenate(signs), (np.concatenate(vectors), columns)), shape=shape)
+
+
 def _conjugate_gradient(
     problem: _Problem, grad: np.ndarray, diag: np.ndarray, curvature: Rows, forcing: float
 ) -> np.ndarray:
-    """Solve :math:`H d = -g` by Jacobi-preconditioned CG to a residual of ``forcing * |g|`` (norm M^-1)."""
+    r"""Solve :math:`H d = -g` to a residual of ``forcing * |g|`` (norm :math:`M^{-1}`) by CG deflated by
+    the null directions :math:`W` (:func:`null_directions`) and preconditioned by the Hessian's diagonal
+    :math:`M`.
+
+    Deflated CG (Saad, Yeung, Erhel and Guyomarc'h, 2000): the step's part in the span of :math:`W` is
+    solved exactly, :math:`d_0 = W E^{-1} W^\top (-g)` with :math:`E = W^\top H W = W^\top \Lambda W`
+    (no pass over the rows: :math:`X W = 0`), and every search direction is made :math:`H`-orthogonal
+    to :math:`W`, so CG iterates only where the data curve the objective. Within one column the one-hot
+    block of :math:`H` is diagonal, so :math:`M` leaves CG the coupling between columns.
+    """
     precond = np.where(problem.used, 1.0 / np.where(diag > 0.0, diag, 1.0), 0.0)  # unused codes: no step
-    blocks = problem.blocks()
-
-    def precondition(r: np.ndarray) -> np.ndarray:
-        # M^-1 r, then the M-orthogonal projection onto "each feature's offsets sum to zero". Without it
-        # the intercept and the offsets are nearly collinear (shifting one against the other changes only
-        # the penalty), an eigenvalue of about l2 that costs CG dozens of steps.
-        z = precond * r
-        for block in blocks:
-            total = precond[block].sum()
-            if total > 0.0:
-                z[block] -= precond[block] * (z[block].sum() / total)
-        return z
-
-    step = np.zeros_like(grad)
-    residual = -grad
-    z = precondition(residual)
-    direction = z.copy()
+    rhs = -grad
+    step = problem.coarse(rhs)
+    residual = rhs - problem.ridge * step
+    z = precond * residual
+    direction = z - problem.coarse(problem.ridge * z)
     rz = float(residual @ z)
     # The residual is measured in the preconditioned norm |r|_{M^-1}: the plain norm is dominated by the
     # score's entry, whose gradient grows with the rows, while an offset's scales with its value's rows.
-    target = forcing * forcing * rz
+    target = forcing * forcing * float(rhs @ (precond * rhs))
     for _n in range(CG_MAX_ITER):
+        if rz <= target:
+            break
         h_dir = problem.hessian_product(direction, curvature)
         curv = float(direction @ h_dir)
         if curv <= 0.0:  # only rounding can get here: H is positive definite
@@ -355,11 +428,9 @@ def _conjugate_gradient(
         alpha = rz / curv
         step += alpha * direction
         residual -= alpha * h_dir
-        z = precondition(residual)
+        z = precond * residual
         rz_next = float(residual @ z)
-        if rz_next <= target:
-            break
-        direction = z + (rz_next / rz) * direction
+        direction = z - problem.coarse(problem.ridge * z) + (rz_next / rz) * direction
         rz = rz_next
     return step
 
@@ -415,4 +486,5 @@ __all__ = [
     "FeaturePlattParams",
     "FeaturePlattState",
     "fit_feature_platt",
+    "null_directions",
 ]

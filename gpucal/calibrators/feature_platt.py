@@ -171,9 +171,9 @@ class FeatureAwarePlattCalibrator(Calibrator):
     agree to 1e-6 but the coefficients only to about 1e-5, even with ``tol=1e-12``: L-BFGS's stop on the
     relative decrease of the loss (``ftol``, fixed inside scikit-learn) comes before it resolves the nearly
     flat direction "intercept up, a feature's offsets down", which only the penalty sees. The fit here
-    removes that direction: every feature's offsets sum to zero at the optimum (the intercept's gradient
-    is zero, so the penalty's on each feature's offsets sums to zero), so Newton-CG searches only that
-    subspace.
+    removes that direction: it changes no row, so each Newton step's part along it (and along every such
+    direction, as a main effect against the crosses it is part of) is solved exactly from the penalties,
+    and CG searches only the rest (``_feature_platt_solver.null_directions``).
 
     A code no training row has (the unseen code of a category column; the missing code when nothing was
     missing) gets offset exactly 0: its gradient is the penalty alone. Since each feature's offsets sum

@@ -100,16 +100,27 @@ def pair_keys(codes: Any, left: int, right: int, n_right: int) -> Any:
     return codes[:, left].astype(xp.int64) * n_right + codes[:, right]
 
 
-def count_pairs(codes: Any, w: Any, pairs: Sequence[tuple[int, int, int]], limit: int) -> list[KeyedTable]:
-    """One block's weight per pair key, for each ``(left, right, n_right)``: keyed tables on the host."""
+def count_pairs(
+    codes: Any, w: Any, pairs: Sequence[tuple[int, int, int, int]], limit: int
+) -> list[KeyedTable]:
+    """One block's weight per pair key, for each ``(left, right, n_left, n_right)``: keyed tables on the
+    host, the keys that some row has in increasing order. A pair of at most ``MAX_LOOKUP_SPAN`` keys is
+    counted into a table of every key (two ``bincount`` passes), a larger one by sorting its keys."""
     xp = array_namespace(codes)
     n_rows = int(codes.shape[0])
     weight = xp.ones((n_rows, 1), dtype=xp.float64) if w is None else xp.asarray(w, dtype=xp.float64)[:, None]
     tables = []
-    for left, right, n_right in pairs:
-        keys, sums = group_sorted((pair_keys(codes, left, right, n_right),), weight, xp)
-        check_table_size(int(sums.shape[0]), limit, f"cross of columns {left} and {right}")
-        tables.append(KeyedTable((to_numpy(keys[0]),), to_numpy(sums)))
+    for left, right, n_left, n_right in pairs:
+        keys = pair_keys(codes, left, right, n_right)
+        span = n_left * n_right
+        if span <= MAX_LOOKUP_SPAN:
+            present = xp.flatnonzero(xp.bincount(keys, minlength=span))
+            summed = xp.bincount(keys, weights=weight[:, 0], minlength=span)[present][:, None]
+            found = (present,)
+        else:
+            found, summed = group_sorted((keys,), weight, xp)
+        check_table_size(int(summed.shape[0]), limit, f"cross of columns {left} and {right}")
+        tables.append(KeyedTable((to_numpy(found[0]).astype(np.int64),), to_numpy(summed)))
     return tables
 
 

@@ -338,16 +338,18 @@ class FeatureEncoder(BaseEstimator):
             self._fit_crosses(codings, tables)
         return self
 
-    def _cross_pairs(self) -> list[tuple[int, int, int]]:
-        """``(left, right, n_right)`` of each pair of ``interactions``, checked against the fitted columns."""
+    def _cross_pairs(self) -> list[tuple[int, int, int, int]]:
+        """``(left, right, n_left, n_right)`` of each pair of ``interactions``, checked against the fitted
+        columns."""
         pairs = check_interactions(self.interactions, self.feature_names_, "interactions")
         index = {name: j for j, name in enumerate(self.feature_names_)}
-        return [(index[a], index[b], int(self.n_values_[index[b]])) for a, b in pairs]
+        n_values = self.n_values_
+        return [(index[a], index[b], int(n_values[index[a]]), int(n_values[index[b]])) for a, b in pairs]
 
     def _fit_crosses(self, codings: list[Coding], tables: list[Any]) -> None:
         """Keep each pair's levels from its merged weight table; set the fitted state with the crosses."""
         crosses = select_crosses(
-            [(left, right) for left, right, _ in self._cross_pairs()],
+            [(left, right) for left, right, _, _ in self._cross_pairs()],
             self.n_values_,
             tables,
             names=self.feature_names_,
@@ -452,6 +454,13 @@ class FeatureEncoder(BaseEstimator):
             raise ValueError(msg)
         self._set_fitted(codings)
         return self
+
+    @property
+    def crosses_(self) -> tuple[Cross, ...]:
+        """The fitted crosses (:class:`~gpucal.encoding.crosses.Cross`: the pair's columns and kept keys),
+        in output order."""
+        check_is_fitted(self, "feature_names_")
+        return tuple(self._crosses)
 
     def keep_crosses(self, kept: Sequence[int]) -> FeatureEncoder:
         """Return a fitted copy with only the crosses ``kept`` (indices among ``interactions_``), in order:
@@ -747,7 +756,7 @@ def _count_block_pairs(
     read: Callable[..., tuple[Any, Any]],
     args: tuple[Any, ...],
     encoder: FeatureEncoder,
-    pairs: list[tuple[int, int, int]],
+    pairs: list[tuple[int, int, int, int]],
     limit: int,
 ) -> list[Any]:
     """One block's weight per pair key of each cross (``crosses.count_pairs`` of the block's codes)."""
