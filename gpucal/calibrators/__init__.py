@@ -19,6 +19,7 @@ from gpucal.calibrators.isotonic import IsotonicCalibrator
 from gpucal.calibrators.platt import PlattCalibrator
 from gpucal.calibrators.scaling_binning import ScalingBinningCalibrator
 from gpucal.calibrators.sir import SIRCalibrator
+from gpucal.calibrators.spline import SplineCalibrator
 from gpucal.calibrators.temperature import TemperatureCalibrator
 from gpucal.calibrators.venn_abers import VennAbersCalibrator
 
@@ -34,6 +35,7 @@ __all__ = [
     "PlattCalibrator",
     "SIRCalibrator",
     "ScalingBinningCalibrator",
+    "SplineCalibrator",
     "TemperatureCalibrator",
     "VennAbersCalibrator",
     "correct_downsampling",
