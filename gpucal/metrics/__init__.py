@@ -18,7 +18,8 @@ sources and what each metric can and cannot see are in each docstring.
   p-value).
 * Classical tests, one result object each: :func:`hosmer_lemeshow`, :func:`spiegelhalter_z`,
   :func:`calibration_slope`, :func:`calibration_intercept`, :func:`murphy_decomposition`, and per
-  rating grade :func:`binomial_grade_test`, :func:`jeffreys_grade_test`.
+  rating grade :func:`binomial_grade_test`, :func:`jeffreys_grade_test`; the kernel calibration
+  error :func:`skce` and its test :func:`skce_test`.
 """
 
 from gpucal.metrics.binned import ada_ece, cal_n, ece, ece_sweep, mce, pce, prob_ece
@@ -41,6 +42,7 @@ from gpucal.metrics.debiased import ece_debiased
 from gpucal.metrics.ecce import ecce, ecce_pvalue, ecce_sigma
 from gpucal.metrics.grouped import cece, field_ece, field_rce, gc_n, pcoc, segment_report
 from gpucal.metrics.ici import e50, e90, emax, ici
+from gpucal.metrics.kernel_calibration import SKCEResult, SKCETestResult, skce, skce_test
 from gpucal.metrics.multicalibration import MulticalibrationResult, multicalibration_error
 from gpucal.metrics.mvce import mvce
 from gpucal.metrics.rejection import rejection_curve
@@ -54,6 +56,8 @@ __all__ = [
     "HosmerLemeshowResult",
     "MulticalibrationResult",
     "MurphyDecomposition",
+    "SKCEResult",
+    "SKCETestResult",
     "SpiegelhalterResult",
     "ada_ece",
     "binomial_grade_test",
@@ -88,6 +92,8 @@ __all__ = [
     "rejection_curve",
     "roc_auc",
     "segment_report",
+    "skce",
+    "skce_test",
     "smooth_ece",
     "spiegelhalter_z",
     "tce",
