@@ -17,9 +17,10 @@ sources and what each metric can and cannot see are in each docstring.
 * Segments of features and the score: :func:`multicalibration_error` (MCGrad's MCE, its sigma and
   p-value).
 * Classical tests, one result object each: :func:`hosmer_lemeshow`, :func:`spiegelhalter_z`,
-  :func:`calibration_slope`, :func:`calibration_intercept`, :func:`murphy_decomposition`, and per
-  rating grade :func:`binomial_grade_test`, :func:`jeffreys_grade_test`; the kernel calibration
-  error :func:`skce` and its test :func:`skce_test`.
+  :func:`calibration_slope`, :func:`calibration_intercept`, :func:`murphy_decomposition` (of the
+  log-loss: :func:`murphy_decomposition_log_loss`), and per rating grade :func:`binomial_grade_test`,
+  :func:`jeffreys_grade_test`; the kernel calibration error :func:`skce` and its test
+  :func:`skce_test`.
 """
 
 from gpucal.metrics.binned import ada_ece, cal_n, ece, ece_sweep, mce, pce, prob_ece
@@ -28,6 +29,7 @@ from gpucal.metrics.calibration_tests import (
     CalibrationSlopeResult,
     GradeTestResult,
     HosmerLemeshowResult,
+    LogLossDecomposition,
     MurphyDecomposition,
     SpiegelhalterResult,
     binomial_grade_test,
@@ -36,6 +38,7 @@ from gpucal.metrics.calibration_tests import (
     hosmer_lemeshow,
     jeffreys_grade_test,
     murphy_decomposition,
+    murphy_decomposition_log_loss,
     spiegelhalter_z,
 )
 from gpucal.metrics.debiased import ece_debiased
@@ -54,6 +57,7 @@ __all__ = [
     "CalibrationSlopeResult",
     "GradeTestResult",
     "HosmerLemeshowResult",
+    "LogLossDecomposition",
     "MulticalibrationResult",
     "MurphyDecomposition",
     "SKCEResult",
@@ -85,6 +89,7 @@ __all__ = [
     "mce",
     "multicalibration_error",
     "murphy_decomposition",
+    "murphy_decomposition_log_loss",
     "mvce",
     "pce",
     "pcoc",
