@@ -10,20 +10,24 @@ held-out rows and refits on every row.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
 
 from gpucal._backend import array_namespace, to_numpy
-from gpucal.calibrators._newton import newton_minimize
+from gpucal.calibrators._newton import WARM_ERROR_TOL, newton_minimize
 from gpucal.calibrators.base import Calibrator, Constraint, Interval, Options
 from gpucal.calibrators.logistic import ScoreBlock
 from gpucal.calibrators.score_rows import ScoreRows
+from gpucal.kernels.jit import numba
 from gpucal.registry import calibration_method
 from gpucal.rows import Rows, row_uniforms
 
 #: Rows per chunk of the basis matrix (the chunk's basis is ``CHUNK_ROWS x n_knots`` floats).
 CHUNK_ROWS = 1 << 16
+#: Rows per task of the numba loop.
+KERNEL_CHUNK = 1 << 14
 #: Bins of the weighted histogram of transformed scores the quantile knots are read from.
 HISTOGRAM_BINS = 4096
 #: Knots always added on the probability scale (then transformed), besides the quantile knots.
@@ -35,8 +39,6 @@ MAX_LOGIT_EPS = 1e-4
 MIN_LOGIT_EPS = 1e-16
 #: The stream of ``row_uniforms`` that draws the held-out rows.
 HOLDOUT_STREAM = 26
-# Which rows a pass adds: the training rows (not held out), the held-out rows, or every row.
-TRAIN, HOLDOUT, EVERY = 0, 1, 2
 
 
 def unity_prior_grid() -> tuple[np.ndarray, np.ndarray]:
@@ -103,20 +105,96 @@ def natural_spline_basis(t: Any, knots: np.ndarray) -> Any:
     return out
 
 
-def _part_mask(block: ScoreBlock, part: int, fraction: float, seed: int, row_offset: int) -> Any:
+@dataclass(frozen=True)
+class SplitBlock:
+    """One block's rows of positive weight, on the spline's scale ``t``: the training rows and the
+    held-out rows (``(t, y, w)`` each)."""
+
+    train: tuple[Any, Any, Any]
+    held: tuple[Any, Any, Any]
+
+
+def split_block(
+    block: ScoreBlock, eps: float, score_kind: str, fraction: float, seed: int, *, row_offset: int
+) -> SplitBlock:
+    """Transform one block's scores and deal its rows: row :math:`r` is held out when its
+    counter-based uniform (``row_uniforms``, stream ``HOLDOUT_STREAM``) is below ``fraction``."""
     xp = array_namespace(block.score)
     keep = block.w > 0
-    if part == EVERY:
-        return keep
-    held = xp.asarray(
-        row_uniforms(seed, HOLDOUT_STREAM, np.arange(row_offset, row_offset + len(block))) < fraction
-    )
-    return keep & (held if part == HOLDOUT else ~held)
+    u = row_uniforms(seed, HOLDOUT_STREAM, np.arange(row_offset, row_offset + len(block)))
+    held = xp.asarray(u < fraction)
+    t = transform_scores(block.score, eps, score_kind)
+    parts = [keep & ~held, keep & held]
+    train, out = ((t[m], block.y[m], block.w[m]) for m in parts)
+    return SplitBlock(train, out)
 
 
-def _logistic_sums(t: Any, y: Any, w: Any, knots: np.ndarray, theta: np.ndarray) -> np.ndarray:
-    """``[loss, gradient (K), Hessian (K*K)]`` of the weighted log-loss of ``sigmoid(N(t) @ theta)``."""
+@numba.njit(cache=True, inline="always")
+def _basis_row(t, knots, out):  # pragma: no cover - compiled; tested against natural_spline_basis
+    """One row of :func:`natural_spline_basis` into ``out``."""
+    k = knots.shape[0]
+    out[0] = 1.0
+    out[1] = t
+    if k > 2:
+        last = knots[k - 1]
+        tail = max(t - last, 0.0) ** 3
+        d_last = (max(t - knots[k - 2], 0.0) ** 3 - tail) / (last - knots[k - 2])
+        for j in range(k - 2):
+            out[j + 2] = (max(t - knots[j], 0.0) ** 3 - tail) / (last - knots[j]) - d_last
+
+
+@numba.njit(parallel=True, cache=True)
+def _logistic_sums_cpu(t, y, w, knots, theta, hessian):  # pragma: no cover - compiled; tested vs array code
+    """``[loss, gradient, Hessian (row-major, when ``hessian``)]`` of the rows, chunks in parallel."""
+    n = t.shape[0]
+    k = knots.shape[0]
+    n_chunks = (n + KERNEL_CHUNK - 1) // KERNEL_CHUNK
+    partial = np.zeros((n_chunks, 1 + k + k * k))
+    for c in numba.prange(n_chunks):
+        b = np.empty(k)
+        acc = partial[c]
+        for i in range(c * KERNEL_CHUNK, min(n, (c + 1) * KERNEL_CHUNK)):
+            wi = w[i]
+            if wi == 0.0:
+                continue
+            _basis_row(t[i], knots, b)
+            eta = 0.0
+            for j in range(k):
+                eta += b[j] * theta[j]
+            e = math.exp(-abs(eta))
+            p = 1.0 / (1.0 + e) if eta >= 0.0 else e / (1.0 + e)
+            acc[0] += wi * (max(eta, 0.0) + math.log1p(e) - y[i] * eta)
+            r = wi * (p - y[i])
+            for j in range(k):
+                acc[1 + j] += r * b[j]
+            if hessian:
+                v = wi * p * (1.0 - p)
+                for j in range(k):
+                    vj = v * b[j]
+                    for m in range(j, k):
+                        acc[1 + k + j * k + m] += vj * b[m]
+    out = partial.sum(axis=0)
+    for j in range(k):
+        for m in range(j):
+            out[1 + k + j * k + m] = out[1 + k + m * k + j]
+    return out
+
+
+def _logistic_sums(
+    t: Any, y: Any, w: Any, knots: np.ndarray, theta: np.ndarray, *, hessian: bool = True
+) -> np.ndarray:
+    """``[loss, gradient (K), Hessian (K*K)]`` of the weighted log-loss of ``sigmoid(N(t) @ theta)``
+    (the Hessian zero unless ``hessian``): the numba loop on the host, array code on a device."""
     xp = array_namespace(t)
+    if xp is np:
+        return _logistic_sums_cpu(
+            np.ascontiguousarray(t, dtype=np.float64),
+            np.ascontiguousarray(y, dtype=np.float64),
+            np.ascontiguousarray(w, dtype=np.float64),
+            np.ascontiguousarray(knots, dtype=np.float64),
+            np.ascontiguousarray(theta, dtype=np.float64),
+            hessian,
+        )
     k = knots.shape[0]
     out = np.zeros(1 + k + k * k)
     coef = xp.asarray(theta)
@@ -128,38 +206,25 @@ def _logistic_sums(t: Any, y: Any, w: Any, knots: np.ndarray, theta: np.ndarray)
         p = 1.0 / (1.0 + xp.exp(-eta))
         out[0] += float(wc @ (xp.logaddexp(0.0, eta) - yc * eta))
         out[1 : 1 + k] += to_numpy(basis.T @ (wc * (p - yc)))
-        out[1 + k :] += to_numpy((basis * (wc * p * (1.0 - p))[:, None]).T @ basis).ravel()
+        if hessian:
+            out[1 + k :] += to_numpy((basis * (wc * p * (1.0 - p))[:, None]).T @ basis).ravel()
     return out
 
 
-def spline_block_sums(
-    block: ScoreBlock,
-    theta: np.ndarray,
-    knots: np.ndarray,
-    eps: float,
-    score_kind: str,
-    fraction: float,
-    seed: int,
-    *,
-    row_offset: int,
-) -> np.ndarray:
-    """One block's sums at ``theta``: the training rows' ``[loss, gradient, Hessian]``, then the held-out
-    rows' ``[loss, weight]`` (``fraction`` 0: every row trains, nothing is held out)."""
-    xp = array_namespace(block.score)
-    t = transform_scores(block.score, eps, score_kind)
-    if fraction > 0.0:
-        train = _part_mask(block, TRAIN, fraction, seed, row_offset)
-        held = _part_mask(block, HOLDOUT, fraction, seed, row_offset)
-    else:
-        train, held = _part_mask(block, EVERY, fraction, seed, row_offset), xp.zeros(len(block), dtype=bool)
-    sums = _logistic_sums(t[train], block.y[train], block.w[train], knots, theta)
-    th, yh, wh = t[held], block.y[held], block.w[held]
-    held_loss = 0.0
-    for start in range(0, th.shape[0], CHUNK_ROWS):
-        stop = start + CHUNK_ROWS
-        eta = natural_spline_basis(th[start:stop], knots) @ xp.asarray(theta)
-        held_loss += float(wh[start:stop] @ (xp.logaddexp(0.0, eta) - yh[start:stop] * eta))
-    return np.concatenate([sums, [held_loss, float(wh.sum())]])
+def spline_block_sums(block: SplitBlock, theta: np.ndarray, knots: np.ndarray, every: bool) -> np.ndarray:
+    """One block's sums at ``theta``: ``[loss, gradient, Hessian]`` of the training rows (of every row
+    with ``every``), then the held-out rows' ``[loss, weight]``."""
+    sums = _logistic_sums(*block.train, knots, theta)
+    held = _logistic_sums(*block.held, knots, theta, hessian=every)
+    weight = float(block.held[2].sum())
+    if every:
+        return np.concatenate([sums + held, [0.0, 0.0]])
+    return np.concatenate([sums, [float(held[0]), weight]])
+
+
+def split_weights(block: SplitBlock) -> np.ndarray:
+    """``[training weight, held-out weight]`` of one block."""
+    return np.array([float(block.train[2].sum()), float(block.held[2].sum())])
 
 
 def block_closest(block: ScoreBlock) -> float:
@@ -192,28 +257,26 @@ def quantile_knots(histogram: np.ndarray, low: float, high: float, n_knots: int)
 class _PathSums:
     """The row sums of one penalised fit, keeping the held-out loss of the last point evaluated."""
 
-    def __init__(self, blocks: Rows, prior: tuple[np.ndarray, np.ndarray, np.ndarray], **fixed: Any) -> None:
+    def __init__(
+        self,
+        blocks: Rows,
+        prior: tuple[np.ndarray, np.ndarray, np.ndarray],
+        knots: np.ndarray,
+        *,
+        every: bool,
+    ) -> None:
         self.blocks = blocks
         self.prior = prior
-        self.fixed = fixed
-        self.k = fixed["knots"].shape[0]
+        self.knots = knots
+        self.every = every
+        self.k = knots.shape[0]
         self.last: tuple[np.ndarray, float, float] | None = None
 
     def __call__(self, theta: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
-        f = self.fixed
-        sums = self.blocks.sum(
-            spline_block_sums,
-            theta,
-            f["knots"],
-            f["eps"],
-            f["score_kind"],
-            f["fraction"],
-            f["seed"],
-            offsets=True,
-        )
+        sums = self.blocks.sum(spline_block_sums, theta, self.knots, self.every)
         t, y, w = self.prior
         if t.shape[0]:
-            sums[:-2] += _logistic_sums(t, y, w, f["knots"], theta)
+            sums[:-2] += _logistic_sums(t, y, w, self.knots, theta)
         k = self.k
         self.last = (theta.copy(), float(sums[-2]), float(sums[-1]))
         return float(sums[0]), sums[1 : 1 + k], sums[1 + k : 1 + k + k * k].reshape(k, k)
@@ -248,7 +311,8 @@ class SplineCalibrator(Calibrator):
     log-loss on held-out rows (a fraction ``1 / n_folds``, the rest fitting each :math:`\lambda`): the
     largest :math:`\lambda` whose loss, rounded to 4 decimals, is the smallest. The model is then
     refitted with it on every row. Every fit is damped Newton on sums over rows, from the previous
-    :math:`\lambda`'s solution (strongest penalty first).
+    :math:`\lambda`'s solution (strongest penalty first); the search's fits stop at a relative error of
+    1e-6, the final one at 1e-10.
 
     Parameters
     ----------
@@ -413,17 +477,25 @@ class SplineCalibrator(Calibrator):
         eps = logit_eps(closest)
         knots = self._choose_knots(scores, eps)
         prior = self._prior()
-        fixed = {"knots": knots, "eps": eps, "score_kind": self.score_kind, "seed": self.random_state}
-        path = _PathSums(blocks, prior, fraction=1.0 / self.n_folds, **fixed)
-        train_weight = self._train_weight(path)
+        split = blocks.map(
+            split_block, eps, self.score_kind, 1.0 / self.n_folds, self.random_state, offsets=True
+        )
+        train_weight = self._train_weight(split, float(prior[2].sum()))
+        path = _PathSums(split, prior, knots, every=False)
         k = knots.shape[0]
         theta = np.zeros(k)
         losses = np.empty(reg_params.shape[0])
         solutions = {}
         for i in np.argsort(-reg_params, kind="stable"):
             lam = float(reg_params[i])
+            # The path only ranks penalties by a loss rounded to 4 decimals: 1e-6 is ample.
             theta = newton_minimize(
-                path, theta, total_weight=train_weight, l2=2.0 * lam / k, what="spline fit"
+                path,
+                theta,
+                total_weight=train_weight,
+                l2=2.0 * lam / k,
+                what="spline fit",
+                error_tol=WARM_ERROR_TOL,
             ).theta
             solutions[int(i)] = theta
             losses[i] = path.held_out_loss(theta)
@@ -431,7 +503,7 @@ class SplineCalibrator(Calibrator):
         ties = np.flatnonzero(rounded == rounded.min())
         best = int(ties[np.argmax(reg_params[ties])])
         lam = float(reg_params[best])
-        every = _PathSums(blocks, prior, fraction=0.0, **fixed)
+        every = _PathSums(split, prior, knots, every=True)
         total = scores.label_sums()[0] + float(prior[2].sum())
         self.coef_ = newton_minimize(
             every, solutions[best], total_weight=total, l2=2.0 * lam / k, what="spline fit"
@@ -442,16 +514,15 @@ class SplineCalibrator(Calibrator):
         self.held_out_losses_ = losses
 
     @staticmethod
-    def _train_weight(path: _PathSums) -> float:
+    def _train_weight(split: Rows, prior_weight: float) -> float:
         """Weight of the training rows, the prior's included; refuse a side without weight."""
-        f = path.fixed
-        parts = path.blocks.sum(_split_weight_sums, f["fraction"], f["seed"], offsets=True)
+        parts = split.sum(split_weights)
         if not (parts[0] > 0 and parts[1] > 0):
             msg = (
-                f"n_folds: holding out 1/{round(1 / f['fraction'])} of the rows leaves no weight on one side"
+                "n_folds: the held-out rows or the training rows hold no weight; use fewer folds or more rows"
             )
             raise ValueError(msg)
-        return float(parts[0]) + float(path.prior[2].sum())
+        return float(parts[0]) + prior_weight
 
     def _predict_scores(self, score: Any) -> Any:
         xp = array_namespace(score)
@@ -474,13 +545,6 @@ class SplineCalibrator(Calibrator):
         if not (MIN_LOGIT_EPS <= self.logit_eps_ <= MAX_LOGIT_EPS) or not self.reg_param_ > 0:
             msg = "logit_eps_ must lie in [1e-16, 1e-4] and reg_param_ must be positive"
             raise ValueError(msg)
-
-
-def _split_weight_sums(block: ScoreBlock, fraction: float, seed: int, *, row_offset: int) -> np.ndarray:
-    """``[training weight, held-out weight]`` of one block."""
-    train = _part_mask(block, TRAIN, fraction, seed, row_offset)
-    held = _part_mask(block, HOLDOUT, fraction, seed, row_offset)
-    return np.array([float(block.w[train].sum()), float(block.w[held].sum())])
 
 
 __all__ = ["SplineCalibrator", "natural_spline_basis", "spline_block_sums", "unity_prior_grid"]
