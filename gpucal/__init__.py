@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from gpucal import datasets, distributed, metrics
     from gpucal.auto import AutoCalibrator
     from gpucal.calibrators import (
+        BBQCalibrator,
         BetaCalibrator,
         CenteredIsotonicCalibrator,
         DirichletCalibrator,
@@ -56,6 +57,7 @@ if TYPE_CHECKING:
 __all__ = [
     "MBCT",
     "AutoCalibrator",
+    "BBQCalibrator",
     "BetaCalibrator",
     "CenteredIsotonicCalibrator",
     "ClusteredCalibrator",
@@ -113,6 +115,7 @@ _MODULE_OF = {
     name: module
     for module, names in {
         "gpucal.calibrators": (
+            "BBQCalibrator",
             "BetaCalibrator",
             "CenteredIsotonicCalibrator",
             "DirichletCalibrator",

@@ -9,6 +9,7 @@ of all of them by name is :mod:`gpucal.catalogue`, and ``gpucal.make_calibrator`
 from __future__ import annotations
 
 from gpucal.calibrators.base import Calibrator
+from gpucal.calibrators.bbq import BBQCalibrator
 from gpucal.calibrators.beta import BetaCalibrator
 from gpucal.calibrators.centered_isotonic import CenteredIsotonicCalibrator
 from gpucal.calibrators.dirichlet import DirichletCalibrator
@@ -24,6 +25,7 @@ from gpucal.calibrators.temperature import TemperatureCalibrator
 from gpucal.calibrators.venn_abers import VennAbersCalibrator
 
 __all__ = [
+    "BBQCalibrator",
     "BetaCalibrator",
     "Calibrator",
     "CenteredIsotonicCalibrator",
