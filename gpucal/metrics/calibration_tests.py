@@ -888,6 +888,12 @@ def murphy_decomposition_log_loss(
     -------
     LogLossDecomposition
 
+    Notes
+    -----
+    probcal 0.4's ``logloss_calibration_refinement`` splits the log-loss the same way around a LOESS
+    recalibration curve instead of score groups; the two agree only as the groups and the smoother
+    both approach the true recalibration curve.
+
     References
     ----------
     .. [1] M. H. DeGroot, S. E. Fienberg, "The comparison and evaluation of forecasters", The
