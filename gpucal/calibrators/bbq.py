@@ -21,6 +21,9 @@ from gpucal.calibrators.score_rows import ScoreRows, score_groups
 from gpucal.registry import calibration_method
 from gpucal.rows import Rows
 
+#: The prior's centre is kept in [CENTRE_EPS, 1 - CENTRE_EPS] (a bin of scores at 0 or 1).
+CENTRE_EPS = 1e-12
+
 
 def _model(
     cumulative: tuple[np.ndarray, np.ndarray, np.ndarray],
@@ -47,6 +50,8 @@ def _model(
     centre = 0.5 * (np.concatenate([[xs[0]], interior]) + np.concatenate([interior, [xs[-1]]]))
     if logit:
         centre = 1.0 / (1.0 + np.exp(-centre))
+    # A prior centred at 0 or 1 is improper (a Beta parameter of 0): keep it just inside.
+    centre = np.clip(centre, CENTRE_EPS, 1.0 - CENTRE_EPS)
     a = prior_size / n_bins
     alpha, beta = a * centre, a * (1.0 - centre)
     # BDeu: a Beta(alpha, beta) prior on each bin's rate, integrated out (empty bins contribute 1).
@@ -119,7 +124,7 @@ class BBQCalibrator(Calibrator):
 
     Each model :math:`M_B` is a histogram of :math:`B` equal-mass bins of the calibration scores;
     bin :math:`b` predicts the posterior mean of its rate under a Beta prior centred on the bin's
-    midpoint score :math:`c_b`,
+    midpoint score :math:`c_b` (kept in [1e-12, 1 - 1e-12]),
 
     .. math::
 

@@ -234,6 +234,18 @@ def block_closest(block: ScoreBlock) -> float:
     return float(xp.min(xp.minimum(s, 1.0 - s))) if s.shape[0] else math.inf
 
 
+def weighted_range(block: ScoreBlock) -> np.ndarray:
+    """``[lowest, highest]`` score of a block's rows of positive weight (``[inf, -inf]`` when none)."""
+    xp = array_namespace(block.score)
+    s = block.score[block.w > 0]
+    return np.array([float(xp.min(s)), float(xp.max(s))]) if s.shape[0] else np.array([math.inf, -math.inf])
+
+
+def _widest(*spans: np.ndarray) -> np.ndarray:
+    stacked = np.stack(spans)
+    return np.array([stacked[:, 0].min(), stacked[:, 1].max()])
+
+
 def block_histogram(block: ScoreBlock, low: float, high: float, eps: float, score_kind: str) -> np.ndarray:
     """Weights of a block's rows in ``HISTOGRAM_BINS`` equal bins of the transformed score on [low, high]."""
     xp = array_namespace(block.score)
@@ -350,7 +362,8 @@ class SplineCalibrator(Calibrator):
     reg_param_ : float
         The chosen :math:`\lambda`.
     held_out_losses_ : numpy.ndarray
-        The held-out mean log-loss of each penalty of ``reg_params``, in their order.
+        The held-out mean log-loss of each penalty of ``reg_params``, in their order (empty when one
+        penalty is given: nothing is chosen and no row is held out).
 
     Notes
     -----
@@ -450,9 +463,8 @@ class SplineCalibrator(Calibrator):
                 raise ValueError(msg)
             knots = np.unique(np.asarray(transform_scores(given, eps, self.score_kind)))
         else:
-            low, high = (
-                float(v) for v in transform_scores(np.array(scores.score_range()), eps, self.score_kind)
-            )
+            span = scores.rows.reduce(weighted_range, _widest)  # rows of positive weight only
+            low, high = (float(v) for v in transform_scores(span, eps, self.score_kind))
             if not high > low:
                 msg = "X: the scores are all equal; a spline needs at least two distinct scores"
                 raise ValueError(msg)
@@ -480,6 +492,29 @@ class SplineCalibrator(Calibrator):
         split = blocks.map(
             split_block, eps, self.score_kind, 1.0 / self.n_folds, self.random_state, offsets=True
         )
+        k = knots.shape[0]
+        losses, start, lam = np.empty(0), np.zeros(k), float(reg_params[0])
+        if reg_params.shape[0] > 1:  # one penalty: nothing to choose, no rows held out
+            losses, start, lam = self._search(split, prior, knots, reg_params)
+        every = _PathSums(split, prior, knots, every=True)
+        total = scores.label_sums()[0] + float(prior[2].sum())
+        self.coef_ = newton_minimize(
+            every, start, total_weight=total, l2=2.0 * lam / k, what="spline fit"
+        ).theta
+        self.knots_ = knots
+        self.logit_eps_ = eps
+        self.reg_param_ = lam
+        self.held_out_losses_ = losses
+
+    def _search(
+        self,
+        split: Rows,
+        prior: tuple[np.ndarray, np.ndarray, np.ndarray],
+        knots: np.ndarray,
+        reg_params: np.ndarray,
+    ) -> tuple[np.ndarray, np.ndarray, float]:
+        """Fit every penalty on the training rows (strongest first, each from the last solution) and
+        return the held-out losses, the chosen penalty's solution and the penalty."""
         train_weight = self._train_weight(split, float(prior[2].sum()))
         path = _PathSums(split, prior, knots, every=False)
         k = knots.shape[0]
@@ -487,13 +522,12 @@ class SplineCalibrator(Calibrator):
         losses = np.empty(reg_params.shape[0])
         solutions = {}
         for i in np.argsort(-reg_params, kind="stable"):
-            lam = float(reg_params[i])
             # The path only ranks penalties by a loss rounded to 4 decimals: 1e-6 is ample.
             theta = newton_minimize(
                 path,
                 theta,
                 total_weight=train_weight,
-                l2=2.0 * lam / k,
+                l2=2.0 * float(reg_params[i]) / k,
                 what="spline fit",
                 error_tol=WARM_ERROR_TOL,
             ).theta
@@ -502,16 +536,7 @@ class SplineCalibrator(Calibrator):
         rounded = np.round(losses, 4)
         ties = np.flatnonzero(rounded == rounded.min())
         best = int(ties[np.argmax(reg_params[ties])])
-        lam = float(reg_params[best])
-        every = _PathSums(split, prior, knots, every=True)
-        total = scores.label_sums()[0] + float(prior[2].sum())
-        self.coef_ = newton_minimize(
-            every, solutions[best], total_weight=total, l2=2.0 * lam / k, what="spline fit"
-        ).theta
-        self.knots_ = knots
-        self.logit_eps_ = eps
-        self.reg_param_ = lam
-        self.held_out_losses_ = losses
+        return losses, solutions[best], float(reg_params[best])
 
     @staticmethod
     def _train_weight(split: Rows, prior_weight: float) -> float:
