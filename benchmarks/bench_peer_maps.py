@@ -5,6 +5,8 @@ Calibrators (fit on ``n`` rows, then predict those ``n`` rows): Venn-Abers (indu
 regression against probcal. Tests on ``n`` rows: Hosmer-Lemeshow, Spiegelhalter's z, the Murphy
 decomposition, the per-grade binomial and Jeffreys tests against probcal; Cox's calibration slope (with
 its SEs and joint test) against statsmodels' GLM and probcal's ``calibration_slope`` (slope only).
+Spline calibration against ml-insights' ``SplineCalib``, BBQ against netcal's ``BBQ``; the SKCE
+(unbiased quadratic, Laplace kernel) and its asymptotic test against probcal.
 
 Each pair's outputs must agree (the largest difference is reported). A reference that would not finish
 in a few minutes on this machine at ``n`` rows (``REFERENCE_ROWS``) runs once on fewer rows, with gpucal
@@ -38,6 +40,12 @@ REFERENCE_ROWS = {
     "venn_abers/venn-abers": 100_000,
     "venn_abers/probcal": 1_000_000,
     "cross_venn_abers/probcal": 100_000,
+    # ml-insights' SplineCalib: 35 s on 2e4 rows here (an L-BFGS fit of a dense n x 39 basis per
+    # penalty), about half an hour at 1e6. probcal's quadratic SKCE holds n x n matrices (3 GB at 1e4).
+    "spline/ml-insights": 100_000,
+    "skce/probcal": 10_000,
+    # netcal's BBQ fits one histogram per bin count (462 at 1e5, 991 at 1e6) and scores each in torch.
+    "bbq/netcal": 100_000,
 }
 
 
@@ -82,6 +90,10 @@ def gpucal_cases() -> dict[str, Callable[..., Any]]:
         "calibration_slope": slope,
         "binomial_grade_test": lambda y, p, g: metrics.binomial_grade_test(y, p, g).p_value,
         "jeffreys_grade_test": lambda y, p, g: metrics.jeffreys_grade_test(y, p, g).p_value,
+        "spline": lambda y, p, g: gpucal.SplineCalibrator().fit(p, y).predict(p),
+        "bbq": lambda y, p, g: gpucal.BBQCalibrator().fit(p, y).predict(p),
+        "skce": lambda y, p, g: metrics.skce(y, p).statistic,
+        "skce_test": lambda y, p, g: metrics.skce_test(y, p).statistic,
     }
 
 
@@ -89,6 +101,7 @@ def reference_cases() -> dict[str, list[tuple[str, Callable[..., Any], Callable[
     """Per case: (reference name, call, how to read the gpucal output it is compared with)."""
     import probcal.metrics as pm
     from probcal.isotonic import CenteredIsotonicCalibrator
+    from probcal.metrics.kernel import skce, skce_test
     from probcal.vennabers import CrossVennAbersCalibrator, VennAbersCalibrator
 
     def probcal_ivap(y: np.ndarray, p: np.ndarray, g: np.ndarray) -> Any:
@@ -109,6 +122,22 @@ def reference_cases() -> dict[str, list[tuple[str, Callable[..., Any], Callable[
         z = np.log(q) - np.log1p(-q)
         fit = sm.GLM(y, np.column_stack([np.ones_like(z), z]), family=sm.families.Binomial()).fit()
         return np.concatenate([fit.params, fit.bse])
+
+    def spline_calib(y: np.ndarray, p: np.ndarray, g: np.ndarray) -> Any:
+        import warnings
+
+        from ml_insights import SplineCalib
+
+        cal = SplineCalib()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # its exp overflows
+            cal.fit(p, y)
+        return cal.calibrate(p)
+
+    def netcal_bbq(y: np.ndarray, p: np.ndarray, g: np.ndarray) -> Any:
+        from netcal.binning import BBQ
+
+        return BBQ().fit(p, y).transform(p)
 
     same = lambda out: out  # noqa: E731
     return {
@@ -131,6 +160,11 @@ def reference_cases() -> dict[str, list[tuple[str, Callable[..., Any], Callable[
         ],
         "binomial_grade_test": [("probcal", lambda y, p, g: pm.binomial_grade_test(y, p, g).p_value, same)],
         "jeffreys_grade_test": [("probcal", lambda y, p, g: pm.jeffreys_grade_test(y, p, g).p_value, same)],
+        "spline": [("ml-insights", spline_calib, same)],
+        "bbq": [("netcal", netcal_bbq, same)],
+        "skce": [("probcal", lambda y, p, g: skce(y, p), same)],
+        # probcal pairs the rows after a seeded permutation, gpucal in row order: different pairs.
+        "skce_test": [("probcal", lambda y, p, g: skce_test(y, p, method="asymptotic").statistic, same)],
     }
 
 
@@ -188,7 +222,12 @@ def main() -> None:
         "probcal's stratified shuffle): the difference column is the folds' noise, not an error; with "
         "probcal's folds the outputs are equal (tests/test_calibrators_peer_maps.py). `centered_isotonic` "
         "runs with `interior_strict=False`, probcal's pooling rule. The grade tests' inputs are seven "
-        "string grades.",
+        "string grades. `spline` differs from ml-insights by its knots (quantiles here, random draws "
+        "there), held-out rows and final training rows: the difference is the fit's noise. `skce_test` "
+        "pairs rows in their order, probcal after a seeded permutation: different pairs, so the "
+        "statistics differ by their noise (equal on probcal's pairing, "
+        "tests/test_metrics_kernel_calibration.py). `bbq` follows the paper (BDeu evidence, equal-mass "
+        "bins), netcal scores by BIC with equal-width bins: the difference is one of definition.",
     ]
     args.report.write_text("\n".join(lines) + "\n")
     print(f"wrote {args.report}")

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from gpucal import datasets, distributed, metrics
     from gpucal.auto import AutoCalibrator
     from gpucal.calibrators import (
+        BBQCalibrator,
         BetaCalibrator,
         CenteredIsotonicCalibrator,
         DirichletCalibrator,
@@ -38,6 +39,7 @@ if TYPE_CHECKING:
         PlattCalibrator,
         ScalingBinningCalibrator,
         SIRCalibrator,
+        SplineCalibrator,
         TemperatureCalibrator,
         VennAbersCalibrator,
         correct_downsampling,
@@ -55,6 +57,7 @@ if TYPE_CHECKING:
 __all__ = [
     "MBCT",
     "AutoCalibrator",
+    "BBQCalibrator",
     "BetaCalibrator",
     "CenteredIsotonicCalibrator",
     "ClusteredCalibrator",
@@ -71,6 +74,7 @@ __all__ = [
     "PlattCalibrator",
     "SIRCalibrator",
     "ScalingBinningCalibrator",
+    "SplineCalibrator",
     "TemperatureCalibrator",
     "VennAbersCalibrator",
     "__version__",
@@ -111,6 +115,7 @@ _MODULE_OF = {
     name: module
     for module, names in {
         "gpucal.calibrators": (
+            "BBQCalibrator",
             "BetaCalibrator",
             "CenteredIsotonicCalibrator",
             "DirichletCalibrator",
@@ -121,6 +126,7 @@ _MODULE_OF = {
             "PlattCalibrator",
             "ScalingBinningCalibrator",
             "SIRCalibrator",
+            "SplineCalibrator",
             "TemperatureCalibrator",
             "VennAbersCalibrator",
             "correct_downsampling",

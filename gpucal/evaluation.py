@@ -6,7 +6,8 @@ are metrics, columns are predictions (the raw score, each calibrator, the oracle
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import math
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import pandas as pd
@@ -54,7 +55,11 @@ def evaluate(
         Index: metric names (lower is better except ``roc_auc``); columns: the prediction names.
         Besides the binned ECEs: ``ecce`` and ``ecce_sigma`` (the cumulative walk, no bins; sigma
         above about 3 is beyond noise), ``mce`` and ``mce_sigma`` (the worst segment's ECCE) and
-        ``smooth_ece`` (Błasiok & Nakkiran's consistent measure).
+        ``smooth_ece`` (Błasiok & Nakkiran's consistent measure). The classical tests, read
+        differently: ``hosmer_lemeshow_p`` and ``spiegelhalter_p`` (p-values; small rejects
+        calibration), ``calibration_slope`` and ``calibration_intercept`` (Cox: 1 and 0 when
+        calibrated) and ``skce`` (the unbiased SKCE, near 0 when calibrated); the slope and the SKCE
+        are NaN for a constant prediction, where they are not defined.
     """
     field_columns = (
         {}
@@ -76,6 +81,15 @@ def evaluate(
             "ecce": metrics.ecce(y_true, y_prob, sample_weight=sample_weight),
             "ecce_sigma": metrics.ecce_sigma(y_true, y_prob, sample_weight=sample_weight),
             "smooth_ece": metrics.smooth_ece(y_true, y_prob, sample_weight=sample_weight),
+            "hosmer_lemeshow_p": metrics.hosmer_lemeshow(y_true, y_prob, sample_weight=sample_weight).p_value,
+            "spiegelhalter_p": metrics.spiegelhalter_z(y_true, y_prob, sample_weight=sample_weight).p_value,
+            "calibration_slope": _unless_constant(
+                metrics.calibration_slope, "slope", y_true, y_prob, sample_weight
+            ),
+            "calibration_intercept": metrics.calibration_intercept(
+                y_true, y_prob, sample_weight=sample_weight
+            ).intercept,
+            "skce": _unless_constant(metrics.skce, "statistic", y_true, y_prob, sample_weight),
         }
         if field_columns:
             multicalibration = metrics.multicalibration_error(
@@ -95,3 +109,16 @@ def evaluate(
             col["tce_l2"] = metrics.tce(p_true, y_prob, sample_weight=sample_weight)
         table[name] = col
     return pd.DataFrame(table)
+
+
+def _unless_constant(
+    metric: Callable[..., Any], field: str, y_true: Any, y_prob: Any, sample_weight: Any
+) -> float:
+    """The ``field`` of ``metric``'s result, or NaN when it refuses a constant prediction (the inputs
+    were checked by the metrics before)."""
+    try:
+        return float(getattr(metric(y_true, y_prob, sample_weight=sample_weight), field))
+    except ValueError as error:
+        if "same logit" in str(error) or "identical" in str(error):
+            return math.nan
+        raise

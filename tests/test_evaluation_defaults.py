@@ -32,3 +32,17 @@ def test_evaluate_without_fields_reports_the_global_segment() -> None:
     y = (rng.random(500) < p).astype(np.float64)
     column = gpucal.evaluate(y, {"raw": p})["raw"]
     assert (column["mce"], column["mce_sigma"]) == (column["ecce"], column["ecce_sigma"])
+
+
+def test_evaluate_reports_the_classical_tests() -> None:
+    rng = np.random.default_rng(2)
+    p = rng.random(800)
+    y = (rng.random(800) < p**1.3).astype(np.float64)
+    table = gpucal.evaluate(y, {"raw": p, "constant": np.full(800, 0.4)})
+    column = table["raw"]
+    assert column["hosmer_lemeshow_p"] == metrics.hosmer_lemeshow(y, p).p_value
+    assert column["spiegelhalter_p"] == metrics.spiegelhalter_z(y, p).p_value
+    assert column["calibration_slope"] == metrics.calibration_slope(y, p).slope
+    assert column["calibration_intercept"] == metrics.calibration_intercept(y, p).intercept
+    assert column["skce"] == metrics.skce(y, p).statistic
+    assert np.isnan(table["constant"]["calibration_slope"]) and np.isnan(table["constant"]["skce"])

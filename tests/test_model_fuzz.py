@@ -121,6 +121,8 @@ def _fitted_models():
         "sir",
         "venn_abers",
         "centered_isotonic",
+        "bbq",
+        "spline",
     ):
         out.append((name, gpucal.make_calibrator(name).fit(score, y), "scores", frame))
     out.append(

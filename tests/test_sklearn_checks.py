@@ -22,6 +22,7 @@ from sklearn.utils.estimator_checks import parametrize_with_checks
 from gpucal._params import Interval
 from gpucal.auto.model import AutoCalibrator
 from gpucal.calibrators import (
+    BBQCalibrator,
     BetaCalibrator,
     CenteredIsotonicCalibrator,
     DirichletCalibrator,
@@ -32,6 +33,7 @@ from gpucal.calibrators import (
     PlattCalibrator,
     ScalingBinningCalibrator,
     SIRCalibrator,
+    SplineCalibrator,
     TemperatureCalibrator,
     VennAbersCalibrator,
 )
@@ -130,6 +132,9 @@ LOGIT_SCORE = [
     SIRCalibrator(score_col=0, score_kind="logit"),
     VennAbersCalibrator(score_col=0, score_kind="logit"),
     CenteredIsotonicCalibrator(score_col=0, score_kind="logit"),
+    BBQCalibrator(score_col=0, score_kind="logit"),
+    # One penalty: nothing is chosen on held-out rows, so a weight of 2 and a repeated row agree.
+    SplineCalibrator(score_col=0, score_kind="logit", n_knots=4, reg_params=[0.1]),
     DownsamplingCorrection(score_col=0, score_kind="logit", rate=0.5),
     AutoCalibrator(candidates=["platt", "isotonic"], n_folds=2, score_col=0, score_kind="logit"),
 ]

@@ -9,6 +9,7 @@ of all of them by name is :mod:`gpucal.catalogue`, and ``gpucal.make_calibrator`
 from __future__ import annotations
 
 from gpucal.calibrators.base import Calibrator
+from gpucal.calibrators.bbq import BBQCalibrator
 from gpucal.calibrators.beta import BetaCalibrator
 from gpucal.calibrators.centered_isotonic import CenteredIsotonicCalibrator
 from gpucal.calibrators.dirichlet import DirichletCalibrator
@@ -19,10 +20,12 @@ from gpucal.calibrators.isotonic import IsotonicCalibrator
 from gpucal.calibrators.platt import PlattCalibrator
 from gpucal.calibrators.scaling_binning import ScalingBinningCalibrator
 from gpucal.calibrators.sir import SIRCalibrator
+from gpucal.calibrators.spline import SplineCalibrator
 from gpucal.calibrators.temperature import TemperatureCalibrator
 from gpucal.calibrators.venn_abers import VennAbersCalibrator
 
 __all__ = [
+    "BBQCalibrator",
     "BetaCalibrator",
     "Calibrator",
     "CenteredIsotonicCalibrator",
@@ -34,6 +37,7 @@ __all__ = [
     "PlattCalibrator",
     "SIRCalibrator",
     "ScalingBinningCalibrator",
+    "SplineCalibrator",
     "TemperatureCalibrator",
     "VennAbersCalibrator",
     "correct_downsampling",

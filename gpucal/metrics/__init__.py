@@ -17,8 +17,10 @@ sources and what each metric can and cannot see are in each docstring.
 * Segments of features and the score: :func:`multicalibration_error` (MCGrad's MCE, its sigma and
   p-value).
 * Classical tests, one result object each: :func:`hosmer_lemeshow`, :func:`spiegelhalter_z`,
-  :func:`calibration_slope`, :func:`calibration_intercept`, :func:`murphy_decomposition`, and per
-  rating grade :func:`binomial_grade_test`, :func:`jeffreys_grade_test`.
+  :func:`calibration_slope`, :func:`calibration_intercept`, :func:`murphy_decomposition` (of the
+  log-loss: :func:`murphy_decomposition_log_loss`), and per rating grade :func:`binomial_grade_test`,
+  :func:`jeffreys_grade_test`; the kernel calibration error :func:`skce` and its test
+  :func:`skce_test`.
 """
 
 from gpucal.metrics.binned import ada_ece, cal_n, ece, ece_sweep, mce, pce, prob_ece
@@ -27,6 +29,7 @@ from gpucal.metrics.calibration_tests import (
     CalibrationSlopeResult,
     GradeTestResult,
     HosmerLemeshowResult,
+    LogLossDecomposition,
     MurphyDecomposition,
     SpiegelhalterResult,
     binomial_grade_test,
@@ -35,12 +38,14 @@ from gpucal.metrics.calibration_tests import (
     hosmer_lemeshow,
     jeffreys_grade_test,
     murphy_decomposition,
+    murphy_decomposition_log_loss,
     spiegelhalter_z,
 )
 from gpucal.metrics.debiased import ece_debiased
 from gpucal.metrics.ecce import ecce, ecce_pvalue, ecce_sigma
 from gpucal.metrics.grouped import cece, field_ece, field_rce, gc_n, pcoc, segment_report
 from gpucal.metrics.ici import e50, e90, emax, ici
+from gpucal.metrics.kernel_calibration import SKCEResult, SKCETestResult, skce, skce_test
 from gpucal.metrics.multicalibration import MulticalibrationResult, multicalibration_error
 from gpucal.metrics.mvce import mvce
 from gpucal.metrics.rejection import rejection_curve
@@ -52,8 +57,11 @@ __all__ = [
     "CalibrationSlopeResult",
     "GradeTestResult",
     "HosmerLemeshowResult",
+    "LogLossDecomposition",
     "MulticalibrationResult",
     "MurphyDecomposition",
+    "SKCEResult",
+    "SKCETestResult",
     "SpiegelhalterResult",
     "ada_ece",
     "binomial_grade_test",
@@ -81,6 +89,7 @@ __all__ = [
     "mce",
     "multicalibration_error",
     "murphy_decomposition",
+    "murphy_decomposition_log_loss",
     "mvce",
     "pce",
     "pcoc",
@@ -88,6 +97,8 @@ __all__ = [
     "rejection_curve",
     "roc_auc",
     "segment_report",
+    "skce",
+    "skce_test",
     "smooth_ece",
     "spiegelhalter_z",
     "tce",

@@ -3,6 +3,7 @@
 Without bins: the smooth kernel curve with its bootstrap band (:func:`smooth_reliability_curve`,
 :func:`plot_smooth_reliability`; Błasiok & Nakkiran, as relplot) and the CORP isotonic curve with its
 Brier decomposition (:func:`corp_curve`, :func:`plot_corp_reliability`; Dimitriadis, Gneiting & Jordan).
+The Murphy diagram (:func:`murphy_curve`, :func:`plot_murphy_curve`; Ehm, Gneiting, Jordan & Krüger).
 
 :func:`reliability_curve` and :func:`feature_calibration` are pure computation (numpy / numba, no
 matplotlib). :func:`plot_reliability`, :func:`plot_reliability_to_png`, :func:`plot_tree` (one tree of
@@ -12,6 +13,7 @@ they are called.
 """
 
 from gpucal.plot.curve import ReliabilityCurve, auto_n_bins, reliability_curve
+from gpucal.plot.murphy import MurphyCurve, murphy_curve, plot_murphy_curve
 from gpucal.plot.reliability import plot_reliability, plot_reliability_to_png
 from gpucal.plot.smooth import (
     CorpCurve,
@@ -26,13 +28,16 @@ from gpucal.plot.trees import FeatureCalibration, feature_calibration, plot_feat
 __all__ = [
     "CorpCurve",
     "FeatureCalibration",
+    "MurphyCurve",
     "ReliabilityCurve",
     "SmoothReliabilityCurve",
     "auto_n_bins",
     "corp_curve",
     "feature_calibration",
+    "murphy_curve",
     "plot_corp_reliability",
     "plot_feature_calibration",
+    "plot_murphy_curve",
     "plot_reliability",
     "plot_reliability_to_png",
     "plot_smooth_reliability",

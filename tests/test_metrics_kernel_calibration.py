@@ -1,0 +1,109 @@
+"""SKCE and its test: equal to probcal 0.4 (unit weights) and to a direct O(n^2) numpy oracle (weights)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+from numpy.testing import assert_allclose
+
+from gpucal.metrics import skce, skce_test
+
+RTOL = 1e-11
+
+
+def make_data(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    p = np.round(rng.random(n), 3)
+    y = (rng.random(n) < p**1.2).astype(np.float64)
+    return y, p
+
+
+def oracle(y: np.ndarray, p: np.ndarray, w: np.ndarray, kernel: str, h: float, biased: bool) -> float:
+    """The definition: the weighted double sum of h_ij = 2 k(p_i, p_j) r_i r_j, O(n^2)."""
+    d = np.abs(p[:, None] - p[None, :])
+    k = np.exp(-d / h) if kernel == "laplace" else np.exp(-(d**2) / (2 * h * h))
+    r = y - p
+    full = 2.0 * np.einsum("i,j,ij,i,j->", w, w, k, r, r)
+    total = w.sum()
+    if biased:
+        return full / total**2
+    return (full - 2.0 * np.sum(w * r * r)) / (total * total - total)
+
+
+@pytest.mark.parametrize(
+    ("estimator", "kernel", "scale", "bandwidth"),
+    [
+        ("uq", "laplace", "probability", None),
+        ("uq", "gaussian", "logit", None),
+        ("biased", "laplace", "logit", 0.3),
+        ("biased", "gaussian", "probability", 0.3),
+    ],
+)
+def test_skce_equals_probcal(estimator: str, kernel: str, scale: str, bandwidth: float | None) -> None:
+    from probcal.metrics.kernel import skce as probcal_skce
+
+    y, p = make_data(1500, 0)
+    ours = skce(y, p, estimator=estimator, kernel=kernel, scale=scale, bandwidth=bandwidth)
+    ref = probcal_skce(y, p, estimator=estimator, kernel=kernel, scale=scale, bandwidth=bandwidth)
+    assert_allclose(ours.statistic, ref, rtol=RTOL)
+
+
+@pytest.mark.parametrize("kernel", ["laplace", "gaussian"])
+@pytest.mark.parametrize("biased", [False, True])
+def test_weighted_skce_equals_the_oracle_and_repeated_rows(kernel: str, biased: bool) -> None:
+    y, p = make_data(400, 1)
+    w = np.random.default_rng(2).integers(0, 4, y.shape[0]).astype(np.float64)
+    estimator = "biased" if biased else "uq"
+    ours = skce(y, p, sample_weight=w, estimator=estimator, kernel=kernel, bandwidth=0.2).statistic
+    assert_allclose(ours, oracle(y, p, w, kernel, 0.2, biased), rtol=RTOL)
+    rows = np.repeat(np.arange(y.shape[0]), w.astype(np.int64))
+    repeated = skce(y[rows], p[rows], estimator=estimator, kernel=kernel, bandwidth=0.2).statistic
+    assert_allclose(ours, repeated, rtol=RTOL)
+
+
+def test_skce_test_equals_probcal_on_its_pairing() -> None:
+    from probcal.metrics.kernel import skce_test as probcal_test
+
+    y, p = make_data(1001, 3)
+    ref = probcal_test(y, p, method="asymptotic", random_state=7)
+    perm = np.random.default_rng(7).permutation(y.shape[0])
+    m = y.shape[0] // 2
+    order = np.empty(2 * m + 1, dtype=np.int64)
+    order[0:-1:2], order[1:-1:2], order[-1] = perm[0::2][:m], perm[1::2][:m], perm[-1]
+    ours = skce_test(y[order], p[order], bandwidth=ref.bandwidth)
+    for name in ("statistic", "p_value", "p_value_bound"):
+        assert_allclose(getattr(ours, name), getattr(ref, name), rtol=RTOL, err_msg=name)
+    assert (ours.estimator, ours.method, ours.n_boot) == ("ul", "asymptotic", None)
+    # The default bandwidth is probcal's median heuristic (strided rows of the input as given).
+    assert skce_test(y, p).bandwidth == probcal_test(y, p, method="asymptotic").bandwidth
+
+
+@pytest.mark.parametrize(
+    ("call", "match"),
+    [
+        (lambda: skce([0, 1], [0.5, 0.5]), "identical"),
+        (lambda: skce([0, 1], [0.2, 0.6], bandwidth=0.0), "'bandwidth' parameter"),
+        (lambda: skce([0, 1], [0.2, 1.6]), r"\[0, 1\]"),
+        (lambda: skce_test([0, 1, 1], [0.2, 0.6, 0.7]), "at least 4 rows"),
+        (lambda: skce([0, 1, 1], [0.2, 0.6, 0.7], kernel="cosine"), "'kernel' parameter"),
+    ],
+)
+def test_bad_input(call: Any, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        call()
+
+
+def test_dask_equals_one_machine(client: Any) -> None:
+    dd = pytest.importorskip("dask.dataframe")
+    y, p = make_data(1200, 4)
+    w = np.random.default_rng(5).random(y.shape[0])
+    frame = pd.DataFrame({"y": y, "p": p, "w": w})
+    ddf = dd.from_pandas(frame, npartitions=7)  # blocks starting at odd rows: pairs across blocks
+    assert_allclose(
+        skce(ddf.y, ddf.p, sample_weight=ddf.w).statistic, skce(y, p, sample_weight=w).statistic, rtol=1e-12
+    )
+    local, dist = skce_test(y, p, sample_weight=w), skce_test(ddf.y, ddf.p, sample_weight=ddf.w)
+    assert_allclose([dist.statistic, dist.p_value], [local.statistic, local.p_value], rtol=1e-12)
