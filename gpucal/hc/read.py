@@ -171,8 +171,8 @@ def encoded_sides(
         index = block.row_offset + rows
         if rows.shape[0] == n:  # every row: no copy
             return TreeBlock(codes, f, block.y, block.w, index)
-        taken = gather_rows(xp.asarray(rows), codes, f, block.y, block.w)
-        return TreeBlock(*taken, index)
+        side_codes, side_f, side_y, side_w = gather_rows(xp.asarray(rows), codes, f, block.y, block.w)
+        return TreeBlock(side_codes, side_f, side_y, side_w, index)
 
     tree_f = block.score if boosted else xp.full_like(block.y, 0.5)
     tree = None if block.role == MAP else side(np.flatnonzero(block.grows), tree_f)
