@@ -535,6 +535,22 @@ def test_a_misspelled_column_is_refused_before_the_fit_libraries_load(
     assert "'segment'" in error  # the file's columns, for the user to pick from
 
 
+def test_predict_names_a_column_the_model_reads_before_loading_it(tmp_path, scored):
+    """Issue 23: ``gpucal predict`` loaded the model (every calibrator) before looking at the columns."""
+    data, model = tmp_path / "data.csv", tmp_path / "m.json"
+    gpucal.make_calibrator("feature_platt", feature_cols=["segment"]).fit(scored, scored["label"]).save(model)
+    scored.drop(columns="segment").to_csv(data, index=False)
+    code = (
+        "import sys; from gpucal.cli import main; code = main(sys.argv[1:]); "
+        f"print(code, sorted(set({HEAVY!r}) & set(sys.modules)))"
+    )
+    argv = ["predict", str(data), "--model", str(model), "--output", str(tmp_path / "out.csv")]
+    result = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, check=True)
+    assert result.stdout == "2 []\n", result.stderr
+    error = result.stderr.splitlines()[-1]
+    assert error.startswith(f"gpucal: error: --model {model}: it reads column(s) ['segment'], not in ")
+
+
 def test_fit_auto_says_what_it_chose_and_its_gain_over_platt(tmp_path, scored, capsys):
     """Issue 23: ``fit --method auto`` said nothing of its choice without ``--verbose``."""
     from sklearn.metrics import log_loss
