@@ -335,21 +335,33 @@ def test_help_gives_every_option_a_text_and_default_and_lists_every_method(capsy
     assert all(re.search(rf"\b{name}\b", methods) for name in CALIBRATORS)
 
 
-def test_the_warmup_command_reports_its_time(monkeypatch, capsys):
-    """Issue 18: ``gpucal warmup`` compiles every CPU kernel ahead of first use."""
+def test_the_warmup_command_compiles_in_the_demo_lanes_then_the_rest(monkeypatch, tmp_path, capsys):
+    """Issue 18: ``gpucal warmup`` compiles every CPU kernel ahead of first use. Issue 23: it compiled
+    one kernel after another; the demo's kernels now compile in the demo's parallel processes first."""
+    import gpucal.cli.demo as cli
+
     calls = []
 
+    def fake_lanes(calibration, held_out, fields, seed, names):
+        calls.append(("lanes", len(calibration), len(held_out), tuple(names)))
+
     def fake_warm_up(*, verbose=False):
-        calls.append(verbose)
+        calls.append(("warm_up", verbose))
         return 12.5
 
+    marker = tmp_path / "demo.warm"
+    monkeypatch.setattr(cli, "_warm_up_lanes", fake_lanes)
+    monkeypatch.setattr(cli, "_warm_marker", lambda: marker)
     monkeypatch.setattr("gpucal.warmup.warm_up", fake_warm_up)
     assert main(["warmup"]) == 0
     assert main(["warmup", "--verbose"]) == 0
-    assert calls == [False, True]
+    names = cli.DEMO_CALIBRATORS + cli.DEMO_FEATURE_CALIBRATORS + cli.DEMO_CLUSTERED_CALIBRATORS
+    lanes = ("lanes", cli.DEMO_ROWS, cli.DEMO_ROWS, names)
+    assert calls == [lanes, ("warm_up", False), lanes, ("warm_up", True)]
+    assert marker.exists()  # the demo skips its own warm-up afterwards
     out = capsys.readouterr().out.splitlines()
     assert len(out) == 2
-    assert "12.5 s" in out[0]
+    assert re.fullmatch(r"gpucal \S+: every CPU kernel compiled into the cache in \d+\.\d s", out[0])
 
 
 def test_demo_times_warm_fits_only(monkeypatch, tmp_path, capsys):
