@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from gpucal.kernels._dispatch import CODE_DTYPES, is_cupy_array, namespace_of, resolve_backend
+from gpucal.kernels._dispatch import CODE_DTYPES, is_cupy_array, namespace_of, readonly, resolve_backend
 from gpucal.kernels.jit import numba
 
 #: Value dtypes the lookup reads as they are (uint64 could wrap into the table's range as int64).
@@ -83,6 +83,7 @@ def lookup_codes(
         msg = "out must be C-contiguous."
         raise ValueError(msg)
     table = np.ascontiguousarray(table, dtype=out.dtype)
+    values = readonly(np.ascontiguousarray(values, dtype=np.int64))  # one variant for every value dtype
     return int(_lookup_cpu(values, np.int64(low), table, out.dtype.type(fallback), out, np.int64(column)))
 
 

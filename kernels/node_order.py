@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from gpucal.kernels._dispatch import is_cupy_array, resolve_backend
+from gpucal.kernels._dispatch import is_cupy_array, readonly, resolve_backend
 from gpucal.kernels.jit import numba
 
 
@@ -55,6 +55,7 @@ def gather_rows(order: Any, *arrays: Any) -> tuple[Any, ...]:
 
 
 def _take_any(a: np.ndarray, order: np.ndarray) -> np.ndarray:
+    a = readonly(a)  # one compiled variant for pandas' read-only and numpy's writable arrays
     if a.ndim == 2:
         return _take_2d(a, order)
     return _take(a, order)

@@ -335,21 +335,33 @@ def test_help_gives_every_option_a_text_and_default_and_lists_every_method(capsy
     assert all(re.search(rf"\b{name}\b", methods) for name in CALIBRATORS)
 
 
-def test_the_warmup_command_reports_its_time(monkeypatch, capsys):
-    """Issue 18: ``gpucal warmup`` compiles every CPU kernel ahead of first use."""
+def test_the_warmup_command_compiles_in_the_demo_lanes_then_the_rest(monkeypatch, tmp_path, capsys):
+    """Issue 18: ``gpucal warmup`` compiles every CPU kernel ahead of first use. Issue 23: it compiled
+    one kernel after another; the demo's kernels now compile in the demo's parallel processes first."""
+    import gpucal.cli.demo as cli
+
     calls = []
 
+    def fake_lanes(calibration, held_out, fields, seed, names):
+        calls.append(("lanes", len(calibration), len(held_out), tuple(names)))
+
     def fake_warm_up(*, verbose=False):
-        calls.append(verbose)
+        calls.append(("warm_up", verbose))
         return 12.5
 
+    marker = tmp_path / "demo.warm"
+    monkeypatch.setattr(cli, "_warm_up_lanes", fake_lanes)
+    monkeypatch.setattr(cli, "_warm_marker", lambda: marker)
     monkeypatch.setattr("gpucal.warmup.warm_up", fake_warm_up)
     assert main(["warmup"]) == 0
     assert main(["warmup", "--verbose"]) == 0
-    assert calls == [False, True]
+    names = cli.DEMO_CALIBRATORS + cli.DEMO_FEATURE_CALIBRATORS + cli.DEMO_CLUSTERED_CALIBRATORS
+    lanes = ("lanes", cli.DEMO_ROWS, cli.DEMO_ROWS, names)
+    assert calls == [lanes, ("warm_up", False), lanes, ("warm_up", True)]
+    assert marker.exists()  # the demo skips its own warm-up afterwards
     out = capsys.readouterr().out.splitlines()
     assert len(out) == 2
-    assert "12.5 s" in out[0]
+    assert re.fullmatch(r"gpucal \S+: every CPU kernel compiled into the cache in \d+\.\d s", out[0])
 
 
 def test_demo_times_warm_fits_only(monkeypatch, tmp_path, capsys):
@@ -533,6 +545,22 @@ def test_a_misspelled_column_is_refused_before_the_fit_libraries_load(
     assert expected in error
     assert "not in" in error
     assert "'segment'" in error  # the file's columns, for the user to pick from
+
+
+def test_predict_names_a_column_the_model_reads_before_loading_it(tmp_path, scored):
+    """Issue 23: ``gpucal predict`` loaded the model (every calibrator) before looking at the columns."""
+    data, model = tmp_path / "data.csv", tmp_path / "m.json"
+    gpucal.make_calibrator("feature_platt", feature_cols=["segment"]).fit(scored, scored["label"]).save(model)
+    scored.drop(columns="segment").to_csv(data, index=False)
+    code = (
+        "import sys; from gpucal.cli import main; code = main(sys.argv[1:]); "
+        f"print(code, sorted(set({HEAVY!r}) & set(sys.modules)))"
+    )
+    argv = ["predict", str(data), "--model", str(model), "--output", str(tmp_path / "out.csv")]
+    result = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, check=True)
+    assert result.stdout == "2 []\n", result.stderr
+    error = result.stderr.splitlines()[-1]
+    assert error.startswith(f"gpucal: error: --model {model}: it reads column(s) ['segment'], not in ")
 
 
 def test_fit_auto_says_what_it_chose_and_its_gain_over_platt(tmp_path, scored, capsys):

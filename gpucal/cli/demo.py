@@ -53,10 +53,13 @@ DEMO_CCL_CLUSTERS = 20
 #: on a subsample (cross-fitting every candidate five times on 100,000 rows took 39 s of CPU); few
 #: enough that a first run, compilation included, takes about a minute.
 DEMO_ROWS = 150_000
-#: Rows the warm-up lanes fit on (all of them up to this many): the kernels compile for the same dtypes
-#: and code paths as the timed fits; a path taken only on more rows compiles during a timed fit, which
-#: is then repeated.
-DEMO_WARMUP_ROWS = DEMO_ROWS
+#: Rows the warm-up lanes fit the feature-aware calibrators and compute the metrics on: their kernels
+#: compile for the same dtypes and code paths on these as on the demo's rows (checked with numba's compile
+#: events), and CCL's k-means and the metrics run a seventh of the time they would on 150,000 rows. The
+#: one-dimensional maps fit on every row: the logistic fits' numba passes start at 131,072 rows
+#: (``gpucal.calibrators._logistic_kernels.NUMBA_MIN_ROWS``) and cost little more. A path taken only on
+#: more rows compiles during a timed fit, which is then repeated.
+DEMO_WARMUP_ROWS = 20_000
 #: Rows of the untimed fits that load the kernels and modules into the demo's own process.
 DEMO_LOAD_ROWS = 5_000
 #: Fewest ``--rows``: at make_ctr's ~3% positive rate, fewer leave too few positives for every method.
@@ -64,12 +67,14 @@ DEMO_MIN_ROWS = 100
 #: Most warm-up processes: the demo's kernels split into two lanes of about equal compile time.
 DEMO_LANES = 2
 #: The warm-up's steps: a demo calibrator's name, or ``"metrics"`` (``evaluate`` and the segment
-#: report). Each lane runs its steps in order in one process. The tree methods share the encoder, group
-#: sums and tree kernels: one lane; the other compiles about as long (the metrics, the 1-D maps), then
-#: feature-aware Platt, whose encoder kernels the first lane has compiled by then.
+#: report). Each lane runs its steps in order in one process. Balanced by their compile time (CPU
+#: seconds, numba's compile events, on the loaded 2-core machine): MBCT 61 (the encoder, group-sum and
+#: tree kernels), CCL 5, then the logistic fits of Platt, temperature and beta 8 (one kernel for the
+#: three): 74 in all; the other 1-D maps 18, the metrics 18, feature-aware Platt 11 and HC 20, whose
+#: encoder and group-sum kernels MBCT has compiled by then: 67.
 DEMO_WARMUP_LANES: tuple[tuple[str, ...], ...] = (
-    ("mbct", "ccl", "hc"),
-    (*DEMO_CALIBRATORS, "metrics", "feature_platt"),
+    ("mbct", "ccl", "platt", "temperature", "beta"),
+    ("histogram", "isotonic", "scaling_binning", "sir", "metrics", "feature_platt", "hc"),
 )
 #: The warm-up's steps on one core: every step, in one lane.
 _ONE_LANE = (tuple(step for lane in DEMO_WARMUP_LANES for step in lane),)
@@ -217,20 +222,27 @@ def _warm_lane(
 ) -> None:
     """Run the demo's ``steps`` once, untimed, so that numba compiles their kernels into the cache.
 
+    The one-dimensional maps fit on every row given, the other steps on the first ``DEMO_WARMUP_ROWS``.
     Runs in a warm-up process; ``news`` (a queue) gets ``(step, seconds)`` after each step and
     ``(None, error)`` when one fails: the timed pass then compiles what is left, and reports the error.
     """
     logging.getLogger("gpucal").setLevel(logging.ERROR)  # the parent says that kernels compile
     fitted: dict[str, Any] = {}
-    predictions = {"raw score": held_out["score"].to_numpy(), "oracle p_true": held_out["p_true"].to_numpy()}
+    calibration_few, held_out_few = calibration.head(DEMO_WARMUP_ROWS), held_out.head(DEMO_WARMUP_ROWS)
+    predictions = {
+        "raw score": held_out_few["score"].to_numpy(),
+        "oracle p_true": held_out_few["p_true"].to_numpy(),
+    }
     for step in steps:
         tick = time.perf_counter()
         try:
             if step == "metrics":
-                _demo_metrics(held_out, predictions, fields, seed)
-                _demo_segments(held_out, predictions["raw score"], fields, 1)
+                _demo_metrics(held_out_few, predictions, fields, seed)
+                _demo_segments(held_out_few, predictions["raw score"], fields, 1)
+            elif step in DEMO_CALIBRATORS:
+                _demo_fit_predict(step, calibration, held_out, fields, fitted)
             else:
-                predicted = _demo_fit_predict(step, calibration, held_out, fields, fitted)
+                predicted = _demo_fit_predict(step, calibration_few, held_out_few, fields, fitted)
                 if predicted is not None:
                     predictions[step] = predicted
         except Exception as error:
@@ -367,9 +379,9 @@ def run_demo(args: argparse.Namespace) -> int:
     else:
         log_progress(
             f"[2/4] compiling the demo's kernels (first run only), each calibrator fitted untimed on "
-            f"{warmup_rows:,} rows in parallel processes ..."
+            f"{warmup_rows:,} rows (the one-dimensional maps on all) in parallel processes ..."
         )
-        _warm_up_lanes(calibration.head(warmup_rows), held_out.head(warmup_rows), fields, args.seed, names)
+        _warm_up_lanes(calibration, held_out, fields, args.seed, names)
         log_progress(f"  compiled in {time.perf_counter() - started:.1f} s since the start")
     log_progress(f"[3/4] fitting every calibrator on {args.rows:,} rows, timed warm ...")
     _load_kernels(names, calibration.head(DEMO_LOAD_ROWS), held_out.head(DEMO_LOAD_ROWS), fields)
@@ -426,9 +438,28 @@ def run_demo(args: argparse.Namespace) -> int:
 
 
 def run_warmup(args: argparse.Namespace) -> int:
-    """Compile every CPU kernel into numba's on-disk cache, so later runs start warm."""
+    """Compile every CPU kernel into numba's on-disk cache, so later runs start warm.
+
+    The demo's kernels first, in the demo's parallel warm-up processes on its default data; then
+    :func:`gpucal.warmup.warm_up` here, which loads those from the cache and compiles the rest (float32
+    scores, the reliability curve's bootstrap) one by one.
+    """
+    from gpucal import datasets
     from gpucal.warmup import warm_up
 
-    seconds = warm_up(verbose=args.verbose > 0)
+    started = time.perf_counter()
+    scenario, seed = "mixed", 0
+    log_progress(
+        f"[1/2] compiling the demo's kernels in parallel processes (make_ctr, {DEMO_ROWS:,} rows) ..."
+    )
+    calibration = datasets.make_ctr(DEMO_ROWS, scenario=scenario, seed=seed)
+    held_out = datasets.make_ctr(DEMO_ROWS, scenario=scenario, seed=seed, row_offset=DEMO_ROWS)
+    fields = list(datasets.ctr_scenario(scenario)["fields"])
+    names = DEMO_CALIBRATORS + DEMO_FEATURE_CALIBRATORS + DEMO_CLUSTERED_CALIBRATORS
+    _warm_up_lanes(calibration, held_out, fields, seed, names)
+    log_progress("[2/2] compiling the rest (float32 scores, the reliability curve) ...")
+    warm_up(verbose=args.verbose > 0)
+    _warm_marker().touch()
+    seconds = time.perf_counter() - started
     print(f"gpucal {__version__}: every CPU kernel compiled into the cache in {seconds:.1f} s")
     return 0

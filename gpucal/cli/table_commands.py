@@ -93,6 +93,28 @@ def _check_columns(path: str, options: dict[str, str | None]) -> None:
             raise ValueError(msg)
 
 
+def _model_columns(path: str) -> list[str]:
+    """Return the columns a saved model reads (its ``score_col`` and ``feature_cols``), from its JSON.
+
+    Reads the file without building the model (nor importing the calibrators); a file that is no model
+    gives ``[]`` here and its error from :func:`gpucal.loading.load`.
+    """
+    from gpucal.persistence import ModelFileError, read_document
+
+    try:
+        params = read_document(path).get("params")
+    except (ModelFileError, AttributeError):
+        return []
+    if not isinstance(params, dict):
+        return []
+    columns: list[str] = []
+    for name in ("score_col", "feature_cols"):
+        value = params.get(name)
+        named = [value] if isinstance(value, str) else value if isinstance(value, list) else []
+        columns += [c for c in named if isinstance(c, str) and c not in columns]
+    return columns
+
+
 def _calibrator_class(method: str) -> type:
     """Return the registered calibrator class of ``method``; ``ValueError`` lists the names."""
     from gpucal.factory import CALIBRATORS
@@ -258,17 +280,24 @@ def run_fit(args: argparse.Namespace) -> int:
 def run_predict(args: argparse.Namespace) -> int:
     """Apply a saved calibrator to a CSV / Parquet file and write the calibrated scores."""
     from gpucal._files import TABLE_SUFFIXES, read_table, table_columns, write_table
-    from gpucal.loading import load
 
     _check_input_file("data", args.data, TABLE_SUFFIXES)
     _check_input_file("--model", args.model)
     _check_output_file("--output", args.output, TABLE_SUFFIXES)
-    if not args.overwrite and args.output_col in table_columns(args.data):
+    available = table_columns(args.data)
+    if not args.overwrite and args.output_col in available:
         msg = (
             f"--output-col {args.output_col}: {args.data!r} already has that column; "
             "name another or pass --overwrite to replace it"
         )
         raise ValueError(msg)
+    missing = [c for c in _model_columns(args.model) if c not in available]
+    if missing:
+        msg = f"--model {args.model}: it reads column(s) {missing}, not in {args.data!r}"
+        msg += f"; its columns: {available}"
+        raise ValueError(msg)
+    from gpucal.loading import load  # imports every calibrator: after the cheap checks
+
     calibrator = load(args.model)
     log_progress(f"reading {args.data} ...")
     frame = read_table(args.data)

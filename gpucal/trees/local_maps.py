@@ -277,6 +277,7 @@ def local_map_sums(
     if xp is np and backend in ("auto", "cpu"):
         wt = np.empty(0) if w is None else np.ascontiguousarray(w, dtype=np.float64)
         n_chunks = max(1, min(MAX_CHUNKS, score.shape[0] // MIN_CHUNK_ROWS))
+        part = np.ascontiguousarray(part, dtype=np.int32)  # one compiled variant (MBCT int32, HC int64 ids)
         flat = _glm_sums_cpu(design, offset, y, wt, part, theta, n_chunks)
         weight, grad, hess_upper = flat[:, 0], flat[:, 1 : 1 + k], flat[:, 1 + k :]
     else:
