@@ -39,6 +39,9 @@ PREDICT_CHUNK_ROWS = 1 << 16
 # The start of the joint training: eta alone, solved by L-BFGS (PiecewiseLogitCalibrator's defaults).
 START_MAX_ITER = 200
 START_TOL = 1e-7
+# ... on at most this many of the training rows (seeded): eta has n_knots + 1 values, and the joint
+# training moves them again; on 36,000 rows the start took a third of the fit.
+START_ROWS = 1 << 14
 
 
 def validation_mask(n_rows: int, fraction: float, seed: int, weights: Any = None) -> np.ndarray | None:
@@ -61,6 +64,14 @@ def validation_mask(n_rows: int, fraction: float, seed: int, weights: Any = None
         if not (w[mask] > 0).any() or not (w[~mask] > 0).any():
             return None
     return mask
+
+
+def start_rows(n_rows: int, held_out: np.ndarray | None, seed: int) -> np.ndarray:
+    """The training rows the start of eta is fitted on: all, or a seeded :data:`START_ROWS` of them."""
+    rows = np.arange(n_rows) if held_out is None else np.flatnonzero(~held_out)
+    if rows.shape[0] <= START_ROWS:
+        return rows
+    return np.sort(np.random.default_rng(seed).choice(rows, START_ROWS, replace=False))
 
 
 @dataclass(frozen=True)
@@ -214,7 +225,7 @@ class FieldAwareCalibrator(Calibrator):
         Rows per Adam step; None: about 64 steps per epoch, batches of 256 to 4,096 rows.
     max_epochs : int, default=100
         Most passes over the training rows.
-    patience : int, default=5
+    patience : int, default=3
         Epochs in a row without a lower validation log-loss before the training stops.
     validation_fraction : float in [0, 1), default=0.1
         Share of the rows (seeded, random) held out for early stopping; 0 trains ``max_epochs`` epochs on
@@ -261,7 +272,8 @@ class FieldAwareCalibrator(Calibrator):
     check that forward pass against torch's functions on the stored weights (float32 training, float64
     prediction).
 
-    *Training.* :math:`\eta` alone is first solved on the training rows (L-BFGS, as
+    *Training.* :math:`\eta` alone is first solved on the training rows (at most 16,384 of them, seeded;
+    L-BFGS, as
     :class:`~gpucal.neural.piecewise.PiecewiseLogitCalibrator`), and :math:`g` starts at 0, so the joint
     training starts from the best 1-D map. Then Adam on mini-batches; an exponential moving average of the
     weights (over about the last 50 steps) is what the validation rows judge and what is kept, since the
@@ -348,7 +360,7 @@ class FieldAwareCalibrator(Calibrator):
         learning_rate: float = 0.01,
         batch_size: int | None = None,
         max_epochs: int = 100,
-        patience: int = 5,
+        patience: int = 3,
         validation_fraction: float = 0.1,
         seed: int = 0,
         n_threads: int = 1,
@@ -439,7 +451,7 @@ class FieldAwareCalibrator(Calibrator):
         """Fit eta alone on the training rows (the start), then eta and g together by mini-batch Adam."""
         what = type(self).__name__
         training = load_training(what)
-        train = slice(None) if held_out is None else _on_device_of(x, ~held_out)
+        train = _on_device_of(x, start_rows(x.shape[0], held_out, int(self.seed)))
         start = fit_eta(
             x[train],
             y[train],
