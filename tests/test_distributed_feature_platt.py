@@ -24,17 +24,27 @@ N_ROWS = 24_000
 PARAMS = {"categorical_cols": ["hour"], "n_bins": 16}
 
 
-@pytest.fixture(scope="module")
-def ctr() -> tuple[pd.DataFrame, pd.Series, np.ndarray]:
-    """Four categorical fields (one as strings, one an integer read by value), a numeric one; labels;
-    weights, zero on the first 2,000 rows (a whole partition of 16 carries no weight)."""
-    df = make_ctr(N_ROWS, "mixed", seed=3)
+def _ctr_frame(base_rate: float) -> tuple[pd.DataFrame, pd.Series, np.ndarray]:
+    df = make_ctr(N_ROWS, "mixed", seed=3, base_rate=base_rate)
     X = df[["score", "region", "user_segment", "device", "hour"]].copy()
     X["region"] = "r" + X["region"].astype(str)
     X["p_noisy"] = df["p_true"] * np.exp(np.random.default_rng(1).normal(0.0, 0.3, N_ROWS))
     w = np.random.default_rng(2).random(N_ROWS) * 2.0
     w[:2000] = 0.0
     return X, df["label"].astype(np.float64), w
+
+
+@pytest.fixture(scope="module")
+def ctr() -> tuple[pd.DataFrame, pd.Series, np.ndarray]:
+    """Four categorical fields (one as strings, one an integer read by value), a numeric one; labels;
+    weights, zero on the first 2,000 rows (a whole partition of 16 carries no weight)."""
+    return _ctr_frame(0.03)
+
+
+@pytest.fixture(scope="module")
+def ctr_common() -> tuple[pd.DataFrame, pd.Series, np.ndarray]:
+    """The same with 30% positives: enough for the score test to keep make_ctr's device x hour cross."""
+    return _ctr_frame(0.3)
 
 
 def _dask(X: pd.DataFrame, y: pd.Series, w: np.ndarray | None, n_parts: int) -> tuple:
@@ -74,6 +84,40 @@ def test_dask_fit_is_the_single_machine_fit(client, ctr, n_parts, weighted) -> N
     assert isinstance(predicted, dd.Series)
     np.testing.assert_allclose(
         predicted.compute().to_numpy(), np.asarray(one.predict(X)), rtol=RTOL, atol=0.0
+    )
+
+
+@pytest.mark.parametrize(
+    ("interactions", "n_parts", "weighted"),
+    [
+        ([("region", "device"), ("user_segment", "p_noisy")], 8, True),
+        ("auto", 4, False),
+        pytest.param("auto", 16, True, marks=pytest.mark.slow),
+    ],
+)
+def test_dask_fit_with_crosses_is_the_single_machine_fit(
+    client, ctr_common, interactions, n_parts, weighted
+) -> None:  # type: ignore[no-untyped-def]
+    """Crosses: their levels are counted per partition and merged, so the encoder (and, with ``"auto"``,
+    the pairs kept by the score test of the first-order fit) are the single machine's exactly."""
+    X, y, w = ctr_common
+    sw = w if weighted else None
+    # tol=1e-10: the default 1e-8 leaves the last Newton step's truncated CG solve to differ by about 1e-9
+    # in the smallest cross offsets, which rounding in the summed statistics can steer.
+    params = {**PARAMS, "interactions": interactions, "min_cross_count": 20.0, "tol": 1e-10}
+    one = FeatureAwarePlattCalibrator(**params).fit(X, y, sample_weight=sw)
+    dX, dy, dw = _dask(X, y, sw, n_parts)
+    two = FeatureAwarePlattCalibrator(**params).fit(dX, dy, sample_weight=dw)
+    assert one.interactions_  # crosses are compared, not a first-order fit
+    assert two.interactions_ == one.interactions_
+    assert two.encoder_ == one.encoder_
+    assert two.n_iter_ == one.n_iter_
+    # A cross level's offset can be near 0 (1e-4 here): relative to the largest coefficient it agrees to
+    # 1e-9 like every other (the sums are added in another order; the difference is about 1e-11).
+    scale = np.abs(_coefficients(one)).max()
+    np.testing.assert_allclose(_coefficients(two), _coefficients(one), rtol=RTOL, atol=1e-9 * scale)
+    np.testing.assert_allclose(
+        two.predict(dX).compute().to_numpy(), np.asarray(one.predict(X)), rtol=RTOL, atol=0.0
     )
 
 

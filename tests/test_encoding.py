@@ -342,7 +342,14 @@ def test_bad_parameters(params, error, match):
 
 def test_sklearn_params_and_repr():
     enc = FeatureEncoder(n_bins=5)
-    assert enc.get_params() == {"n_bins": 5, "categorical_cols": None, "handle_unseen": "separate"}
+    assert enc.get_params() == {
+        "n_bins": 5,
+        "categorical_cols": None,
+        "handle_unseen": "separate",
+        "interactions": None,
+        "min_cross_count": 10.0,
+        "max_cross_levels": 100_000,
+    }
     assert repr(enc) == "FeatureEncoder(n_bins=5)"
 
 

@@ -13,6 +13,8 @@ gradient and Hessian diagonal               :func:`gradient_sums` of a :class:`C
                                             ``[sum r x, sum r, sum D x^2, sum D]`` and
                                             ``group_sums(codes, f=p, y, w)``
 Hessian-vector product                      :func:`hessian_sums`: ``group_sums(codes, f=X v, y=x, w=D)``
+a cross's score test (``"auto"``)           :func:`level_sums`: ``sum w (p - y)``, ``sum w p (1 - p)``
+                                            per code
 ==========================================  ==================================================
 
 The row vectors the solver carries (the predictor :math:`z = X\theta`, a step's :math:`X d`, the
@@ -37,10 +39,11 @@ from gpucal.calibrators._feature_platt_kernels import (
     row_loss,
     score_feature,
 )
+from gpucal.calibrators._logistic import sigmoid
 from gpucal.encoding import FeatureEncoder
 from gpucal.rows import label_summary
 from gpucal.rows._checks import check_partition_weight
-from kernels import group_sums
+from kernels import STAT_WF, STAT_WFF, STAT_WY, group_sums, value_offsets
 
 
 @dataclass(frozen=True)
@@ -164,6 +167,12 @@ def strided(block: PlattBlock, stride: int, *, row_offset: int) -> PlattBlock:
     return PlattBlock(x, codes, y, w)
 
 
+def select_columns(block: PlattBlock, columns: np.ndarray) -> PlattBlock:
+    """The block with the code columns ``columns`` only (C-contiguous, for the kernels)."""
+    xp = array_namespace(block.codes)
+    return PlattBlock(block.x, xp.ascontiguousarray(block.codes[:, columns]), block.y, block.w)
+
+
 def code_weights(block: PlattBlock, n_values: np.ndarray) -> np.ndarray:
     """``sum w`` per code, features in order (flat, ``sum(n_values)`` entries)."""
     xp = array_namespace(block.x)
@@ -172,6 +181,15 @@ def code_weights(block: PlattBlock, n_values: np.ndarray) -> np.ndarray:
         for j, k in enumerate(n_values)
     ]
     return np.concatenate(counts)
+
+
+def level_sums(block: PlattBlock, theta: np.ndarray, n_values: np.ndarray, array_code: bool) -> np.ndarray:
+    """Per code, at the model ``theta`` (zero on the codes it does not fit): ``sum w (p - y)`` and
+    ``sum w p (1 - p)``, shape ``(sum(n_values), 2)``."""
+    offsets = value_offsets(np.asarray(n_values, dtype=np.int64))
+    p = sigmoid(_linear(block, theta, offsets, array_code))
+    stats = to_numpy(group_sums(block.codes, p, block.y, block.w_kernel, n_values=n_values)[0])
+    return np.column_stack([stats[:, STAT_WF] - stats[:, STAT_WY], stats[:, STAT_WF] - stats[:, STAT_WFF]])
 
 
 # --------------------------------------------------------------------------------------------------
@@ -241,9 +259,11 @@ __all__ = [
     "encoder_inputs",
     "gradient_sums",
     "hessian_sums",
+    "level_sums",
     "line_trial",
     "predicted",
     "read_block",
+    "select_columns",
     "stepped",
     "strided",
 ]

@@ -38,13 +38,16 @@ from gpucal.calibrators._feature_platt_rows import (
     encoder_inputs,
     gradient_sums,
     hessian_sums,
+    level_sums,
     line_trial,
     predicted,
     read_block,
+    select_columns,
     stepped,
     strided,
 )
 from gpucal.encoding import FeatureEncoder
+from gpucal.encoding.encoder import MAX_CROSS_LEVELS, MIN_CROSS_COUNT
 from gpucal.rows import LabelSummary, LocalRows, Rows
 from kernels import N_STATS, STAT_WF, STAT_WFF, STAT_WFY, STAT_WY, value_offsets
 
@@ -83,6 +86,11 @@ class FeaturePlattFit:
     n_iter: int
     converged: bool
 
+    @property
+    def theta(self) -> np.ndarray:
+        """All coefficients in one vector: ``[coef_score, intercept, coef...]``."""
+        return np.r_[self.coef_score, self.intercept, self.coef]
+
 
 # Entries of a gradient pass before the group sums: sum r x, sum r, sum D x^2, sum D.
 N_ROW_SUMS = 4
@@ -105,6 +113,10 @@ class FeaturePlattParams:
     device: str
     warm_start_min_rows: int
     warm_start_rows: int
+    interactions: Any = None
+    l2_cross: float = 1.0
+    min_cross_count: float = MIN_CROSS_COUNT
+    max_cross_levels: int = MAX_CROSS_LEVELS
     array_code: bool = False
     what: str = "FeatureAwarePlattCalibrator"
 
@@ -127,7 +139,14 @@ def fit_feature_platt(rows: Rows, params: FeaturePlattParams) -> FeaturePlattSta
     """
     whole = isinstance(rows, LocalRows) and rows.n_blocks == 1
     checked = rows.map(read_block, params.score_col, params.feature_cols, params.score_kind, whole)
-    encoder = FeatureEncoder(n_bins=params.n_bins, categorical_cols=params.categorical_cols)
+    screen = params.interactions == "auto"  # every pair crossed, then screened on the first-order fit
+    encoder = FeatureEncoder(
+        n_bins=params.n_bins,
+        categorical_cols=params.categorical_cols,
+        interactions="all" if screen else params.interactions,
+        min_cross_count=params.min_cross_count,
+        max_cross_levels=params.max_cross_levels,
+    )
     encoder = encoder.fit_rows(checked, encoder_inputs, whole)
     encoded = checked.map(encode_block, encoder, params.device, params.score_kind)
     summary = LabelSummary.of(encoded.sum(block_summary))
@@ -136,25 +155,87 @@ def fit_feature_platt(rows: Rows, params: FeaturePlattParams) -> FeaturePlattSta
         msg = "sample_weight: all weights are zero"
         raise ValueError(msg)
     summary.check_two_classes()
-    n_values = encoder.n_values_
-    theta = np.zeros(2 + int(np.sum(n_values)))
+    n_first = len(encoder.feature_names_)
+    theta = np.zeros(2 + int(np.sum(encoder.n_values_)))
     theta[1] = math.log(summary.mean_label / (1.0 - summary.mean_label))  # the best constant model
-    if summary.n_rows >= params.warm_start_min_rows:
+    if screen and encoder.interactions_:
+        first = encoded.map(select_columns, np.arange(n_first))
+        theta = _fit_rows(first, encoder.n_values_, n_first, theta, params, summary.n_rows, final=False).theta
+        kept = screen_crosses(encoded, theta, encoder.n_codes_, n_first, params.l2_cross, params.array_code)
+        encoder = encoder.keep_crosses(kept)
+        columns = np.r_[np.arange(n_first), n_first + np.asarray(kept, dtype=np.int64)]
+        encoded = encoded.map(select_columns, columns)
+    theta = np.r_[theta, np.zeros(2 + int(np.sum(encoder.n_codes_)) - theta.shape[0])]  # crosses start at 0
+    fit = _fit_rows(encoded, encoder.n_codes_, n_first, theta, params, summary.n_rows, final=True)
+    return FeaturePlattState(encoder, fit)
+
+
+def screen_crosses(
+    rows: Rows, theta: np.ndarray, n_codes: np.ndarray, n_first: int, l2_cross: float, array_code: bool
+) -> list[int]:
+    r"""The crosses (indices among the columns past ``n_first``) whose one-step fit is expected to lower
+    the held-out loss of the first-order model ``theta``.
+
+    At the first-order fit, a cross level :math:`l` has gradient :math:`g_l = \sum_{i \in l} w_i (p_i -
+    y_i)` and curvature :math:`h_l = \sum w_i p_i (1 - p_i)`, which is also the variance of :math:`g_l`
+    if the model is right (the score test's; weights count as repeated rows). One ridge-damped Newton
+    step on the cross alone sets :math:`\delta_l = -g_l / (h_l + \lambda)`; on new rows whose gradient
+    has the same mean :math:`\mu_l`, it changes the loss by :math:`\mu_l \delta_l + \tfrac12 h_l
+    \delta_l^2` in expectation. With :math:`\mu_l g_l` estimated without bias by :math:`g_l^2 - h_l`, a
+    cross is kept when
+
+    .. math::
+
+        \sum_l \Big[\frac{g_l^2 - h_l}{h_l + \lambda} - \frac{h_l\, g_l^2}{2 (h_l + \lambda)^2}\Big] > 0.
+
+    With :math:`\lambda = 0` this is :math:`\tfrac12 \chi^2 > \text{df}`, the score test at Akaike's
+    penalty. One pass of group sums over the rows scores every candidate pair at once: the
+    screen of AutoCross (Luo et al., KDD 2019, section 4.2: each candidate judged by a cheap fit on top of
+    the current model), with the held-out split replaced by its expectation.
+    """
+    full = np.r_[theta, np.zeros(2 + int(np.sum(n_codes)) - theta.shape[0])]
+    sums = rows.sum(level_sums, full, n_codes, array_code)
+    g, h = sums[:, 0], sums[:, 1]
+    damped = h + l2_cross
+    gain = (g * g - h) / damped - 0.5 * h * g * g / (damped * damped)
+    offsets = value_offsets(n_codes)
+    return [
+        c - n_first
+        for c in range(n_first, len(n_codes))
+        if float(gain[offsets[c] : offsets[c] + n_codes[c]].sum()) > 0.0
+    ]
+
+
+def _fit_rows(
+    encoded: Rows,
+    n_values: np.ndarray,
+    n_first: int,
+    theta: np.ndarray,
+    params: FeaturePlattParams,
+    n_rows: int,
+    *,
+    final: bool,
+) -> FeaturePlattFit:
+    """Newton-CG from ``theta`` on the encoded rows (columns past ``n_first`` are crosses, penalised by
+    ``l2_cross``), warm-started on strided rows when there are many; ``final``: the fit returned to the
+    user (to ``tol``, warning when it stops early), else a start for it (to ``WARM_TOL``, silently)."""
+    penalties = np.r_[np.full(n_first, params.l2), np.full(len(n_values) - n_first, params.l2_cross)]
+    if n_rows >= params.warm_start_min_rows:
         # Start from the fit on evenly strided rows. The penalty is not scaled down to their share of the
         # weight: a value with a handful of sampled rows would get an extreme offset, a far worse start than
         # a shrunk one. The objective is convex: the start changes how many passes over all rows are
         # needed, not the answer.
-        sample = encoded.map(strided, summary.n_rows // params.warm_start_rows, offsets=True)
+        sample = encoded.map(strided, n_rows // params.warm_start_rows, offsets=True)
         if LabelSummary.of(sample.sum(block_summary)).weight > 0.0:
-            sub = _Problem(sample, n_values, params.l2, params.array_code)
+            sub = _Problem(sample, n_values, penalties, params.l2, params.array_code)
             warm = _newton_cg(
                 sub, theta, max_iter=params.max_iter, tol=WARM_TOL, what=params.what, warn=False
             )
             if warm.converged:
-                theta = np.concatenate(([warm.coef_score, warm.intercept], warm.coef))
-    problem = _Problem(encoded, n_values, params.l2, params.array_code)
-    fit = _newton_cg(problem, theta, max_iter=params.max_iter, tol=params.tol, what=params.what, warn=True)
-    return FeaturePlattState(encoder, fit)
+                theta = warm.theta
+    problem = _Problem(encoded, n_values, penalties, params.l2, params.array_code)
+    tol = params.tol if final else WARM_TOL
+    return _newton_cg(problem, theta, max_iter=params.max_iter, tol=tol, what=params.what, warn=final)
 
 
 class _Problem:
@@ -164,16 +245,17 @@ class _Problem:
     :class:`Predicted` blocks, :meth:`gradient` rows of :class:`Curved` ones, each pass a map or a sum.
     """
 
-    def __init__(self, rows: Rows, n_values: np.ndarray, l2: float, array_code: bool) -> None:
+    def __init__(
+        self, rows: Rows, n_values: np.ndarray, penalties: np.ndarray, l2_score: float, array_code: bool
+    ) -> None:
         self.rows = rows
         self.array_code = array_code
         self.n_values = np.asarray(n_values, dtype=np.int64)
         self.offsets = value_offsets(self.n_values)
         self.n_codes = int(self.n_values.sum())
-        self.l2 = float(l2)
-        # Only the intercept (the second parameter) is not penalised.
-        self.ridge = np.full(2 + self.n_codes, self.l2)
-        self.ridge[1] = 0.0
+        # Each column's offsets have that column's penalty; only the intercept (the second parameter) has
+        # none.
+        self.ridge = np.r_[l2_score, 0.0, np.repeat(np.asarray(penalties, dtype=np.float64), self.n_values)]
         self.first = slice(0, int(self.n_values[0]))  # the codes of feature 0: every row has one
         # Codes some row of non-zero weight has; the others keep offset 0 (their gradient and Hessian are
         # the penalty's alone), and no row changes when they are left out.

@@ -40,6 +40,7 @@ from gpucal.calibrators._feature_platt_solver import (
 )
 from gpucal.calibrators.platt import OUTPUT_TYPE_OPTIONS, SCORE_KIND_OPTIONS
 from gpucal.encoding import FeatureEncoder
+from gpucal.encoding.encoder import MAX_CROSS_LEVELS, MIN_CROSS_COUNT
 from gpucal.persistence import register
 from gpucal.rows import as_rows
 
@@ -49,6 +50,8 @@ FORCE_ARRAY_PATH = False
 # at each fit, so tests can lower them).
 WARM_START_MIN_ROWS = 1 << 18
 WARM_START_ROWS = 1 << 16
+#: Default penalty of the cross effects (the main effects' ``l2`` is 1.0): see the class docstring.
+L2_CROSS = 10.0
 
 
 @register
@@ -156,6 +159,9 @@ class FeatureAwarePlattCalibrator(Calibrator):
         "n_bins": Interval(int, 1, None),
         "score_kind": SCORE_KIND_OPTIONS,
         "l2": Interval(float, 0, None, closed="neither"),
+        "l2_cross": Interval(float, 0, None, closed="neither"),
+        "min_cross_count": Interval(float, 0, None),
+        "max_cross_levels": Interval(int, 1, None),
         "max_iter": Interval(int, 1, None),
         "tol": Interval(float, 0, None, closed="neither"),
         "device": Options("auto", "cpu", "gpu"),
@@ -167,6 +173,7 @@ class FeatureAwarePlattCalibrator(Calibrator):
         "intercept_": "float",
         "coef_": "float_array",
         "n_iter_": "int",
+        "interactions_": "json",
     }
 
     def __init__(
@@ -178,6 +185,10 @@ class FeatureAwarePlattCalibrator(Calibrator):
         n_bins: int = 32,
         score_kind: str = "probability",
         l2: float = 1.0,
+        interactions: Sequence[Sequence[Hashable]] | str | None = None,
+        l2_cross: float = L2_CROSS,
+        min_cross_count: float = MIN_CROSS_COUNT,
+        max_cross_levels: int = MAX_CROSS_LEVELS,
         max_iter: int = 100,
         tol: float = 1e-8,
         device: str = "auto",
@@ -189,6 +200,10 @@ class FeatureAwarePlattCalibrator(Calibrator):
         self.n_bins = n_bins
         self.score_kind = score_kind
         self.l2 = l2
+        self.interactions = interactions
+        self.l2_cross = l2_cross
+        self.min_cross_count = min_cross_count
+        self.max_cross_levels = max_cross_levels
         self.max_iter = max_iter
         self.tol = tol
         self.device = device
@@ -221,6 +236,10 @@ class FeatureAwarePlattCalibrator(Calibrator):
             n_bins=int(self.n_bins),
             score_kind=self.score_kind,
             l2=float(self.l2),
+            interactions=self._checked_interactions(),
+            l2_cross=float(self.l2_cross),
+            min_cross_count=float(self.min_cross_count),
+            max_cross_levels=int(self.max_cross_levels),
             max_iter=int(self.max_iter),
             tol=float(self.tol),
             device=self.device,
@@ -240,7 +259,21 @@ class FeatureAwarePlattCalibrator(Calibrator):
         self.intercept_ = fit.intercept
         self.coef_ = fit.coef
         self.n_iter_ = fit.n_iter
+        self.interactions_ = [list(pair) for pair in encoder.interactions_]
         return self
+
+    def _checked_interactions(self) -> Any:
+        """``interactions`` if it has a valid form (its columns are checked against the data in ``fit``)."""
+        value = self.interactions
+        if value is None or value in ("auto", "all"):
+            return value
+        if isinstance(value, str) or not isinstance(value, Sequence):
+            msg = (
+                "The 'interactions' parameter of FeatureAwarePlattCalibrator must be None, 'auto', 'all' or "
+                f"a list of column pairs. Got {value!r} instead."
+            )
+            raise ValueError(msg)
+        return [tuple(pair) if isinstance(pair, list) else pair for pair in value]
 
     def predict(self, X: Any) -> Any:
         """Return calibrated probabilities for ``X``, in ``X``'s family (pandas in, pandas Series out).
@@ -274,7 +307,7 @@ class FeatureAwarePlattCalibrator(Calibrator):
         calibrated = predict_feature_platt(
             score_feature(score, self.score_kind),
             codes,
-            encoder.n_values_,
+            encoder.n_codes_,
             self.coef_score_,
             self.intercept_,
             self.coef_,
@@ -293,7 +326,10 @@ class FeatureAwarePlattCalibrator(Calibrator):
     def _check_state(self) -> None:
         """Check the loaded state (``gpucal.load`` calls this): a valid encoder and one offset per code."""
         encoder = FeatureEncoder.from_dict(self.encoder_)
-        n_codes = int(encoder.n_values_.sum())
+        if self.interactions_ != [list(pair) for pair in encoder.interactions_]:
+            msg = f"interactions_ {self.interactions_!r} differ from the encoder's crosses"
+            raise ValueError(msg)
+        n_codes = int(encoder.n_codes_.sum())
         coef = np.asarray(self.coef_, dtype=np.float64)
         if coef.shape != (n_codes,):
             msg = f"coef_ has {coef.shape[0]} entries; the encoder has {n_codes} codes"

@@ -31,7 +31,12 @@ Rules
   another group's; ``"missing"`` gives them the missing code; ``"error"`` raises, naming the column
   and an unseen value. Numbers are never unseen (see bins).
 
-Codes come back as one C-ordered ``(n_rows, n_features)`` array of the smallest of int8, int16 and
+**Crosses** (``interactions``): a pair of columns becomes one more coded column after the others, its
+codes the pair's combined levels; levels lighter than ``min_cross_count`` and pairs never seen at fit
+time share one pooled code, and the crosses' codes add up to at most ``max_cross_levels`` (pairs past
+it are dropped with a warning). ``gpucal.encoding.crosses`` has the rules.
+
+Codes come back as one C-ordered ``(n_rows, n_features + n_crosses)`` array of the smallest of int8, int16 and
 int32 that holds every code, on the device the data is on (numpy or cupy).
 
 This module is the estimator, ``FeatureEncoder``; one column's coding is ``gpucal.encoding.codings``
@@ -64,7 +69,18 @@ from gpucal.encoding.codings import (
     map_codes_dtype,
     plain_category,
     plain_column_name,
+    smallest_code_dtype,
     transform_bins,
+)
+from gpucal.encoding.crosses import (
+    Cross,
+    check_interactions,
+    count_pairs,
+    cross_from_dict,
+    cross_to_dict,
+    merge_pair_counts,
+    select_crosses,
+    transform_crosses,
 )
 from gpucal.encoding.summaries import (
     BINS,
@@ -78,10 +94,19 @@ from gpucal.encoding.summaries import (
     summarise_block,
 )
 from gpucal.rows import LocalRows, Rows, any_dask, as_rows
+from gpucal.rows._checks import check_partition_weight
 from gpucal.rows._collections import collection_kind
 from kernels.lookup import VALUE_DTYPES, lookup_codes
 
 HANDLE_UNSEEN = ("separate", "missing", "error")
+#: Default weight (rows, when unweighted) a cross level needs to keep a code of its own.
+MIN_CROSS_COUNT = 10.0
+#: Default cap on the codes of all crosses together: with 32 bins a column has up to 33 codes, so about
+#: 90 full pairs of such columns (28 pairs of 8 columns take under 31,000).
+MAX_CROSS_LEVELS = 100_000
+_PARAMS = ("n_bins", "categorical_cols", "handle_unseen")
+_CROSS_PARAMS = ("interactions", "min_cross_count", "max_cross_levels")
+_KEYS = ("format", "version", "params", "columns")
 _FORMAT = "gpucal.FeatureEncoder"
 _FORMAT_VERSION = 1
 
@@ -103,6 +128,18 @@ class FeatureEncoder(BaseEstimator):
         - ``"separate"``: its own code (``unseen_codes_``), never held by fit rows;
         - ``"missing"``: the missing code;
         - ``"error"``: ``ValueError`` naming the column and an unseen value.
+    interactions : list of pairs of column names, "all" or None, default=None
+        Pairs of columns to cross: each becomes one more coded column after the columns of ``X``, in the
+        order given (see the module docstring); ``"all"``: every pair, in column order. A pair naming an
+        unknown column, a column with itself, or an entry that is not two names raises ``ValueError``
+        naming it.
+    min_cross_count : float, default=10.0
+        Least weight (``sample_weight`` summed; rows when unweighted) of a cross level with a code of its
+        own; lighter levels share the cross's pooled code.
+    max_cross_levels : int, default=100000
+        Most codes of all crosses together (each cross has its kept levels plus the pooled code): bounds
+        the model's size and the fit's memory. Pairs that would pass it are dropped with a
+        ``UserWarning`` naming them.
 
     Attributes
     ----------
@@ -111,7 +148,11 @@ class FeatureEncoder(BaseEstimator):
     kinds_ : list of {"bins", "values"}
         How each column is encoded.
     n_values_ : numpy.ndarray of int64, shape (n_features,)
-        Number of codes per column, missing (and unseen) codes included; the kernel's ``n_values``.
+        Number of codes per column of ``X``, missing (and unseen) codes included.
+    interactions_ : list of tuples
+        The crossed pairs kept, in output order (empty without ``interactions``).
+    n_codes_ : numpy.ndarray of int64, shape (n_features + n_crosses,)
+        Number of codes per output column (``n_values_``, then each cross's): the kernel's ``n_values``.
     missing_codes_ : numpy.ndarray of int64, shape (n_features,)
         The missing code of each column.
     unseen_codes_ : numpy.ndarray of int64, shape (n_features,)
@@ -153,10 +194,16 @@ class FeatureEncoder(BaseEstimator):
         n_bins: int = 32,
         categorical_cols: Sequence[Hashable] | str | None = None,
         handle_unseen: str = "separate",
+        interactions: Sequence[Sequence[Hashable]] | str | None = None,
+        min_cross_count: float = MIN_CROSS_COUNT,
+        max_cross_levels: int = MAX_CROSS_LEVELS,
     ) -> None:
         self.n_bins = n_bins
         self.categorical_cols = categorical_cols
         self.handle_unseen = handle_unseen
+        self.interactions = interactions
+        self.min_cross_count = min_cross_count
+        self.max_cross_levels = max_cross_levels
 
     # ----------------------------------------------------------------------------------------------
     # Parameters and fitted state
@@ -164,6 +211,8 @@ class FeatureEncoder(BaseEstimator):
     _parameter_constraints: ClassVar[dict[str, Interval | Options]] = {
         "n_bins": Interval(int, 1, None),
         "handle_unseen": Options(*HANDLE_UNSEEN),
+        "min_cross_count": Interval(float, 0, None),
+        "max_cross_levels": Interval(int, 1, None),
     }
 
     def _check_params(self) -> list[Hashable]:
@@ -183,8 +232,9 @@ class FeatureEncoder(BaseEstimator):
             raise TypeError(msg)
         return list(cols)
 
-    def _set_fitted(self, codings: list[Coding]) -> None:
+    def _set_fitted(self, codings: list[Coding], crosses: Sequence[Cross] = ()) -> None:
         self._codings = codings
+        self._crosses = list(crosses)
         self.feature_names_ = [c.name for c in codings]
         self.kinds_ = [c.kind for c in codings]
         self.n_values_ = np.array([c.n_values for c in codings], dtype=np.int64)
@@ -192,7 +242,12 @@ class FeatureEncoder(BaseEstimator):
         self.unseen_codes_ = np.array([c.unseen_code for c in codings], dtype=np.int64)
         self.bin_edges_ = {c.name: c.edges for c in codings if c.kind == KIND_BINS}
         self.categories_ = {c.name: c.categories for c in codings if c.kind == KIND_VALUES}
+        self.interactions_ = [(self.feature_names_[c.left], self.feature_names_[c.right]) for c in crosses]
+        self.n_codes_ = np.array([*self.n_values_, *(c.n_values for c in crosses)], dtype=np.int64)
         self.codes_dtype_ = codes_dtype(codings)
+        if crosses:
+            largest = max(c.n_values for c in crosses) - 1
+            self.codes_dtype_ = max(self.codes_dtype_, smallest_code_dtype(largest), key=lambda d: d.itemsize)
         # Lookup tables of integer-valued columns, built at their first transform (not saved).
         self._value_tables: dict[int, tuple[int, np.ndarray, int] | None] = {}
 
@@ -248,7 +303,31 @@ class FeatureEncoder(BaseEstimator):
                 cats = observed_categories(as_codes(col))
                 codings.append(Coding(name, KIND_VALUES, categories=cats, has_unseen_code=self._separate))
         self._set_fitted(codings)
+        pairs = self._cross_pairs()
+        if pairs:
+            from gpucal.rows._reduce import max_distinct_keys
+
+            tables = count_pairs(self.transform(columns), w, pairs, max_distinct_keys())
+            self._fit_crosses(codings, tables)
         return self
+
+    def _cross_pairs(self) -> list[tuple[int, int, int]]:
+        """``(left, right, n_right)`` of each pair of ``interactions``, checked against the fitted columns."""
+        pairs = check_interactions(self.interactions, self.feature_names_, "interactions")
+        index = {name: j for j, name in enumerate(self.feature_names_)}
+        return [(index[a], index[b], int(self.n_values_[index[b]])) for a, b in pairs]
+
+    def _fit_crosses(self, codings: list[Coding], tables: list[Any]) -> None:
+        """Keep each pair's levels from its merged weight table; set the fitted state with the crosses."""
+        crosses = select_crosses(
+            [(left, right) for left, right, _ in self._cross_pairs()],
+            self.n_values_,
+            tables,
+            names=self.feature_names_,
+            min_count=float(self.min_cross_count),
+            max_levels=int(self.max_cross_levels),
+        )
+        self._set_fitted(codings, crosses)
 
     def fit_rows(
         self, rows: Rows, read: Callable[..., tuple[Any, Any]] | None = None, *args: Any
@@ -285,7 +364,13 @@ class FeatureEncoder(BaseEstimator):
             if kind == BINS
         }
         categories = {name: cats for name, (kind, cats) in summaries.items() if kind == VALUES}
-        return self.fit_summaries(names, value_weights=value_weights, categories=categories)
+        self.fit_summaries(names, value_weights=value_weights, categories=categories)
+        pairs = self._cross_pairs()
+        if pairs:
+            merge = functools.partial(merge_pair_counts, limit=limit)
+            tables = rows.reduce(_count_block_pairs, merge, read, args, self, pairs, limit)
+            self._fit_crosses(self._codings, tables)
+        return self
 
     def _check_columns(self, names: list[Hashable]) -> None:
         """Raise ``KeyError`` for ``categorical_cols`` that are not among the columns ``names``."""
@@ -316,7 +401,8 @@ class FeatureEncoder(BaseEstimator):
         Returns
         -------
         FeatureEncoder
-            ``self``, fitted exactly as :meth:`fit` on the rows the summaries describe.
+            ``self``, fitted exactly as :meth:`fit` on the rows the summaries describe, crosses aside
+            (their levels are counted over rows: :meth:`fit_rows`).
         """
         self._check_params()
         codings = []
@@ -335,6 +421,16 @@ class FeatureEncoder(BaseEstimator):
         self._set_fitted(codings)
         return self
 
+    def keep_crosses(self, kept: Sequence[int]) -> FeatureEncoder:
+        """Return a fitted copy with only the crosses ``kept`` (indices among ``interactions_``), in order:
+        ``transform`` then gives the columns of ``X`` and those crosses, codes unchanged."""
+        check_is_fitted(self, "feature_names_")
+        crosses = [self._crosses[i] for i in kept]
+        encoder = type(self)(**self.get_params())
+        encoder.interactions = [self.interactions_[i] for i in kept]
+        encoder._set_fitted(self._codings, crosses)
+        return encoder
+
     @property
     def _separate(self) -> bool:
         return self.handle_unseen == "separate"
@@ -349,14 +445,16 @@ class FeatureEncoder(BaseEstimator):
         code_maps : sequence of int arrays, optional
             One per fitted column: ``code_maps[j][c]`` replaces code ``c`` of column ``j`` (a tree's
             pooled codes). Composed with the encoding into one table read per row where it can be.
-        out : int8, int16 or int32 array of shape (n_rows, d), d >= n_features, optional
+            Not with crosses.
+        out : int8, int16 or int32 array of shape (n_rows, d), d >= n_features + n_crosses, optional
             Written in its first ``n_features`` columns (C-contiguous, the input's array family), so a
             caller adding columns of its own writes no second copy.
 
         Returns
         -------
-        numpy.ndarray or cupy.ndarray of shape (n_rows, n_features)
-            C-ordered, dtype ``codes_dtype_`` (``out`` when given); column ``j`` in ``[0, n_values_[j])``.
+        numpy.ndarray or cupy.ndarray of shape (n_rows, n_features + n_crosses)
+            C-ordered, dtype ``codes_dtype_`` (``out`` when given); column ``j`` in ``[0, n_codes_[j])``:
+            the columns of ``X``, then the crosses (read off the columns' codes in the same call).
 
         Raises
         ------
@@ -371,11 +469,15 @@ class FeatureEncoder(BaseEstimator):
         columns = frame_columns(X, self.feature_names_)
         n_rows = check_consistent_length(**{repr(k): c.values for k, c in columns.items()})
         xp = array_namespace(*(c.values for c in columns.values()))
+        width = len(self._codings) + len(self._crosses)
+        if code_maps is not None and self._crosses:
+            msg = "code_maps: not supported with crosses (interactions); map the codes after transform"
+            raise ValueError(msg)
         if out is None:
             dtype = self.codes_dtype_ if code_maps is None else map_codes_dtype(code_maps)
-            out = xp.empty((n_rows, len(self._codings)), dtype=dtype)
-        elif out.ndim != 2 or out.shape[0] != n_rows or out.shape[1] < len(self._codings):
-            msg = f"out: shape {tuple(out.shape)} cannot hold {n_rows} rows of {len(self._codings)} codes"
+            out = xp.empty((n_rows, width), dtype=dtype)
+        elif out.ndim != 2 or out.shape[0] != n_rows or out.shape[1] < width:
+            msg = f"out: shape {tuple(out.shape)} cannot hold {n_rows} rows of {width} codes"
             raise ValueError(msg)
         elif np.dtype(out.dtype) not in [np.dtype(d) for d in CODE_DTYPES]:
             msg = f"out: dtype {out.dtype} is not a code dtype (int8, int16 or int32)"
@@ -393,7 +495,8 @@ class FeatureEncoder(BaseEstimator):
                 out[:, j] = codes
             else:
                 lookup_codes(codes.astype(self.codes_dtype_, copy=False), 0, code_map, -1, out, j)
-        return out if out.shape[1] == len(self._codings) else out[:, : len(self._codings)]
+        transform_crosses(self._crosses, out, len(self._codings))
+        return out if out.shape[1] == width else out[:, :width]
 
     def fit_transform(self, X: Any, *, sample_weight: Any = None) -> Any:
         """Fit on ``X``, then return its codes (same as ``fit(X).transform(X)``, converting ``X`` once)."""
@@ -517,16 +620,19 @@ class FeatureEncoder(BaseEstimator):
             else:
                 cats = [plain_category(v, f"X[{c.name!r}]") for v in c.categories]  # type: ignore[union-attr]
                 columns.append({"name": plain_column_name(c.name), "kind": c.kind, "categories": cats})
-        return {
-            "format": _FORMAT,
-            "version": _FORMAT_VERSION,
-            "params": {
-                "n_bins": int(self.n_bins),
-                "categorical_cols": None if self.categorical_cols is None else self._check_params(),
-                "handle_unseen": self.handle_unseen,
-            },
-            "columns": columns,
+        params: dict[str, Any] = {
+            "n_bins": int(self.n_bins),
+            "categorical_cols": None if self.categorical_cols is None else self._check_params(),
+            "handle_unseen": self.handle_unseen,
         }
+        data = {"format": _FORMAT, "version": _FORMAT_VERSION, "params": params, "columns": columns}
+        if self.interactions is not None:
+            names = [plain_column_name(n) for n in self.feature_names_]
+            params["interactions"] = [[names[c.left], names[c.right]] for c in self._crosses]
+            params["min_cross_count"] = float(self.min_cross_count)
+            params["max_cross_levels"] = int(self.max_cross_levels)
+            data["crosses"] = [cross_to_dict(c, names) for c in self._crosses]
+        return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> FeatureEncoder:
@@ -548,8 +654,15 @@ class FeatureEncoder(BaseEstimator):
             msg = f"data: not a FeatureEncoder dict (found {found!r}; expected format {_FORMAT!r}, version 1)"
             raise ValueError(msg)
         params, columns = data.get("params"), data.get("columns")
-        if not isinstance(params, Mapping) or set(params) != {"n_bins", "categorical_cols", "handle_unseen"}:
-            msg = "data['params']: expected the keys 'n_bins', 'categorical_cols' and 'handle_unseen'"
+        crossed = isinstance(params, Mapping) and "interactions" in params
+        if not isinstance(params, Mapping) or set(params) != {*_PARAMS, *(_CROSS_PARAMS if crossed else ())}:
+            msg = (
+                "data['params']: expected the keys 'n_bins', 'categorical_cols' and 'handle_unseen' (and, "
+                "with crosses, 'interactions', 'min_cross_count' and 'max_cross_levels')"
+            )
+            raise ValueError(msg)
+        if set(data) - {*_KEYS, "crosses"} or crossed != ("crosses" in data):
+            msg = "data: expected the keys 'format', 'version', 'params', 'columns' ('crosses' with crosses)"
             raise ValueError(msg)
         if not isinstance(columns, list) or not columns:
             msg = "data['columns']: expected a non-empty list of column codings"
@@ -562,4 +675,36 @@ class FeatureEncoder(BaseEstimator):
             msg = f"data['columns']: duplicate column names in {names}"
             raise ValueError(msg)
         enc._set_fitted(codings)
+        if crossed:
+            raw = data["crosses"]
+            if not isinstance(raw, list) or len(raw) > int(enc.max_cross_levels):
+                msg = "data['crosses']: expected a list of crosses"
+                raise ValueError(msg)
+            crosses = [
+                cross_from_dict(c, names, enc.n_values_, f"data['crosses'][{i}]") for i, c in enumerate(raw)
+            ]
+            if [list(p) for p in check_interactions(params["interactions"], names, "interactions")] != [
+                [names[c.left], names[c.right]] for c in crosses
+            ]:
+                msg = "data['crosses']: the crossed pairs differ from data['params']['interactions']"
+                raise ValueError(msg)
+            if sum(c.n_values for c in crosses) > int(enc.max_cross_levels):
+                msg = f"data['crosses']: more codes than max_cross_levels={enc.max_cross_levels}"
+                raise ValueError(msg)
+            enc._set_fitted(codings, crosses)
         return enc
+
+
+def _count_block_pairs(
+    block: Any,
+    read: Callable[..., tuple[Any, Any]],
+    args: tuple[Any, ...],
+    encoder: FeatureEncoder,
+    pairs: list[tuple[int, int, int]],
+    limit: int,
+) -> list[Any]:
+    """One block's weight per pair key of each cross (``crosses.count_pairs`` of the block's codes)."""
+    X, w = read(block, *args)
+    codes = encoder.transform(X)
+    weight = None if w is None else check_partition_weight(w, int(codes.shape[0]), array_namespace(codes))
+    return count_pairs(codes, weight, pairs, limit)

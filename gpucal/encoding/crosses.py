@@ -1,0 +1,207 @@
+r"""Crosses of two encoded columns: one more coded field whose codes are the pair's combined levels.
+
+A cross of columns ``j`` and ``k`` (codes :math:`c_j \in [0, n_j)`, :math:`c_k \in [0, n_k)`) reads each
+row's pair as the key :math:`c_j n_k + c_k`. At fit time the weight of every key is summed over rows (one
+pass, a keyed table per block merged over blocks: ``gpucal.rows``); keys whose weight reaches
+``min_count`` keep a code each (``0 .. m-1``, in key order), and every other pair (rare at fit time, or
+never seen) reads as the pooled code ``m``. Numeric columns cross through their quantile bins; missing
+and unseen values through their own codes, like any other level.
+
+Memory is bounded by ``max_levels``: the crosses' codes (``m + 1`` each) are added up in the order the
+pairs are given, and a pair that would take the total past the cap is dropped, with a warning naming it.
+A fitted cross keeps its ``m`` keys (int64); prediction reads a row's code from a table of
+:math:`n_j n_k` entries when that is at most ``MAX_LOOKUP_SPAN``, by binary search over the keys otherwise.
+
+The idea is the feature cross of AutoCross (Luo et al., "AutoCross: Automatic Feature Crossing for
+Tabular Data in Real-World Applications", KDD 2019, section 3: the cross of two categorical fields as
+the Cartesian product of their values, numbers discretised first).
+"""
+
+from __future__ import annotations
+
+import itertools
+import warnings
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from gpucal._backend import array_namespace, to_numpy
+from gpucal.encoding.codings import MAX_LOOKUP_SPAN
+from gpucal.rows._reduce import KeyedTable, check_table_size, group_sorted, merge_tables
+from kernels.lookup import lookup_codes
+
+
+@dataclass(frozen=True)
+class Cross:
+    """A fitted cross of the encoder's columns ``left`` and ``right`` (indices) and its kept keys."""
+
+    left: int
+    right: int
+    n_left: int  # codes of the left column
+    n_right: int  # codes of the right column
+    keys: np.ndarray  # int64, increasing: the pair keys c_left * n_right + c_right that keep a code
+
+    @property
+    def pooled_code(self) -> int:
+        """The code of every pair without a code of its own (rare at fit time, or unseen)."""
+        return int(self.keys.shape[0])
+
+    @property
+    def n_values(self) -> int:
+        """Number of codes: one per kept key, then the pooled code."""
+        return int(self.keys.shape[0]) + 1
+
+
+def check_interactions(interactions: Any, columns: Sequence[Hashable], where: str) -> list[tuple[Any, Any]]:
+    """Return ``interactions`` (None, ``"all"`` or a list of column pairs) as a list of pairs of names.
+
+    Raises ``ValueError`` naming the entry for a pair that is not two distinct columns of ``columns``
+    (an unknown column, a column crossed with itself, a tuple of one) or a pair given twice.
+    """
+    if interactions is None:
+        return []
+    if interactions == "all":
+        return all_pairs(columns)
+    if isinstance(interactions, str) or not isinstance(interactions, Sequence):
+        msg = f"{where}: expected None, 'all' or a list of column pairs, got {interactions!r}"
+        raise TypeError(msg)
+    pairs: list[tuple[Any, Any]] = []
+    seen: set[frozenset[Any]] = set()
+    for entry in interactions:
+        if isinstance(entry, str) or not isinstance(entry, Sequence) or len(entry) != 2:
+            msg = f"{where}: {entry!r} is not a pair of columns; each interaction is two column names"
+            raise ValueError(msg)
+        left, right = entry
+        unknown = [c for c in (left, right) if c not in columns]
+        if unknown:
+            msg = f"{where}: {entry!r} names column(s) {unknown} that are not features: {list(columns)}"
+            raise ValueError(msg)
+        if left == right:
+            msg = f"{where}: {entry!r} crosses column {left!r} with itself"
+            raise ValueError(msg)
+        if frozenset((left, right)) in seen:
+            msg = f"{where}: the pair {entry!r} is given twice"
+            raise ValueError(msg)
+        seen.add(frozenset((left, right)))
+        pairs.append((left, right))
+    return pairs
+
+
+def all_pairs(columns: Sequence[Hashable]) -> list[tuple[Any, Any]]:
+    """Every pair of distinct columns, in column order."""
+    return list(itertools.combinations(columns, 2))
+
+
+def pair_keys(codes: Any, left: int, right: int, n_right: int) -> Any:
+    """The int64 key ``c_left * n_right + c_right`` of every row."""
+    xp = array_namespace(codes)
+    return codes[:, left].astype(xp.int64) * n_right + codes[:, right]
+
+
+def count_pairs(codes: Any, w: Any, pairs: Sequence[tuple[int, int, int]], limit: int) -> list[KeyedTable]:
+    """One block's weight per pair key, for each ``(left, right, n_right)``: keyed tables on the host."""
+    xp = array_namespace(codes)
+    n_rows = int(codes.shape[0])
+    weight = xp.ones((n_rows, 1), dtype=xp.float64) if w is None else xp.asarray(w, dtype=xp.float64)[:, None]
+    tables = []
+    for left, right, n_right in pairs:
+        keys, sums = group_sorted((pair_keys(codes, left, right, n_right),), weight, xp)
+        check_table_size(int(sums.shape[0]), limit, f"cross of columns {left} and {right}")
+        tables.append(KeyedTable((to_numpy(keys[0]),), to_numpy(sums)))
+    return tables
+
+
+def merge_pair_counts(*parts: list[KeyedTable], limit: int) -> list[KeyedTable]:
+    """Merge blocks' :func:`count_pairs` tables, pair by pair."""
+    return [merge_tables(*tables, limit=limit, what="cross levels") for tables in zip(*parts, strict=True)]
+
+
+def select_crosses(
+    pairs: Sequence[tuple[int, int]],
+    n_values: np.ndarray,
+    counts: Sequence[KeyedTable],
+    *,
+    names: Sequence[Hashable],
+    min_count: float,
+    max_levels: int,
+) -> list[Cross]:
+    """The crosses of ``pairs`` with the keys of weight at least ``min_count`` (and positive), in order,
+    while their codes add up to at most ``max_levels``; the pairs past the cap are dropped with a
+    ``UserWarning`` naming them."""
+    crosses: list[Cross] = []
+    dropped: list[tuple[Any, Any]] = []
+    total = 0
+    for (left, right), table in zip(pairs, counts, strict=True):
+        weight = table.stats[:, 0]
+        keys = np.asarray(table.keys[0][(weight >= min_count) & (weight > 0.0)], dtype=np.int64)
+        if total + keys.shape[0] + 1 > max_levels:
+            dropped.append((names[left], names[right]))
+            continue
+        total += keys.shape[0] + 1
+        crosses.append(Cross(left, right, int(n_values[left]), int(n_values[right]), keys))
+    if dropped:
+        msg = (
+            f"interactions: {dropped} dropped: their levels would take the crosses past "
+            f"max_cross_levels={max_levels} codes in all"
+        )
+        warnings.warn(msg, UserWarning, stacklevel=4)
+    return crosses
+
+
+def transform_crosses(crosses: Sequence[Cross], out: Any, first: int) -> None:
+    """Write each cross's codes into ``out[:, first + c]``, reading its pair's codes from ``out``."""
+    xp = array_namespace(out)
+    for c, cross in enumerate(crosses):
+        keys = pair_keys(out, cross.left, cross.right, cross.n_right)
+        span = cross.n_left * cross.n_right
+        if span <= MAX_LOOKUP_SPAN:
+            table = np.full(span, cross.pooled_code, dtype=np.int64)
+            table[cross.keys] = np.arange(cross.keys.shape[0])
+            lookup_codes(keys, 0, table, cross.pooled_code, out, first + c)
+            continue
+        kept = xp.asarray(cross.keys)
+        found = xp.clip(xp.searchsorted(kept, keys), 0, max(cross.pooled_code - 1, 0))
+        hit = kept[found] == keys if cross.pooled_code else xp.zeros(keys.shape, dtype=bool)
+        out[:, first + c] = xp.where(hit, found, cross.pooled_code)
+
+
+def cross_to_dict(cross: Cross, names: Sequence[Hashable]) -> dict[str, Any]:
+    """A cross as plain data: its two column names and its kept keys."""
+    return {"columns": [names[cross.left], names[cross.right]], "keys": cross.keys.tolist()}
+
+
+def cross_from_dict(data: Any, names: Sequence[Hashable], n_values: np.ndarray, where: str) -> Cross:
+    """Check and rebuild a cross from :func:`cross_to_dict`'s data (which may come from a file)."""
+    if not isinstance(data, Mapping) or set(data) != {"columns", "keys"}:
+        msg = f"{where}: expected a dict with the keys 'columns' and 'keys'"
+        raise ValueError(msg)
+    pair = data["columns"]
+    valid = isinstance(pair, list) and len(pair) == 2 and pair[0] != pair[1]
+    if not valid or not all(c in names for c in pair):
+        msg = f"{where}['columns']: expected two distinct encoded columns, got {pair!r}"
+        raise ValueError(msg)
+    left, right = (list(names).index(c) for c in pair)
+    n_left, n_right = int(n_values[left]), int(n_values[right])
+    raw = data["keys"]
+    ok = isinstance(raw, list) and all(isinstance(k, int) and not isinstance(k, bool) for k in raw)
+    keys = np.asarray(raw if ok else [], dtype=np.int64)
+    if not ok or (keys.size and (keys[0] < 0 or keys[-1] >= n_left * n_right)) or (np.diff(keys) <= 0).any():
+        msg = f"{where}['keys']: expected strictly increasing integers in [0, {n_left * n_right})"
+        raise ValueError(msg)
+    return Cross(left, right, n_left, n_right, keys)
+
+
+__all__ = [
+    "Cross",
+    "all_pairs",
+    "check_interactions",
+    "count_pairs",
+    "cross_from_dict",
+    "cross_to_dict",
+    "merge_pair_counts",
+    "pair_keys",
+    "select_crosses",
+    "transform_crosses",
+]

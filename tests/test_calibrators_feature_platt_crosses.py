@@ -1,0 +1,171 @@
+"""Second-order feature-aware Platt (``interactions=``): scikit-learn's LogisticRegression on the same
+one-hot design with crosses, weights, the automatic choice of pairs, saving and bad input.
+
+The reference design is ``[logit(score), one-hot of each column's codes, one-hot of each cross's codes]``
+from the fitted encoder. scikit-learn has one penalty ``1 / C``; the crosses' own penalty ``l2_cross`` is
+reached by scaling their one-hot columns by ``s = sqrt(l2 / l2_cross)`` (a coefficient ``g`` on the scaled
+column is ``d = g s`` on the plain one, and ``l2 g^2 = l2_cross d^2``).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+from numpy.testing import assert_allclose, assert_array_equal
+from scipy.special import expit, logit
+from sklearn.linear_model import LogisticRegression
+
+import gpucal
+from gpucal.calibrators.feature_platt import FeatureAwarePlattCalibrator
+from gpucal.encoding import FeatureEncoder
+from gpucal.metrics import log_loss
+from kernels import value_offsets
+
+EPS = np.finfo(np.float64).eps
+
+
+def crossed_data(n: int = 3000, seed: int = 0, strength: float = 1.2) -> tuple[pd.DataFrame, np.ndarray]:
+    """Three fields and a number; the truth has main effects and a ``device x hour`` interaction only."""
+    rng = np.random.default_rng(seed)
+    truth = np.random.default_rng(100)
+    device = rng.integers(0, 4, n)
+    hour = rng.integers(0, 6, n)
+    site = rng.choice(np.array(["a", "b", "c", "d", "e"]), n)
+    num = rng.normal(size=n)
+    p = rng.beta(2.0, 3.0, n)
+    z = logit(p) + truth.normal(0, 0.4, 4)[device] + 0.3 * num
+    z = z + strength * truth.normal(0, 1.0, (4, 6))[device, hour]
+    y = (rng.random(n) < expit(z)).astype(np.float64)
+    return pd.DataFrame({"score": p, "site": site, "device": device, "hour": hour, "num": num}), y
+
+
+PARAMS: dict[str, Any] = {"categorical_cols": ["device", "hour"], "n_bins": 4, "tol": 1e-10}
+
+
+def crossed_design(cal: FeatureAwarePlattCalibrator, X: pd.DataFrame, scale: float) -> np.ndarray:
+    """``[logit(score), one-hot codes]`` with the cross columns multiplied by ``scale``."""
+    encoder = FeatureEncoder.from_dict(cal.encoder_)
+    codes = encoder.transform(X)
+    offsets = value_offsets(encoder.n_codes_)
+    onehot = np.zeros((len(X), int(encoder.n_codes_.sum())))
+    n_first = len(encoder.feature_names_)
+    for j in range(codes.shape[1]):
+        onehot[np.arange(len(X)), offsets[j] + codes[:, j]] = 1.0 if j < n_first else scale
+    return np.column_stack([logit(np.clip(X["score"].to_numpy(), EPS, 1 - EPS)), onehot])
+
+
+@pytest.mark.parametrize(
+    ("l2", "l2_cross", "weighted"), [(1.0, 1.0, False), (1.0, 10.0, False), (0.5, 20.0, True)]
+)
+def test_equals_sklearn_on_the_one_hot_design_with_crosses(
+    l2: float, l2_cross: float, weighted: bool
+) -> None:
+    X, y = crossed_data()
+    w = np.random.default_rng(1).random(len(y)) * 2 if weighted else None
+    pairs = [("device", "hour"), ("site", "num"), ("hour", "num")]
+    cal = FeatureAwarePlattCalibrator(interactions=pairs, l2=l2, l2_cross=l2_cross, **PARAMS)
+    cal.fit(X, y, sample_weight=w)
+    assert cal.interactions_ == [list(p) for p in pairs]
+    scale = np.sqrt(l2 / l2_cross)
+    design = crossed_design(cal, X, scale)
+    ref = LogisticRegression(C=1.0 / l2, solver="newton-cholesky", tol=1e-12, max_iter=1000)
+    ref.fit(design, y, sample_weight=w)
+    n_first = int(FeatureEncoder.from_dict(cal.encoder_).n_values_.sum())
+    coef = ref.coef_[0].copy()
+    coef[1 + n_first :] *= scale
+    assert_allclose(np.r_[cal.intercept_, cal.coef_score_, cal.coef_], np.r_[ref.intercept_, coef], atol=1e-6)
+    assert_allclose(cal.predict(X).to_numpy(), ref.predict_proba(design)[:, 1], rtol=0, atol=1e-8)
+
+
+def test_integer_weights_equal_repeated_rows() -> None:
+    X, y = crossed_data(n=800, seed=3)
+    w = np.random.default_rng(4).integers(0, 4, len(y))
+    params = {**PARAMS, "interactions": [("device", "hour"), ("site", "device")], "min_cross_count": 5}
+    weighted = FeatureAwarePlattCalibrator(**params).fit(X, y, sample_weight=w.astype(np.float64))
+    rows = np.repeat(np.arange(len(y)), w)
+    repeated = FeatureAwarePlattCalibrator(**params).fit(X.iloc[rows].reset_index(drop=True), y[rows])
+    assert weighted.encoder_ == repeated.encoder_
+    assert_allclose(weighted.predict(X), repeated.predict(X), atol=1e-9)
+
+
+def test_auto_keeps_the_true_interaction_and_beats_first_order_held_out() -> None:
+    X, y = crossed_data(n=20_000, seed=5)
+    X_test, y_test = crossed_data(n=20_000, seed=6)
+    auto = FeatureAwarePlattCalibrator(interactions="auto", **PARAMS).fit(X, y)
+    assert auto.interactions_ == [["device", "hour"]]
+    first = FeatureAwarePlattCalibrator(**PARAMS).fit(X, y)
+    assert first.interactions_ == []
+    gain = log_loss(y_test, first.predict(X_test)) - log_loss(y_test, auto.predict(X_test))
+    assert gain > 0.005
+
+
+def test_auto_keeps_no_pair_without_interactions() -> None:
+    X, y = crossed_data(n=20_000, seed=7, strength=0.0)
+    auto = FeatureAwarePlattCalibrator(interactions="auto", **PARAMS).fit(X, y)
+    assert auto.interactions_ == []
+    first = FeatureAwarePlattCalibrator(**PARAMS).fit(X, y)
+    assert_allclose(auto.predict(X), first.predict(X), atol=1e-6)
+
+
+def test_auto_equals_the_listed_fit_of_the_pairs_it_keeps() -> None:
+    X, y = crossed_data(n=20_000, seed=5)
+    auto = FeatureAwarePlattCalibrator(interactions="auto", **PARAMS).fit(X, y)
+    listed = FeatureAwarePlattCalibrator(interactions=auto.interactions_, **PARAMS).fit(X, y)
+    assert_allclose(auto.predict(X), listed.predict(X), atol=1e-8)
+
+
+def test_save_load_round_trip(tmp_path: Any) -> None:
+    X, y = crossed_data(n=3000, seed=9)
+    cal = FeatureAwarePlattCalibrator(interactions="auto", **PARAMS).fit(X, y)
+    assert cal.interactions_
+    cal.save(tmp_path / "m.json")
+    loaded = gpucal.load(tmp_path / "m.json")
+    assert loaded.get_params() == cal.get_params()
+    assert loaded.interactions_ == cal.interactions_
+    assert_array_equal(loaded.predict(X).to_numpy(), cal.predict(X).to_numpy())
+
+
+def test_load_rejects_inconsistent_crosses(tmp_path: Any) -> None:
+    X, y = crossed_data(n=1500, seed=10)
+    FeatureAwarePlattCalibrator(interactions=[("device", "hour")], **PARAMS).fit(X, y).save(
+        tmp_path / "m.json"
+    )
+    doc = json.loads((tmp_path / "m.json").read_text())
+    other = json.loads(json.dumps(doc))
+    other["state"]["interactions_"] = [["site", "hour"]]
+    (tmp_path / "other.json").write_text(json.dumps(other))
+    with pytest.raises(gpucal.ModelFileError, match="differ from the encoder's crosses"):
+        gpucal.load(tmp_path / "other.json")
+    short = json.loads(json.dumps(doc))
+    short["state"]["encoder_"]["crosses"][0]["keys"] = short["state"]["encoder_"]["crosses"][0]["keys"][:-1]
+    (tmp_path / "short.json").write_text(json.dumps(short))
+    with pytest.raises(gpucal.ModelFileError, match="encoder has"):
+        gpucal.load(tmp_path / "short.json")
+
+
+@pytest.mark.parametrize(
+    ("interactions", "error", "match"),
+    [
+        ([("device", "nope")], ValueError, r"names column\(s\) \['nope'\]"),
+        ([("hour", "hour")], ValueError, "crosses column 'hour' with itself"),
+        ([("hour",)], ValueError, r"\('hour',\) is not a pair of columns"),
+        ("pairs", ValueError, "'interactions' parameter of FeatureAwarePlattCalibrator must be None, 'auto'"),
+        (3, ValueError, "'interactions' parameter of FeatureAwarePlattCalibrator"),
+    ],
+)
+def test_bad_interactions(interactions: Any, error: type, match: str) -> None:
+    X, y = crossed_data(n=200)
+    with pytest.raises(error, match=match):
+        FeatureAwarePlattCalibrator(interactions=interactions, **PARAMS).fit(X, y)
+
+
+def test_bad_cross_parameters() -> None:
+    X, y = crossed_data(n=200)
+    with pytest.raises(ValueError, match="'l2_cross' parameter"):
+        FeatureAwarePlattCalibrator(l2_cross=0.0).fit(X, y)
+    with pytest.raises(ValueError, match="'max_cross_levels' parameter"):
+        FeatureAwarePlattCalibrator(max_cross_levels=0).fit(X, y)

@@ -1,0 +1,161 @@
+"""Crosses of the feature encoder (``FeatureEncoder(interactions=...)``) against a numpy oracle.
+
+The oracle: a cross's key is ``code_left * n_right + code_right`` of the first-order codes; the keys whose
+weight reaches ``min_cross_count`` keep codes ``0 .. m-1`` in key order, every other pair (rare, or never
+seen at fit time) reads as ``m``.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from gpucal.encoding import FeatureEncoder
+
+
+def _frame(n: int = 2000, seed: int = 0) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=n)
+    x[::50] = np.nan
+    return pd.DataFrame(
+        {
+            "site": rng.choice(["a", "b", "c", "d"], n, p=[0.5, 0.3, 0.15, 0.05]),
+            "hour": rng.integers(0, 6, n),
+            "x": x,
+        }
+    )
+
+
+def _oracle(first: np.ndarray, left: int, right: int, n_right: int, weight: np.ndarray, min_count: float):
+    """Codes of a cross on the fit rows, and its kept keys."""
+    keys = first[:, left].astype(np.int64) * n_right + first[:, right]
+    totals = np.bincount(keys, weights=weight)
+    kept = np.flatnonzero((totals >= min_count) & (totals > 0))
+    codes = np.where(np.isin(keys, kept), np.searchsorted(kept, keys), len(kept))
+    return codes, kept
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+def test_cross_codes_equal_the_oracle(weighted: bool) -> None:
+    X = _frame()
+    w = np.random.default_rng(1).random(len(X)) * 2 if weighted else None
+    pairs = [("site", "hour"), ("hour", "x")]
+    enc = FeatureEncoder(n_bins=4, categorical_cols=["hour"], interactions=pairs, min_cross_count=25.0)
+    codes = enc.fit(X, sample_weight=w).transform(X)
+    first = FeatureEncoder(n_bins=4, categorical_cols=["hour"]).fit(X, sample_weight=w).transform(X)
+    np.testing.assert_array_equal(codes[:, :3], first)
+    weight = np.ones(len(X)) if w is None else w
+    for c, (left, right) in enumerate([(0, 1), (1, 2)]):
+        expected, kept = _oracle(first, left, right, int(enc.n_values_[right]), weight, 25.0)
+        np.testing.assert_array_equal(codes[:, 3 + c], expected)
+        assert enc.n_codes_[3 + c] == len(kept) + 1
+    assert enc.interactions_ == pairs
+    assert codes.shape == (len(X), 5)
+    assert (codes < enc.n_codes_).all()
+
+
+def test_rare_and_unseen_pairs_read_as_the_pooled_code() -> None:
+    X = pd.DataFrame({"a": list("xxxxyyyyz"), "b": list("pqpqpqpqq")})
+    enc = FeatureEncoder(interactions=[("a", "b")], min_cross_count=2).fit(X)
+    # Kept: (x, p), (x, q), (y, p), (y, q); (z, q) has one row: pooled with anything new.
+    new = pd.DataFrame({"a": ["x", "z", "w", None], "b": ["q", "q", "p", "p"]})
+    codes = enc.transform(new)
+    assert enc.n_codes_[2] == 5
+    assert codes[:, 2].tolist() == [1, 4, 4, 4]
+
+
+def test_numeric_columns_cross_through_their_bins() -> None:
+    X = pd.DataFrame({"u": np.arange(100.0), "v": np.tile([0.0, 1.0, 2.0, 3.0], 25)})
+    enc = FeatureEncoder(n_bins=4, interactions=[("u", "v")], min_cross_count=1).fit(X)
+    codes = enc.transform(X)
+    # u: four bins and the missing code; v: bins {0}, {1}, {2, 3} (a cut at the minimum is dropped), missing
+    assert enc.n_values_.tolist() == [5, 4]
+    expected, kept = _oracle(codes, 0, 1, 4, np.ones(100), 1.0)
+    np.testing.assert_array_equal(codes[:, 2], expected)
+    assert len(kept) == 12  # every bin of u meets every bin of v
+
+
+def test_all_pairs_and_json_round_trip() -> None:
+    X = _frame()
+    enc = FeatureEncoder(n_bins=3, categorical_cols=["hour"], interactions="all").fit(X)
+    assert enc.interactions_ == [("site", "hour"), ("site", "x"), ("hour", "x")]
+    back = FeatureEncoder.from_dict(json.loads(json.dumps(enc.to_dict())))
+    np.testing.assert_array_equal(back.transform(X), enc.transform(X))
+    assert back.interactions_ == enc.interactions_
+    np.testing.assert_array_equal(back.n_codes_, enc.n_codes_)
+
+
+def test_large_pair_spaces_use_the_key_search(monkeypatch: pytest.MonkeyPatch) -> None:
+    X = _frame()
+    enc = FeatureEncoder(n_bins=8, interactions=[("site", "x")], min_cross_count=5).fit(X)
+    dense = enc.transform(X)
+    monkeypatch.setattr("gpucal.encoding.crosses.MAX_LOOKUP_SPAN", 1)
+    np.testing.assert_array_equal(enc.transform(X), dense)
+
+
+def test_the_cap_drops_pairs_with_a_warning_naming_them() -> None:
+    X = _frame()
+    enc = FeatureEncoder(n_bins=4, interactions=[("site", "hour"), ("site", "x")], max_cross_levels=25)
+    with pytest.warns(UserWarning, match=r"\[\('site', 'x'\)\] dropped.*max_cross_levels=25"):
+        enc.fit(X)
+    assert enc.interactions_ == [("site", "hour")]
+    assert enc.n_codes_[3:].sum() <= 25
+
+
+@pytest.mark.parametrize(
+    ("interactions", "match"),
+    [
+        ([("site", "nope")], r"\('site', 'nope'\) names column\(s\) \['nope'\]"),
+        ([("site", "site")], r"crosses column 'site' with itself"),
+        ([("site",)], r"\('site',\) is not a pair of columns"),
+        ([("site", "hour"), ("hour", "site")], r"given twice"),
+        (["site"], r"'site' is not a pair"),
+    ],
+)
+def test_bad_interactions_name_the_entry(interactions: list, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        FeatureEncoder(interactions=interactions).fit(_frame(50))
+
+
+def test_interactions_must_be_a_list() -> None:
+    with pytest.raises(TypeError, match="expected None, 'all' or a list of column pairs"):
+        FeatureEncoder(interactions="auto").fit(_frame(50))
+
+
+def test_code_maps_refused_with_crosses() -> None:
+    X = _frame(50)
+    enc = FeatureEncoder(interactions=[("site", "hour")], categorical_cols=["hour"]).fit(X)
+    with pytest.raises(ValueError, match="code_maps: not supported with crosses"):
+        enc.transform(X, code_maps=[np.arange(k) for k in enc.n_values_])
+
+
+@pytest.mark.parametrize(
+    ("corrupt", "match"),
+    [
+        (lambda d: d["crosses"][0].update(keys=[3, 2]), r"\['keys'\]: expected strictly increasing"),
+        (lambda d: d["crosses"][0].update(keys=[10**6]), r"\['keys'\]: expected strictly increasing"),
+        (lambda d: d["crosses"][0].update(columns=["site", "site"]), r"\['columns'\]: expected two distinct"),
+        (lambda d: d["crosses"][0].update(columns=["site", "zzz"]), r"\['columns'\]: expected two distinct"),
+        (lambda d: d["params"].update(interactions=[["hour", "x"]]), "differ from data"),
+        (lambda d: d.pop("crosses"), r"'crosses' with crosses"),
+        (lambda d: d["params"].update(max_cross_levels=2), "more codes than max_cross_levels"),
+        (lambda d: d["params"].pop("min_cross_count"), "data\\['params'\\]: expected the keys"),
+    ],
+)
+def test_from_dict_checks_the_crosses(corrupt, match: str) -> None:
+    X = _frame()
+    data = FeatureEncoder(n_bins=3, interactions=[("site", "x")]).fit(X).to_dict()
+    corrupt(data)
+    with pytest.raises(ValueError, match=match):
+        FeatureEncoder.from_dict(data)
+
+
+def test_files_without_crosses_load_as_before() -> None:
+    X = _frame()
+    data = FeatureEncoder(n_bins=3).fit(X).to_dict()
+    assert "crosses" not in data
+    assert set(data["params"]) == {"n_bins", "categorical_cols", "handle_unseen"}
+    assert FeatureEncoder.from_dict(data).interactions_ == []
