@@ -10,6 +10,8 @@ platt             ``PlattCalibrator()``                                         
 beta              ``BetaCalibrator()``                                           score
 isotonic          ``IsotonicCalibrator()``                                       score
 feature_platt     ``FeatureAwarePlattCalibrator(l2=l2)``, l2 in 1, 10, 100         score + features
+feature_platt     the same, ``l2=10``, second order: ``interactions="auto"``,      score + features
+                  ``l2_cross`` in 10, 100
 mbct              ``MBCT()``; ``min_child_size=100``; the same, ``leaf_penalty=300``  score + features
 hc                ``HeterogeneousCalibrator(mode="boosted")``                   score + features
 neucalib          ``FieldAwareCalibrator()`` (when PyTorch imports)              score + features
@@ -44,11 +46,14 @@ MBCT_GRID: tuple[dict[str, Any], ...] = (
     {"min_child_size": 100.0},
     {"min_child_size": 100.0, "leaf_penalty": 300.0},
 )
+#: Penalties of the cross effects of second-order feature-aware Platt (``l2 = 10``, the pairs chosen by
+#: its ``interactions="auto"`` screen): as strong as the main effects', and ten times stronger.
+CROSS_L2 = (10.0, 100.0)
 #: The feature-aware candidates, cheapest first: (name, parameters), one line each; NeuCalib's is
 #: added when PyTorch imports (:func:`default_candidates`).
 FEATURE_CANDIDATES: tuple[tuple[str, dict[str, Any]], ...] = (
     *(("feature_platt", {"l2": l2}) for l2 in FEATURE_PLATT_L2),
-    # Second-order feature-aware Platt (pairwise crosses of the fields) goes here.
+    *(("feature_platt", {"l2": 10.0, "interactions": "auto", "l2_cross": c}) for c in CROSS_L2),
     *(("mbct", dict(grid)) for grid in MBCT_GRID),
     ("hc", {"mode": "boosted"}),
 )
@@ -215,6 +220,7 @@ def column_params(
 
 __all__ = [
     "COLUMN_PARAMS",
+    "CROSS_L2",
     "FEATURE_CANDIDATES",
     "FEATURE_PLATT_L2",
     "MBCT_GRID",
