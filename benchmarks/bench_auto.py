@@ -552,11 +552,11 @@ def _yes(flag: bool) -> str:
 
 
 def write_report(entries: list[dict[str, Any]], args: argparse.Namespace, seconds: float) -> None:
-    stem = "auto_quick" if args.quick else "auto"
+    stem = args.out or ("auto_quick" if args.quick else "auto")
     (RESULTS / f"{stem}.json").write_text(json.dumps(entries, indent=1, default=float))
     load = os.getloadavg()[0]
     lines = [
-        "# AutoCalibrator beside the peers and every gpucal method with its defaults (issue 14)",
+        "# AutoCalibrator beside the peers and every gpucal method with its defaults (issues 14, 22)",
         "",
         f"Run {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} by `bench_auto.py"
         f"{' --quick' if args.quick else ''}` on {platform.machine()}, {os.cpu_count()} cores shared with "
@@ -574,7 +574,8 @@ def write_report(entries: list[dict[str, Any]], args: argparse.Namespace, second
         "'within noise' = at most 2 standard errors. speed = MCGrad default's fit seconds / "
         f"AutoCalibrator's (target >= {SPEED_RATIO:g} on calibration sets over {SPEED_MIN_ROWS:,} rows). "
         "blend - choice: the blend's log-loss minus the choice's (its standard error). search: folds x "
-        "rows cross-fitted (over 100,000 rows: a 40,000-row subsample, 2 folds; `gpucal.auto.sizing`), "
+        "rows of the last rung of the search (successive halving from 8,000 rows; over 100,000 rows the last "
+        "rung is a 40,000-row subsample; `gpucal.auto.sizing`), "
         "and which guard, if any, handed the prediction to Platt scaling (`gpucal.auto.guard`): the AUC "
         "guard (out-of-fold AUC below the raw score's) or, on a large set, a gain over Platt of at most "
         "2 standard errors; choice: the candidate the prediction reads first (Platt after a guard).",
@@ -846,6 +847,61 @@ def sizing_variant(args: argparse.Namespace) -> None:
     (RESULTS / "auto_sizing.md").write_text("\n".join(lines) + "\n")
 
 
+#: ``--per-size``: calibration rows of the fit-time sweep (the first rows of one stream; one test set).
+PER_SIZE_ROWS = (3_000, 10_000, 20_000, 40_000, 100_000, 150_000)
+
+
+def per_size_variant(args: argparse.Namespace) -> None:
+    """AutoCalibrator's and MCGrad's default fit seconds per calibration-set size (``auto_per_size.*``)."""
+    from gpucal.metrics import log_loss
+
+    table: dict[str, dict[str, dict[str, float]]] = {}
+    for name in args.datasets:
+        full = prepare(name, argparse.Namespace(**{**vars(args), "ctr_rows": max(PER_SIZE_ROWS)}))
+        warm_up(full)
+        T, y_test = full.test[["score", *full.feature_cols]], full.test["label"].to_numpy(float)
+        columns = {"feature_cols": full.feature_cols, "categorical_cols": full.categorical_cols or None}
+        for n_rows in PER_SIZE_ROWS:
+            cal = full.cal.iloc[:n_rows]
+            X, y = cal[["score", *full.feature_cols]], cal["label"].to_numpy(float)
+            row: dict[str, dict[str, float]] = {}
+            for label, model in (("auto", make_auto(**columns)), ("mcgrad", MCGradPeer(full, None))):
+                started, cpu_started = time.perf_counter(), time.process_time()
+                model.fit(X, y)
+                row[label] = {
+                    "fit_s": time.perf_counter() - started,
+                    "cpu_s": time.process_time() - cpu_started,
+                    "log_loss": log_loss(y_test, np.asarray(model.predict(T), dtype=np.float64)),
+                }
+            table[f"{name} {n_rows}"] = row
+            print(name, n_rows, row, file=sys.stderr, flush=True)
+            write_per_size(table)
+
+
+def write_per_size(table: dict[str, dict[str, dict[str, float]]]) -> None:
+    (RESULTS / "auto_per_size.json").write_text(json.dumps(table, indent=1))
+    lines = [
+        "# AutoCalibrator's fit time per calibration-set size, beside MCGrad's default (issue 22)",
+        "",
+        f"Run {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} by `bench_auto.py --per-size` on "
+        f"{os.cpu_count()} cores shared with other jobs (load average {os.getloadavg()[0]:.1f} at the end): "
+        "the first n calibration rows of each dataset, the same test rows; `AutoCalibrator()` and `MCGrad()` "
+        "with their defaults. Wall seconds are inflated by the load; CPU seconds (this process, all its "
+        "threads) are what a 2-core machine of one's own would take, about.",
+        "",
+        "| dataset, rows | auto wall s | auto CPU s | MCGrad wall s | MCGrad CPU s | MCGrad / auto (wall) "
+        "| auto log-loss | MCGrad log-loss |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for key, row in table.items():
+        a, m = row["auto"], row["mcgrad"]
+        lines.append(
+            f"| {key} | {a['fit_s']:.1f} | {a['cpu_s']:.1f} | {m['fit_s']:.1f} | {m['cpu_s']:.1f} | "
+            f"{m['fit_s'] / a['fit_s']:.1f}x | {a['log_loss']:.5f} | {m['log_loss']:.5f} |"
+        )
+    (RESULTS / "auto_per_size.md").write_text("\n".join(lines) + "\n")
+
+
 def _search(model: Any) -> dict[str, Any]:
     """An AutoCalibrator's search: folds, rows, seconds and the guards (``auto_search`` of the JSON)."""
     return {
@@ -1025,6 +1081,10 @@ def main() -> None:
     parser.add_argument(
         "--report-only", type=float, metavar="MINUTES", help="rewrite the report from the JSON"
     )
+    parser.add_argument("--out", help="stem of the report files (default: auto, or auto_quick)")
+    parser.add_argument(
+        "--merge", nargs="+", metavar="STEM", help="--report-only: the entries of these JSON files, in order"
+    )
     parser.add_argument("--l2-sweep", action="store_true", help="feature-aware Platt's l2 on every dataset")
     parser.add_argument(
         "--fast", action="store_true", help="a cheaper AutoCalibrator beside MCGrad (large sets)"
@@ -1033,11 +1093,17 @@ def main() -> None:
         "--sizing", action="store_true", help="the large-set search at several sizes beside MCGrad"
     )
     parser.add_argument(
+        "--per-size", action="store_true", help="AutoCalibrator's and MCGrad's fit time per set size"
+    )
+    parser.add_argument(
         "--defaults", action="store_true", help="HC's and NeuCalib's defaults over seeds (small tasks)"
     )
     args = parser.parse_args()
     if args.defaults:
         defaults_variant(args)
+        return
+    if args.per_size:
+        per_size_variant(args)
         return
     if args.fast or args.sizing:
         args.datasets = [d for d in args.datasets if d.startswith("ctr-") or d == "flights"]
@@ -1047,7 +1113,8 @@ def main() -> None:
         l2_sweep(args)
         return
     if args.report_only is not None:
-        entries = json.loads((RESULTS / f"{'auto_quick' if args.quick else 'auto'}.json").read_text())
+        stems = args.merge or [args.out or ("auto_quick" if args.quick else "auto")]
+        entries = [entry for stem in stems for entry in json.loads((RESULTS / f"{stem}.json").read_text())]
         write_report(entries, args, 60 * args.report_only)
         return
     started = time.perf_counter()
