@@ -328,8 +328,10 @@ def test_subsample_rows_is_seeded_sorted_and_stratified() -> None:
 def test_plan_grows_the_rows_rung_by_rung() -> None:
     first, growth = sizing.FIRST_RUNG_ROWS, sizing.GROWTH
     small = sizing.plan_search(first, "auto", "auto")
-    assert small.rungs == (sizing.Rung(first, sizing.SMALL_N_FOLDS),)
+    assert small.rungs == (sizing.Rung(first, sizing.SCREEN_N_FOLDS),)
     assert not small.large
+    tiny = sizing.plan_search(sizing.SMALL_ROWS, "auto", "auto")
+    assert tiny.rungs == (sizing.Rung(sizing.SMALL_ROWS, sizing.SMALL_N_FOLDS),)
     mid = sizing.plan_search(2 * first * growth, "auto", "auto")
     assert [r.rows for r in mid.rungs] == [first, first * growth, 2 * first * growth]
     assert [r.n_folds for r in mid.rungs] == [sizing.SCREEN_N_FOLDS] * 2 + [sizing.LARGE_N_FOLDS]

@@ -86,7 +86,7 @@ class AutoCalibrator(Calibrator):
         ``score_kind``) that its class has, except where a given estimator was set otherwise.
     n_folds : int or "auto", default="auto"
         Folds of every rung of the search (at least 2). ``"auto"``: 3 on a rung that screens, and on
-        the last rung 5 up to 25,000 rows, else 2 (:mod:`gpucal.auto.sizing`).
+        the last rung 5 up to 5,000 rows, 3 up to 25,000, else 2 (:mod:`gpucal.auto.sizing`).
     cv_rows : int, "auto" or None, default="auto"
         Rows of the last rung: a seeded subsample stratified by label when the data has more (the
         chosen calibrators are still refitted on every row). ``"auto"``: 40,000 on more than 100,000
@@ -448,6 +448,8 @@ class AutoCalibrator(Calibrator):
                     if index not in kept and row is not None and row["status"] == "ok":
                         row["status"] = f"halved out after {rung.rows:,} rows"
                 racing = kept
+                if not racing:  # every candidate failed: nothing to pass on
+                    break
         return [row for row in rows if row is not None], folds
 
     def _budget_spent(self, started: float) -> bool:
@@ -478,7 +480,7 @@ class AutoCalibrator(Calibrator):
         )
         usable = [i for i in racing if np.isfinite(scores[i])]
         if not usable:
-            return racing
+            return []
         ranked = sorted(usable, key=lambda i: scores[i])
         kept = set(ranked[: survivors_wanted(len(usable))])
         if self.ensemble and len(usable) > 1:

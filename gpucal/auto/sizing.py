@@ -8,14 +8,14 @@ calibration rows as the resource: a candidate that trails on 8,000 rows by more 
 rarely wins on 40,000, and the rows saved pay for candidates a fixed cut had to leave out (NeuCalib on
 large sets). The rungs of a calibration set of ``n`` rows:
 
-- up to about :data:`FIRST_RUNG_ROWS` rows: one rung, every row, :data:`SMALL_N_FOLDS` folds (small
-  sets pay nothing for the halving);
+- up to about :data:`FIRST_RUNG_ROWS` rows: one rung, every row (small sets pay nothing for the
+  halving);
 - above: the first rung on :data:`FIRST_RUNG_ROWS` rows over :data:`SCREEN_N_FOLDS` folds, then
   :data:`GROWTH` times the rows per rung up to the last rung's: every row up to :data:`LARGE_ROWS`, else
   :data:`LARGE_CV_ROWS` (the refit of the chosen calibrators still sees every row; more would not pay
   for itself: the search must cost a fifth of MCGrad's default fit there, 4-14 s on 150,000 rows and 2
-  cores). The last rung has :data:`SMALL_N_FOLDS` folds up to :data:`MID_ROWS` rows, else
-  :data:`LARGE_N_FOLDS`;
+  cores). The last rung has :data:`SMALL_N_FOLDS` folds up to :data:`SMALL_ROWS` rows,
+  :data:`SCREEN_N_FOLDS` up to :data:`MID_ROWS`, else :data:`LARGE_N_FOLDS`;
 - a rung passes on the best third of its candidates (at least :data:`MIN_SURVIVORS`), the members of a
   blend of its out-of-fold predictions and Platt scaling (``AutoCalibrator._survivors``).
 
@@ -48,8 +48,12 @@ LARGE_CV_ROWS = 40_000
 #: On a large set a blend or feature-aware choice must beat Platt scaling on the cross-fitted rows by
 #: more than this many standard errors, else Platt scaling predicts (``AutoCalibrator``'s docstring).
 PLATT_MARGIN = 2.0
-#: Folds of the last rung (the one that chooses) up to :data:`MID_ROWS` rows.
+#: Folds of the last rung (the one that chooses) up to :data:`SMALL_ROWS` rows: on small sets each
+#: fold's training rows count.
 SMALL_N_FOLDS = 5
+#: A last rung with more rows than this has :data:`SCREEN_N_FOLDS` folds (up to :data:`MID_ROWS`): five
+#: folds over 10,000-20,000 rows made the search cost 15-27 CPU seconds on make_ctr data.
+SMALL_ROWS = 5_000
 #: Folds of a screening rung (one that passes candidates on).
 SCREEN_N_FOLDS = 3
 #: A last rung with more rows than this has :data:`LARGE_N_FOLDS` folds.
@@ -131,8 +135,10 @@ def plan_search(n_rows: int, n_folds: int | str, cv_rows: int | str | None) -> S
             folds = int(n_folds)
         elif i < len(sizes) - 1:
             folds = SCREEN_N_FOLDS
+        elif rows <= SMALL_ROWS:
+            folds = SMALL_N_FOLDS
         else:
-            folds = SMALL_N_FOLDS if rows <= MID_ROWS else LARGE_N_FOLDS
+            folds = SCREEN_N_FOLDS if rows <= MID_ROWS else LARGE_N_FOLDS
         rungs.append(Rung(rows=rows, n_folds=folds))
     return SearchPlan(rungs=tuple(rungs), large=large)
 
@@ -150,6 +156,7 @@ __all__ = [
     "PLATT_MARGIN",
     "SCREEN_N_FOLDS",
     "SMALL_N_FOLDS",
+    "SMALL_ROWS",
     "Rung",
     "SearchPlan",
     "plan_search",

@@ -240,8 +240,11 @@ def fit_knots(
     monotone_penalty: float,
     max_iter: int,
     tol: float,
+    polish: bool = True,
 ) -> tuple[np.ndarray, int]:
     r"""Fit the knot values alone by full-batch L-BFGS on the ILPS loss; return them and the iterations.
+
+    ``polish``: finish with :func:`_polish` (False: the L-BFGS iterate, for a start that is trained on).
 
     :math:`\eta` alone has ``K + 1`` parameters and a convex loss (the log-loss of a linear function of
     the knots plus a sum of hinges), so it is solved to a tolerance rather than early-stopped: nothing
@@ -286,7 +289,7 @@ def fit_knots(
             previous, loss = loss, float(objective())
         if not loss < previous - RESTART_RTOL * abs(previous):
             break
-    return _polish(net, objective), n_iter
+    return (_polish(net, objective) if polish else _host(net.knots)), n_iter
 
 
 def _polish(net: NeuCalibNet, objective: Any) -> np.ndarray:

@@ -120,11 +120,13 @@ def fit_eta(
     tol: float,
     device: str,
     what: str,
+    polish: bool = True,
 ) -> EtaFit:
     """Fit :math:`\\eta` alone on logits ``x`` (numpy or cupy): knots, then the knot values by L-BFGS.
 
     Rows of zero weight take part in nothing. With ``monotone_penalty > 0`` the optimiser's residual
-    violation is pooled away (:func:`pool_knots`).
+    violation is pooled away (:func:`pool_knots`). ``polish=False`` skips the final subgradient steps
+    (for a start that is trained further).
     """
     training = load_training(what)
     check_two_classes(y, w)
@@ -140,6 +142,7 @@ def fit_eta(
         monotone_penalty=monotone_penalty,
         max_iter=max_iter,
         tol=tol,
+        polish=polish,
     )
     return finish_eta(knots_x, knots_y, k, t, w, monotone_penalty, n_iter)
 
