@@ -371,9 +371,16 @@ def warm_up(data: _mbct_data.BenchData) -> None:
     """Fit every gpucal method once, untimed, before the first timed fit: numba compiles on first use."""
     if _WARMED:
         return
+    from gpucal.auto.candidates import column_params, default_candidates
+
     rows = data.cal.iloc[:WARMUP_ROWS]
+    X, y = rows[["score", *data.feature_cols]], rows["label"].to_numpy()
     for method in ("isotonic", "platt", "feature_platt", "mbct", "hc"):
-        build(method, data).fit(rows[["score", *data.feature_cols]], rows["label"].to_numpy())
+        build(method, data).fit(X, y)
+    # AutoCalibrator's own settings (second-order Platt, MBCT's grid) reach kernels the defaults do not.
+    columns = column_params("score", data.feature_cols, data.categorical_cols or None, "probability")
+    for candidate in default_candidates(columns, with_features=True, with_torch=False):
+        candidate.estimator.fit(X, y)
     _WARMED.append(True)
 
 
