@@ -4,9 +4,12 @@ Every candidate is cross-fitted on a small stratified subsample first; only the 
 members of a blend fitted on that rung's out-of-fold predictions) go on to the next rung, which has
 :data:`GROWTH` times the rows; the last rung's out-of-fold predictions choose the prediction. This is
 successive halving (Jamieson and Talwalkar, AISTATS 2016; Li et al., "Hyperband", JMLR 18, 2018) with the
-calibration rows as the resource: a candidate that trails on 8,000 rows by more than the others do
-rarely wins on 40,000, and the rows saved pay for candidates a fixed cut had to leave out (NeuCalib on
-large sets). The rungs of a calibration set of ``n`` rows:
+calibration rows as the resource: the rows saved on the candidates left behind pay for candidates a
+fixed cut had to leave out (NeuCalib, second-order feature-aware Platt). Its known cost: a candidate that
+needs many rows to shine can be left behind early; on the 150,000-row ``make_ctr`` sets of
+``benchmarks/results/auto.md`` NeuCalib alone was best on 4 of 8, and of those 4 it was left behind on
+the 8,000-row rung on 2 and raced out of the last rung after one fold on 1 (on the fourth the AUC
+guard handed the prediction to Platt scaling). The rungs of a calibration set of ``n`` rows:
 
 - up to about :data:`FIRST_RUNG_ROWS` rows: one rung, every row (small sets pay nothing for the
   halving);
