@@ -14,6 +14,7 @@ from sklearn.base import BaseEstimator, clone
 
 import gpucal
 from gpucal.auto import AutoCalibrator, sizing
+from gpucal.auto import candidates as candidates_module
 from gpucal.auto.blend import MIN_MEMBER_WEIGHT, fit_blend, logits, mean_log_loss
 from gpucal.auto.candidates import FEATURE_CANDIDATES, Candidate
 from gpucal.auto.folds import grouped_folds, stratified_folds, subsample_rows
@@ -329,7 +330,7 @@ def test_subsample_rows_is_seeded_sorted_and_stratified() -> None:
 def test_plan_grows_the_rows_rung_by_rung() -> None:
     first, growth = sizing.FIRST_RUNG_ROWS, sizing.GROWTH
     small = sizing.plan_search(first, "auto", "auto")
-    assert small.rungs == (sizing.Rung(first, sizing.SCREEN_N_FOLDS),)
+    assert small.rungs == (sizing.Rung(first, sizing.MID_N_FOLDS),)
     assert not small.large
     tiny = sizing.plan_search(sizing.SMALL_ROWS, "auto", "auto")
     assert tiny.rungs == (sizing.Rung(sizing.SMALL_ROWS, sizing.SMALL_N_FOLDS),)
@@ -345,12 +346,13 @@ def test_plan_grows_the_rows_rung_by_rung() -> None:
     assert (given.n_folds, given.cv_rows, given.large) == (4, 500_000, True)
     assert {r.n_folds for r in given.rungs} == {4}
     assert sizing.plan_search(1_000, 3, 5_000).cv_rows == 1_000
-    assert [sizing.survivors_wanted(m) for m in (2, 3, 9, 10, 14)] == [2, 3, 3, 4, 5]
+    assert [sizing.survivors_wanted(m) for m in (2, 3, 9, 10, 14)] == [2, 2, 3, 3, 4]
 
 
 def test_successive_halving_leaves_the_worst_behind(ctr: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     X, y, _ = ctr
     monkeypatch.setattr(sizing, "FIRST_RUNG_ROWS", 1_000)
+    monkeypatch.setattr(sizing, "MIN_SURVIVORS", 3)
     candidates = [ConstantHalf(), "platt", "isotonic", "feature_platt"]
     model = auto(candidates=candidates, drop_threshold=None, ensemble=False).fit(X, y)
     assert model.rungs_ == [
@@ -360,7 +362,7 @@ def test_successive_halving_leaves_the_worst_behind(ctr: Any, monkeypatch: pytes
     results = model.cv_results_
     assert results["status"].tolist() == ["halved out after 1,000 rows"] + ["ok"] * 3
     assert results["cv_rows"].tolist() == [1_000, 3_000, 3_000, 3_000]
-    assert results["n_folds_fitted"].tolist() == [3, 5, 5, 5]
+    assert results["n_folds_fitted"].tolist() == [sizing.SCREEN_N_FOLDS, 5, 5, 5]
     assert np.isnan(model.oof_predictions_[:, 0]).all()  # the last rung's predictions only
     assert np.isfinite(model.oof_predictions_[:, 1:]).all()
     assert results["rank_test_score"].tolist()[0] == 4
@@ -370,6 +372,16 @@ def test_successive_halving_leaves_the_worst_behind(ctr: Any, monkeypatch: pytes
     assert_allclose(results["mean_test_log_loss"][1:], last.cv_results_["mean_test_log_loss"])
     spent = auto(candidates=candidates, drop_threshold=None, time_budget=1e-9).fit(X, y)
     assert len(spent.rungs_) == 1  # the budget was spent on the first rung
+    # An expensive candidate goes on only as its rung's best; a dominated one never.
+    monkeypatch.setattr(candidates_module, "EXPENSIVE_CLASSES", frozenset({"IsotonicCalibrator"}))
+    costly = auto(candidates=candidates, drop_threshold=None, ensemble=False).fit(X, y)
+    halved = "halved out after 1,000 rows"
+    assert costly.cv_results_["status"].tolist()[:3] == [halved, "ok", halved]
+    monkeypatch.setattr(sizing, "MIN_SURVIVORS", 4)
+    assert (
+        auto(candidates=candidates, drop_threshold=None, ensemble=False).fit(X, y).rungs_[1]["candidates"]
+        == 2
+    )
 
 
 def test_large_data_cross_fits_a_subsample_and_refits_on_every_row(

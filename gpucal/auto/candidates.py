@@ -57,6 +57,10 @@ FEATURE_CANDIDATES: tuple[tuple[str, dict[str, Any]], ...] = (
     *(("mbct", dict(grid)) for grid in MBCT_GRID),
     ("hc", {"mode": "boosted"}),
 )
+#: Classes whose fit costs several times a feature-aware Platt fit on the same rows (NeuCalib: 5-16 CPU
+#: seconds on 150,000 rows and 2 cores, as much as MCGrad's whole default fit). A screening rung of the
+#: search passes such a candidate on only when it is that rung's best (``AutoCalibrator._survivors``).
+EXPENSIVE_CLASSES = frozenset({"FieldAwareCalibrator"})
 #: The column parameters handed to every candidate whose class takes them.
 COLUMN_PARAMS = ("score_col", "feature_cols", "categorical_cols", "score_kind")
 
@@ -78,6 +82,11 @@ class Candidate:
     name: str
     estimator: Any
     params: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def expensive(self) -> bool:
+        """Whether its class is one of :data:`EXPENSIVE_CLASSES`."""
+        return type(self.estimator).__name__ in EXPENSIVE_CLASSES
 
     @property
     def label(self) -> str:
@@ -221,6 +230,7 @@ def column_params(
 __all__ = [
     "COLUMN_PARAMS",
     "CROSS_L2",
+    "EXPENSIVE_CLASSES",
     "FEATURE_CANDIDATES",
     "FEATURE_PLATT_L2",
     "MBCT_GRID",

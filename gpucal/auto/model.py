@@ -33,8 +33,15 @@ from gpucal.auto.cross_fit import (
 )
 from gpucal.auto.folds import group_values, grouped_folds, stratified_folds, subsample_rows
 from gpucal.auto.guard import blend_probabilities, order_guard, paired_gain
-from gpucal.auto.report import METRICS, ROW_LOSSES, report_row, report_table, summary_line
-from gpucal.auto.sizing import PLATT_MARGIN, Rung, SearchPlan, plan_search, survivors_wanted
+from gpucal.auto.report import (
+    METRICS,
+    ROW_LOSSES,
+    report_row,
+    report_table,
+    summary_line,
+    trailing_reason,
+)
+from gpucal.auto.sizing import DOMINATED_SE, PLATT_MARGIN, Rung, SearchPlan, plan_search, survivors_wanted
 from gpucal.auto.specs import candidate_from_spec, candidate_spec
 from gpucal.calibrators.base import (
     OUTPUT_TYPE_OPTIONS,
@@ -491,10 +498,13 @@ class AutoCalibrator(Calibrator):
     ) -> list[int]:
         """The candidates a screening rung passes on, in their order (cheapest first).
 
-        The best :func:`~gpucal.auto.sizing.survivors_wanted` by mean held-out ``scoring``, the members
-        of a blend of this rung's out-of-fold predictions with a weight of at least
+        The best :func:`~gpucal.auto.sizing.survivors_wanted` by mean held-out ``scoring`` and the
+        members of a blend of this rung's out-of-fold predictions with a weight of at least
         :data:`~gpucal.auto.blend.MIN_MEMBER_WEIGHT` (``ensemble=True``: what the last rung will blend),
-        and the best Platt candidate (what the guards fall back to).
+        less those dominated (trailing the best by more than :data:`~gpucal.auto.sizing.DOMINATED_SE`
+        standard errors of the per-row difference on the rung's held-out rows) and the expensive ones
+        (:data:`~gpucal.auto.candidates.EXPENSIVE_CLASSES`) but the best; and the best Platt candidate
+        (what the guards fall back to).
         """
         scores = np.array(
             [
@@ -507,9 +517,10 @@ class AutoCalibrator(Calibrator):
         if not usable:
             return []
         ranked = sorted(usable, key=lambda i: scores[i])
+        done = folds >= 0
         kept = set(ranked[: survivors_wanted(len(usable))])
         if self.ensemble and len(usable) > 1:
-            crossed = np.flatnonzero(folds >= 0)
+            crossed = np.flatnonzero(done)
             w = np.ones(labels.shape[0]) if weights is None else weights
             fit = fit_blend(
                 logits(self.oof_predictions_[np.ix_(crossed, usable)]),
@@ -518,6 +529,18 @@ class AutoCalibrator(Calibrator):
                 min_member_weight=MIN_MEMBER_WEIGHT,
             )
             kept.update(i for i, weight in zip(usable, fit.weights, strict=True) if weight > 0)
+        kept = {
+            i
+            for i in kept
+            if i == ranked[0]
+            or (
+                not candidates[i].expensive
+                and trailing_reason(
+                    self.scoring, DOMINATED_SE, self.oof_predictions_, i, ranked[0], done, labels, weights
+                )
+                is None
+            )
+        }
         platt = self._platt_index(candidates, scores)
         if platt is not None:
             kept.add(platt)

@@ -40,9 +40,12 @@ GROWTH = 4
 #: A last rung with fewer than this many times the rows of the rung before replaces that rung.
 MIN_STEP = 1.5
 #: A rung passes on this share of its candidates (rounded up, at least :data:`MIN_SURVIVORS`).
-KEEP_SHARE = 1 / 3
+KEEP_SHARE = 1 / 4
 #: Fewest candidates passed on from a rung (fewer when fewer ran).
-MIN_SURVIVORS = 3
+MIN_SURVIVORS = 2
+#: A candidate whose per-row ``scoring`` on a screening rung's held-out rows trails the rung's best by
+#: more than this many standard errors is not passed on, whatever its rank: it is dominated.
+DOMINATED_SE = 2.0
 #: Calibration sets with more rows than this are large: the last rung is a subsample of
 #: :data:`LARGE_CV_ROWS` rows, and the prediction must beat Platt scaling by :data:`PLATT_MARGIN`.
 LARGE_ROWS = 100_000
@@ -57,8 +60,10 @@ SMALL_N_FOLDS = 5
 #: A last rung with more rows than this has :data:`SCREEN_N_FOLDS` folds (up to :data:`MID_ROWS`): five
 #: folds over 10,000-20,000 rows made the search cost 15-27 CPU seconds on make_ctr data.
 SMALL_ROWS = 5_000
-#: Folds of a screening rung (one that passes candidates on).
-SCREEN_N_FOLDS = 3
+#: Folds of a screening rung (one that passes candidates on): it ranks, the last rung chooses.
+SCREEN_N_FOLDS = 2
+#: Folds of a last rung of more than :data:`SMALL_ROWS` rows, up to :data:`MID_ROWS`.
+MID_N_FOLDS = 3
 #: A last rung with more rows than this has :data:`LARGE_N_FOLDS` folds.
 MID_ROWS = 25_000
 #: Folds of a last rung over :data:`MID_ROWS` rows.
@@ -141,18 +146,20 @@ def plan_search(n_rows: int, n_folds: int | str, cv_rows: int | str | None) -> S
         elif rows <= SMALL_ROWS:
             folds = SMALL_N_FOLDS
         else:
-            folds = SCREEN_N_FOLDS if rows <= MID_ROWS else LARGE_N_FOLDS
+            folds = MID_N_FOLDS if rows <= MID_ROWS else LARGE_N_FOLDS
         rungs.append(Rung(rows=rows, n_folds=folds))
     return SearchPlan(rungs=tuple(rungs), large=large)
 
 
 __all__ = [
+    "DOMINATED_SE",
     "FIRST_RUNG_ROWS",
     "GROWTH",
     "KEEP_SHARE",
     "LARGE_CV_ROWS",
     "LARGE_N_FOLDS",
     "LARGE_ROWS",
+    "MID_N_FOLDS",
     "MID_ROWS",
     "MIN_STEP",
     "MIN_SURVIVORS",
