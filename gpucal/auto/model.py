@@ -85,10 +85,10 @@ class AutoCalibrator(Calibrator):
 
     The search is successive halving over growing stratified subsamples (:mod:`gpucal.auto.sizing`):
     on more than 8,000 rows every candidate is first cross-fitted on 8,000 of them, and only the best
-    (and the members of that rung's blend, and Platt scaling) go on to a rung with four times the rows,
-    up to every row (a 40,000-row subsample on more than 100,000 rows, where the blend also takes the
-    best setting of each method and no member lighter than 5%). The candidates are the same at every
-    size.
+    (and the members of that rung's blend, less the dominated ones and NeuCalib unless it is the best,
+    and Platt scaling) go on to a rung with four times the rows, up to every row (a 40,000-row
+    subsample on more than 100,000 rows, where the blend also takes the best setting of each method and
+    no member lighter than 5%). The candidates are the same at every size.
 
     Parameters
     ----------
@@ -102,7 +102,7 @@ class AutoCalibrator(Calibrator):
         column parameters below (``score_col``, ``feature_cols``, ``categorical_cols``,
         ``score_kind``) that its class has, except where a given estimator was set otherwise.
     n_folds : int or "auto", default="auto"
-        Folds of every rung of the search (at least 2). ``"auto"``: 3 on a rung that screens, and on
+        Folds of every rung of the search (at least 2). ``"auto"``: 2 on a rung that screens, and on
         the last rung 5 up to 5,000 rows, 3 up to 25,000, else 2 (:mod:`gpucal.auto.sizing`).
     cv_rows : int, "auto" or None, default="auto"
         Rows of the last rung: a seeded subsample stratified by label when the data has more (the

@@ -6,21 +6,27 @@ members of a blend fitted on that rung's out-of-fold predictions) go on to the n
 successive halving (Jamieson and Talwalkar, AISTATS 2016; Li et al., "Hyperband", JMLR 18, 2018) with the
 calibration rows as the resource: the rows saved on the candidates left behind pay for candidates a
 fixed cut had to leave out (NeuCalib, second-order feature-aware Platt). Its known cost: a candidate that
-needs many rows to shine can be left behind early; on the 150,000-row ``make_ctr`` sets of
-``benchmarks/results/auto.md`` NeuCalib alone was best on 4 of 8, and of those 4 it was left behind on
-the 8,000-row rung on 2 and raced out of the last rung after one fold on 1 (on the fourth the AUC
-guard handed the prediction to Platt scaling). The rungs of a calibration set of ``n`` rows:
+needs many rows to shine can be left behind early (NeuCalib, on the ``make_ctr`` sets where it is best
+alone at 150,000 rows). The rungs of a calibration set of ``n`` rows:
 
 - up to about :data:`FIRST_RUNG_ROWS` rows: one rung, every row (small sets pay nothing for the
   halving);
-- above: the first rung on :data:`FIRST_RUNG_ROWS` rows over :data:`SCREEN_N_FOLDS` folds, then
-  :data:`GROWTH` times the rows per rung up to the last rung's: every row up to :data:`LARGE_ROWS`, else
-  :data:`LARGE_CV_ROWS` (the refit of the chosen calibrators still sees every row; more would not pay
-  for itself: the search must cost a fifth of MCGrad's default fit there, 4-14 s on 150,000 rows and 2
-  cores). The last rung has :data:`SMALL_N_FOLDS` folds up to :data:`SMALL_ROWS` rows,
-  :data:`SCREEN_N_FOLDS` up to :data:`MID_ROWS`, else :data:`LARGE_N_FOLDS`;
-- a rung passes on the best third of its candidates (at least :data:`MIN_SURVIVORS`), the members of a
-  blend of its out-of-fold predictions and Platt scaling (``AutoCalibrator._survivors``).
+- above: the first rung on :data:`FIRST_RUNG_ROWS` rows, then :data:`GROWTH` times the rows per rung up
+  to the last rung's: every row up to :data:`LARGE_ROWS`, else :data:`LARGE_CV_ROWS` (the refit of the
+  chosen calibrators still sees every row). A screening rung has :data:`SCREEN_N_FOLDS` folds: it only
+  ranks. The last rung, which chooses, has :data:`SMALL_N_FOLDS` folds up to :data:`SMALL_ROWS` rows,
+  :data:`MID_N_FOLDS` up to :data:`MID_ROWS`, else :data:`LARGE_N_FOLDS`;
+- a screening rung passes on the best :data:`KEEP_SHARE` of its candidates (at least
+  :data:`MIN_SURVIVORS`) and the members of a blend of its out-of-fold predictions, less those
+  dominated (trailing the rung's best by more than :data:`DOMINATED_SE` standard errors of the per-row
+  difference) and the expensive ones (``gpucal.auto.candidates.EXPENSIVE_CLASSES``: NeuCalib) unless
+  best; and always Platt scaling (``AutoCalibrator._survivors``). Every rule is a function of the seeded
+  folds and the held-out losses, never of the clock, so a fit is repeatable; ``time_budget`` is the
+  only clock-driven stop.
+
+The cost that is left on a large set is mostly the refit on every row: one feature-aware Platt fit on
+150,000 rows takes about 2 CPU seconds (about 4 with second-order crosses), NeuCalib's 5-16, MCGrad's
+whole default fit 8-30 (``benchmarks/results/auto.md``).
 
 On a large set the prediction must also beat Platt scaling on the last rung's rows by more than
 :data:`PLATT_MARGIN` standard errors of the per-row difference, else Platt scaling predicts: where the
