@@ -476,9 +476,9 @@ class AutoCalibrator(Calibrator):
             if number < len(plan.rungs) - 1:
                 kept = self._survivors(racing, rows, candidates, folds, host_labels, host_weights)
                 for index in racing:
-                    row = rows[index]
-                    if index not in kept and row is not None and row["status"] == "ok":
-                        row["status"] = f"halved out after {rung.rows:,} rows"
+                    left = rows[index]
+                    if index not in kept and left is not None and left["status"] == "ok":
+                        left["status"] = f"halved out after {rung.rows:,} rows"
                 racing = kept
                 if not racing:  # every candidate failed: nothing to pass on
                     break
@@ -523,7 +523,7 @@ class AutoCalibrator(Calibrator):
             crossed = np.flatnonzero(done)
             w = np.ones(labels.shape[0]) if weights is None else weights
             fit = fit_blend(
-                logits(self.oof_predictions_[np.ix_(crossed, usable)]),
+                logits(self.oof_predictions_[np.ix_(crossed, np.asarray(usable))]),
                 labels[crossed],
                 w[crossed],
                 min_member_weight=MIN_MEMBER_WEIGHT,
