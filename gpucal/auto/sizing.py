@@ -24,9 +24,10 @@ alone at 150,000 rows). The rungs of a calibration set of ``n`` rows:
   folds and the held-out losses, never of the clock, so a fit is repeatable; ``time_budget`` is the
   only clock-driven stop.
 
-The cost that is left on a large set is mostly the refit on every row: one feature-aware Platt fit on
-150,000 rows takes about 2 CPU seconds (about 4 with second-order crosses), NeuCalib's 5-16, MCGrad's
-whole default fit 8-30 (``benchmarks/results/auto.md``).
+The cost that is left on a large set (``benchmarks/results/auto.md``, 150,000 rows): about 40% is
+NeuCalib's two screening fits on 4,000 rows each, a sixth the refits on every row (one feature-aware
+Platt fit on 150,000 rows takes about 2 CPU seconds, 4 with second-order crosses), most of the rest the
+feature-aware candidates that survive the first rung; MCGrad's whole default fit takes 8-26.
 
 On a large set the prediction must also beat Platt scaling on the last rung's rows by more than
 :data:`PLATT_MARGIN` standard errors of the per-row difference, else Platt scaling predicts: where the
