@@ -14,7 +14,9 @@ from sklearn.base import BaseEstimator, clone
 
 import gpucal
 from gpucal.auto import AutoCalibrator, sizing
+from gpucal.auto import candidates as candidates_module
 from gpucal.auto.blend import MIN_MEMBER_WEIGHT, fit_blend, logits, mean_log_loss
+from gpucal.auto.candidates import FEATURE_CANDIDATES, Candidate
 from gpucal.auto.folds import grouped_folds, stratified_folds, subsample_rows
 from gpucal.auto.guard import order_guard
 from gpucal.datasets import make_ctr
@@ -311,7 +313,7 @@ def test_dask_is_refused(ctr: Any) -> None:
 
 
 # ---------------------------------------------------------------------------------------------------
-# Large calibration sets: a subsample cross-fitted, fewer folds, fewer candidates (gpucal.auto.sizing)
+# The rungs of the search: successive halving over growing subsamples (gpucal.auto.sizing)
 
 
 def test_subsample_rows_is_seeded_sorted_and_stratified() -> None:
@@ -325,14 +327,61 @@ def test_subsample_rows_is_seeded_sorted_and_stratified() -> None:
     assert_array_equal(subsample_rows(labels, 20_000, seed=4), np.arange(10_000))
 
 
-def test_plan_switches_above_the_row_threshold() -> None:
-    small = sizing.plan_cross_fit(sizing.LARGE_ROWS, "auto", "auto")
-    assert (small.n_folds, small.cv_rows, small.large) == (5, sizing.LARGE_ROWS, False)
-    large = sizing.plan_cross_fit(sizing.LARGE_ROWS + 1, "auto", "auto")
+def test_plan_grows_the_rows_rung_by_rung() -> None:
+    first, growth = sizing.FIRST_RUNG_ROWS, sizing.GROWTH
+    small = sizing.plan_search(first, "auto", "auto")
+    assert small.rungs == (sizing.Rung(first, sizing.MID_N_FOLDS),)
+    assert not small.large
+    tiny = sizing.plan_search(sizing.SMALL_ROWS, "auto", "auto")
+    assert tiny.rungs == (sizing.Rung(sizing.SMALL_ROWS, sizing.SMALL_N_FOLDS),)
+    mid = sizing.plan_search(2 * first * growth, "auto", "auto")
+    assert [r.rows for r in mid.rungs] == [first, first * growth, 2 * first * growth]
+    assert [r.n_folds for r in mid.rungs] == [sizing.SCREEN_N_FOLDS] * 2 + [sizing.LARGE_N_FOLDS]
+    # A last step of less than MIN_STEP times the rows replaces the rung before it.
+    assert [r.rows for r in sizing.plan_search(first + 1, "auto", "auto").rungs] == [first + 1]
+    large = sizing.plan_search(sizing.LARGE_ROWS + 1, "auto", "auto")
     assert (large.n_folds, large.cv_rows, large.large) == (sizing.LARGE_N_FOLDS, sizing.LARGE_CV_ROWS, True)
-    given = sizing.plan_cross_fit(500_000, 4, None)
+    assert large.rungs[0] == sizing.Rung(first, sizing.SCREEN_N_FOLDS)
+    given = sizing.plan_search(500_000, 4, None)
     assert (given.n_folds, given.cv_rows, given.large) == (4, 500_000, True)
-    assert sizing.plan_cross_fit(1_000, 3, 5_000).cv_rows == 1_000
+    assert {r.n_folds for r in given.rungs} == {4}
+    assert sizing.plan_search(1_000, 3, 5_000).cv_rows == 1_000
+    assert [sizing.survivors_wanted(m) for m in (2, 3, 9, 10, 14)] == [2, 2, 3, 3, 4]
+
+
+def test_successive_halving_leaves_the_worst_behind(ctr: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    X, y, _ = ctr
+    monkeypatch.setattr(sizing, "FIRST_RUNG_ROWS", 1_000)
+    monkeypatch.setattr(sizing, "MIN_SURVIVORS", 3)
+    candidates = [ConstantHalf(), "platt", "isotonic", "feature_platt"]
+    model = auto(candidates=candidates, drop_threshold=None, ensemble=False).fit(X, y)
+    assert model.rungs_ == [
+        {"rows": 1_000, "n_folds": sizing.SCREEN_N_FOLDS, "candidates": 4},
+        {"rows": 3_000, "n_folds": sizing.SMALL_N_FOLDS, "candidates": 3},
+    ]
+    results = model.cv_results_
+    assert results["status"].tolist() == ["halved out after 1,000 rows"] + ["ok"] * 3
+    assert results["cv_rows"].tolist() == [1_000, 3_000, 3_000, 3_000]
+    assert results["n_folds_fitted"].tolist() == [sizing.SCREEN_N_FOLDS, 5, 5, 5]
+    assert np.isnan(model.oof_predictions_[:, 0]).all()  # the last rung's predictions only
+    assert np.isfinite(model.oof_predictions_[:, 1:]).all()
+    assert results["rank_test_score"].tolist()[0] == 4
+    assert model.best_index_ >= 1
+    # The last rung alone, on the same rows and folds, gives the same report for the survivors.
+    last = auto(candidates=candidates[1:], drop_threshold=None, ensemble=False).fit(X, y)
+    assert_allclose(results["mean_test_log_loss"][1:], last.cv_results_["mean_test_log_loss"])
+    spent = auto(candidates=candidates, drop_threshold=None, time_budget=1e-9).fit(X, y)
+    assert len(spent.rungs_) == 1  # the budget was spent on the first rung
+    # An expensive candidate goes on only as its rung's best; a dominated one never.
+    monkeypatch.setattr(candidates_module, "EXPENSIVE_CLASSES", frozenset({"IsotonicCalibrator"}))
+    costly = auto(candidates=candidates, drop_threshold=None, ensemble=False).fit(X, y)
+    halved = "halved out after 1,000 rows"
+    assert costly.cv_results_["status"].tolist()[:3] == [halved, "ok", halved]
+    monkeypatch.setattr(sizing, "MIN_SURVIVORS", 4)
+    assert (
+        auto(candidates=candidates, drop_threshold=None, ensemble=False).fit(X, y).rungs_[1]["candidates"]
+        == 2
+    )
 
 
 def test_large_data_cross_fits_a_subsample_and_refits_on_every_row(
@@ -341,11 +390,13 @@ def test_large_data_cross_fits_a_subsample_and_refits_on_every_row(
     X, y, held_out = ctr
     monkeypatch.setattr(sizing, "LARGE_ROWS", 2_000)
     monkeypatch.setattr(sizing, "LARGE_CV_ROWS", 1_200)
+    monkeypatch.setattr(sizing, "FIRST_RUNG_ROWS", 500)
     model = auto(candidates=["platt", "feature_platt"]).fit(X, y)
-    assert (model.n_folds_, model.cv_rows_) == (sizing.LARGE_N_FOLDS, 1_200)
+    assert (model.n_folds_, model.cv_rows_) == (sizing.SMALL_N_FOLDS, 1_200)
+    assert [rung["rows"] for rung in model.rungs_] == [500, 1_200]
     crossed = np.isfinite(model.oof_predictions_[:, 0])
     assert_array_equal(np.flatnonzero(crossed), subsample_rows(y, 1_200, seed=0))
-    assert model.cv_results_["n_folds_fitted"].max() == sizing.LARGE_N_FOLDS
+    assert model.cv_results_["n_folds_fitted"].max() == sizing.SMALL_N_FOLDS
     again = auto(candidates=["platt", "feature_platt"]).fit(X, y)
     assert_array_equal(again.oof_predictions_, model.oof_predictions_)
     refit = clone(model.estimators_[0]).fit(X, y)  # the members see every row, not the subsample
@@ -355,14 +406,12 @@ def test_large_data_cross_fits_a_subsample_and_refits_on_every_row(
     assert np.isfinite(every_row.oof_predictions_[:, 0]).all()
 
 
-def test_large_data_candidates_leave_neucalib_and_the_weakest_penalty_out() -> None:
-    model = AutoCalibrator(categorical_cols=FIELDS)
-    large = model._resolve_candidates(has_features=True, large=True)
-    assert "neucalib" not in [c.name for c in large]
-    assert [c.params["l2"] for c in large if c.name == "feature_platt"] == [10.0, 100.0]
-    small = [c.label for c in model._resolve_candidates(has_features=True)]
-    assert "feature_platt(l2=1.0)" in small
-    assert [c.label for c in large] == [c for c in small if c not in ("neucalib", "feature_platt(l2=1.0)")]
+def test_default_candidates_are_one_list_at_every_size() -> None:
+    labels = [c.label for c in AutoCalibrator(categorical_cols=FIELDS)._resolve_candidates(has_features=True)]
+    expected = ["platt", "beta", "isotonic"]
+    expected += [Candidate(name, None, params).label for name, params in FEATURE_CANDIDATES]
+    assert labels == [*expected, "neucalib"]
+    assert "feature_platt(l2=1.0)" in labels
 
 
 def test_large_data_blend_takes_one_setting_per_method(ctr: Any, monkeypatch: pytest.MonkeyPatch) -> None:

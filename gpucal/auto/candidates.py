@@ -10,16 +10,17 @@ platt             ``PlattCalibrator()``                                         
 beta              ``BetaCalibrator()``                                           score
 isotonic          ``IsotonicCalibrator()``                                       score
 feature_platt     ``FeatureAwarePlattCalibrator(l2=l2)``, l2 in 1, 10, 100         score + features
+feature_platt     the same, ``l2=10``, second order: ``interactions="auto"``,      score + features
+                  ``l2_cross`` in 10, 100
 mbct              ``MBCT()``; ``min_child_size=100``; the same, ``leaf_penalty=300``  score + features
 hc                ``HeterogeneousCalibrator(mode="boosted")``                   score + features
 neucalib          ``FieldAwareCalibrator()`` (when PyTorch imports)              score + features
 ================= ============================================================== ==================
 
 The feature-aware ones are left out when ``X`` has no feature column, and with ``score_kind="logit"``
-(margins, not probabilities) those that read probabilities only (beta, MBCT, HC). On a large calibration
-set (:mod:`gpucal.auto.sizing`) NeuCalib and feature-aware Platt with ``l2 = 1`` are left out: on the 7
-sets over 100,000 rows of ``benchmarks/results/auto.md`` that penalty was never the best of the three in
-the cross-fitting (dropped by racing on 4 of them), and each candidate left out saves its folds.
+(margins, not probabilities) those that read probabilities only (beta, MBCT, HC). The list is the same
+at every size of the calibration set: on a large one the search's first rungs cut it down
+(:mod:`gpucal.auto.sizing`). A feature-aware candidate is one line of :data:`FEATURE_CANDIDATES`.
 ``l2 = 10`` is scikit-learn's ``C = 0.1``, the usual logistic baseline; ``min_child_size=100`` pools
 only the children lighter than 100 (MBCT's default pools those lighter than its node-size bound, several
 hundred on mid-size data), and ``leaf_penalty=300`` shrinks each child's map harder toward its parent's.
@@ -38,8 +39,6 @@ from gpucal.catalogue import METHODS, build
 
 #: Penalties of feature-aware Platt tried by the folds (scikit-learn's C = 1, 0.1, 0.01).
 FEATURE_PLATT_L2 = (1.0, 10.0, 100.0)
-#: The same on a large calibration set (module docstring).
-LARGE_FEATURE_PLATT_L2 = (10.0, 100.0)
 #: MBCT's regularisation grid: its defaults, less pooling of light children, and the same with a stronger
 #: shrinkage of each child toward its parent.
 MBCT_GRID: tuple[dict[str, Any], ...] = (
@@ -47,6 +46,21 @@ MBCT_GRID: tuple[dict[str, Any], ...] = (
     {"min_child_size": 100.0},
     {"min_child_size": 100.0, "leaf_penalty": 300.0},
 )
+#: Penalties of the cross effects of second-order feature-aware Platt (``l2 = 10``, the pairs chosen by
+#: its ``interactions="auto"`` screen): as strong as the main effects', and ten times stronger.
+CROSS_L2 = (10.0, 100.0)
+#: The feature-aware candidates, cheapest first: (name, parameters), one line each; NeuCalib's is
+#: added when PyTorch imports (:func:`default_candidates`).
+FEATURE_CANDIDATES: tuple[tuple[str, dict[str, Any]], ...] = (
+    *(("feature_platt", {"l2": l2}) for l2 in FEATURE_PLATT_L2),
+    *(("feature_platt", {"l2": 10.0, "interactions": "auto", "l2_cross": c}) for c in CROSS_L2),
+    *(("mbct", dict(grid)) for grid in MBCT_GRID),
+    ("hc", {"mode": "boosted"}),
+)
+#: Classes whose fit costs several times a feature-aware Platt fit on the same rows (NeuCalib: 5-16 CPU
+#: seconds on 150,000 rows and 2 cores, as much as MCGrad's whole default fit). A screening rung of the
+#: search passes such a candidate on only when it is that rung's best (``AutoCalibrator._survivors``).
+EXPENSIVE_CLASSES = frozenset({"FieldAwareCalibrator"})
 #: The column parameters handed to every candidate whose class takes them.
 COLUMN_PARAMS = ("score_col", "feature_cols", "categorical_cols", "score_kind")
 
@@ -68,6 +82,11 @@ class Candidate:
     name: str
     estimator: Any
     params: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def expensive(self) -> bool:
+        """Whether its class is one of :data:`EXPENSIVE_CLASSES`."""
+        return type(self.estimator).__name__ in EXPENSIVE_CLASSES
 
     @property
     def label(self) -> str:
@@ -96,9 +115,7 @@ def _with_columns(name: str, columns: dict[str, Any], **params: Any) -> Any:
     return build(METHODS, name, {**{k: v for k, v in columns.items() if k in accepted}, **params})
 
 
-def default_candidates(
-    columns: dict[str, Any], *, with_features: bool, with_torch: bool, large: bool = False
-) -> list[Candidate]:
+def default_candidates(columns: dict[str, Any], *, with_features: bool, with_torch: bool) -> list[Candidate]:
     """The default list (module docstring), cheapest first.
 
     Parameters
@@ -109,27 +126,17 @@ def default_candidates(
         Include the feature-aware candidates.
     with_torch : bool
         Include NeuCalib (its fit needs PyTorch).
-    large : bool, default=False
-        A large calibration set: no NeuCalib, feature-aware Platt without ``l2 = 1`` (module docstring).
     """
     out = [Candidate(name, _with_columns(name, columns)) for name in ("platt", "beta", "isotonic")]
     if with_features:
-        out += _feature_candidates(columns, with_torch=with_torch and not large, large=large)
+        out += [
+            Candidate(name, _with_columns(name, columns, **params), params)
+            for name, params in FEATURE_CANDIDATES
+        ]
+        if with_torch:
+            out.append(Candidate("neucalib", _with_columns("neucalib", columns)))
     if columns.get("score_kind", "probability") != "probability":  # margins: only the maps that take them
         out = [c for c in out if takes_param(c.estimator, "score_kind")]
-    return out
-
-
-def _feature_candidates(columns: dict[str, Any], *, with_torch: bool, large: bool) -> list[Candidate]:
-    """The feature-aware part of the default list."""
-    out = [
-        Candidate("feature_platt", _with_columns("feature_platt", columns, l2=l2), {"l2": l2})
-        for l2 in (LARGE_FEATURE_PLATT_L2 if large else FEATURE_PLATT_L2)
-    ]
-    out += [Candidate("mbct", _with_columns("mbct", columns, **grid), dict(grid)) for grid in MBCT_GRID]
-    out.append(Candidate("hc", _with_columns("hc", columns, mode="boosted"), {"mode": "boosted"}))
-    if with_torch:
-        out.append(Candidate("neucalib", _with_columns("neucalib", columns)))
     return out
 
 
@@ -222,8 +229,10 @@ def column_params(
 
 __all__ = [
     "COLUMN_PARAMS",
+    "CROSS_L2",
+    "EXPENSIVE_CLASSES",
+    "FEATURE_CANDIDATES",
     "FEATURE_PLATT_L2",
-    "LARGE_FEATURE_PLATT_L2",
     "MBCT_GRID",
     "Candidate",
     "column_params",

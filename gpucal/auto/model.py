@@ -33,8 +33,15 @@ from gpucal.auto.cross_fit import (
 )
 from gpucal.auto.folds import group_values, grouped_folds, stratified_folds, subsample_rows
 from gpucal.auto.guard import blend_probabilities, order_guard, paired_gain
-from gpucal.auto.report import METRICS, ROW_LOSSES, report_row, report_table, summary_line
-from gpucal.auto.sizing import PLATT_MARGIN, CrossFitPlan, plan_cross_fit
+from gpucal.auto.report import (
+    METRICS,
+    ROW_LOSSES,
+    report_row,
+    report_table,
+    summary_line,
+    trailing_reason,
+)
+from gpucal.auto.sizing import DOMINATED_SE, PLATT_MARGIN, Rung, SearchPlan, plan_search, survivors_wanted
 from gpucal.auto.specs import candidate_from_spec, candidate_spec
 from gpucal.calibrators.base import (
     OUTPUT_TYPE_OPTIONS,
@@ -76,10 +83,12 @@ class AutoCalibrator(Calibrator):
     beat Platt's per-row ``scoring`` there by more than 2 standard errors (``platt_gain_``): features
     that do not measurably help are not worth their refits or their noise.
 
-    On more than 100,000 rows (:mod:`gpucal.auto.sizing`) the search is cheaper: a stratified
-    subsample of 40,000 rows is cross-fitted over 2 folds, NeuCalib and feature-aware Platt with
-    ``l2 = 1`` leave the default candidates, and the blend takes the best setting of each method and
-    no member lighter than 5%.
+    The search is successive halving over growing stratified subsamples (:mod:`gpucal.auto.sizing`):
+    on more than 8,000 rows every candidate is first cross-fitted on 8,000 of them, and only the best
+    (and the members of that rung's blend, less the dominated ones and NeuCalib unless it is the best,
+    and Platt scaling) go on to a rung with four times the rows, up to every row (a 40,000-row
+    subsample on more than 100,000 rows, where the blend also takes the best setting of each method and
+    no member lighter than 5%). The candidates are the same at every size.
 
     Parameters
     ----------
@@ -87,18 +96,18 @@ class AutoCalibrator(Calibrator):
         Calibrator names (``make_calibrator``'s: built with their defaults and the column parameters
         below), gpucal estimators (used as given, cloned), or ``{"class": ..., "params": ...}`` dicts.
         None: the default list of :mod:`gpucal.auto.candidates` (Platt, beta, isotonic; when ``X`` has
-        feature columns, feature-aware Platt with ``l2`` in 1, 10, 100, three MBCT settings, boosted
-        heterogeneous calibration, and NeuCalib when PyTorch imports; on a large set neither NeuCalib nor
-        ``l2 = 1``). Every candidate takes the column parameters below (``score_col``,
-        ``feature_cols``, ``categorical_cols``, ``score_kind``) that its class has, except where a given
-        estimator was set otherwise.
+        feature columns, feature-aware Platt with ``l2`` in 1, 10, 100, second-order feature-aware Platt
+        (``interactions="auto"``, ``l2_cross`` 10 and 100), three MBCT settings, boosted heterogeneous
+        calibration, and NeuCalib when PyTorch imports). Every candidate takes the
+        column parameters below (``score_col``, ``feature_cols``, ``categorical_cols``,
+        ``score_kind``) that its class has, except where a given estimator was set otherwise.
     n_folds : int or "auto", default="auto"
-        Folds of the cross-fitting (at least 2). ``"auto"``: 5, or 2 on more than 100,000 rows
-        (:mod:`gpucal.auto.sizing`).
+        Folds of every rung of the search (at least 2). ``"auto"``: 2 on a rung that screens, and on
+        the last rung 5 up to 5,000 rows, 3 up to 25,000, else 2 (:mod:`gpucal.auto.sizing`).
     cv_rows : int, "auto" or None, default="auto"
-        Rows cross-fitted: a seeded subsample stratified by label when the data has more (the chosen
-        calibrators are still refitted on every row). ``"auto"``: 40,000 on more than 100,000 rows,
-        else every row; None: every row. The measured reason is in :mod:`gpucal.auto.sizing`.
+        Rows of the last rung: a seeded subsample stratified by label when the data has more (the
+        chosen calibrators are still refitted on every row). ``"auto"``: 40,000 on more than 100,000
+        rows, else every row; None: every row. The measured reason is in :mod:`gpucal.auto.sizing`.
     auc_guard : bool, default=True
         Keep the ranking of the score: when the prediction (blend or chosen calibrator) ranks the
         cross-fitted rows worse than the raw score does (a lower out-of-fold AUC), Platt scaling, which
@@ -109,8 +118,9 @@ class AutoCalibrator(Calibrator):
     ensemble : bool, default=True
         Blend the candidates; False: predict with the best one alone (its rules can then be exported).
     time_budget : float or None, default=None
-        Seconds for the cross-fitting: once spent, no further candidate is started (the first always
-        runs), and the report marks the rest ``skipped``. The refit on all rows comes on top.
+        Seconds for the cross-fitting: once spent, no further candidate of the first rung is started
+        (the first always runs; the report marks the rest ``skipped``) and no further rung (the last
+        one run chooses). The refit on all rows comes on top.
     drop_threshold : float or None, default=3.0
         Racing: after each fold, a candidate whose per-row loss (``scoring`` log_loss or brier) on the
         held-out rows so far exceeds that of the best candidate already cross-fitted, on the same rows, by
@@ -154,16 +164,19 @@ class AutoCalibrator(Calibrator):
         Blend intercept (0 when choosing).
     cv_results_ : pandas.DataFrame
         One row per candidate: ``candidate``, ``method``, ``params``, ``status`` (``ok``, ``dropped after
-        k fold(s)``, ``skipped``, or the error of a failed fit), ``mean_test_<metric>`` and
-        ``std_test_<metric>`` over the folds it was fitted on for each of log_loss, brier and ece,
-        ``mean_fit_time`` (seconds per fold), ``fit_seconds`` (all its folds), ``n_folds_fitted``,
+        k fold(s)``, ``halved out after n rows``, ``skipped``, or the error of a failed fit),
+        ``mean_test_<metric>`` and ``std_test_<metric>`` over the folds of the last rung it ran for each
+        of log_loss, brier and ece, ``cv_rows`` (that rung's rows), ``mean_fit_time`` (seconds per fold
+        there), ``fit_seconds`` (all its folds of every rung), ``n_folds_fitted``,
         ``blend_weight``, ``refit_seconds`` and ``rank_test_score`` (by ``scoring``; candidates not
         ``ok`` rank last).
     oof_predictions_ : numpy.ndarray of shape (n_rows, n_candidates)
-        Every candidate's out-of-fold prediction (NaN for a skipped or failed one, and on the rows left
-        out of a subsample). Not saved.
+        Every candidate's out-of-fold prediction on the last rung (NaN for a candidate that did not
+        reach it or failed, and on the rows left out of its subsample). Not saved.
     n_folds_, cv_rows_ : int
-        The folds and the number of rows cross-fitted (``n_folds`` and ``cv_rows`` resolved).
+        The folds and the number of rows of the last rung (``n_folds`` and ``cv_rows`` resolved).
+    rungs_ : list of dict
+        The rungs run: ``rows``, ``n_folds`` and the number of ``candidates`` cross-fitted. Not saved.
     auc_guard_ : dict
         ``raw_auc`` and ``auc`` (the prediction's, before any guard) on the cross-fitted rows, and
         ``applied``: whether Platt scaling replaced the prediction for it (with a ``note`` when there was
@@ -281,18 +294,14 @@ class AutoCalibrator(Calibrator):
     # ----------------------------------------------------------------------------------------------
     # Fit
 
-    def _resolve_candidates(
-        self, has_features: bool, large: bool = False, feature_cols: Any = None
-    ) -> list[Candidate]:
+    def _resolve_candidates(self, has_features: bool, feature_cols: Any = None) -> list[Candidate]:
         """The candidates, reading ``feature_cols`` (the resolved features; None: the parameter)."""
         features = self.feature_cols if feature_cols is None else feature_cols
         columns = column_params(self.score_col, features, self.categorical_cols, self.score_kind)
         if self.candidates is None:
             from gpucal.neural import torch_available
 
-            return default_candidates(
-                columns, with_features=has_features, with_torch=torch_available(), large=large
-            )
+            return default_candidates(columns, with_features=has_features, with_torch=torch_available())
         if isinstance(self.candidates, str | dict) or not isinstance(self.candidates, Sequence):
             msg = f"candidates: expected a list of names or estimators, got {self.candidates!r}"
             raise TypeError(msg)
@@ -343,44 +352,15 @@ class AutoCalibrator(Calibrator):
             if sample_weight is None
             else check_sample_weight(sample_weight, n_rows, xp=array_namespace(labels))
         )
-        plan = plan_cross_fit(n_rows, self.n_folds, self.cv_rows)
-        self.n_folds_, self.cv_rows_ = plan.n_folds, plan.cv_rows
-        candidates = self._resolve_candidates(bool(split.features), plan.large, list(split.features))
+        plan = plan_search(n_rows, self.n_folds, self.cv_rows)
+        candidates = self._resolve_candidates(bool(split.features), list(split.features))
         if self.verbose and split.features:
             encoder = FeatureEncoder(categorical_cols=self.categorical_cols).fit(split.features)
             log(f"features {encoder.describe_columns()}")
         host_labels = to_numpy(labels)
         host_weights = np.ones(n_rows) if weights is None else to_numpy(weights)
-        folds = self._folds(X, groups, host_labels, None if weights is None else host_weights, plan)
-        self.oof_predictions_ = np.full((n_rows, len(candidates)), np.nan)
-        search = CrossFitting(
-            X=X,
-            labels=labels,
-            weights=weights,
-            folds=folds,
-            oof_predictions=self.oof_predictions_,
-            n_folds=self.n_folds_,
-            scoring=self.scoring,
-            drop_threshold=self.drop_threshold,
-            verbose=self.verbose,
-        )
         started = time.perf_counter()
-        rows = []
-        reference: int | None = None  # the best candidate cross-fitted so far
-        for index, candidate in enumerate(candidates):
-            spent = time.perf_counter() - started
-            if index > 0 and self.time_budget is not None and spent >= self.time_budget:
-                rows.append(report_row(candidate, "skipped", None, 0.0, self.scoring))
-                if self.verbose:
-                    log(f"{index + 1}/{len(candidates)} {candidate.label}: skipped (time budget spent)")
-                continue
-            row = cross_fit_candidate(search, index, candidate, reference=reference)
-            rows.append(row)
-            score = row[f"mean_test_{self.scoring}"]
-            if row["status"] == "ok" and (
-                reference is None or score < rows[reference][f"mean_test_{self.scoring}"]
-            ):
-                reference = index
+        rows, folds = self._search(X, labels, weights, groups, candidates, plan, started)
         self.cv_seconds_ = time.perf_counter() - started
         scores = np.array(
             [row[f"mean_test_{self.scoring}"] if row["status"] == "ok" else np.nan for row in rows],
@@ -432,6 +412,140 @@ class AutoCalibrator(Calibrator):
             )
         return self
 
+    def _search(
+        self,
+        X: Any,
+        labels: Any,
+        weights: Any,
+        groups: Any,
+        candidates: list[Candidate],
+        plan: SearchPlan,
+        started: float,
+    ) -> tuple[list[dict[str, Any]], np.ndarray]:
+        """Successive halving over the rungs of ``plan``; the report rows and the last rung's folds.
+
+        Each rung cross-fits the candidates still in the race (:func:`cross_fit_candidate`, with racing
+        inside the rung) on its rows and passes the best on (:meth:`_survivors`); a candidate left
+        behind keeps the row of the last rung it ran, marked ``halved out``. A rung after the first
+        starts only while ``time_budget`` remains. Sets ``oof_predictions_`` (the last rung's),
+        ``n_folds_``, ``cv_rows_`` and ``rungs_``.
+        """
+        host_labels = to_numpy(labels)
+        host_weights = None if weights is None else to_numpy(weights)
+        rows: list[dict[str, Any] | None] = [None] * len(candidates)
+        racing = list(range(len(candidates)))
+        self.rungs_: list[dict[str, int]] = []
+        folds = np.empty(0, dtype=np.int64)
+        for number, rung in enumerate(plan.rungs):
+            if number > 0 and self._budget_spent(started):
+                break
+            folds = self._folds(X, groups, host_labels, host_weights, rung)
+            self.oof_predictions_ = np.full((host_labels.shape[0], len(candidates)), np.nan)
+            self.n_folds_, self.cv_rows_ = rung.n_folds, rung.rows
+            self.rungs_.append({"rows": rung.rows, "n_folds": rung.n_folds, "candidates": len(racing)})
+            if self.verbose and len(plan.rungs) > 1:
+                log(f"rung {number + 1}/{len(plan.rungs)}: {len(racing)} candidate(s) on {rung.rows:,} rows")
+            search = CrossFitting(
+                X=X,
+                labels=labels,
+                weights=weights,
+                folds=folds,
+                oof_predictions=self.oof_predictions_,
+                n_folds=rung.n_folds,
+                scoring=self.scoring,
+                drop_threshold=self.drop_threshold,
+                verbose=self.verbose,
+            )
+            reference: int | None = None  # the best candidate of this rung so far
+            best_score = np.inf
+            for position, index in enumerate(racing):
+                earlier = rows[index]
+                if position > 0 and number == 0 and self._budget_spent(started):
+                    rows[index] = report_row(candidates[index], "skipped", None, 0.0, self.scoring)
+                    if self.verbose:
+                        log(f"{index + 1}/{len(candidates)} {candidates[index].label}: skipped (time budget)")
+                    continue
+                row = cross_fit_candidate(search, index, candidates[index], reference=reference)
+                row["cv_rows"] = rung.rows
+                if earlier is not None:
+                    row["fit_seconds"] += earlier["fit_seconds"]
+                rows[index] = row
+                score = row[f"mean_test_{self.scoring}"]
+                if row["status"] == "ok" and (reference is None or score < best_score):
+                    reference, best_score = index, score
+            if number < len(plan.rungs) - 1:
+                kept = self._survivors(racing, rows, candidates, folds, host_labels, host_weights)
+                for index in racing:
+                    left = rows[index]
+                    if index not in kept and left is not None and left["status"] == "ok":
+                        left["status"] = f"halved out after {rung.rows:,} rows"
+                racing = kept
+                if not racing:  # every candidate failed: nothing to pass on
+                    break
+        return [row for row in rows if row is not None], folds
+
+    def _budget_spent(self, started: float) -> bool:
+        return self.time_budget is not None and time.perf_counter() - started >= self.time_budget
+
+    def _survivors(
+        self,
+        racing: list[int],
+        rows: list[dict[str, Any] | None],
+        candidates: list[Candidate],
+        folds: np.ndarray,
+        labels: np.ndarray,
+        weights: np.ndarray | None,
+    ) -> list[int]:
+        """The candidates a screening rung passes on, in their order (cheapest first).
+
+        The best :func:`~gpucal.auto.sizing.survivors_wanted` by mean held-out ``scoring`` and the
+        members of a blend of this rung's out-of-fold predictions with a weight of at least
+        :data:`~gpucal.auto.blend.MIN_MEMBER_WEIGHT` (``ensemble=True``: what the last rung will blend),
+        less those dominated (trailing the best by more than :data:`~gpucal.auto.sizing.DOMINATED_SE`
+        standard errors of the per-row difference on the rung's held-out rows) and the expensive ones
+        (:data:`~gpucal.auto.candidates.EXPENSIVE_CLASSES`) but the best; and the best Platt candidate
+        (what the guards fall back to).
+        """
+        scores = np.array(
+            [
+                row[f"mean_test_{self.scoring}"] if row is not None and row["status"] == "ok" else np.nan
+                for row in rows
+            ],
+            dtype=np.float64,
+        )
+        usable = [i for i in racing if np.isfinite(scores[i])]
+        if not usable:
+            return []
+        ranked = sorted(usable, key=lambda i: scores[i])
+        done = folds >= 0
+        kept = set(ranked[: survivors_wanted(len(usable))])
+        if self.ensemble and len(usable) > 1:
+            crossed = np.flatnonzero(done)
+            w = np.ones(labels.shape[0]) if weights is None else weights
+            fit = fit_blend(
+                logits(self.oof_predictions_[np.ix_(crossed, np.asarray(usable))]),
+                labels[crossed],
+                w[crossed],
+                min_member_weight=MIN_MEMBER_WEIGHT,
+            )
+            kept.update(i for i, weight in zip(usable, fit.weights, strict=True) if weight > 0)
+        kept = {
+            i
+            for i in kept
+            if i == ranked[0]
+            or (
+                not candidates[i].expensive
+                and trailing_reason(
+                    self.scoring, DOMINATED_SE, self.oof_predictions_, i, ranked[0], done, labels, weights
+                )
+                is None
+            )
+        }
+        platt = self._platt_index(candidates, scores)
+        if platt is not None:
+            kept.add(platt)
+        return [i for i in racing if i in kept]
+
     def _no_distributed_fit(self) -> NotImplementedError:
         """The error for dask input, naming the candidates that have no distributed fit of their own."""
         candidates = self._resolve_candidates(has_features=True)
@@ -452,18 +566,18 @@ class AutoCalibrator(Calibrator):
         groups: Any,
         labels: np.ndarray,
         weights: np.ndarray | None,
-        plan: CrossFitPlan,
+        rung: Rung,
     ) -> np.ndarray:
-        """The fold of every row: 0 .. n_folds_ - 1 on the cross-fitted rows, -1 on the others."""
+        """The fold of every row: 0 .. n_folds - 1 on the rung's rows, -1 on the others."""
         n_rows = labels.shape[0]
-        crossed = subsample_rows(labels, plan.cv_rows, self.random_state)
+        crossed = subsample_rows(labels, rung.rows, self.random_state)
         folds = np.full(n_rows, -1, dtype=np.int64)
         if groups is None:
-            folds[crossed] = stratified_folds(labels[crossed], plan.n_folds, self.random_state)
+            folds[crossed] = stratified_folds(labels[crossed], rung.n_folds, self.random_state)
         else:
             values = group_values(X, groups, n_rows)[crossed]
             crossed_weights = None if weights is None else weights[crossed]
-            folds[crossed] = grouped_folds(values, plan.n_folds, self.random_state, crossed_weights)
+            folds[crossed] = grouped_folds(values, rung.n_folds, self.random_state, crossed_weights)
         return folds
 
     def _choose(
@@ -498,7 +612,7 @@ class AutoCalibrator(Calibrator):
 
     def _weigh_platt(
         self,
-        plan: CrossFitPlan,
+        plan: SearchPlan,
         members: list[int],
         platt: int | None,
         predicted: np.ndarray,

@@ -1,98 +1,181 @@
-"""How much cross-fitting :class:`~gpucal.auto.AutoCalibrator` does, by the size of the calibration set.
+"""How much cross-fitting :class:`~gpucal.auto.AutoCalibrator` does: successive halving over row rungs.
 
-Up to :data:`LARGE_ROWS` rows every row is cross-fitted over 5 folds and every default candidate runs.
-Above it the search has to cost less than a fifth of MCGrad's default fit, which on the 7 sets
-of 150,000 rows of ``benchmarks/results/auto.md`` takes 4-14 s on 2 CPU cores; the old search took 1-10
-times as long as MCGrad. On such sets the fold-to-fold noise of a held-out log-loss is far below the
-differences that decide, so:
+Every candidate is cross-fitted on a small stratified subsample first; only the best of them (and the
+members of a blend fitted on that rung's out-of-fold predictions) go on to the next rung, which has
+:data:`GROWTH` times the rows; the last rung's out-of-fold predictions choose the prediction. This is
+successive halving (Jamieson and Talwalkar, AISTATS 2016; Li et al., "Hyperband", JMLR 18, 2018) with the
+calibration rows as the resource: the rows saved on the candidates left behind pay for candidates a
+fixed cut had to leave out (NeuCalib, second-order feature-aware Platt). Its known cost: a candidate that
+needs many rows to shine can be left behind early (NeuCalib, on the ``make_ctr`` sets where it is best
+alone at 150,000 rows). The rungs of a calibration set of ``n`` rows:
 
-- the candidates are cross-fitted on a seeded, stratified subsample of :data:`LARGE_CV_ROWS` rows
-  (:func:`gpucal.auto.folds.subsample_rows`) over :data:`LARGE_N_FOLDS` folds; only the refit of the
-  calibrators the prediction reads sees every row. 40,000 rows over 2 folds train each fold on as many
-  rows as 30,000 over 3 for two thirds of the cost; 20,000 over 2 chose worse on the segment-bias set
-  (``benchmarks/results/auto_sizing.md`` has the four sizes side by side);
-- NeuCalib leaves the default list: on the CPU one NeuCalib fit on 150,000 rows takes 5-12 s, as long
-  as MCGrad's whole default fit (49% of the old search's time). This is the measured price of the
-  speed: on 3 of the 7 sets NeuCalib alone has a lower held-out log-loss than the search without it
-  (``benchmarks/results/auto.md``: within noise of the best gpucal method on 4 of 7 large sets instead
-  of 7); the search still beats or equals every peer there;
-- feature-aware Platt with ``l2 = 1`` leaves it too (:mod:`gpucal.auto.candidates`), the blend takes
-  the best setting of each method and drops members lighter than
-  :data:`~gpucal.auto.blend.MIN_MEMBER_WEIGHT`: every member costs a refit on all rows (0.3-0.7 s for
-  feature-aware Platt), which was half of the fit once the cross-fitting was cut;
-- the prediction must beat Platt scaling on the cross-fitted rows by more than :data:`PLATT_MARGIN`
-  standard errors of the per-row difference, else Platt scaling predicts: where the features carry no
-  signal (``make_ctr``'s calibrated and over-confident scenarios) the blend's gain was 1.6 standard
-  errors, and before this rule its held-out AUC there was below the raw score's.
+- up to about :data:`FIRST_RUNG_ROWS` rows: one rung, every row (small sets pay nothing for the
+  halving);
+- above: the first rung on :data:`FIRST_RUNG_ROWS` rows, then :data:`GROWTH` times the rows per rung up
+  to the last rung's: every row up to :data:`LARGE_ROWS`, else :data:`LARGE_CV_ROWS` (the refit of the
+  chosen calibrators still sees every row). A screening rung has :data:`SCREEN_N_FOLDS` folds: it only
+  ranks. The last rung, which chooses, has :data:`SMALL_N_FOLDS` folds up to :data:`SMALL_ROWS` rows,
+  :data:`MID_N_FOLDS` up to :data:`MID_ROWS`, else :data:`LARGE_N_FOLDS`;
+- a screening rung passes on the best :data:`KEEP_SHARE` of its candidates (at least
+  :data:`MIN_SURVIVORS`) and the members of a blend of its out-of-fold predictions, less those
+  dominated (trailing the rung's best by more than :data:`DOMINATED_SE` standard errors of the per-row
+  difference) and the expensive ones (``gpucal.auto.candidates.EXPENSIVE_CLASSES``: NeuCalib) unless
+  best; and always Platt scaling (``AutoCalibrator._survivors``). Every rule is a function of the seeded
+  folds and the held-out losses, never of the clock, so a fit is repeatable; ``time_budget`` is the
+  only clock-driven stop.
+
+The cost that is left on a large set (``benchmarks/results/auto.md``, 150,000 rows): about 40% is
+NeuCalib's two screening fits on 4,000 rows each, a sixth the refits on every row (one feature-aware
+Platt fit on 150,000 rows takes about 2 CPU seconds, 4 with second-order crosses), most of the rest the
+feature-aware candidates that survive the first rung; MCGrad's whole default fit takes 8-26.
+
+On a large set the prediction must also beat Platt scaling on the last rung's rows by more than
+:data:`PLATT_MARGIN` standard errors of the per-row difference, else Platt scaling predicts: where the
+features carry no signal (``make_ctr``'s calibrated and over-confident scenarios) a blend's gain was
+1.6 standard errors, and without this rule its held-out AUC there was below the raw score's.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
-#: Calibration sets with more rows than this take the cheaper search (module docstring).
+#: Rows of the first rung; a calibration set no larger is cross-fitted in one rung.
+FIRST_RUNG_ROWS = 8_000
+#: Each rung has this many times the rows of the one before (the last is cut to its rows).
+GROWTH = 4
+#: A last rung with fewer than this many times the rows of the rung before replaces that rung.
+MIN_STEP = 1.5
+#: A rung passes on this share of its candidates (rounded up, at least :data:`MIN_SURVIVORS`).
+KEEP_SHARE = 1 / 4
+#: Fewest candidates passed on from a rung (fewer when fewer ran).
+MIN_SURVIVORS = 2
+#: A candidate whose per-row ``scoring`` on a screening rung's held-out rows trails the rung's best by
+#: more than this many standard errors is not passed on, whatever its rank: it is dominated.
+DOMINATED_SE = 2.0
+#: Calibration sets with more rows than this are large: the last rung is a subsample of
+#: :data:`LARGE_CV_ROWS` rows, and the prediction must beat Platt scaling by :data:`PLATT_MARGIN`.
 LARGE_ROWS = 100_000
-#: Rows cross-fitted on a large calibration set.
+#: Rows of the last rung on a large calibration set.
 LARGE_CV_ROWS = 40_000
-#: Folds on a large calibration set.
-LARGE_N_FOLDS = 2
 #: On a large set a blend or feature-aware choice must beat Platt scaling on the cross-fitted rows by
-#: more than this many standard errors, else Platt scaling predicts (module docstring).
+#: more than this many standard errors, else Platt scaling predicts (``AutoCalibrator``'s docstring).
 PLATT_MARGIN = 2.0
-#: Folds otherwise.
+#: Folds of the last rung (the one that chooses) up to :data:`SMALL_ROWS` rows: on small sets each
+#: fold's training rows count.
 SMALL_N_FOLDS = 5
+#: A last rung with more rows than this has :data:`SCREEN_N_FOLDS` folds (up to :data:`MID_ROWS`): five
+#: folds over 10,000-20,000 rows made the search cost 15-27 CPU seconds on make_ctr data.
+SMALL_ROWS = 5_000
+#: Folds of a screening rung (one that passes candidates on): it ranks, the last rung chooses.
+SCREEN_N_FOLDS = 2
+#: Folds of a last rung of more than :data:`SMALL_ROWS` rows, up to :data:`MID_ROWS`.
+MID_N_FOLDS = 3
+#: A last rung with more rows than this has :data:`LARGE_N_FOLDS` folds.
+MID_ROWS = 25_000
+#: Folds of a last rung over :data:`MID_ROWS` rows.
+LARGE_N_FOLDS = 2
 
 
 @dataclass(frozen=True)
-class CrossFitPlan:
-    """The resolved size of the search.
+class Rung:
+    """One rung of the search: ``rows`` rows cross-fitted over ``n_folds`` folds."""
+
+    rows: int
+    n_folds: int
+
+
+@dataclass(frozen=True)
+class SearchPlan:
+    """The resolved search.
 
     Attributes
     ----------
-    n_folds : int
-        Folds of the cross-fitting.
-    cv_rows : int
-        Rows cross-fitted (all rows, or a subsample of them).
+    rungs : tuple of Rung
+        In order; the rows grow, and the last rung's out-of-fold predictions choose.
     large : bool
-        True above :data:`LARGE_ROWS` rows: the default candidates leave NeuCalib out.
+        True above :data:`LARGE_ROWS` rows.
     """
 
-    n_folds: int
-    cv_rows: int
+    rungs: tuple[Rung, ...]
     large: bool
 
+    @property
+    def n_folds(self) -> int:
+        """Folds of the last rung."""
+        return self.rungs[-1].n_folds
 
-def plan_cross_fit(n_rows: int, n_folds: int | str, cv_rows: int | str | None) -> CrossFitPlan:
-    """Resolve ``n_folds`` and ``cv_rows`` (each an int, or ``"auto"``; ``cv_rows`` None: every row).
+    @property
+    def cv_rows(self) -> int:
+        """Rows of the last rung."""
+        return self.rungs[-1].rows
+
+
+def survivors_wanted(n_candidates: int) -> int:
+    """How many of ``n_candidates`` a screening rung passes on (:data:`KEEP_SHARE`, :data:`MIN_SURVIVORS`)."""
+    return min(n_candidates, max(MIN_SURVIVORS, math.ceil(KEEP_SHARE * n_candidates)))
+
+
+def plan_search(n_rows: int, n_folds: int | str, cv_rows: int | str | None) -> SearchPlan:
+    """Resolve ``n_folds`` and ``cv_rows`` into the rungs of the search (module docstring).
 
     Parameters
     ----------
     n_rows : int
         Calibration rows.
     n_folds : int or "auto"
-        ``"auto"``: :data:`LARGE_N_FOLDS` above :data:`LARGE_ROWS` rows, else :data:`SMALL_N_FOLDS`.
+        Folds of every rung; ``"auto"``: by the rung's rows (module docstring).
     cv_rows : int, "auto" or None
-        ``"auto"``: :data:`LARGE_CV_ROWS` above :data:`LARGE_ROWS` rows, else every row.
+        Rows of the last rung (capped at ``n_rows``); None: every row; ``"auto"``: every row up to
+        :data:`LARGE_ROWS`, else :data:`LARGE_CV_ROWS`.
 
     Returns
     -------
-    CrossFitPlan
+    SearchPlan
     """
     large = n_rows > LARGE_ROWS
-    if n_folds == "auto":
-        n_folds = LARGE_N_FOLDS if large else SMALL_N_FOLDS
     if cv_rows == "auto":
         cv_rows = LARGE_CV_ROWS if large else None
-    resolved_rows = n_rows if cv_rows is None else min(int(cv_rows), n_rows)
-    return CrossFitPlan(n_folds=int(n_folds), cv_rows=resolved_rows, large=large)
+    last = n_rows if cv_rows is None else min(int(cv_rows), n_rows)
+    sizes, rows = [], FIRST_RUNG_ROWS
+    while rows < last:
+        sizes.append(rows)
+        rows *= GROWTH
+    if sizes and last < MIN_STEP * sizes[-1]:  # a last step too small to pay for its rung
+        sizes.pop()
+    sizes.append(last)
+    rungs = []
+    for i, rows in enumerate(sizes):
+        if n_folds != "auto":
+            folds = int(n_folds)
+        elif i < len(sizes) - 1:
+            folds = SCREEN_N_FOLDS
+        elif rows <= SMALL_ROWS:
+            folds = SMALL_N_FOLDS
+        else:
+            folds = MID_N_FOLDS if rows <= MID_ROWS else LARGE_N_FOLDS
+        rungs.append(Rung(rows=rows, n_folds=folds))
+    return SearchPlan(rungs=tuple(rungs), large=large)
 
 
 __all__ = [
+    "DOMINATED_SE",
+    "FIRST_RUNG_ROWS",
+    "GROWTH",
+    "KEEP_SHARE",
     "LARGE_CV_ROWS",
     "LARGE_N_FOLDS",
     "LARGE_ROWS",
+    "MID_N_FOLDS",
+    "MID_ROWS",
+    "MIN_STEP",
+    "MIN_SURVIVORS",
     "PLATT_MARGIN",
+    "SCREEN_N_FOLDS",
     "SMALL_N_FOLDS",
-    "CrossFitPlan",
-    "plan_cross_fit",
+    "SMALL_ROWS",
+    "Rung",
+    "SearchPlan",
+    "plan_search",
+    "survivors_wanted",
 ]
