@@ -116,6 +116,9 @@ def test_every_public_metric_is_covered() -> None:
     covered |= {name.removesuffix(s) for name in covered for s in suffixes}
     covered |= {"ecce", "ecce_sigma", "ecce_pvalue", "smooth_ece", "ece_debiased", "ici", "e50", "e90"}
     covered |= {"emax", "multicalibration_error", "MulticalibrationResult"}  # test_metrics_new_dask.py
+    covered |= {"skce", "skce_test", "SKCEResult", "SKCETestResult"}  # test_metrics_kernel_calibration.py
+    # test_metrics_log_loss_decomposition.py
+    covered |= {"murphy_decomposition_log_loss", "LogLossDecomposition"}
     covered |= {
         name for name in metrics.__all__ if name in CALIBRATION_TESTS
     }  # test_metrics_calibration_tests.py

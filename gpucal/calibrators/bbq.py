@@ -14,10 +14,9 @@ import numpy as np
 from scipy.special import gammaln
 
 from gpucal._backend import array_namespace
-from gpucal.calibrators._sorted import distinct_counts, host_float64, unit_binary
+from gpucal.calibrators._sorted import host_float64
 from gpucal.calibrators.base import Calibrator, Constraint, Interval, Options
-from gpucal.calibrators.bins import BIN_W, BIN_WY
-from gpucal.calibrators.score_rows import ScoreRows, score_groups
+from gpucal.calibrators.score_rows import ScoreRows, distinct_score_sums
 from gpucal.registry import calibration_method
 from gpucal.rows import Rows
 
@@ -233,12 +232,7 @@ class BBQCalibrator(Calibrator):
 
     def _fit(self, rows: Rows) -> None:
         blocks = ScoreRows.of(rows, self.score_col, self.score_kind).rows
-        whole = blocks.single_block()
-        if whole is not None and isinstance(whole.score, np.ndarray) and unit_binary(whole.y, whole.w):
-            xs, weight, weighted_y = distinct_counts(whole.score, whole.y)
-        else:
-            table = score_groups(blocks)
-            xs, weight, weighted_y = table.keys[0], table.stats[:, BIN_W], table.stats[:, BIN_WY]
+        xs, weight, weighted_y = distinct_score_sums(blocks)
         edges, values, posterior = bbq_step_map(
             xs,
             weight,

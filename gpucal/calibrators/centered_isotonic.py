@@ -11,10 +11,9 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from gpucal.calibrators._sorted import distinct_counts, unit_binary
 from gpucal.calibrators.base import Calibrator, Constraint, Options
-from gpucal.calibrators.bins import BIN_W, BIN_WY, check_monotone_knots, interp_clipped
-from gpucal.calibrators.score_rows import ScoreRows, score_groups
+from gpucal.calibrators.bins import check_monotone_knots, interp_clipped
+from gpucal.calibrators.score_rows import ScoreRows, distinct_score_sums
 from gpucal.kernels.jit import numba
 from gpucal.registry import calibration_method
 from gpucal.rows import Rows
@@ -178,13 +177,7 @@ class CenteredIsotonicCalibrator(Calibrator):
 
     def _fit(self, rows: Rows) -> None:
         blocks = ScoreRows.of(rows, self.score_col, self.score_kind).rows
-        whole = blocks.single_block()
-        if whole is not None and isinstance(whole.score, np.ndarray) and unit_binary(whole.y, whole.w):
-            # One block on the host, unit weights, 0/1 labels: the same sums as counts, by two sorts.
-            xs, weight, weighted_y = distinct_counts(whole.score, whole.y)
-        else:
-            table = score_groups(blocks)
-            xs, weight, weighted_y = table.keys[0], table.stats[:, BIN_W], table.stats[:, BIN_WY]
+        xs, weight, weighted_y = distinct_score_sums(blocks)
         self.X_knots_, self.y_knots_ = centered_isotonic_knots(
             xs, weight, weighted_y, interior_strict=self.interior_strict
         )

@@ -29,6 +29,8 @@ import numpy as np
 from gpucal._backend import array_namespace, to_numpy
 from gpucal._frames import parse_input
 from gpucal._validation import check_sample_weight
+from gpucal.calibrators._sorted import distinct_counts, unit_binary
+from gpucal.calibrators.bins import BIN_W, BIN_WY
 from gpucal.calibrators.logistic import LogisticFit, ScoreBlock, check_class_weights, fit_logistic_rows
 from gpucal.rows import LocalRows, RowBlock, Rows
 from gpucal.rows.checks import check_labels_and_weights
@@ -101,6 +103,17 @@ def score_groups(rows: Rows) -> KeyedTable:
     combine = functools.partial(merge_tables, limit=limit, what="distinct-score table")
     table: KeyedTable = rows.reduce(block_score_groups, combine, limit)
     return table
+
+
+def distinct_score_sums(blocks: Rows) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each distinct score ``x`` of the rows (:class:`ScoreBlock`), increasing, with ``sum w`` and
+    ``sum w*y`` over its rows: :func:`score_groups`, or, for one host block of unit weights and 0/1
+    labels, the same sums as counts by two sorts (``distinct_counts``)."""
+    whole = blocks.single_block()
+    if whole is not None and isinstance(whole.score, np.ndarray) and unit_binary(whole.y, whole.w):
+        return distinct_counts(whole.score, whole.y)
+    table = score_groups(blocks)
+    return table.keys[0], table.stats[:, BIN_W], table.stats[:, BIN_WY]
 
 
 @dataclass(frozen=True)
