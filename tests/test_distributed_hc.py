@@ -108,5 +108,5 @@ def test_dask_fit_checks_the_whole_data(client, ctr) -> None:  # type: ignore[no
     dX, dy, _ = _dask(X, y, None, 2)
     with pytest.raises(TypeError, match="X_tree, y_tree: not dask collections"):
         HeterogeneousCalibrator().fit(dX, dy, X_tree=X, y_tree=y)
-    with pytest.raises(ValueError, match="leaves one side empty"):
+    with pytest.raises(ValueError, match="leaves no rows on one side"):
         HeterogeneousCalibrator(tree_fraction=1e-9).fit(dX, dy)

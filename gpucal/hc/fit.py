@@ -39,7 +39,6 @@ from gpucal.hc.read import (
     TREE,
     TreeBlock,
     block_summary,
-    check_holdout,
     encoded_sides,
     encoder_inputs,
     feature_names,
@@ -49,7 +48,7 @@ from gpucal.hc.read import (
     tree_codes,
 )
 from gpucal.kernels import gather_rows
-from gpucal.rows import LabelSummary, Rows, poisson_one, row_uniforms
+from gpucal.rows import LabelSummary, Rows, check_held_out, poisson_one, row_uniforms
 from gpucal.rows.draws import held_out_mask
 from gpucal.trees.ensemble import TreeEnsemble, code_maps_from_weights, code_weights, join_trees
 from gpucal.trees.grow import GrowConfig, TreeNodes, grow_tree_on
@@ -119,7 +118,7 @@ def fit_hc(rows: Rows, params: HCParams, tree_rows: Rows | None = None) -> HCSta
     feature_cols = read.reduce(feature_names, first)
     on_gpu = summary[N_ON_GPU] > 0
     if tree_rows is None:
-        check_holdout(int(summary[0]), int(summary[N_TREE]), params.tree_fraction)
+        check_held_out(int(summary[N_TREE]), int(summary[0]), params.tree_fraction, "tree_fraction")
         grow, n_tree = read, int(summary[N_TREE])
     else:
         tree_whole = tree_rows.single_block() is not None
@@ -293,7 +292,7 @@ class _Fit:
         pairs = cal.map(_divided, share, p.seed + 1, offsets=True)
         fit_rows, valid = pairs.map(pick, 0), pairs.map(pick, 1)
         n_fit, n = float(fit_rows.sum(_n_rows)[0]), cal.offsets()[1]
-        check_holdout(n, int(n_fit), share)
+        check_held_out(n - int(n_fit), n, p.validation_fraction)
         return fit_rows, valid
 
     def boosted(self, tree: Rows, cal: Rows) -> tuple[list[TreeNodes], np.ndarray]:

@@ -130,14 +130,6 @@ def first(*values: Any) -> Any:
     return values[0]
 
 
-def check_holdout(n: int, n_first: int, share: float) -> None:
-    """Raise ``ValueError`` unless a random split of ``n`` rows, ``n_first`` of them first, has rows on
-    both sides (``tree_fraction``'s, and the boosted chain's validation split)."""
-    if n_first in (0, n):
-        msg = f"a share of {share:g} of {n} rows leaves one side empty: give more rows"
-        raise ValueError(msg)
-
-
 # --------------------------------------------------------------------------------------------------
 # The encoder
 
@@ -196,7 +188,6 @@ __all__ = [
     "InputBlock",
     "TreeBlock",
     "block_summary",
-    "check_holdout",
     "encoded_sides",
     "encoder_inputs",
     "feature_names",

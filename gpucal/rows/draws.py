@@ -77,10 +77,11 @@ def held_out_mask(n: int, fraction: float, seed: int, row_offset: int = 0) -> np
     return np.random.Generator(bit_generator).random(n) < fraction
 
 
-def check_held_out(n_held: int, n: int, fraction: float) -> None:
-    """Raise ``ValueError`` when the validation split leaves no rows on one side."""
+def check_held_out(n_held: int, n: int, fraction: float, name: str = "validation_fraction") -> None:
+    """Raise ``ValueError`` when a random split of ``n`` rows (``n_held`` of them drawn with probability
+    ``fraction``, the parameter ``name``) leaves no rows on one side."""
     if n_held == n or n_held == 0:
-        msg = f"validation_fraction={fraction} leaves no rows on one side of {n} rows"
+        msg = f"{name}={fraction} leaves no rows on one side of {n} rows: give more rows"
         raise ValueError(msg)
 
 
