@@ -19,8 +19,6 @@ from numpy.testing import assert_allclose
 import gpucal
 from gpucal.calibrators.enir import LOG_EPS, ENIRCalibrator
 
-nir = pytest.importorskip("netcal.binning")
-
 
 def make_data(n: int, seed: int, decimals: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     rng = np.random.default_rng(seed)
@@ -33,6 +31,7 @@ def make_data(n: int, seed: int, decimals: int | None = None) -> tuple[np.ndarra
 
 def netcal_path(s: np.ndarray, y: np.ndarray) -> list[np.ndarray]:
     """netcal's path models (the quick start at lambda = 0 included), each evaluated at the sorted scores."""
+    nir = pytest.importorskip("netcal.binning")
     order = np.argsort(s)
     model = nir.NearIsotonicRegression(quick_init=True)
     with contextlib.redirect_stdout(io.StringIO()):

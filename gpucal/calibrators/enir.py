@@ -115,8 +115,9 @@ class ENIRCalibrator(Calibrator):
         + k_m \log N,
 
     (:math:`k_m` the model's blocks, :math:`n_b` and :math:`m_b` a block's weight and weighted
-    positives, :math:`N` the total weight, :math:`\beta_b` kept in [1e-12, 1 - 1e-12]) and averages
-    the models with the relative likelihood weights :math:`\propto \exp(-\mathrm{BIC}_m / 2)`. A model
+    positives, :math:`N` the total weight, the penalty 0 for :math:`N \le 1`, :math:`\beta_b` kept
+    in [1e-12, 1 - 1e-12]) and averages the models with the relative likelihood weights
+    :math:`\propto \exp(-\mathrm{BIC}_m / 2)`. A model
     predicts by linear interpolation between its values at the distinct scores (constant outside
     them); the models share those knots, so the average is itself one piecewise-linear map.
 
