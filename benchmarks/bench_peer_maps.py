@@ -5,8 +5,8 @@ Calibrators (fit on ``n`` rows, then predict those ``n`` rows): Venn-Abers (indu
 regression against probcal. Tests on ``n`` rows: Hosmer-Lemeshow, Spiegelhalter's z, the Murphy
 decomposition, the per-grade binomial and Jeffreys tests against probcal; Cox's calibration slope (with
 its SEs and joint test) against statsmodels' GLM and probcal's ``calibration_slope`` (slope only).
-Spline calibration against ml-insights' ``SplineCalib``, BBQ against netcal's ``BBQ``; the SKCE
-(unbiased quadratic, Laplace kernel) and its asymptotic test against probcal.
+Spline calibration against ml-insights' ``SplineCalib``, BBQ and ENIR against netcal's ``BBQ`` and
+``ENIR``; the SKCE (unbiased quadratic, Laplace kernel) and its asymptotic test against probcal.
 
 Each pair's outputs must agree (the largest difference is reported). A reference that would not finish
 in a few minutes on this machine at ``n`` rows (``REFERENCE_ROWS``) runs once on fewer rows, with gpucal
@@ -20,8 +20,10 @@ Usage: ``python benchmarks/bench_peer_maps.py [--sizes 1000000 10000000] [--case
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import functools
+import io
 import os
 import platform
 import time
@@ -46,6 +48,8 @@ REFERENCE_ROWS = {
     "skce/probcal": 10_000,
     # netcal's BBQ fits one histogram per bin count (462 at 1e5, 991 at 1e6) and scores each in torch.
     "bbq/netcal": 100_000,
+    # netcal's ENIR steps its near-isotonic path with Python loops over the blocks.
+    "enir/netcal": 100_000,
 }
 
 
@@ -92,6 +96,7 @@ def gpucal_cases() -> dict[str, Callable[..., Any]]:
         "jeffreys_grade_test": lambda y, p, g: metrics.jeffreys_grade_test(y, p, g).p_value,
         "spline": lambda y, p, g: gpucal.SplineCalibrator().fit(p, y).predict(p),
         "bbq": lambda y, p, g: gpucal.BBQCalibrator().fit(p, y).predict(p),
+        "enir": lambda y, p, g: gpucal.ENIRCalibrator().fit(p, y).predict(p),
         "skce": lambda y, p, g: metrics.skce(y, p).statistic,
         "skce_test": lambda y, p, g: metrics.skce_test(y, p).statistic,
     }
@@ -139,6 +144,12 @@ def reference_cases() -> dict[str, list[tuple[str, Callable[..., Any], Callable[
 
         return BBQ().fit(p, y).transform(p)
 
+    def netcal_enir(y: np.ndarray, p: np.ndarray, g: np.ndarray) -> Any:
+        from netcal.binning import ENIR
+
+        with contextlib.redirect_stdout(io.StringIO()):  # it prints its progress
+            return ENIR().fit(p, y.astype(np.int64)).transform(p)
+
     same = lambda out: out  # noqa: E731
     return {
         "venn_abers": [("probcal", probcal_ivap, same), ("venn-abers", package_ivap, same)],
@@ -162,6 +173,7 @@ def reference_cases() -> dict[str, list[tuple[str, Callable[..., Any], Callable[
         "jeffreys_grade_test": [("probcal", lambda y, p, g: pm.jeffreys_grade_test(y, p, g).p_value, same)],
         "spline": [("ml-insights", spline_calib, same)],
         "bbq": [("netcal", netcal_bbq, same)],
+        "enir": [("netcal", netcal_enir, same)],
         "skce": [("probcal", lambda y, p, g: skce(y, p), same)],
         # probcal pairs the rows after a seeded permutation, gpucal in row order: different pairs.
         "skce_test": [("probcal", lambda y, p, g: skce_test(y, p, method="asymptotic").statistic, same)],

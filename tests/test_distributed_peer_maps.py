@@ -1,4 +1,4 @@
-"""Venn-Abers, centred isotonic, BBQ and spline calibration on dask collections: the one-machine fit.
+"""Venn-Abers, centred isotonic, ENIR, BBQ and spline calibration on dask collections: the one-machine fit.
 
 The reference is the same estimator on the concatenated pandas rows. The fits read sums per distinct
 score (merged over partitions in another order), so tables and predictions agree to 1e-9 relative; the
@@ -30,12 +30,17 @@ def _frame(n: int = 3000, seed: int = 0) -> pd.DataFrame:
     return pd.DataFrame({"score": score, "y": y, "w": w})
 
 
-CASES = [("venn_abers", {}), ("venn_abers", {"n_folds": 4, "random_state": 3}), ("centered_isotonic", {})]
+CASES = [
+    ("venn_abers", {}),
+    ("venn_abers", {"n_folds": 4, "random_state": 3}),
+    ("centered_isotonic", {}),
+    ("enir", {}),
+]
 
 
 @pytest.mark.parametrize("streamed", [False, True], ids=["held", "streamed"])
 @pytest.mark.parametrize("weighted", [False, True], ids=["unweighted", "weighted"])
-@pytest.mark.parametrize(("name", "params"), CASES, ids=["ivap", "cvap", "cir"])
+@pytest.mark.parametrize(("name", "params"), CASES, ids=["ivap", "cvap", "cir", "enir"])
 def test_dask_fit_is_the_one_machine_fit(
     client, name: str, params: dict, weighted: bool, streamed: bool
 ) -> None:  # type: ignore[no-untyped-def]

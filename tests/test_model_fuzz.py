@@ -122,6 +122,7 @@ def _fitted_models():
         "venn_abers",
         "centered_isotonic",
         "bbq",
+        "enir",
         "spline",
     ):
         out.append((name, gpucal.make_calibrator(name).fit(score, y), "scores", frame))

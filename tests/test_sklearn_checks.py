@@ -27,6 +27,7 @@ from gpucal.calibrators import (
     CenteredIsotonicCalibrator,
     DirichletCalibrator,
     DownsamplingCorrection,
+    ENIRCalibrator,
     FeatureAwarePlattCalibrator,
     HistogramCalibrator,
     IsotonicCalibrator,
@@ -133,6 +134,7 @@ LOGIT_SCORE = [
     VennAbersCalibrator(score_col=0, score_kind="logit"),
     CenteredIsotonicCalibrator(score_col=0, score_kind="logit"),
     BBQCalibrator(score_col=0, score_kind="logit"),
+    ENIRCalibrator(score_col=0, score_kind="logit"),
     # One penalty: nothing is chosen on held-out rows, so a weight of 2 and a repeated row agree.
     SplineCalibrator(score_col=0, score_kind="logit", n_knots=4, reg_params=[0.1]),
     DownsamplingCorrection(score_col=0, score_kind="logit", rate=0.5),

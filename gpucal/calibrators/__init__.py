@@ -14,6 +14,7 @@ from gpucal.calibrators.beta import BetaCalibrator
 from gpucal.calibrators.centered_isotonic import CenteredIsotonicCalibrator
 from gpucal.calibrators.dirichlet import DirichletCalibrator
 from gpucal.calibrators.downsampling import DownsamplingCorrection, correct_downsampling
+from gpucal.calibrators.enir import ENIRCalibrator
 from gpucal.calibrators.feature_platt import FeatureAwarePlattCalibrator
 from gpucal.calibrators.histogram import HistogramCalibrator
 from gpucal.calibrators.isotonic import IsotonicCalibrator
@@ -31,6 +32,7 @@ __all__ = [
     "CenteredIsotonicCalibrator",
     "DirichletCalibrator",
     "DownsamplingCorrection",
+    "ENIRCalibrator",
     "FeatureAwarePlattCalibrator",
     "HistogramCalibrator",
     "IsotonicCalibrator",

@@ -1,0 +1,119 @@
+"""ENIR: the path equal to netcal's near-isotonic path, the average equal to a numpy oracle.
+
+netcal 1.4's ``NearIsotonicRegression`` (its models stepped through ``get_next_model``) is the
+reference for the solution path on distinct scores: its block values at each breakpoint equal
+``enir_knot_map``'s to 1e-9. Its ``ENIR`` averages differently (see the class Notes), so the oracle of
+the average is numpy on netcal's path: BIC row by row, relative likelihood weights, ``np.interp``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+
+import numpy as np
+import pytest
+from numpy.testing import assert_allclose
+
+import gpucal
+from gpucal.calibrators.enir import LOG_EPS, ENIRCalibrator
+
+
+def make_data(n: int, seed: int, decimals: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    s = rng.beta(0.8, 1.5, n)
+    if decimals is not None:
+        s = np.round(s, decimals)  # ties
+    y = (rng.random(n) < np.clip(1.3 * s**1.4, 0, 1)).astype(np.float64)
+    return s, y
+
+
+def netcal_path(s: np.ndarray, y: np.ndarray) -> list[np.ndarray]:
+    """netcal's path models (the quick start at lambda = 0 included), each evaluated at the sorted scores."""
+    nir = pytest.importorskip("netcal.binning")
+    order = np.argsort(s)
+    model = nir.NearIsotonicRegression(quick_init=True)
+    with contextlib.redirect_stdout(io.StringIO()):
+        model.fit(s[order], y[order].astype(np.int64))
+    fits = []
+    while model is not None:
+        fits.append(model.transform(s[order]))
+        model = model.get_next_model()
+    return fits
+
+
+@pytest.mark.parametrize(("n", "seed"), [(40, 0), (40, 7), (80, 41)])
+def test_path_and_average_equal_netcal_path_and_the_oracle(n: int, seed: int) -> None:
+    # Data on which no three blocks meet at one lambda (netcal's merge mishandles those; see the Notes).
+    s, y = make_data(n, seed)
+    fits = netcal_path(s, y)
+    ys = y[np.argsort(s)]
+    bic = []
+    for fit in fits:
+        p = np.clip(fit, LOG_EPS, 1 - LOG_EPS)
+        k = np.count_nonzero(np.diff(fit)) + 1
+        bic.append(-2 * np.sum(ys * np.log(p) + (1 - ys) * np.log(1 - p)) + k * np.log(n))
+    weights = np.exp(-(np.array(bic) - min(bic)) / 2)
+    weights /= weights.sum()
+    cal = ENIRCalibrator().fit(s, y)
+    assert cal.model_weights_.shape[0] == len(fits)
+    assert_allclose(cal.model_weights_, weights, atol=1e-9)
+    test = np.concatenate([np.linspace(0, 1, 201), s[:20]])
+    expected = np.interp(test, np.sort(s), weights @ np.array(fits))
+    assert_allclose(cal.predict(test), expected, atol=1e-9, rtol=0)
+
+
+def test_blocks_meeting_at_once_fuse_into_one() -> None:
+    # Labels 1, 0, 1, 0: every neighbour pair meets at lambda = 1/2 at 0.5, so the path has two
+    # models, the data (4 blocks) and the constant 0.5 (1 block).
+    s, y = np.array([0.1, 0.2, 0.3, 0.4]), np.array([1.0, 0.0, 1.0, 0.0])
+    eps = LOG_EPS
+    bic = np.array([-2 * 4 * np.log1p(-eps) + 4 * np.log(4), -2 * 4 * np.log(0.5) + np.log(4)])
+    weights = np.exp(-(bic - bic.min()) / 2) / np.exp(-(bic - bic.min()) / 2).sum()
+    cal = ENIRCalibrator().fit(s, y)
+    assert_allclose(cal.model_weights_, weights, rtol=1e-12)
+    assert_allclose(cal.values_, weights[0] * y + weights[1] * 0.5, rtol=1e-12)
+
+
+def test_weights_are_repeated_rows_and_output_is_near_monotone() -> None:
+    s, y = make_data(400, 1, decimals=2)
+    w = np.random.default_rng(2).integers(0, 3, s.shape[0]).astype(np.float64)
+    cal = ENIRCalibrator().fit(s, y, sample_weight=w)
+    rows = np.repeat(np.arange(s.shape[0]), w.astype(np.int64))
+    test = np.linspace(0, 1, 301)
+    assert_allclose(ENIRCalibrator().fit(s[rows], y[rows]).predict(test), cal.predict(test), atol=1e-12)
+    p = cal.predict(test)
+    assert np.all((p >= 0) & (p <= 1))
+    assert p[-1] > p[0] + 0.5
+    # Near-isotonic: what the average loses to decreasing steps is small against its rise.
+    assert -np.sum(np.minimum(np.diff(p), 0)) < 0.1 * (p.max() - p.min())
+    assert type(gpucal.make_calibrator("enir")) is ENIRCalibrator
+
+
+def test_bad_input() -> None:
+    s, _ = make_data(100, 3)
+    with pytest.raises(ValueError, match="no positive labels"):
+        ENIRCalibrator().fit(s, np.zeros(100))
+    with pytest.raises(ValueError, match="no negative labels"):
+        ENIRCalibrator().fit(s, np.ones(100))
+    with pytest.raises(ValueError, match=r"NaN|finite"):
+        ENIRCalibrator().fit(np.array([0.2, np.nan]), np.array([0.0, 1.0]))
+
+
+def test_round_trip_and_hostile_state(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    s, y = make_data(200, 4, decimals=2)
+    cal = ENIRCalibrator().fit(s, y)
+    cal.save(tmp_path / "m.json")
+    test = np.linspace(0, 1, 101)
+    np.testing.assert_array_equal(gpucal.load(tmp_path / "m.json").predict(test), cal.predict(test))
+    document = json.loads((tmp_path / "m.json").read_text())
+    for key, bad, match in [
+        ("values_", document["state"]["values_"][:-1], "values_"),
+        ("knots_", document["state"]["knots_"][::-1], "knots_"),
+    ]:
+        hostile = json.loads(json.dumps(document))
+        hostile["state"][key] = bad
+        (tmp_path / "bad.json").write_text(json.dumps(hostile))
+        with pytest.raises(gpucal.ModelFileError, match=match):
+            gpucal.load(tmp_path / "bad.json")
