@@ -178,20 +178,29 @@ def _knot_table(knots_x: np.ndarray) -> tuple[np.ndarray, float]:
     return table.astype(np.int64), 1.0 / h
 
 
-def check_monotone_knots(knots_x: np.ndarray, knots_y: np.ndarray) -> None:
-    """Raise ``ValueError`` unless the knots (``X_knots_``, ``y_knots_`` of a loaded model) describe a
-    non-decreasing piecewise-linear map into [0, 1]: equal lengths, at least one knot, ``knots_x``
-    strictly increasing."""
+def check_knot_map(
+    knots_x: np.ndarray,
+    knots_y: np.ndarray,
+    *,
+    names: tuple[str, str] = ("X_knots_", "y_knots_"),
+    monotone: bool = True,
+) -> None:
+    """Raise ``ValueError`` unless the knots of a loaded model (attributes ``names``) describe a
+    piecewise-linear map into [0, 1]: equal lengths, at least one knot, ``knots_x`` finite and strictly
+    increasing, ``knots_y`` non-decreasing when ``monotone``."""
+    x_name, y_name = names
     if knots_x.shape != knots_y.shape or knots_x.shape[0] == 0:
-        msg = f"X_knots_ has {knots_x.shape[0]} entries and y_knots_ {knots_y.shape[0]}; need equal, >= 1"
+        msg = f"{x_name} has {knots_x.shape[0]} entries and {y_name} {knots_y.shape[0]}; need equal, >= 1"
         raise ValueError(msg)
     if (
-        np.any(np.diff(knots_x) <= 0)
-        or np.any(np.diff(knots_y) < 0)
+        not np.all(np.isfinite(knots_x))
+        or np.any(np.diff(knots_x) <= 0)
+        or (monotone and np.any(np.diff(knots_y) < 0))
         or np.any(knots_y < 0)
         or np.any(knots_y > 1)
     ):
-        msg = "X_knots_ must be strictly increasing and y_knots_ non-decreasing in [0, 1]"
+        shape = "non-decreasing " if monotone else ""
+        msg = f"{x_name} must be finite and strictly increasing and {y_name} {shape}in [0, 1]"
         raise ValueError(msg)
 
 

@@ -12,7 +12,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from gpucal.calibrators.base import Calibrator, Constraint, Options
-from gpucal.calibrators.bins import check_monotone_knots, interp_clipped
+from gpucal.calibrators.bins import check_knot_map, interp_clipped
 from gpucal.calibrators.score_rows import ScoreRows, distinct_score_sums
 from gpucal.kernels.jit import numba
 from gpucal.registry import calibration_method
@@ -187,4 +187,4 @@ class CenteredIsotonicCalibrator(Calibrator):
 
     def _check_state(self) -> None:
         """Raise ``ValueError`` unless the knots describe a non-decreasing map into [0, 1]."""
-        check_monotone_knots(self.X_knots_, self.y_knots_)
+        check_knot_map(self.X_knots_, self.y_knots_)

@@ -12,9 +12,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from gpucal._backend import array_namespace
-from gpucal.calibrators._sorted import host_float64
 from gpucal.calibrators.base import Calibrator, Constraint, Options
+from gpucal.calibrators.bins import check_knot_map, interp_clipped
 from gpucal.calibrators.score_rows import ScoreRows, distinct_score_sums
 from gpucal.registry import calibration_method
 from gpucal.rows import Rows
@@ -83,10 +82,8 @@ def enir_knot_map(
             break
         bv = bv + slope * step
         starts, bw, bwy, bv = _fuse(meet <= step * (1.0 + MERGE_RTOL), starts, bw, bwy, bv)
-    scores = np.array(bics)
-    model_weights = np.exp(-(scores - best) / 2.0)
-    model_weights /= model_weights.sum()
-    return xs, np.clip(acc / np.exp(-(scores - best) / 2.0).sum(), 0.0, 1.0), model_weights
+    relative = np.exp(-(np.array(bics) - best) / 2.0)
+    return xs, np.clip(acc / relative.sum(), 0.0, 1.0), relative / relative.sum()
 
 
 @calibration_method("enir", fits_on_dask=True, candidate=False)
@@ -209,22 +206,11 @@ class ENIRCalibrator(Calibrator):
         self.knots_, self.values_, self.model_weights_ = enir_knot_map(xs, weight, weighted_y)
 
     def _predict_scores(self, score: Any) -> Any:
-        out = np.interp(host_float64(score), self.knots_, self.values_)
-        return array_namespace(score).asarray(out)
+        return interp_clipped(score, self.knots_, self.values_)
 
     def _check_state(self) -> None:
         """Raise ``ValueError`` unless the knots are consistent and the values in [0, 1]."""
-        if self.knots_.shape[0] < 1 or self.values_.shape[0] != self.knots_.shape[0]:
-            msg = (
-                f"values_ has {self.values_.shape[0]} entries; knots_ has {self.knots_.shape[0]} (at least 1)"
-            )
-            raise ValueError(msg)
-        if np.any(np.diff(self.knots_) <= 0) or not np.all(np.isfinite(self.knots_)):
-            msg = "knots_ must be finite and strictly increasing"
-            raise ValueError(msg)
-        if not np.all((self.values_ >= 0) & (self.values_ <= 1)):
-            msg = "values_ must lie in [0, 1]"
-            raise ValueError(msg)
+        check_knot_map(self.knots_, self.values_, names=("knots_", "values_"), monotone=False)
         if self.model_weights_.shape[0] < 1 or not np.all(self.model_weights_ >= 0):
             msg = "model_weights_ must hold non-negative model weights"
             raise ValueError(msg)

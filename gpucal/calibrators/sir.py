@@ -16,7 +16,7 @@ from gpucal.calibrators.bins import (
     BIN_W,
     BIN_WP,
     BIN_WY,
-    check_monotone_knots,
+    check_knot_map,
     interp_clipped,
     mass_bin_stats,
 )
@@ -177,4 +177,4 @@ class SIRCalibrator(Calibrator):
 
     def _check_state(self) -> None:
         """Raise ``ValueError`` unless the knots describe a non-decreasing map into [0, 1]."""
-        check_monotone_knots(self.X_knots_, self.y_knots_)
+        check_knot_map(self.X_knots_, self.y_knots_)
