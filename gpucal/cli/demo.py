@@ -53,6 +53,9 @@ DEMO_CCL_CLUSTERS = 20
 #: on a subsample (cross-fitting every candidate five times on 100,000 rows took 39 s of CPU); few
 #: enough that a first run, compilation included, takes about a minute.
 DEMO_ROWS = 150_000
+#: The demo's default ``make_ctr`` scenario and seed (``gpucal warmup`` compiles for the same data).
+DEMO_SCENARIO = "mixed"
+DEMO_SEED = 0
 #: Rows the warm-up lanes fit the feature-aware calibrators and compute the metrics on: their kernels
 #: compile for the same dtypes and code paths on these as on the demo's rows (checked with numba's compile
 #: events), and CCL's k-means and the metrics run a seventh of the time they would on 150,000 rows. The
@@ -339,6 +342,15 @@ def _format_segments(report: pd.DataFrame) -> str:
     return report.to_string(index=False, formatters=formatters)
 
 
+def _demo_data(rows: int, scenario: str, seed: int) -> tuple[Any, Any, list[str]]:
+    """The demo's calibration and held-out splits (``rows`` each, ``make_ctr``) and its fields."""
+    from gpucal import datasets
+
+    calibration = datasets.make_ctr(rows, scenario=scenario, seed=seed)
+    held_out = datasets.make_ctr(rows, scenario=scenario, seed=seed, row_offset=rows)
+    return calibration, held_out, list(datasets.ctr_scenario(scenario)["fields"])
+
+
 def run_demo(args: argparse.Namespace) -> int:
     """Fit every calibrator on a calibration split of ``make_ctr`` data; compare them on held-out rows.
 
@@ -357,16 +369,13 @@ def run_demo(args: argparse.Namespace) -> int:
     with heartbeat(lambda: f"  ... loading and generating ({time.perf_counter() - started:.0f} s)"):
         import pandas as pd
 
-        from gpucal import datasets
         from gpucal.neural import torch_available
 
-        calibration = datasets.make_ctr(args.rows, scenario=args.scenario, seed=args.seed)
-        held_out = datasets.make_ctr(args.rows, scenario=args.scenario, seed=args.seed, row_offset=args.rows)
+        calibration, held_out, fields = _demo_data(args.rows, args.scenario, args.seed)
     neural = torch_available()  # the neural extra: fitting needs PyTorch
     one_dim = DEMO_CALIBRATORS + DEMO_NEURAL_CALIBRATORS * neural
     names = one_dim + DEMO_FEATURE_CALIBRATORS + DEMO_NEURAL_FEATURE_CALIBRATORS * neural
     names += DEMO_CLUSTERED_CALIBRATORS
-    fields = list(datasets.ctr_scenario(args.scenario)["fields"])
     log_progress(f"  {args.rows:,} + {args.rows:,} rows, positive rate {calibration['label'].mean():.4f}")
     for split, frame in (("calibration", calibration), ("held-out", held_out)):
         if frame["label"].nunique() < 2:
@@ -444,19 +453,15 @@ def run_warmup(args: argparse.Namespace) -> int:
     :func:`gpucal.warmup.warm_up` here, which loads those from the cache and compiles the rest (float32
     scores, the reliability curve's bootstrap) one by one.
     """
-    from gpucal import datasets
     from gpucal.warmup import warm_up
 
     started = time.perf_counter()
-    scenario, seed = "mixed", 0
     log_progress(
         f"[1/2] compiling the demo's kernels in parallel processes (make_ctr, {DEMO_ROWS:,} rows) ..."
     )
-    calibration = datasets.make_ctr(DEMO_ROWS, scenario=scenario, seed=seed)
-    held_out = datasets.make_ctr(DEMO_ROWS, scenario=scenario, seed=seed, row_offset=DEMO_ROWS)
-    fields = list(datasets.ctr_scenario(scenario)["fields"])
+    calibration, held_out, fields = _demo_data(DEMO_ROWS, DEMO_SCENARIO, DEMO_SEED)
     names = DEMO_CALIBRATORS + DEMO_FEATURE_CALIBRATORS + DEMO_CLUSTERED_CALIBRATORS
-    _warm_up_lanes(calibration, held_out, fields, seed, names)
+    _warm_up_lanes(calibration, held_out, fields, DEMO_SEED, names)
     log_progress("[2/2] compiling the rest (float32 scores, the reliability curve) ...")
     warm_up(verbose=args.verbose > 0)
     _warm_marker().touch()

@@ -6,7 +6,7 @@ import argparse
 from typing import Any, cast
 
 from gpucal._version import __version__
-from gpucal.cli.demo import DEMO_MIN_ROWS, DEMO_ROWS, run_demo, run_warmup
+from gpucal.cli.demo import DEMO_MIN_ROWS, DEMO_ROWS, DEMO_SCENARIO, DEMO_SEED, run_demo, run_warmup
 from gpucal.cli.table_commands import method_list, run_evaluate, run_fit, run_predict, run_rules
 
 
@@ -69,8 +69,8 @@ def build_parser() -> argparse.ArgumentParser:
         default=DEMO_ROWS,
         help=f"calibration rows, and as many held out; at least {DEMO_MIN_ROWS} (500000: the full-size run)",
     )
-    demo.add_argument("--scenario", default="mixed", help="make_ctr scenario")
-    demo.add_argument("--seed", type=int, default=0, help="seed of the data and of the MVCE views")
+    demo.add_argument("--scenario", default=DEMO_SCENARIO, help="make_ctr scenario")
+    demo.add_argument("--seed", type=int, default=DEMO_SEED, help="seed of the data and of the MVCE views")
     demo.add_argument("--top", type=int, default=10, help="how many worst segments to print")
     demo.add_argument("--min-segment-rows", type=int, default=1000, help="smallest segment to report")
     demo.add_argument("--format", choices=("text", "json"), default="text", help="output format")
