@@ -23,7 +23,7 @@ import pandas as pd
 from gpucal._params import Interval, Options, validate_params
 from gpucal._validation import check_not_class_labels
 from gpucal.metrics._reduce import bin_gaps, lp_average, pcoc_ratio
-from gpucal.metrics.binned import N_BINS, STRATEGY, cal_n_per_group
+from gpucal.metrics.binned import N_BINS, STRATEGY, cal_n_per_group, totals
 from gpucal.metrics.binning import sum_by_id, table_mass_bins, uniform_bin_ids
 from gpucal.metrics.inputs import (
     CheckedRows,
@@ -302,15 +302,9 @@ def pcoc(y_true: Any, y_prob: Any, *, sample_weight: Any = None) -> float:
     >>> pcoc([0, 1, 1, 0], [0.1, 0.8, 0.7, 0.4])
     1.0
     """
-    count, weight, wp, wy = metric_rows(y_true, y_prob, sample_weight).sum(weighted_totals)
+    count, weight, wp, wy = metric_rows(y_true, y_prob, sample_weight).sum(totals)
     check_total(count, weight)
     return pcoc_ratio(float(wp), float(wy))
-
-
-def weighted_totals(block: CheckedRows) -> np.ndarray:
-    """``[count, sum w, sum w p, sum w y]`` of one block, the sums as products with the weights."""
-    w = block.weights()
-    return np.array([block.n, block.total_weight, float(w @ block.p), float(w @ block.y)])
 
 
 @validate_params(sort_by=Options("excess", "error", "sigma"), min_rows=Interval(int, 1, None))
