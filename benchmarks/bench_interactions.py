@@ -23,7 +23,21 @@ whichever JSON files exist.
     one-hot crosses of every pair (levels as gpucal's encoder pools them). Second order with
     ``interactions="auto"`` over a grid of the two penalties: the grid the defaults were chosen from.
 
-Run: ``python benchmarks/bench_interactions.py --speed`` and ``--quality [--datasets ...]``.
+``--trees`` (``interactions_trees.json``)
+    Held-out log-loss of MBCT and HC (``HeterogeneousCalibrator``) at their defaults without crosses and
+    with ``interactions="auto"`` (the pairs feature-aware Platt's screen keeps), beside first- and
+    second-order feature-aware Platt (``interactions="auto"``) on the same split, and the CPU seconds of
+    each fit: the interaction-rich ``make_ctr`` sets (``ctr-mixed``, and ``bench_auto``'s ``ctr-cross`` and
+    ``ctr-cross400``, whose scores carry a pair's bias), the real date split ``flights-md`` (day of year
+    read as month and day) and real sets, several seeds of the synthetic ones.
+
+``--neural`` (``interactions_neural.json``)
+    NeuCalib (``FieldAwareCalibrator``) at its defaults with and without the pairs feature-aware Platt's
+    screen keeps, given as extra fields: each cross's codes from the encoder (``interactions=`` the kept
+    pairs) as one more column read by value, the fields NeuCalib would get from ``interactions=``.
+
+Run: ``python benchmarks/bench_interactions.py --speed``, ``--quality [--datasets ...]`` and ``--trees
+[--tree-datasets ...]``.
 """
 
 from __future__ import annotations
@@ -48,6 +62,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 RESULTS = Path(__file__).resolve().parent / "results"
 SPEED_JSON = RESULTS / "interactions_speed.json"
 QUALITY_JSON = RESULTS / "interactions_quality.json"
+TREES_JSON = RESULTS / "interactions_trees.json"
+NEURAL_JSON = RESULTS / "interactions_neural.json"
+NEURAL_DATASETS = ["ctr-mixed", "ctr-cross", "ctr-cross400", "flights-md", "kdd"]
 SPEED_FIELDS = ["ad_category", "region", "hour", "user_segment", "device", "num_a", "num_b", "num_c"]
 SPEED_CATEGORICAL = ["ad_category", "region", "hour", "user_segment", "device"]
 SPEED_BINS = 16
@@ -69,6 +86,19 @@ QUALITY_DATASETS = [
     "churn",
 ]
 CTR_ROWS = 100_000
+TREE_DATASETS = [
+    "ctr-mixed",
+    "ctr-cross",
+    "ctr-cross@1",
+    "ctr-cross400",
+    "ctr-cross400@1",
+    "flights-md",
+    "kdd",
+    "adult",
+    "tv16",
+]
+#: Calibration rows of the real sets in ``--trees`` (flights has 1M).
+TREE_MAX_CAL = 200_000
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -259,6 +289,109 @@ def quality_fits(data: Any) -> list[dict[str, Any]]:
     return rows
 
 
+def tree_fits(data: Any) -> list[dict[str, Any]]:
+    """MBCT and HC with and without ``interactions="auto"``, first- and second-order feature-aware Platt."""
+    from gpucal import MBCT, HeterogeneousCalibrator
+    from gpucal.calibrators.feature_platt import FeatureAwarePlattCalibrator
+
+    columns = {"feature_cols": data.feature_cols, "categorical_cols": data.categorical_cols or None}
+    y, y_test = data.cal["label"].to_numpy(np.float64), data.test["label"].to_numpy(np.float64)
+    methods = {
+        "feature_platt": (FeatureAwarePlattCalibrator, None),
+        "feature_platt_auto": (FeatureAwarePlattCalibrator, "auto"),
+        "mbct": (MBCT, None),
+        "mbct_auto": (MBCT, "auto"),
+        "hc": (HeterogeneousCalibrator, None),
+        "hc_auto": (HeterogeneousCalibrator, "auto"),
+    }
+    rows = []
+    for name, (cls, interactions) in methods.items():
+        model = cls(output_type="numpy", interactions=interactions, **columns)
+        rows.append(_timed_fit(name, model, data.name, (data.cal, y), (data.test, y_test)))
+    return rows
+
+
+def _timed_fit(
+    name: str, model: Any, dataset: str, train: tuple[Any, Any], test: tuple[Any, Any]
+) -> dict[str, Any]:
+    """Fit ``model`` on ``train = (X, y)``; its wall and CPU seconds and held-out log-loss on ``test``."""
+    start, cpu = time.perf_counter(), time.process_time()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model.fit(*train)
+    row = {
+        "method": name,
+        "seconds": time.perf_counter() - start,
+        "cpu_seconds": time.process_time() - cpu,
+        "log_loss": log_loss(test[1], np.asarray(model.predict(test[0]))),
+        "interactions": getattr(model, "interactions_", None),
+    }
+    print(dataset, row, flush=True)
+    return row
+
+
+def _run_datasets(path: Path, names: list[str], fits: Any) -> None:
+    """``fits(data)`` of each dataset ``names`` (``bench_auto.prepare``, at most ``TREE_MAX_CAL`` calibration
+    rows), written to ``path`` after each, with the oracle's log-loss where there is one."""
+    import bench_auto
+
+    doc = json.loads(path.read_text()) if path.exists() else {"datasets": {}}
+    doc["machine"] = _machine()
+    for name in names:
+        namespace = argparse.Namespace(quick=False, ctr_rows=CTR_ROWS, max_cal=TREE_MAX_CAL, max_test=200_000)
+        data = bench_auto.prepare(name, namespace)
+        entry: dict[str, Any] = {"n_cal": len(data.cal), "n_test": len(data.test), "fits": fits(data)}
+        if data.has_truth:
+            entry["oracle_log_loss"] = log_loss(
+                data.test["label"].to_numpy(np.float64), data.test["p_true"].to_numpy()
+            )
+        doc["datasets"][name] = entry
+        path.write_text(json.dumps(doc, indent=1))
+    write_report()
+
+
+def neural_fits(data: Any) -> list[dict[str, Any]]:
+    """NeuCalib without crosses, and with the kept pairs' cross codes as extra fields."""
+    from gpucal.calibrators.feature_platt import resolve_interactions
+    from gpucal.encoding import FeatureEncoder
+    from gpucal.neural import FieldAwareCalibrator
+    from gpucal.rows import as_rows
+
+    y, y_test = data.cal["label"].to_numpy(np.float64), data.test["label"].to_numpy(np.float64)
+    categorical = list(data.categorical_cols)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        pairs = resolve_interactions(
+            "auto",
+            "bench",
+            as_rows(X=data.cal, y=y, sample_weight=None),
+            data.feature_cols,
+            categorical_cols=categorical or None,
+        )
+    cal, test = data.cal, data.test
+    names = [f"{a} x {b}" for a, b in pairs]
+    if pairs:
+        encoder = FeatureEncoder(categorical_cols=categorical or None, interactions=pairs)
+        encoder.fit(cal[data.feature_cols])
+        first = len(data.feature_cols)
+        cal = cal.assign(**dict(zip(names, encoder.transform(cal).T[first:].astype(np.int64), strict=True)))
+        test = test.assign(
+            **dict(zip(names, encoder.transform(test).T[first:].astype(np.int64), strict=True))
+        )
+    rows = []
+    for name, extra in (("neucalib", []), ("neucalib_crosses", names)):
+        if name == "neucalib_crosses" and not pairs:
+            continue
+        model = FieldAwareCalibrator(
+            output_type="numpy",
+            feature_cols=[*data.feature_cols, *extra],
+            categorical_cols=[*categorical, *extra],
+        )
+        row = _timed_fit(name, model, data.name, (cal, y), (test, y_test))
+        rows.append({**row, "interactions": [list(p) for p in pairs]})
+    return rows
+
+
 def quality(args: argparse.Namespace) -> None:
     import bench_auto
 
@@ -342,6 +475,10 @@ def write_report() -> None:
         lines += _speed_section(json.loads(SPEED_JSON.read_text()))
     if QUALITY_JSON.exists():
         lines += _quality_section(json.loads(QUALITY_JSON.read_text()))
+    if TREES_JSON.exists():
+        lines += _trees_section(json.loads(TREES_JSON.read_text()))
+    if NEURAL_JSON.exists():
+        lines += _neural_section(json.loads(NEURAL_JSON.read_text()))
     lines.append(NOTES)
     (RESULTS / "interactions.md").write_text("\n".join(lines) + "\n")
 
@@ -453,10 +590,90 @@ def _quality_section(doc: dict[str, Any]) -> list[str]:
     return lines
 
 
+TREE_METHODS = ["feature_platt", "feature_platt_auto", "mbct", "mbct_auto", "hc", "hc_auto"]
+
+
+def _trees_section(doc: dict[str, Any]) -> list[str]:
+    lines = [
+        "## Crosses in the trees: MBCT and HC with and without interactions",
+        "",
+        "`python benchmarks/bench_interactions.py --trees`. Every estimator at its defaults; `_auto`: "
+        '`interactions="auto"` (the pairs feature-aware Platt\'s screen keeps, the last column). Held-out '
+        "log-loss, the gap to the oracle's in brackets on `make_ctr` data; the CPU seconds of each fit "
+        "(all threads; the machine was loaded) below. `@1`: seed 1 of the same task.",
+        "",
+        "| dataset | cal rows | " + " | ".join(TREE_METHODS) + " | crosses kept |",
+        "|---" * (len(TREE_METHODS) + 3) + "|",
+    ]
+    cpu_lines = ["", "| dataset | " + " | ".join(f"{m} CPU s" for m in TREE_METHODS) + " |"]
+    cpu_lines.append("|---" * (len(TREE_METHODS) + 1) + "|")
+    gains: dict[str, list[float]] = {"mbct": [], "hc": []}
+    for name, entry in doc["datasets"].items():
+        fits = {f["method"]: f for f in entry["fits"]}
+        oracle = entry.get("oracle_log_loss")
+
+        def cell(method: str, fits: dict[str, Any] = fits, oracle: float | None = oracle) -> str:
+            value = fits[method]["log_loss"]
+            return f"{value:.5f}" + (f" ({100 * (value / oracle - 1):.2f}%)" if oracle else "")
+
+        kept = fits["mbct_auto"]["interactions"]
+        lines.append(
+            f"| {name} | {entry['n_cal']:,} | " + " | ".join(cell(m) for m in TREE_METHODS) + f" | {kept} |"
+        )
+        cpu_lines.append(
+            f"| {name} | " + " | ".join(f"{fits[m]['cpu_seconds']:.1f}" for m in TREE_METHODS) + " |"
+        )
+        for base in gains:
+            gains[base].append(fits[f"{base}_auto"]["log_loss"] / fits[base]["log_loss"] - 1)
+    lines += cpu_lines
+    for base, values in gains.items():
+        if values:
+            lines.append(
+                f"\n`{base}_auto` against `{base}`: log-loss change {100 * np.mean(values):+.3f}% on "
+                f"average, best {100 * min(values):+.3f}%, worst {100 * max(values):+.3f}%; better on "
+                f"{sum(v < 0 for v in values)} of {len(values)} datasets."
+            )
+    lines += [f"\nMachine: {doc['machine']}.", ""]
+    return lines
+
+
+def _neural_section(doc: dict[str, Any]) -> list[str]:
+    lines = [
+        "## Crosses in NeuCalib",
+        "",
+        "`python benchmarks/bench_interactions.py --neural`. NeuCalib at its defaults, without crosses and "
+        "with the pairs feature-aware Platt's screen keeps as extra fields (each cross's codes read by "
+        "value). Held-out log-loss; CPU seconds of the fit (the machine was loaded).",
+        "",
+        "| dataset | cal rows | neucalib | neucalib + crosses | change | CPU s | CPU s + crosses | crosses |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for name, entry in doc["datasets"].items():
+        fits = {f["method"]: f for f in entry["fits"]}
+        plain, crossed = fits["neucalib"], fits.get("neucalib_crosses")
+        if crossed is None:
+            lines.append(
+                f"| {name} | {entry['n_cal']:,} | {plain['log_loss']:.5f} | (no pair kept) | | | | |"
+            )
+            continue
+        change = 100 * (crossed["log_loss"] / plain["log_loss"] - 1)
+        lines.append(
+            f"| {name} | {entry['n_cal']:,} | {plain['log_loss']:.5f} | {crossed['log_loss']:.5f} | "
+            f"{change:+.3f}% | {plain['cpu_seconds']:.1f} | {crossed['cpu_seconds']:.1f} | "
+            f"{crossed['interactions']} |"
+        )
+    lines += [f"\nMachine: {doc['machine']}.", ""]
+    return lines
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--speed", action="store_true")
     parser.add_argument("--quality", action="store_true")
+    parser.add_argument("--trees", action="store_true")
+    parser.add_argument("--neural", action="store_true")
+    parser.add_argument("--neural-datasets", nargs="+", default=NEURAL_DATASETS)
+    parser.add_argument("--tree-datasets", nargs="+", default=TREE_DATASETS)
     parser.add_argument("--report", action="store_true", help="rewrite the report from the JSON files")
     parser.add_argument("--speed-one", nargs=2, metavar=("METHOD", "ROWS"), help=argparse.SUPPRESS)
     parser.add_argument("--gpucal-rows", type=int, nargs="*", default=[1_000_000, 10_000_000])
@@ -472,6 +689,10 @@ def main() -> None:
         speed(args)
     if args.quality:
         quality(args)
+    if args.trees:
+        _run_datasets(TREES_JSON, args.tree_datasets, tree_fits)
+    if args.neural:
+        _run_datasets(NEURAL_JSON, args.neural_datasets, neural_fits)
     write_report()
 
 
