@@ -1,10 +1,11 @@
-"""Crosses as split features of MBCT and HC (``interactions=``): the oracle is the same estimator fitted
-on a column that holds the pair's combined value, which it reads as one more category.
+"""Crosses as features of MBCT, HC and NeuCalib (``interactions=``): the oracle is the same estimator
+fitted on a column that holds the pair's combined value, which it reads as one more category.
 
 With ``min_cross_count=0`` every pair seen at fit time keeps a code, in key order (the pair's codes
 combined), and a category column of ``device * 10 + hour`` has the same codes in the same order; its
-extra codes (missing, unseen) have no rows, like the cross's pooled code. So the trees, their maps and
-the predictions must be the same. Then: the automatic choice, saving, bad input, the level cap, rules.
+extra codes (missing, unseen) have no rows, like the cross's pooled code. So the trees, their maps,
+NeuCalib's embedding table (seeded training) and the predictions must be the same. Then: the automatic
+choice, saving, bad input, the level cap, rules.
 """
 
 from __future__ import annotations
@@ -20,12 +21,17 @@ from scipy.special import expit, logit
 
 import gpucal
 from gpucal import MBCT, HeterogeneousCalibrator
+from gpucal.encoding import FeatureEncoder
+from gpucal.neural import FieldAwareCalibrator, torch_available
 
 SMALL: dict[type, dict[str, Any]] = {
     MBCT: {"max_trees": 3, "max_depth": 3, "min_node_size": 100.0, "min_child_size": 20.0},
     HeterogeneousCalibrator: {"max_depth": 3, "min_leaf_size": 50.0},
+    FieldAwareCalibrator: {"max_epochs": 3, "min_value_rows": 20},
 }
-ESTIMATORS = [MBCT, HeterogeneousCalibrator]
+NEEDS_TORCH = pytest.mark.skipif(not torch_available(), reason="needs the neural extra (PyTorch)")
+TREES = [MBCT, HeterogeneousCalibrator]
+ESTIMATORS = [*TREES, pytest.param(FieldAwareCalibrator, marks=NEEDS_TORCH)]
 FEATURES = ["site", "device", "hour", "num"]
 
 
@@ -57,13 +63,19 @@ def test_a_cross_splits_like_a_column_of_the_combined_values(cls: type) -> None:
         cls, X_oracle, y, feature_cols=[*FEATURES, "dh"], categorical_cols=["device", "hour", "dh"]
     )
     assert crossed.interactions_ == [["device", "hour"]]
-    assert crossed.ensemble_.feature_names == [*FEATURES, "device x hour"] + (
-        ["score bin"] if cls is MBCT else []
-    )
-    assert (crossed.ensemble_.node_feature == len(FEATURES)).any()  # the trees split on the cross
-    for name in ("node_feature", "node_child_base", "child_table", "tree_start"):
-        assert_array_equal(getattr(crossed.ensemble_, name), getattr(oracle.ensemble_, name), err_msg=name)
-    assert_allclose(crossed.ensemble_.node_value, oracle.ensemble_.node_value, rtol=1e-12, atol=1e-12)
+    if cls is FieldAwareCalibrator:
+        assert_array_equal(crossed.code_rows_[:-1], oracle.code_rows_[:-2])  # the cross: one code fewer
+        assert_allclose(crossed.embedding_, oracle.embedding_, rtol=1e-12, atol=1e-12)
+    else:
+        assert crossed.ensemble_.feature_names == [*FEATURES, "device x hour"] + (
+            ["score bin"] if cls is MBCT else []
+        )
+        assert (crossed.ensemble_.node_feature == len(FEATURES)).any()  # the trees split on the cross
+        for name in ("node_feature", "node_child_base", "child_table", "tree_start"):
+            assert_array_equal(
+                getattr(crossed.ensemble_, name), getattr(oracle.ensemble_, name), err_msg=name
+            )
+        assert_allclose(crossed.ensemble_.node_value, oracle.ensemble_.node_value, rtol=1e-12, atol=1e-12)
     X_new, _ = crossed_data(500, seed=1)
     assert_allclose(
         crossed.predict(X_new),
@@ -117,10 +129,11 @@ def test_crosses_past_the_level_cap_are_dropped_with_a_warning(cls: type) -> Non
     with pytest.warns(UserWarning, match=r"\[\('site', 'num'\)\] dropped"):
         model = fitted(cls, X, y, interactions=[("device", "hour"), ("site", "num")], max_cross_levels=30)
     assert model.interactions_ == [["device", "hour"]]
-    assert model.encoder_.n_codes_[-1] <= 30
+    encoder = model.encoder_ if cls in TREES else FeatureEncoder.from_dict(model.encoder_)
+    assert encoder.n_codes_[-1] <= 30
 
 
-@pytest.mark.parametrize("cls", ESTIMATORS)
+@pytest.mark.parametrize("cls", TREES)
 def test_rules_are_not_written_for_crosses(cls: type) -> None:
     X, y = crossed_data(1500)
     model = fitted(cls, X, y, interactions=[("device", "hour")])
