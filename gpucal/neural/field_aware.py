@@ -469,7 +469,7 @@ class FieldAwareCalibrator(Calibrator):
         labels = check_labels(y, "y")
         n_rows = check_consistent_length(X=split.score, y=labels)
         weights = check_sample_weight(sample_weight, n_rows, xp=array_namespace(labels))
-        encoding = {
+        encoding: dict[str, Any] = {
             "n_bins": self.n_bins,
             "categorical_cols": self.categorical_cols,
             "min_cross_count": self.min_cross_count,
