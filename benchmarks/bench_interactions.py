@@ -23,7 +23,20 @@ whichever JSON files exist.
     one-hot crosses of every pair (levels as gpucal's encoder pools them). Second order with
     ``interactions="auto"`` over a grid of the two penalties: the grid the defaults were chosen from.
 
-Run: ``python benchmarks/bench_interactions.py --speed`` and ``--quality [--datasets ...]``.
+``--trees`` (``interactions_trees.json``)
+    Held-out log-loss of MBCT and HC (``HeterogeneousCalibrator``) at their defaults without crosses and
+    with ``interactions="auto"`` (the pairs feature-aware Platt's screen keeps), beside first- and
+    second-order feature-aware Platt (``interactions="auto"``) on the same split, and the CPU seconds of
+    each fit: the interaction-rich ``make_ctr`` sets (``ctr-mixed``, and ``bench_auto``'s ``ctr-cross`` and
+    ``ctr-cross400``, whose scores carry a pair's bias), the real date split ``flights-md`` (day of year
+    read as month and day) and real sets, several seeds of the synthetic ones.
+
+``--neural`` (``interactions_neural.json``)
+    NeuCalib (``FieldAwareCalibrator``) at its defaults without crosses and with ``interactions="auto"``
+    (the pairs feature-aware Platt's screen keeps; the screen's time is part of the fit's).
+
+Run: ``python benchmarks/bench_interactions.py --speed``, ``--quality [--datasets ...]`` and ``--trees
+[--tree-datasets ...]``.
 """
 
 from __future__ import annotations
@@ -48,6 +61,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 RESULTS = Path(__file__).resolve().parent / "results"
 SPEED_JSON = RESULTS / "interactions_speed.json"
 QUALITY_JSON = RESULTS / "interactions_quality.json"
+TREES_JSON = RESULTS / "interactions_trees.json"
+NEURAL_JSON = RESULTS / "interactions_neural.json"
+NEURAL_DATASETS = ["ctr-mixed", "ctr-cross", "ctr-cross400", "flights-md", "kdd"]
 SPEED_FIELDS = ["ad_category", "region", "hour", "user_segment", "device", "num_a", "num_b", "num_c"]
 SPEED_CATEGORICAL = ["ad_category", "region", "hour", "user_segment", "device"]
 SPEED_BINS = 16
@@ -69,6 +85,19 @@ QUALITY_DATASETS = [
     "churn",
 ]
 CTR_ROWS = 100_000
+TREE_DATASETS = [
+    "ctr-mixed",
+    "ctr-cross",
+    "ctr-cross@1",
+    "ctr-cross400",
+    "ctr-cross400@1",
+    "flights-md",
+    "kdd",
+    "adult",
+    "tv16",
+]
+#: Calibration rows of the real sets in ``--trees`` (flights has 1M).
+TREE_MAX_CAL = 200_000
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -259,6 +288,86 @@ def quality_fits(data: Any) -> list[dict[str, Any]]:
     return rows
 
 
+def tree_fits(data: Any) -> list[dict[str, Any]]:
+    """MBCT and HC with and without ``interactions="auto"``, first- and second-order feature-aware Platt."""
+    from gpucal import MBCT, HeterogeneousCalibrator
+    from gpucal.calibrators.feature_platt import FeatureAwarePlattCalibrator
+
+    columns = {"feature_cols": data.feature_cols, "categorical_cols": data.categorical_cols or None}
+    y, y_test = data.cal["label"].to_numpy(np.float64), data.test["label"].to_numpy(np.float64)
+    methods = {
+        "feature_platt": (FeatureAwarePlattCalibrator, None),
+        "feature_platt_auto": (FeatureAwarePlattCalibrator, "auto"),
+        "mbct": (MBCT, None),
+        "mbct_auto": (MBCT, "auto"),
+        "hc": (HeterogeneousCalibrator, None),
+        "hc_auto": (HeterogeneousCalibrator, "auto"),
+    }
+    rows = []
+    for name, (cls, interactions) in methods.items():
+        model = cls(output_type="numpy", interactions=interactions, **columns)
+        rows.append(_timed_fit(name, model, data.name, (data.cal, y), (data.test, y_test)))
+    return rows
+
+
+def _timed_fit(
+    name: str, model: Any, dataset: str, train: tuple[Any, Any], test: tuple[Any, Any]
+) -> dict[str, Any]:
+    """Fit ``model`` on ``train = (X, y)``; its wall and CPU seconds and held-out log-loss on ``test``."""
+    start, cpu = time.perf_counter(), time.process_time()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model.fit(*train)
+    row = {
+        "method": name,
+        "seconds": time.perf_counter() - start,
+        "cpu_seconds": time.process_time() - cpu,
+        "log_loss": log_loss(test[1], np.asarray(model.predict(test[0]))),
+        "interactions": getattr(model, "interactions_", None),
+    }
+    print(dataset, row, flush=True)
+    return row
+
+
+def _run_datasets(path: Path, names: list[str], fits: Any) -> None:
+    """``fits(data)`` of each dataset ``names`` (``bench_auto.prepare``, at most ``TREE_MAX_CAL`` calibration
+    rows), written to ``path`` after each, with the oracle's log-loss where there is one."""
+    import bench_auto
+
+    doc = json.loads(path.read_text()) if path.exists() else {"datasets": {}}
+    doc["machine"] = _machine()
+    for name in names:
+        namespace = argparse.Namespace(quick=False, ctr_rows=CTR_ROWS, max_cal=TREE_MAX_CAL, max_test=200_000)
+        data = bench_auto.prepare(name, namespace)
+        entry: dict[str, Any] = {"n_cal": len(data.cal), "n_test": len(data.test), "fits": fits(data)}
+        if data.has_truth:
+            entry["oracle_log_loss"] = log_loss(
+                data.test["label"].to_numpy(np.float64), data.test["p_true"].to_numpy()
+            )
+        doc["datasets"][name] = entry
+        path.write_text(json.dumps(doc, indent=1))
+    write_report()
+
+
+def neural_fits(data: Any) -> list[dict[str, Any]]:
+    """NeuCalib without crosses and with ``interactions="auto"``."""
+    from gpucal.neural import FieldAwareCalibrator
+
+    columns = {"feature_cols": data.feature_cols, "categorical_cols": data.categorical_cols or None}
+    train = (data.cal, data.cal["label"].to_numpy(np.float64))
+    test = (data.test, data.test["label"].to_numpy(np.float64))
+    return [
+        _timed_fit(
+            name,
+            FieldAwareCalibrator(output_type="numpy", interactions=pairs, **columns),
+            data.name,
+            train,
+            test,
+        )
+        for name, pairs in (("neucalib", None), ("neucalib_auto", "auto"))
+    ]
+
+
 def quality(args: argparse.Namespace) -> None:
     import bench_auto
 
@@ -330,6 +439,27 @@ NOTES = """## Reading the numbers
   pairs add up.
 - **Against scikit-learn.** `LogisticRegression(C=0.1)` is `l2=10`: compare it with `first l2=10` and
   `auto 10/10` in the grid, not with the defaults.
+- **Crosses in the trees.** MBCT without crosses already beats second-order feature-aware Platt on every
+  `make_ctr` set (its depth-5 trees reach the device x hour combinations through two splits), so a cross
+  adds little there: `mbct_auto` is never worse than `mbct` and better on 6 of 9 sets, by 0.04% on
+  average (0.155% on kdd, 0.09% on ctr-cross@1, 0.06% on flights-md). HC gains on ctr-mixed (0.25%) and
+  loses up to 0.07% on ctr-cross. A cross with many light levels is never split on: region x
+  user_segment (400 levels of about 250 rows) leaves both unchanged, because MBCT pools children lighter
+  than its node size and HC pools categories lighter than `min_leaf_size` before growing, which pools
+  most of the cross. On flights-md the screen keeps origin x hour, destination x hour and destination x
+  day, not month x day. `"auto"` costs one first-order feature-aware Platt fit and the screen (about 1
+  CPU s at 10^5 rows here), 2-10x MBCT's or HC's own fit, for these gains: `interactions` stays None by
+  default on both. (One 8.3 CPU s for `mbct` on flights-md is the kernels compiling for its codes'
+  dtype on first use.)
+- **Crosses in NeuCalib.** The MLP sees a pair only through the sum of its two embeddings; a cross gives
+  each combination seen often enough an embedding of its own.
+  With `interactions="auto"` NeuCalib is better on 5 of 6 sets (0.07-0.56%: region x user_segment, which
+  the trees could not use, gives 0.56%; flights-md 0.43%, kdd 0.34%) and worse on adult (0.20%, 14,653
+  rows, the pair the screen keeps there costs feature-aware Platt too). Crosses help NeuCalib more than
+  the trees, and the screen costs little beside its training, but six sets (three of them `make_ctr`
+  with a cross built in) are not enough to change its default: `interactions` stays None, and
+  `"auto"` is the candidate to try where NeuCalib is tried. The first fit of each process imports and
+  warms up PyTorch: compare CPU seconds within a row with care.
 - **Machine.** 2 cores shared with other jobs during every run (load average 8 to 26 during the speed
   runs: a process got a fifth to a quarter of a core, so wall time is 4-5x CPU time): wall times are
   noisy and the CPU seconds are the figures to compare; only ratios within one run mean anything.
@@ -342,6 +472,10 @@ def write_report() -> None:
         lines += _speed_section(json.loads(SPEED_JSON.read_text()))
     if QUALITY_JSON.exists():
         lines += _quality_section(json.loads(QUALITY_JSON.read_text()))
+    if TREES_JSON.exists():
+        lines += _trees_section(json.loads(TREES_JSON.read_text()))
+    if NEURAL_JSON.exists():
+        lines += _neural_section(json.loads(NEURAL_JSON.read_text()))
     lines.append(NOTES)
     (RESULTS / "interactions.md").write_text("\n".join(lines) + "\n")
 
@@ -453,10 +587,85 @@ def _quality_section(doc: dict[str, Any]) -> list[str]:
     return lines
 
 
+TREE_METHODS = ["feature_platt", "feature_platt_auto", "mbct", "mbct_auto", "hc", "hc_auto"]
+
+
+def _trees_section(doc: dict[str, Any]) -> list[str]:
+    lines = [
+        "## Crosses in the trees: MBCT and HC with and without interactions",
+        "",
+        "`python benchmarks/bench_interactions.py --trees`. Every estimator at its defaults; `_auto`: "
+        '`interactions="auto"` (the pairs feature-aware Platt\'s screen keeps, the last column). Held-out '
+        "log-loss, the gap to the oracle's in brackets on `make_ctr` data; the CPU seconds of each fit "
+        "(all threads; the machine was loaded) below. `@1`: seed 1 of the same task.",
+        "",
+        "| dataset | cal rows | " + " | ".join(TREE_METHODS) + " | crosses kept |",
+        "|---" * (len(TREE_METHODS) + 3) + "|",
+    ]
+    cpu_lines = ["", "| dataset | " + " | ".join(f"{m} CPU s" for m in TREE_METHODS) + " |"]
+    cpu_lines.append("|---" * (len(TREE_METHODS) + 1) + "|")
+    gains: dict[str, list[float]] = {"mbct": [], "hc": []}
+    for name, entry in doc["datasets"].items():
+        fits = {f["method"]: f for f in entry["fits"]}
+        oracle = entry.get("oracle_log_loss")
+
+        def cell(method: str, fits: dict[str, Any] = fits, oracle: float | None = oracle) -> str:
+            value = fits[method]["log_loss"]
+            return f"{value:.5f}" + (f" ({100 * (value / oracle - 1):.2f}%)" if oracle else "")
+
+        kept = fits["mbct_auto"]["interactions"]
+        lines.append(
+            f"| {name} | {entry['n_cal']:,} | " + " | ".join(cell(m) for m in TREE_METHODS) + f" | {kept} |"
+        )
+        cpu_lines.append(
+            f"| {name} | " + " | ".join(f"{fits[m]['cpu_seconds']:.1f}" for m in TREE_METHODS) + " |"
+        )
+        for base in gains:
+            gains[base].append(fits[f"{base}_auto"]["log_loss"] / fits[base]["log_loss"] - 1)
+    lines += cpu_lines
+    for base, values in gains.items():
+        if values:
+            lines.append(
+                f"\n`{base}_auto` against `{base}`: log-loss change {100 * np.mean(values):+.3f}% on "
+                f"average, best {100 * min(values):+.3f}%, worst {100 * max(values):+.3f}%; better on "
+                f"{sum(v < 0 for v in values)} of {len(values)} datasets."
+            )
+    lines += [f"\nMachine: {doc['machine']}.", ""]
+    return lines
+
+
+def _neural_section(doc: dict[str, Any]) -> list[str]:
+    lines = [
+        "## Crosses in NeuCalib",
+        "",
+        "`python benchmarks/bench_interactions.py --neural`. NeuCalib at its defaults, without crosses and "
+        'with `interactions="auto"`. Held-out log-loss; CPU seconds of the fit, the screen included (all '
+        "threads; the machine was loaded).",
+        "",
+        "| dataset | cal rows | neucalib | neucalib auto | change | CPU s | CPU s auto | crosses kept |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for name, entry in doc["datasets"].items():
+        fits = {f["method"]: f for f in entry["fits"]}
+        plain, crossed = fits["neucalib"], fits["neucalib_auto"]
+        change = 100 * (crossed["log_loss"] / plain["log_loss"] - 1)
+        lines.append(
+            f"| {name} | {entry['n_cal']:,} | {plain['log_loss']:.5f} | {crossed['log_loss']:.5f} | "
+            f"{change:+.3f}% | {plain['cpu_seconds']:.1f} | {crossed['cpu_seconds']:.1f} | "
+            f"{crossed['interactions']} |"
+        )
+    lines += [f"\nMachine: {doc['machine']}.", ""]
+    return lines
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--speed", action="store_true")
     parser.add_argument("--quality", action="store_true")
+    parser.add_argument("--trees", action="store_true")
+    parser.add_argument("--neural", action="store_true")
+    parser.add_argument("--neural-datasets", nargs="+", default=NEURAL_DATASETS)
+    parser.add_argument("--tree-datasets", nargs="+", default=TREE_DATASETS)
     parser.add_argument("--report", action="store_true", help="rewrite the report from the JSON files")
     parser.add_argument("--speed-one", nargs=2, metavar=("METHOD", "ROWS"), help=argparse.SUPPRESS)
     parser.add_argument("--gpucal-rows", type=int, nargs="*", default=[1_000_000, 10_000_000])
@@ -472,6 +681,10 @@ def main() -> None:
         speed(args)
     if args.quality:
         quality(args)
+    if args.trees:
+        _run_datasets(TREES_JSON, args.tree_datasets, tree_fits)
+    if args.neural:
+        _run_datasets(NEURAL_JSON, args.neural_datasets, neural_fits)
     write_report()
 
 

@@ -12,6 +12,7 @@ import dask.dataframe as dd
 import numpy as np
 import pandas as pd
 import pytest
+from scipy.special import expit, logit
 
 from gpucal.datasets import make_ctr
 from gpucal.hc import HeterogeneousCalibrator
@@ -97,6 +98,25 @@ def test_dask_fit_with_tree_data_is_the_single_machine_fit(client, ctr, weighted
         dX, dy, dw, X_tree=dX_tree, y_tree=dy_tree, sample_weight_tree=dw_tree
     )
     _assert_same_fit(two, one)
+    _assert_close(two.predict(dX).compute().to_numpy(), np.asarray(one.predict(X)))
+
+
+def test_dask_fit_with_crosses_is_the_single_machine_fit(client) -> None:  # type: ignore[no-untyped-def]
+    """Crosses chosen by "auto": the same pair kept, the same cross codes, the same tree."""
+    rng = np.random.default_rng(4)
+    n = 4_000
+    X = pd.DataFrame({"score": rng.beta(2.0, 3.0, n), "site": rng.choice(np.array(list("abcde")), n)})
+    X["device"], X["hour"] = rng.integers(0, 4, n), rng.integers(0, 6, n)
+    effect = np.random.default_rng(100).normal(0.0, 1.5, (4, 6))[X["device"], X["hour"]]
+    y = pd.Series((rng.random(n) < expit(logit(X["score"]) + effect)).astype(np.float64))
+    w = rng.random(n) * 2.0
+    params = {**SMALL, "interactions": "auto", "categorical_cols": ["device", "hour"]}
+    one = HeterogeneousCalibrator(**params).fit(X, y, sample_weight=w)
+    two = HeterogeneousCalibrator(**params).fit(*_dask(X, y, w, 3))
+    assert one.interactions_ == [["device", "hour"]]
+    assert two.interactions_ == one.interactions_
+    _assert_same_fit(two, one)
+    dX = dd.from_pandas(X, npartitions=3)
     _assert_close(two.predict(dX).compute().to_numpy(), np.asarray(one.predict(X)))
 
 

@@ -75,6 +75,24 @@ def test_dask_fit_grows_the_single_machine_trees(client, ctr, leaf_map, n_parts,
     _assert_close(predicted.compute().to_numpy(), np.asarray(one.predict(X)))
 
 
+def test_dask_fit_with_crosses_is_the_single_machine_fit(client, ctr) -> None:  # type: ignore[no-untyped-def]
+    """A cross of a string column and a number is the same coded field over partitions."""
+    X, y, w = ctr
+    params = {"interactions": [("region", "p_noisy"), ("user_segment", "device")], "max_trees": 2}
+    one = MBCT(**params).fit(X, y, sample_weight=w)
+    dX, dy, dw = _dask(X, y, w, 4)
+    two = MBCT(**params).fit(dX, dy, sample_weight=dw)
+    assert two.encoder_.to_dict() == one.encoder_.to_dict()
+    assert len(one.interactions_) == 2
+    assert (one.ensemble_.node_feature >= len(one.feature_cols_)).any()  # a cross (or the score bin) splits
+    for name in STRUCTURE:
+        np.testing.assert_array_equal(
+            getattr(two.ensemble_, name), getattr(one.ensemble_, name), err_msg=name
+        )
+    _assert_close(two.ensemble_.node_value, one.ensemble_.node_value)
+    _assert_close(two.predict(dX).compute().to_numpy(), np.asarray(one.predict(X)))
+
+
 def test_validation_rows_are_the_single_machine_ones() -> None:
     n, seed, fraction = 1000, 7, 0.2
     whole = np.random.default_rng(seed).random(n) < fraction

@@ -12,6 +12,7 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
+from numpy.testing import assert_array_equal
 
 from gpucal.encoding import FeatureEncoder
 
@@ -125,11 +126,15 @@ def test_interactions_must_be_a_list() -> None:
         FeatureEncoder(interactions="auto").fit(_frame(50))
 
 
-def test_code_maps_refused_with_crosses() -> None:
+def test_code_maps_map_the_crosses_too() -> None:
+    """A tree's pooled codes: every column, crosses included, mapped after the plain codes are read."""
     X = _frame(50)
     enc = FeatureEncoder(interactions=[("site", "hour")], categorical_cols=["hour"]).fit(X)
-    with pytest.raises(ValueError, match="code_maps: not supported with crosses"):
-        enc.transform(X, code_maps=[np.arange(k) for k in enc.n_values_])
+    codes = enc.transform(X)
+    maps = [np.arange(k)[::-1].astype(np.int32) for k in enc.n_codes_]
+    mapped = enc.transform(X, code_maps=maps)
+    expected = np.column_stack([m[codes[:, j]] for j, m in enumerate(maps)])
+    assert_array_equal(mapped, expected)
 
 
 @pytest.mark.parametrize(

@@ -147,9 +147,32 @@ def fit_feature_platt(rows: Rows, params: FeaturePlattParams) -> FeaturePlattSta
     ValueError
         No rows, all weights zero, or one class only (with non-zero weight); the blocks' own checks.
     """
+    encoder, encoded, n_rows, theta = _encoded(rows, params)
+    if params.interactions == "auto" and encoder.interactions_:
+        encoder, encoded, theta = _screened(encoder, encoded, theta, params, n_rows)
+    theta = np.r_[theta, np.zeros(2 + int(np.sum(encoder.n_codes_)) - theta.shape[0])]  # crosses start at 0
+    fit = _fit_rows(encoded, encoder.n_codes_, encoder.crosses_, theta, params, n_rows, final=True)
+    return FeaturePlattState(encoder, fit)
+
+
+def screen_interactions(rows: Rows, params: FeaturePlattParams) -> list[tuple[Any, Any]]:
+    """The pairs ``interactions="auto"`` keeps on these rows: every pair crossed, screened on the
+    first-order fit (:func:`screen_crosses`); the crosses past ``max_cross_levels`` are not candidates."""
+    encoder, encoded, n_rows, theta = _encoded(rows, params, screen=True)
+    if not encoder.interactions_:
+        return []
+    return list(_screened(encoder, encoded, theta, params, n_rows)[0].interactions_)
+
+
+def _encoded(
+    rows: Rows, params: FeaturePlattParams, *, screen: bool = False
+) -> tuple[FeatureEncoder, Rows, int, np.ndarray]:
+    """Read, check and encode the rows: the fitted encoder (every pair crossed when ``screen`` or
+    ``interactions="auto"``), the encoded rows, their number and the best constant model's coefficients
+    (one per first-order code)."""
     whole = rows.single_block() is not None
     checked = rows.map(read_block, params.score_col, params.feature_cols, params.score_kind, whole)
-    screen = params.interactions == "auto"  # every pair crossed, then screened on the first-order fit
+    screen = screen or params.interactions == "auto"
     encoder = FeatureEncoder(
         n_bins=params.n_bins,
         categorical_cols=params.categorical_cols,
@@ -165,19 +188,22 @@ def fit_feature_platt(rows: Rows, params: FeaturePlattParams) -> FeaturePlattSta
         msg = "sample_weight: all weights are zero"
         raise ValueError(msg)
     summary.check_two_classes()
-    n_first = len(encoder.feature_names_)
     theta = np.zeros(2 + int(np.sum(encoder.n_values_)))
     theta[1] = math.log(summary.mean_label / (1.0 - summary.mean_label))  # the best constant model
-    if screen and encoder.interactions_:
-        first = encoded.map(select_columns, np.arange(n_first))
-        theta = _fit_rows(first, encoder.n_values_, (), theta, params, summary.n_rows, final=False).theta
-        kept = screen_crosses(encoded, theta, encoder.n_codes_, n_first, params.l2_cross, params.array_code)
-        encoder = encoder.keep_crosses(kept)
-        columns = np.r_[np.arange(n_first), n_first + np.asarray(kept, dtype=np.int64)]
-        encoded = encoded.map(select_columns, columns)
-    theta = np.r_[theta, np.zeros(2 + int(np.sum(encoder.n_codes_)) - theta.shape[0])]  # crosses start at 0
-    fit = _fit_rows(encoded, encoder.n_codes_, encoder.crosses_, theta, params, summary.n_rows, final=True)
-    return FeaturePlattState(encoder, fit)
+    return encoder, encoded, summary.n_rows, theta
+
+
+def _screened(
+    encoder: FeatureEncoder, encoded: Rows, theta: np.ndarray, params: FeaturePlattParams, n_rows: int
+) -> tuple[FeatureEncoder, Rows, np.ndarray]:
+    """Fit the first-order model from ``theta``, keep the crosses :func:`screen_crosses` keeps: the
+    encoder and rows with those crosses only, and the first-order coefficients."""
+    n_first = len(encoder.feature_names_)
+    first = encoded.map(select_columns, np.arange(n_first))
+    theta = _fit_rows(first, encoder.n_values_, (), theta, params, n_rows, final=False).theta
+    kept = screen_crosses(encoded, theta, encoder.n_codes_, n_first, params.l2_cross, params.array_code)
+    columns = np.r_[np.arange(n_first), n_first + np.asarray(kept, dtype=np.int64)]
+    return encoder.keep_crosses(kept), encoded.map(select_columns, columns), theta
 
 
 def screen_crosses(
@@ -487,4 +513,5 @@ __all__ = [
     "FeaturePlattState",
     "fit_feature_platt",
     "null_directions",
+    "screen_interactions",
 ]

@@ -37,6 +37,7 @@ from gpucal.calibrators._feature_platt_solver import (
     FeaturePlattParams,
     FeaturePlattState,
     fit_feature_platt,
+    screen_interactions,
 )
 from gpucal.calibrators.base import (
     OUTPUT_TYPE_OPTIONS,
@@ -47,9 +48,10 @@ from gpucal.calibrators.base import (
     Options,
 )
 from gpucal.encoding import FeatureEncoder, resolve_feature_cols
+from gpucal.encoding.crosses import check_interactions, interactions_param
 from gpucal.encoding.encoder import MAX_CROSS_LEVELS, MIN_CROSS_COUNT
 from gpucal.registry import calibration_method
-from gpucal.rows import as_rows
+from gpucal.rows import Rows, as_rows
 
 # Test-only switch: take the array code (the GPU path) on numpy arrays too, instead of the numba loops.
 FORCE_ARRAY_PATH = False
@@ -281,16 +283,19 @@ class FeatureAwarePlattCalibrator(Calibrator):
         feature_cols = resolve_feature_cols(
             rows, X, y, sample_weight, score_col=self.score_col, feature_cols=self.feature_cols
         )
-        params = self._params_as(
+        state = fit_feature_platt(rows, self._fit_params(feature_cols))
+        return self._set_fitted(state)
+
+    def _fit_params(self, feature_cols: Any) -> FeaturePlattParams:
+        """The fit's parameter record, with the resolved feature columns and the module's switches."""
+        return self._params_as(
             FeaturePlattParams,
             feature_cols=feature_cols,
-            interactions=self._checked_interactions(),
+            interactions=interactions_param(self.interactions, type(self).__name__),
             warm_start_min_rows=WARM_START_MIN_ROWS,
             warm_start_rows=WARM_START_ROWS,
             array_code=FORCE_ARRAY_PATH,
         )
-        state = fit_feature_platt(rows, params)
-        return self._set_fitted(state)
 
     def _set_fitted(self, state: FeaturePlattState) -> FeatureAwarePlattCalibrator:
         """Store the fitted encoder and coefficients; return self."""
@@ -303,19 +308,6 @@ class FeatureAwarePlattCalibrator(Calibrator):
         self.n_iter_ = fit.n_iter
         self.interactions_ = [list(pair) for pair in encoder.interactions_]
         return self
-
-    def _checked_interactions(self) -> Any:
-        """``interactions`` if it has a valid form (its columns are checked against the data in ``fit``)."""
-        value = self.interactions
-        if value is None or value in ("auto", "all"):
-            return value
-        if isinstance(value, str) or not isinstance(value, Sequence):
-            msg = (
-                "The 'interactions' parameter of FeatureAwarePlattCalibrator must be None, 'auto', 'all' or "
-                f"a list of column pairs. Got {value!r} instead."
-            )
-            raise ValueError(msg)
-        return [tuple(pair) if isinstance(pair, list) else pair for pair in value]
 
     def predict(self, X: Any) -> Any:
         """Return calibrated probabilities for ``X``, in ``X``'s family (pandas in, pandas Series out).
@@ -382,10 +374,38 @@ class FeatureAwarePlattCalibrator(Calibrator):
         self._encoder = encoder
 
 
+def resolve_interactions(
+    interactions: Any, owner: str, rows: Rows, feature_cols: Sequence[Hashable], **params: Any
+) -> Any:
+    """The ``interactions`` an estimator crossing its ``feature_cols`` gives its encoder: the parameter
+    checked (its form, naming ``owner``, and its columns), with ``"auto"`` resolved to the pairs feature-aware
+    Platt's ``interactions="auto"`` keeps on ``rows`` (blocks of ``X, y, sample_weight``:
+    :func:`gpucal.rows.as_rows`).
+
+    ``params`` are :class:`FeatureAwarePlattCalibrator`'s (the encoder's: ``score_col``,
+    ``categorical_cols``, ``n_bins``, ``min_cross_count``, ``max_cross_levels``, ``device``); the others keep
+    their defaults. For ``"auto"`` every pair is crossed (the crosses past ``max_cross_levels`` dropped with
+    a warning), the first-order model is fitted and the crosses whose one-step fit is expected to lower
+    the held-out loss are kept (:func:`~gpucal.calibrators._feature_platt_solver.screen_crosses`): the cost
+    of a ``FeatureAwarePlattCalibrator`` fit. Fewer than two features: None.
+    """
+    pairs = interactions_param(interactions, owner)
+    if isinstance(pairs, list):
+        check_interactions(pairs, feature_cols, "interactions")
+    if pairs != "auto":
+        return pairs
+    if len(feature_cols) < 2:
+        return None
+    cal = FeatureAwarePlattCalibrator(**params, interactions="auto")
+    cal._validate_params()
+    return screen_interactions(rows, cal._fit_params(list(feature_cols)))
+
+
 __all__ = [
     "FeatureAwarePlattCalibrator",
     "FeaturePlattFit",
     "fit_feature_platt",
     "predict_feature_platt",
+    "resolve_interactions",
     "score_feature",
 ]

@@ -54,6 +54,21 @@ class Cross:
         return int(self.keys.shape[0]) + 1
 
 
+def interactions_param(value: Any, owner: str) -> Any:
+    """An estimator's ``interactions`` parameter checked for its form: None, ``"auto"``, ``"all"`` or a
+    list of pairs (each a tuple; their columns are checked against the data by the encoder's fit,
+    :func:`check_interactions`). Raises ``ValueError`` naming ``owner`` for anything else."""
+    if value is None or value in ("auto", "all"):
+        return value
+    if isinstance(value, str) or not isinstance(value, Sequence):
+        msg = (
+            f"The 'interactions' parameter of {owner} must be None, 'auto', 'all' or a list of column "
+            f"pairs. Got {value!r} instead."
+        )
+        raise ValueError(msg)
+    return [tuple(pair) if isinstance(pair, list) else pair for pair in value]
+
+
 def check_interactions(interactions: Any, columns: Sequence[Hashable], where: str) -> list[tuple[Any, Any]]:
     """Return ``interactions`` (None, ``"all"`` or a list of column pairs) as a list of pairs of names.
 
@@ -211,6 +226,7 @@ __all__ = [
     "count_pairs",
     "cross_from_dict",
     "cross_to_dict",
+    "interactions_param",
     "merge_pair_counts",
     "pair_keys",
     "select_crosses",

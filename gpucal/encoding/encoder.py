@@ -485,8 +485,8 @@ class FeatureEncoder(BaseEstimator):
             Holds every fitted column.
         code_maps : sequence of int arrays, optional
             One per fitted column: ``code_maps[j][c]`` replaces code ``c`` of column ``j`` (a tree's
-            pooled codes). Composed with the encoding into one table read per row where it can be.
-            Not with crosses.
+            pooled codes), crosses included. Composed with the encoding into one table read per row
+            where it can be (with crosses, applied after the codes are written).
         out : int8, int16 or int32 array of shape (n_rows, d), d >= n_features + n_crosses, optional
             Written in its first ``n_features`` columns (C-contiguous, the input's array family), so a
             caller adding columns of its own writes no second copy.
@@ -511,9 +511,6 @@ class FeatureEncoder(BaseEstimator):
         n_rows = check_consistent_length(**{repr(k): c.values for k, c in columns.items()})
         xp = array_namespace(*(c.values for c in columns.values()))
         width = len(self._codings) + len(self._crosses)
-        if code_maps is not None and self._crosses:
-            msg = "code_maps: not supported with crosses (interactions); map the codes after transform"
-            raise ValueError(msg)
         if out is None:
             dtype = self.codes_dtype_ if code_maps is None else map_codes_dtype(code_maps)
             out = xp.empty((n_rows, width), dtype=dtype)
@@ -523,6 +520,12 @@ class FeatureEncoder(BaseEstimator):
         elif np.dtype(out.dtype) not in [np.dtype(d) for d in CODE_DTYPES]:
             msg = f"out: dtype {out.dtype} is not a code dtype (int8, int16 or int32)"
             raise TypeError(msg)
+        if code_maps is not None and self._crosses:
+            # A cross reads its pair's input codes: map every column once all of them are written.
+            codes = self.transform(columns)
+            for j in range(width):
+                lookup_codes(codes[:, j], 0, np.asarray(code_maps[j]), -1, out, j)
+            return out if out.shape[1] == width else out[:, :width]
         for j, coding in enumerate(self._codings):
             col = columns[coding.name]
             code_map = None if code_maps is None else np.asarray(code_maps[j])
@@ -645,6 +648,12 @@ class FeatureEncoder(BaseEstimator):
         if coding.has_unseen_code:
             labels.append("unseen")
         return labels
+
+    def output_names(self) -> list[str]:
+        """A name per column of :meth:`transform`'s codes: each column's (as ``str``), then ``"a x b"``
+        for the cross of ``a`` and ``b``."""
+        check_is_fitted(self, "feature_names_")
+        return [str(n) for n in self.feature_names_] + [f"{a} x {b}" for a, b in self.interactions_]
 
     def describe_columns(self) -> str:
         """One line saying how each column is read, for fit reports.

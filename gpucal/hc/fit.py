@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from gpucal._backend import array_namespace
+from gpucal.calibrators.feature_platt import resolve_interactions
 from gpucal.calibrators.logistic import EPS
 from gpucal.encoding import KIND_BINS, FeatureEncoder
 from gpucal.hc.node_maps import ENSEMBLE_KINDS, ensemble_values, fit_node_maps, through_tree
@@ -63,6 +64,9 @@ class HCParams:
     feature_cols: Sequence[Hashable] | str | None
     categorical_cols: Sequence[Hashable] | str | None
     n_bins: int
+    interactions: Any
+    min_cross_count: float
+    max_cross_levels: int
     max_depth: int
     min_leaf_size: float
     criterion: str
@@ -128,15 +132,32 @@ def fit_hc(rows: Rows, params: HCParams, tree_rows: Rows | None = None) -> HCSta
         tree_summary = LabelSummary.of(grow.sum(block_summary))
         tree_summary.check_two_classes("y_tree")
         n_tree = tree_summary.n_rows
-    encoder = FeatureEncoder(n_bins=params.n_bins, categorical_cols=params.categorical_cols)
+    encoder = FeatureEncoder(
+        n_bins=params.n_bins,
+        categorical_cols=params.categorical_cols,
+        interactions=resolve_interactions(
+            params.interactions,
+            "HeterogeneousCalibrator",
+            rows,
+            feature_cols,
+            score_col=params.score_col,
+            categorical_cols=params.categorical_cols,
+            n_bins=params.n_bins,
+            min_cross_count=params.min_cross_count,
+            max_cross_levels=params.max_cross_levels,
+            device=params.device,
+        ),
+        min_cross_count=params.min_cross_count,
+        max_cross_levels=params.max_cross_levels,
+    )
     encoder.fit_rows(grow, encoder_inputs)
     sides = read.map(encoded_sides, encoder, boosted)  # encoded once, cut into both sides
     cal = sides.map(pick, 1)
     tree = (sides if tree_rows is None else grow.map(encoded_sides, encoder, boosted)).map(pick, 0)
     del read, grow, sides
 
-    n_input = np.asarray(encoder.n_values_, dtype=np.int64)
-    ordinal = tuple(kind == KIND_BINS for kind in encoder.kinds_)
+    n_input = np.asarray(encoder.n_codes_, dtype=np.int64)
+    ordinal = tuple(kind == KIND_BINS for kind in encoder.kinds_) + (False,) * len(encoder.interactions_)
     maps, rare, counts = code_maps_from_weights(
         tree.sum(_code_weights, n_input), n_input, float(params.min_leaf_size)
     )
@@ -151,7 +172,7 @@ def fit_hc(rows: Rows, params: HCParams, tree_rows: Rows | None = None) -> HCSta
     fit.log(1, f"  features {encoder.describe_columns()}")
     trees, node_params = fit.boosted(tree, cal) if boosted else fit.trees(tree, cal)
 
-    names = [str(c) for c in encoder.feature_names_]
+    names = encoder.output_names()
     kind = params.local_map
     values = (
         ensemble_values(node_params, kind)

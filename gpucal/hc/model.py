@@ -18,6 +18,7 @@ from gpucal._backend import array_namespace
 from gpucal._frames import ParsedInput, parse_input, wrap_output
 from gpucal.calibrators.base import OUTPUT_TYPE_OPTIONS, AnyOf, Calibrator, Constraint, Interval, Options
 from gpucal.encoding import FeatureEncoder, resolve_feature_cols
+from gpucal.encoding.encoder import MAX_CROSS_LEVELS, MIN_CROSS_COUNT
 from gpucal.hc.fit import HCParams, fit_hc
 from gpucal.hc.node_maps import (
     ENSEMBLE_KINDS,
@@ -85,6 +86,28 @@ class HeterogeneousCalibrator(Calibrator):
         (``FeatureEncoder``); ``[]``: every number binned.
     n_bins : int, default=32
         Quantile bins per numeric feature: the thresholds a split may use.
+    interactions : list of pairs of feature columns, "auto", "all" or None, default=None
+        Pairs of features crossed into one more split feature each (:mod:`gpucal.encoding.crosses`: the
+        pair's combined codes, numbers through their bins, rare and unseen pairs pooled), split like a
+        category (levels sorted by label rate), so one split can separate combinations that neither
+        column separates alone:
+
+        - None: the columns only;
+        - a list of pairs: those crosses (a pair naming an unknown column, a column with itself, or an
+          entry of one column raises ``ValueError`` naming it);
+        - ``"all"``: every pair of features;
+        - ``"auto"``: the pairs feature-aware Platt's ``interactions="auto"`` keeps on the rows of ``X``
+          (every pair screened by the expected held-out gain of a one-step fit of its cross on the
+          first-order feature-aware Platt model:
+          :func:`~gpucal.calibrators.feature_platt.resolve_interactions`; one first-order fit).
+
+        The pairs crossed are ``interactions_``.
+    min_cross_count : float, default=10.0
+        Least weight of a cross level with a code of its own (over the tree rows); lighter levels, and
+        pairs not seen there, share one pooled code per cross.
+    max_cross_levels : int, default=100000
+        Most codes of all crosses together (memory of the code tables and histograms); pairs past it are
+        dropped with a ``UserWarning`` naming them.
     max_depth : int, default=3
         Depth of each tree (the paper uses "low depth" trees, tuned lightly).
     min_leaf_size : float, default=200
@@ -130,7 +153,9 @@ class HeterogeneousCalibrator(Calibrator):
     Attributes
     ----------
     encoder_ : FeatureEncoder
-        Codes of the feature columns (bins and categories of the tree rows).
+        Codes of the feature columns (bins and categories of the tree rows) and their crosses.
+    interactions_ : list of [str, str]
+        The crossed pairs, split features after the columns (empty without crosses).
     ensemble_ : TreeEnsemble
         The trees, every node carrying its map as ``(a, b)`` of ``sigmoid(a logit(s) + b)`` (or
         ``min(a s, 1)`` for "scale"); for "beta", the identity (its maps are in ``node_params_``).
@@ -182,6 +207,8 @@ class HeterogeneousCalibrator(Calibrator):
 
     _parameter_constraints: ClassVar[dict[str, Constraint]] = {
         "n_bins": Interval(int, 1, None),
+        "min_cross_count": Interval(float, 0, None),
+        "max_cross_levels": Interval(int, 1, None),
         "max_depth": Interval(int, 0, None),
         "min_leaf_size": Interval(float, 0, None, closed="neither"),
         "criterion": Options("entropy", "gini"),
@@ -203,6 +230,7 @@ class HeterogeneousCalibrator(Calibrator):
         "node_params_": "float_matrix",
         "feature_cols_": "json",
         "history_": "json",
+        "interactions_": "json",
     }
 
     def __init__(
@@ -212,6 +240,9 @@ class HeterogeneousCalibrator(Calibrator):
         feature_cols: Sequence[Hashable] | str | None = None,
         categorical_cols: Sequence[Hashable] | str | None = None,
         n_bins: int = 32,
+        interactions: Sequence[Sequence[Hashable]] | str | None = None,
+        min_cross_count: float = MIN_CROSS_COUNT,
+        max_cross_levels: int = MAX_CROSS_LEVELS,
         max_depth: int = 3,
         min_leaf_size: float = 200.0,
         criterion: str = "entropy",
@@ -231,6 +262,9 @@ class HeterogeneousCalibrator(Calibrator):
         self.feature_cols = feature_cols
         self.categorical_cols = categorical_cols
         self.n_bins = n_bins
+        self.interactions = interactions
+        self.min_cross_count = min_cross_count
+        self.max_cross_levels = max_cross_levels
         self.max_depth = max_depth
         self.min_leaf_size = min_leaf_size
         self.criterion = criterion
@@ -300,6 +334,7 @@ class HeterogeneousCalibrator(Calibrator):
         state = fit_hc(rows, params, tree_rows)
         self.encoder_, self.ensemble_, self.node_params_ = state.encoder, state.ensemble, state.node_params
         self.feature_cols_, self.history_ = state.feature_cols, state.history
+        self.interactions_ = [list(pair) for pair in state.encoder.interactions_]
         return self
 
     @staticmethod
@@ -377,6 +412,9 @@ class HeterogeneousCalibrator(Calibrator):
         """Turn the loaded plain data back into an encoder and an ensemble, checking both."""
         self.encoder_ = rebuilt_object(self.encoder_, FeatureEncoder, "encoder_", "encoder")
         self.ensemble_ = rebuilt_object(self.ensemble_, TreeEnsemble, "ensemble_", "ensemble")
+        if self.interactions_ != [list(pair) for pair in self.encoder_.interactions_]:
+            msg = f"interactions_ {self.interactions_!r} differ from the encoder's crosses"
+            raise ValueError(msg)
         if not isinstance(self.feature_cols_, list):
             msg = "feature_cols_: expected a list"
             raise ValueError(msg)
@@ -394,7 +432,7 @@ class HeterogeneousCalibrator(Calibrator):
         ):
             msg = "ensemble_.node_value does not match node_params_"
             raise ValueError(msg)
-        if [len(m) for m in self.ensemble_.code_maps] != [int(k) for k in self.encoder_.n_values_]:
+        if [len(m) for m in self.ensemble_.code_maps] != [int(k) for k in self.encoder_.n_codes_]:
             msg = "ensemble_.code_maps do not match the encoder"
             raise ValueError(msg)
         if self.mode != "boosted" and self.ensemble_.n_trees != (1 if self.mode == "tree" else self.n_trees):

@@ -442,7 +442,7 @@ class _Chain:
 
     def _ensemble(self, trees: list[TreeNodes]) -> TreeEnsemble:
         p = self.params
-        names = ([] if self.encoder is None else [str(c) for c in self.encoder.feature_names_]) + (
+        names = ([] if self.encoder is None else self.encoder.output_names()) + (
             [f"{p.score_col} bin"] if p.score_bins else []
         )
         return join_trees(trees, p.leaf_map, names, self.n_values, self.code_maps, self.rare_codes)

@@ -17,7 +17,9 @@ from sklearn.utils.validation import check_is_fitted
 from gpucal._backend import is_cupy_array, resolve_device
 from gpucal._frames import ParsedInput, parse_input, wrap_output
 from gpucal.calibrators.base import OUTPUT_TYPE_OPTIONS, AnyOf, Calibrator, Constraint, Interval, Options
+from gpucal.calibrators.feature_platt import resolve_interactions
 from gpucal.encoding import FeatureEncoder, resolve_feature_cols
+from gpucal.encoding.encoder import MAX_CROSS_LEVELS, MIN_CROSS_COUNT
 from gpucal.kernels import tree_leaves
 from gpucal.mbct.fit import MVCE_ON_PARTITIONS, MBCTParams, fit_mbct
 from gpucal.mbct.read import apply_init, fit_mbct_encoder, input_codes, input_n_values
@@ -69,6 +71,27 @@ class MBCT(Calibrator):
         number binned.
     n_bins : int, default=32
         Quantile bins per numeric feature.
+    interactions : list of pairs of feature columns, "auto", "all" or None, default=None
+        Pairs of features crossed into one more split feature each (:mod:`gpucal.encoding.crosses`: the
+        pair's combined codes, numbers through their bins, rare and unseen pairs pooled), so that one split
+        separates combinations that need a depth-2 path, or that neither column separates alone:
+
+        - None: the columns only;
+        - a list of pairs: those crosses (a pair naming an unknown column, a column with itself, or an
+          entry of one column raises ``ValueError`` naming it);
+        - ``"all"``: every pair of features;
+        - ``"auto"``: the pairs feature-aware Platt's ``interactions="auto"`` keeps (every pair screened
+          by the expected held-out gain of a one-step fit of its cross on the first-order feature-aware
+          Platt model: :func:`~gpucal.calibrators.feature_platt.resolve_interactions`; one first-order
+          fit over the rows).
+
+        The pairs crossed are ``interactions_``.
+    min_cross_count : float, default=10.0
+        Least weight of a cross level with a code of its own; lighter levels, and pairs not seen at fit
+        time, share one pooled code per cross.
+    max_cross_levels : int, default=100000
+        Most codes of all crosses together (memory of the code tables and histograms); pairs past it are
+        dropped with a ``UserWarning`` naming them.
     score_bins : int, default=100
         Equal-width bins of the score added as a split feature (App. A.1: "100-equal-width discretized
         pCTR"); 0 leaves the score out of the splits.
@@ -134,7 +157,9 @@ class MBCT(Calibrator):
     Attributes
     ----------
     encoder_ : FeatureEncoder or None
-        Codes of the feature columns.
+        Codes of the feature columns and their crosses.
+    interactions_ : list of [str, str]
+        The crossed pairs, split features after the columns (empty without crosses).
     ensemble_ : TreeEnsemble
         The fitted trees.
     feature_cols_ : list
@@ -180,6 +205,8 @@ class MBCT(Calibrator):
 
     _parameter_constraints: ClassVar[dict[str, Constraint]] = {
         "n_bins": Interval(int, 1, None),
+        "min_cross_count": Interval(float, 0, None),
+        "max_cross_levels": Interval(int, 1, None),
         "score_bins": Interval(int, 0, 2**15 - 1),
         "leaf_map": Options(*LEAF_MAPS),
         "criterion": Options("gain", "mvce"),
@@ -211,6 +238,7 @@ class MBCT(Calibrator):
         "init_": "float_array",
         "history_": "json",
         "interrupted_": "bool",
+        "interactions_": "json",
     }
 
     def __init__(
@@ -220,6 +248,9 @@ class MBCT(Calibrator):
         feature_cols: Sequence[Hashable] | str | None = None,
         categorical_cols: Sequence[Hashable] | str | None = None,
         n_bins: int = 32,
+        interactions: Sequence[Sequence[Hashable]] | str | None = None,
+        min_cross_count: float = MIN_CROSS_COUNT,
+        max_cross_levels: int = MAX_CROSS_LEVELS,
         score_bins: int = 100,
         leaf_map: str = "platt",
         criterion: str = "gain",
@@ -246,6 +277,9 @@ class MBCT(Calibrator):
         self.feature_cols = feature_cols
         self.categorical_cols = categorical_cols
         self.n_bins = n_bins
+        self.interactions = interactions
+        self.min_cross_count = min_cross_count
+        self.max_cross_levels = max_cross_levels
         self.score_bins = score_bins
         self.leaf_map = leaf_map
         self.criterion = criterion
@@ -343,8 +377,9 @@ class MBCT(Calibrator):
         else:
             device = resolve_device(self.device, split.score)
         features = list(split.features)
-        self.encoder_ = fit_mbct_encoder(rows, self.score_col, features, self.n_bins, self.categorical_cols)
+        self.encoder_ = fit_mbct_encoder(rows, self.score_col, features, self._encoding(rows, features))
         self.feature_cols_ = [] if self.encoder_ is None else list(self.encoder_.feature_names_)
+        self.interactions_ = [] if self.encoder_ is None else [list(p) for p in self.encoder_.interactions_]
         params = self._params_as(
             MBCTParams, feature_cols=self.feature_cols_, backend="cuda" if device == "gpu" else "cpu"
         )
@@ -356,6 +391,25 @@ class MBCT(Calibrator):
         self.history_ = state.history
         self.interrupted_ = state.interrupted
         return self
+
+    def _encoding(self, rows: Any, features: list[Any]) -> dict[str, Any]:
+        """The encoder's parameters, the pairs of ``interactions="auto"`` chosen on ``rows``."""
+        encoding = {
+            "n_bins": self.n_bins,
+            "categorical_cols": self.categorical_cols,
+            "min_cross_count": self.min_cross_count,
+            "max_cross_levels": self.max_cross_levels,
+        }
+        pairs = resolve_interactions(
+            self.interactions,
+            type(self).__name__,
+            rows,
+            features,
+            score_col=self.score_col,
+            device=self.device,
+            **encoding,
+        )
+        return {**encoding, "interactions": pairs}
 
     # ----------------------------------------------------------------------------------------------
     # predict
@@ -415,6 +469,10 @@ class MBCT(Calibrator):
         """Turn the loaded plain data back into an encoder and an ensemble, checking both."""
         self.encoder_ = rebuilt_object(self.encoder_, FeatureEncoder, "encoder_", "encoder", allow_none=True)
         self.ensemble_ = rebuilt_object(self.ensemble_, TreeEnsemble, "ensemble_", "ensemble")
+        crossed = [] if self.encoder_ is None else [list(p) for p in self.encoder_.interactions_]
+        if self.interactions_ != crossed:
+            msg = f"interactions_ {self.interactions_!r} differ from the encoder's crosses {crossed!r}"
+            raise ValueError(msg)
         if not isinstance(self.feature_cols_, list):
             msg = "feature_cols_: expected a list"
             raise ValueError(msg)

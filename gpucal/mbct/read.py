@@ -52,13 +52,14 @@ class HoldoutBlock:
 def input_codes(
     split: ParsedInput, encoder: FeatureEncoder | None, score_bins: int, tree: TreeEnsemble | None = None
 ) -> Any:
-    """Return the ``(n, d)`` codes: the encoded features, then the score bin, written in one array.
+    """Return the ``(n, d)`` codes: the encoded features and their crosses, then the score bin, written in
+    one array.
 
     With ``tree``, its pooled tree codes instead (``tree.code_maps`` composed with the encoding, one
     table read per row and column).
     """
     xp = array_namespace(split.score)
-    width = (0 if encoder is None else len(encoder.feature_names_)) + (1 if score_bins else 0)
+    width = (0 if encoder is None else len(encoder.n_codes_)) + (1 if score_bins else 0)
     if tree is None:
         maps = None
         bin_codes = np.arange(score_bins)
@@ -77,8 +78,8 @@ def input_codes(
 
 
 def input_n_values(encoder: FeatureEncoder | None, score_bins: int) -> np.ndarray:
-    """Codes per split feature: the encoder's features, then the score bins."""
-    enc = [] if encoder is None else list(encoder.n_values_)
+    """Codes per split feature: the encoder's features and crosses, then the score bins."""
+    enc = [] if encoder is None else list(encoder.n_codes_)
     return np.asarray(enc + ([score_bins] if score_bins else []), dtype=np.int64)
 
 
@@ -89,13 +90,14 @@ def apply_init(score: Any, init: np.ndarray) -> Any:
 
 
 def fit_mbct_encoder(
-    rows: Rows, score_col: Hashable, features: list[Any], n_bins: int, categorical_cols: Any
+    rows: Rows, score_col: Hashable, features: list[Any], encoding: dict[str, Any]
 ) -> FeatureEncoder | None:
     """The encoder of the ``features`` columns (None without any), fitted over ``rows`` (blocks of
-    ``X, y, sample_weight``): :meth:`FeatureEncoder.fit_rows`, one machine's encoder on any rows."""
+    ``X, y, sample_weight``): :meth:`FeatureEncoder.fit_rows`, one machine's encoder on any rows.
+    ``encoding``: the encoder's parameters (bins, categorical columns, crosses)."""
     if not features:
         return None
-    encoder = FeatureEncoder(n_bins=n_bins, categorical_cols=categorical_cols)
+    encoder = FeatureEncoder(**encoding)
     whole = rows.single_block() is not None
     return encoder.fit_rows(rows, _encoder_input, score_col, features, whole)
 

@@ -31,9 +31,10 @@ from gpucal.calibrators.base import (
     Interval,
     Options,
 )
-from gpucal.calibrators.feature_platt import score_feature
+from gpucal.calibrators.feature_platt import resolve_interactions, score_feature
 from gpucal.calibrators.logistic import sigmoid
 from gpucal.encoding import FeatureEncoder, resolve_feature_cols
+from gpucal.encoding.encoder import MAX_CROSS_LEVELS, MIN_CROSS_COUNT
 from gpucal.kernels import value_offsets
 from gpucal.neural._torch import as_tensor, load_training, require_torch, torch_device, torch_threads
 from gpucal.neural.piecewise import check_knots, eta_logit, finish_eta, fit_eta, knot_coordinates
@@ -210,6 +211,26 @@ class FieldAwareCalibrator(Calibrator):
         (``FeatureEncoder``); ``[]``: every number binned.
     n_bins : int, default=32
         Most quantile bins per numeric feature.
+    interactions : list of pairs of feature columns, "auto", "all" or None, default=None
+        Pairs of features crossed into one more field each (:mod:`gpucal.encoding.crosses`: the pair's
+        combined values, numbers through their bins, rare and unseen pairs pooled), with an embedding per
+        combination: the MLP sees combinations already, but only through the sum of the pair's
+        embeddings, and a cross lets a combination seen often enough move on its own:
+
+        - None: the fields only;
+        - a list of pairs: those crosses (a pair naming an unknown column, a column with itself, or an
+          entry of one column raises ``ValueError`` naming it);
+        - ``"all"``: every pair of features;
+        - ``"auto"``: the pairs feature-aware Platt's ``interactions="auto"`` keeps (every pair screened by
+          the expected held-out gain of a one-step fit of its cross on the first-order feature-aware Platt
+          model: :func:`~gpucal.calibrators.feature_platt.resolve_interactions`; one first-order fit).
+
+        The pairs crossed are ``interactions_``.
+    min_cross_count : float, default=10.0
+        Least weight of a cross level with a code of its own (``min_value_rows`` then decides which
+        get an embedding).
+    max_cross_levels : int, default=100000
+        Most codes of all crosses together; pairs past it are dropped with a ``UserWarning`` naming them.
     embedding_dim : int, default=8
         Size of each field value's embedding.
     hidden_units : int, default=32
@@ -258,8 +279,10 @@ class FieldAwareCalibrator(Calibrator):
         The fitted :class:`~gpucal.encoding.FeatureEncoder` as plain data.
     knots_x_, knots_y_ : numpy.ndarray of shape (m,)
         The knots of :math:`\eta` (logits); ``knots_y_`` non-decreasing when ``monotone_penalty > 0``.
-    code_rows_ : numpy.ndarray of int64, shape (sum of the encoder's ``n_values_``,)
-        Embedding-table row of each code, features in order.
+    code_rows_ : numpy.ndarray of int64, shape (sum of the encoder's ``n_codes_``,)
+        Embedding-table row of each code, features in order, then the crosses.
+    interactions_ : list of [str, str]
+        The crossed pairs, fields after the columns (empty without crosses).
     embedding_ : numpy.ndarray of shape (n_table_rows, embedding_dim)
         Every field's embeddings stacked, each field's block ending with its unknown row.
     layers_ : list of dict
@@ -341,6 +364,8 @@ class FieldAwareCalibrator(Calibrator):
         "hidden_units": Interval(int, 0, None),
         "min_value_rows": Interval(int, 1, None),
         "weight_decay": Interval(float, 0, None),
+        "min_cross_count": Interval(float, 0, None),
+        "max_cross_levels": Interval(int, 1, None),
     }
     _state_spec: ClassVar[dict[str, str]] = {
         "encoder_": "json",
@@ -352,6 +377,7 @@ class FieldAwareCalibrator(Calibrator):
         "monotone_violation_": "float",
         "n_epochs_": "int",
         "best_epoch_": "int",
+        "interactions_": "json",
     }
 
     def __init__(
@@ -361,6 +387,9 @@ class FieldAwareCalibrator(Calibrator):
         feature_cols: Sequence[Hashable] | str | None = None,
         categorical_cols: Sequence[Hashable] | str | None = None,
         n_bins: int = 32,
+        interactions: Sequence[Sequence[Hashable]] | str | None = None,
+        min_cross_count: float = MIN_CROSS_COUNT,
+        max_cross_levels: int = MAX_CROSS_LEVELS,
         embedding_dim: int = 8,
         hidden_units: int = 32,
         min_value_rows: int = 50,
@@ -382,6 +411,9 @@ class FieldAwareCalibrator(Calibrator):
         self.feature_cols = feature_cols
         self.categorical_cols = categorical_cols
         self.n_bins = n_bins
+        self.interactions = interactions
+        self.min_cross_count = min_cross_count
+        self.max_cross_levels = max_cross_levels
         self.embedding_dim = embedding_dim
         self.hidden_units = hidden_units
         self.min_value_rows = min_value_rows
@@ -418,8 +450,9 @@ class FieldAwareCalibrator(Calibrator):
         reject_dask(self, X, y, sample_weight)
         self._validate_params()
         require_torch(type(self).__name__)  # before any work: the install hint names this class
+        given = as_rows(X=X, y=y, sample_weight=sample_weight)
         feature_cols = resolve_feature_cols(
-            as_rows(X=X, y=y, sample_weight=sample_weight),
+            given,
             X,
             y,
             sample_weight,
@@ -436,10 +469,25 @@ class FieldAwareCalibrator(Calibrator):
         labels = check_labels(y, "y")
         n_rows = check_consistent_length(X=split.score, y=labels)
         weights = check_sample_weight(sample_weight, n_rows, xp=array_namespace(labels))
-        encoder = FeatureEncoder(n_bins=self.n_bins, categorical_cols=self.categorical_cols)
+        encoding: dict[str, Any] = {
+            "n_bins": self.n_bins,
+            "categorical_cols": self.categorical_cols,
+            "min_cross_count": self.min_cross_count,
+            "max_cross_levels": self.max_cross_levels,
+        }
+        pairs = resolve_interactions(
+            self.interactions,
+            type(self).__name__,
+            given,
+            list(split.features),
+            score_col=self.score_col,
+            score_kind=self.score_kind,
+            **encoding,
+        )
+        encoder = FeatureEncoder(**encoding, interactions=pairs)
         codes = encoder.fit_transform(split.features, sample_weight=sample_weight)
-        code_rows, counts = field_vocabulary(codes, encoder.n_values_, int(self.min_value_rows))
-        rows = embedding_rows(codes, code_rows, encoder.n_values_)
+        code_rows, counts = field_vocabulary(codes, encoder.n_codes_, int(self.min_value_rows))
+        rows = embedding_rows(codes, code_rows, encoder.n_codes_)
         spec = FieldNetSpec(
             n_rows=int(code_rows.max()) + 1,
             n_fields=codes.shape[1],
@@ -458,7 +506,8 @@ class FieldAwareCalibrator(Calibrator):
         self.monotone_violation_ = eta.violation
         self.n_epochs_ = result.n_epochs
         self.best_epoch_ = result.best_epoch
-        self.embedding_ = fill_unknown_rows(result.embedding, code_rows, encoder.n_values_, counts)
+        self.embedding_ = fill_unknown_rows(result.embedding, code_rows, encoder.n_codes_, counts)
+        self.interactions_ = [list(pair) for pair in encoder.interactions_]
         self.layers_ = [{"weight": w.tolist(), "bias": b.tolist()} for w, b in result.layers]
         self._layers = result.layers
         return self
@@ -529,7 +578,7 @@ class FieldAwareCalibrator(Calibrator):
         )
         codes = encoder.transform(split.features)
         x = score_feature(split.score, self.score_kind)
-        rows = embedding_rows(codes, self.code_rows_, encoder.n_values_)
+        rows = embedding_rows(codes, self.code_rows_, encoder.n_codes_)
         z = eta_logit(x, self.knots_x_, self.knots_y_) + field_term(rows, self.embedding_, self._network())
         return wrap_output(sigmoid(z), split.info, output_type=self.output_type)
 
@@ -540,7 +589,7 @@ class FieldAwareCalibrator(Calibrator):
         split = parse_input(
             X, score_col=self.score_col, feature_cols=encoder.feature_names_, score_kind=self.score_kind
         )
-        rows = embedding_rows(encoder.transform(split.features), self.code_rows_, encoder.n_values_)
+        rows = embedding_rows(encoder.transform(split.features), self.code_rows_, encoder.n_codes_)
         return field_term(rows, self.embedding_, self._network())
 
     def _network(self) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -563,7 +612,10 @@ class FieldAwareCalibrator(Calibrator):
         """Check the loaded state (``gpucal.load`` calls this): encoder, knots, table and layer shapes."""
         encoder = FeatureEncoder.from_dict(self.encoder_)
         check_knots(self.knots_x_, self.knots_y_)
-        n_codes = int(encoder.n_values_.sum())
+        if self.interactions_ != [list(pair) for pair in encoder.interactions_]:
+            msg = f"interactions_ {self.interactions_!r} differ from the encoder's crosses"
+            raise ValueError(msg)
+        n_codes = int(encoder.n_codes_.sum())
         code_rows = np.asarray(self.code_rows_)
         table = np.asarray(self.embedding_, dtype=np.float64)
         if code_rows.shape != (n_codes,):
@@ -575,7 +627,7 @@ class FieldAwareCalibrator(Calibrator):
         if not np.isfinite(table).all():
             msg = "embedding_ holds non-finite numbers"
             raise ValueError(msg)
-        self._layers = _checked_layers(self.layers_, encoder.n_values_.shape[0] * table.shape[1])
+        self._layers = _checked_layers(self.layers_, encoder.n_codes_.shape[0] * table.shape[1])
         self._encoder = encoder
 
 

@@ -69,7 +69,7 @@ def export_rules(
     ------
     ValueError
         An unknown format, ``table`` without ``format="sql"``, a bad ``precision``, ``score_bins``
-        or ``init``, or an ensemble whose features do not match the encoder's codes.
+        or ``init``, an ensemble whose features do not match the encoder's codes, or an encoder with crosses.
 
     Notes
     -----
@@ -110,6 +110,12 @@ def export_rules(
     if isinstance(score_bins, bool) or not isinstance(score_bins, int | np.integer) or score_bins < 0:
         msg = "The 'score_bins' parameter of export_rules must be an int in [0, inf). "
         msg += f"Got {score_bins!r} instead."
+        raise ValueError(msg)
+    if encoder is not None and encoder.interactions_:
+        msg = (
+            f"export_rules: the trees split on crosses of features {encoder.interactions_}; rules are "
+            "written for the encoder's own columns only (fit without interactions to export rules)"
+        )
         raise ValueError(msg)
     a0, b0 = _check_init(init)
     features = describe_features(ensemble, encoder, score_col=score_col, score_bins=int(score_bins))
