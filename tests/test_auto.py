@@ -372,16 +372,41 @@ def test_successive_halving_leaves_the_worst_behind(ctr: Any, monkeypatch: pytes
     assert_allclose(results["mean_test_log_loss"][1:], last.cv_results_["mean_test_log_loss"])
     spent = auto(candidates=candidates, drop_threshold=None, time_budget=1e-9).fit(X, y)
     assert len(spent.rungs_) == 1  # the budget was spent on the first rung
-    # An expensive candidate goes on only as its rung's best; a dominated one never.
+    # An expensive candidate goes on only as its rung's best (it stops after a first fold it does not
+    # lead); a dominated one never.
     monkeypatch.setattr(candidates_module, "EXPENSIVE_CLASSES", frozenset({"IsotonicCalibrator"}))
     costly = auto(candidates=candidates, drop_threshold=None, ensemble=False).fit(X, y)
     halved = "halved out after 1,000 rows"
-    assert costly.cv_results_["status"].tolist()[:3] == [halved, "ok", halved]
+    assert costly.cv_results_["status"].tolist()[:3] == [halved, "ok", "dropped after 1 fold(s)"]
+    assert costly.cv_results_["n_folds_fitted"][2] == 1
+    # After a feature-aware candidate that does not beat Platt by DOMINATED_SE, it is not screened at all.
+    noise = X[["score"]].assign(noise=np.random.default_rng(0).integers(0, 3, size=len(y)))
+    late = ["platt", "feature_platt", "isotonic"]
+    unpaid = AutoCalibrator(candidates=late, categorical_cols=["noise"], drop_threshold=None).fit(noise, y)
+    assert unpaid.cv_results_["status"][2].startswith("not screened: feature_platt, the best")
+    assert unpaid.cv_results_["n_folds_fitted"][2] == 0
     monkeypatch.setattr(sizing, "MIN_SURVIVORS", 4)
     assert (
         auto(candidates=candidates, drop_threshold=None, ensemble=False).fit(X, y).rungs_[1]["candidates"]
         == 2
     )
+
+
+def test_a_candidate_that_predicts_as_an_earlier_one_stops_after_one_fold(ctr: Any) -> None:
+    X, y, _ = ctr
+    model = auto(candidates=["platt", "beta", "platt"], drop_threshold=None).fit(X, y)
+    results = model.cv_results_
+    assert results["status"].tolist() == ["ok", "ok", "same as platt on fold 1"]
+    assert results["n_folds_fitted"].tolist() == [5, 5, 1]
+    assert np.isnan(model.oof_predictions_[:, 2]).all()
+    # Second-order feature-aware Platt whose screen keeps no pair is first-order feature-aware Platt.
+    noise = X[["score"]].assign(noise=np.random.default_rng(0).integers(0, 3, size=len(y)), other=0)
+    pair = [
+        make_calibrator("feature_platt", l2=10.0),
+        make_calibrator("feature_platt", l2=10.0, interactions="auto", l2_cross=10.0),
+    ]
+    crossed = AutoCalibrator(candidates=pair, categorical_cols=["noise", "other"]).fit(noise, y)
+    assert crossed.cv_results_["status"][1].startswith("same as FeatureAwarePlattCalibrator")
 
 
 def test_large_data_cross_fits_a_subsample_and_refits_on_every_row(

@@ -53,6 +53,10 @@ MIN_SURVIVORS = 2
 #: A candidate whose per-row ``scoring`` on a screening rung's held-out rows trails the rung's best by
 #: more than this many standard errors is not passed on, whatever its rank: it is dominated.
 DOMINATED_SE = 2.0
+#: On a screening rung an expensive candidate stops after its first fold when it trails the best
+#: candidate so far by more than this many standard errors there (0: unless it leads): it passes on only
+#: as the rung's best.
+SCREEN_EXPENSIVE_SE = 0.0
 #: Calibration sets with more rows than this are large: the last rung is a subsample of
 #: :data:`LARGE_CV_ROWS` rows, and the prediction must beat Platt scaling by :data:`PLATT_MARGIN`.
 LARGE_ROWS = 100_000
@@ -171,6 +175,7 @@ __all__ = [
     "MIN_STEP",
     "MIN_SURVIVORS",
     "PLATT_MARGIN",
+    "SCREEN_EXPENSIVE_SE",
     "SCREEN_N_FOLDS",
     "SMALL_N_FOLDS",
     "SMALL_ROWS",
