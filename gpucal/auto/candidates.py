@@ -59,7 +59,8 @@ FEATURE_CANDIDATES: tuple[tuple[str, dict[str, Any]], ...] = (
 )
 #: Classes whose fit costs several times a feature-aware Platt fit on the same rows (NeuCalib: 5-16 CPU
 #: seconds on 150,000 rows and 2 cores, as much as MCGrad's whole default fit). A screening rung of the
-#: search passes such a candidate on only when it is that rung's best (``AutoCalibrator._survivors``).
+#: search runs such a candidate only where a cheap feature-aware one beats Platt scaling, and passes it
+#: on only when it is that rung's best (``AutoCalibrator._search``, ``AutoCalibrator._survivors``).
 EXPENSIVE_CLASSES = frozenset({"FieldAwareCalibrator"})
 #: The column parameters handed to every candidate whose class takes them.
 COLUMN_PARAMS = ("score_col", "feature_cols", "categorical_cols", "score_kind")

@@ -97,7 +97,9 @@ class AutoCalibrator(Calibrator):
     (and the members of that rung's blend, less the dominated ones and NeuCalib unless it is the best,
     and Platt scaling) go on to a rung with four times the rows, up to every row (a 40,000-row
     subsample on more than 100,000 rows, where the blend also takes the best setting of each method and
-    no member lighter than 5%). The candidates are the same at every size.
+    no member lighter than 5%). The candidates are the same at every size; on a screening rung
+    NeuCalib runs only when a cheaper feature-aware candidate beats Platt scaling by 2 standard errors,
+    and a candidate that predicts as an earlier one on its first fold stops there.
 
     Parameters
     ----------
@@ -564,7 +566,8 @@ class AutoCalibrator(Calibrator):
     ) -> list[int]:
         """The candidates a screening rung passes on, in their order (cheapest first).
 
-        The best :func:`~gpucal.auto.sizing.survivors_wanted` by mean held-out ``scoring`` and the
+        The best :func:`~gpucal.auto.sizing.survivors_wanted` (of those in the race) by mean held-out
+        ``scoring`` and the
         members of a blend of this rung's out-of-fold predictions with a weight of at least
         :data:`~gpucal.auto.blend.MIN_MEMBER_WEIGHT` (``ensemble=True``: what the last rung will blend),
         less those dominated (trailing the best by more than :data:`~gpucal.auto.sizing.DOMINATED_SE`
@@ -584,7 +587,9 @@ class AutoCalibrator(Calibrator):
             return []
         ranked = sorted(usable, key=lambda i: scores[i])
         done = folds >= 0
-        kept = set(ranked[: survivors_wanted(len(usable))])
+        # The share is of the candidates in the race: one that stopped as another's twin, or was not
+        # screened, does not narrow the search.
+        kept = set(ranked[: survivors_wanted(len(racing))])
         if self.ensemble and len(usable) > 1:
             crossed = np.flatnonzero(done)
             w = np.ones(labels.shape[0]) if weights is None else weights

@@ -20,14 +20,20 @@ alone at 150,000 rows). The rungs of a calibration set of ``n`` rows:
   :data:`MIN_SURVIVORS`) and the members of a blend of its out-of-fold predictions, less those
   dominated (trailing the rung's best by more than :data:`DOMINATED_SE` standard errors of the per-row
   difference) and the expensive ones (``gpucal.auto.candidates.EXPENSIVE_CLASSES``: NeuCalib) unless
-  best; and always Platt scaling (``AutoCalibrator._survivors``). Every rule is a function of the seeded
-  folds and the held-out losses, never of the clock, so a fit is repeatable; ``time_budget`` is the
-  only clock-driven stop.
+  best; and always Platt scaling (``AutoCalibrator._survivors``);
+- on a screening rung an expensive candidate is cross-fitted only when the rung's best cheap
+  feature-aware candidate beats Platt scaling by more than :data:`DOMINATED_SE` standard errors (the
+  features pay), and stops after its first fold unless it leads there (:data:`SCREEN_EXPENSIVE_SE`);
+- a candidate whose held-out predictions on its first fold are an earlier candidate's stops there
+  (``gpucal.auto.cross_fit.SAME_ATOL``: second-order feature-aware Platt whose screen keeps no pair).
 
-The cost that is left on a large set (``benchmarks/results/auto.md``, 150,000 rows): about 40% is
-NeuCalib's two screening fits on 4,000 rows each, a sixth the refits on every row (one feature-aware
-Platt fit on 150,000 rows takes about 2 CPU seconds, 4 with second-order crosses), most of the rest the
-feature-aware candidates that survive the first rung; MCGrad's whole default fit takes 8-26.
+Every rule is a function of the seeded folds and the held-out losses, never of the clock, so a fit is
+repeatable; ``time_budget`` is the only clock-driven stop.
+
+The cost that is left on a large set (``benchmarks/results/auto.md``, 150,000 rows): the refits on
+every row (one feature-aware Platt fit on 150,000 rows takes about 2 CPU seconds, 4 with second-order
+crosses) and the feature-aware candidates that survive the first rung; NeuCalib's screening fits, which
+were about 40% of it, now run where the features pay and stop after one fold where it trails.
 
 On a large set the prediction must also beat Platt scaling on the last rung's rows by more than
 :data:`PLATT_MARGIN` standard errors of the per-row difference, else Platt scaling predicts: where the
