@@ -392,23 +392,6 @@ def test_successive_halving_leaves_the_worst_behind(ctr: Any, monkeypatch: pytes
     )
 
 
-def test_a_candidate_that_predicts_as_an_earlier_one_stops_after_one_fold(ctr: Any) -> None:
-    X, y, _ = ctr
-    model = auto(candidates=["platt", "beta", "platt"], drop_threshold=None).fit(X, y)
-    results = model.cv_results_
-    assert results["status"].tolist() == ["ok", "ok", "same as platt on fold 1"]
-    assert results["n_folds_fitted"].tolist() == [5, 5, 1]
-    assert np.isnan(model.oof_predictions_[:, 2]).all()
-    # Second-order feature-aware Platt whose screen keeps no pair is first-order feature-aware Platt.
-    noise = X[["score"]].assign(noise=np.random.default_rng(0).integers(0, 3, size=len(y)), other=0)
-    pair = [
-        make_calibrator("feature_platt", l2=10.0),
-        make_calibrator("feature_platt", l2=10.0, interactions="auto", l2_cross=10.0),
-    ]
-    crossed = AutoCalibrator(candidates=pair, categorical_cols=["noise", "other"]).fit(noise, y)
-    assert crossed.cv_results_["status"][1].startswith("same as FeatureAwarePlattCalibrator")
-
-
 def test_large_data_cross_fits_a_subsample_and_refits_on_every_row(
     ctr: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:

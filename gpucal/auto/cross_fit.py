@@ -21,10 +21,6 @@ from gpucal.auto.report import METRICS, report_row, trailing_reason
 
 #: Errors of a candidate's fit that mark it failed in the report instead of stopping the search.
 CANDIDATE_ERRORS = (ValueError, KeyError, ArithmeticError, ImportError, NotImplementedError)
-#: A candidate whose held-out predictions on its first fold are all within this of an earlier candidate's
-#: is that candidate again (second-order feature-aware Platt whose pair screen keeps no pair is
-#: first-order feature-aware Platt, to about 1e-16) and stops there.
-SAME_ATOL = 1e-12
 
 
 def log(message: str) -> None:
@@ -66,8 +62,6 @@ class CrossFitting:
         Filled column by column with each candidate's held-out predictions.
     n_folds, scoring, drop_threshold, verbose
         The estimator's resolved settings.
-    candidate_labels : tuple of str
-        Every candidate's label, in column order (for the report).
     """
 
     X: Any
@@ -79,7 +73,6 @@ class CrossFitting:
     scoring: str
     drop_threshold: float | None
     verbose: int
-    candidate_labels: tuple[str, ...]
 
 
 def cross_fit_candidate(
@@ -88,9 +81,7 @@ def cross_fit_candidate(
     """Fit ``candidate`` (number ``index``) on all folds but one in turn; fill its column of
     ``search.oof_predictions``; return its report row.
 
-    Stops early (``search.drop_threshold``) when it trails candidate ``reference``, the best so far, and
-    after its first fold when its held-out predictions there are an earlier candidate's
-    (:data:`SAME_ATOL`): it would only repeat that candidate's fits.
+    Stops early (``search.drop_threshold``) when it trails candidate ``reference``, the best so far.
     """
     X, labels, weights, folds = search.X, search.labels, search.weights, search.folds
     oof_predictions, n_folds, scoring = search.oof_predictions, search.n_folds, search.scoring
@@ -122,13 +113,6 @@ def cross_fit_candidate(
         test_weights = None if weights is None else to_numpy(entries_at(weights, test))
         for name, metric in METRICS.items():
             per_fold[name].append(metric(host_labels[test], predicted, sample_weight=test_weights))
-        same = same_as(oof_predictions, test, index) if fold == 0 and n_folds > 1 else None
-        if same is not None:
-            oof_predictions[:, index] = np.nan
-            status = f"same as {search.candidate_labels[same]} on fold 1"
-            if verbose:
-                log(f"{index + 1}/{n_candidates} {candidate.label}: {status}, stopped")
-            return report_row(candidate, status, per_fold, seconds, scoring)
         if verbose >= 2:
             log(
                 f"{index + 1}/{n_candidates} {candidate.label}: fold {fold + 1}/{n_folds} "
@@ -159,17 +143,6 @@ def cross_fit_candidate(
     return row
 
 
-def same_as(oof_predictions: np.ndarray, test: np.ndarray, index: int) -> int | None:
-    """The first earlier candidate whose held-out predictions on rows ``test`` are candidate ``index``'s
-    (within :data:`SAME_ATOL`), or None."""
-    predicted = oof_predictions[test, index]
-    for other in range(index):
-        earlier = oof_predictions[test, other]
-        if np.all(np.isfinite(earlier)) and np.all(np.abs(earlier - predicted) <= SAME_ATOL):
-            return other
-    return None
-
-
 def best_per_method(usable: np.ndarray, scores: np.ndarray, candidates: list[Candidate]) -> np.ndarray:
     """The best-scoring candidate of each method among ``usable``: a large set's blend pool.
 
@@ -186,7 +159,6 @@ def best_per_method(usable: np.ndarray, scores: np.ndarray, candidates: list[Can
 
 __all__ = [
     "CANDIDATE_ERRORS",
-    "SAME_ATOL",
     "CrossFitting",
     "as_host_array",
     "best_per_method",
@@ -194,5 +166,4 @@ __all__ = [
     "entries_at",
     "fresh",
     "log",
-    "same_as",
 ]

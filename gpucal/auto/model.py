@@ -98,8 +98,7 @@ class AutoCalibrator(Calibrator):
     and Platt scaling) go on to a rung with four times the rows, up to every row (a 40,000-row
     subsample on more than 100,000 rows, where the blend also takes the best setting of each method and
     no member lighter than 5%). The candidates are the same at every size; on a screening rung
-    NeuCalib runs only when a cheaper feature-aware candidate beats Platt scaling by 2 standard errors,
-    and a candidate that predicts as an earlier one on its first fold stops there.
+    NeuCalib runs only when a cheaper feature-aware candidate beats Platt scaling by 2 standard errors.
 
     Parameters
     ----------
@@ -466,7 +465,6 @@ class AutoCalibrator(Calibrator):
                 scoring=self.scoring,
                 drop_threshold=self.drop_threshold,
                 verbose=self.verbose,
-                candidate_labels=tuple(c.label for c in candidates),
             )
             screening = number < len(plan.rungs) - 1
             # An expensive candidate on a screening rung passes on only as the rung's best: it stops
@@ -587,8 +585,7 @@ class AutoCalibrator(Calibrator):
             return []
         ranked = sorted(usable, key=lambda i: scores[i])
         done = folds >= 0
-        # The share is of the candidates in the race: one that stopped as another's twin, or was not
-        # screened, does not narrow the search.
+        # The share is of the candidates in the race: one that was not screened does not narrow it.
         kept = set(ranked[: survivors_wanted(len(racing))])
         if self.ensemble and len(usable) > 1:
             crossed = np.flatnonzero(done)

@@ -23,9 +23,11 @@ alone at 150,000 rows). The rungs of a calibration set of ``n`` rows:
   best; and always Platt scaling (``AutoCalibrator._survivors``);
 - on a screening rung an expensive candidate is cross-fitted only when the rung's best cheap
   feature-aware candidate beats Platt scaling by more than :data:`DOMINATED_SE` standard errors (the
-  features pay), and stops after its first fold unless it leads there (:data:`SCREEN_EXPENSIVE_SE`);
-- a candidate whose held-out predictions on its first fold are an earlier candidate's stops there
-  (``gpucal.auto.cross_fit.SAME_ATOL``: second-order feature-aware Platt whose screen keeps no pair).
+  features pay), and stops after its first fold unless it leads there (:data:`SCREEN_EXPENSIVE_SE`).
+  Candidates that predict alike on a rung (second-order feature-aware Platt whose screen keeps no
+  pair, MBCT's settings on 8,000 rows) all stay in the race: on more rows they part (the screen keeps
+  pairs, MBCT grows deeper), and stopping them as twins lost 0.0006 of held-out log-loss on
+  ``make_ctr``'s mixed scenario (``benchmarks/results/auto.md``).
 
 Every rule is a function of the seeded folds and the held-out losses, never of the clock, so a fit is
 repeatable; ``time_budget`` is the only clock-driven stop.
