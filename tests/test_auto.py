@@ -372,11 +372,19 @@ def test_successive_halving_leaves_the_worst_behind(ctr: Any, monkeypatch: pytes
     assert_allclose(results["mean_test_log_loss"][1:], last.cv_results_["mean_test_log_loss"])
     spent = auto(candidates=candidates, drop_threshold=None, time_budget=1e-9).fit(X, y)
     assert len(spent.rungs_) == 1  # the budget was spent on the first rung
-    # An expensive candidate goes on only as its rung's best; a dominated one never.
+    # An expensive candidate goes on only as its rung's best (it stops after a first fold it does not
+    # lead); a dominated one never.
     monkeypatch.setattr(candidates_module, "EXPENSIVE_CLASSES", frozenset({"IsotonicCalibrator"}))
     costly = auto(candidates=candidates, drop_threshold=None, ensemble=False).fit(X, y)
     halved = "halved out after 1,000 rows"
-    assert costly.cv_results_["status"].tolist()[:3] == [halved, "ok", halved]
+    assert costly.cv_results_["status"].tolist()[:3] == [halved, "ok", "dropped after 1 fold(s)"]
+    assert costly.cv_results_["n_folds_fitted"][2] == 1
+    # After a feature-aware candidate that does not beat Platt by DOMINATED_SE, it is not screened at all.
+    noise = X[["score"]].assign(noise=np.random.default_rng(0).integers(0, 3, size=len(y)))
+    late = ["platt", "feature_platt", "isotonic"]
+    unpaid = AutoCalibrator(candidates=late, categorical_cols=["noise"], drop_threshold=None).fit(noise, y)
+    assert unpaid.cv_results_["status"][2].startswith("not screened: feature_platt, the best")
+    assert unpaid.cv_results_["n_folds_fitted"][2] == 0
     monkeypatch.setattr(sizing, "MIN_SURVIVORS", 4)
     assert (
         auto(candidates=candidates, drop_threshold=None, ensemble=False).fit(X, y).rungs_[1]["candidates"]

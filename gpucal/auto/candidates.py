@@ -24,6 +24,12 @@ at every size of the calibration set: on a large one the search's first rungs cu
 ``l2 = 10`` is scikit-learn's ``C = 0.1``, the usual logistic baseline; ``min_child_size=100`` pools
 only the children lighter than 100 (MBCT's default pools those lighter than its node-size bound, several
 hundred on mid-size data), and ``leaf_penalty=300`` shrinks each child's map harder toward its parent's.
+
+The spline and BBQ maps of the score are not candidates (``benchmarks/results/auto.md`` shows them
+beside the search): BBQ trailed Platt scaling on the ``make_ctr`` and flights sets, and the spline,
+which nears the oracle on ``make_ctr``'s monotone scenario, costs about 70 CPU microseconds a row (0.3 CPU
+seconds per fold of a 3,000-row set, 10 for a refit on 150,000 rows), more than the whole search on
+the small sets can spare.
 """
 
 from __future__ import annotations
@@ -59,7 +65,8 @@ FEATURE_CANDIDATES: tuple[tuple[str, dict[str, Any]], ...] = (
 )
 #: Classes whose fit costs several times a feature-aware Platt fit on the same rows (NeuCalib: 5-16 CPU
 #: seconds on 150,000 rows and 2 cores, as much as MCGrad's whole default fit). A screening rung of the
-#: search passes such a candidate on only when it is that rung's best (``AutoCalibrator._survivors``).
+#: search runs such a candidate only where a cheap feature-aware one beats Platt scaling, and passes it
+#: on only when it is that rung's best (``AutoCalibrator._search``, ``AutoCalibrator._survivors``).
 EXPENSIVE_CLASSES = frozenset({"FieldAwareCalibrator"})
 #: The column parameters handed to every candidate whose class takes them.
 COLUMN_PARAMS = ("score_col", "feature_cols", "categorical_cols", "score_kind")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import time
 from collections.abc import Hashable, Sequence
+from dataclasses import replace
 from typing import Any, ClassVar
 
 import numpy as np
@@ -41,7 +42,15 @@ from gpucal.auto.report import (
     summary_line,
     trailing_reason,
 )
-from gpucal.auto.sizing import DOMINATED_SE, PLATT_MARGIN, Rung, SearchPlan, plan_search, survivors_wanted
+from gpucal.auto.sizing import (
+    DOMINATED_SE,
+    PLATT_MARGIN,
+    SCREEN_EXPENSIVE_SE,
+    Rung,
+    SearchPlan,
+    plan_search,
+    survivors_wanted,
+)
 from gpucal.auto.specs import candidate_from_spec, candidate_spec
 from gpucal.calibrators.base import (
     OUTPUT_TYPE_OPTIONS,
@@ -88,7 +97,8 @@ class AutoCalibrator(Calibrator):
     (and the members of that rung's blend, less the dominated ones and NeuCalib unless it is the best,
     and Platt scaling) go on to a rung with four times the rows, up to every row (a 40,000-row
     subsample on more than 100,000 rows, where the blend also takes the best setting of each method and
-    no member lighter than 5%). The candidates are the same at every size.
+    no member lighter than 5%). The candidates are the same at every size; on a screening rung
+    NeuCalib runs only when a cheaper feature-aware candidate beats Platt scaling by 2 standard errors.
 
     Parameters
     ----------
@@ -456,16 +466,37 @@ class AutoCalibrator(Calibrator):
                 drop_threshold=self.drop_threshold,
                 verbose=self.verbose,
             )
+            screening = number < len(plan.rungs) - 1
+            # An expensive candidate on a screening rung passes on only as the rung's best: it stops
+            # after its first fold unless it leads there (a threshold of 0 standard errors).
+            screen_search = replace(search, drop_threshold=SCREEN_EXPENSIVE_SE)
             reference: int | None = None  # the best candidate of this rung so far
             best_score = np.inf
             for position, index in enumerate(racing):
                 earlier = rows[index]
+                candidate = candidates[index]
                 if position > 0 and number == 0 and self._budget_spent(started):
-                    rows[index] = report_row(candidates[index], "skipped", None, 0.0, self.scoring)
+                    rows[index] = report_row(candidate, "skipped", None, 0.0, self.scoring)
                     if self.verbose:
-                        log(f"{index + 1}/{len(candidates)} {candidates[index].label}: skipped (time budget)")
+                        log(f"{index + 1}/{len(candidates)} {candidate.label}: skipped (time budget)")
                     continue
-                row = cross_fit_candidate(search, index, candidates[index], reference=reference)
+                if screening and candidate.expensive:
+                    unpaid = self._features_unpaid(
+                        candidates, rows, racing[:position], folds, host_labels, host_weights
+                    )
+                    if unpaid is not None:
+                        rows[index] = report_row(
+                            candidate, f"not screened: {unpaid}", None, 0.0, self.scoring
+                        )
+                        if self.verbose:
+                            log(f"{index + 1}/{len(candidates)} {candidate.label}: not screened ({unpaid})")
+                        continue
+                row = cross_fit_candidate(
+                    screen_search if screening and candidate.expensive else search,
+                    index,
+                    candidate,
+                    reference=reference,
+                )
                 row["cv_rows"] = rung.rows
                 if earlier is not None:
                     row["fit_seconds"] += earlier["fit_seconds"]
@@ -473,7 +504,7 @@ class AutoCalibrator(Calibrator):
                 score = row[f"mean_test_{self.scoring}"]
                 if row["status"] == "ok" and (reference is None or score < best_score):
                     reference, best_score = index, score
-            if number < len(plan.rungs) - 1:
+            if screening:
                 kept = self._survivors(racing, rows, candidates, folds, host_labels, host_weights)
                 for index in racing:
                     left = rows[index]
@@ -483,6 +514,41 @@ class AutoCalibrator(Calibrator):
                 if not racing:  # every candidate failed: nothing to pass on
                     break
         return [row for row in rows if row is not None], folds
+
+    def _features_unpaid(
+        self,
+        candidates: list[Candidate],
+        rows: list[dict[str, Any] | None],
+        done: list[int],
+        folds: np.ndarray,
+        labels: np.ndarray,
+        weights: np.ndarray | None,
+    ) -> str | None:
+        """Why no expensive candidate is worth screening on this rung, or None when one is.
+
+        It is when the best cheap feature-aware candidate of ``done`` (those cross-fitted on this rung)
+        beats the best Platt candidate by more than :data:`~gpucal.auto.sizing.DOMINATED_SE` standard
+        errors of the per-row difference: features that no cheap candidate can use are not worth a
+        network's fits. Without a Platt candidate or a cheap feature-aware one, it is screened.
+        """
+        scores = np.full(len(candidates), np.nan)
+        for i in done:
+            row = rows[i]
+            if row is not None and row["status"] == "ok":
+                scores[i] = row[f"mean_test_{self.scoring}"]
+        platt = self._platt_index(candidates, scores)
+        if platt is None:
+            return None
+        featured = [i for i in done if np.isfinite(scores[i]) and candidates[i].reads_features]
+        if not featured:  # nothing cheap to judge the features by
+            return None
+        best = min(featured, key=lambda i: scores[i])
+        beats = trailing_reason(
+            self.scoring, DOMINATED_SE, self.oof_predictions_, platt, best, folds >= 0, labels, weights
+        )
+        if beats is not None:
+            return None
+        return f"{candidates[best].label}, the best feature-aware fit, beats Platt by <= {DOMINATED_SE:g} SE"
 
     def _budget_spent(self, started: float) -> bool:
         return self.time_budget is not None and time.perf_counter() - started >= self.time_budget
@@ -498,7 +564,8 @@ class AutoCalibrator(Calibrator):
     ) -> list[int]:
         """The candidates a screening rung passes on, in their order (cheapest first).
 
-        The best :func:`~gpucal.auto.sizing.survivors_wanted` by mean held-out ``scoring`` and the
+        The best :func:`~gpucal.auto.sizing.survivors_wanted` (of those in the race) by mean held-out
+        ``scoring`` and the
         members of a blend of this rung's out-of-fold predictions with a weight of at least
         :data:`~gpucal.auto.blend.MIN_MEMBER_WEIGHT` (``ensemble=True``: what the last rung will blend),
         less those dominated (trailing the best by more than :data:`~gpucal.auto.sizing.DOMINATED_SE`
@@ -518,7 +585,8 @@ class AutoCalibrator(Calibrator):
             return []
         ranked = sorted(usable, key=lambda i: scores[i])
         done = folds >= 0
-        kept = set(ranked[: survivors_wanted(len(usable))])
+        # The share is of the candidates in the race: one that was not screened does not narrow it.
+        kept = set(ranked[: survivors_wanted(len(racing))])
         if self.ensemble and len(usable) > 1:
             crossed = np.flatnonzero(done)
             w = np.ones(labels.shape[0]) if weights is None else weights

@@ -20,14 +20,22 @@ alone at 150,000 rows). The rungs of a calibration set of ``n`` rows:
   :data:`MIN_SURVIVORS`) and the members of a blend of its out-of-fold predictions, less those
   dominated (trailing the rung's best by more than :data:`DOMINATED_SE` standard errors of the per-row
   difference) and the expensive ones (``gpucal.auto.candidates.EXPENSIVE_CLASSES``: NeuCalib) unless
-  best; and always Platt scaling (``AutoCalibrator._survivors``). Every rule is a function of the seeded
-  folds and the held-out losses, never of the clock, so a fit is repeatable; ``time_budget`` is the
-  only clock-driven stop.
+  best; and always Platt scaling (``AutoCalibrator._survivors``);
+- on a screening rung an expensive candidate is cross-fitted only when the rung's best cheap
+  feature-aware candidate beats Platt scaling by more than :data:`DOMINATED_SE` standard errors (the
+  features pay), and stops after its first fold unless it leads there (:data:`SCREEN_EXPENSIVE_SE`).
+  Candidates that predict alike on a rung (second-order feature-aware Platt whose screen keeps no
+  pair, MBCT's settings on 8,000 rows) all stay in the race: on more rows they part (the screen keeps
+  pairs, MBCT grows deeper), and stopping them as twins lost 0.0006 of held-out log-loss on
+  ``make_ctr``'s mixed scenario (``benchmarks/results/auto.md``).
 
-The cost that is left on a large set (``benchmarks/results/auto.md``, 150,000 rows): about 40% is
-NeuCalib's two screening fits on 4,000 rows each, a sixth the refits on every row (one feature-aware
-Platt fit on 150,000 rows takes about 2 CPU seconds, 4 with second-order crosses), most of the rest the
-feature-aware candidates that survive the first rung; MCGrad's whole default fit takes 8-26.
+Every rule is a function of the seeded folds and the held-out losses, never of the clock, so a fit is
+repeatable; ``time_budget`` is the only clock-driven stop.
+
+The cost that is left on a large set (``benchmarks/results/auto.md``, 150,000 rows): the refits on
+every row (one feature-aware Platt fit on 150,000 rows takes about 2 CPU seconds, 4 with second-order
+crosses) and the feature-aware candidates that survive the first rung; NeuCalib's screening fits are
+about 6% of it (without the rules on expensive candidates above they were about 40%).
 
 On a large set the prediction must also beat Platt scaling on the last rung's rows by more than
 :data:`PLATT_MARGIN` standard errors of the per-row difference, else Platt scaling predicts: where the
@@ -53,6 +61,10 @@ MIN_SURVIVORS = 2
 #: A candidate whose per-row ``scoring`` on a screening rung's held-out rows trails the rung's best by
 #: more than this many standard errors is not passed on, whatever its rank: it is dominated.
 DOMINATED_SE = 2.0
+#: On a screening rung an expensive candidate stops after its first fold when it trails the best
+#: candidate so far by more than this many standard errors there (0: unless it leads): it passes on only
+#: as the rung's best.
+SCREEN_EXPENSIVE_SE = 0.0
 #: Calibration sets with more rows than this are large: the last rung is a subsample of
 #: :data:`LARGE_CV_ROWS` rows, and the prediction must beat Platt scaling by :data:`PLATT_MARGIN`.
 LARGE_ROWS = 100_000
@@ -171,6 +183,7 @@ __all__ = [
     "MIN_STEP",
     "MIN_SURVIVORS",
     "PLATT_MARGIN",
+    "SCREEN_EXPENSIVE_SE",
     "SCREEN_N_FOLDS",
     "SMALL_N_FOLDS",
     "SMALL_ROWS",
