@@ -110,7 +110,7 @@ def route_and_group(
     n_nodes: int,
     *,
     keep_perm: bool,
-) -> tuple[np.ndarray, ...]:
+) -> tuple[Any, ...]:
     """Route every row one level down (``gpucal.kernels.route_rows``) and group the rows by their new node.
 
     The same as ``route_rows``, then ``order_by_node`` and ``gather_rows`` of ``codes, f, y, w``, the
