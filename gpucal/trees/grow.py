@@ -387,7 +387,7 @@ class NodeOrderedRows:
     ) -> NodeOrderedRows:
         if more_levels and self._on_cpu(backend):
             # Routing and the partition by node in one kernel (two passes, no order array).
-            *grouped, starts = route_and_group(
+            codes, f, y, w, node_idx, perm, starts = route_and_group(
                 self.codes,
                 self.f,
                 self.y,
@@ -398,7 +398,7 @@ class NodeOrderedRows:
                 n_nodes,
                 keep_perm=self.keep_perm,
             )
-            return NodeOrderedRows(*grouped, starts=starts, keep_perm=self.keep_perm)
+            return NodeOrderedRows(codes, f, y, w, node_idx, perm, starts=starts, keep_perm=self.keep_perm)
         self.node_idx = route_rows(self.codes, self.node_idx, feature, base, table, backend=backend)
         self.starts = None
         return self.ordered_by_node(n_nodes, backend) if more_levels else self
