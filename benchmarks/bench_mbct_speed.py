@@ -12,8 +12,9 @@ faithful criterion; at the smallest size only, stopped after ``--mvce-timeout`` 
 (``mcgrad.methods.MCGrad(early_stopping=False)``: its default round setting without early stopping,
 5 rounds of 94 LightGBM trees). Every cell runs in a fresh process (the pattern of
 ``bench_calibrators.py``): it loads the columns from ``.npy`` files, warms up on 20,000 rows (JIT
-compilation untimed), notes its resident memory, then times the fit and the predict apart; peak memory is
-the cell's VmHWM above that footprint.
+compilation untimed), notes its resident memory, then times the fit and the predict apart (wall and
+process CPU seconds, with the load average before the fit); peak memory is the cell's VmHWM above that
+footprint.
 
 Run: ``python benchmarks/bench_mbct_speed.py [--sizes 1e6 1e7] [--skip-peer-at-1e7] [--quick]``;
 results in ``benchmarks/results/mbct_speed.{md,json}`` (``--quick``: ``mbct_speed_quick.*``).
@@ -106,13 +107,14 @@ def status_kb(field):
 # VmHWM, not ru_maxrss (Linux carries ru_maxrss over from the parent across fork + exec).
 start_kb = status_kb("VmRSS")
 model = build()
-t0 = time.perf_counter()
+load = float(open("/proc/loadavg").read().split()[0])
+t0, c0 = time.perf_counter(), time.process_time()
 model.fit(fit_frame, y)
-fit_s = time.perf_counter() - t0
+fit_s, fit_cpu_s = time.perf_counter() - t0, time.process_time() - c0
 print(json.dumps({"fit_s": fit_s, "partial": True}), flush=True)  # kept if the predict runs out of time
-t0 = time.perf_counter()
+t0, c0 = time.perf_counter(), time.process_time()
 out = np.asarray(model.predict(new_frame), dtype=np.float64).reshape(-1)
-predict_s = time.perf_counter() - t0
+predict_s, predict_cpu_s = time.perf_counter() - t0, time.process_time() - c0
 peak_kb = status_kb("VmHWM")
 notes = {}
 if hasattr(model, "ensemble_"):
@@ -120,7 +122,8 @@ if hasattr(model, "ensemble_"):
     notes["n_nodes"] = len(model.ensemble_.node_feature)
 if hasattr(model, "model"):
     notes["rounds"] = int(model.model.num_rounds_trained)
-print(json.dumps({"fit_s": fit_s, "predict_s": predict_s, "n_predict": len(out),
+print(json.dumps({"fit_s": fit_s, "predict_s": predict_s, "n_predict": len(out), "fit_cpu_s": fit_cpu_s,
+                  "predict_cpu_s": predict_cpu_s, "load_before_fit": load,
                   "peak_above_start_mb": max(peak_kb - start_kb, 0) / 1024,
                   "finite": bool(np.isfinite(out).all()), "mean": float(out.mean()), "notes": notes}))
 """
@@ -259,8 +262,9 @@ def render(report: dict[str, Any], datasets: list[tuple[str, int]], methods: lis
         "each 94 LightGBM trees (learning_rate 0.0287, num_leaves 5, max_depth 5, min_child_samples 160); "
         "same features (numeric ones as numerical features).",
         "",
-        "| dataset | method | fit s | predict s | predict rows/s | peak MiB | MCGrad fit / MBCT fit |",
-        "|---|---|---|---|---|---|---|",
+        "| dataset | method | fit s | predict s | predict rows/s | peak MiB | MCGrad fit / MBCT fit "
+        "| fit CPU s | predict CPU s | load before fit |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for dataset, _ in datasets:
         peer = cells.get(f"{dataset}/mcgrad", {})
@@ -275,18 +279,25 @@ def render(report: dict[str, Any], datasets: list[tuple[str, int]], methods: lis
                 fit, predict = (
                     (f"{cell['fit_s']:.2f}", cell["error"]) if "fit_s" in cell else (cell["error"], "")
                 )
-                lines.append(f"| {dataset} | {method} | {fit} | {predict} | | | {ratio} |")
+                lines.append(f"| {dataset} | {method} | {fit} | {predict} | | | {ratio} | | | |")
                 continue
             rate = cell["n_predict"] / cell["predict_s"]
             lines.append(
                 f"| {dataset} | {method} | {cell['fit_s']:.2f} | {cell['predict_s']:.3f} | {rate:.3g} | "
-                f"{cell['peak_above_start_mb']:.0f} | {ratio} |"
+                f"{cell['peak_above_start_mb']:.0f} | {ratio} | "
+                f"{_cpu(cell, 'fit_cpu_s')} | {_cpu(cell, 'predict_cpu_s')} | "
+                f"{_cpu(cell, 'load_before_fit')} |"
             )
     sizes = ", ".join(f"{name} {spec['input_mb']:.0f} MiB" for name, spec in report["specs"].items())
     lines += ["", f"Input frames (fit + predict, as loaded in the cell): {sizes}."]
     lines += ["", "## Targets (issue 4)", "", "| target | value | met |", "|---|---|---|"]
     lines += _targets(cells, datasets)
     return "\n".join(lines) + "\n"
+
+
+def _cpu(cell: dict[str, Any], key: str) -> str:
+    """A CPU-time or load figure of a cell, blank for cells measured before they were recorded."""
+    return f"{cell[key]:.2f}" if key in cell else ""
 
 
 def _targets(cells: dict[str, Any], datasets: list[tuple[str, int]]) -> list[str]:

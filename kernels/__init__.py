@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from gpucal.kernels._dispatch import readonly
-    from gpucal.kernels.group_sums import group_sums
+    from gpucal.kernels.group_sums import group_sums, node_range_sums
     from gpucal.kernels.group_sums_oracle import (
         N_STATS,
         STAT_COUNT,
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
         value_offsets,
     )
     from gpucal.kernels.lookup import lookup_bins, lookup_codes, lookup_edges
-    from gpucal.kernels.node_order import gather_rows, order_by_node
+    from gpucal.kernels.node_order import gather_rows, order_by_node, route_and_group
     from gpucal.kernels.split_mvce import (
         N_SPLIT_STATS,
         SPLIT_RESIDUAL,
@@ -34,7 +34,7 @@ if TYPE_CHECKING:
         mvce_from_split_sums,
         mvce_split_sums,
     )
-    from gpucal.kernels.trees import predict_trees, route_rows, tree_leaves
+    from gpucal.kernels.trees import predict_leaves, predict_trees, route_rows, tree_leaves
     from gpucal.kernels.trees_oracle import LEAF_PLATT, LEAF_SCALE, LEAF_SHIFT
     from gpucal.kernels.views import N_VIEW_STATS, VIEW_COUNT, VIEW_W, VIEW_WP, VIEW_WY, view_bins, view_sums
 
@@ -65,9 +65,12 @@ __all__ = [
     "lookup_edges",
     "mvce_from_split_sums",
     "mvce_split_sums",
+    "node_range_sums",
     "order_by_node",
+    "predict_leaves",
     "predict_trees",
     "readonly",
+    "route_and_group",
     "route_rows",
     "tree_leaves",
     "value_offsets",
@@ -80,7 +83,7 @@ __all__ = [
 _MODULE_OF = {
     name: module
     for module, names in {
-        "gpucal.kernels.group_sums": ("group_sums",),
+        "gpucal.kernels.group_sums": ("group_sums", "node_range_sums"),
         "gpucal.kernels.group_sums_oracle": (
             "N_STATS",
             "STAT_COUNT",
@@ -94,7 +97,7 @@ _MODULE_OF = {
         ),
         "gpucal.kernels._dispatch": ("readonly",),
         "gpucal.kernels.lookup": ("lookup_bins", "lookup_codes", "lookup_edges"),
-        "gpucal.kernels.node_order": ("order_by_node", "gather_rows"),
+        "gpucal.kernels.node_order": ("order_by_node", "gather_rows", "route_and_group"),
         "gpucal.kernels.split_mvce": (
             "N_SPLIT_STATS",
             "SPLIT_RESIDUAL",
@@ -102,7 +105,7 @@ _MODULE_OF = {
             "mvce_from_split_sums",
             "mvce_split_sums",
         ),
-        "gpucal.kernels.trees": ("predict_trees", "route_rows", "tree_leaves"),
+        "gpucal.kernels.trees": ("predict_leaves", "predict_trees", "route_rows", "tree_leaves"),
         "gpucal.kernels.trees_oracle": ("LEAF_PLATT", "LEAF_SCALE", "LEAF_SHIFT"),
         "gpucal.kernels.views": (
             "N_VIEW_STATS",

@@ -12,10 +12,17 @@ from gpucal.kernels._dispatch import (
     code_dtype,
     float_dtype,
     namespace_of,
+    readonly,
     resolve_backend,
     to_host,
 )
-from gpucal.kernels.group_sums_cpu import code_range, group_sums_cpu, row_chunk_count
+from gpucal.kernels.group_sums_cpu import (
+    MAX_ROW_CHUNKS,
+    code_range,
+    fill_node_ranges,
+    group_sums_cpu,
+    row_chunk_count,
+)
 from gpucal.kernels.group_sums_oracle import N_STATS, group_sums_oracle, value_offsets
 
 INT32_MAX = int(np.iinfo(np.int32).max)
@@ -105,6 +112,60 @@ def group_sums(
     if backend == "cpu":
         return _group_sums_cpu(checked)
     return _group_sums_cuda(checked, force_global, n_blocks, threads_per_block)
+
+
+def node_range_sums(
+    codes: np.ndarray,
+    f: np.ndarray,
+    y: np.ndarray,
+    w: np.ndarray | None,
+    lo: np.ndarray,
+    hi: np.ndarray,
+    n_values: np.ndarray,
+) -> np.ndarray:
+    """Return :func:`group_sums` ``(len(lo), sum(n_values), 7)`` of rows grouped by node: slot ``s`` holds
+    rows ``lo[s]:hi[s]`` (disjoint, increasing runs). CPU only.
+
+    The sums of the CPU twin's schedule for that input, bit for bit (node runs; row chunks for one node),
+    without the per-row node array it reads and its checks: the runs are given by their bounds. Inputs
+    are the tree store's own arrays (numpy, float64 scores, codes in ``[0, n_values)``), not checked.
+    """
+    n_slots, n_bins = lo.shape[0], int(n_values.sum())
+    wt = np.empty(0, dtype=np.float64) if w is None else w
+    if n_slots == 1:  # one node: the row-chunk schedule over its run, as group_sums takes it
+        a, b = int(lo[0]), int(hi[0])
+        n_chunks = row_chunk_count(b - a, n_bins)
+        part = wt if w is None else wt[a:b]
+        flat = group_sums_cpu(
+            codes[a:b],
+            f[a:b],
+            y[a:b],
+            part,
+            np.empty(0, np.int32),
+            value_offsets(n_values),
+            1,
+            n_bins,
+            n_chunks,
+        )
+        return flat.reshape(1, n_bins, N_STATS)
+    rows = np.cumsum(hi - lo)
+    # Slots to tasks by rows: about MAX_ROW_CHUNKS tasks of equal rows, each a run of whole slots.
+    cuts = np.searchsorted(rows, np.arange(1, MAX_ROW_CHUNKS) * (rows[-1] / MAX_ROW_CHUNKS), side="right")
+    bounds = np.unique(np.concatenate(([0], cuts, [n_slots]))).astype(np.int64)
+    out = np.zeros(n_slots * n_bins * N_STATS, dtype=np.float64)
+    fill_node_ranges(
+        out,
+        codes,
+        readonly(f),
+        readonly(y),
+        readonly(wt),
+        value_offsets(n_values),
+        n_bins,
+        lo.astype(np.int64),
+        hi.astype(np.int64),
+        bounds,
+    )
+    return out.reshape(n_slots, n_bins, N_STATS)
 
 
 def _check_inputs(codes: Any, f: Any, y: Any, w: Any, node_idx: Any, n_nodes: int, n_values: Any) -> _Checked:

@@ -210,3 +210,20 @@ def code_range(codes):
             low[j] = min(low[j], lows[c, j])
             high[j] = max(high[j], highs[c, j])
     return low, high
+
+
+@numba.njit(parallel=True, cache=True)
+def fill_node_ranges(out, codes, f, y, w, offsets, n_bins, lo, hi, task_bounds):
+    """Node-range schedule: slot ``s`` adds rows ``lo[s]:hi[s]`` into its own bins ``out[s]``.
+
+    The rows of every slot are one contiguous run (rows grouped by node), added in row order by one
+    task, as the node-run schedule adds them; task ``t`` takes slots ``task_bounds[t]:task_bounds[t+1]``.
+    No per-row node array is read: the runs are given by their bounds.
+    """
+    d = codes.shape[1]
+    node_idx = np.empty(0, dtype=np.int32)
+    size = n_bins * N_STATS
+    for t in numba.prange(task_bounds.shape[0] - 1):
+        for s in range(task_bounds[t], task_bounds[t + 1]):
+            part = out[s * size : (s + 1) * size]
+            _add_rows(part, N_STATS, codes, f, y, w, node_idx, offsets, n_bins, lo[s], hi[s], 0, d)

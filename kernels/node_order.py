@@ -18,6 +18,7 @@ import numpy as np
 
 from gpucal.kernels._dispatch import is_cupy_array, readonly, resolve_backend
 from gpucal.kernels.jit import numba
+from gpucal.kernels.trees_row import route_row
 
 
 def order_by_node(node_idx: Any, n_nodes: int, *, backend: str = "auto") -> Any:
@@ -96,3 +97,104 @@ def _counting_sort(node_idx, n_nodes):
         order[nxt[m]] = i
         nxt[m] += 1
     return order
+
+
+def route_and_group(
+    codes: np.ndarray,
+    f: np.ndarray,
+    y: np.ndarray,
+    w: np.ndarray | None,
+    node_idx: np.ndarray,
+    perm: np.ndarray | None,
+    tree: tuple[np.ndarray, np.ndarray, np.ndarray],
+    n_nodes: int,
+    *,
+    keep_perm: bool,
+) -> tuple[Any, ...]:
+    """Route every row one level down (``gpucal.kernels.route_rows``) and group the rows by their new node.
+
+    The same as ``route_rows``, then ``order_by_node`` and ``gather_rows`` of ``codes, f, y, w``, the
+    new node ids and ``perm`` (None: data order), in two parallel passes over fixed row chunks and no
+    order array: the first routes each row and counts each chunk's rows per node, the second writes each
+    row to its node's run, chunks in order, so every node keeps its rows in their order (a stable
+    partition, equal to the counting sort). CPU only; the arrays are the tree store's own (numpy, rows
+    in ``[0, n_nodes)``), not checked.
+
+    Returns ``codes, f, y, w, node_idx, perm, starts``: ``w`` None when it was, ``perm`` None without
+    ``keep_perm``, ``starts`` (``n_nodes + 1``) each node's first position.
+    """
+    node_feature, node_child_base, child_table = tree
+    n = codes.shape[0]
+    n_chunks = max(1, min(GROUP_CHUNKS, n // GROUP_MIN_ROWS))
+    ws = np.empty(0) if w is None else w
+    ps = np.empty(0, dtype=np.int64) if perm is None else perm
+    out = _route_and_group(
+        readonly(codes),
+        readonly(f),
+        readonly(y),
+        readonly(ws),
+        readonly(node_idx),
+        readonly(ps),
+        node_feature,
+        node_child_base,
+        child_table,
+        np.int64(n_nodes),
+        np.int64(n_chunks),
+        keep_perm,
+    )
+    codes, f, y, ws, node_idx, ps, starts = out
+    return codes, f, y, None if w is None else ws, node_idx, ps if keep_perm else None, starts
+
+
+# Row chunks of ``route_and_group``: fixed by the row count alone, so the result never depends on threads.
+GROUP_CHUNKS = 16
+GROUP_MIN_ROWS = 1 << 16
+
+
+@numba.njit(parallel=True, cache=True)
+def _route_and_group(
+    codes, f, y, w, node_idx, perm, node_feature, node_child_base, child_table, n_nodes, n_chunks, keep_perm
+):
+    n, d = codes.shape
+    chunk = (n + n_chunks - 1) // n_chunks
+    routed = np.empty(n, dtype=np.int32)
+    counts = np.zeros((n_chunks, n_nodes), dtype=np.int64)
+    for c in numba.prange(n_chunks):
+        for i in range(c * chunk, min(n, (c + 1) * chunk)):
+            ui = np.uint64(i)
+            m = route_row(codes, ui, node_idx[ui], node_feature, node_child_base, child_table)
+            routed[ui] = m
+            counts[c, m] += 1
+    # Node m's run starts after every lighter id; chunk c's rows of m after those of chunks before c.
+    starts = np.empty(n_nodes + 1, dtype=np.int64)
+    total = 0
+    for m in range(n_nodes):
+        starts[m] = total
+        for c in range(n_chunks):
+            k = counts[c, m]
+            counts[c, m] = total
+            total += k
+    starts[n_nodes] = total
+    out_codes = np.empty((n, d), dtype=codes.dtype)
+    out_f = np.empty(n, dtype=np.float64)
+    out_y = np.empty(n, dtype=np.float64)
+    out_w = np.empty(w.shape[0], dtype=np.float64)
+    out_node = np.empty(n, dtype=np.int32)
+    out_perm = np.empty(n if keep_perm else 0, dtype=np.int64)
+    has_w, has_perm = w.shape[0] > 0, perm.shape[0] > 0
+    for c in numba.prange(n_chunks):
+        for i in range(c * chunk, min(n, (c + 1) * chunk)):
+            ui = np.uint64(i)
+            m = routed[ui]
+            k = np.uint64(counts[c, m])
+            counts[c, m] += 1
+            for j in range(d):
+                out_codes[k, np.uint64(j)] = codes[ui, np.uint64(j)]
+            out_f[k] = f[ui]
+            out_y[k] = y[ui]
+            if has_w:
+                out_w[k] = w[ui]
+            out_node[k] = m
+            if keep_perm:
+                out_perm[k] = perm[ui] if has_perm else i
+    return out_codes, out_f, out_y, out_w, out_node, out_perm, starts

@@ -26,7 +26,13 @@ from gpucal.kernels._dispatch import (
     resolve_backend,
     to_host,
 )
-from gpucal.kernels.trees_cpu import predict_trees_cpu, route_rows_cpu, tree_depths_cpu, tree_leaves_cpu
+from gpucal.kernels.trees_cpu import (
+    predict_leaves_cpu,
+    predict_trees_cpu,
+    route_rows_cpu,
+    tree_depths_cpu,
+    tree_leaves_cpu,
+)
 from gpucal.kernels.trees_oracle import (
     LEAF_MAP_CODES,
     predict_trees_oracle,
@@ -248,6 +254,22 @@ def predict_trees(
         depths = tree_depths_cpu(*nodes, starts)
         return predict_trees_cpu(codes, f, *nodes, values, starts, depths, leaf_map, out)
     return _predict_trees_cuda(codes, f, nodes, values, starts, leaf_map, n_blocks, threads_per_block)
+
+
+def predict_leaves(f: np.ndarray, leaf: np.ndarray, node_value: np.ndarray, leaf_map: int) -> np.ndarray:
+    """Return one tree's :func:`predict_trees` for rows whose node is known: ``leaf[i]``, the node row
+    ``i`` stops at (a tree's growth routes every row there). CPU only, bit-identical to the walk.
+
+    ``f`` float64, ``leaf`` integer ids into ``node_value`` (the grower's own arrays, not checked).
+    """
+    out = np.empty(f.shape[0], dtype=np.float64)
+    return predict_leaves_cpu(
+        readonly(np.ascontiguousarray(f, dtype=np.float64)),
+        readonly(np.ascontiguousarray(leaf, dtype=np.int32)),
+        readonly(np.ascontiguousarray(node_value, dtype=np.float64)),
+        int(leaf_map),
+        out,
+    )
 
 
 # --------------------------------------------------------------------------------------------------

@@ -42,6 +42,7 @@ from gpucal.calibrators.logistic import EPS
 from gpucal.calibrators.platt import fit_platt_rows
 from gpucal.calibrators.score_rows import ScoreBlock, ScoreRows
 from gpucal.encoding import FeatureEncoder
+from gpucal.kernels import predict_leaves
 from gpucal.mbct import read
 from gpucal.mbct._node_size import min_node_size
 from gpucal.mbct.read import (
@@ -175,6 +176,18 @@ def _map_sums(block: _LeafBlock, theta: np.ndarray, kind: str, backend: str) -> 
 def _through(block: Any, tree: TreeEnsemble) -> ChainBlock:
     """A block's input passed through ``tree`` (a chain block, or a grown store's rows in node order)."""
     return ChainBlock(block.codes, predict_ensemble(tree, block.codes, block.f), block.y, block.w)
+
+
+def _knows_leaves(train: Rows, leaf: Any) -> bool:
+    """Whether ``leaf`` is the numpy leaf of every row of ``train``'s one block (a local CPU tree)."""
+    block = train.single_block()
+    return block is not None and isinstance(leaf, np.ndarray) and isinstance(block.f, np.ndarray)
+
+
+def _through_leaves(block: ChainBlock, tree: TreeEnsemble, leaf: np.ndarray) -> ChainBlock:
+    """``_through`` of a one-tree ``tree`` for rows whose leaf is known (no walk; the same numbers)."""
+    f = predict_leaves(block.f, leaf, tree.node_value, tree.leaf_map_code)
+    return ChainBlock(block.codes, f, block.y, block.w)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -322,7 +335,11 @@ class _Chain:
                 # so a machine holds one copy of its rows. Streamed or local: on the chain's rows (a
                 # streamed pass would otherwise replay the tree's routing).
                 grown = isinstance(leaf, TreeRows) and train.holds_blocks
-                next_train = (leaf.rows if grown else train).map(_through, tree)
+                if _knows_leaves(train, leaf):
+                    # One block whose rows' leaves growth already found: each row takes its leaf's map.
+                    next_train = train.map(_through_leaves, tree, leaf)
+                else:
+                    next_train = (leaf.rows if grown else train).map(_through, tree)
                 next_valid = None if valid is None else valid.map(_through, tree)
                 new_loss = self._global_loss(next_train if next_valid is None else next_valid)
                 kept = bool(new_loss < loss - p.tol * abs(loss))

@@ -40,7 +40,9 @@ from gpucal.kernels import (
     group_sums,
     mvce_from_split_sums,
     mvce_split_sums,
+    node_range_sums,
     order_by_node,
+    route_and_group,
     route_rows,
     value_offsets,
 )
@@ -350,15 +352,22 @@ class NodeOrderedRows:
         return total_stats(self.f, self.y, self.w, backend)
 
     def start_level(self, n_nodes: int) -> None:
-        self.starts = self.node_starts(n_nodes)
+        if self.starts is None or self.starts.shape[0] != n_nodes + 1:
+            self.starts = self.node_starts(n_nodes)
 
     def histogram(
-        self, batch: list[int], n_nodes: int, n_values: np.ndarray, backend: str
-    ) -> tuple[np.ndarray, _BatchRows]:
+        self, batch: list[int], n_nodes: int, n_values: np.ndarray, backend: str, *, with_rows: bool = True
+    ) -> tuple[np.ndarray, _BatchRows | None]:
         # Only the run of positions holding the batch's nodes is read (other nodes' rows between
         # them get slot -1).
         starts = self.node_starts(n_nodes) if self.starts is None else self.starts
         lo, hi = int(starts[batch[0]]), int(starts[batch[-1] + 1])
+        if not with_rows and self._on_cpu(backend):
+            # Each node's rows are one run: summed from their bounds, no per-row slot array.
+            ids = np.asarray(batch)
+            return node_range_sums(
+                self.codes, self.f, self.y, self.w, starts[ids], starts[ids + 1], n_values
+            ), None
         run = self.slice(lo, hi)
         hist, slot = batch_histogram(
             run.codes, run.f, run.y, run.w, run.node_idx, batch, n_nodes, n_values, backend
@@ -366,15 +375,37 @@ class NodeOrderedRows:
         return hist, _BatchRows(run, slot, starts - lo)
 
     def splits(self, level: SplitBatch) -> list[Split | None]:
-        hist, batch_rows = self.histogram(level.batch, level.n_nodes, level.n_values, level.config.backend)
+        config = level.config
+        mvce = config.criterion == "mvce"
+        hist, batch_rows = self.histogram(
+            level.batch, level.n_nodes, level.n_values, config.backend, with_rows=mvce
+        )
         return decide_splits(hist, batch_rows, level)
 
     def routed(
         self, feature: Any, base: Any, table: Any, n_nodes: int, more_levels: bool, backend: str
     ) -> NodeOrderedRows:
+        if more_levels and self._on_cpu(backend):
+            # Routing and the partition by node in one kernel (two passes, no order array).
+            codes, f, y, w, node_idx, perm, starts = route_and_group(
+                self.codes,
+                self.f,
+                self.y,
+                self.w,
+                self.node_idx,
+                self.perm,
+                (feature, base, table),
+                n_nodes,
+                keep_perm=self.keep_perm,
+            )
+            return NodeOrderedRows(codes, f, y, w, node_idx, perm, starts=starts, keep_perm=self.keep_perm)
         self.node_idx = route_rows(self.codes, self.node_idx, feature, base, table, backend=backend)
         self.starts = None
         return self.ordered_by_node(n_nodes, backend) if more_levels else self
+
+    def _on_cpu(self, backend: str) -> bool:
+        """Whether the rows are numpy arrays summed by the CPU twin (the fused paths)."""
+        return backend in ("auto", "cpu") and array_namespace(self.f) is np
 
     def final_nodes(self) -> Any:
         return self.in_data_order(self.node_idx)

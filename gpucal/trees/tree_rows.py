@@ -56,7 +56,9 @@ def _share_histogram(store: NodeOrderedRows, lo: int, hi: int, level: SplitBatch
     n_nodes = level.n_nodes
     if store.starts is None or store.starts.shape[0] != n_nodes + 1:
         store = replace(store, starts=store.node_starts(n_nodes))
-    hist, _ = store.histogram(level.batch[lo:hi], n_nodes, level.n_values, level.config.backend)
+    hist, _ = store.histogram(
+        level.batch[lo:hi], n_nodes, level.n_values, level.config.backend, with_rows=False
+    )
     return hist
 
 
