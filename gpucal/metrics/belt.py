@@ -269,34 +269,50 @@ class _PolynomialFit:
         each row :math:`x` of ``directions`` and its bound :math:`k` in ``drops`` (pass :math:`-x` for
         the smallest).
 
-        The maximiser solves :math:`\nabla \ell(\gamma) + t x = 0`, :math:`\ell(\gamma) = \hat\ell - k/2`
+        The maximiser solves :math:`F = (\nabla \ell(\gamma) + t x,\; \ell(\gamma) - \hat\ell + k/2) = 0`
         (:math:`t > 0`, the inverse of the constraint's multiplier): Newton on these :math:`d + 1`
-        equations for every direction at once (one pass over the rows per step), from the solution for
-        the quadratic approximation of :math:`\ell` at :math:`\hat\gamma`.
+        equations, the step halved until :math:`\lVert F \rVert` falls, for every direction at once
+        (one pass over the rows evaluates every direction's trial point), from the solution for the
+        quadratic approximation of :math:`\ell` at :math:`\hat\gamma`.
         """
         n_dir, d = directions.shape
         floors = loglik - drops / 2.0
         spread = np.linalg.solve(-hess, directions.T).T  # A^-1 x per direction, A = -Hessian
-        t = np.sqrt(drops / np.einsum("ij,ij->i", directions, spread))
-        gammas = gamma_hat + spread * t[:, None]
+        start_t = np.sqrt(drops / np.einsum("ij,ij->i", directions, spread))
+        # per direction: the accepted point (gamma, t) with its residual norm, and the step on trial
+        points = np.column_stack([gamma_hat + spread * start_t[:, None], start_t])
+        norms = np.full(n_dir, np.inf)
+        steps = np.zeros((n_dir, d + 1))
+        halving = np.zeros(n_dir)  # 0: the point is new, take a Newton step from it
         active = np.arange(n_dir)
-        for _ in range(NEWTON_MAX_ITER):
-            values, grad, hess_all = self.evaluate(gammas[active])
+        for _ in range(4 * NEWTON_MAX_ITER):
+            trials = points[active] + halving[active, None] * steps[active]
+            values, grad, hess_all = self.evaluate(trials[:, :d])
             still = []
             for row, j in enumerate(active):
+                trial = trials[row]
+                residual = np.concatenate([grad[row] + trial[d] * directions[j], [values[row] - floors[j]]])
+                norm = float(np.linalg.norm(residual))
+                if halving[j] > 0 and not norm < (1.0 - 1e-4 * halving[j]) * norms[j] and halving[j] > 1e-10:
+                    halving[j] *= 0.5  # no decrease: try half the step
+                    still.append(j)
+                    continue
+                moved = halving[j] * np.max(np.abs(steps[j, :d]) / (1.0 + np.abs(trial[:d])))
+                points[j], norms[j] = trial, norm
+                if halving[j] > 0 and moved <= NEWTON_TOL:
+                    continue
                 system = np.zeros((d + 1, d + 1))
                 system[:d, :d] = hess_all[row]
                 system[:d, d] = directions[j]
                 system[d, :d] = grad[row]
-                residual = np.concatenate([grad[row] + t[j] * directions[j], [values[row] - floors[j]]])
-                step = np.linalg.solve(system, -residual)
-                gammas[j] += step[:d]
-                t[j] += step[d]
-                if np.max(np.abs(step[:d]) / (1.0 + np.abs(gammas[j]))) > NEWTON_TOL:
-                    still.append(j)
+                steps[j] = np.linalg.lstsq(system, -residual, rcond=None)[0]
+                halving[j] = 1.0
+                still.append(j)
             active = np.array(still, dtype=np.int64)
             if active.shape[0] == 0:
-                return np.einsum("ij,ij->i", directions, gammas)
+                if not np.all(points[:, d] > 0):  # t < 0 solves the same equations for the minimum
+                    break
+                return np.einsum("ij,ij->i", directions, points[:, :d])
         msg = "the calibration belt's boundary did not converge"
         raise ValueError(msg)
 
