@@ -119,6 +119,23 @@ def test_band_equals_a_brute_force_search_of_the_region() -> None:
     assert np.all(belt.upper[1] > belt.upper[0])
 
 
+def test_steep_fit_on_scores_near_zero_gives_nested_bands() -> None:
+    """Scores down to 1e-6 and labels certain above 0.83: a steep high-degree fit, where Newton on the
+    boundary's equations needs its step control."""
+    rng = np.random.default_rng(0)
+    p = rng.beta(0.8, 1.5, 3000)
+    y = (rng.random(3000) < np.clip(1.2 * p, 0, 1)).astype(np.float64)
+    belt = calibration_belt(y, p, grid=20)
+    assert belt.degree >= 3
+    z = special.logit(belt.grid)
+    fitted = special.expit(np.polynomial.polynomial.polyval(z, belt.coefficients))
+    for i in range(2):
+        assert np.all(belt.lower[i] <= fitted * (1 + 1e-12))
+        assert np.all(fitted <= belt.upper[i] * (1 + 1e-12))
+    assert np.all(belt.lower[1] <= belt.lower[0])
+    assert np.all(belt.upper[0] <= belt.upper[1])
+
+
 @pytest.mark.parametrize("degree", [2, 3, 4])
 def test_null_distribution_is_the_convolution(degree: int) -> None:
     """F_m is chi2_2 plus (m - 1) chi2_1 variables each conditioned to exceed k: F_m = F_{m-1} * g."""
