@@ -270,8 +270,9 @@ class _PolynomialFit:
         the smallest).
 
         The maximiser solves :math:`F = (\nabla \ell(\gamma) + t x,\; \ell(\gamma) - \hat\ell + k/2) = 0`
-        (:math:`t > 0`, the inverse of the constraint's multiplier): Newton on these :math:`d + 1`
-        equations, the step halved until :math:`\lVert F \rVert` falls, for every direction at once
+        with :math:`t > 0` (the inverse of the constraint's multiplier; :math:`t < 0` gives the minimum):
+        Newton on these :math:`d + 1` equations, the step halved until :math:`\lVert F \rVert` falls
+        with :math:`t` kept positive, for every direction at once
         (one pass over the rows evaluates every direction's trial point), from the solution for the
         quadratic approximation of :math:`\ell` at :math:`\hat\gamma`.
         """
@@ -285,7 +286,10 @@ class _PolynomialFit:
         steps = np.zeros((n_dir, d + 1))
         halving = np.zeros(n_dir)  # 0: the point is new, take a Newton step from it
         active = np.arange(n_dir)
-        for _ in range(4 * NEWTON_MAX_ITER):
+        stuck = np.zeros(n_dir, dtype=bool)
+        for _ in range(NEWTON_MAX_ITER):
+            if active.shape[0] == 0:
+                break
             trials = points[active] + halving[active, None] * steps[active]
             values, grad, hess_all = self.evaluate(trials[:, :d])
             still = []
@@ -293,9 +297,13 @@ class _PolynomialFit:
                 trial = trials[row]
                 residual = np.concatenate([grad[row] + trial[d] * directions[j], [values[row] - floors[j]]])
                 norm = float(np.linalg.norm(residual))
-                if halving[j] > 0 and not norm < (1.0 - 1e-4 * halving[j]) * norms[j] and halving[j] > 1e-10:
-                    halving[j] *= 0.5  # no decrease: try half the step
-                    still.append(j)
+                falls = norm < (1.0 - 1e-4 * halving[j]) * norms[j] and trial[d] > 0.0
+                if halving[j] > 0 and not falls:
+                    halving[j] *= 0.5  # no decrease, or t would cross 0 (toward the minimum): halve
+                    if halving[j] < 1e-6:
+                        stuck[j] = True
+                    else:
+                        still.append(j)
                     continue
                 moved = halving[j] * np.max(np.abs(steps[j, :d]) / (1.0 + np.abs(trial[:d])))
                 points[j], norms[j] = trial, norm
@@ -309,12 +317,47 @@ class _PolynomialFit:
                 halving[j] = 1.0
                 still.append(j)
             active = np.array(still, dtype=np.int64)
-            if active.shape[0] == 0:
-                if not np.all(points[:, d] > 0):  # t < 0 solves the same equations for the minimum
+        stuck[active] = True
+        extremes = np.einsum("ij,ij->i", directions, points[:, :d])
+        for j in np.flatnonzero(stuck):
+            extremes[j] = self.tilted_extreme(gamma_hat, floors[j], directions[j], start_t[j])
+        return extremes
+
+    def tilted_extreme(self, gamma_hat: np.ndarray, floor: float, x: np.ndarray, t_start: float) -> float:
+        r"""One direction of :meth:`boundary` the slow, sure way: :math:`\gamma(t) = \arg\max\,
+        \ell(\gamma) + t\, x^\top \gamma` (concave: damped Newton, warm-started) and Brent's root of
+        :math:`\ell(\gamma(t)) = \text{floor}` in :math:`t > 0` (:math:`\ell(\gamma(t))` falls as
+        :math:`t` grows)."""
+        state = {"gamma": gamma_hat.copy()}
+
+        def drop(t: float) -> float:
+            gamma = state["gamma"]
+            loglik, grad, hess = (a[0] for a in self.evaluate(gamma[None, :]))
+            for _ in range(NEWTON_MAX_ITER):
+                step = np.linalg.lstsq(-hess, grad + t * x, rcond=None)[0]
+                objective = loglik + t * float(x @ gamma)
+                halving = 1.0
+                while True:
+                    trial = gamma + halving * step
+                    t_loglik, t_grad, t_hess = (a[0] for a in self.evaluate(trial[None, :]))
+                    if (
+                        t_loglik + t * float(x @ trial) >= objective - 1e-12 * abs(objective)
+                        or halving < 1e-8
+                    ):
+                        break
+                    halving *= 0.5
+                gamma, loglik, grad, hess = trial, t_loglik, t_grad, t_hess
+                if np.max(np.abs(halving * step) / (1.0 + np.abs(gamma))) <= NEWTON_TOL:
                     break
-                return np.einsum("ij,ij->i", directions, points[:, :d])
-        msg = "the calibration belt's boundary did not converge"
-        raise ValueError(msg)
+            state["gamma"] = gamma
+            return float(loglik - floor)
+
+        high = t_start
+        while drop(high) > 0.0:
+            high *= 2.0
+        t = optimize.brentq(drop, 0.0, high, xtol=1e-14, rtol=1e-13)
+        drop(t)
+        return float(x @ state["gamma"])
 
 
 # ------------------------------------------------------------------------------------------------
