@@ -6,7 +6,8 @@ regression against probcal. Tests on ``n`` rows: Hosmer-Lemeshow, Spiegelhalter'
 decomposition, the per-grade binomial and Jeffreys tests against probcal; Cox's calibration slope (with
 its SEs and joint test) against statsmodels' GLM and probcal's ``calibration_slope`` (slope only).
 Spline calibration against ml-insights' ``SplineCalib``, BBQ and ENIR against netcal's ``BBQ`` and
-``ENIR``; the SKCE (unbiased quadratic, Laplace kernel) and its asymptotic test against probcal.
+``ENIR``; the SKCE (unbiased quadratic, Laplace kernel) and its asymptotic test against probcal; the
+calibration belt (80% and 95% bands on calibration-belt's 50-point grid) against ``calibration-belt``.
 
 Each pair's outputs must agree (the largest difference is reported). A reference that would not finish
 in a few minutes on this machine at ``n`` rows (``REFERENCE_ROWS``) runs once on fewer rows, with gpucal
@@ -51,13 +52,29 @@ REFERENCE_ROWS = {
     # netcal's ENIR steps its near-isotonic path with Python loops over the blocks: 17 s at 1e4,
     # more than 15 minutes at 1e5.
     "enir/netcal": 10_000,
+    # calibration-belt solves two trust-constr problems over every row per grid point and level: 60 s
+    # of CPU at 3e3 rows.
+    "calibration_belt/calibration-belt": 3_000,
 }
 
 
-def timed(call: Callable[[], Any]) -> tuple[float, Any]:
-    start = time.perf_counter()
+def timed(call: Callable[[], Any]) -> tuple[float, float, Any]:
+    """``(wall seconds, CPU seconds of this process, every thread, output)`` of one call."""
+    start, cpu = time.perf_counter(), time.process_time()
     out = call()
-    return time.perf_counter() - start, out
+    return time.perf_counter() - start, time.process_time() - cpu, out
+
+
+def load() -> str:
+    """The 1-minute load average (the machine is shared: wall times stretch with it)."""
+    return f"{os.getloadavg()[0]:.1f}"
+
+
+def belt_grid(p: np.ndarray) -> np.ndarray:
+    """calibration-belt's grid: 25 probabilities evenly spaced on the logit, 25 on the probability."""
+    z = np.log(p) - np.log1p(-p)
+    on_logit = 1.0 / (1.0 + np.exp(-np.linspace(z.min(), z.max(), 25)))
+    return np.sort(np.concatenate([on_logit, np.linspace(p.min(), p.max(), 25)]))
 
 
 def make_data(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -78,6 +95,10 @@ def gpucal_cases() -> dict[str, Callable[..., Any]]:
 
     def cvap(y: np.ndarray, p: np.ndarray, g: np.ndarray) -> Any:
         return gpucal.VennAbersCalibrator(n_folds=5).fit(p, y).predict(p)
+
+    def belt(y: np.ndarray, p: np.ndarray, g: np.ndarray) -> Any:
+        r = metrics.calibration_belt(y, p, grid=belt_grid(p))
+        return np.column_stack([r.lower[0], r.upper[0], r.lower[1], r.upper[1]])
 
     def slope(y: np.ndarray, p: np.ndarray, g: np.ndarray) -> Any:
         r = metrics.calibration_slope(y, p)
@@ -100,6 +121,7 @@ def gpucal_cases() -> dict[str, Callable[..., Any]]:
         "enir": lambda y, p, g: gpucal.ENIRCalibrator().fit(p, y).predict(p),
         "skce": lambda y, p, g: metrics.skce(y, p).statistic,
         "skce_test": lambda y, p, g: metrics.skce_test(y, p).statistic,
+        "calibration_belt": belt,
     }
 
 
@@ -140,6 +162,22 @@ def reference_cases() -> dict[str, list[tuple[str, Callable[..., Any], Callable[
             cal.fit(p, y)
         return cal.calibrate(p)
 
+    def package_belt(y: np.ndarray, p: np.ndarray, g: np.ndarray) -> Any:
+        import importlib.metadata
+        import importlib.util
+        import warnings
+
+        # its top-level calibration.py is shadowed by uncertainty-calibration's calibration package
+        path = importlib.metadata.distribution("calibration-belt").locate_file("calibration.py")
+        spec = importlib.util.spec_from_file_location("calibration_belt_reference", str(path))
+        module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+        spec.loader.exec_module(module)  # type: ignore[union-attr]
+        belt = module.CalibrationBelt(y, p)
+        with warnings.catch_warnings(), contextlib.redirect_stderr(io.StringIO()):  # tqdm bars
+            warnings.simplefilter("ignore")
+            low, high = (belt.calculate_boundaries(level, size=50) for level in (0.8, 0.95))
+        return np.column_stack([low[:, 1], low[:, 2], high[:, 1], high[:, 2]])
+
     def netcal_bbq(y: np.ndarray, p: np.ndarray, g: np.ndarray) -> Any:
         from netcal.binning import BBQ
 
@@ -176,6 +214,7 @@ def reference_cases() -> dict[str, list[tuple[str, Callable[..., Any], Callable[
         "bbq": [("netcal", netcal_bbq, same)],
         "enir": [("netcal", netcal_enir, same)],
         "skce": [("probcal", lambda y, p, g: skce(y, p), same)],
+        "calibration_belt": [("calibration-belt", package_belt, same)],
         # probcal pairs the rows after a seeded permutation, gpucal in row order: different pairs.
         "skce_test": [("probcal", lambda y, p, g: skce_test(y, p, method="asymptotic").statistic, same)],
     }
@@ -197,37 +236,47 @@ def main() -> None:
         "# Peer maps and classical tests against their references",
         "",
         f"Run {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC on {platform.machine()}, "
-        f"{os.cpu_count()} cores, shared with other jobs (timings are loaded-machine "
-        "wall times of one call each; ratios compare calls of the same run).",
+        f"{os.cpu_count()} cores, shared with other jobs (one call each; wall and CPU seconds, the CPU "
+        "time of every thread of the process; `load`: the 1-minute load average after the call).",
         "Produced by `python benchmarks/bench_peer_maps.py`. Calibrators: fit on n rows, predict those n "
-        "rows. `max |diff|`: the largest difference between gpucal's output and the reference's.",
+        "rows. `max |diff|`: the largest difference between gpucal's output and the reference's. A "
+        "reference capped below n (`REFERENCE_ROWS`) runs on the first rows, gpucal timed there too.",
         "",
-        "| case | rows | gpucal s | reference | reference s | ratio (ref / gpucal) | max abs diff |",
-        "|---|---:|---:|---|---:|---:|---:|",
+        "| case | rows | gpucal s | gpucal CPU s | reference | reference s | reference CPU s "
+        "| ratio wall | ratio CPU | max abs diff | load |",
+        "|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|",
     ]
     capped_done: set[str] = set()
     for n in args.sizes:
         full = make_data(n)
         for case, call in ours.items():
-            seconds, out = timed(functools.partial(call, *full))
-            print(f"{case} n={n}: gpucal {seconds:.2f} s", flush=True)
+            seconds, cpu, out = timed(functools.partial(call, *full))
+            print(f"{case} n={n}: gpucal {seconds:.2f} s ({cpu:.2f} s CPU, load {load()})", flush=True)
             for ref_name, ref_call, read in refs[case]:
                 key = f"{case}/{ref_name}"
                 cap = REFERENCE_ROWS.get(key)
-                rows, data, ours_seconds, ours_out = n, full, seconds, out
+                rows, data, ours_seconds, ours_cpu, ours_out = n, full, seconds, cpu, out
                 if cap is not None and n > cap:
+                    lines.append(
+                        f"| {case} | {n:.0e} | {seconds:.2f} | {cpu:.2f} | {ref_name} | capped at "
+                        f"{cap:.0e} | | | | | {load()} |"
+                    )
                     if key in capped_done:
                         continue
                     capped_done.add(key)
                     rows, data = cap, tuple(a[:cap] for a in full)
-                    ours_seconds, ours_out = timed(functools.partial(call, *data))
+                    ours_seconds, ours_cpu, ours_out = timed(functools.partial(call, *data))
                 y, p, g = data
-                ref_seconds, ref_out = timed(functools.partial(ref_call, y, p, g))
+                ref_seconds, ref_cpu, ref_out = timed(functools.partial(ref_call, y, p, g))
                 diff = float(np.max(np.abs(np.asarray(read(ours_out)) - np.asarray(ref_out))))
-                print(f"  {ref_name} {ref_seconds:.2f} s on {rows} rows, diff {diff:.1e}", flush=True)
+                print(
+                    f"  {ref_name} {ref_seconds:.2f} s ({ref_cpu:.2f} s CPU) on {rows} rows, diff {diff:.1e}",
+                    flush=True,
+                )
                 lines.append(
-                    f"| {case} | {rows:.0e} | {ours_seconds:.2f} | {ref_name} | {ref_seconds:.2f} | "
-                    f"{ref_seconds / ours_seconds:.1f}x | {diff:.1e} |"
+                    f"| {case} | {rows:.0e} | {ours_seconds:.2f} | {ours_cpu:.2f} | {ref_name} | "
+                    f"{ref_seconds:.2f} | {ref_cpu:.2f} | {ref_seconds / ours_seconds:.1f}x | "
+                    f"{ref_cpu / ours_cpu:.1f}x | {diff:.1e} | {load()} |"
                 )
     lines += [
         "",
@@ -240,7 +289,10 @@ def main() -> None:
         "pairs rows in their order, probcal after a seeded permutation: different pairs, so the "
         "statistics differ by their noise (equal on probcal's pairing, "
         "tests/test_metrics_kernel_calibration.py). `bbq` follows the paper (BDeu evidence, equal-mass "
-        "bins), netcal scores by BIC with equal-width bins: the difference is one of definition.",
+        "bins), netcal scores by BIC with equal-width bins: the difference is one of definition. "
+        "`calibration_belt` differs from calibration-belt by its optimiser: trust-constr stopped at "
+        "tol 1e-5 with probabilities clipped at 1e-5 there, Newton on the region's optimality "
+        "conditions here (equal to a brute-force search, tests/test_metrics_belt.py).",
     ]
     args.report.write_text("\n".join(lines) + "\n")
     print(f"wrote {args.report}")

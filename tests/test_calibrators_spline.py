@@ -16,7 +16,12 @@ from numpy.testing import assert_allclose
 from scipy.optimize import minimize
 
 import gpucal
-from gpucal.calibrators.spline import SplineCalibrator, natural_spline_basis, transform_scores
+from gpucal.calibrators.spline import (
+    SplineCalibrator,
+    _logistic_sums,
+    natural_spline_basis,
+    transform_scores,
+)
 
 
 def make_data(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -24,6 +29,31 @@ def make_data(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     s = rng.beta(0.8, 1.5, n)
     y = (rng.random(n) < np.clip(1.3 * s**1.4, 0, 1)).astype(np.float64)
     return s, y
+
+
+def test_interval_moment_sums_equal_the_basis_matrix_sums() -> None:
+    """The host loop sums per-interval moments of the piecewise cubics; the oracle forms the basis."""
+    rng = np.random.default_rng(11)
+    t = np.concatenate([rng.normal(0.0, 3.0, 3000), [-37.0, 37.0, -1.0, 2.0]])  # knots among the rows
+    y, w = rng.random(t.shape[0]), rng.random(t.shape[0])
+    w[:10] = 0.0
+    knots = np.unique(np.concatenate([np.quantile(t, np.linspace(0.0, 1.0, 12))[1:-1], [-1.0, 2.0]]))
+    theta = rng.normal(0.0, 0.5, knots.shape[0])
+    basis = natural_spline_basis(t, knots)
+    eta = basis @ theta
+    p = 1.0 / (1.0 + np.exp(-eta))
+    hess = (basis * (w * p * (1.0 - p))[:, None]).T @ basis
+    expected = np.concatenate(
+        [[w @ (np.logaddexp(0.0, eta) - y * eta)], basis.T @ (w * (p - y)), hess.ravel()]
+    )
+    ours = _logistic_sums(t, y, w, knots, theta)
+    assert_allclose(ours, expected, rtol=1e-10, atol=1e-10 * np.abs(expected).max())
+    assert_allclose(
+        _logistic_sums(t, y, w, knots, theta, hessian=False)[: 1 + knots.shape[0]],
+        expected[: 1 + knots.shape[0]],
+        rtol=1e-10,
+        atol=1e-9,
+    )
 
 
 def test_name_in_the_catalogue() -> None:

@@ -129,55 +129,85 @@ def split_block(
     return SplitBlock(train, out)
 
 
-@numba.njit(cache=True, inline="always")
-def _basis_row(t, knots, out):  # pragma: no cover - compiled; tested against natural_spline_basis
-    """One row of :func:`natural_spline_basis` into ``out``."""
+def piecewise_basis(knots: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    r"""The natural spline basis as one cubic per interval between knots: ``(origins, coef)``.
+
+    Interval :math:`I = 0 .. K` holds the :math:`t` with exactly :math:`I` knots at or below it; on it
+    :math:`N_j(t) = \sum_{p=0}^{3} c_{Ijp}\, s^p` in the local variable :math:`s = t - o_I`,
+    :math:`o_0 = \xi_1` and :math:`o_I = \xi_I` (the interval's lower knot) for :math:`I \ge 1`: each
+    :math:`(t - \xi_m)_+^3` is :math:`(s + o_I - \xi_m)^3` expanded binomially where
+    :math:`\xi_m \le o_I`, else 0 (:func:`natural_spline_basis`, interval by interval).
+    """
     k = knots.shape[0]
-    out[0] = 1.0
-    out[1] = t
+    origins = np.concatenate([knots[:1], knots])
+    coef = np.zeros((k + 1, k, 4))
+    coef[:, 0, 0] = 1.0
+    coef[:, 1, 0] = origins
+    coef[:, 1, 1] = 1.0
     if k > 2:
-        last = knots[k - 1]
-        tail = max(t - last, 0.0) ** 3
-        d_last = (max(t - knots[k - 2], 0.0) ** 3 - tail) / (last - knots[k - 2])
-        for j in range(k - 2):
-            out[j + 2] = (max(t - knots[j], 0.0) ** 3 - tail) / (last - knots[j]) - d_last
+        # cube[I, m, :]: (t - knots[m])_+^3 on interval I, active where knot m lies below interval I
+        delta = origins[:, None] - knots[None, :]
+        active = np.arange(k)[None, :] <= np.arange(k + 1)[:, None] - 1
+        cube = np.stack([delta**3, 3.0 * delta**2, 3.0 * delta, np.ones_like(delta)], axis=-1)
+        cube *= active[:, :, None]
+        width = knots[-1] - knots[:-1]  # (K - 1,)
+        d = (cube[:, :-1, :] - cube[:, -1:, :]) / width[None, :, None]  # d_m, m = 0 .. K-2
+        coef[:, 2:, :] = d[:, :-1, :] - d[:, -1:, :]
+    return origins, coef
 
 
 @numba.njit(parallel=True, cache=True)
-def _logistic_sums_cpu(t, y, w, knots, theta, hessian):  # pragma: no cover - compiled; tested vs array code
-    """``[loss, gradient, Hessian (row-major, when ``hessian``)]`` of the rows, chunks in parallel."""
+def _moment_sums_cpu(t, y, w, knots, origins, eta_coef, hessian):  # pragma: no cover - compiled; tested
+    """Per interval of :func:`piecewise_basis`: ``[loss, sum r s^p (p < 4), sum v s^p (p < 7)]``, with
+    ``r = w (p - y)``, ``v = w p (1 - p)`` and ``s`` the local variable (the last 7 zero unless
+    ``hessian``); chunks of rows in parallel."""
     n = t.shape[0]
     k = knots.shape[0]
     n_chunks = (n + KERNEL_CHUNK - 1) // KERNEL_CHUNK
-    partial = np.zeros((n_chunks, 1 + k + k * k))
+    partial = np.zeros((n_chunks, k + 1, 12))
     for c in numba.prange(n_chunks):
-        b = np.empty(k)
         acc = partial[c]
         for i in range(c * KERNEL_CHUNK, min(n, (c + 1) * KERNEL_CHUNK)):
             wi = w[i]
             if wi == 0.0:
                 continue
-            _basis_row(t[i], knots, b)
-            eta = 0.0
-            for j in range(k):
-                eta += b[j] * theta[j]
+            ti = t[i]
+            lo = 0  # the number of knots at or below ti: its interval
+            hi = k
+            while lo < hi:
+                mid = (lo + hi) // 2
+                if knots[mid] <= ti:
+                    lo = mid + 1
+                else:
+                    hi = mid
+            s = ti - origins[lo]
+            eta = eta_coef[lo, 0] + s * (eta_coef[lo, 1] + s * (eta_coef[lo, 2] + s * eta_coef[lo, 3]))
             e = math.exp(-abs(eta))
             p = 1.0 / (1.0 + e) if eta >= 0.0 else e / (1.0 + e)
-            acc[0] += wi * (max(eta, 0.0) + math.log1p(e) - y[i] * eta)
+            acc[lo, 0] += wi * (max(eta, 0.0) + math.log1p(e) - y[i] * eta)
             r = wi * (p - y[i])
-            for j in range(k):
-                acc[1 + j] += r * b[j]
+            power = 1.0
+            for q in range(4):
+                acc[lo, 1 + q] += r * power
+                power *= s
             if hessian:
                 v = wi * p * (1.0 - p)
-                for j in range(k):
-                    vj = v * b[j]
-                    for m in range(j, k):
-                        acc[1 + k + j * k + m] += vj * b[m]
-    out = partial.sum(axis=0)
-    for j in range(k):
-        for m in range(j):
-            out[1 + k + j * k + m] = out[1 + k + m * k + j]
-    return out
+                power = 1.0
+                for q in range(7):
+                    acc[lo, 5 + q] += v * power
+                    power *= s
+    return partial.sum(axis=0)
+
+
+def _assemble(moments: np.ndarray, coef: np.ndarray) -> np.ndarray:
+    r"""``[loss, gradient (K), Hessian (K*K)]`` from the per-interval moments (:func:`_moment_sums_cpu`):
+    :math:`g_j = \sum_I \sum_p c_{Ijp} R_{Ip}` and
+    :math:`H_{jm} = \sum_I \sum_{p,q} c_{Ijp} c_{Imq} V_{I,p+q}`."""
+    k = coef.shape[1]
+    grad = np.einsum("ijp,ip->j", coef, moments[:, 1:5])
+    hankel = moments[:, 5:][:, np.add.outer(np.arange(4), np.arange(4))]  # (K + 1, 4, 4)
+    hess = np.einsum("ijp,ipq,imq->jm", coef, hankel, coef)
+    return np.concatenate([[moments[:, 0].sum()], grad, hess.reshape(k * k)])
 
 
 def _logistic_sums(
@@ -187,14 +217,17 @@ def _logistic_sums(
     (the Hessian zero unless ``hessian``): the numba loop on the host, array code on a device."""
     xp = array_namespace(t)
     if xp is np:
-        return _logistic_sums_cpu(
+        origins, coef = piecewise_basis(np.asarray(knots, dtype=np.float64))
+        moments = _moment_sums_cpu(
             np.ascontiguousarray(t, dtype=np.float64),
             np.ascontiguousarray(y, dtype=np.float64),
             np.ascontiguousarray(w, dtype=np.float64),
             np.ascontiguousarray(knots, dtype=np.float64),
-            np.ascontiguousarray(theta, dtype=np.float64),
+            origins,
+            np.ascontiguousarray(np.einsum("ijp,j->ip", coef, theta)),
             hessian,
         )
+        return _assemble(moments, coef)
     k = knots.shape[0]
     out = np.zeros(1 + k + k * k)
     coef = xp.asarray(theta)
@@ -379,6 +412,11 @@ class SplineCalibrator(Calibrator):
     here), and its final model is fitted on the training rows of the search, not on every row. With
     defaults, on 20000 rows, the two maps differ by less than 0.03 (0.01 on average over the scores):
     the noise of the fit, not a difference of model.
+
+    *Cost.* The spline is one cubic per interval between knots (:func:`piecewise_basis`), so on the
+    host a Newton pass adds, per interval, 12 moments of the rows (:math:`\sum r s^p`, :math:`\sum v
+    s^p`); the gradient and the :math:`K \times K` Hessian are assembled from them, not from a basis
+    row per data row: :math:`O(n \log K + K^3)` per pass. Device arrays form the basis in chunks.
 
     *Weights.* Rows of zero weight are ignored; the sums are weighted, so integer weights equal
     repeated rows and a dask fit is the one-machine fit.

@@ -20,9 +20,10 @@ sources and what each metric can and cannot see are in each docstring.
   :func:`calibration_slope`, :func:`calibration_intercept`, :func:`murphy_decomposition` (of the
   log-loss: :func:`murphy_decomposition_log_loss`), and per rating grade :func:`binomial_grade_test`,
   :func:`jeffreys_grade_test`; the kernel calibration error :func:`skce` and its test
-  :func:`skce_test`.
+  :func:`skce_test`; the GiViTI calibration belt and its test :func:`calibration_belt`.
 """
 
+from gpucal.metrics.belt import CalibrationBeltResult, calibration_belt
 from gpucal.metrics.binned import ada_ece, cal_n, ece, ece_sweep, mce, pce, prob_ece
 from gpucal.metrics.calibration_tests import (
     CalibrationInterceptResult,
@@ -53,6 +54,7 @@ from gpucal.metrics.scores import brier, log_loss, roc_auc, tce
 from gpucal.metrics.smooth import smooth_ece
 
 __all__ = [
+    "CalibrationBeltResult",
     "CalibrationInterceptResult",
     "CalibrationSlopeResult",
     "GradeTestResult",
@@ -67,6 +69,7 @@ __all__ = [
     "binomial_grade_test",
     "brier",
     "cal_n",
+    "calibration_belt",
     "calibration_intercept",
     "calibration_slope",
     "cece",

@@ -4,6 +4,8 @@ Without bins: the smooth kernel curve with its bootstrap band (:func:`smooth_rel
 :func:`plot_smooth_reliability`; Błasiok & Nakkiran, as relplot) and the CORP isotonic curve with its
 Brier decomposition (:func:`corp_curve`, :func:`plot_corp_reliability`; Dimitriadis, Gneiting & Jordan).
 The Murphy diagram (:func:`murphy_curve`, :func:`plot_murphy_curve`; Ehm, Gneiting, Jordan & Krüger).
+The calibration belt (:func:`plot_calibration_belt`, the numbers from
+:func:`gpucal.metrics.calibration_belt`; Finazzi et al., Nattino et al.).
 
 :func:`reliability_curve` and :func:`feature_calibration` are pure computation (numpy / numba, no
 matplotlib). :func:`plot_reliability`, :func:`plot_reliability_to_png`, :func:`plot_tree` (one tree of
@@ -12,6 +14,7 @@ after) draw with matplotlib, an optional dependency (``pip install gpucal[plot]`
 they are called.
 """
 
+from gpucal.plot.belt import plot_calibration_belt
 from gpucal.plot.curve import ReliabilityCurve, auto_n_bins, reliability_curve
 from gpucal.plot.murphy import MurphyCurve, murphy_curve, plot_murphy_curve
 from gpucal.plot.reliability import plot_reliability, plot_reliability_to_png
@@ -35,6 +38,7 @@ __all__ = [
     "corp_curve",
     "feature_calibration",
     "murphy_curve",
+    "plot_calibration_belt",
     "plot_corp_reliability",
     "plot_feature_calibration",
     "plot_murphy_curve",
