@@ -108,6 +108,24 @@ def test_save_load_keeps_the_crosses_and_refuses_tampering(cls: type, tmp_path: 
 
 
 @pytest.mark.parametrize("cls", ESTIMATORS)
+def test_a_file_written_before_interactions_loads_without_crosses(cls: type, tmp_path: Any) -> None:
+    """Files of the same schema version written before ``interactions_`` existed keep loading."""
+    X, y = crossed_data(1500)
+    model = fitted(cls, X, y)
+    model.save(tmp_path / "m.json")
+    data = json.loads((tmp_path / "m.json").read_text())
+    del data["state"]["interactions_"]
+    (tmp_path / "old.json").write_text(json.dumps(data))
+    loaded = gpucal.load(tmp_path / "old.json")
+    assert loaded.interactions_ == []
+    assert_array_equal(loaded.predict(X), model.predict(X))
+    del data["state"]["encoder_"]
+    (tmp_path / "bad.json").write_text(json.dumps(data))
+    with pytest.raises(ValueError, match="state has keys"):
+        gpucal.load(tmp_path / "bad.json")
+
+
+@pytest.mark.parametrize("cls", ESTIMATORS)
 @pytest.mark.parametrize(
     ("interactions", "match"),
     [

@@ -232,6 +232,7 @@ class HeterogeneousCalibrator(Calibrator):
         "history_": "json",
         "interactions_": "json",
     }
+    _state_added: ClassVar[dict[str, Any]] = {"interactions_": []}
 
     def __init__(
         self,

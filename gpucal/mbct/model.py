@@ -240,6 +240,7 @@ class MBCT(Calibrator):
         "interrupted_": "bool",
         "interactions_": "json",
     }
+    _state_added: ClassVar[dict[str, Any]] = {"interactions_": []}
 
     def __init__(
         self,

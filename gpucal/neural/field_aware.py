@@ -379,6 +379,7 @@ class FieldAwareCalibrator(Calibrator):
         "best_epoch_": "int",
         "interactions_": "json",
     }
+    _state_added: ClassVar[dict[str, Any]] = {"interactions_": []}
 
     def __init__(
         self,
