@@ -175,7 +175,7 @@ def main() -> None:
 
 
 def write_report(results: dict, bandwidth: dict[int, float], args: argparse.Namespace, out: Path) -> None:
-    sizes = [int(s) for s in args.sizes if int(s) in bandwidth]
+    sizes = sorted(int(s) for s in args.sizes if int(s) in bandwidth)
     lines = [
         "# Calibrators: fit + predict beside the peers",
         "",
