@@ -186,7 +186,7 @@ def write_report(results: dict, bandwidth: dict[int, float], args: argparse.Name
         "untimed.",
         "",
         "Wall seconds (fit + predict), then CPU seconds of the process in brackets; `x` = fastest peer's "
-        "wall seconds / gpucal's (higher: gpucal faster).",
+        "wall seconds / gpucal's, `CPU x` the same on CPU seconds (higher: gpucal faster).",
         "",
         "| method | library | " + " | ".join(f"{n:.0e} rows" for n in sizes) + " |",
         "|---|---|" + "---|" * len(sizes),
@@ -200,12 +200,14 @@ def write_report(results: dict, bandwidth: dict[int, float], args: argparse.Name
                     text = f"{cell['seconds']:.3f} [{cell['cpu_seconds']:.2f}]"
                     if library == "gpucal":
                         peers = [
-                            results[(method, lib, n)]["seconds"]
+                            results[(method, lib, n)]
                             for lib in PEERS[method]
                             if lib != "gpucal" and isinstance(results.get((method, lib, n)), dict)
                         ]
                         if peers:
-                            text += f" ({min(peers) / cell['seconds']:.1f}x)"
+                            wall = min(p["seconds"] for p in peers) / cell["seconds"]
+                            cpu = min(p["cpu_seconds"] for p in peers) / cell["cpu_seconds"]
+                            text += f" ({wall:.1f}x; CPU {cpu:.1f}x)"
                     cells.append(text)
                 else:
                     cells.append(str(cell))
