@@ -67,27 +67,23 @@ def read_scores(block: RowBlock, score_col: Any, score_kind: str) -> ScoreBlock:
 
 @numba.njit(parallel=True, cache=True)
 def _score_summary_cpu(score, y, w):  # pragma: no cover - compiled; tested against the array path
-    """:func:`score_summary` of a 1-D float64 host block in one pass (fixed chunks, fixed order)."""
+    """The counts and the score range of :func:`score_summary` for a 1-D float64 host block in one pass
+    (fixed chunks, fixed order); the caller adds the two weight sums."""
     n = score.shape[0]
     n_chunks = (n + CHUNK_ROWS - 1) // CHUNK_ROWS
     partial = np.zeros((n_chunks, N_SUMMARY))
     for c in numba.prange(n_chunks):
-        sw = swy = pos = neg = 0.0
+        pos = neg = 0.0
         low = np.inf
         high = -np.inf
         for i in range(c * CHUNK_ROWS, min(n, (c + 1) * CHUNK_ROWS)):
-            wi = w[i]
             yi = y[i]
             x = score[i]
-            sw += wi
-            swy += wi * yi
-            if wi > 0.0:
+            if w[i] > 0.0:
                 pos += yi > 0.0
                 neg += yi < 1.0
             low = min(low, x)
             high = max(high, x)
-        partial[c, WEIGHT] = sw
-        partial[c, LABEL_WEIGHT] = swy
         partial[c, N_POSITIVE] = pos
         partial[c, N_NEGATIVE] = neg
         partial[c, LOWEST] = low
@@ -97,7 +93,7 @@ def _score_summary_cpu(score, y, w):  # pragma: no cover - compiled; tested agai
     out[LOWEST] = np.inf
     out[HIGHEST] = -np.inf
     for c in range(n_chunks):
-        for j in (WEIGHT, LABEL_WEIGHT, N_POSITIVE, N_NEGATIVE):
+        for j in (N_POSITIVE, N_NEGATIVE):
             out[j] += partial[c, j]
         out[LOWEST] = min(out[LOWEST], partial[c, LOWEST])
         out[HIGHEST] = max(out[HIGHEST], partial[c, HIGHEST])
@@ -112,11 +108,15 @@ def score_summary(block: ScoreBlock) -> np.ndarray:
     xp = array_namespace(block.score)
     n = len(block)
     if block.score.ndim == 1 and use_numba("auto", block.score, block.y, block.w):
-        return _score_summary_cpu(
+        out = _score_summary_cpu(
             readonly(np.ascontiguousarray(block.score, dtype=np.float64)),
             readonly(np.ascontiguousarray(block.y, dtype=np.float64)),
             readonly(np.asarray(block.w, dtype=np.float64)),
         )
+        # The weight sums as fit_logistic adds them, so one block fits the same number for number.
+        out[WEIGHT] = float(block.w.sum())
+        out[LABEL_WEIGHT] = float(block.w @ block.y)
+        return out
     weighted = block.w > 0
     return np.array(
         [
