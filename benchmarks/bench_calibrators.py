@@ -1,10 +1,16 @@
 """Fit + predict time and peak memory of every gpucal calibrator beside every peer of the same method.
 
 Each (method, library, rows) cell runs in a fresh subprocess: it loads the scores and labels from ``.npy``
-files, warms up on 1,000 rows (JIT compilation is not timed), notes its resident memory, then fits on ``n``
-rows and predicts ``n`` other rows. Reported: wall seconds of fit + predict, and the peak resident memory
-above the footprint before the fit, next to the size of the input arrays (fit scores, fit labels and the
-scores to predict, float64).
+files, warms up on the first ``min(n, 2**18)`` rows (JIT compilation, and the loading of compiled code,
+is not timed: a warm-up below gpucal's large-input thresholds would leave the kernels of the timed call
+unloaded), notes its resident memory, then fits on ``n`` rows and predicts ``n`` other rows. Reported:
+wall and CPU seconds of fit + predict, and the peak resident memory above the footprint before the fit,
+next to the size of the input arrays (fit scores, fit labels and the scores to predict, float64).
+
+The memory floor: a fit + predict must read the fit scores and labels and the scores to predict and
+write the predictions, 32 bytes per row in float64; a STREAM-like copy (``np.copyto`` of ``n`` float64,
+16 bytes moved per row, best of three) measured in the same run gives the bandwidth, so the floor is
+``32 n / bandwidth`` seconds.
 
 Data: ``gpucal.datasets.make_ctr(scenario="mixed")`` scores and labels (seed 0 to fit, seed 1 to predict).
 
@@ -81,7 +87,8 @@ def fit_predict(model, score, y, new):
         if hasattr(model, name):
             return np.asarray(getattr(model, name)(new))
 
-fit_predict(build(1000), fit_score[:1000], fit_y[:1000], new_score[:1000])
+warm = min(n, 1 << 18)
+fit_predict(build(warm), fit_score[:warm], fit_y[:warm], new_score[:warm])
 def status_kb(field):
     return int(open("/proc/self/status").read().split(field + ":")[1].split()[0])
 
@@ -89,11 +96,14 @@ def status_kb(field):
 # a child of a large parent would report the parent's peak.
 start_kb = status_kb("VmRSS")
 t0 = time.perf_counter()
+c0 = time.process_time()
 out = fit_predict(build(n), fit_score, fit_y, new_score)
 seconds = time.perf_counter() - t0
+cpu_seconds = time.process_time() - c0
 peak_kb = status_kb("VmHWM")
 out = np.asarray(out, dtype=np.float64).reshape(-1)
-print(json.dumps({"seconds": seconds, "peak_above_start_mb": max(peak_kb - start_kb, 0) / 1024,
+print(json.dumps({"seconds": seconds, "cpu_seconds": cpu_seconds,
+                  "peak_above_start_mb": max(peak_kb - start_kb, 0) / 1024,
                   "finite": bool(np.isfinite(out).all()), "mean": float(out.mean())}))
 """
 
@@ -109,6 +119,19 @@ def make_data(n: int, directory: Path) -> list[str]:
     np.save(paths[1], fit["label"].to_numpy(np.float64))
     np.save(paths[2], new["score"].to_numpy(np.float64))
     return [str(p) for p in paths]
+
+
+def copy_bandwidth(n: int) -> float:
+    """Bytes per second of ``np.copyto`` of ``n`` float64 (read + write counted), best of three."""
+    src = np.random.default_rng(0).random(n)
+    dst = np.empty_like(src)
+    np.copyto(dst, src)
+    best = np.inf
+    for _ in range(3):
+        t0 = time.perf_counter()
+        np.copyto(dst, src)
+        best = min(best, time.perf_counter() - t0)
+    return 16.0 * n / best
 
 
 def run_cell(paths: list[str], code: str, timeout: float) -> dict[str, float] | str:
@@ -136,20 +159,23 @@ def main() -> None:
     parser.add_argument("--out", default="benchmarks/results/calibrators.md")
     args = parser.parse_args()
     results: dict[tuple[str, str, int], dict[str, float] | str] = {}
+    bandwidth: dict[int, float] = {}
     with tempfile.TemporaryDirectory() as tmp:
         for size in args.sizes:
             n = int(size)
             paths = make_data(n, Path(tmp))
+            bandwidth[n] = copy_bandwidth(n)
             for method in args.methods:
                 for library, code in PEERS[method].items():
                     cell = run_cell(paths, code, args.timeout)
                     results[(method, library, n)] = cell
                     print(method, library, n, cell, flush=True)
-    write_report(results, args, Path(args.out))
+            # Written after every size, so that a run cut short keeps the sizes it finished.
+            write_report(results, bandwidth, args, Path(args.out))
 
 
-def write_report(results: dict, args: argparse.Namespace, out: Path) -> None:
-    sizes = [int(s) for s in args.sizes]
+def write_report(results: dict, bandwidth: dict[int, float], args: argparse.Namespace, out: Path) -> None:
+    sizes = sorted(int(s) for s in args.sizes if int(s) in bandwidth)
     lines = [
         "# Calibrators: fit + predict beside the peers",
         "",
@@ -159,7 +185,8 @@ def write_report(results: dict, args: argparse.Namespace, out: Path) -> None:
         "of `make_ctr(scenario='mixed')`, predict n other rows, one fresh process per cell, JIT warm-up "
         "untimed.",
         "",
-        "Seconds (fit + predict); `x` = fastest peer's seconds / gpucal's seconds (higher: gpucal faster).",
+        "Wall seconds (fit + predict), then CPU seconds of the process in brackets; `x` = fastest peer's "
+        "wall seconds / gpucal's, `CPU x` the same on CPU seconds (higher: gpucal faster).",
         "",
         "| method | library | " + " | ".join(f"{n:.0e} rows" for n in sizes) + " |",
         "|---|---|" + "---|" * len(sizes),
@@ -170,20 +197,39 @@ def write_report(results: dict, args: argparse.Namespace, out: Path) -> None:
             for n in sizes:
                 cell = results.get((method, library, n))
                 if isinstance(cell, dict):
-                    text = f"{cell['seconds']:.3f}"
+                    text = f"{cell['seconds']:.3f} [{cell['cpu_seconds']:.2f}]"
                     if library == "gpucal":
                         peers = [
-                            results[(method, lib, n)]["seconds"]
+                            results[(method, lib, n)]
                             for lib in PEERS[method]
                             if lib != "gpucal" and isinstance(results.get((method, lib, n)), dict)
                         ]
                         if peers:
-                            text += f" ({min(peers) / cell['seconds']:.1f}x)"
+                            wall = min(p["seconds"] for p in peers) / cell["seconds"]
+                            cpu = min(p["cpu_seconds"] for p in peers) / cell["cpu_seconds"]
+                            text += f" ({wall:.1f}x; CPU {cpu:.1f}x)"
                     cells.append(text)
                 else:
                     cells.append(str(cell))
             lines.append(f"| {method} | {library} | " + " | ".join(cells) + " |")
     largest = max(sizes)
+    floor = 32.0 * largest / bandwidth[largest]
+    lines += [
+        "",
+        f"## Memory floor at {largest:.0e} rows",
+        "",
+        f"STREAM-like copy in this run: {bandwidth[largest] / 1e9:.1f} GB/s (16 bytes per row moved). "
+        "A fit + predict reads the fit scores and labels and the scores to predict and writes the "
+        "predictions: "
+        f"32 bytes per row, {32 * largest / 1e6:.0f} MB, a floor of {floor:.3f} s.",
+        "",
+        "| method | gpucal seconds | / floor |",
+        "|---|---|---|",
+    ]
+    for method in args.methods:
+        cell = results.get((method, "gpucal", largest))
+        if isinstance(cell, dict):
+            lines.append(f"| {method} | {cell['seconds']:.3f} | {cell['seconds'] / floor:.0f} |")
     # What a fit + predict of n rows is handed: fit scores, fit labels and the scores to predict, float64.
     input_mb = 3 * 8 * largest / 2**20
     lines += [

@@ -374,6 +374,22 @@ def test_logistic_sums_numba_equals_array(mode: int, width: int, fit_intercept: 
 
 
 @pytest.mark.parametrize(
+    "mode", [0, logistic.FEATURES_LOGIT, logistic.FEATURES_BETA, logistic.FEATURES_BETA_AB]
+)
+def test_binned_moments_numba_equals_array(mode: int) -> None:
+    rng = np.random.default_rng(13)
+    n = 70_000
+    X = rng.normal(size=n) if mode == 0 else rng.random(n)
+    y, w = rng.random(n), rng.random(n) * (rng.random(n) > 0.1)
+    span = logistic.one_variable_span(float(X.min()), float(X.max()), mode)
+    kw = {"mode": mode, "span": span, "n_bins": 64, "targets": (0.1, 0.8)}
+    fast = logistic.binned_moments(X, y, w, backend="numba", **kw)
+    slow = logistic.binned_moments(X, y, w, backend="array", **kw)
+    assert_allclose(fast, slow, rtol=1e-10, atol=1e-12)
+    assert_allclose(fast[0 : 64 * 3 : 3].sum(), w.sum(), rtol=1e-12)  # every row in a bin
+
+
+@pytest.mark.parametrize(
     ("mode", "cols", "fit_intercept"),
     [
         (logistic.FEATURES_LOGIT, None, True),
@@ -757,3 +773,18 @@ def test_temperature_missing_or_none_score_col_names_the_column(score_col: Any) 
     fitted = TemperatureCalibrator().fit(df, y)
     with pytest.raises(ValueError, match=r"got a class-score matrix \(X has no score column 'score'"):
         fitted.predict(df.rename(columns={"score": "s"}))
+
+
+def test_score_summary_one_pass_equals_numpy() -> None:
+    from gpucal.calibrators._logistic_kernels import NUMBA_MIN_ROWS
+    from gpucal.calibrators.logistic import ScoreBlock
+    from gpucal.calibrators.score_rows import score_summary
+
+    rng = np.random.default_rng(14)
+    n = NUMBA_MIN_ROWS + 5  # the compiled pass
+    p, y, w = rng.random(n), (rng.random(n) < 0.3) * 1.0, rng.random(n) * (rng.random(n) > 0.2)
+    y[:7] = 0.5
+    summary = score_summary(ScoreBlock(p, y, w))
+    weighted = w > 0
+    expected = [n, w.sum(), w @ y, np.sum(weighted & (y > 0)), np.sum(weighted & (y < 1)), p.min(), p.max()]
+    assert_allclose(summary, expected, rtol=1e-12)

@@ -161,6 +161,113 @@ def _logistic_sums_cpu(X, mode, y, t_neg, t_pos, w, c0, c1, c2):
     return total
 
 
+# Parts of the binned pass (:func:`binned_moments`): a fixed number, so its sums do not depend on the
+# thread count; each part keeps its own bins.
+MOMENT_PARTS = 16
+# Columns of a bin of :func:`binned_moments`: sum w, sum w d, sum w d^2 (d = u - bin centre).
+N_MOMENTS = 3
+
+
+@numba.njit(cache=True, inline="always")
+def _one_variable(X, i, mode):
+    """Return row ``i``'s features and the one variable ``u`` they are functions of: the score itself
+    (``FEATURES_COLUMNS``, one column) or the logit of the clipped probability (the sum of the two beta
+    features, which are ``ln p`` and ``-ln(1 - p)`` up to a constant)."""
+    x0, x1 = _row_features(X, i, mode)
+    u = x0 if mode == FEATURES_COLUMNS or mode == FEATURES_LOGIT else x0 + x1
+    return x0, x1, u
+
+
+@numba.njit(parallel=True, cache=True)
+def _binned_moments_cpu(X, mode, y, t_neg, t_pos, w, lo, h, inv_h, n_bins):
+    """Return the flat ``[bins (n_bins, 3), sum w t x0, sum w t x1, sum w t]`` of :func:`binned_moments`."""
+    n = y.shape[0]
+    part_rows = (n + MOMENT_PARTS - 1) // MOMENT_PARTS
+    bins = np.zeros((MOMENT_PARTS, n_bins, N_MOMENTS))
+    linear = np.zeros((MOMENT_PARTS, 3))
+    for c in numba.prange(MOMENT_PARTS):
+        s0 = s1 = s2 = 0.0
+        for i in range(c * part_rows, min(n, (c + 1) * part_rows)):
+            wi = w[i]
+            if wi == 0.0:
+                continue
+            x0, x1, u = _one_variable(X, i, mode)
+            b = min(max(int((u - lo) * inv_h), 0), n_bins - 1)
+            d = u - (lo + (b + 0.5) * h)
+            bins[c, b, 0] += wi
+            bins[c, b, 1] += wi * d
+            bins[c, b, 2] += wi * d * d
+            wt = wi * (t_neg + y[i] * (t_pos - t_neg))
+            s0 += wt * x0
+            s1 += wt * x1
+            s2 += wt
+        linear[c, 0] = s0
+        linear[c, 1] = s1
+        linear[c, 2] = s2
+    out = np.zeros(n_bins * N_MOMENTS + 3)
+    for c in range(MOMENT_PARTS):  # fixed order: the result does not depend on the thread count
+        for b in range(n_bins):
+            for k in range(N_MOMENTS):
+                out[b * N_MOMENTS + k] += bins[c, b, k]
+        for k in range(3):
+            out[n_bins * N_MOMENTS + k] += linear[c, k]
+    return out
+
+
+def binned_moments(
+    X: Any,
+    y: Any,
+    w: Any,
+    *,
+    mode: int,
+    span: tuple[float, float],
+    n_bins: int,
+    targets: tuple[float, float] = (0.0, 1.0),
+    backend: str = "auto",
+) -> np.ndarray:
+    r"""Return the moments of the one variable of a one-score design in equal bins, and its linear sums.
+
+    Every feature of a one-score design is a function of one variable :math:`u` (the score, or the
+    logit of the clipped probability), so the part of the logistic loss that depends on the
+    parameters nonlinearly, :math:`\sum_i w_i \log(1 + e^{z_i})`, is a sum of a smooth function of
+    :math:`u_i`; the rest, :math:`-\theta^\top \sum_i w_i t_i x_i`, needs only the *linear sums*
+    :math:`\sum_i w_i t_i x_i`. This pass returns, for ``n_bins`` equal bins of
+    :math:`u \in` ``span``, the sums :math:`\sum w`, :math:`\sum w d`, :math:`\sum w d^2`
+    (:math:`d` = :math:`u` minus the bin's centre; values outside ``span`` count in the end bins),
+    flattened, followed by :math:`[\sum w t x_0, \sum w t x_1, \sum w t]` (:math:`x_1 = 0` for
+    one feature). ``backend`` as in :func:`logistic_sums`.
+    """
+    X2 = as_2d(X)
+    lo, hi = float(span[0]), float(span[1])
+    h = (hi - lo) / n_bins
+    inv_h = 1.0 / h if h > 0 else 0.0
+    t_neg, t_pos = float(targets[0]), float(targets[1])
+    if use_numba(backend, X2, y, w):
+        return _binned_moments_cpu(
+            readonly(np.ascontiguousarray(X2, dtype=np.float64)),
+            mode,
+            readonly(np.ascontiguousarray(y, dtype=np.float64)),
+            t_neg,
+            t_pos,
+            readonly(np.asarray(w, dtype=np.float64)),
+            lo,
+            h,
+            inv_h,
+            n_bins,
+        )
+    xp = array_namespace(X2, y, w)
+    design = features_array(X2, mode)
+    x0 = design[:, 0]
+    x1 = design[:, 1] if design.shape[1] > 1 else xp.zeros_like(x0)
+    u = x0 if mode in (FEATURES_COLUMNS, FEATURES_LOGIT) else x0 + x1
+    b = xp.clip(((u - lo) * inv_h).astype(xp.int64), 0, n_bins - 1)
+    d = u - (lo + (b + 0.5) * h)
+    moments = [xp.bincount(b, weights=v, minlength=n_bins) for v in (w, w * d, w * d * d)]
+    wt = w * (t_neg + y * (t_pos - t_neg))
+    linear = np.array([float(wt @ x0), float(wt @ x1), float(xp.sum(wt))])
+    return np.concatenate([to_numpy(xp.stack(moments, axis=1)).ravel(), linear])
+
+
 def as_2d(X: Any) -> Any:
     """``X`` as a 2-D array: a 1-D score becomes one column."""
     return X[:, None] if X.ndim == 1 else X
@@ -328,9 +435,12 @@ __all__ = [
     "FEATURES_COLUMNS",
     "FEATURES_LOGIT",
     "LN2",
+    "MOMENT_PARTS",
     "NUMBA_MAX_FEATURES",
     "NUMBA_MIN_ROWS",
+    "N_MOMENTS",
     "as_2d",
+    "binned_moments",
     "features_array",
     "features_cpu",
     "logistic_sums",

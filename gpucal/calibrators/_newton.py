@@ -67,6 +67,7 @@ def newton_minimize(
     what: str = "logistic fit",
     warn: bool = True,
     error_tol: float = ERROR_TOL,
+    start_tol: float = 0.0,
 ) -> NewtonResult:
     r"""Minimise :math:`F(\theta) = S(\theta) / W + \tfrac12 \sum_j \lambda_j \theta_j^2` by damped Newton.
 
@@ -93,6 +94,10 @@ def newton_minimize(
         Warn when the fit does not converge (off for the warm-start fit on a subsample).
     error_tol : float, default=ERROR_TOL
         Stop once the predicted relative error after the next full Newton step is below this.
+    start_tol : float, default=0.0
+        For a start known to lie where Newton converges quadratically (the optimum of a close
+        approximation of the same loss): a first step whose relative size is at most this is taken
+        and ends the fit, its error being of the order of its square. 0 turns the rule off.
 
     Notes
     -----
@@ -131,7 +136,8 @@ def newton_minimize(
         size = float(np.max(np.abs(step) / (1.0 + np.abs(theta))))
         contraction = size / previous**2 if previous > 0 else math.inf
         predicted = max(contraction, 1.0) * size * size
-        if size <= STEP_TOL or decrement <= DECREMENT_TOL or predicted <= error_tol:
+        first = n_iter == 1 and size <= start_tol
+        if first or size <= STEP_TOL or decrement <= DECREMENT_TOL or predicted <= error_tol:
             return NewtonResult(theta + step, n_iter, True)
         # Backtracking line search (Armijo), halving the step; each trial is one row pass.
         scale = 1.0

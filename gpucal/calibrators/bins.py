@@ -129,8 +129,10 @@ def lookup_bins(p: Any, interior: np.ndarray, values: np.ndarray, *, uniform: bo
 
 
 # Cells of the knot index table per knot (at least MIN_TABLE_CELLS, at most MAX_TABLE_CELLS): a query
-# finds its knot by one table read and a binary search over the few knots of three neighbouring cells.
-TABLE_CELLS_PER_KNOT = 4
+# finds its segment by one table read, checked by two comparisons, and only where its cell holds a knot
+# by a binary search over the few knots of three neighbouring cells. 16 cells per knot leave about two
+# thirds of the queries of a 1e7-row isotonic map on the first path (4: 40%).
+TABLE_CELLS_PER_KNOT = 16
 MIN_TABLE_CELLS = 64
 MAX_TABLE_CELLS = 1 << 20
 
@@ -149,15 +151,18 @@ def _interp_cpu(x, knots_x, knots_y, table, inv_h, out):  # pragma: no cover - c
             elif v >= knots_x[last]:
                 out[i] = knots_y[last]
             else:
-                # The cell of v, widened by one cell each side against rounding, brackets its knot.
                 g = min(max(int((v - x0) * inv_h), 0), n_cells - 1)
-                lo = table[max(g - 1, 0)]
-                hi = min(table[min(g + 2, n_cells)] + 1, last)
-                m = _first_not_below(knots_x, lo, hi + 1, v)  # knots_x[m - 1] < v <= knots_x[m]
-                if knots_x[m] == v:
-                    out[i] = knots_y[m]
-                    continue
-                j = m - 1
+                j = table[g]
+                # Most queries lie strictly inside the segment starting at their cell's knot.
+                if not (j < last and knots_x[j] < v < knots_x[j + 1]):
+                    # The cell of v, widened by one cell each side against rounding, brackets its knot.
+                    lo = table[max(g - 1, 0)]
+                    hi = min(table[min(g + 2, n_cells)] + 1, last)
+                    m = _first_not_below(knots_x, lo, hi + 1, v)  # knots_x[m - 1] < v <= knots_x[m]
+                    if knots_x[m] == v:
+                        out[i] = knots_y[m]
+                        continue
+                    j = m - 1
                 y0 = knots_y[j]
                 y1 = knots_y[j + 1]
                 # np.interp's formula, then kept inside the segment so rounding cannot break monotonicity.

@@ -45,7 +45,10 @@ from gpucal.calibrators._logistic_kernels import (
     FEATURES_COLUMNS,
     FEATURES_LOGIT,
     LN2,
+    N_MOMENTS,
     as_2d,
+    binned_moments,
+    features_array,
     features_cpu,
     logistic_sums,
     n_features,
@@ -57,9 +60,14 @@ from gpucal.calibrators._newton import WARM_ERROR_TOL, NewtonResult, SumsFunctio
 from gpucal.rows import LocalRows, Rows, strided_rows
 from gpucal.rows.block import check_class_weights
 
-# Fits on at least WARM_START_MIN_ROWS rows start from the fit on about WARM_START_ROWS strided rows.
+# Fits on at least WARM_START_MIN_ROWS rows start from a fit on a summary of the rows: one-score designs
+# from the binned fit (BINNED_START_BINS bins, :func:`binned_start`), which lets the first full Newton
+# step of relative size at most BINNED_STEP_TOL end the fit; wider designs from the fit on about
+# WARM_START_ROWS strided rows.
 WARM_START_MIN_ROWS = 1 << 18
 WARM_START_ROWS = 1 << 15
+BINNED_START_BINS = 4096
+BINNED_STEP_TOL = 1e-6
 
 
 # --------------------------------------------------------------------------------------------------
@@ -131,6 +139,11 @@ class ScoreBlock:
         return int(self.score.shape[0])
 
 
+def with_mode(block: ScoreBlock, mode: int) -> ScoreBlock:
+    """The block as a 2-D score or design read under ``mode`` (features computed in every pass)."""
+    return ScoreBlock(as_2d(block.score), block.y, block.w, mode)
+
+
 def with_features(block: ScoreBlock, mode: int, backend: str) -> ScoreBlock:
     """The block as a 2-D design read under ``mode``; its log features computed once when the compiled
     loop will read it (the design costs 8 bytes per feature and row, and each Newton pass is left with
@@ -145,6 +158,117 @@ def strided(block: ScoreBlock, stride: int, *, row_offset: int) -> ScoreBlock:
     """The block's rows whose global index is a multiple of ``stride`` (:func:`strided_rows`)."""
     score, y, w = strided_rows(stride, row_offset, block.score, block.y, block.w)
     return ScoreBlock(score, y, w, block.mode)
+
+
+def one_variable_span(low: float, high: float, mode: int) -> tuple[float, float]:
+    """The range of the one variable of a one-score design (``binned_moments``) whose scores lie in
+    ``[low, high]``: the scores themselves, or the logits of the clipped probabilities."""
+    if mode == FEATURES_COLUMNS:
+        return low, high
+    ends = features_array(np.array([[low], [high]], dtype=np.float64), mode)
+    u = ends[:, 0] if mode == FEATURES_LOGIT else ends.sum(axis=1)
+    return float(u[0]), float(u[1])
+
+
+def block_moments(
+    block: ScoreBlock, span: tuple[float, float], targets: tuple[float, float], backend: str
+) -> np.ndarray:
+    """:func:`binned_moments` of one block (``BINNED_START_BINS`` bins)."""
+    return binned_moments(
+        block.score,
+        block.y,
+        block.w,
+        mode=block.mode,
+        span=span,
+        n_bins=BINNED_START_BINS,
+        targets=targets,
+        backend=backend,
+    )
+
+
+def pseudo_rows(moments: np.ndarray, span: tuple[float, float], mode: int) -> tuple[np.ndarray, np.ndarray]:
+    r"""The design and weights of two points per non-empty bin of :func:`binned_moments`.
+
+    A bin of weight :math:`W` whose one variable has weighted mean :math:`m` and standard deviation
+    :math:`s` becomes the points :math:`m \pm s` of weight :math:`W/2` each: they have the bin's
+    :math:`\sum w`, :math:`\sum w u` and :math:`\sum w u^2`, so a smooth function summed over them
+    differs from its sum over the bin's rows by the third and higher central moments (a two-point
+    quadrature). Their features are those of ``mode`` at :math:`u` (for beta,
+    :math:`\ln p = -\log(1 + e^{-u})` and :math:`-\ln(1 - p) = \log(1 + e^u)`).
+    """
+    n_bins = BINNED_START_BINS
+    stats = moments[: n_bins * N_MOMENTS].reshape(n_bins, N_MOMENTS)
+    keep = stats[:, 0] > 0
+    weight = stats[keep, 0]
+    shift = stats[keep, 1] / weight
+    spread = np.sqrt(np.maximum(stats[keep, 2] / weight - shift * shift, 0.0))
+    centre = span[0] + (np.flatnonzero(keep) + 0.5) * ((span[1] - span[0]) / n_bins) + shift
+    u = np.concatenate([centre - spread, centre + spread])
+    if mode in (FEATURES_COLUMNS, FEATURES_LOGIT):
+        design = u[:, None]
+    else:
+        log_p, minus_log_q = -np.logaddexp(0.0, -u), np.logaddexp(0.0, u)
+        shift_ab = LN2 if mode == FEATURES_BETA_AB else 0.0
+        design = np.stack([log_p + shift_ab, minus_log_q - shift_ab], axis=1)
+    return design, np.concatenate([weight, weight]) / 2.0
+
+
+def _binned_sums(
+    design: np.ndarray, weight: np.ndarray, linear: np.ndarray, options: dict[str, Any]
+) -> SumsFunction:
+    r"""``theta -> (loss, gradient, Hessian)`` of the binned approximation: the pseudo rows' sums of
+    :math:`w \log(1 + e^z)` (label 0, targets 0 and 1) minus the exact linear part."""
+    cols = np.arange(design.shape[1]) if options["cols"] is None else np.asarray(options["cols"])
+    used = np.r_[cols, [2] if options["fit_intercept"] else []].astype(np.int64)
+    exact = linear[used]
+    zeros = np.zeros(weight.shape[0])
+
+    def sums(theta: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
+        loss, grad, hess = logistic_sums(
+            design,
+            zeros,
+            weight,
+            theta,
+            cols=options["cols"],
+            fit_intercept=options["fit_intercept"],
+            backend="array",
+        )
+        return loss - float(theta @ exact), grad - exact, hess
+
+    return sums
+
+
+def binned_start(
+    design: Rows,
+    mode: int,
+    span: tuple[float, float],
+    start: np.ndarray,
+    *,
+    total_weight: float,
+    ridge: np.ndarray,
+    bounds: tuple[float, float] | None,
+    options: dict[str, Any],
+    backend: str,
+) -> np.ndarray:
+    r"""The optimum of the binned approximation of a one-score fit's loss (``start`` if it fails).
+
+    One pass over the rows (:func:`binned_moments`) gives each bin's moments of the one variable and
+    the exact linear sums :math:`\sum w t x`; the nonlinear part of the loss is then summed over two
+    points per bin (:func:`pseudo_rows`). With 4096 bins the approximation's optimum is within about
+    1e-7 (relative) of the exact one, inside the region where Newton converges quadratically: one full
+    pass and its step finish the fit.
+    """
+    moments = design.sum(block_moments, span, options["targets"], backend)
+    pseudo, weight = pseudo_rows(moments, span, mode)
+    result = newton_minimize(
+        _binned_sums(pseudo, weight, moments[-3:], options),
+        start,
+        total_weight=total_weight,
+        l2=ridge,
+        bounds=bounds,
+        warn=False,
+    )
+    return result.theta if result.converged else start
 
 
 def weight_sum(block: ScoreBlock) -> np.ndarray:
@@ -186,6 +310,7 @@ def fit_logistic_rows(
     l2: float = 0.0,
     theta0: Any = None,
     bounds: tuple[float, float] | None = None,
+    score_range: tuple[float, float] | None = None,
     backend: str = "auto",
     what: str = "logistic fit",
 ) -> LogisticFit:
@@ -197,12 +322,16 @@ def fit_logistic_rows(
     (:math:`\sum w y`, read only for the default start) are the rows' sums; ``n_columns`` the width of
     the score. The other parameters are as in :func:`logistic_sums`; ``theta0`` defaults to zero
     coefficients and the intercept of the best constant model, :math:`\operatorname{logit}\bar t`.
-    ``bounds`` is passed to :func:`newton_minimize` (one-parameter fits only).
+    ``bounds`` is passed to :func:`newton_minimize` (one-parameter fits only). ``score_range`` is the
+    smallest and largest score of a one-score design (None: unknown).
 
-    On at least ``WARM_START_MIN_ROWS`` rows, Newton starts from the fit on the rows whose *global*
-    index is a multiple of ``n_rows // WARM_START_ROWS`` (the same subsample on one machine and over
-    any partitioning). The objective is convex, so that start changes only how many full passes are
-    needed (about three instead of six), not the answer.
+    On at least ``WARM_START_MIN_ROWS`` rows, Newton starts from a fit on a summary of the rows. A
+    one-score design with a known ``score_range`` starts from :func:`binned_start` (one pass), close
+    enough that the first full pass usually ends the fit (its step is taken when its relative size is
+    at most ``BINNED_STEP_TOL``; more passes follow otherwise). Other designs start from the fit on the
+    rows whose *global* index is a multiple of ``n_rows // WARM_START_ROWS`` (the same subsample on one
+    machine and over any partitioning), and take about three full passes instead of six. The objective
+    is convex, so the start changes only how many full passes are needed, not the answer.
 
     Returns
     -------
@@ -215,8 +344,26 @@ def fit_logistic_rows(
     )
     options = {"cols": cols, "fit_intercept": fit_intercept, "targets": targets}
     m = start.shape[0]
-    design = rows.map(with_features, mode, backend)
-    if n_rows >= WARM_START_MIN_ROWS:
+    span = None if score_range is None else one_variable_span(*score_range, mode)
+    one_score = mode != FEATURES_COLUMNS or n_columns == 1
+    start_tol = 0.0
+    if n_rows >= WARM_START_MIN_ROWS and one_score and span is not None and math.isfinite(span[1] - span[0]):
+        design = rows.map(with_mode, mode)
+        start = binned_start(
+            design,
+            mode,
+            span,
+            start,
+            total_weight=total_weight,
+            ridge=ridge,
+            bounds=bounds,
+            options=options,
+            backend=backend,
+        )
+        start_tol = BINNED_STEP_TOL
+    else:
+        design = rows.map(with_features, mode, backend)
+    if n_rows >= WARM_START_MIN_ROWS and start_tol == 0.0:
         sub = design.map(strided, n_rows // WARM_START_ROWS, offsets=True)
         sub_weight = float(sub.sum(weight_sum)[0])
         if sub_weight > 0.0:
@@ -238,6 +385,7 @@ def fit_logistic_rows(
         l2=ridge,
         bounds=bounds,
         what=what,
+        start_tol=start_tol,
     )
     intercept = float(result.theta[-1]) if fit_intercept else 0.0
     return LogisticFit(result.theta[:d].copy(), intercept, result.n_iter, result.converged)
@@ -250,6 +398,8 @@ def fit_logistic(X: Any, y: Any, w: Any, **options: Any) -> LogisticFit:
     X2 = as_2d(X)
     xp = array_namespace(X2, y, w)
     needs_label_sum = options.get("theta0") is None and options.get("fit_intercept", True)
+    if "score_range" not in options and X2.shape[0] > 0:
+        options["score_range"] = (float(xp.min(X2[:, 0])), float(xp.max(X2[:, 0])))
     return fit_logistic_rows(
         LocalRows((ScoreBlock(X2, y, w),)),
         n_rows=int(X2.shape[0]),
@@ -273,6 +423,8 @@ def check_two_classes(y: Any, w: Any, name: str = "y") -> None:
 
 # Importers read these from here: the scaling calibrators, MBCT, the models above the calibrators.
 __all__ = [
+    "BINNED_START_BINS",
+    "BINNED_STEP_TOL",
     "CHUNK_ROWS",
     "EPS",
     "FEATURES_BETA",
@@ -286,6 +438,9 @@ __all__ = [
     "LogisticFit",
     "NewtonResult",
     "ScoreBlock",
+    "binned_moments",
+    "binned_start",
+    "block_moments",
     "check_class_weights",
     "check_two_classes",
     "features_cpu",
@@ -295,10 +450,13 @@ __all__ = [
     "n_features",
     "newton_minimize",
     "newton_start",
+    "one_variable_span",
     "predict_logistic",
+    "pseudo_rows",
     "sigmoid",
     "strided",
     "use_numba",
     "weight_sum",
     "with_features",
+    "with_mode",
 ]

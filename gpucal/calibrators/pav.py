@@ -73,7 +73,13 @@ def _push_block(blocks, top, sw, swy, swx, x_first, x_last):  # pragma: no cover
     blocks[top, SUM_WX] = swx
     blocks[top, X_FIRST] = x_first
     blocks[top, X_LAST] = x_last
-    # Pool while the block before is not below this one (its mean >= this mean).
+    return blocks, _pool_top(blocks, top)
+
+
+@numba.njit(cache=True, inline="always")
+def _pool_top(blocks, top):  # pragma: no cover - compiled
+    """Pool the top block into the one before while that one is not below it (its mean >= this
+    mean); return the new top."""
     while (
         top > 0
         and blocks[top - 1, SUM_WY] / blocks[top - 1, SUM_W] >= blocks[top, SUM_WY] / blocks[top, SUM_W]
@@ -83,7 +89,7 @@ def _push_block(blocks, top, sw, swy, swx, x_first, x_last):  # pragma: no cover
         blocks[top - 1, SUM_WX] += blocks[top, SUM_WX]
         blocks[top - 1, X_LAST] = blocks[top, X_LAST]
         top -= 1
-    return blocks, top
+    return top
 
 
 @numba.njit(cache=True)
@@ -139,7 +145,15 @@ def _isotonic_counts(xs, positives, tie_eps):  # pragma: no cover - compiled
         while j < n_pos and positives[j] <= last:
             j += 1
         count = float(k - i)
-        blocks, top = _push_block(blocks, top, count, float(j - j0), count * g_x, g_x, g_x)
+        if j == j0 and top >= 0:
+            # A group of negatives has mean 0, so _push_block would pool it into the top block at
+            # once: add it there directly (the same additions), then pool as _push_block does.
+            blocks[top, SUM_W] += count
+            blocks[top, SUM_WX] += count * g_x
+            blocks[top, X_LAST] = g_x
+            top = _pool_top(blocks, top)
+        else:
+            blocks, top = _push_block(blocks, top, count, float(j - j0), count * g_x, g_x, g_x)
         i = k
     return blocks[: top + 1].copy()
 

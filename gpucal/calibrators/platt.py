@@ -124,10 +124,11 @@ class PlattCalibrator(Calibrator):
     ``CalibratedClassifierCV``) when it is fed the same feature (``logit(p)``, or the margin) and
     ``target_smoothing=True``: scikit-learn writes :math:`\sigma(-(A f + B))`, so
     :math:`(A, B) = (-a, -b)`; the parameters agree to about 1e-9 relative (scikit-learn stops
-    L-BFGS at a gradient of 1e-6 on the summed loss; Newton here stops at steps below 1e-9). Where
-    ``CalibratedClassifierCV`` calibrates a model that has only ``predict_proba``, scikit-learn feeds the
-    probability itself, :math:`\sigma(-(A p + B))`, a different map; Platt's (and ours) is on the
-    logit. One class only in ``y`` raises ``ValueError``: the maximum likelihood fit does not exist.
+    L-BFGS at a gradient of 1e-6 on the summed loss; Newton here stops once the error left is about
+    1e-10). Where ``CalibratedClassifierCV`` calibrates a model that has only ``predict_proba``,
+    scikit-learn feeds the probability itself, :math:`\sigma(-(A p + B))`, a different map; Platt's
+    (and ours) is on the logit. One class only in ``y`` raises ``ValueError``: the maximum likelihood
+    fit does not exist.
     Without smoothing, separable data has no finite fit either: the loss keeps falling as the slope
     grows, and the Newton steps stop where it no longer falls measurably, at a steep but finite map
     (as scikit-learn's L-BFGS does); a ``ConvergenceWarning`` is raised only if 100 steps are not

@@ -31,13 +31,23 @@ from gpucal._frames import parse_input
 from gpucal._validation import check_sample_weight
 from gpucal.calibrators._sorted import distinct_counts, unit_binary
 from gpucal.calibrators.bins import BIN_W, BIN_WY
-from gpucal.calibrators.logistic import LogisticFit, ScoreBlock, check_class_weights, fit_logistic_rows
+from gpucal.calibrators.logistic import (
+    CHUNK_ROWS,
+    LogisticFit,
+    ScoreBlock,
+    check_class_weights,
+    fit_logistic_rows,
+    use_numba,
+)
+from gpucal.kernels import readonly
+from gpucal.kernels.jit import numba
 from gpucal.rows import LocalRows, RowBlock, Rows
 from gpucal.rows.checks import check_labels_and_weights
 from gpucal.rows.reduce import KeyedTable, check_table_size, group_sorted, max_distinct_keys, merge_tables
 
 # Columns of :func:`score_summary`.
 COUNT, WEIGHT, LABEL_WEIGHT, N_POSITIVE, N_NEGATIVE, LOWEST, HIGHEST = range(7)
+N_SUMMARY = 7
 
 
 def read_scores(block: RowBlock, score_col: Any, score_kind: str) -> ScoreBlock:
@@ -55,10 +65,58 @@ def read_scores(block: RowBlock, score_col: Any, score_kind: str) -> ScoreBlock:
     return ScoreBlock(score, labels, w)
 
 
+@numba.njit(parallel=True, cache=True)
+def _score_summary_cpu(score, y, w):  # pragma: no cover - compiled; tested against the array path
+    """The counts and the score range of :func:`score_summary` for a 1-D float64 host block in one pass
+    (fixed chunks, fixed order); the caller adds the two weight sums."""
+    n = score.shape[0]
+    n_chunks = (n + CHUNK_ROWS - 1) // CHUNK_ROWS
+    partial = np.zeros((n_chunks, N_SUMMARY))
+    for c in numba.prange(n_chunks):
+        pos = neg = 0.0
+        low = np.inf
+        high = -np.inf
+        for i in range(c * CHUNK_ROWS, min(n, (c + 1) * CHUNK_ROWS)):
+            yi = y[i]
+            x = score[i]
+            if w[i] > 0.0:
+                pos += yi > 0.0
+                neg += yi < 1.0
+            low = min(low, x)
+            high = max(high, x)
+        partial[c, N_POSITIVE] = pos
+        partial[c, N_NEGATIVE] = neg
+        partial[c, LOWEST] = low
+        partial[c, HIGHEST] = high
+    out = np.zeros(N_SUMMARY)
+    out[COUNT] = n
+    out[LOWEST] = np.inf
+    out[HIGHEST] = -np.inf
+    for c in range(n_chunks):
+        for j in (N_POSITIVE, N_NEGATIVE):
+            out[j] += partial[c, j]
+        out[LOWEST] = min(out[LOWEST], partial[c, LOWEST])
+        out[HIGHEST] = max(out[HIGHEST], partial[c, HIGHEST])
+    return out
+
+
 def score_summary(block: ScoreBlock) -> np.ndarray:
-    """``[rows, sum w, sum w y, #weighted positives, #weighted negatives, min score, max score]``."""
+    """``[rows, sum w, sum w y, #weighted positives, #weighted negatives, min score, max score]``.
+
+    One compiled pass for a large 1-D float64 block on the host; array code otherwise.
+    """
     xp = array_namespace(block.score)
     n = len(block)
+    if block.score.ndim == 1 and use_numba("auto", block.score, block.y, block.w):
+        out = _score_summary_cpu(
+            readonly(np.ascontiguousarray(block.score, dtype=np.float64)),
+            readonly(np.ascontiguousarray(block.y, dtype=np.float64)),
+            readonly(np.asarray(block.w, dtype=np.float64)),
+        )
+        # The weight sums as fit_logistic adds them, so one block fits the same number for number.
+        out[WEIGHT] = float(block.w.sum())
+        out[LABEL_WEIGHT] = float(block.w @ block.y)
+        return out
     weighted = block.w > 0
     return np.array(
         [
@@ -165,6 +223,7 @@ class ScoreRows:
             n_columns=1,
             total_weight=float(self.summary[WEIGHT]),
             label_sum=float(self.summary[LABEL_WEIGHT]),
+            score_range=self.score_range(),
             **options,
         )
 
