@@ -46,10 +46,10 @@ __all__ = [
     "prange",
 ]
 
-#: Rows from which a :func:`parallel_rows` kernel runs its parallel compilation; below it the serial
-#: one. Measured on 2 cores: the kernels' passes over 150,000 rows take a few milliseconds serial, while
-#: a parallel compilation costs 1 to 5 s of CPU more than a serial one (``gpucal demo``'s 150,000 rows
-#: compile no parallel kernel); from 1e6 rows the parallel pass is the faster by the core count.
+#: Rows from which a :func:`parallel_rows` kernel runs its parallel twin; below it the serial one. A
+#: parallel compilation costs 3.5 to 4 times the serial one (1 to 5 s of CPU more per kernel), a pass
+#: over a few hundred thousand rows milliseconds: above the demo's 150,000 rows, so that its first run
+#: compiles no parallel kernel, and below the millions of rows where the cores pay.
 PARALLEL_MIN_ROWS = 262_144
 #: When set (:func:`parallel_twins_only`), every :func:`parallel_rows` kernel runs its parallel twin.
 _FORCE_PARALLEL = [False]
