@@ -26,7 +26,7 @@ import numpy as np
 from gpucal.kernels._dispatch import readonly
 from gpucal.kernels._rowmath import group_row_stats
 from gpucal.kernels.group_sums_oracle import N_STATS
-from gpucal.kernels.jit import numba
+from gpucal.kernels.jit import numba, parallel_rows
 
 # At most this many private histograms: 16 threads busy, or a few chunks per thread for load balance on
 # small machines. More chunks cost memory and reduction time and did not help (2 cores, 1e7 x 8 rows).
@@ -109,7 +109,7 @@ def group_sums_cpu(codes, f, y, w, node_idx, offsets, n_nodes, n_bins, n_chunks)
     return _reduce_chunks(private)
 
 
-@numba.njit(parallel=True, cache=True)
+@parallel_rows("codes")
 def _fill_by_feature(out, codes, f, y, w, node_idx, offsets, n_bins):
     """Feature schedule: feature ``j`` owns its bins, so one task per feature adds its rows in order."""
     n, d = codes.shape
@@ -151,7 +151,7 @@ def node_run_bounds(node_idx, n_runs):
     return bounds[: count + 1].copy()
 
 
-@numba.njit(parallel=True, cache=True)
+@parallel_rows("codes")
 def _fill_by_node_runs(out, codes, f, y, w, node_idx, offsets, n_bins, bounds):
     """Node-run schedule: run ``r`` adds rows ``bounds[r]:bounds[r+1]``, whose nodes no other run holds."""
     d = codes.shape[1]
@@ -159,7 +159,7 @@ def _fill_by_node_runs(out, codes, f, y, w, node_idx, offsets, n_bins, bounds):
         _add_rows(out, N_STATS, codes, f, y, w, node_idx, offsets, n_bins, bounds[r], bounds[r + 1], 0, d)
 
 
-@numba.njit(parallel=True, cache=True)
+@parallel_rows("codes")
 def _fill_by_chunk(private, codes, f, y, w, node_idx, offsets, n_bins):
     """Row-chunk schedule: chunk ``c`` of the rows fills ``private[c]``, all features per row."""
     n, d = codes.shape
@@ -170,7 +170,7 @@ def _fill_by_chunk(private, codes, f, y, w, node_idx, offsets, n_bins):
         _add_rows(private[c], PADDED_STATS, codes, f, y, w, node_idx, offsets, n_bins, c * chunk, stop, 0, d)
 
 
-@numba.njit(parallel=True, cache=True)
+@parallel_rows("private", axes=2)
 def _reduce_chunks(private):
     """Add the padded private histograms in chunk order into a packed ``N_STATS``-per-bin histogram."""
     n_chunks = private.shape[0]
@@ -185,7 +185,7 @@ def _reduce_chunks(private):
     return out
 
 
-@numba.njit(parallel=True, cache=True)
+@parallel_rows("codes")
 def code_range(codes):
     """Return the per-feature minimum and maximum of ``codes`` (int64 arrays), for ``n >= 1`` rows."""
     n, d = codes.shape
@@ -212,7 +212,7 @@ def code_range(codes):
     return low, high
 
 
-@numba.njit(parallel=True, cache=True)
+@parallel_rows("codes")
 def fill_node_ranges(out, codes, f, y, w, offsets, n_bins, lo, hi, task_bounds):
     """Node-range schedule: slot ``s`` adds rows ``lo[s]:hi[s]`` into its own bins ``out[s]``.
 

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from gpucal.kernels._dispatch import CODE_DTYPES, is_cupy_array, namespace_of, readonly, resolve_backend
-from gpucal.kernels.jit import numba
+from gpucal.kernels.jit import numba, parallel_rows
 
 #: Value dtypes the lookup reads as they are (uint64 could wrap into the table's range as int64).
 VALUE_DTYPES = tuple(
@@ -111,7 +111,7 @@ def _lookup_array(values: Any, low: int, table: Any, fallback: int, out: Any, co
     return int((codes < 0).sum())
 
 
-@numba.njit(parallel=True, cache=True)
+@parallel_rows("values")
 def _lookup_cpu(values, low, table, fallback, out, column):
     k = np.int64(table.shape[0])
     j = np.uint64(column)
@@ -153,7 +153,7 @@ def lookup_bins(
     _lookup_bins_cpu(values, np.int64(n_bins), table, out, np.int64(column))
 
 
-@numba.njit(parallel=True, cache=True)
+@parallel_rows("values")
 def _lookup_bins_cpu(values, n_bins, table, out, column):
     last = n_bins - 1
     j = np.uint64(column)
@@ -214,7 +214,7 @@ def _edges_at_or_below(edges, x):
     return base + (1 if edges[np.uint64(base)] <= x else 0)
 
 
-@numba.njit(parallel=True, cache=True)
+@parallel_rows("values")
 def _lookup_edges_cpu(values, edges, table, nan_index, out, column):
     j = np.uint64(column)
     for i in numba.prange(values.shape[0]):

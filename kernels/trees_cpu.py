@@ -19,11 +19,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from gpucal.kernels.jit import numba
+from gpucal.kernels.jit import numba, parallel_rows
 from gpucal.kernels.trees_row import apply_map, finish_value, route_row, start_value, step_down
 
 
-@numba.njit(parallel=True, cache=True)
+@parallel_rows("codes")
 def route_rows_cpu(codes, node_idx, node_feature, node_child_base, child_table, out):
     """Write into ``out`` (int32) the node of each row one level below ``node_idx``; return ``out``."""
     for i in numba.prange(codes.shape[0]):
@@ -81,7 +81,7 @@ def _walk1(codes, i, root, steps, node_feature, node_child_base, child_table):
     return node
 
 
-@numba.njit(parallel=True, cache=True)
+@parallel_rows("codes")
 def tree_leaves_cpu(codes, node_feature, node_child_base, child_table, tree_start, tree_depth, out):
     """Write into ``out`` (int32 ``(n, n_trees)``) the node each row stops at in each tree; return it."""
     n = codes.shape[0]
@@ -105,7 +105,7 @@ def _apply_leaf(out, i, m, node_value, leaf_map):
     out[i] = apply_map(out[i], node_value[m, 0], node_value[m, 1], leaf_map)
 
 
-@numba.njit(parallel=True, cache=True)
+@parallel_rows("codes")
 def predict_trees_cpu(
     codes, f, node_feature, node_child_base, child_table, node_value, tree_start, tree_depth, leaf_map, out
 ):
@@ -131,7 +131,7 @@ def predict_trees_cpu(
     return out
 
 
-@numba.njit(parallel=True, cache=True)
+@parallel_rows("f")
 def predict_leaves_cpu(f, leaf, node_value, leaf_map, out):
     """Write into ``out`` (float64) one tree's prediction of rows whose node is known (``leaf``); return it.
 

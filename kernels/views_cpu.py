@@ -12,13 +12,13 @@ import numpy as np
 
 from gpucal.kernels._feistel import bin_of, feistel, row_bin, view_keys, walk
 from gpucal.kernels._rowmath import view_row_stats
-from gpucal.kernels.jit import numba
+from gpucal.kernels.jit import numba, parallel_rows
 
 # Rows per chunk: the chunk's Feistel values and bins (16 bytes a row) stay in L1.
 CHUNK_ROWS = 512
 
 
-@numba.njit(parallel=True, cache=True)
+@parallel_rows("rows")
 def view_bins_cpu(rows, n_views, n_total, n_bins, seed, right_bits, n_left):
     """Return the ``(n_views, len(rows))`` int32 bin ids of the global row ids ``rows`` (uint64)."""
     out = np.empty((n_views, rows.shape[0]), dtype=np.int32)
@@ -29,7 +29,7 @@ def view_bins_cpu(rows, n_views, n_total, n_bins, seed, right_bits, n_left):
     return out
 
 
-@numba.njit(parallel=True, cache=True)
+@parallel_rows("p")
 def view_sums_cpu(p, y, w, n_views, row_offset, n_total, n_bins, seed, right_bits, n_left):
     """Return the ``(n_views, n_bins, 4)`` float64 sums of ``count, w, w*p, w*y``.
 

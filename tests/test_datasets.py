@@ -245,7 +245,7 @@ def test_output_columns_are_not_copied() -> None:
     import tracemalloc
 
     n = 400_000
-    make_ctr(10, seed=1)  # build and cache the model first
+    make_ctr(n, seed=1)  # build and cache the model and load the kernel this size runs first
     tracemalloc.start()
     try:
         df = make_ctr(n, seed=1)

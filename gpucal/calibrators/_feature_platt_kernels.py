@@ -15,7 +15,7 @@ import numpy as np
 from gpucal._backend import array_namespace, is_cupy_array, to_numpy
 from gpucal.calibrators.logistic import EPS, sigmoid
 from gpucal.kernels import STAT_WF, STAT_WY, group_sums, value_offsets
-from gpucal.kernels.jit import numba
+from gpucal.kernels.jit import numba, parallel_rows
 
 # Rows per partial sum of the numba row passes: fixed, so the result does not depend on the thread count.
 CHUNK_ROWS = 1 << 15
@@ -26,7 +26,7 @@ CODE_CHUNK_ROWS = 1 << 16
 CODE_TABLE_BYTES = 64 << 20
 
 
-@numba.njit(parallel=True, cache=True)
+@parallel_rows("x")
 def _linear_cpu(x, a, b, coef, codes, offsets, out):
     """``out[i] = a x[i] + b + sum_j coef[offsets[j] + codes[i, j]]`` (one pass, no temporaries)."""
     n_rows, n_features = codes.shape
@@ -38,7 +38,7 @@ def _linear_cpu(x, a, b, coef, codes, offsets, out):
     return out
 
 
-@numba.njit(parallel=True, cache=True)
+@parallel_rows("z")
 def _loss_cpu(z, y, w):
     """``sum_i w_i (log(1 + e^z_i) - y_i z_i)``, in fixed row chunks (the same bits on any thread count)."""
     n = z.shape[0]
@@ -53,7 +53,7 @@ def _loss_cpu(z, y, w):
     return partial.sum()
 
 
-@numba.njit(parallel=True, cache=True)
+@parallel_rows("z")
 def _gradient_rows_cpu(z, x, y, w, p, curvature):
     """Write ``p = sigmoid(z)`` and ``D = w p (1 - p)``; return ``[sum r x, sum r, sum D x^2, sum D]``."""
     n = z.shape[0]
@@ -86,7 +86,7 @@ def _gradient_rows_cpu(z, x, y, w, p, curvature):
     return out
 
 
-@numba.njit(parallel=True, cache=True)
+@parallel_rows("codes")
 def _code_sums_cpu(codes, offsets, n_codes, values, n_chunks):
     """``out[o_j + c_ij] += values[i]`` for every row and column: private tables per row chunk, added in
     chunk order."""
@@ -107,7 +107,7 @@ def _code_sums_cpu(codes, offsets, n_codes, values, n_chunks):
     return out
 
 
-@numba.njit(parallel=True, cache=True)
+@parallel_rows("x")
 def _hessian_rows_cpu(x, codes, offsets, v, curvature, n_codes, n_chunks):
     """``du_i = D_i (v_0 x_i + v_1 + sum_j v[2 + o_j + c_ij])``; return ``sum du x`` and ``out[o_j + c_ij] +=
     du_i`` (private tables per row chunk, added in chunk order)."""

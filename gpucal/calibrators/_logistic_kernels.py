@@ -16,7 +16,7 @@ import numpy as np
 
 from gpucal._backend import array_namespace, to_numpy
 from gpucal.kernels import readonly
-from gpucal.kernels.jit import numba
+from gpucal.kernels.jit import numba, parallel_rows
 
 # How a kernel reads the features of row i from its input X (a 2-D float64 array).
 FEATURES_COLUMNS = 0  # X is the design matrix: x_i = X[i, :] (a raw margin is one column)
@@ -78,7 +78,7 @@ def _row_features(X, i, mode):
     return math.log(p) + LN2, -(math.log(1.0 - p) + LN2)
 
 
-@numba.njit(parallel=True, cache=True)
+@parallel_rows("out")
 def _features_cpu(X, mode, out):
     n = out.shape[0]
     n_chunks = (n + CHUNK_ROWS - 1) // CHUNK_ROWS
@@ -107,7 +107,7 @@ def features_cpu(X: np.ndarray, mode: int) -> np.ndarray:
 NUMBA_MAX_FEATURES = 2
 
 
-@numba.njit(parallel=True, cache=True)
+@parallel_rows("y")
 def _logistic_sums_cpu(X, mode, y, t_neg, t_pos, w, c0, c1, c2):
     """Return the 10 sums ``[loss, g0, g1, g2, h00, h01, h02, h11, h12, h22]`` of the model
     ``sigmoid(c0 x0 + c1 x1 + c2)`` (index 2 is the intercept)."""
@@ -376,7 +376,7 @@ def use_numba(backend: str, *arrays: Any) -> bool:
 # Predict
 
 
-@numba.njit(parallel=True, cache=True)
+@parallel_rows("out")
 def _predict_cpu(X, mode, c0, c1, c2, out):
     """``out[i] = sigmoid(c0 x0 + c1 x1 + c2)``, features computed on the fly."""
     n = out.shape[0]

@@ -23,7 +23,7 @@ import numpy as np
 from gpucal._backend import array_namespace, to_numpy
 from gpucal.calibrators._sorted import next_row, open_cursor, sorted_counts, sorted_runs, unit_binary
 from gpucal.kernels import readonly
-from gpucal.kernels.jit import numba
+from gpucal.kernels.jit import numba, parallel_rows
 
 # Columns of the per-bin sums.
 BIN_W = 0
@@ -70,7 +70,7 @@ def _uniform_bin_of(x, interior):  # pragma: no cover - compiled
     return b
 
 
-@numba.njit(parallel=True, cache=True)
+@parallel_rows("p")
 def _bin_sums_cpu(p, y, w, interior, uniform):  # pragma: no cover - compiled; tested against the array path
     n = p.shape[0]
     n_bins = interior.shape[0] + 1
@@ -106,7 +106,7 @@ def bin_sums(p: Any, y: Any, w: Any, interior: np.ndarray, *, uniform: bool = Fa
     return to_numpy(xp.stack(sums, axis=1))
 
 
-@numba.njit(parallel=True, cache=True)
+@parallel_rows("p")
 def _lookup_cpu(p, interior, values, uniform, out):  # pragma: no cover - compiled; tested vs the array path
     n = p.shape[0]
     for c in numba.prange((n + CHUNK_ROWS - 1) // CHUNK_ROWS):
@@ -137,7 +137,7 @@ MIN_TABLE_CELLS = 64
 MAX_TABLE_CELLS = 1 << 20
 
 
-@numba.njit(parallel=True, cache=True)
+@parallel_rows("x")
 def _interp_cpu(x, knots_x, knots_y, table, inv_h, out):  # pragma: no cover - compiled; tested vs np.interp
     n = x.shape[0]
     last = knots_x.shape[0] - 1

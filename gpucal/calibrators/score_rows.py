@@ -40,7 +40,7 @@ from gpucal.calibrators.logistic import (
     use_numba,
 )
 from gpucal.kernels import readonly
-from gpucal.kernels.jit import numba
+from gpucal.kernels.jit import numba, parallel_rows
 from gpucal.rows import LocalRows, RowBlock, Rows
 from gpucal.rows.checks import check_labels_and_weights
 from gpucal.rows.reduce import KeyedTable, check_table_size, group_sorted, max_distinct_keys, merge_tables
@@ -65,7 +65,7 @@ def read_scores(block: RowBlock, score_col: Any, score_kind: str) -> ScoreBlock:
     return ScoreBlock(score, labels, w)
 
 
-@numba.njit(parallel=True, cache=True)
+@parallel_rows("score")
 def _score_summary_cpu(score, y, w):  # pragma: no cover - compiled; tested against the array path
     """The counts and the score range of :func:`score_summary` for a 1-D float64 host block in one pass
     (fixed chunks, fixed order); the caller adds the two weight sums."""

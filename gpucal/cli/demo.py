@@ -11,7 +11,10 @@ The first run on a machine compiles the kernels the demo calls (numba, cached af
 before anything is timed, in parallel processes that run the demo's own steps on its data (one lane
 per core, at most ``DEMO_LANES``), so that the compilation takes the CPU time of the kernels divided
 over the cores, not their sum. Timings are then warm: a fit during which numba still compiled
-something (a code path the warm-up did not take) is fitted again and timed the second time.
+something (a code path the warm-up did not take) is fitted again and timed the second time. The
+default ``--rows`` lies below ``gpucal.kernels.jit.PARALLEL_MIN_ROWS``, so the demo runs and compiles
+the serial twins of the row kernels only, which compile three to four times faster than the parallel
+ones; more rows compile the parallel twins during the timed fits, which are then fitted again.
 """
 
 from __future__ import annotations
@@ -451,7 +454,8 @@ def run_warmup(args: argparse.Namespace) -> int:
 
     The demo's kernels first, in the demo's parallel warm-up processes on its default data; then
     :func:`gpucal.warmup.warm_up` here, which loads those from the cache and compiles the rest (float32
-    scores, the reliability curve's bootstrap) one by one.
+    scores, the reliability curve's bootstrap, the row kernels' parallel twins that inputs of
+    ``PARALLEL_MIN_ROWS`` rows or more run) one by one.
     """
     from gpucal.warmup import warm_up
 
@@ -462,7 +466,7 @@ def run_warmup(args: argparse.Namespace) -> int:
     calibration, held_out, fields = _demo_data(DEMO_ROWS, DEMO_SCENARIO, DEMO_SEED)
     names = DEMO_CALIBRATORS + DEMO_FEATURE_CALIBRATORS + DEMO_CLUSTERED_CALIBRATORS
     _warm_up_lanes(calibration, held_out, fields, DEMO_SEED, names)
-    log_progress("[2/2] compiling the rest (float32 scores, the reliability curve) ...")
+    log_progress("[2/2] compiling the rest (float32 scores, the reliability curve, large inputs) ...")
     warm_up(verbose=args.verbose > 0)
     _warm_marker().touch()
     seconds = time.perf_counter() - started

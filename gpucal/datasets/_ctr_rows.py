@@ -15,7 +15,7 @@ import math
 
 import numpy as np
 
-from gpucal.kernels.jit import njit, prange
+from gpucal.kernels.jit import njit, parallel_rows, prange
 
 # Fixed draw layout of one row: one draw per field, two for the context normal, one for the label.
 N_FIELD_STREAMS = 6
@@ -85,7 +85,7 @@ def _splitmix(key, counter):  # pragma: no cover - compiled
     return z ^ (z >> _U31)
 
 
-@njit(cache=True, parallel=True)
+@parallel_rows("p_out")
 def fill_ctr_chunk(
     key,
     row_start,

@@ -22,7 +22,7 @@ import numpy as np
 
 from gpucal._backend import array_namespace
 from gpucal.kernels import readonly
-from gpucal.kernels.jit import numba
+from gpucal.kernels.jit import numba, parallel_rows
 from gpucal.metrics.sums import code_dtype
 
 
@@ -31,7 +31,7 @@ def uniform_edges(n_bins: int) -> np.ndarray:
     return np.linspace(0.0, 1.0, n_bins + 1)
 
 
-@numba.njit(parallel=True, cache=True)
+@parallel_rows("p")
 def _uniform_bin_ids_cpu(p, interior, out):  # pragma: no cover - compiled; tested against the fallback
     n_bins = interior.shape[0] + 1
     last = n_bins - 1

@@ -22,7 +22,7 @@ import numpy as np
 from scipy import special, stats
 
 from gpucal._params import Interval, Options, validate_params
-from gpucal.kernels.jit import numba
+from gpucal.kernels.jit import numba, parallel_rows
 from gpucal.metrics.grouped import field_value_sums
 from gpucal.metrics.inputs import (
     CheckedRows,
@@ -414,7 +414,7 @@ def _logit_block(block: CheckedRows) -> CheckedRows:
     return CheckedRows(y=block.y, p=xp.log(q) - xp.log1p(-q), w=block.w, xp=xp)
 
 
-@numba.njit(parallel=True, cache=True)
+@parallel_rows("z")
 def _recalibration_sums_cpu(z, y, w, unit, a, b):  # pragma: no cover - compiled; tested vs statsmodels
     """:func:`_recalibration_sums` in one parallel pass (``unit``: every weight 1, ``w`` unread)."""
     total_w = 0.0

@@ -49,7 +49,7 @@ import numpy as np
 
 from gpucal._backend import array_namespace, to_numpy
 from gpucal.kernels import STAT_W, STAT_WF, STAT_WY, group_sums
-from gpucal.kernels.jit import numba
+from gpucal.kernels.jit import numba, parallel_rows
 from gpucal.kernels.trees_oracle import EPS  # probabilities clipped to [EPS, 1 - EPS], as the trees clip them
 
 LOCAL_MAP_KINDS = ("constant", "scale", "shift", "temperature", "platt", "beta")
@@ -388,7 +388,7 @@ def map_design(score: Any, kind: str) -> tuple[Any, Any]:
     return xp.stack([log_p, -log_q, ones], axis=1), zeros
 
 
-@numba.njit(parallel=True, cache=True)
+@parallel_rows("design")
 def _glm_sums_cpu(design, offset, y, w, part, theta, n_chunks):
     """One fused pass: per part ``[sum w, g (k), upper H (k(k+1)/2)]``, fixed row chunks added in order."""
     n, k = design.shape

@@ -60,7 +60,7 @@ import math
 import numpy as np
 
 from gpucal.kernels import STAT_COUNT, STAT_W, STAT_WF, STAT_WFF, STAT_WFY, STAT_WY, STAT_WYY
-from gpucal.kernels.jit import numba
+from gpucal.kernels.jit import numba, parallel_rows
 
 # Criterion codes of the binary split functions: the node map's loss (MBCT's "gain" with the scale or the
 # shift map) or an impurity of the label (HC).
@@ -108,7 +108,7 @@ def _is_pooled(hist_row, code, rare_code, min_child):
     return code == rare_code or hist_row[STAT_W] < min_child
 
 
-@numba.njit(parallel=True, cache=True)
+@parallel_rows("hist", axes=2)
 def choose_splits(hist, offsets, n_values, rare_codes, parent, scale, penalty, min_child):
     """Return the loss of each open node's split on each feature, ``(S, d)``, and each node's own loss.
 
@@ -187,7 +187,7 @@ def split_children(hist_feature, rare_code, parent_a, parent_b, scale, penalty, 
     return table, values[:n].copy(), weights[:n].copy()
 
 
-@numba.njit(parallel=True, cache=True)
+@parallel_rows("hist", axes=2)
 def candidate_values(hist, offsets, n_values, rare_codes, parent, scale, penalty, min_child):
     """Return ``(S, sum(n_values), 2)``: the map of the child each code would join, per node and feature.
 
@@ -322,7 +322,7 @@ def best_threshold(hist_feature, order, parent_a, parent_b, kind, penalty, min_c
     return best, best_at
 
 
-@numba.njit(parallel=True, cache=True)
+@parallel_rows("hist", axes=2)
 def choose_binary_splits(hist, offsets, n_values, ordinal, allowed, parent, kind, penalty, min_child):
     """Return the best two-way split of each open node on each feature.
 

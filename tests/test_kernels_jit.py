@@ -1,0 +1,88 @@
+"""The serial and parallel twins of gpucal's row kernels (``gpucal.kernels.jit.parallel_rows``).
+
+The input's size picks the twin; both twins give the oracle's result: bit for bit where the kernel sums
+in fixed row chunks or counts integers, to rounding where a ``prange`` reduction sums floats in the
+thread schedule's order (the recalibration sums).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from gpucal.calibrators._logistic_kernels import CHUNK_ROWS, FEATURES_LOGIT, logistic_sums
+from gpucal.kernels import jit
+from gpucal.kernels.lookup import _lookup_cpu, lookup_codes
+from gpucal.metrics.calibration_tests import _recalibration_sums_cpu
+
+
+def test_the_input_size_picks_the_twin(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[str] = []
+    monkeypatch.setattr(_lookup_cpu, "serial", lambda *args: calls.append("serial"))
+    monkeypatch.setattr(_lookup_cpu, "parallel", lambda *args: calls.append("parallel"))
+    monkeypatch.setattr(jit, "PARALLEL_MIN_ROWS", 10)
+    for n in (9, 10):
+        _lookup_cpu(np.zeros(n, dtype=np.int64), 0, np.zeros(1, dtype=np.int8), -1, np.zeros((n, 1)), 0)
+    with jit.parallel_twins_only():
+        _lookup_cpu(np.zeros(1, dtype=np.int64), 0, np.zeros(1, dtype=np.int8), -1, np.zeros((1, 1)), 0)
+    assert calls == ["serial", "parallel", "parallel"]
+    assert _lookup_cpu.size(np.zeros((3, 4)), np.zeros((7, 5))) == 3
+
+
+def _both_twins(call: Any) -> tuple[Any, Any]:
+    """``call()`` on the serial twins (small inputs), then on the parallel ones."""
+    serial = call()
+    with jit.parallel_twins_only():
+        return serial, call()
+
+
+def test_chunked_float_sums_are_the_same_bits_in_both_twins() -> None:
+    rng = np.random.default_rng(0)
+    n = 2 * CHUNK_ROWS + 123  # three chunks
+    p = rng.uniform(0.01, 0.99, n)
+    y = (rng.uniform(size=n) < p).astype(np.float64)
+    w = rng.uniform(0.5, 2.0, n)
+    theta = np.array([0.9, -0.2])
+
+    def sums(backend: str) -> tuple[float, np.ndarray, np.ndarray]:
+        return logistic_sums(p, y, w, theta, mode=FEATURES_LOGIT, cols=[0], backend=backend)
+
+    serial, parallel = _both_twins(lambda: sums("numba"))
+    oracle = sums("array")
+    for s, q, o in zip(serial, parallel, oracle, strict=True):
+        np.testing.assert_array_equal(s, q)
+        np.testing.assert_allclose(s, o, rtol=1e-10)
+
+
+def test_integer_counts_are_exact_in_both_twins() -> None:
+    rng = np.random.default_rng(1)
+    values = rng.integers(-3, 40, 5_000)
+    table = rng.integers(-1, 100, 30).astype(np.int8)
+
+    def codes(backend: str) -> tuple[int, np.ndarray]:
+        out = np.zeros((values.shape[0], 2), dtype=np.int8)
+        return lookup_codes(values, 2, table, 7, out, 1, backend=backend), out
+
+    (n_serial, serial), (n_parallel, parallel) = _both_twins(lambda: codes("cpu"))
+    n_oracle, oracle = codes("oracle")
+    assert n_serial == n_parallel == n_oracle > 0
+    np.testing.assert_array_equal(serial, oracle)
+    np.testing.assert_array_equal(parallel, oracle)
+
+
+def test_a_prange_float_reduction_agrees_to_rounding() -> None:
+    rng = np.random.default_rng(2)
+    z = rng.normal(0.0, 2.0, 5_000)
+    y = (rng.uniform(size=z.shape[0]) < 0.3).astype(np.float64)
+    w = rng.uniform(0.5, 2.0, z.shape[0])
+    a, b = 0.3, 0.8
+    serial, parallel = _both_twins(lambda: _recalibration_sums_cpu(z, y, w, False, a, b))
+    eta = a + b * z
+    mu = 1.0 / (1.0 + np.exp(-eta))
+    r, v = w * (y - mu), w * mu * (1.0 - mu)
+    loglik = np.sum(w * (y * np.log(mu) + (1.0 - y) * np.log1p(-mu)))
+    oracle = [z.shape[0], w.sum(), w @ y, loglik, r.sum(), r @ z, v.sum(), v @ z, v @ z**2]
+    np.testing.assert_allclose(serial, oracle, rtol=1e-11)
+    np.testing.assert_allclose(parallel, oracle, rtol=1e-11)
