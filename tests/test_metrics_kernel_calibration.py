@@ -107,3 +107,23 @@ def test_dask_equals_one_machine(client: Any) -> None:
     )
     local, dist = skce_test(y, p, sample_weight=w), skce_test(ddf.y, ddf.p, sample_weight=ddf.w)
     assert_allclose([dist.statistic, dist.p_value], [local.statistic, local.p_value], rtol=1e-12)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_median_distance_equals_the_materialised_median(seed: int) -> None:
+    """The counted median of the pairwise distances is numpy's median of all of them, to the bit (ties,
+    an even and an odd number of pairs, a median of 0 that falls back to the mean)."""
+    from gpucal.metrics.kernel_calibration import _median_distance
+
+    rng = np.random.default_rng(seed)
+    for m in (2, 3, 50, 301):
+        for s in (
+            rng.random(m),
+            np.round(rng.random(m), 1),
+            np.where(rng.random(m) < 0.8, 0.5, rng.random(m)),
+        ):
+            if np.all(s == s[0]):
+                continue
+            d = np.abs(s[:, None] - s[None, :])[np.triu_indices(m, k=1)]
+            expected = float(np.median(d)) or float(np.mean(d))
+            assert _median_distance(s) == expected

@@ -73,14 +73,14 @@ DEMO_MIN_ROWS = 100
 #: Most warm-up processes: the demo's kernels split into two lanes of about equal compile time.
 DEMO_LANES = 2
 #: The warm-up's steps: a demo calibrator's name, or ``"metrics"`` (``evaluate`` and the segment
-#: report). Each lane runs its steps in order in one process. Balanced by their compile time (CPU
-#: seconds, numba's compile events, on the loaded 2-core machine): MBCT 61 (the encoder, group-sum and
-#: tree kernels), CCL 5, then the logistic fits of Platt, temperature and beta 8 (one kernel for the
-#: three): 74 in all; the other 1-D maps 18, the metrics 18, feature-aware Platt 11 and HC 20, whose
-#: encoder and group-sum kernels MBCT has compiled by then: 67.
+#: report). Each lane runs its steps in order in one process. Balanced by when each lane ends on a quiet
+#: 2-core machine with the serial kernel twins (fresh cache, ``bench_first_run.py``): MBCT (the encoder,
+#: group-sum and tree kernels) ended at 34 s, then CCL, the one logistic kernel of Platt, temperature and
+#: beta at 38 s; the other 1-D maps, the metrics and feature-aware Platt at 44 s. HC, which reuses
+#: MBCT's encoder and group-sum kernels, follows MBCT's lane.
 DEMO_WARMUP_LANES: tuple[tuple[str, ...], ...] = (
-    ("mbct", "ccl", "platt", "temperature", "beta"),
-    ("histogram", "isotonic", "scaling_binning", "sir", "metrics", "feature_platt", "hc"),
+    ("mbct", "ccl", "platt", "temperature", "beta", "hc"),
+    ("histogram", "isotonic", "scaling_binning", "sir", "metrics", "feature_platt"),
 )
 #: The warm-up's steps on one core: every step, in one lane.
 _ONE_LANE = (tuple(step for lane in DEMO_WARMUP_LANES for step in lane),)
