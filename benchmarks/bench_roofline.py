@@ -102,7 +102,7 @@ STAGES = {
 }
 
 CELL = r"""
-import functools, importlib, json, sys, time
+import contextlib, functools, importlib, json, sys, time
 import numpy as np
 import pandas as pd
 
@@ -151,10 +151,15 @@ from gpucal import MBCT, HeterogeneousCalibrator, FeatureAwarePlattCalibrator, A
 def build():
     return eval(code)
 
-warm = build()
-warm.fit(fit_frame.iloc[:20000], y[:20000])
-warm.predict(new_frame.iloc[:20000])
-del warm
+# Both twins of the row kernels: a full-size fit runs the parallel ones (small node subsets the serial).
+from gpucal.kernels.jit import parallel_twins_only
+
+for parallel in (False, True):
+    with parallel_twins_only() if parallel else contextlib.nullcontext():
+        warm = build()
+        warm.fit(fit_frame.iloc[:20000], y[:20000])
+        warm.predict(new_frame.iloc[:20000])
+        del warm
 
 def nbytes(value, depth=0):
     if isinstance(value, np.ndarray):
