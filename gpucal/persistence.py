@@ -28,7 +28,6 @@ Every failure is a :class:`ModelFileError`.
 
 from __future__ import annotations
 
-import copy
 import json
 import math
 import os
@@ -223,16 +222,11 @@ def from_dict(document: Any) -> Any:
         msg = f"{cls_name}: bad parameters in the file: {error}"
         raise ModelFileError(msg) from None
     spec: dict[str, str] = model._state_spec
-    added: dict[str, Any] = model._state_added
-    # A file written before an attribute was added lacks it and stands for its recorded value.
-    if not set(spec) - set(added) <= set(state) <= set(spec):
+    if set(state) != set(spec):
         msg = f"{cls_name}: state has keys {sorted(state)}, expected {sorted(spec)}"
         raise ModelFileError(msg)
     for name, kind in spec.items():
-        if name in state:
-            setattr(model, name, _decode_state_value(cls_name, name, kind, state[name]))
-        else:
-            setattr(model, name, copy.deepcopy(added[name]))
+        setattr(model, name, _decode_state_value(cls_name, name, kind, state[name]))
     check_state = getattr(model, "_check_state", None)
     if check_state is not None:
         try:

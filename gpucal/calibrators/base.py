@@ -7,9 +7,7 @@ names). Subclasses add three things:
 - ``_parameter_constraints``: one table, checked when ``fit`` starts (never in ``__init__``), with
   the message template ``The 'n_bins' parameter of HistogramCalibrator must be ...``;
 - ``_state_spec``: the fitted attributes and their kinds; it is what ``save`` writes and what
-  ``gpucal.load`` checks before anything is set (``gpucal.persistence``); ``_state_added`` names
-  the ones added since the schema version was fixed, with the value a file written before them
-  stands for (files of the same schema version keep loading);
+  ``gpucal.load`` checks before anything is set (``gpucal.persistence``);
 - ``_fit(rows)`` (the fit written once over :class:`gpucal.rows.Rows` of ``X``, ``y``,
   ``sample_weight``: one block on one machine, a block per dask partition) or ``_fit_scores`` (array
   code on validated float64 arrays of one machine), and ``_predict_scores``.
@@ -89,7 +87,6 @@ class Calibrator(BaseEstimator):
 
     _parameter_constraints: ClassVar[dict[str, Constraint]] = {}
     _state_spec: ClassVar[dict[str, str]] = {}
-    _state_added: ClassVar[dict[str, Any]] = {}
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         """Give every ``fit`` a subclass defines the row checks (:func:`check_fit_rows`)."""

@@ -230,9 +230,7 @@ class HeterogeneousCalibrator(Calibrator):
         "node_params_": "float_matrix",
         "feature_cols_": "json",
         "history_": "json",
-        "interactions_": "json",
     }
-    _state_added: ClassVar[dict[str, Any]] = {"interactions_": []}
 
     def __init__(
         self,
@@ -410,12 +408,11 @@ class HeterogeneousCalibrator(Calibrator):
     # Saving
 
     def _check_state(self) -> None:
-        """Turn the loaded plain data back into an encoder and an ensemble, checking both."""
+        """Rebuild the loaded encoder and ensemble, checking both; name the crosses (the encoder's)."""
         self.encoder_ = rebuilt_object(self.encoder_, FeatureEncoder, "encoder_", "encoder")
         self.ensemble_ = rebuilt_object(self.ensemble_, TreeEnsemble, "ensemble_", "ensemble")
-        if self.interactions_ != [list(pair) for pair in self.encoder_.interactions_]:
-            msg = f"interactions_ {self.interactions_!r} differ from the encoder's crosses"
-            raise ValueError(msg)
+        # The crosses are the encoder's: derived, not saved.
+        self.interactions_ = [list(pair) for pair in self.encoder_.interactions_]
         if not isinstance(self.feature_cols_, list):
             msg = "feature_cols_: expected a list"
             raise ValueError(msg)

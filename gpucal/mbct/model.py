@@ -238,9 +238,7 @@ class MBCT(Calibrator):
         "init_": "float_array",
         "history_": "json",
         "interrupted_": "bool",
-        "interactions_": "json",
     }
-    _state_added: ClassVar[dict[str, Any]] = {"interactions_": []}
 
     def __init__(
         self,
@@ -467,13 +465,11 @@ class MBCT(Calibrator):
     # Saving
 
     def _check_state(self) -> None:
-        """Turn the loaded plain data back into an encoder and an ensemble, checking both."""
+        """Rebuild the loaded encoder and ensemble, checking both; name the crosses (the encoder's)."""
         self.encoder_ = rebuilt_object(self.encoder_, FeatureEncoder, "encoder_", "encoder", allow_none=True)
         self.ensemble_ = rebuilt_object(self.ensemble_, TreeEnsemble, "ensemble_", "ensemble")
-        crossed = [] if self.encoder_ is None else [list(p) for p in self.encoder_.interactions_]
-        if self.interactions_ != crossed:
-            msg = f"interactions_ {self.interactions_!r} differ from the encoder's crosses {crossed!r}"
-            raise ValueError(msg)
+        # The crosses are the encoder's: derived, not saved.
+        self.interactions_ = [] if self.encoder_ is None else [list(p) for p in self.encoder_.interactions_]
         if not isinstance(self.feature_cols_, list):
             msg = "feature_cols_: expected a list"
             raise ValueError(msg)

@@ -377,9 +377,7 @@ class FieldAwareCalibrator(Calibrator):
         "monotone_violation_": "float",
         "n_epochs_": "int",
         "best_epoch_": "int",
-        "interactions_": "json",
     }
-    _state_added: ClassVar[dict[str, Any]] = {"interactions_": []}
 
     def __init__(
         self,
@@ -613,9 +611,7 @@ class FieldAwareCalibrator(Calibrator):
         """Check the loaded state (``gpucal.load`` calls this): encoder, knots, table and layer shapes."""
         encoder = FeatureEncoder.from_dict(self.encoder_)
         check_knots(self.knots_x_, self.knots_y_)
-        if self.interactions_ != [list(pair) for pair in encoder.interactions_]:
-            msg = f"interactions_ {self.interactions_!r} differ from the encoder's crosses"
-            raise ValueError(msg)
+        self.interactions_ = [list(pair) for pair in encoder.interactions_]  # derived, not saved
         n_codes = int(encoder.n_codes_.sum())
         code_rows = np.asarray(self.code_rows_)
         table = np.asarray(self.embedding_, dtype=np.float64)
