@@ -166,16 +166,8 @@ def belt_sums(block: CheckedRows, scale: float, gammas: np.ndarray) -> np.ndarra
     """
     xp, z, y = block.xp, block.p, block.y
     if xp is np:
-        unit = block.w is None
-        w = np.empty(0) if unit else np.ascontiguousarray(block.w, dtype=np.float64)
-        return _belt_sums_cpu(
-            np.ascontiguousarray(z, dtype=np.float64),
-            np.ascontiguousarray(y, dtype=np.float64),
-            w,
-            unit,
-            1.0 / scale,
-            np.ascontiguousarray(gammas, dtype=np.float64),
-        )
+        gammas_host = np.ascontiguousarray(gammas, dtype=np.float64)
+        return _belt_sums_cpu(*block.host_arrays(), 1.0 / scale, gammas_host)
     n_problems, d = gammas.shape
     w = block.weights()
     u = z / scale

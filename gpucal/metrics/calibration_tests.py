@@ -455,16 +455,7 @@ def _recalibration_sums(block: CheckedRows, a: float, b: float) -> np.ndarray:
     """``[count, W, W y, log-likelihood, gradient (2), Hessian (2 x 2)]`` of ``y ~ a + b z`` at ``(a, b)``."""
     xp, z, y = block.xp, block.p, block.y
     if xp is np:
-        unit = block.w is None
-        w = np.empty(0) if unit else np.ascontiguousarray(block.w, dtype=np.float64)
-        return _recalibration_sums_cpu(
-            np.ascontiguousarray(z, dtype=np.float64),
-            np.ascontiguousarray(y, dtype=np.float64),
-            w,
-            unit,
-            a,
-            b,
-        )
+        return _recalibration_sums_cpu(*block.host_arrays(), a, b)
     w = block.weights()
     eta = a + b * z
     # log(mu) = -log(1 + e^-eta), log(1 - mu) = -log(1 + e^eta), both without overflow
@@ -667,10 +658,11 @@ class GradeTestResult:
     p_normal: np.ndarray | None = None
 
 
-def _grade_sums(
+def _grade_counts(
     y_true: Any, y_prob: Any, grades: Any, sample_weight: Any, order: Any
-) -> tuple[tuple, np.ndarray]:
-    """The grades (``order``, else sorted) and their sums ``count, w, w p, w y``; unlisted grades refused."""
+) -> tuple[tuple, np.ndarray, np.ndarray, np.ndarray]:
+    """The grades (``order``, else sorted) with their weight ``n``, defaults ``k = sum w y`` and assigned
+    PD ``sum w p / n`` (NaN for a listed grade without rows); unlisted grades refused."""
     uniques, sums = field_value_sums(y_true, y_prob, grades, sample_weight, "grade")
     present = list(uniques)
     if order is None:
@@ -686,7 +678,10 @@ def _grade_sums(
     for j, g in enumerate(listed):
         if g in position:
             out[j] = sums[position[g]]
-    return listed, out
+    n = out[:, W]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        pd_ = out[:, WP] / n
+    return listed, n, out[:, WY], pd_
 
 
 def _lights(p_value: np.ndarray) -> tuple[str, ...]:
@@ -736,10 +731,8 @@ def binomial_grade_test(
     >>> r.grades, r.p_value.round(3).tolist(), r.light
     (('A', 'B'), [0.271, 0.5], ('green', 'green'))
     """
-    listed, sums = _grade_sums(y_true, y_prob, grades, sample_weight, order)
-    n, k = sums[:, W], sums[:, WY]
+    listed, n, k, pd_ = _grade_counts(y_true, y_prob, grades, sample_weight, order)
     with np.errstate(invalid="ignore", divide="ignore"):
-        pd_ = sums[:, WP] / n
         p_value = np.where(k == 0, 1.0, special.betainc(np.maximum(k, 1e-300), n - k + 1.0, pd_))
         p_value = np.where(n > 0, p_value, np.nan)
         se = np.sqrt(n * pd_ * (1.0 - pd_))
@@ -789,10 +782,8 @@ def jeffreys_grade_test(
     >>> r.p_value.round(3).tolist()
     [0.098, 0.288]
     """
-    listed, sums = _grade_sums(y_true, y_prob, grades, sample_weight, order)
-    n, k = sums[:, W], sums[:, WY]
+    listed, n, k, pd_ = _grade_counts(y_true, y_prob, grades, sample_weight, order)
     with np.errstate(invalid="ignore", divide="ignore"):
-        pd_ = sums[:, WP] / n
         a, b = k + 0.5, n - k + 0.5
         p_value = np.where(n > 0, special.betainc(a, b, pd_), np.nan)
         ci_low = np.where(n > 0, stats.beta.ppf(0.05, a, b), np.nan)

@@ -109,6 +109,17 @@ class CheckedRows:
         """Return the weights as an array (ones when none were given)."""
         return self.xp.ones(self.n, dtype=self.xp.float64) if self.w is None else self.w
 
+    def host_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool]:
+        """Return ``(p, y, w, unit)`` as contiguous float64 numpy arrays for a compiled CPU pass.
+
+        ``unit`` is True when no weights were given; ``w`` is then empty and the pass reads every
+        weight as 1. Call it on a numpy block (``xp is numpy``).
+        """
+        unit = self.w is None
+        w = np.empty(0) if unit else np.ascontiguousarray(self.w, dtype=np.float64)
+        p = np.ascontiguousarray(self.p, dtype=np.float64)
+        return p, np.ascontiguousarray(self.y, dtype=np.float64), w, unit
+
 
 def check_rows(
     y_true: Any,

@@ -39,6 +39,13 @@ MAX_MEDIAN_POINTS = 4096
 #: exp(-x) is 0 in float64 beyond this: the Gaussian pair loop stops where the kernel underflows.
 EXP_UNDERFLOW = 746.0
 
+#: The kernel, bandwidth and scale parameters shared by :func:`skce` and :func:`skce_test`.
+KERNEL_PARAMS: dict[str, Interval | Options] = {
+    "kernel": Options("laplace", "gaussian"),
+    "bandwidth": Interval(float, 0, None, closed="neither", allow_none=True),
+    "scale": Options("probability", "logit"),
+}
+
 
 def _kernel_input(p: Any, scale: str) -> Any:
     if scale == "probability":
@@ -187,12 +194,7 @@ class SKCEResult:
     bandwidth: float
 
 
-@validate_params(
-    estimator=Options("uq", "biased"),
-    kernel=Options("laplace", "gaussian"),
-    bandwidth=Interval(float, 0, None, closed="neither", allow_none=True),
-    scale=Options("probability", "logit"),
-)
+@validate_params(estimator=Options("uq", "biased"), **KERNEL_PARAMS)
 def skce(
     y_true: Any,
     y_prob: Any,
@@ -367,11 +369,7 @@ class SKCETestResult:
     n_boot: int | None
 
 
-@validate_params(
-    kernel=Options("laplace", "gaussian"),
-    bandwidth=Interval(float, 0, None, closed="neither", allow_none=True),
-    scale=Options("probability", "logit"),
-)
+@validate_params(**KERNEL_PARAMS)
 def skce_test(
     y_true: Any,
     y_prob: Any,
