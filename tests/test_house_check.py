@@ -32,6 +32,9 @@ def rules(source: str, module: str = "gpucal.mbct.fit", is_package: bool = False
         "def f():\n    from gpucal.calibrators.platt import _OPTIONS\n",
         "from kernels._feistel import mix64\n",
         "from gpucal.kernels._feistel import mix64\n",
+        "from gpucal import rows\nrows._reduce.merge_tables\n",
+        "import gpucal.rows as r\nr._checks.check_weight(w)\n",
+        "from gpucal.rows import Rows\nRows._private\n",
     ],
 )
 def test_a_private_import_from_another_package_is_found(source: str) -> None:
@@ -62,10 +65,34 @@ def test_isinstance_on_a_rows_implementation_outside_rows_is_found() -> None:
 @pytest.mark.parametrize(
     "source",
     [
+        "from gpucal.rows import LocalRows as L\nisinstance(rows, L)\n",
+        "type(rows) is LocalRows\n",
+        "match rows:\n    case StreamedRows():\n        pass\n",
+        'type(rows).__name__ == "DaskRows"\n',
+        "dispatch.register(LocalRows)\n",
+    ],
+)
+def test_a_rows_implementation_read_as_a_type_is_found(source: str) -> None:
+    assert rules(source) == ["rows-isinstance"]
+
+
+def test_a_rows_implementation_may_be_built_and_annotated() -> None:
+    source = "from gpucal.rows import LocalRows\ndef f(b) -> LocalRows:\n    x: LocalRows = LocalRows((b,))\n"
+    assert rules(source) == []
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
         'import importlib\nimportlib.import_module("gpucal.loading")\n',
         'from importlib import import_module\nimport_module("kernels.trees")\n',
         "__import__(name)\n",
         'def f(package):\n    return import_module(f"{package}.loading")\n',
+        'from importlib import import_module as load\nload("gpucal.loading")\n',
+        'import pkgutil\npkgutil.resolve_name("gpucal.loading:load")\n',
+        'import sys\nsys.modules["gpucal.loading"]\n',
+        'import sys\nsys.modules.get("gpucal.loading")\n',
+        'import importlib\ngetattr(importlib, "import_module")\n',
     ],
 )
 def test_an_import_by_string_is_found(source: str) -> None:
@@ -85,6 +112,9 @@ def test_a_wheel_with_another_top_level_package_is_found(tmp_path: Path) -> None
         for name in ("gpucal/__init__.py", "gpucal/kernels/__init__.py", "gpucal-0.dist-info/METADATA"):
             archive.writestr(name, "")
     assert house_check.check_wheel(wheel) == []
+    with zipfile.ZipFile(wheel, "a") as archive:
+        archive.writestr("gpucal-0.data/purelib/kernels/__init__.py", "")
+    assert [f.rule for f in house_check.check_wheel(wheel)] == ["wheel"]
     with zipfile.ZipFile(wheel, "a") as archive:
         archive.writestr("kernels/__init__.py", "")
     assert [f.rule for f in house_check.check_wheel(wheel)] == ["wheel"]
