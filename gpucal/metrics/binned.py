@@ -6,13 +6,13 @@ segments of a feature (over-predicting one country, under-predicting another at 
 scores well here. Use :func:`~gpucal.metrics.field_ece` or :func:`~gpucal.metrics.segment_report` for
 that. Each metric is computed from per-bin sums ``count, sum w, sum w*p, sum w*y``: equal-width bins in one
 pass over the rows through ``gpucal.kernels.group_sums``, equal-mass bins cut on the table of sums per
-distinct
-score (:func:`score_sums`), so numpy, cupy and dask inputs take the same path (``metrics._inputs``).
+distinct score (:func:`score_sums`), so numpy, cupy and dask inputs take the same path
+(:mod:`gpucal.metrics.inputs`).
 
 Bins: ``strategy="uniform"`` uses sklearn's equal-width edges, closed on the right like
 ``sklearn.calibration.calibration_curve``; ``strategy="quantile"`` uses equal-mass bins on the weighted
-CDF of ``p`` with tied probabilities kept in one bin (see ``_binning``). A bin of zero total weight is
-skipped everywhere.
+CDF of ``p`` with tied probabilities kept in one bin (see :mod:`gpucal.metrics.binning`). A bin of zero
+total weight is skipped everywhere.
 """
 
 from __future__ import annotations

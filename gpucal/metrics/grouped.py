@@ -429,7 +429,7 @@ def _head(values: Any) -> list[Any]:
     return list(values[:8]) if isinstance(values, list | np.ndarray) else []
 
 
-#: Column of :func:`segment_sums` after the four of ``metrics._sums``: ``sum w p**2``.
+#: Column of :func:`segment_sums` after the four of :mod:`gpucal.metrics.sums`: ``sum w p**2``.
 _WP2 = 4
 
 

@@ -26,10 +26,10 @@ its score-sorted frame does. Segment choice uses row counts, not weights (as MCG
 How it is computed: the rows are read twice through :mod:`gpucal.rows` (one machine or dask partitions):
 once for each column's distinct values (counts and first score), once for each row's reduced codes. The
 segments of one set of columns are the groups of their combined code, so their sizes are one group-sum
-pass (``metrics._sums.group_stats``) per set of columns, never a loop over segments; then one compiled pass
-over the rows in score order walks every segment's cumulative residual at once. Tied scores are one step of
-each segment's walk, so the value does not depend on the order of tied rows (MCGrad's sort does; without
-ties the values are equal, up to MCGrad's float32 default).
+pass (:func:`~gpucal.metrics.sums.group_stats`) per set of columns, never a loop over segments; then one
+compiled pass over the rows in score order walks every segment's cumulative residual at once. Tied scores
+are one step of each segment's walk, so the value does not depend on the order of tied rows (MCGrad's sort
+does; without ties the values are equal, up to MCGrad's float32 default).
 """
 
 from __future__ import annotations
