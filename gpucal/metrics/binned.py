@@ -289,12 +289,11 @@ def prob_ece(
 
         \text{Prob-ECE} = \frac{1}{W} \sum_b \Big| \sum_{i \in b} w_i (y_i - p_i) \Big|
 
-    Source: the field-aware calibration notes (Pan et al., "Field-aware Calibration", WWW 2020, as
-    summarised in ``field_aware_calibration_blog_zh``). Algebraically the classic ECE
+    Source: Pan et al., "Field-aware Calibration" (WWW 2020). Algebraically the classic ECE
     (``ece(p=1, weighting="mass")``) on the same bins; kept under its own name because the
-    field-aware papers report it. The notes write bins as ``[a_k, b_k)``; gpucal uses sklearn's
+    field-aware papers report it. They write bins as ``[a_k, b_k)``; gpucal uses sklearn's
     right-closed bins everywhere (only a probability exactly on an edge differs). Sorts by ``p``;
-    as the notes say, a model that predicts the base rate for every row scores 0.
+    a model that predicts the base rate for every row scores 0.
 
     Parameters
     ----------
@@ -337,9 +336,9 @@ def cal_n(
             = \max\!\Big(\frac{P_b}{Y_b}, \frac{Y_b}{P_b}\Big) - 1,
         \qquad \text{Cal-N} = \sqrt{\frac{1}{B} \sum_b e_b^2}
 
-    Source: Deng et al. (SIR, 2020), as summarised in the field-aware calibration notes. The papers leave
-    the binning open ("N bins"); gpucal defaults to 10 equal-mass bins. Sorts by ``p``; a relative
-    error, so low-rate bins weigh as much as high-rate ones.
+    Source: Deng et al., "Calibrating User Response Predictions in Online Advertising" (ECML PKDD 2020). The
+    papers leave the binning open ("N bins"); gpucal defaults to 10 equal-mass bins. Sorts by ``p``; a
+    relative error, so low-rate bins weigh as much as high-rate ones.
 
     Parameters
     ----------

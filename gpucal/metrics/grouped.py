@@ -84,11 +84,10 @@ def field_ece(y_true: Any, y_prob: Any, field: Any, *, sample_weight: Any = None
 
         \text{Field-ECE} = \frac{1}{W} \sum_{z} \Big| \sum_{i:\, z_i = z} w_i (y_i - p_i) \Big|
 
-    Source: Pan et al., "Field-aware Calibration" (WWW 2020), as summarised in the field-aware
-    calibration notes. Groups by a feature: it sees segment biases of either sign even when they cancel
-    globally; it cannot see errors along the score inside a value (a value that is over-confident at both
-    ends but right on average scores 0), and each value is one group however many rows it has, so noise
-    in rare values adds up (about ``sqrt(2/pi) sd / sqrt(n_z)`` per value).
+    Source: Pan et al., "Field-aware Calibration" (WWW 2020). Groups by a feature: it sees segment biases of
+    either sign even when they cancel globally; it cannot see errors along the score inside a value (a value
+    that is over-confident at both ends but right on average scores 0), and each value is one group however
+    many rows it has, so noise in rare values adds up (about ``sqrt(2/pi) sd / sqrt(n_z)`` per value).
 
     Parameters
     ----------
@@ -125,10 +124,9 @@ def field_rce(y_true: Any, y_prob: Any, field: Any, *, sample_weight: Any = None
         \text{Field-RCE} = \frac{1}{W} \sum_z W_z \,
             \frac{\big| \sum_{i:\, z_i = z} w_i (y_i - p_i) \big|}{\sum_{i:\, z_i = z} w_i (y_i + \epsilon)}
 
-    Source: Pan et al., "Field-aware Calibration" (WWW 2020), as summarised in the field-aware
-    calibration notes. Groups by a feature; relative to the value's positives, so a low-rate value with a
-    small absolute excess can weigh as much as a high-rate one. Blind to errors along the score inside a
-    value.
+    Source: Pan et al., "Field-aware Calibration" (WWW 2020). Groups by a feature; relative to the value's
+    positives, so a low-rate value with a small absolute excess can weigh as much as a high-rate one. Blind to
+    errors along the score inside a value.
 
     Parameters
     ----------
@@ -183,9 +181,9 @@ def gc_n(
     inside each value; equal-width bins share sklearn's edges) and :math:`W_z` the value's total weight
     (its row count when unweighted).
 
-    Source: Deng et al. (SIR, 2020), as summarised in the field-aware calibration notes. Groups by a
-    feature and then sorts by ``p`` inside each group: it sees errors along the score within segments;
-    values with few rows give noisy, often infinite, ratios.
+    Source: Deng et al., "Calibrating User Response Predictions in Online Advertising" (ECML PKDD 2020).
+    Groups by a feature and then sorts by ``p`` inside each group: it sees errors along the score within
+    segments; values with few rows give noisy, often infinite, ratios.
 
     Parameters
     ----------
@@ -281,7 +279,8 @@ def pcoc(y_true: Any, y_prob: Any, *, sample_weight: Any = None) -> float:
 
         \mathrm{PCOC} = \frac{\sum_i w_i p_i}{\sum_i w_i y_i}
 
-    Source: He et al. (2014, Facebook), as used by SIR and the field-aware calibration notes. 1 means
+    Source: He et al., "Practical Lessons from Predicting Clicks on Ads at Facebook" (ADKDD 2014), as
+    used by Deng et al. (2020) and Pan et al. (2020). 1 means
     calibrated on average; it sees only the global bias (no bins) and nothing that cancels.
 
     Parameters
