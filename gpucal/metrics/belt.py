@@ -237,17 +237,34 @@ class _PolynomialFit:
             if _ill_conditioned(hess):  # mu -> 0 or 1 on every row: coefficients running off
                 raise ValueError(separated)
             step = np.linalg.solve(-hess, grad)
-            halving = 1.0
-            while True:  # halve the step until the log-likelihood does not fall
-                trial = gamma + halving * step
-                t_loglik, t_grad, t_hess = (a[0] for a in self.evaluate(trial[None, :]))
-                if t_loglik >= loglik - 1e-12 * abs(loglik) or halving < 1e-8:
-                    break
-                halving *= 0.5
-            gamma, loglik, grad, hess = trial, t_loglik, t_grad, t_hess
-            if np.max(np.abs(halving * step) / (1.0 + np.abs(gamma))) <= NEWTON_TOL:
+            gamma, loglik, grad, hess, converged = self.damped_step(gamma, step, loglik)
+            if converged:
                 return gamma, float(loglik), hess
         raise ValueError(separated)
+
+    def damped_step(
+        self,
+        gamma: np.ndarray,
+        step: np.ndarray,
+        objective: float,
+        t: float = 0.0,
+        x: np.ndarray | None = None,
+    ) -> tuple[np.ndarray, float, np.ndarray, np.ndarray, bool]:
+        r"""One damped Newton step on :math:`\ell(\gamma) + t\, x^\top \gamma` (:math:`\ell` alone when ``x``
+        is None): ``step`` is halved until the objective does not fall below ``objective`` (its value at
+        ``gamma``, to 1e-12 relative) or the step is 1e-8 of itself. Returns the new point, its
+        log-likelihood, gradient and Hessian, and whether no coefficient moved by more than
+        ``NEWTON_TOL`` relative (converged)."""
+        halving = 1.0
+        while True:
+            trial = gamma + halving * step
+            loglik, grad, hess = (a[0] for a in self.evaluate(trial[None, :]))
+            value = loglik if x is None else loglik + t * float(x @ trial)
+            if value >= objective - 1e-12 * abs(objective) or halving < 1e-8:
+                break
+            halving *= 0.5
+        converged = bool(np.max(np.abs(halving * step) / (1.0 + np.abs(trial))) <= NEWTON_TOL)
+        return trial, loglik, grad, hess, converged
 
     def boundary(
         self,
@@ -328,18 +345,8 @@ class _PolynomialFit:
             for _ in range(NEWTON_MAX_ITER):
                 step = np.linalg.lstsq(-hess, grad + t * x, rcond=None)[0]
                 objective = loglik + t * float(x @ gamma)
-                halving = 1.0
-                while True:
-                    trial = gamma + halving * step
-                    t_loglik, t_grad, t_hess = (a[0] for a in self.evaluate(trial[None, :]))
-                    if (
-                        t_loglik + t * float(x @ trial) >= objective - 1e-12 * abs(objective)
-                        or halving < 1e-8
-                    ):
-                        break
-                    halving *= 0.5
-                gamma, loglik, grad, hess = trial, t_loglik, t_grad, t_hess
-                if np.max(np.abs(halving * step) / (1.0 + np.abs(gamma))) <= NEWTON_TOL:
+                gamma, loglik, grad, hess, converged = self.damped_step(gamma, step, objective, t, x)
+                if converged:
                     break
             state["gamma"] = gamma
             return float(loglik - floor)

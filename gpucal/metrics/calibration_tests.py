@@ -91,6 +91,23 @@ def _grouped(y_true: Any, y_prob: Any, sample_weight: Any, n_bins: int, strategy
     return stats[stats[:, W] > 0]
 
 
+def _group_means(
+    y_true: Any, y_prob: Any, sample_weight: Any, n_bins: int, strategy: str
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, float]:
+    """The decompositions' groups: weight ``W_k``, share ``W_k / W``, observed rate ``ybar_k``, mean
+    prediction ``pbar_k``, and the overall rate ``ybar``."""
+    stats = _grouped(y_true, y_prob, sample_weight, n_bins, strategy)
+    weight = stats[:, W]
+    total = weight.sum()
+    return (
+        weight,
+        weight / total,
+        stats[:, WY] / weight,
+        stats[:, WP] / weight,
+        float(stats[:, WY].sum() / total),
+    )
+
+
 # ------------------------------------------------------------------------------------------------
 # Hosmer-Lemeshow
 
@@ -259,17 +276,12 @@ def murphy_decomposition(
     >>> (round(r.reliability, 6), r.resolution, r.uncertainty)
     (0.09, 0.0, 0.25)
     """
-    stats_ = _grouped(y_true, y_prob, sample_weight, n_bins, strategy)
-    total = stats_[:, W].sum()
-    share = stats_[:, W] / total
-    rate = stats_[:, WY] / stats_[:, W]
-    mean_p = stats_[:, WP] / stats_[:, W]
-    y_bar = float(stats_[:, WY].sum() / total)
+    weight, share, rate, mean_p, y_bar = _group_means(y_true, y_prob, sample_weight, n_bins, strategy)
     rel_term = (mean_p - rate) ** 2
     res_term = (rate - y_bar) ** 2
     if bias_corrected:
-        multi = stats_[:, W] > 1.0
-        variance = rate * (1.0 - rate) / np.where(multi, stats_[:, W] - 1.0, 1.0)
+        multi = weight > 1.0
+        variance = rate * (1.0 - rate) / np.where(multi, weight - 1.0, 1.0)
         rel_term = np.where(multi, np.maximum(rel_term - variance, 0.0), rel_term)
         res_term = np.where(multi, np.maximum(res_term - variance, 0.0), res_term)
     return MurphyDecomposition(
@@ -890,12 +902,9 @@ def murphy_decomposition_log_loss(
     >>> (round(r.calibration, 6), round(r.refinement, 6), round(r.uncertainty, 6))
     (0.223144, 0.693147, 0.693147)
     """
-    stats_ = _grouped(y_true, y_prob, sample_weight, n_bins, strategy)
-    total = stats_[:, W].sum()
-    share = stats_[:, W] / total
-    rate = np.clip(stats_[:, WY] / stats_[:, W], 0.0, 1.0)
-    mean_p = stats_[:, WP] / stats_[:, W]
-    y_bar = float(np.clip(stats_[:, WY].sum() / total, 0.0, 1.0))
+    _, share, rate, mean_p, y_bar = _group_means(y_true, y_prob, sample_weight, n_bins, strategy)
+    rate = np.clip(rate, 0.0, 1.0)
+    y_bar = float(np.clip(y_bar, 0.0, 1.0))
     loss = log_loss(y_true, y_prob, sample_weight=sample_weight)
     uncertainty = float(_entropy(np.array([y_bar]))[0])
     resolution = float(np.sum(share * _kl(rate, np.full_like(rate, y_bar))))
