@@ -81,8 +81,8 @@ def check_fit_rows(fit: Callable[..., Any]) -> Callable[..., Any]:
 class Calibrator(BaseEstimator):
     """Base class of the calibrators: validated parameters, 1-D score input, JSON state.
 
-    Subclasses that take features or a 2-D probability matrix override :meth:`fit` and
-    :meth:`predict` but keep the parameter and state machinery.
+    Subclasses that take features override :meth:`fit` and :meth:`_predict_local` (those returning a
+    2-D probability matrix, :meth:`predict`) but keep the parameter and state machinery.
     """
 
     _parameter_constraints: ClassVar[dict[str, Constraint]] = {}
