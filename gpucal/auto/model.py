@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from gpucal._backend import array_namespace, to_numpy
-from gpucal._frames import describe_input, parse_input, wrap_output
+from gpucal._frames import InputInfo, describe_input, parse_input
 from gpucal._params import AnyOf
 from gpucal._validation import check_consistent_length, check_labels, check_sample_weight
 from gpucal.auto.blend import MIN_MEMBER_WEIGHT, blend_logit, fit_blend, logits
@@ -742,22 +742,7 @@ class AutoCalibrator(Calibrator):
     # ----------------------------------------------------------------------------------------------
     # Predict, rules, saving
 
-    def predict(self, X: Any) -> Any:
-        """Return calibrated probabilities for ``X``, in ``X``'s family (pandas in, pandas Series out).
-
-        Parameters
-        ----------
-        X : dataframe, dict of columns, or 1-D array
-            What ``fit`` took (other columns are ignored); a dask collection gives a lazy dask result.
-
-        Returns
-        -------
-        array or Series of shape (n,)
-            Calibrated probabilities in [0, 1].
-        """
-        lazy = self._predict_partitions(X)
-        if lazy is not None:
-            return lazy
+    def _predict_local(self, X: Any) -> tuple[Any, InputInfo]:
         estimators = self._fitted_estimators()
         info = describe_input(X, score_col=self.score_col)
         if not self.ensemble:
@@ -766,7 +751,7 @@ class AutoCalibrator(Calibrator):
             used = [k for k, weight in enumerate(self.weights_) if weight > 0]
             member_logits = np.column_stack([logits(as_host_array(estimators[k].predict(X))) for k in used])
             calibrated = sigmoid(blend_logit(member_logits, np.asarray(self.weights_)[used], self.intercept_))
-        return wrap_output(calibrated, info, output_type=self.output_type)
+        return calibrated, info
 
     def export_rules(self, format: str = "text", **options: Any) -> str:
         """Return the rules of the chosen calibrator (MBCT, HC): see that class's ``export_rules``.

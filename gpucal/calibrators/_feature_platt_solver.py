@@ -25,8 +25,8 @@ SIAM J. Sci. Comput. 21 (2000), 1909-1926.
 
 from __future__ import annotations
 
+import functools
 import math
-import warnings
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -34,7 +34,6 @@ from typing import Any
 import numpy as np
 from scipy import sparse
 from scipy.sparse.linalg import splu
-from sklearn.exceptions import ConvergenceWarning
 
 from gpucal.calibrators._feature_platt_rows import (
     block_loss,
@@ -54,6 +53,7 @@ from gpucal.calibrators._feature_platt_rows import (
     stepped,
     strided,
 )
+from gpucal.calibrators._newton import MAX_HALVINGS, armijo_backtrack, warn_not_converged
 from gpucal.encoding import FeatureEncoder
 from gpucal.encoding.crosses import Cross
 from gpucal.encoding.encoder import MAX_CROSS_LEVELS, MIN_CROSS_COUNT
@@ -64,12 +64,6 @@ from gpucal.rows import LabelSummary, Rows
 CG_MAX_ITER = 250
 # Relative jitter on the deflation's W' Lambda W (its columns may be dependent).
 COARSE_JITTER = 1e-10
-# Armijo constant of the backtracking line search, and the most halvings before giving up.
-ARMIJO = 1e-4
-MAX_HALVINGS = 40
-# A trial whose objective rose by less than this (relative) counts as no rise: sums over millions of rows
-# carry rounding noise far above machine epsilon, and near the optimum the Newton step is the better guide.
-LOSS_RTOL = 1e-12
 # The warm start (from the fit on about FeaturePlattParams.warm_start_rows strided rows) is taken to
 # WARM_TOL only.
 WARM_TOL = 1e-4
@@ -480,22 +474,16 @@ def _newton_cg(
             return _result(theta + step, n_iter, converged=True)
         x_step = problem.stepped(curvature, step)
         slope = float(grad @ step)
-        scale = 1.0
-        for _ in range(MAX_HALVINGS):
-            trial = theta + scale * step
-            z_trial = x_step.map(line_trial, scale)
-            trial_loss = problem.objective(trial, z_trial)
-            allowed = loss + ARMIJO * scale * slope + LOSS_RTOL * abs(loss)
-            if math.isfinite(trial_loss) and trial_loss <= allowed:
-                break
-            scale *= 0.5
-        else:
+        trial_at = functools.partial(_trial, problem, theta, step, x_step)
+        found = armijo_backtrack(loss, slope, trial_at)
+        if found is None:
             if warn:
-                _warn(what, f"no step lowered the loss after {MAX_HALVINGS} halvings")
+                warn_not_converged(what, f"no step lowered the loss after {MAX_HALVINGS} halvings")
             return _result(theta, n_iter, converged=False)
+        _, trial_loss, (trial, z_trial) = found
         theta, z, loss = trial, z_trial, trial_loss
     if warn:
-        _warn(what, f"did not converge in max_iter={max_iter} Newton steps")
+        warn_not_converged(what, f"did not converge in max_iter={max_iter} Newton steps")
     return _result(theta, max_iter, converged=False)
 
 
@@ -503,8 +491,12 @@ def _result(theta: np.ndarray, n_iter: int, *, converged: bool) -> FeaturePlattF
     return FeaturePlattFit(float(theta[0]), float(theta[1]), theta[2:].copy(), n_iter, converged)
 
 
-def _warn(what: str, reason: str) -> None:
-    warnings.warn(f"{what}: {reason}; returning the last iterate", ConvergenceWarning, stacklevel=3)
+def _trial(
+    problem: _Problem, theta: np.ndarray, step: np.ndarray, x_step: Rows, scale: float
+) -> tuple[float, tuple[np.ndarray, Rows]]:
+    """The objective at ``theta + scale * step``, with the point and its linear predictor."""
+    trial, z_trial = theta + scale * step, x_step.map(line_trial, scale)
+    return problem.objective(trial, z_trial), (trial, z_trial)
 
 
 __all__ = [

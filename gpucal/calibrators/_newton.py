@@ -8,10 +8,12 @@ rules below.
 
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 from sklearn.exceptions import ConvergenceWarning
@@ -54,6 +56,8 @@ class NewtonResult:
 
 
 SumsFunction = Callable[[np.ndarray], tuple[float, np.ndarray, np.ndarray]]
+#: What a line search's trial carries beside its loss (the point, its gradient, its linear predictor).
+T = TypeVar("T")
 
 
 def newton_minimize(
@@ -139,24 +143,50 @@ def newton_minimize(
         first = n_iter == 1 and size <= start_tol
         if first or size <= STEP_TOL or decrement <= DECREMENT_TOL or predicted <= error_tol:
             return NewtonResult(theta + step, n_iter, True)
-        # Backtracking line search (Armijo), halving the step; each trial is one row pass.
-        scale = 1.0
-        for _ in range(MAX_HALVINGS):
-            trial = theta + scale * step
-            trial_loss, trial_grad, trial_hess = evaluate(trial)
-            tolerance = LOSS_RTOL * max(abs(loss), 1e-300)
-            if math.isfinite(trial_loss) and trial_loss <= loss - ARMIJO * scale * decrement + tolerance:
-                break
-            scale *= 0.5
-        else:
+        found = armijo_backtrack(loss, -decrement, functools.partial(_trial, evaluate, theta, step))
+        if found is None:
             if warn:
-                _warn(what, f"no step lowered the loss after {MAX_HALVINGS} halvings")
+                warn_not_converged(what, f"no step lowered the loss after {MAX_HALVINGS} halvings")
             return NewtonResult(theta, n_iter, False)
+        scale, trial_loss, (trial, trial_grad, trial_hess) = found
         theta, loss, grad, hess = trial, trial_loss, trial_grad, trial_hess
         previous = size if scale == 1.0 else math.inf
     if warn:
-        _warn(what, f"did not converge in {max_iter} Newton steps (separable data?)")
+        warn_not_converged(what, f"did not converge in {max_iter} Newton steps (separable data?)")
     return NewtonResult(theta, max_iter, False)
+
+
+def _trial(
+    evaluate: Callable[[np.ndarray], tuple[float, np.ndarray, np.ndarray]],
+    theta: np.ndarray,
+    step: np.ndarray,
+    scale: float,
+) -> tuple[float, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """The objective at ``theta + scale * step``, with the point, its gradient and its Hessian."""
+    point = theta + scale * step
+    loss, grad, hess = evaluate(point)
+    return loss, (point, grad, hess)
+
+
+def armijo_backtrack(
+    loss: float, slope: float, trial_at: Callable[[float], tuple[float, T]]
+) -> tuple[float, float, T] | None:
+    r"""Backtracking line search (Armijo): the first ``scale`` of 1, 1/2, 1/4, ... (``MAX_HALVINGS``
+    halvings) whose trial loss is finite and at most :math:`F + c\, s\, g^\top d` (``ARMIJO`` :math:`= c`,
+    ``slope`` :math:`= g^\top d < 0`), allowing a rise of ``LOSS_RTOL`` relative to :math:`|F|` (rounding
+    noise of row sums); None when no scale passes.
+
+    ``trial_at(scale)`` returns the trial's loss and what the caller keeps of it (each call is typically
+    one pass over the rows); the result is ``(scale, trial loss, that)``.
+    """
+    tolerance = LOSS_RTOL * max(abs(loss), 1e-300)
+    scale = 1.0
+    for _ in range(MAX_HALVINGS):
+        trial_loss, kept = trial_at(scale)
+        if math.isfinite(trial_loss) and trial_loss <= loss + ARMIJO * scale * slope + tolerance:
+            return scale, trial_loss, kept
+        scale *= 0.5
+    return None
 
 
 def _newton_direction(hess: np.ndarray, grad: np.ndarray) -> np.ndarray:
@@ -170,7 +200,8 @@ def _newton_direction(hess: np.ndarray, grad: np.ndarray) -> np.ndarray:
     return step
 
 
-def _warn(what: str, reason: str) -> None:
+def warn_not_converged(what: str, reason: str) -> None:
+    """Warn (``ConvergenceWarning``, at the fit's caller) that the fit ``what`` stopped for ``reason``."""
     warnings.warn(f"{what}: {reason}; the parameters are the last iterate", ConvergenceWarning, stacklevel=3)
 
 
@@ -185,5 +216,7 @@ __all__ = [
     "WARM_ERROR_TOL",
     "NewtonResult",
     "SumsFunction",
+    "armijo_backtrack",
     "newton_minimize",
+    "warn_not_converged",
 ]

@@ -36,7 +36,7 @@ from sklearn.utils import ClassifierTags, Tags
 from sklearn.utils.validation import check_is_fitted
 
 from gpucal._backend import array_namespace
-from gpucal._frames import ParsedInput, parse_input, wrap_output
+from gpucal._frames import InputInfo, ParsedInput, parse_input, wrap_output
 from gpucal._params import AnyOf, Interval, Options, check_param
 from gpucal._validation import check_consistent_length, check_labels, check_same_index, check_sample_weight
 from gpucal.rows import Rows, as_rows
@@ -81,8 +81,8 @@ def check_fit_rows(fit: Callable[..., Any]) -> Callable[..., Any]:
 class Calibrator(BaseEstimator):
     """Base class of the calibrators: validated parameters, 1-D score input, JSON state.
 
-    Subclasses that take features or a 2-D probability matrix override :meth:`fit` and
-    :meth:`predict` but keep the parameter and state machinery.
+    Subclasses that take features override :meth:`fit` and :meth:`_predict_local` (those returning a
+    2-D probability matrix, :meth:`predict`) but keep the parameter and state machinery.
     """
 
     _parameter_constraints: ClassVar[dict[str, Constraint]] = {}
@@ -185,7 +185,9 @@ class Calibrator(BaseEstimator):
         Parameters
         ----------
         X : array-like of shape (n,) or dataframe
-            Scores, or a dataframe holding them in the ``score_col`` column.
+            Scores, or a dataframe holding them in the ``score_col`` column (and, for a calibrator
+            that reads features, every feature column seen in ``fit``; other columns are ignored). A
+            dask collection gives a dask collection of its partitions' predictions.
 
         Returns
         -------
@@ -195,9 +197,15 @@ class Calibrator(BaseEstimator):
         lazy = self._predict_partitions(X)
         if lazy is not None:
             return lazy
+        calibrated, info = self._predict_local(X)
+        return wrap_output(calibrated, info, output_type=getattr(self, "output_type", "input"))
+
+    def _predict_local(self, X: Any) -> tuple[Any, InputInfo]:
+        """The calibrated probabilities of a fitted calibrator on a local (not dask) ``X``, with ``X``'s
+        description for :func:`gpucal._frames.wrap_output`; a calibrator reading more than the score
+        overrides this, not :meth:`predict`."""
         split = self._parse_input(X, allow_empty=True)
-        calibrated = self._predict_scores(split.score)
-        return wrap_output(calibrated, split.info, output_type=getattr(self, "output_type", "input"))
+        return self._predict_scores(split.score), split.info
 
     def _predict_partitions(self, X: Any) -> Any:
         """Check the fit; for a dask ``X`` return ``predict`` mapped over its partitions (lazy), else None."""

@@ -14,7 +14,7 @@ import numpy as np
 
 from gpucal.calibrators.base import Calibrator, Constraint, Options
 from gpucal.calibrators.bins import check_knot_map, interp_clipped
-from gpucal.calibrators.score_rows import ScoreRows, distinct_score_sums
+from gpucal.calibrators.score_rows import ScoreRows
 from gpucal.registry import calibration_method
 from gpucal.rows import Rows
 
@@ -196,8 +196,7 @@ class ENIRCalibrator(Calibrator):
         self.output_type = output_type
 
     def _fit(self, rows: Rows) -> None:
-        blocks = ScoreRows.of(rows, self.score_col, self.score_kind).rows
-        xs, weight, weighted_y = distinct_score_sums(blocks)
+        xs, weight, weighted_y = ScoreRows.of(rows, self.score_col, self.score_kind).distinct_sums()
         positives = float(weighted_y.sum())
         if positives <= 0.0 or positives >= float(weight.sum()):
             which = "positive" if positives <= 0.0 else "negative"

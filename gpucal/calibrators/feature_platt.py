@@ -26,7 +26,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from gpucal._backend import resolve_device
-from gpucal._frames import parse_input, wrap_output
+from gpucal._frames import InputInfo, ParsedInput, parse_input
 from gpucal.calibrators._feature_platt_kernels import (
     on_device,
     predict_feature_platt,
@@ -63,8 +63,44 @@ WARM_START_ROWS = 1 << 16
 L2_CROSS = 10.0
 
 
+class EncodedFeatureCalibrator(Calibrator):
+    """The shell of a calibrator reading a score and encoded feature columns (feature-aware Platt,
+    NeuCalib): the fitted :class:`~gpucal.encoding.FeatureEncoder` is saved as ``encoder_`` (its JSON
+    form), rebuilt and checked once (the subclass's ``_check_state`` sets ``_encoder``), and a
+    prediction's input is parsed against its feature columns."""
+
+    score_col: Hashable
+    score_kind: str
+    _encoder: FeatureEncoder
+
+    def _fitted_encoder(self) -> FeatureEncoder:
+        """The encoder of ``encoder_``, rebuilt (and checked) once."""
+        encoder: FeatureEncoder | None = getattr(self, "_encoder", None)
+        if encoder is None:
+            self._check_state()
+            encoder = self._encoder
+        return encoder
+
+    def _check_state(self) -> None:
+        """Check the loaded state and set ``_encoder`` (each subclass checks its own)."""
+        raise NotImplementedError
+
+    def _parse_features(self, X: Any, *, allow_empty: bool = False) -> tuple[FeatureEncoder, ParsedInput]:
+        """The fitted encoder and ``X`` parsed: the score and every feature column seen in ``fit``."""
+        encoder = self._fitted_encoder()
+        split = parse_input(
+            X,
+            score_col=self.score_col,
+            feature_cols=encoder.feature_names_,
+            score_kind=self.score_kind,
+            require_features=True,
+            allow_empty=allow_empty,
+        )
+        return encoder, split
+
+
 @calibration_method("feature_platt", fits_on_dask=True)
-class FeatureAwarePlattCalibrator(Calibrator):
+class FeatureAwarePlattCalibrator(EncodedFeatureCalibrator):
     r"""Platt scaling with a learnt offset per feature value, and per pair of values of crossed features
     (L2-regularised logistic regression).
 
@@ -309,32 +345,8 @@ class FeatureAwarePlattCalibrator(Calibrator):
         self.interactions_ = [list(pair) for pair in encoder.interactions_]
         return self
 
-    def predict(self, X: Any) -> Any:
-        """Return calibrated probabilities for ``X``, in ``X``'s family (pandas in, pandas Series out).
-
-        Parameters
-        ----------
-        X : dataframe or dict of columns
-            Holds ``score_col`` and every feature column seen in ``fit`` (other columns are ignored); a
-            dask DataFrame gives a dask Series of its partitions' predictions.
-
-        Returns
-        -------
-        array or Series of shape (n,)
-            Calibrated probabilities in [0, 1].
-        """
-        lazy = self._predict_partitions(X)
-        if lazy is not None:
-            return lazy
-        encoder = self._fitted_encoder()
-        split = parse_input(
-            X,
-            score_col=self.score_col,
-            feature_cols=encoder.feature_names_,
-            score_kind=self.score_kind,
-            require_features=True,
-            allow_empty=True,
-        )
+    def _predict_local(self, X: Any) -> tuple[Any, InputInfo]:
+        encoder, split = self._parse_features(X, allow_empty=True)
         codes = encoder.transform(split.features)
         device = resolve_device(self.device, split.score, codes)
         score, codes = (on_device(a, device) for a in (split.score, codes))
@@ -347,15 +359,7 @@ class FeatureAwarePlattCalibrator(Calibrator):
             self.coef_,
             array_code=FORCE_ARRAY_PATH,
         )
-        return wrap_output(calibrated, split.info, output_type=self.output_type)
-
-    def _fitted_encoder(self) -> FeatureEncoder:
-        """The encoder of ``encoder_``, rebuilt (and checked) once."""
-        encoder: FeatureEncoder | None = getattr(self, "_encoder", None)
-        if encoder is None:
-            self._check_state()
-            encoder = self._encoder
-        return encoder
+        return calibrated, split.info
 
     def _check_state(self) -> None:
         """Check the loaded state (``gpucal.load`` calls this): a valid encoder and one offset per code."""
@@ -401,9 +405,31 @@ def resolve_interactions(
     return screen_interactions(rows, cal._fit_params(list(feature_cols)))
 
 
+#: The encoder's parameters an estimator crossing its features passes on by name (:func:`encoder_params`).
+ENCODER_PARAMS = ("n_bins", "categorical_cols", "min_cross_count", "max_cross_levels")
+
+
+def encoder_params(
+    source: Any, owner: str, rows: Rows, feature_cols: Sequence[Hashable], **screening: Any
+) -> dict[str, Any]:
+    """The :class:`~gpucal.encoding.FeatureEncoder` parameters of an estimator crossing its features:
+    those of :data:`ENCODER_PARAMS` read from ``source`` (the estimator, or its fit's parameter record),
+    and ``interactions``, the ``interactions`` of ``source`` resolved on ``rows``
+    (:func:`resolve_interactions`, naming ``owner``, with ``source.score_col`` and ``screening``: the
+    screening fit's ``device`` or ``score_kind``)."""
+    encoding = {name: getattr(source, name) for name in ENCODER_PARAMS}
+    pairs = resolve_interactions(
+        source.interactions, owner, rows, feature_cols, score_col=source.score_col, **screening, **encoding
+    )
+    return {**encoding, "interactions": pairs}
+
+
 __all__ = [
+    "ENCODER_PARAMS",
+    "EncodedFeatureCalibrator",
     "FeatureAwarePlattCalibrator",
     "FeaturePlattFit",
+    "encoder_params",
     "fit_feature_platt",
     "predict_feature_platt",
     "resolve_interactions",

@@ -363,30 +363,19 @@ def fit_logistic_rows(
         start_tol = BINNED_STEP_TOL
     else:
         design = rows.map(with_features, mode, backend)
+
+    def minimize(over: Rows, theta: np.ndarray, weight: float, **control: Any) -> NewtonResult:
+        sums = _newton_sums(over, backend, options, m)
+        return newton_minimize(sums, theta, total_weight=weight, l2=ridge, bounds=bounds, **control)
+
     if n_rows >= WARM_START_MIN_ROWS and start_tol == 0.0:
         sub = design.map(strided, n_rows // WARM_START_ROWS, offsets=True)
         sub_weight = float(sub.sum(weight_sum)[0])
         if sub_weight > 0.0:
-            first = newton_minimize(
-                _newton_sums(sub, backend, options, m),
-                start,
-                total_weight=sub_weight,
-                l2=ridge,
-                bounds=bounds,
-                warn=False,
-                error_tol=WARM_ERROR_TOL,
-            )
+            first = minimize(sub, start, sub_weight, warn=False, error_tol=WARM_ERROR_TOL)
             if first.converged:
                 start = first.theta
-    result = newton_minimize(
-        _newton_sums(design, backend, options, m),
-        start,
-        total_weight=total_weight,
-        l2=ridge,
-        bounds=bounds,
-        what=what,
-        start_tol=start_tol,
-    )
+    result = minimize(design, start, total_weight, what=what, start_tol=start_tol)
     intercept = float(result.theta[-1]) if fit_intercept else 0.0
     return LogisticFit(result.theta[:d].copy(), intercept, result.n_iter, result.converged)
 

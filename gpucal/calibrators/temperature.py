@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from gpucal._backend import array_namespace, is_cupy_array
-from gpucal._validation import check_class_labels, check_finite, check_sample_weight
+from gpucal._validation import check_class_labels, check_finite, check_row_mask, check_sample_weight
 from gpucal.calibrators.base import OUTPUT_TYPE_OPTIONS, SCORE_KIND_OPTIONS, Calibrator, Constraint
 from gpucal.calibrators.logistic import (
     CHUNK_ROWS,
@@ -78,22 +78,20 @@ def as_2d_scores(X: Any, name: str = "X", *, score_kind: str = "probability") ->
     check_finite(arr.ravel(), name)
     if score_kind == "logit":
         return xp.ascontiguousarray(arr)
-    outside = (arr < 0) | (arr > 1)
-    if bool(outside.any()):
-        row = int(xp.argmax(outside.any(axis=1)))
-        msg = (
+    check_row_mask(
+        ((arr < 0) | (arr > 1)).any(axis=1),
+        lambda row: (
             f"{name}: probabilities must lie in [0, 1] (first bad row {row}); "
             "pass logits with score_kind='logit'"
-        )
-        raise ValueError(msg)
-    bad_sum = xp.abs(arr.sum(axis=1) - 1.0) > ROW_SUM_TOL
-    if bool(bad_sum.any()):
-        row = int(xp.argmax(bad_sum))
-        msg = (
+        ),
+    )
+    check_row_mask(
+        xp.abs(arr.sum(axis=1) - 1.0) > ROW_SUM_TOL,
+        lambda row: (
             f"{name}: rows of a probability matrix must sum to 1 (row {row} sums to "
             f"{float(arr[row].sum())!r}); pass logits with score_kind='logit'"
-        )
-        raise ValueError(msg)
+        ),
+    )
     return xp.log(xp.maximum(arr, EPS))
 
 

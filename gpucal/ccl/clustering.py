@@ -285,31 +285,14 @@ def _inertias_block(z_w: tuple[np.ndarray, np.ndarray], centroid_sets: list[np.n
 
 
 def fit_clusters(
-    E: Any,
-    method: str,
-    n_clusters: int | str,
-    *,
-    k_range: tuple[int, int],
-    n_init: int,
-    max_rows: int,
-    n_components: int,
-    seed: int,
-    sample_weight: np.ndarray | None = None,
+    E: Any, method: str, n_clusters: int | str, *, sample_weight: np.ndarray | None = None, **options: Any
 ) -> FittedClusters:
-    """:func:`fit_clusters_on` the rows of one embedding matrix ``E`` (host, dense or CSR)."""
+    """:func:`fit_clusters_on` the rows of one embedding matrix ``E`` (host, dense or CSR); ``options``
+    are its keyword arguments (``k_range``, ``n_init``, ``max_rows``, ``n_components``, ``seed``)."""
     n = E.shape[0]
     w = np.ones(n) if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)
-    return fit_clusters_on(
-        LocalRows((EmbeddedBlock(E, w, np.arange(n, dtype=np.int64)),)),
-        n,
-        method,
-        n_clusters,
-        k_range=k_range,
-        n_init=n_init,
-        max_rows=max_rows,
-        n_components=n_components,
-        seed=seed,
-    )
+    rows = LocalRows((EmbeddedBlock(E, w, np.arange(n, dtype=np.int64)),))
+    return fit_clusters_on(rows, n, method, n_clusters, **options)
 
 
 def fit_clusters_on(

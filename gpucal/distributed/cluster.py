@@ -73,12 +73,12 @@ def local_cluster(
         n_workers = max(1, len(os.sched_getaffinity(0)) // max(1, threads_per_worker))
     if processes:
         options.setdefault("env", worker_env(threads_per_worker))
-    _quiet_http(dashboard_address, options)
-    return LocalCluster(
+    return _started(
+        LocalCluster,
+        dashboard_address,
         n_workers=n_workers,
         threads_per_worker=threads_per_worker,
         processes=processes,
-        dashboard_address=dashboard_address,
         **options,
     )
 
@@ -123,24 +123,26 @@ def local_cuda_cluster(
     if rmm_pool_size is not None:
         # cupy arrays (gpucal's kernels) then come from the same pool as cuDF's columns.
         options.setdefault("rmm_allocator_external_lib_list", ["cupy"])
-    _quiet_http(dashboard_address, options)
-    return LocalCUDACluster(
+    return _started(
+        LocalCUDACluster,
+        dashboard_address,
         n_workers=n_workers,
         rmm_pool_size=rmm_pool_size,
         enable_cudf_spill=enable_cudf_spill,
-        dashboard_address=dashboard_address,
         **options,
     )
 
 
-def _quiet_http(dashboard_address: str | None, options: dict[str, Any]) -> None:
-    """Without a dashboard, let the scheduler's small HTTP endpoint take any free port, not 8787.
+def _started(cluster_class: Any, dashboard_address: str | None, **options: Any) -> Any:
+    """Start ``cluster_class(dashboard_address=..., **options)``; without a dashboard, let the scheduler's
+    small HTTP endpoint take any free port, not 8787.
 
     Otherwise a second cluster on the machine (another user, a notebook) makes the scheduler warn
     that 8787 is taken.
     """
     if dashboard_address is None:
         options.setdefault("scheduler_kwargs", {}).setdefault("dashboard_address", ":0")
+    return cluster_class(dashboard_address=dashboard_address, **options)
 
 
 def gpu_count() -> int:

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from gpucal._backend import array_namespace
-from gpucal.calibrators.feature_platt import resolve_interactions
+from gpucal.calibrators.feature_platt import encoder_params
 from gpucal.calibrators.logistic import EPS
 from gpucal.encoding import KIND_BINS, FeatureEncoder
 from gpucal.hc.node_maps import ENSEMBLE_KINDS, ensemble_values, fit_node_maps, through_tree
@@ -133,22 +133,7 @@ def fit_hc(rows: Rows, params: HCParams, tree_rows: Rows | None = None) -> HCSta
         tree_summary.check_two_classes("y_tree")
         n_tree = tree_summary.n_rows
     encoder = FeatureEncoder(
-        n_bins=params.n_bins,
-        categorical_cols=params.categorical_cols,
-        interactions=resolve_interactions(
-            params.interactions,
-            "HeterogeneousCalibrator",
-            rows,
-            feature_cols,
-            score_col=params.score_col,
-            categorical_cols=params.categorical_cols,
-            n_bins=params.n_bins,
-            min_cross_count=params.min_cross_count,
-            max_cross_levels=params.max_cross_levels,
-            device=params.device,
-        ),
-        min_cross_count=params.min_cross_count,
-        max_cross_levels=params.max_cross_levels,
+        **encoder_params(params, "HeterogeneousCalibrator", rows, feature_cols, device=params.device)
     )
     encoder.fit_rows(grow, encoder_inputs)
     sides = read.map(encoded_sides, encoder, boosted)  # encoded once, cut into both sides

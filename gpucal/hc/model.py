@@ -15,7 +15,7 @@ import numpy as np
 from sklearn.utils.validation import check_is_fitted
 
 from gpucal._backend import array_namespace
-from gpucal._frames import ParsedInput, parse_input, wrap_output
+from gpucal._frames import InputInfo, ParsedInput, parse_input
 from gpucal.calibrators.base import OUTPUT_TYPE_OPTIONS, AnyOf, Calibrator, Constraint, Interval, Options
 from gpucal.encoding import FeatureEncoder, resolve_feature_cols
 from gpucal.encoding.encoder import MAX_CROSS_LEVELS, MIN_CROSS_COUNT
@@ -26,7 +26,6 @@ from gpucal.hc.node_maps import (
     apply_chain,
     ensemble_values,
 )
-from gpucal.kernels import tree_leaves
 from gpucal.persistence import check_records, rebuilt_object
 from gpucal.registry import calibration_method
 from gpucal.rows import any_dask, as_rows
@@ -352,39 +351,20 @@ class HeterogeneousCalibrator(Calibrator):
         codes = xp.asarray(self.encoder_.transform(split.features, code_maps=self.ensemble_.code_maps))
         return codes, split.score, split
 
-    def predict(self, X: Any) -> Any:
-        """Return calibrated probabilities for the rows of ``X``, in ``X``'s family.
-
-        Parameters
-        ----------
-        X : dataframe
-            The score column and the fitted feature columns (other columns are ignored); a dask
-            DataFrame gives a dask Series of its partitions' predictions.
-
-        Returns
-        -------
-        array or Series of shape (n,)
-        """
-        lazy = self._predict_partitions(X)
-        if lazy is not None:
-            return lazy
+    def _predict_local(self, X: Any) -> tuple[Any, InputInfo]:
         codes, score, split = self._predict_input(X)
         if self.mode != "forest" and self.local_map in ENSEMBLE_KINDS:
             out = predict_ensemble(self.ensemble_, codes, score)
         else:
-            leaves = self._tree_leaves(codes)
+            leaves = self.ensemble_.leaves(codes)
             combine = apply_average if self.mode == "forest" else apply_chain
             out = combine(score, leaves, self.node_params_, self.local_map)
-        return wrap_output(out, split.info, output_type=self.output_type)
-
-    def _tree_leaves(self, codes: Any) -> Any:
-        e = self.ensemble_
-        return tree_leaves(codes, e.node_feature, e.node_child_base, e.child_table, e.tree_start)
+        return out, split.info
 
     def leaves(self, X: Any) -> Any:
         """Return the node each row stops at, per tree: int32 array of shape (n, n_trees) (global ids)."""
         codes, _, _ = self._predict_input(X)
-        return self._tree_leaves(codes)
+        return self.ensemble_.leaves(codes)
 
     def export_rules(self, format: str = "text", **options: Any) -> str:
         """Return the fitted trees as readable rules ("text"), JSON ("json") or a SQL expression ("sql").

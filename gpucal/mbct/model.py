@@ -15,12 +15,11 @@ import numpy as np
 from sklearn.utils.validation import check_is_fitted
 
 from gpucal._backend import is_cupy_array, resolve_device
-from gpucal._frames import ParsedInput, parse_input, wrap_output
+from gpucal._frames import InputInfo, ParsedInput, parse_input
 from gpucal.calibrators.base import OUTPUT_TYPE_OPTIONS, AnyOf, Calibrator, Constraint, Interval, Options
-from gpucal.calibrators.feature_platt import resolve_interactions
+from gpucal.calibrators.feature_platt import encoder_params
 from gpucal.encoding import FeatureEncoder, resolve_feature_cols
 from gpucal.encoding.encoder import MAX_CROSS_LEVELS, MIN_CROSS_COUNT
-from gpucal.kernels import tree_leaves
 from gpucal.mbct.fit import MVCE_ON_PARTITIONS, MBCTParams, fit_mbct
 from gpucal.mbct.read import apply_init, fit_mbct_encoder, input_codes, input_n_values
 from gpucal.persistence import check_records, rebuilt_object
@@ -376,7 +375,8 @@ class MBCT(Calibrator):
         else:
             device = resolve_device(self.device, split.score)
         features = list(split.features)
-        self.encoder_ = fit_mbct_encoder(rows, self.score_col, features, self._encoding(rows, features))
+        encoding = encoder_params(self, type(self).__name__, rows, features, device=self.device)
+        self.encoder_ = fit_mbct_encoder(rows, self.score_col, features, encoding)
         self.feature_cols_ = [] if self.encoder_ is None else list(self.encoder_.feature_names_)
         self.interactions_ = [] if self.encoder_ is None else [list(p) for p in self.encoder_.interactions_]
         params = self._params_as(
@@ -391,25 +391,6 @@ class MBCT(Calibrator):
         self.interrupted_ = state.interrupted
         return self
 
-    def _encoding(self, rows: Any, features: list[Any]) -> dict[str, Any]:
-        """The encoder's parameters, the pairs of ``interactions="auto"`` chosen on ``rows``."""
-        encoding = {
-            "n_bins": self.n_bins,
-            "categorical_cols": self.categorical_cols,
-            "min_cross_count": self.min_cross_count,
-            "max_cross_levels": self.max_cross_levels,
-        }
-        pairs = resolve_interactions(
-            self.interactions,
-            type(self).__name__,
-            rows,
-            features,
-            score_col=self.score_col,
-            device=self.device,
-            **encoding,
-        )
-        return {**encoding, "interactions": pairs}
-
     # ----------------------------------------------------------------------------------------------
     # predict
 
@@ -419,31 +400,14 @@ class MBCT(Calibrator):
         codes = input_codes(split, self.encoder_, self.score_bins, self.ensemble_)
         return codes, apply_init(split.score, self.init_), split
 
-    def predict(self, X: Any) -> Any:
-        """Return calibrated probabilities for the rows of ``X``, in ``X``'s family.
-
-        Parameters
-        ----------
-        X : dataframe
-            The score column and the fitted feature columns (other columns are ignored); a dask
-            DataFrame gives a dask Series of its partitions' predictions.
-
-        Returns
-        -------
-        array or Series of shape (n,)
-        """
-        lazy = self._predict_partitions(X)
-        if lazy is not None:
-            return lazy
+    def _predict_local(self, X: Any) -> tuple[Any, InputInfo]:
         codes, f, split = self._predict_input(X)
-        out = predict_ensemble(self.ensemble_, codes, f)
-        return wrap_output(out, split.info, output_type=self.output_type)
+        return predict_ensemble(self.ensemble_, codes, f), split.info
 
     def leaves(self, X: Any) -> Any:
         """Return the node each row ends in, per tree: int32 array of shape (n, n_trees) (global node ids)."""
         codes, _, _ = self._predict_input(X)
-        e = self.ensemble_
-        return tree_leaves(codes, e.node_feature, e.node_child_base, e.child_table, e.tree_start)
+        return self.ensemble_.leaves(codes)
 
     def export_rules(self, format: str = "text", **options: Any) -> str:
         """Return the fitted trees as readable rules ("text"), JSON ("json") or a SQL expression ("sql").

@@ -21,17 +21,16 @@ import numpy as np
 from sklearn.utils.validation import check_is_fitted
 
 from gpucal._backend import array_namespace, is_cupy_array, to_numpy
-from gpucal._frames import parse_input, wrap_output
+from gpucal._frames import InputInfo, parse_input
 from gpucal._validation import check_consistent_length, check_labels, check_sample_weight
 from gpucal.calibrators.base import (
     OUTPUT_TYPE_OPTIONS,
     SCORE_KIND_OPTIONS,
-    Calibrator,
     Constraint,
     Interval,
     Options,
 )
-from gpucal.calibrators.feature_platt import resolve_interactions, score_feature
+from gpucal.calibrators.feature_platt import EncodedFeatureCalibrator, encoder_params, score_feature
 from gpucal.calibrators.logistic import sigmoid
 from gpucal.encoding import FeatureEncoder, resolve_feature_cols
 from gpucal.encoding.encoder import MAX_CROSS_LEVELS, MIN_CROSS_COUNT
@@ -181,7 +180,7 @@ def fill_unknown_rows(
 
 
 @calibration_method("neucalib", aliases=("field_aware",))
-class FieldAwareCalibrator(Calibrator):
+class FieldAwareCalibrator(EncodedFeatureCalibrator):
     r"""NeuCalib: a monotone piecewise-linear map of the logit plus a field network, trained with PyTorch.
 
     .. math::
@@ -468,22 +467,10 @@ class FieldAwareCalibrator(Calibrator):
         labels = check_labels(y, "y")
         n_rows = check_consistent_length(X=split.score, y=labels)
         weights = check_sample_weight(sample_weight, n_rows, xp=array_namespace(labels))
-        encoding: dict[str, Any] = {
-            "n_bins": self.n_bins,
-            "categorical_cols": self.categorical_cols,
-            "min_cross_count": self.min_cross_count,
-            "max_cross_levels": self.max_cross_levels,
-        }
-        pairs = resolve_interactions(
-            self.interactions,
-            type(self).__name__,
-            given,
-            list(split.features),
-            score_col=self.score_col,
-            score_kind=self.score_kind,
-            **encoding,
+        encoding = encoder_params(
+            self, type(self).__name__, given, list(split.features), score_kind=self.score_kind
         )
-        encoder = FeatureEncoder(**encoding, interactions=pairs)
+        encoder = FeatureEncoder(**encoding)
         codes = encoder.fit_transform(split.features, sample_weight=sample_weight)
         code_rows, counts = field_vocabulary(codes, encoder.n_codes_, int(self.min_value_rows))
         rows = embedding_rows(codes, code_rows, encoder.n_codes_)
@@ -552,42 +539,18 @@ class FieldAwareCalibrator(Calibrator):
         eta = finish_eta(start.knots_x, result.knots_y, k, t, w, float(self.monotone_penalty), 0)
         return eta, result
 
-    def predict(self, X: Any) -> Any:
-        """Return calibrated probabilities for ``X``, in ``X``'s family (pandas in, pandas Series out).
-
-        Parameters
-        ----------
-        X : dataframe or dict of columns
-            Holds ``score_col`` and every feature column seen in ``fit`` (other columns are ignored).
-
-        Returns
-        -------
-        array or Series of shape (n,)
-            Calibrated probabilities in [0, 1].
-        """
-        check_is_fitted(self, list(self._state_spec))
-        encoder = self._fitted_encoder()
-        split = parse_input(
-            X,
-            score_col=self.score_col,
-            feature_cols=encoder.feature_names_,
-            score_kind=self.score_kind,
-            require_features=True,
-            allow_empty=True,
-        )
+    def _predict_local(self, X: Any) -> tuple[Any, InputInfo]:
+        encoder, split = self._parse_features(X, allow_empty=True)
         codes = encoder.transform(split.features)
         x = score_feature(split.score, self.score_kind)
         rows = embedding_rows(codes, self.code_rows_, encoder.n_codes_)
         z = eta_logit(x, self.knots_x_, self.knots_y_) + field_term(rows, self.embedding_, self._network())
-        return wrap_output(sigmoid(z), split.info, output_type=self.output_type)
+        return sigmoid(z), split.info
 
     def field_bias(self, X: Any) -> Any:
         """Return :math:`g(x)` per row of ``X`` (a numpy or cupy array): the learnt field term, a logit."""
         check_is_fitted(self, list(self._state_spec))
-        encoder = self._fitted_encoder()
-        split = parse_input(
-            X, score_col=self.score_col, feature_cols=encoder.feature_names_, score_kind=self.score_kind
-        )
+        encoder, split = self._parse_features(X)
         rows = embedding_rows(encoder.transform(split.features), self.code_rows_, encoder.n_codes_)
         return field_term(rows, self.embedding_, self._network())
 
@@ -598,14 +561,6 @@ class FieldAwareCalibrator(Calibrator):
             self._check_state()
             layers = self._layers
         return layers
-
-    def _fitted_encoder(self) -> FeatureEncoder:
-        """The encoder of ``encoder_``, rebuilt (and checked) once."""
-        encoder: FeatureEncoder | None = getattr(self, "_encoder", None)
-        if encoder is None:
-            self._check_state()
-            encoder = self._encoder
-        return encoder
 
     def _check_state(self) -> None:
         """Check the loaded state (``gpucal.load`` calls this): encoder, knots, table and layer shapes."""

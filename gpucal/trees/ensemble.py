@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from gpucal._backend import array_namespace, to_numpy
-from gpucal.kernels import lookup_codes, predict_trees
+from gpucal.kernels import lookup_codes, predict_trees, tree_leaves
 
 if TYPE_CHECKING:
     from gpucal.trees.grow import TreeNodes
@@ -112,6 +112,11 @@ class TreeEnsemble:
             if child >= 0:
                 out.setdefault(child, []).append(code)
         return out
+
+    def leaves(self, codes: Any) -> Any:
+        """Return the node each row of tree codes ``codes`` stops at, per tree: int32 array of shape
+        (n, n_trees) of global node ids (``gpucal.kernels.tree_leaves``)."""
+        return tree_leaves(codes, self.node_feature, self.node_child_base, self.child_table, self.tree_start)
 
     def kernel_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Return the node arrays in ``gpucal.kernels.predict_trees`` order (feature, base, table, value,
