@@ -7,10 +7,10 @@ Synthetic (``ctr-<scenario>``, every scenario of ``gpucal.datasets.CTR_SCENARIOS
 are ``make_ctr(n_cal, scenario, seed=0)``, the test rows ``make_ctr(n_test, scenario, seed=0,
 row_offset=n_cal)``: the same truth and base model, disjoint rows. ``p_true`` is kept for the oracle.
 
-Real (``datasets.md``): ACS Employment ships a real model's score (calibrate on 2015, test on 2016-18).
+Real: ACS Employment ships a real model's score (calibrate on 2015, test on 2016-18).
 KDD Census-Income, Adult and flights ship none, so a base model is trained here on a third, separate
 split (predictor-train / calibration / test, fixed seeds, below). The default base model is over-confident
-on purpose (``datasets.md``: "where the papers see the largest gains"); ``<name>-reg`` gives the same
+on purpose (the setting where the papers see the largest gains); ``<name>-reg`` gives the same
 splits with a regularised one. The scores are cached in ``~/.cache/gpucal/mbct_bench`` (or
 ``$GPUCAL_DATA/mbct_bench``) under a key that includes the base model's parameters and the split sizes.
 

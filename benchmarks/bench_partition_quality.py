@@ -12,7 +12,7 @@ clusters, so CCL with that configuration is scored on the bins it was fitted to:
 in mind; ``cece_own`` in the JSON has each CCL model's CECE over its own clusters).
 
 Methods: ``raw``; ``platt``, ``beta`` (gpucal, global); ``feature_platt`` (l2 = 1, the bar every
-feature-aware method must clear, ``notes/methods.md``); ``mbct`` (defaults); ``hc-tree``, ``hc-forest``,
+feature-aware method must clear); ``mbct`` (defaults); ``hc-tree``, ``hc-forest``,
 ``hc-boosted`` (``HeterogeneousCalibrator(mode=...)``; tree and forest grow on the predictor-train rows,
 the paper's setting; boosted grows on half the calibration rows, since its later trees read the base
 score, which is over-fitted on the predictor-train rows); ``ccl <embedding>/<clustering>/<map>``: the leaf

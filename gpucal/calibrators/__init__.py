@@ -1,6 +1,6 @@
 """Calibrators: scikit-learn-style estimators over a score (and later, its features).
 
-Each class is a thin shell (``_base.Calibrator``) around pure array functions (``fit_isotonic``,
+Each class is a thin shell (``base.Calibrator``) around pure array functions (``fit_isotonic``,
 ``fit_platt``, ...) that fit from aggregated sums, so the same fit runs on the CPU, the GPU and
 Dask partitions. The base of every other method too (MBCT, HC, CCL, the neural calibrators); the table
 of all of them by name is :mod:`gpucal.catalogue`, and ``gpucal.make_calibrator`` builds one.

@@ -93,8 +93,7 @@ class SIRCalibrator(Calibrator):
         \qquad \bar s_b \le s \le \bar s_{b+1}.
 
     Unlike histogram binning and isotonic regression the map has no flat steps between knots, so it
-    keeps the ranking of the scores inside the bins (the point of the method in the field-aware
-    calibration notes).
+    keeps the ranking of the scores inside the bins (the point of the method).
 
     Parameters
     ----------
@@ -137,8 +136,6 @@ class SIRCalibrator(Calibrator):
     ----------
     .. [1] C. Deng, H. Wang, Q. Tan, J. Xu, K. Gai, "Calibrating user response predictions in online
        advertising", Proc. ECML PKDD 2020, LNCS 12460, 208-223 (SIR).
-    .. [2] The field-aware calibration notes (``papers/field_aware_calibration_blog_zh.txt``): sort and
-       bin the predictions, isotonic regression across bins, linear interpolation between bins.
 
     Examples
     --------

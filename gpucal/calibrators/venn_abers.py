@@ -121,7 +121,7 @@ def _query_fit_sweep(c, z, label):  # pragma: no cover - compiled
 def _read_tables(s, scores, f0, f1, table, inv_h, p0, p1):  # pragma: no cover - compiled
     """``p0[i] = f0[#{scores <= s_i}]`` and ``p1[i] = f1[#{scores < s_i}]`` (``scores`` strictly increasing).
 
-    A table of score indices over equal cells (``_bins._knot_table``) brackets each query's position,
+    A table of score indices over equal cells (``bins._knot_table``) brackets each query's position,
     so the binary search runs over the few scores of three cells instead of all of them.
     """
     m = scores.shape[0]
