@@ -437,7 +437,7 @@ class MBCT(Calibrator):
             return lazy
         codes, f, split = self._predict_input(X)
         out = predict_ensemble(self.ensemble_, codes, f)
-        return wrap_output(out, split.info, output_type=self.output_type)
+        return wrap_output(out, split.info, output_type=self.output_type, fresh=True)  # predict_trees' own
 
     def leaves(self, X: Any) -> Any:
         """Return the node each row ends in, per tree: int32 array of shape (n, n_trees) (global node ids)."""
