@@ -113,21 +113,25 @@ def parallel_twins_only() -> Iterator[None]:
 #: Row chunks of :func:`numpy_row_chunks` start at multiples of this: every element sits at the same
 #: place in a vector loop's group of elements as in one call over all the rows.
 CHUNK_ALIGN = 4096
+#: Rows of a :func:`numpy_row_chunks` chunk at most: the temporaries of numpy expressions stay a few MB
+#: per thread, where one call over 1e7 rows holds several 80 MB arrays at once.
+MAX_CHUNK_ROWS = 1 << 20
 
 
 def numpy_row_chunks(work: Callable[[int, int], None], n_rows: int) -> None:
-    """Call ``work(start, stop)`` over row chunks covering ``range(n_rows)``, one per numba thread.
+    """Call ``work(start, stop)`` over row chunks covering ``range(n_rows)``, on the numba threads.
 
     For elementwise numpy work that writes each row's results into arrays made beforehand: numpy
     releases the GIL in its loops, so the chunks use every core, and each element is computed as one
     call over all the rows computes it (same numbers, where a numba kernel's ``log`` or ``exp`` may
-    round differently from numpy's). Below :data:`PARALLEL_MIN_ROWS` rows, one call in this thread.
+    round differently from numpy's). Chunks hold at most :data:`MAX_CHUNK_ROWS` rows. Below
+    :data:`PARALLEL_MIN_ROWS` rows, one call in this thread.
     """
     n_threads = numba.get_num_threads()
     if n_rows < PARALLEL_MIN_ROWS or n_threads < 2:
         work(0, n_rows)
         return
-    size = -(-n_rows // n_threads)
+    size = min(-(-n_rows // n_threads), MAX_CHUNK_ROWS)
     size = -(-size // CHUNK_ALIGN) * CHUNK_ALIGN
     with ThreadPoolExecutor(max_workers=n_threads) as pool:
         for done in [pool.submit(work, a, min(n_rows, a + size)) for a in range(0, n_rows, size)]:

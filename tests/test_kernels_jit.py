@@ -104,6 +104,10 @@ def test_numpy_row_chunks_cover_the_rows_once_from_aligned_starts(monkeypatch: p
     assert (seen == 1).all()
     jit.numpy_row_chunks(work, 9)  # below PARALLEL_MIN_ROWS: one call
     assert chunks[-1] == (0, 9)
+    monkeypatch.setattr(jit, "MAX_CHUNK_ROWS", 1)  # small chunks, still aligned
+    chunks.clear()
+    jit.numpy_row_chunks(work, n)
+    assert sorted(chunks) == [(k * jit.CHUNK_ALIGN, min(n, (k + 1) * jit.CHUNK_ALIGN)) for k in range(4)]
 
 
 def test_map_design_in_row_chunks_is_one_calls_bits(monkeypatch: pytest.MonkeyPatch) -> None:
