@@ -83,7 +83,8 @@ def lookup_codes(
         msg = "out must be C-contiguous."
         raise ValueError(msg)
     table = np.ascontiguousarray(table, dtype=out.dtype)
-    values = readonly(np.ascontiguousarray(values, dtype=np.int64))  # one variant for every value dtype
+    # Read in its own dtype (a variant per value dtype): a conversion to int64 would copy the column.
+    values = readonly(np.ascontiguousarray(values))
     return int(_lookup_cpu(values, np.int64(low), table, out.dtype.type(fallback), out, np.int64(column)))
 
 

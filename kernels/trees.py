@@ -32,6 +32,7 @@ from gpucal.kernels.trees_cpu import (
     route_rows_cpu,
     tree_depths_cpu,
     tree_leaves_cpu,
+    walk_table_cpu,
 )
 from gpucal.kernels.trees_oracle import (
     LEAF_MAP_CODES,
@@ -160,7 +161,10 @@ def tree_leaves(
         return tree_leaves_oracle(codes, *nodes, starts)
     if backend == "cpu":
         out = np.empty((codes.shape[0], starts.shape[0] - 1), dtype=np.int32)
-        return tree_leaves_cpu(codes, *nodes, starts, tree_depths_cpu(*nodes, starts), out)
+        table, shift = _walk_table(nodes, starts, codes.shape[1])
+        return tree_leaves_cpu(
+            codes, table, shift, nodes.child_table, starts, tree_depths_cpu(*nodes, starts), out
+        )
     return _tree_leaves_cuda(codes, nodes, starts, n_blocks, threads_per_block)
 
 
@@ -251,8 +255,11 @@ def predict_trees(
     if backend == "cpu":
         f = readonly(np.ascontiguousarray(f, dtype=np.float64))
         out = np.empty(codes.shape[0], dtype=np.float64)
+        table, shift = _walk_table(nodes, starts, codes.shape[1])
         depths = tree_depths_cpu(*nodes, starts)
-        return predict_trees_cpu(codes, f, *nodes, values, starts, depths, leaf_map, out)
+        return predict_trees_cpu(
+            codes, f, table, shift, nodes.child_table, starts, values, depths, leaf_map, out
+        )
     return _predict_trees_cuda(codes, f, nodes, values, starts, leaf_map, n_blocks, threads_per_block)
 
 
@@ -274,6 +281,16 @@ def predict_leaves(f: np.ndarray, leaf: np.ndarray, node_value: np.ndarray, leaf
 
 # --------------------------------------------------------------------------------------------------
 # Input checks
+
+
+def _walk_table(nodes: _Nodes, starts: np.ndarray, n_features: int) -> tuple[np.ndarray, np.int64]:
+    """The CPU walk's table (``walk_table_cpu``) and its feature bits: int32 where the packed entries
+    fit, else int64."""
+    shift = max(n_features - 1, 0).bit_length()
+    n_entries = nodes.child_table.shape[0] + starts.shape[0] - 1
+    dtype = np.int32 if n_entries << shift <= INT32_MAX else np.int64
+    table = np.empty(n_entries, dtype=dtype)
+    return walk_table_cpu(*nodes, starts, np.int64(shift), table), np.int64(shift)
 
 
 def _check_codes(codes: Any) -> Any:
@@ -335,6 +352,12 @@ def _check_nodes(n_features: int, node_feature: Any, node_child_base: Any, child
             f"node_child_base of split node {m} must lie in [0, len(child_table)) = [0, {table.shape[0]}). "
             f"Got {int(base[m])}."
         )
+        raise ValueError(msg)
+    # A split node's children are the entries from its base up to the next split node's base.
+    bases = np.sort(base[split])
+    shared = np.flatnonzero(bases[1:] == bases[:-1])
+    if shared.size:
+        msg = f"split nodes must own their child tables: two start at node_child_base {bases[shared[0]]}."
         raise ValueError(msg)
     return _Nodes(
         np.ascontiguousarray(feature, dtype=np.int32),

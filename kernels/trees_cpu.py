@@ -1,18 +1,22 @@
 """Numba CPU twins of the tree kernels: parallel loops over rows, each row walked on its own.
 
 Rows are independent and each writes only its own outputs, so the result does not depend on the
-thread count or schedule (bit-identical between runs). The per-row code is ``gpucal.kernels.trees_row``, the
-functions the CUDA kernels call; row and node indices are unsigned (no wrap-around checks, see there).
+thread count or schedule (bit-identical between runs). ``route_rows_cpu``'s per-row code is
+``gpucal.kernels.trees_row``, the functions the CUDA kernels call; row and node indices are unsigned (no
+wrap-around checks, see there).
 
-A walk is latency-bound: each level waits for three dependent loads (the node's feature, the row's
-code, the child). Two choices hide that latency, measured on the five trees MBCT fits on 1e7 rows of
-the speed benchmark, one thread:
+A walk is latency-bound: each level waits for dependent loads. Three choices hide that latency,
+measured on the five trees MBCT fits on 1e7 rows of the speed benchmark, one thread:
 
 * trees one at a time, every row through one tree before the next (a row's running value waits in
   ``out``): a tree's child table stays in the core's cache, where all of them (7 MB) do not; 2.4 s to 1.7 s;
-* four rows walked side by side, each a fixed number of branch-free steps (the tree's depth, from
-  :func:`tree_depths_cpu`; a step at a leaf stays there): the core overlaps the four chains of loads,
-  where a walk that stops at its leaf mispredicts its exit and serialises them; 1.7 s to 1.1-1.3 s.
+* rows walked side by side, each a fixed number of branch-free steps (the tree's depth, from
+  :func:`tree_depths_cpu`; a step at a leaf stays there): the core overlaps their chains of loads,
+  where a walk that stops at its leaf mispredicts its exit and serialises them; four rows: 1.7 s to
+  1.1-1.3 s (eight with the entry walk below: 10-20% less than four);
+* the walk goes from child-table entry to entry (:func:`walk_table_cpu`: each entry holds its child's
+  feature and table base, packed), two dependent loads a level (the entry, the row's code) instead of
+  three (the node's feature and base, the code, the child), in a table of ``child_table``'s size.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 
 from gpucal.kernels.jit import numba, parallel_rows
-from gpucal.kernels.trees_row import apply_map, finish_value, route_row, start_value, step_down
+from gpucal.kernels.trees_row import apply_map, finish_value, route_row, start_value
 
 
 @parallel_rows("codes")
@@ -61,71 +65,140 @@ def tree_depths_cpu(node_feature, node_child_base, child_table, tree_start):
     return out
 
 
-@numba.njit(inline="always")
-def _walk4(codes, i, root, steps, node_feature, node_child_base, child_table):
-    """Rows ``i .. i + 3`` walked ``steps`` steps from ``root`` side by side; their four nodes."""
-    a = b = c = d = root
-    for _ in range(steps):
-        a = step_down(codes, i, a, node_feature, node_child_base, child_table)
-        b = step_down(codes, i + np.uint64(1), b, node_feature, node_child_base, child_table)
-        c = step_down(codes, i + np.uint64(2), c, node_feature, node_child_base, child_table)
-        d = step_down(codes, i + np.uint64(3), d, node_feature, node_child_base, child_table)
-    return a, b, c, d
+@numba.njit(cache=True)
+def walk_table_cpu(node_feature, node_child_base, child_table, tree_start, shift, out):
+    """Fill ``out`` with the walk's table by arrival, one entry per entry of ``child_table`` and then one
+    per tree root; return ``out`` (int32, or int64 where the packed entries need it).
+
+    A row that arrived through entry ``e`` at a split node reads ``out[e] = (base << shift) | j``
+    (``j`` the node's feature, ``base`` its ``node_child_base``) and moves to entry ``base`` plus its code
+    of feature ``j``; at a node ``x`` it stays at, ``out[e] = -1 - x``: a leaf, or the parent of a ``-1``
+    child or of one not above it (where :func:`gpucal.kernels.trees_row.walk_tree` stops). A split node
+    owns the entries from its ``node_child_base`` up to the next larger base of a split node (the layout
+    of ``TreeEnsemble``; the callers check that no two split nodes share a base). A step then waits for
+    two dependent loads, the entry and the code, where a walk over the node arrays waits for three (the
+    node's feature and base, the code, the child), and the table is ``child_table``'s size.
+    """
+    n_edges = child_table.shape[0]
+    split = np.flatnonzero(node_feature >= 0)
+    order = split[np.argsort(node_child_base[split])]
+    out[:n_edges] = -1  # entries no split node owns: no code in range reaches them
+    for r in range(order.shape[0]):
+        m = order[r]
+        start = node_child_base[m]
+        stop = node_child_base[order[r + 1]] if r + 1 < order.shape[0] else n_edges
+        for e in range(start, stop):
+            child = np.int64(child_table[e])
+            out[e] = _arrival(child, node_feature, node_child_base, shift) if child > m else -1 - np.int64(m)
+    for t in range(tree_start.shape[0] - 1):
+        out[n_edges + t] = _arrival(tree_start[t], node_feature, node_child_base, shift)
+    return out
 
 
 @numba.njit(inline="always")
-def _walk1(codes, i, root, steps, node_feature, node_child_base, child_table):
-    node = root
+def _arrival(node, node_feature, node_child_base, shift):
+    j = np.int64(node_feature[node])
+    return (node_child_base[node] << shift) | j if j >= 0 else -1 - np.int64(node)
+
+
+@numba.njit(inline="always")
+def _step(codes, i, e, table, shift):
+    """One step from entry ``e`` for row ``i``, without branches (selects compile to conditional moves)."""
+    x = np.int64(table[np.uint64(e)])
+    go = x >= 0
+    j = x & ((np.int64(1) << shift) - 1) if go else np.int64(0)
+    code = np.int64(codes[i, np.uint64(j)])
+    return (x >> shift) + code if go else e
+
+
+@numba.njit(inline="always")
+def _node(table, child_table, e, root):
+    """The node a row is at through entry ``e`` of the tree rooted at ``root``: a stop, or (after as many
+    steps as :func:`tree_depths_cpu` counts, only where child ids are not above their node) the child
+    or root the entry leads to."""
+    x = np.int64(table[np.uint64(e)])
+    if x < 0:
+        return np.uint64(-1 - x)
+    return np.uint64(child_table[np.uint64(e)] if e < child_table.shape[0] else root)
+
+
+@numba.njit(inline="always")
+def _walk8(codes, i, root, steps, table, shift):
+    """Rows ``i .. i + 7`` walked ``steps`` steps from entry ``root`` side by side; their eight entries."""
+    e0 = e1 = e2 = e3 = e4 = e5 = e6 = e7 = root
     for _ in range(steps):
-        node = step_down(codes, i, node, node_feature, node_child_base, child_table)
-    return node
+        e0 = _step(codes, i, e0, table, shift)
+        e1 = _step(codes, i + np.uint64(1), e1, table, shift)
+        e2 = _step(codes, i + np.uint64(2), e2, table, shift)
+        e3 = _step(codes, i + np.uint64(3), e3, table, shift)
+        e4 = _step(codes, i + np.uint64(4), e4, table, shift)
+        e5 = _step(codes, i + np.uint64(5), e5, table, shift)
+        e6 = _step(codes, i + np.uint64(6), e6, table, shift)
+        e7 = _step(codes, i + np.uint64(7), e7, table, shift)
+    return e0, e1, e2, e3, e4, e5, e6, e7
+
+
+@numba.njit(inline="always")
+def _walk1(codes, i, root, steps, table, shift):
+    e = root
+    for _ in range(steps):
+        e = _step(codes, i, e, table, shift)
+    return e
 
 
 @parallel_rows("codes")
-def tree_leaves_cpu(codes, node_feature, node_child_base, child_table, tree_start, tree_depth, out):
-    """Write into ``out`` (int32 ``(n, n_trees)``) the node each row stops at in each tree; return it."""
+def tree_leaves_cpu(codes, table, shift, child_table, tree_start, tree_depth, out):
+    """Write into ``out`` (int32 ``(n, n_trees)``) the node each row stops at in each tree; return it.
+
+    ``table`` from :func:`walk_table_cpu`, whose last ``n_trees`` entries are the roots.
+    """
     n = codes.shape[0]
-    n_quads = n // 4
-    for t in range(tree_start.shape[0] - 1):
-        root, steps = np.int64(tree_start[t]), tree_depth[t]
-        for q in numba.prange(n_quads):
-            i = np.uint64(4 * q)
-            a, b, c, d = _walk4(codes, i, root, steps, node_feature, node_child_base, child_table)
-            out[i, t], out[i + np.uint64(1), t] = a, b
-            out[i + np.uint64(2), t], out[i + np.uint64(3), t] = c, d
-        for r in range(4 * n_quads, n):
-            m = _walk1(codes, np.uint64(r), root, steps, node_feature, node_child_base, child_table)
-            out[np.uint64(r), t] = m
+    n_groups = n // 8
+    n_trees = tree_depth.shape[0]
+    first_root = table.shape[0] - n_trees
+    for t in range(n_trees):
+        root, steps, node = np.int64(first_root + t), tree_depth[t], tree_start[t]
+        for q in numba.prange(n_groups):
+            i = np.uint64(8 * q)
+            ends = _walk8(codes, i, root, steps, table, shift)
+            for k in range(8):
+                out[i + np.uint64(k), t] = _node(table, child_table, ends[k], node)
+        for r in range(8 * n_groups, n):
+            out[np.uint64(r), t] = _node(
+                table, child_table, _walk1(codes, np.uint64(r), root, steps, table, shift), node
+            )
     return out
 
 
 @numba.njit(inline="always")
 def _apply_leaf(out, i, m, node_value, leaf_map):
-    m = np.uint64(m)
     out[i] = apply_map(out[i], node_value[m, 0], node_value[m, 1], leaf_map)
 
 
 @parallel_rows("codes")
-def predict_trees_cpu(
-    codes, f, node_feature, node_child_base, child_table, node_value, tree_start, tree_depth, leaf_map, out
-):
-    """Write into ``out`` (float64) the chained prediction of each row; return ``out``."""
+def predict_trees_cpu(codes, f, table, shift, child_table, tree_start, node_value, tree_depth, leaf_map, out):
+    """Write into ``out`` (float64) the chained prediction of each row; return ``out``.
+
+    ``table`` from :func:`walk_table_cpu`, whose last ``n_trees`` entries are the roots.
+    """
     n = codes.shape[0]
-    n_quads = n // 4
+    n_groups = n // 8
+    n_trees = tree_depth.shape[0]
+    first_root = table.shape[0] - n_trees
     for row in numba.prange(n):
         out[np.uint64(row)] = start_value(f[np.uint64(row)], leaf_map)
-    for t in range(tree_start.shape[0] - 1):
-        root, steps = np.int64(tree_start[t]), tree_depth[t]
-        for q in numba.prange(n_quads):
-            i = np.uint64(4 * q)
-            a, b, c, d = _walk4(codes, i, root, steps, node_feature, node_child_base, child_table)
-            _apply_leaf(out, i, a, node_value, leaf_map)
-            _apply_leaf(out, i + np.uint64(1), b, node_value, leaf_map)
-            _apply_leaf(out, i + np.uint64(2), c, node_value, leaf_map)
-            _apply_leaf(out, i + np.uint64(3), d, node_value, leaf_map)
-        for r in range(4 * n_quads, n):
-            m = _walk1(codes, np.uint64(r), root, steps, node_feature, node_child_base, child_table)
-            _apply_leaf(out, np.uint64(r), m, node_value, leaf_map)
+    for t in range(n_trees):
+        root, steps, node = np.int64(first_root + t), tree_depth[t], tree_start[t]
+        for q in numba.prange(n_groups):
+            i = np.uint64(8 * q)
+            ends = _walk8(codes, i, root, steps, table, shift)
+            for k in range(8):
+                _apply_leaf(
+                    out, i + np.uint64(k), _node(table, child_table, ends[k], node), node_value, leaf_map
+                )
+        for r in range(8 * n_groups, n):
+            e = _walk1(codes, np.uint64(r), root, steps, table, shift)
+            _apply_leaf(out, np.uint64(r), _node(table, child_table, e, node), node_value, leaf_map)
     for row in numba.prange(n):
         out[np.uint64(row)] = finish_value(out[np.uint64(row)], leaf_map)
     return out

@@ -34,22 +34,6 @@ def route_row(codes, i, node, node_feature, node_child_base, child_table):
 
 
 @numba.njit(cache=True, inline="always")
-def step_down(codes, i, node, node_feature, node_child_base, child_table):
-    """One step of :func:`walk_tree` without branches: the child holding row ``i``'s code, or ``node``.
-
-    A leaf reads ``child_table[0]`` and ignores it (the caller takes a step only in a tree with a split,
-    so the table is not empty); the selects compile to conditional moves, so a walk of a fixed number
-    of steps has no branch to mispredict.
-    """
-    j = node_feature[np.uint64(node)]
-    split = j >= 0
-    code = np.int64(codes[i, np.uint64(j if split else 0)])
-    k = node_child_base[np.uint64(node)] + code if split else np.int64(0)
-    child = np.int64(child_table[np.uint64(k)])
-    return child if split & (child > node) else node
-
-
-@numba.njit(cache=True, inline="always")
 def walk_tree(codes, i, root, node_feature, node_child_base, child_table):
     """Return the node row ``i`` stops at, walking down from ``root`` (int64).
 

@@ -431,6 +431,13 @@ def test_pandas_out_keeps_index_and_name():
     assert wrap_output(got.score, got.info, name="other").name == "other"
 
 
+def test_pandas_out_copies_unless_the_values_are_fresh():
+    got = parse_input(_pandas())
+    values = got.score * 2
+    assert not np.shares_memory(wrap_output(values, got.info).to_numpy(), values)
+    assert np.shares_memory(wrap_output(values, got.info, fresh=True).to_numpy(), values)
+
+
 def test_pandas_series_in_keeps_its_index():
     s = pd.Series(SCORES, index=list("abcd"), name="p")
     got = parse_input(s)

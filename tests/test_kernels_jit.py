@@ -86,3 +86,37 @@ def test_a_prange_float_reduction_agrees_to_rounding() -> None:
     oracle = [z.shape[0], w.sum(), w @ y, loglik, r.sum(), r @ z, v.sum(), v @ z, v @ z**2]
     np.testing.assert_allclose(serial, oracle, rtol=1e-11)
     np.testing.assert_allclose(parallel, oracle, rtol=1e-11)
+
+
+def test_numpy_row_chunks_cover_the_rows_once_from_aligned_starts(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(jit, "PARALLEL_MIN_ROWS", 10)
+    monkeypatch.setattr(jit.numba, "get_num_threads", lambda: 3)
+    n = 3 * jit.CHUNK_ALIGN + 5
+    seen = np.zeros(n, dtype=np.int64)
+    chunks: list[tuple[int, int]] = []
+
+    def work(start: int, stop: int) -> None:
+        chunks.append((start, stop))
+        seen[start:stop] += 1
+
+    jit.numpy_row_chunks(work, n)
+    assert sorted(chunks) == [(0, 2 * jit.CHUNK_ALIGN), (2 * jit.CHUNK_ALIGN, n)]
+    assert (seen == 1).all()
+    jit.numpy_row_chunks(work, 9)  # below PARALLEL_MIN_ROWS: one call
+    assert chunks[-1] == (0, 9)
+    monkeypatch.setattr(jit, "MAX_CHUNK_ROWS", 1)  # small chunks, still aligned
+    chunks.clear()
+    jit.numpy_row_chunks(work, n)
+    assert sorted(chunks) == [(k * jit.CHUNK_ALIGN, min(n, (k + 1) * jit.CHUNK_ALIGN)) for k in range(4)]
+
+
+def test_map_design_in_row_chunks_is_one_calls_bits(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gpucal.trees.local_maps import _map_design, map_design
+
+    monkeypatch.setattr(jit, "PARALLEL_MIN_ROWS", 10)
+    score = np.random.default_rng(2).uniform(1e-12, 1.0, 3 * jit.CHUNK_ALIGN + 7)
+    for kind in ("constant", "shift", "temperature", "platt", "beta"):
+        got, want = map_design(score, kind), _map_design(score, kind)
+        for g, w in zip(got, want, strict=True):
+            assert g.dtype == w.dtype
+            np.testing.assert_array_equal(g, w)

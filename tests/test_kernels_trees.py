@@ -406,6 +406,7 @@ def test_good_args_pass():
         ({"node_child_base": np.array([0, 3, -1, -1])}, ValueError, r"node_child_base must hold one offset"),
         ({"node_child_base": np.array([0, 5, -1, -1, -1])}, ValueError, "split node 1 must lie in"),
         ({"node_child_base": np.array([-1, 3, -1, -1, -1])}, ValueError, "split node 0 must lie in"),
+        ({"node_child_base": np.array([3, 3, -1, -1, -1])}, ValueError, "two start at node_child_base 3"),
         ({"child_table": np.array([1, 2, -1, 3, 5])}, ValueError, r"child_table must lie in \[-1, 5\)"),
         ({"child_table": np.array([1, 2, -2, 3, 3])}, ValueError, r"child_table\[2\] = -2"),
         ({"child_table": np.array([1.0, 2.0])}, TypeError, "child_table must hold integers"),

@@ -198,7 +198,16 @@ class Calibrator(BaseEstimator):
         if lazy is not None:
             return lazy
         calibrated, info = self._predict_local(X)
-        return wrap_output(calibrated, info, output_type=getattr(self, "output_type", "input"))
+        return wrap_output(
+            calibrated,
+            info,
+            output_type=getattr(self, "output_type", "input"),
+            fresh=self._predicts_fresh_arrays,
+        )
+
+    #: Whether ``_predict_local`` always returns a new array no one else holds, which a pandas Series
+    #: may then wrap without a copy (see :func:`gpucal._frames.wrap_output`).
+    _predicts_fresh_arrays = False
 
     def _predict_local(self, X: Any) -> tuple[Any, InputInfo]:
         """The calibrated probabilities of a fitted calibrator on a local (not dask) ``X``, with ``X``'s

@@ -228,6 +228,7 @@ class MBCT(Calibrator):
         "verbose": Interval(int, 0, None),
         "output_type": OUTPUT_TYPE_OPTIONS,
     }
+    _predicts_fresh_arrays = True  # predict_ensemble returns its own new array
     _state_spec: ClassVar[dict[str, str]] = {
         "encoder_": "json",
         "ensemble_": "json",

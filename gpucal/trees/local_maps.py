@@ -49,7 +49,7 @@ import numpy as np
 
 from gpucal._backend import array_namespace, to_numpy
 from gpucal.kernels import STAT_W, STAT_WF, STAT_WY, group_sums
-from gpucal.kernels.jit import numba, parallel_rows
+from gpucal.kernels.jit import numba, numpy_row_chunks, parallel_rows
 from gpucal.kernels.trees_oracle import EPS  # probabilities clipped to [EPS, 1 - EPS], as the trees clip them
 
 LOCAL_MAP_KINDS = ("constant", "scale", "shift", "temperature", "platt", "beta")
@@ -371,7 +371,25 @@ def _sigmoid(eta: Any) -> Any:
 
 
 def map_design(score: Any, kind: str) -> tuple[Any, Any]:
-    """Return the design ``(n, k)`` and offset ``(n,)`` of a kind's logistic model (module table)."""
+    """Return the design ``(n, k)`` and offset ``(n,)`` of a kind's logistic model (module table).
+
+    On numpy, computed over row chunks on every core (``numpy_row_chunks``: the same numbers).
+    """
+    xp = array_namespace(score)
+    if xp is np:
+        empty_design, empty_offset = _map_design(score[:0], kind)  # the dtypes of one call
+        design = np.empty((score.shape[0], _N_PARAMS[kind]), dtype=empty_design.dtype)
+        offset = np.empty(score.shape[0], dtype=empty_offset.dtype)
+
+        def rows(start: int, stop: int) -> None:
+            design[start:stop], offset[start:stop] = _map_design(score[start:stop], kind)
+
+        numpy_row_chunks(rows, score.shape[0])
+        return design, offset
+    return _map_design(score, kind)
+
+
+def _map_design(score: Any, kind: str) -> tuple[Any, Any]:
     xp = array_namespace(score)
     p = xp.clip(score, EPS, 1.0 - EPS)
     log_p, log_q = xp.log(p), xp.log1p(-p)
