@@ -134,6 +134,7 @@ def test_weights_are_repeated_rows_and_output_is_near_monotone() -> None:
     # Near-isotonic: what the average loses to decreasing steps is small against its rise.
     assert -np.sum(np.minimum(np.diff(p), 0)) < 0.1 * (p.max() - p.min())
     assert type(gpucal.make_calibrator("enir")) is ENIRCalibrator
+    assert gpucal.catalogue.METHODS["enir"] is ENIRCalibrator  # a name AutoCalibrator's candidates take
 
 
 def test_bad_input() -> None:

@@ -316,7 +316,7 @@ def enir_knot_map(
     return xs, np.clip(acc / relative.sum(), 0.0, 1.0), model_weights
 
 
-@calibration_method("enir", fits_on_dask=True, candidate=False)
+@calibration_method("enir", fits_on_dask=True)
 class ENIRCalibrator(Calibrator):
     r"""Ensemble of near-isotonic regressions (ENIR, Naeini & Cooper 2016).
 
