@@ -215,9 +215,9 @@ def test_compressed_rows_equal_the_rows(monkeypatch: pytest.MonkeyPatch) -> None
     y, p = make_data(3000, 9)
     w = np.random.default_rng(10).random(y.shape[0]) * 2.0
     monkeypatch.setattr(belt, "BELT_BINS", 1024)
-    monkeypatch.setattr(belt, "STEEPEST", 1.0)
+    monkeypatch.setattr(belt, "RESOLUTION", 1.0)
     compressed = calibration_belt(y, p, sample_weight=w, grid=7)
-    monkeypatch.setattr(belt, "STEEPEST", 0.0)  # every fit redone on the rows
+    monkeypatch.setattr(belt, "RESOLUTION", 0.0)  # every fit redone on the rows
     rows = calibration_belt(y, p, sample_weight=w, grid=7)
     assert compressed.degree == rows.degree == 2
     assert_allclose(compressed.statistic, rows.statistic, rtol=1e-9)

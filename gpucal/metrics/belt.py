@@ -35,9 +35,10 @@ from gpucal.rows import Rows
 KERNEL_CHUNK = 1 << 14
 #: Bins of the scaled logit in which the rows are compressed to two Gauss points each.
 BELT_BINS = 1 << 16
-#: The largest :math:`|\eta'(u)|` times the bin width for which the compressed sums are used (their
-#: relative error about 1e-12 there); a steeper fit is redone on the rows.
-STEEPEST = 0.01
+#: The largest weighted mean of (D h)^4 (:meth:`_PolynomialFit.check_resolved`; h the bin width, D the
+#: scale of the derivatives of the fitted log-odds) for which the compressed sums are used: their error
+#: is then below 1e-11 per unit weight; a steeper fit is redone on the rows.
+RESOLUTION = 1e-10
 #: Newton (for the fits and for the band's boundary points) stops when no parameter moves more than
 #: this, relative to ``1 + |parameter|``.
 NEWTON_TOL = 1e-10
@@ -182,7 +183,7 @@ def row_softplus_sums(block: CheckedRows, scale: float, gammas: np.ndarray) -> A
 
 
 class _Unresolved(Exception):
-    """A fit steeper than the compressed rows resolve (:data:`STEEPEST`)."""
+    """A fit steeper than the compressed rows resolve (:data:`RESOLUTION`)."""
 
 
 def belt_bin_sums(block: CheckedRows, scale: float, low: float, width: float) -> Any:
@@ -298,15 +299,26 @@ class _PolynomialFit:
         return _unpack(sums, d)
 
     def check_resolved(self, gammas: np.ndarray) -> None:
-        """Raise :class:`_Unresolved` when, compressed, some :math:`|\\eta'(u)|` times the bin width at
-        a point exceeds :data:`STEEPEST` for a row of ``gammas`` (the rule's error grows as its fourth
-        power)."""
+        r"""Raise :class:`_Unresolved` when, compressed, the two-point rule's error bound at some row
+        of ``gammas`` exceeds :data:`RESOLUTION`.
+
+        On a bin of width :math:`h` the rule errs by at most :math:`h^4 \max |f^{(4)}| / 24` per unit
+        weight, and the summed functions of :math:`\eta(u)` have fourth derivatives of the order of
+        :math:`D^4`, :math:`D = \max_k |\eta^{(k)}(u)|^{1/k}`: the bound checked is the weighted mean
+        of :math:`(D h)^4` over the points.
+        """
         if not self.compressed:
             return
-        slopes = gammas[:, 1:] * np.arange(1, gammas.shape[1])  # eta' = sum_k k gamma_k u^(k-1)
-        powers = self.u[None, :] ** np.arange(slopes.shape[1])[:, None]
-        if max(float(np.abs(slope @ powers).max()) for slope in slopes) * self.width > STEEPEST:
-            raise _Unresolved
+        d = gammas.shape[1]
+        powers = self.u[None, :] ** np.arange(d)[:, None]
+        for gamma in gammas:
+            local = np.zeros(self.u.shape[0])
+            coef = gamma
+            for k in range(1, d):  # the k-th derivative's coefficients, on powers 0 .. d - 1 - k
+                coef = coef[1:] * np.arange(1, coef.shape[0])
+                local = np.maximum(local, np.abs(coef @ powers[: coef.shape[0]]) ** (1.0 / k))
+            if np.dot(self.w, (local * self.width) ** 4) / self.w.sum() > RESOLUTION:
+                raise _Unresolved
 
     def maximise(self, gamma: np.ndarray) -> tuple[np.ndarray, float, np.ndarray] | None:
         """Maximum likelihood from ``gamma`` by damped Newton: ``(estimate, log-likelihood, Hessian)``,
