@@ -267,8 +267,9 @@ class _PolynomialFit:
     first part and the gradient's :math:`\sum w y u^k` are exact from the label sums; the sums of smooth
     functions of :math:`u` (softplus, :math:`\mu u^k`, :math:`\mu (1 - \mu) u^k`) are taken over the two
     Gauss points of each bin (:func:`gauss_nodes`), exact for cubics in :math:`u`: the error is of
-    the fourth order in the bin width (:math:`2 / 65536` of the scaled range), about 1e-15 of the sums.
-    Every Newton pass then reads at most two points per bin instead of the rows.
+    the fourth order in the bin width (at most :math:`2 / 65536` of the scaled range), checked against
+    :data:`RESOLUTION` at every fit (:meth:`check_resolved`; when it fails, ``compressed`` is set to
+    False and the fits read the rows). Every Newton pass then reads at most two points per bin.
     """
 
     def __init__(self, rows: Rows, scale: float, span: np.ndarray) -> None:
