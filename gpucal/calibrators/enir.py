@@ -378,6 +378,12 @@ class ENIRCalibrator(Calibrator):
     meetings and the average against a direct numpy oracle of the definition above; blocks that meet
     within a relative 1e-9 of the same :math:`\lambda` fuse in one step here.
 
+    *Against probcal.* probcal 0.4's ``ENIRCalibrator`` averages the path's models by the same BIC
+    weights, but counts every meeting as a breakpoint of its own (no grouping of meetings at one
+    :math:`\lambda`, no fusing of equal neighbours at :math:`\lambda = 0`), keeps its 256 best models
+    and predicts steps between the scores: its map differs from this one in the gaps between the
+    scores and by the extra breakpoints' weights.
+
     *Weights and ties.* The fit reads the sums :math:`\sum w` and :math:`\sum w y` per distinct score,
     so integer weights give what repeated rows give and a dask fit is the one-machine fit; tied
     scores are one point of the path. Rows of zero weight are ignored.
