@@ -165,7 +165,7 @@ def test_integer_weights_equal_repeated_rows() -> None:
     assert_allclose(weighted.upper, repeated.upper, rtol=1e-8)
 
 
-@pytest.mark.slow  # some 30 passes over the rows, each a round of dask tasks
+@pytest.mark.slow  # a dask cluster (the client fixture) and a few rounds of tasks
 def test_dask_equals_one_machine(client) -> None:  # type: ignore[no-untyped-def]
     dd = pytest.importorskip("dask.dataframe")
     y, p = make_data(2000, 6)
