@@ -4,7 +4,9 @@ Calibrators (fit on ``n`` rows, then predict those ``n`` rows): Venn-Abers (indu
 0.4 and the ``venn-abers`` package, cross Venn-Abers (5 folds) against probcal, centred isotonic
 regression against probcal. Tests on ``n`` rows: Hosmer-Lemeshow, Spiegelhalter's z, the Murphy
 decomposition, the per-grade binomial and Jeffreys tests against probcal; Cox's calibration slope (with
-its SEs and joint test) against statsmodels' GLM and probcal's ``calibration_slope`` (slope only).
+its SEs and joint test) against statsmodels' GLM and probcal's ``calibration_slope`` (slope only), and
+the calibration intercept (the offset model, with its SE) against statsmodels' GLM with the logit as
+offset and probcal's ``calibration_intercept`` (intercept only).
 Spline calibration against ml-insights' ``SplineCalib``, BBQ and ENIR against netcal's ``BBQ`` and
 ``ENIR``; the SKCE (unbiased quadratic, Laplace kernel) and its asymptotic test against probcal; the
 calibration belt (80% and 95% bands on calibration-belt's 50-point grid) against ``calibration-belt``.
@@ -114,6 +116,9 @@ def gpucal_cases() -> dict[str, Callable[..., Any]]:
         "spiegelhalter_z": lambda y, p, g: metrics.spiegelhalter_z(y, p).z,
         "murphy_decomposition": lambda y, p, g: metrics.murphy_decomposition(y, p).reliability,
         "calibration_slope": slope,
+        "calibration_intercept": lambda y, p, g: np.array(
+            [(r := metrics.calibration_intercept(y, p)).intercept, r.se]
+        ),
         "binomial_grade_test": lambda y, p, g: metrics.binomial_grade_test(y, p, g).p_value,
         "jeffreys_grade_test": lambda y, p, g: metrics.jeffreys_grade_test(y, p, g).p_value,
         "spline": lambda y, p, g: gpucal.SplineCalibrator().fit(p, y).predict(p),
@@ -149,6 +154,14 @@ def reference_cases() -> dict[str, list[tuple[str, Callable[..., Any], Callable[
         q = np.clip(p, 1e-12, 1 - 1e-12)
         z = np.log(q) - np.log1p(-q)
         fit = sm.GLM(y, np.column_stack([np.ones_like(z), z]), family=sm.families.Binomial()).fit()
+        return np.concatenate([fit.params, fit.bse])
+
+    def statsmodels_intercept(y: np.ndarray, p: np.ndarray, g: np.ndarray) -> Any:
+        import statsmodels.api as sm
+
+        q = np.clip(p, 1e-12, 1 - 1e-12)
+        z = np.log(q) - np.log1p(-q)
+        fit = sm.GLM(y, np.ones((y.shape[0], 1)), offset=z, family=sm.families.Binomial()).fit()
         return np.concatenate([fit.params, fit.bse])
 
     def spline_calib(y: np.ndarray, p: np.ndarray, g: np.ndarray) -> Any:
@@ -207,6 +220,10 @@ def reference_cases() -> dict[str, list[tuple[str, Callable[..., Any], Callable[
         "calibration_slope": [
             ("statsmodels", statsmodels_slope, same),
             ("probcal", lambda y, p, g: pm.calibration_slope(y, p), lambda out: out[1]),
+        ],
+        "calibration_intercept": [
+            ("statsmodels", statsmodels_intercept, same),
+            ("probcal", lambda y, p, g: pm.calibration_intercept(y, p), lambda out: out[0]),
         ],
         "binomial_grade_test": [("probcal", lambda y, p, g: pm.binomial_grade_test(y, p, g).p_value, same)],
         "jeffreys_grade_test": [("probcal", lambda y, p, g: pm.jeffreys_grade_test(y, p, g).p_value, same)],

@@ -64,6 +64,51 @@ def test_path_and_average_equal_netcal_path_and_the_oracle(n: int, seed: int) ->
     assert_allclose(cal.predict(test), expected, atol=1e-9, rtol=0)
 
 
+def stepwise_enir(s: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The oracle of the whole path: numpy steps over all blocks, every model's BIC evaluated.
+
+    Unit weights and distinct scores; each step moves every block by its slope to the earliest
+    meeting and fuses the neighbours that meet there (within a relative 1e-9).
+    """
+    order = np.argsort(s)
+    ys = y[order]
+    keep = np.concatenate([[True], ys[1:] != ys[:-1]])  # equal neighbours fused from the start
+    size = np.diff(np.append(np.flatnonzero(keep), ys.shape[0])).astype(np.float64)
+    value = ys[keep]
+    fits, bics = [], []
+    while True:
+        fit = np.repeat(value, size.astype(np.int64))
+        p = np.clip(fit, LOG_EPS, 1 - LOG_EPS)
+        deviance = -2 * np.sum(ys * np.log(p) + (1 - ys) * np.log1p(-p))
+        fits.append(fit)
+        bics.append(deviance + value.shape[0] * np.log(ys.shape[0]))
+        down = np.concatenate([[0.0], value[:-1] > value[1:], [0.0]])
+        slope = (down[:-1] - down[1:]) / size
+        closing = slope[:-1] - slope[1:]
+        meet = np.full(closing.shape, np.inf)
+        meet[closing != 0] = np.maximum((value[1:] - value[:-1])[closing != 0] / closing[closing != 0], 0)
+        if not np.isfinite(meet).any():
+            break
+        step = meet.min()
+        value = value + slope * step
+        group = np.cumsum(np.concatenate([[True], meet > step * (1 + 1e-9)])) - 1
+        size, value = np.bincount(group, size), np.bincount(group, size * value) / np.bincount(group, size)
+    weights = np.exp(-(np.array(bics) - min(bics)) / 2)
+    return weights / weights.sum(), weights @ np.array(fits) / weights.sum()
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_event_path_and_skipped_models_equal_the_stepwise_oracle(seed: int) -> None:
+    # 1e4 rows: a path of 430-470 models, most of them with weights below e^-800 (not evaluated).
+    s, y = make_data(10_000, seed)
+    weights, fit = stepwise_enir(s, y)
+    cal = ENIRCalibrator().fit(s, y)
+    assert cal.model_weights_.shape == weights.shape
+    assert np.count_nonzero(weights) < weights.shape[0] // 2
+    assert_allclose(cal.model_weights_, weights, atol=1e-12, rtol=0)
+    assert_allclose(cal.values_, fit, atol=1e-12, rtol=0)
+
+
 def test_blocks_meeting_at_once_fuse_into_one() -> None:
     # Labels 1, 0, 1, 0: every neighbour pair meets at lambda = 1/2 at 0.5, so the path has two
     # models, the data (4 blocks) and the constant 0.5 (1 block).
@@ -89,6 +134,7 @@ def test_weights_are_repeated_rows_and_output_is_near_monotone() -> None:
     # Near-isotonic: what the average loses to decreasing steps is small against its rise.
     assert -np.sum(np.minimum(np.diff(p), 0)) < 0.1 * (p.max() - p.min())
     assert type(gpucal.make_calibrator("enir")) is ENIRCalibrator
+    assert gpucal.catalogue.METHODS["enir"] is ENIRCalibrator  # a name AutoCalibrator's candidates take
 
 
 def test_bad_input() -> None:

@@ -119,7 +119,7 @@ def test_every_public_metric_is_covered() -> None:
     covered |= {"skce", "skce_test", "SKCEResult", "SKCETestResult"}  # test_metrics_kernel_calibration.py
     # test_metrics_log_loss_decomposition.py
     covered |= {"murphy_decomposition_log_loss", "LogLossDecomposition"}
-    # test_metrics_belt.py::test_dask_equals_one_machine (marked slow: some 30 rounds of dask tasks)
+    # test_metrics_belt.py::test_dask_equals_one_machine (marked slow: it needs a dask cluster)
     covered |= {"calibration_belt", "CalibrationBeltResult"}
     covered |= {
         name for name in metrics.__all__ if name in CALIBRATION_TESTS

@@ -165,7 +165,7 @@ def test_integer_weights_equal_repeated_rows() -> None:
     assert_allclose(weighted.upper, repeated.upper, rtol=1e-8)
 
 
-@pytest.mark.slow  # some 30 passes over the rows, each a round of dask tasks
+@pytest.mark.slow  # a dask cluster (the client fixture) and a few rounds of tasks
 def test_dask_equals_one_machine(client) -> None:  # type: ignore[no-untyped-def]
     dd = pytest.importorskip("dask.dataframe")
     y, p = make_data(2000, 6)
@@ -206,3 +206,21 @@ def test_plot_draws_one_band_per_level() -> None:
     assert len(fig.axes[0].collections) == 2
     assert f"degree {belt.degree}" in fig.axes[0].get_title()
     plt.close(fig)
+
+
+def test_compressed_rows_equal_the_rows(monkeypatch: pytest.MonkeyPatch) -> None:
+    # 1024 bins of 3000 rows: about three rows per bin, each bin's two Gauss points standing for them.
+    from gpucal.metrics import belt
+
+    y, p = make_data(3000, 9)
+    w = np.random.default_rng(10).random(y.shape[0]) * 2.0
+    monkeypatch.setattr(belt, "BELT_BINS", 1024)
+    monkeypatch.setattr(belt, "RESOLUTION", 1.0)
+    compressed = calibration_belt(y, p, sample_weight=w, grid=7)
+    monkeypatch.setattr(belt, "RESOLUTION", 0.0)  # every fit redone on the rows
+    rows = calibration_belt(y, p, sample_weight=w, grid=7)
+    assert compressed.degree == rows.degree == 2
+    assert_allclose(compressed.statistic, rows.statistic, rtol=1e-9)
+    assert_allclose(compressed.coefficients, rows.coefficients, rtol=1e-9)
+    assert_allclose(compressed.lower, rows.lower, rtol=1e-9)
+    assert_allclose(compressed.upper, rows.upper, rtol=1e-9)

@@ -8,10 +8,12 @@ The label is regressed on a polynomial in the score's log-odds :math:`z = \opera
 
 whose degree :math:`m` is chosen by forward likelihood-ratio selection; the test compares the fit with
 the bisector :math:`\beta = (0, 1, 0, \dots)` and the belt is the band of the fitted curve over the
-likelihood-ratio confidence region of :math:`\beta`. Every fit is Newton's method on sums over rows
-(``gpucal.rows``): the log-likelihood, its gradient and the weighted power sums
-:math:`\sum_i w_i \mu_i (1 - \mu_i) z_i^k` that make its Hessian, for many parameter vectors in one
-pass, so dask partitions give the one-machine belt.
+likelihood-ratio confidence region of :math:`\beta`. Every fit is Newton's method on sums: the
+log-likelihood, its gradient and the weighted power sums :math:`\sum_i w_i \mu_i (1 - \mu_i) z_i^k`
+that make its Hessian, for many parameter vectors at once. One pass over the rows (``gpucal.rows``, so
+dask partitions give the one-machine belt) compresses them to two Gauss points per bin of the logit and
+exact label sums; the Newton passes read those points, or the rows again when a fit is too steep for
+the bins to resolve.
 """
 
 from __future__ import annotations
@@ -29,8 +31,14 @@ from gpucal.metrics.calibration_tests import _recalibration_rows
 from gpucal.metrics.inputs import CheckedRows
 from gpucal.rows import Rows
 
-#: Rows per task of the numba loop.
+#: Points per task of the numba loop.
 KERNEL_CHUNK = 1 << 14
+#: Bins of the scaled logit in which the rows are compressed to two Gauss points each.
+BELT_BINS = 1 << 16
+#: The largest weighted mean of (D h)^4 (:meth:`_PolynomialFit.check_resolved`; h the bin width, D the
+#: scale of the derivatives of the fitted log-odds) for which the compressed sums are used: their error
+#: is then below 1e-11 per unit weight; a steeper fit is redone on the rows.
+RESOLUTION = 1e-10
 #: Newton (for the fits and for the band's boundary points) stops when no parameter moves more than
 #: this, relative to ``1 + |parameter|``.
 NEWTON_TOL = 1e-10
@@ -120,9 +128,11 @@ def _statistic_quantile(level: float, degree: int, threshold: float) -> float:
 
 
 @numba.njit(parallel=True, cache=True)
-def _belt_sums_cpu(z, y, w, unit, inv_scale, gammas):  # pragma: no cover - compiled; tested vs array code
-    """:func:`belt_sums` in one parallel pass (``unit``: every weight 1, ``w`` unread)."""
-    n = z.shape[0]
+def _softplus_sums(u, w, gammas):  # pragma: no cover - compiled; tested through the belt vs statsmodels
+    r"""The sums :math:`-\sum w \operatorname{softplus}(\eta)`, :math:`-\sum w \mu u^k` (``k < d``) and
+    :math:`\sum w \mu (1 - \mu) u^k` (``k < 2d - 1``) over the points ``u`` of weights ``w``, for each
+    row of ``gammas`` (``(P, d)``): ``(P, 3d)``."""
+    n = u.shape[0]
     n_problems, d = gammas.shape
     n_powers = 2 * d - 1
     n_chunks = (n + KERNEL_CHUNK - 1) // KERNEL_CHUNK
@@ -131,59 +141,93 @@ def _belt_sums_cpu(z, y, w, unit, inv_scale, gammas):  # pragma: no cover - comp
         powers = np.empty(n_powers)
         acc = partial[c]
         for i in range(c * KERNEL_CHUNK, min(n, (c + 1) * KERNEL_CHUNK)):
-            wi = 1.0 if unit else w[i]
-            if wi == 0.0:
-                continue
-            u = z[i] * inv_scale
+            wi = w[i]
             powers[0] = 1.0
             for k in range(1, n_powers):
-                powers[k] = powers[k - 1] * u
-            yi = y[i]
+                powers[k] = powers[k - 1] * u[i]
             for j in range(n_problems):
                 eta = 0.0
                 for k in range(d):
                     eta += gammas[j, k] * powers[k]
                 e = math.exp(-abs(eta))
                 mu = 1.0 / (1.0 + e) if eta >= 0.0 else e / (1.0 + e)
-                acc[j, 0] += wi * (yi * eta - max(eta, 0.0) - math.log1p(e))
-                r = wi * (yi - mu)
-                v = wi * mu * (1.0 - mu)
+                acc[j, 0] -= wi * (max(eta, 0.0) + math.log1p(e))
                 for k in range(d):
-                    acc[j, 1 + k] += r * powers[k]
+                    acc[j, 1 + k] -= wi * mu * powers[k]
+                v = wi * mu * (1.0 - mu)
                 for k in range(n_powers):
                     acc[j, 1 + d + k] += v * powers[k]
     return partial.sum(axis=0)
 
 
-def belt_sums(block: CheckedRows, scale: float, gammas: np.ndarray) -> np.ndarray:
-    r"""One block's sums for each row of ``gammas`` (shape ``(P, d)``), as an array ``(P, 3d)``.
-
-    With :math:`u = z / \text{scale}` (``block.p`` holds the logits :math:`z`), :math:`\eta = \sum_k
-    \gamma_k u^k` and :math:`\mu = \sigma(\eta)`: ``[log-likelihood, gradient (d), Hankel sums (2d - 1)]``,
-    the gradient :math:`\sum_i w_i (y_i - \mu_i) u_i^k` and the Hankel sums
-    :math:`\sum_i w_i \mu_i (1 - \mu_i) u_i^k`, :math:`k = 0 .. 2d - 2` (minus the Hessian's entry
-    :math:`(a, b)` is the sum of index :math:`a + b`).
-    """
-    xp, z, y = block.xp, block.p, block.y
+def row_softplus_sums(block: CheckedRows, scale: float, gammas: np.ndarray) -> Any:
+    """:func:`_softplus_sums` over one block's rows (``u = z / scale``), numpy by the compiled loop."""
+    xp = block.xp
+    u, w = block.p / scale, block.weights()
     if xp is np:
-        gammas_host = np.ascontiguousarray(gammas, dtype=np.float64)
-        return _belt_sums_cpu(*block.host_arrays(), 1.0 / scale, gammas_host)
+        return _softplus_sums(
+            np.ascontiguousarray(u, dtype=np.float64), np.ascontiguousarray(w, dtype=np.float64), gammas
+        )
     n_problems, d = gammas.shape
-    w = block.weights()
-    u = z / scale
     powers = [xp.ones_like(u)]
     for _ in range(2 * d - 2):
         powers.append(powers[-1] * u)
-    out = np.zeros((n_problems, 3 * d))
+    out = xp.zeros((n_problems, 3 * d))
     for j in range(n_problems):
         eta = sum(float(gammas[j, k]) * powers[k] for k in range(d))
         mu = 1.0 / (1.0 + xp.exp(-eta))
-        r = w * (y - mu)
-        v = w * mu * (1.0 - mu)
-        out[j, 0] = float(xp.sum(w * (y * eta - xp.logaddexp(0.0, eta))))
-        out[j, 1 : 1 + d] = [float(xp.sum(r * powers[k])) for k in range(d)]
-        out[j, 1 + d :] = [float(xp.sum(v * powers[k])) for k in range(2 * d - 1)]
+        out[j, 0] = -xp.sum(w * xp.logaddexp(0.0, eta))
+        out[j, 1 : 1 + d] = xp.stack([-xp.sum(w * mu * powers[k]) for k in range(d)])
+        out[j, 1 + d :] = xp.stack([xp.sum(w * mu * (1.0 - mu) * powers[k]) for k in range(2 * d - 1)])
     return out
+
+
+class _Unresolved(Exception):
+    """A fit steeper than the compressed rows resolve (:data:`RESOLUTION`)."""
+
+
+def belt_bin_sums(block: CheckedRows, scale: float, low: float, width: float) -> Any:
+    r"""One block's sums for the compressed rows: per bin of the scaled logit, then the label sums.
+
+    With :math:`u = z / \text{scale}` (``block.p`` holds the logits :math:`z`) in :data:`BELT_BINS`
+    bins of ``width`` from ``low``, and :math:`t \in [-\tfrac12, \tfrac12]` a row's offset from its bin's
+    centre in widths: :math:`\sum w t^j` per bin (:math:`j = 0..3`, an array ``(4, BELT_BINS)``
+    flattened), followed by :math:`\sum_i w_i y_i u_i^k`, :math:`k = 0..` :data:`HIGHEST_DEGREE`.
+    """
+    xp = block.xp
+    w = block.weights()
+    u = block.p / scale
+    position = (u - low) / width
+    index = xp.clip(xp.floor(position), 0, BELT_BINS - 1).astype(xp.int64)
+    t = position - index - 0.5
+    moments = [xp.bincount(index, weights=w * t**j, minlength=BELT_BINS) for j in range(4)]
+    wy = w * block.y
+    labels = xp.stack([xp.sum(wy * u**k) for k in range(HIGHEST_DEGREE + 1)])
+    return xp.concatenate([xp.stack(moments).ravel(), labels])
+
+
+def gauss_nodes(moments: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    r"""Two points and weights per bin with the bin's weighted moments :math:`\sum w t^j`, :math:`j \le 3`.
+
+    The two-point Gauss rule of the bin's rows (``moments``: ``(4, bins)``): with mean :math:`m`, and
+    variance :math:`v` and third central moment :math:`s` of :math:`t - m`, the points are
+    :math:`m + (a \pm \sqrt{a^2 + 4v}) / 2`, :math:`a = s / v`, the roots of the degree-2 orthogonal
+    polynomial; a bin of one distinct point (:math:`v` at rounding level) keeps one point. Returns the
+    points (in bin widths from each bin's centre, ``(2, bins)``) and their weights, 0 for empty bins.
+    """
+    total = moments[0]
+    safe = np.where(total > 0.0, total, 1.0)
+    mean = moments[1] / safe
+    var = np.maximum(moments[2] / safe - mean**2, 0.0)
+    third = moments[3] / safe - 3.0 * mean * moments[2] / safe + 2.0 * mean**3
+    spread = var > 1e-14
+    a = np.where(spread, third / np.where(spread, var, 1.0), 0.0)
+    root = np.sqrt(a * a + 4.0 * var)
+    low, high = (a - root) / 2.0, (a + root) / 2.0
+    gap = np.where(spread, high - low, 1.0)
+    w_low = np.where(spread, total * high / gap, total)
+    w_high = np.where(spread, -total * low / gap, 0.0)
+    return np.stack([mean + low, mean + high]), np.stack([w_low, w_high])
 
 
 def _logit_span(block: CheckedRows) -> np.ndarray:
@@ -199,7 +243,9 @@ def _widest(*spans: np.ndarray) -> np.ndarray:
 
 
 def _unpack(sums: np.ndarray, d: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(log-likelihoods (P,), gradients (P, d), Hessians (P, d, d))`` of :func:`belt_sums`' output."""
+    """``(log-likelihoods (P,), gradients (P, d), Hessians (P, d, d))`` of the sums: per row
+    ``[log-likelihood, gradient (d), Hankel sums (2d - 1)]``, minus the Hessian's entry ``(a, b)`` being
+    the Hankel sum of index ``a + b``."""
     hankel = sums[:, 1 + d :]
     index = np.add.outer(np.arange(d), np.arange(d))
     return sums[:, 0], sums[:, 1 : 1 + d], -hankel[:, index]
@@ -212,16 +258,68 @@ def _ill_conditioned(hess: np.ndarray) -> bool:
 
 
 class _PolynomialFit:
-    """The rows of the belt's regressions, on the scaled logit :math:`u = z / \\text{scale}`."""
+    r"""The rows of the belt's regressions, on the scaled logit :math:`u = z / \text{scale}`, compressed.
 
-    def __init__(self, rows: Rows, scale: float) -> None:
+    One pass over the rows sums, per bin of :math:`u` (:data:`BELT_BINS` between the lowest and the
+    highest score), the weighted moments :math:`\sum w t^j`, :math:`j \le 3`, of the offsets from the
+    bin's centre, and the label sums :math:`\sum w y u^k`. The log-likelihood is
+    :math:`\sum_k \gamma_k \sum_i w_i y_i u_i^k - \sum_i w_i \operatorname{softplus}(\eta_i)`: its
+    first part and the gradient's :math:`\sum w y u^k` are exact from the label sums; the sums of smooth
+    functions of :math:`u` (softplus, :math:`\mu u^k`, :math:`\mu (1 - \mu) u^k`) are taken over the two
+    Gauss points of each bin (:func:`gauss_nodes`), exact for cubics in :math:`u`: the error is of
+    the fourth order in the bin width (at most :math:`2 / 65536` of the scaled range), checked against
+    :data:`RESOLUTION` at every fit (:meth:`check_resolved`; when it fails, ``compressed`` is set to
+    False and the fits read the rows). Every Newton pass then reads at most two points per bin.
+    """
+
+    def __init__(self, rows: Rows, scale: float, span: np.ndarray) -> None:
         self.rows = rows
         self.scale = scale
+        low = float(span[0]) / scale
+        width = (float(span[1]) - float(span[0])) / scale / BELT_BINS
+        sums = rows.sum(belt_bin_sums, scale, low, width)
+        offsets, weights = gauss_nodes(sums[: 4 * BELT_BINS].reshape(4, BELT_BINS))
+        centres = low + width * (np.arange(BELT_BINS) + 0.5)
+        keep = weights > 0.0
+        self.u = np.ascontiguousarray((centres + width * offsets)[keep])
+        self.w = np.ascontiguousarray(weights[keep])
+        self.width = width
+        self.label_sums = sums[4 * BELT_BINS :]
+        self.compressed = True
 
     def evaluate(self, gammas: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Log-likelihoods, gradients and Hessians at each row of ``gammas``: one pass over the rows."""
-        sums = self.rows.sum(belt_sums, self.scale, np.ascontiguousarray(gammas, dtype=np.float64))
-        return _unpack(sums.reshape(gammas.shape[0], -1), gammas.shape[1])
+        """Log-likelihoods, gradients and Hessians at each row of ``gammas``."""
+        gammas = np.ascontiguousarray(gammas, dtype=np.float64)
+        d = gammas.shape[1]
+        if self.compressed:
+            sums = _softplus_sums(self.u, self.w, gammas)
+        else:
+            sums = self.rows.sum(row_softplus_sums, self.scale, gammas).reshape(gammas.shape[0], -1)
+        sums[:, 0] += gammas @ self.label_sums[:d]
+        sums[:, 1 : 1 + d] += self.label_sums[:d]
+        return _unpack(sums, d)
+
+    def check_resolved(self, gammas: np.ndarray) -> None:
+        r"""Raise :class:`_Unresolved` when, compressed, the two-point rule's error bound at some row
+        of ``gammas`` exceeds :data:`RESOLUTION`.
+
+        On a bin of width :math:`h` the rule errs by at most :math:`h^4 \max |f^{(4)}| / 24` per unit
+        weight, and the summed functions of :math:`\eta(u)` have fourth derivatives of the order of
+        :math:`D^4`, :math:`D = \max_k |\eta^{(k)}(u)|^{1/k}`: the bound checked is the weighted mean
+        of :math:`(D h)^4` over the points.
+        """
+        if not self.compressed:
+            return
+        d = gammas.shape[1]
+        powers = self.u[None, :] ** np.arange(d)[:, None]
+        for gamma in gammas:
+            local = np.zeros(self.u.shape[0])
+            coef = gamma
+            for k in range(1, d):  # the k-th derivative's coefficients, on powers 0 .. d - 1 - k
+                coef = coef[1:] * np.arange(1, coef.shape[0])
+                local = np.maximum(local, np.abs(coef @ powers[: coef.shape[0]]) ** (1.0 / k))
+            if np.dot(self.w, (local * self.width) ** 4) / self.w.sum() > RESOLUTION:
+                raise _Unresolved
 
     def maximise(self, gamma: np.ndarray) -> tuple[np.ndarray, float, np.ndarray] | None:
         """Maximum likelihood from ``gamma`` by damped Newton: ``(estimate, log-likelihood, Hessian)``,
@@ -239,6 +337,7 @@ class _PolynomialFit:
             step = np.linalg.solve(-hess, grad)
             gamma, loglik, grad, hess, converged = self.damped_step(gamma, step, loglik)
             if converged:
+                self.check_resolved(gamma[None, :])
                 return gamma, float(loglik), hess
         raise ValueError(separated)
 
@@ -330,6 +429,7 @@ class _PolynomialFit:
         extremes = np.einsum("ij,ij->i", directions, points[:, :d])
         for j in np.flatnonzero(stuck):
             extremes[j] = self.tilted_extreme(gamma_hat, floors[j], directions[j], start_t[j])
+        self.check_resolved(points[:, :d])
         return extremes
 
     def tilted_extreme(self, gamma_hat: np.ndarray, floor: float, x: np.ndarray, t_start: float) -> float:
@@ -409,6 +509,43 @@ def _grid(grid: Any, span: np.ndarray) -> np.ndarray:
         msg = "grid: need at least one probability, each strictly between 0 and 1"
         raise ValueError(msg)
     return values
+
+
+def _select_and_band(
+    fit: _PolynomialFit,
+    levels: tuple[float, ...],
+    threshold: float,
+    max_degree: int,
+    grid: Any,
+    span: np.ndarray,
+) -> tuple[int, np.ndarray, float, np.ndarray, np.ndarray, np.ndarray]:
+    """The degree, the fit on the scaled logit, the statistic, the grid and the belt's two sides."""
+    scale = fit.scale
+    bisector = np.array([0.0, scale])
+    null = float(fit.evaluate(bisector[None, :])[0][0])
+    first = fit.maximise(bisector)
+    if first is None:
+        msg = "y_prob: the scores do not identify the calibration slope"
+        raise ValueError(msg)
+    gamma, loglik, hess = first
+    critical = float(stats.chi2.ppf(threshold, 1))
+    for _ in range(max_degree - 1):
+        larger = fit.maximise(np.append(gamma, 0.0))
+        if larger is None or 2.0 * (larger[1] - loglik) < critical:
+            break
+        gamma, loglik, hess = larger
+    degree = gamma.shape[0] - 1
+    statistic = max(2.0 * (loglik - null), 0.0)
+    probs = _grid(grid, span)
+    u = special.logit(probs) / scale
+    powers = u[:, None] ** np.arange(degree + 1)
+    drops = np.array([_statistic_quantile(level, degree, threshold) for level in levels])
+    directions = np.concatenate([powers, -powers])
+    extremes = fit.boundary(
+        gamma, loglik, hess, np.repeat(drops, directions.shape[0]), np.tile(directions, (len(levels), 1))
+    ).reshape(len(levels), 2, probs.shape[0])
+    upper, lower = special.expit(extremes[:, 0]), special.expit(-extremes[:, 1])
+    return degree, gamma, statistic, probs, lower, upper
 
 
 @validate_params(
@@ -509,32 +646,17 @@ def calibration_belt(
         msg = "y_prob: every score has the same logit; the calibration belt needs two distinct scores"
         raise ValueError(msg)
     scale = float(max(abs(span[0]), abs(span[1])))
-    fit = _PolynomialFit(rows, scale)
-    bisector = np.array([0.0, scale])
-    null = float(fit.evaluate(bisector[None, :])[0][0])
-    first = fit.maximise(bisector)
-    if first is None:
-        msg = "y_prob: the scores do not identify the calibration slope"
-        raise ValueError(msg)
-    gamma, loglik, hess = first
-    critical = float(stats.chi2.ppf(threshold, 1))
-    for _ in range(max_degree - 1):
-        larger = fit.maximise(np.append(gamma, 0.0))
-        if larger is None or 2.0 * (larger[1] - loglik) < critical:
-            break
-        gamma, loglik, hess = larger
-    degree = gamma.shape[0] - 1
-    statistic = max(2.0 * (loglik - null), 0.0)
+    fit = _PolynomialFit(rows, scale, span)
+    try:
+        degree, gamma, statistic, probs, lower, upper = _select_and_band(
+            fit, levels, threshold, max_degree, grid, span
+        )
+    except _Unresolved:
+        fit.compressed = False
+        degree, gamma, statistic, probs, lower, upper = _select_and_band(
+            fit, levels, threshold, max_degree, grid, span
+        )
     p_value = 1.0 - belt_statistic_cdf(statistic, degree, threshold)
-    probs = _grid(grid, span)
-    u = special.logit(probs) / scale
-    powers = u[:, None] ** np.arange(degree + 1)
-    drops = np.array([_statistic_quantile(level, degree, threshold) for level in levels])
-    directions = np.concatenate([powers, -powers])
-    extremes = fit.boundary(
-        gamma, loglik, hess, np.repeat(drops, directions.shape[0]), np.tile(directions, (len(levels), 1))
-    ).reshape(len(levels), 2, probs.shape[0])
-    upper, lower = special.expit(extremes[:, 0]), special.expit(-extremes[:, 1])
     n = int(rows.sum(_positive_count)[0])
     return CalibrationBeltResult(
         degree=degree,
@@ -553,4 +675,4 @@ def _positive_count(block: CheckedRows) -> np.ndarray:
     return np.array([float(block.n if block.w is None else int((block.w > 0).sum()))])
 
 
-__all__ = ["CalibrationBeltResult", "belt_statistic_cdf", "belt_sums", "calibration_belt"]
+__all__ = ["CalibrationBeltResult", "belt_bin_sums", "belt_statistic_cdf", "calibration_belt", "gauss_nodes"]
