@@ -16,7 +16,7 @@ from gpucal.calibrators._sorted import host_float64
 from gpucal.calibrators.base import Calibrator, Constraint, Interval, Options
 from gpucal.calibrators.bins import BIN_W, BIN_WY, interp_clipped
 from gpucal.calibrators.pav import PavBlocks, clip_blocks, isotonic_blocks, isotonic_blocks_from_groups
-from gpucal.calibrators.score_rows import ScoreRows, score_groups
+from gpucal.calibrators.score_rows import read_score_rows, score_groups
 from gpucal.registry import calibration_method
 from gpucal.rows import Rows
 
@@ -267,7 +267,7 @@ class IsotonicCalibrator(Calibrator):
         self.output_type = output_type
 
     def _fit(self, rows: Rows) -> None:
-        blocks = isotonic_rows(ScoreRows.of(rows, self.score_col, self.score_kind).rows)
+        blocks = isotonic_rows(read_score_rows(rows, self.score_col, self.score_kind))
         self.X_thresholds_, self.y_thresholds_ = isotonic_knots(
             blocks, clip_eps=self.clip_eps, rank_preserving=self.rank_preserving
         )
