@@ -353,7 +353,9 @@ def fit_logistic_rows(
     one_score = mode != FEATURES_COLUMNS or n_columns == 1
     start_tol = 0.0
     if n_rows >= WARM_START_MIN_ROWS and one_score and span is not None and math.isfinite(span[1] - span[0]):
-        design = rows.map(with_mode, mode)
+        # A one-feature design (the logit) is computed once for both passes, which then take no
+        # logarithm: the feature is the one variable the binned pass reads either way.
+        design = rows.map(with_features, mode, backend) if width == 1 else rows.map(with_mode, mode)
         start = binned_start(
             design,
             mode,
