@@ -21,7 +21,15 @@ from typing import Any
 import numpy as np
 
 from gpucal._backend import array_namespace, to_numpy
-from gpucal.calibrators._sorted import next_row, open_cursor, sorted_counts, sorted_runs, unit_binary
+from gpucal.calibrators._sorted import (
+    host_float64,
+    host_weights,
+    next_row,
+    open_cursor,
+    sorted_counts,
+    sorted_runs,
+    unit_binary,
+)
 from gpucal.kernels import readonly
 from gpucal.kernels.jit import numba, parallel_rows
 
@@ -347,7 +355,7 @@ def mass_bin_stats(
     lows, highs : numpy.ndarray of shape (K,)
         Smallest and largest score in each of those bins.
     """
-    p_h, y_h, w_h = (np.ascontiguousarray(to_numpy(a), dtype=np.float64) for a in (p, y, w))
+    p_h, y_h, w_h = host_float64(p), host_float64(y), host_weights(w)
     if not force_argsort and unit_binary(None if y_is_score else y_h, w_h):
         xs, positives = sorted_counts(p_h, None if y_is_score else y_h)
         stats, lows, highs = _mass_counts(xs, positives, n_bins, y_is_score)
