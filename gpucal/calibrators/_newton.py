@@ -132,7 +132,7 @@ def newton_minimize(
         return loss, grad, hess
 
     gradient_only = first_sums is not None and start_tol > 0.0
-    loss, grad, hess = evaluate(theta, first_sums if gradient_only else sums)
+    loss, grad, hess = evaluate(theta, first_sums if first_sums is not None and gradient_only else sums)
     previous = math.inf  # relative size of the last step, when it was a full Newton step
     for n_iter in range(1, max_iter + 1):
         step = _newton_direction(hess, grad)
