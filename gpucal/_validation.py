@@ -100,12 +100,6 @@ def _first_bad(mask: Any, values: Any) -> str:
     return f"{n_bad} value(s) (first at row {first}: {float(values[first])!r})"
 
 
-#: Rows from which a host float64 array's range is read by one compiled parallel pass
-#: (``gpucal.kernels.value_range``) instead of numpy's ``min`` and ``max``, two passes on one core; below,
-#: those take under a millisecond and no kernel is compiled.
-COMPILED_RANGE_MIN_ROWS = 1 << 18
-
-
 def _inside_unit_interval(arr: Any) -> bool:
     """Fast path of the [0, 1] checks: the range of the values, no temporaries.
 
@@ -114,7 +108,8 @@ def _inside_unit_interval(arr: Any) -> bool:
     """
     if arr.shape[0] == 0:
         return True
-    if isinstance(arr, np.ndarray) and arr.dtype == np.float64 and arr.shape[0] >= COMPILED_RANGE_MIN_ROWS:
+    if isinstance(arr, np.ndarray) and arr.dtype == np.float64:
+        # One compiled parallel pass on large arrays instead of numpy's min and max, two on one core.
         from gpucal.kernels.value_range import value_range
 
         low, high = value_range(arr)

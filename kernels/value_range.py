@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from gpucal.kernels._dispatch import is_cupy_array, readonly, resolve_backend
-from gpucal.kernels.jit import numba, parallel_rows
+from gpucal.kernels.jit import numba, parallel_rows, runs_parallel
 
 #: Rows per chunk of the CPU twin.
 CHUNK_ROWS = 1 << 16
@@ -37,13 +37,16 @@ def value_range(x: Any, *, backend: str = "auto") -> tuple[float, float]:
         numpy or cupy; any stride.
     backend : {'auto', 'oracle', 'cpu', 'cuda'}
         'auto' and 'cuda' use cupy's reductions for a cupy array; 'cpu' the numba twin; 'oracle' numpy.
+        'auto' on a host array runs the parallel twin where :func:`gpucal.kernels.jit.runs_parallel`
+        says so, else numpy (two passes of a millisecond or less, and no serial twin to compile).
 
     Returns
     -------
     (float, float)
         ``(inf, -inf)`` when ``x`` is empty.
     """
-    backend = resolve_backend(backend, x)
+    small = backend == "auto" and not is_cupy_array(x) and not runs_parallel(x.shape[0])
+    backend = "oracle" if small else resolve_backend(backend, x)
     if x.ndim != 1 or np.dtype(x.dtype) != np.float64:
         msg = f"x must be a 1-D float64 array. Got {x.dtype}, shape {tuple(x.shape)}."
         raise TypeError(msg)

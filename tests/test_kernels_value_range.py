@@ -8,9 +8,9 @@ import math
 import numpy as np
 import pytest
 
-from gpucal._validation import COMPILED_RANGE_MIN_ROWS, check_labels, check_probabilities
+from gpucal._validation import check_labels, check_probabilities
 from gpucal.kernels import value_range
-from gpucal.kernels.jit import parallel_twins_only
+from gpucal.kernels.jit import PARALLEL_MIN_ROWS, parallel_twins_only
 
 
 def oracle_range(x: np.ndarray) -> tuple[float, float]:
@@ -29,6 +29,7 @@ def test_value_range_matches_numpy(parallel: bool, bad: float | None) -> None:
     expected = value_range(x, backend="oracle")
     assert expected == pytest.approx(oracle_range(x), nan_ok=True)
     assert got == pytest.approx(expected, nan_ok=True)
+    assert value_range(x) == pytest.approx(expected, nan_ok=True)  # numpy below the parallel size
     # A strided view is read where it lies.
     assert value_range(x[::3], backend="cpu") == pytest.approx(oracle_range(x[::3]), nan_ok=True)
 
@@ -41,10 +42,10 @@ def test_value_range_of_nothing_and_bad_input() -> None:
 
 @pytest.mark.parametrize(("value", "message"), [(np.nan, "NaN or infinite"), (1.5, r"outside \[0, 1\]")])
 def test_large_probability_checks_find_the_bad_row(value: float, message: str) -> None:
-    p = np.full(COMPILED_RANGE_MIN_ROWS, 0.5)
+    p = np.full(PARALLEL_MIN_ROWS, 0.5)
     check_probabilities(p)
-    p[COMPILED_RANGE_MIN_ROWS - 7] = value
-    with pytest.raises(ValueError, match=rf"first at row {COMPILED_RANGE_MIN_ROWS - 7}: .*{message}"):
+    p[PARALLEL_MIN_ROWS - 7] = value
+    with pytest.raises(ValueError, match=rf"first at row {PARALLEL_MIN_ROWS - 7}: .*{message}"):
         check_probabilities(p)
-    with pytest.raises(ValueError, match=f"first at row {COMPILED_RANGE_MIN_ROWS - 7}"):
+    with pytest.raises(ValueError, match=f"first at row {PARALLEL_MIN_ROWS - 7}"):
         check_labels(p)
