@@ -108,13 +108,19 @@ def check_row_mask(bad: Any, message: Callable[[int], str]) -> None:
 
 
 def _inside_unit_interval(arr: Any) -> bool:
-    """Fast path of the [0, 1] checks: two reductions and no temporaries (a third of the time on 1e7 rows).
+    """Fast path of the [0, 1] checks: the range of the values, no temporaries.
 
     NaN fails both comparisons and +-inf fails one, so any bad value falls through to the full check,
     which finds it and words the error.
     """
     if arr.shape[0] == 0:
         return True
+    if isinstance(arr, np.ndarray) and arr.dtype == np.float64:
+        # One compiled parallel pass on large arrays instead of numpy's min and max, two on one core.
+        from gpucal.kernels.value_range import value_range
+
+        low, high = value_range(arr)
+        return low >= 0 and high <= 1
     return bool(arr.min() >= 0) and bool(arr.max() <= 1)
 
 

@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     )
     from gpucal.kernels.trees import predict_leaves, predict_trees, route_rows, tree_leaves
     from gpucal.kernels.trees_oracle import LEAF_PLATT, LEAF_SCALE, LEAF_SHIFT
+    from gpucal.kernels.value_range import value_range
     from gpucal.kernels.views import N_VIEW_STATS, VIEW_COUNT, VIEW_W, VIEW_WP, VIEW_WY, view_bins, view_sums
 
 __all__ = [
@@ -74,6 +75,7 @@ __all__ = [
     "route_rows",
     "tree_leaves",
     "value_offsets",
+    "value_range",
     "view_bins",
     "view_sums",
 ]
@@ -107,6 +109,7 @@ _MODULE_OF = {
         ),
         "gpucal.kernels.trees": ("predict_leaves", "predict_trees", "route_rows", "tree_leaves"),
         "gpucal.kernels.trees_oracle": ("LEAF_PLATT", "LEAF_SCALE", "LEAF_SHIFT"),
+        "gpucal.kernels.value_range": ("value_range",),
         "gpucal.kernels.views": (
             "N_VIEW_STATS",
             "VIEW_COUNT",

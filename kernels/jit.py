@@ -47,6 +47,7 @@ __all__ = [
     "parallel_rows",
     "parallel_twins_only",
     "prange",
+    "runs_parallel",
 ]
 
 #: Rows from which a :func:`parallel_rows` kernel runs its parallel twin; below it the serial one. A
@@ -85,8 +86,12 @@ class ParallelRows:
         return math.prod(args[self._position].shape[: self._axes])
 
     def __call__(self, *args: Any) -> Any:
-        large = _FORCE_PARALLEL[0] or self.size(*args) >= PARALLEL_MIN_ROWS
-        return (self.parallel if large else self.serial)(*args)
+        return (self.parallel if runs_parallel(self.size(*args)) else self.serial)(*args)
+
+
+def runs_parallel(size: int) -> bool:
+    """Whether a :func:`parallel_rows` kernel runs its parallel twin on an input of ``size`` rows."""
+    return _FORCE_PARALLEL[0] or size >= PARALLEL_MIN_ROWS
 
 
 def parallel_rows(rows: str, *, axes: int = 1) -> Callable[[Callable[..., Any]], ParallelRows]:

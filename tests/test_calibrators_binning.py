@@ -327,9 +327,19 @@ def test_kernels_equal_numpy() -> None:
             assert_allclose(bins.bin_sums(p, y, w, interior, uniform=uniform), expected, rtol=1e-12)
             values = rng.random(n_bins)
             assert_array_equal(bins.lookup_bins(p, interior, values, uniform=uniform), values[ids])
-    # Knots spread, skewed, clustered (the index table's cells hold many knots) and single.
+    # Knots spread, skewed, clustered (the index table's cells hold many knots), single, margins of
+    # both signs and of extreme sizes (the table's keys are the values' bits).
     clustered = np.unique(np.r_[rng.random(30), 0.5 + np.cumsum(np.full(200, 1e-12))])
-    for kx in (np.sort(rng.random(50)), np.unique(rng.random(3000) ** 6), clustered, np.array([0.3])):
+    margins = np.unique(rng.normal(0.0, 20.0, 500))
+    extremes = np.array([-1e300, -1.0, -5e-324, 0.0, 5e-324, 1e-300, 1e300])
+    for kx in (
+        np.sort(rng.random(50)),
+        np.unique(rng.random(3000) ** 6),
+        clustered,
+        np.array([0.3]),
+        margins,
+        extremes,
+    ):
         ky = np.sort(rng.random(kx.shape[0]))
         t = np.r_[rng.random(10_000) * 1.2 - 0.1, kx, np.nextafter(kx, 2), np.nextafter(kx, -1)]
         assert_allclose(bins.interp_clipped(t, kx, ky), np.interp(t, kx, ky), rtol=0, atol=1e-15)

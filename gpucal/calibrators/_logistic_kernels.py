@@ -108,9 +108,10 @@ NUMBA_MAX_FEATURES = 2
 
 
 @parallel_rows("y")
-def _logistic_sums_cpu(X, mode, y, t_neg, t_pos, w, c0, c1, c2):
+def _logistic_sums_cpu(X, mode, y, t_neg, t_pos, w, c0, c1, c2, with_loss):
     """Return the 10 sums ``[loss, g0, g1, g2, h00, h01, h02, h11, h12, h22]`` of the model
-    ``sigmoid(c0 x0 + c1 x1 + c2)`` (index 2 is the intercept)."""
+    ``sigmoid(c0 x0 + c1 x1 + c2)`` (index 2 is the intercept); without ``with_loss`` the loss is
+    not summed (NaN): the gradient and Hessian need no logarithm of the loss term."""
     n = y.shape[0]
     n_chunks = (n + CHUNK_ROWS - 1) // CHUNK_ROWS
     partial = np.zeros((n_chunks, 10))
@@ -129,10 +130,12 @@ def _logistic_sums_cpu(X, mode, y, t_neg, t_pos, w, c0, c1, c2):
             # at rounding level, and the loss only decides the line search.
             if z >= 0.0:
                 p = 1.0 / (1.0 + e)
-                loss += wi * (z + math.log(1.0 + e) - t * z)
+                if with_loss:
+                    loss += wi * (z + math.log(1.0 + e) - t * z)
             else:
                 p = e / (1.0 + e)
-                loss += wi * (math.log(1.0 + e) - t * z)
+                if with_loss:
+                    loss += wi * (math.log(1.0 + e) - t * z)
             r = wi * (p - t)
             h = wi * p * (1.0 - p)
             g0 += r * x0
@@ -158,6 +161,8 @@ def _logistic_sums_cpu(X, mode, y, t_neg, t_pos, w, c0, c1, c2):
     for c in range(n_chunks):  # fixed order: the result does not depend on the thread count
         for j in range(10):
             total[j] += partial[c, j]
+    if not with_loss:
+        total[0] = np.nan
     return total
 
 
@@ -284,6 +289,7 @@ def logistic_sums(
     fit_intercept: bool = True,
     targets: tuple[float, float] = (0.0, 1.0),
     backend: str = "auto",
+    with_loss: bool = True,
 ) -> tuple[float, np.ndarray, np.ndarray]:
     r"""Return the row sums :math:`\sum w\ell`, :math:`g` and :math:`H` at ``theta``.
 
@@ -310,6 +316,9 @@ def logistic_sums(
         and the GPU path); ``"auto"``: numba for numpy arrays of at least ``NUMBA_MIN_ROWS`` rows,
         array code otherwise. The numba loop handles at most ``NUMBA_MAX_FEATURES`` features; wider
         designs always take the array path.
+    with_loss : bool, default=True
+        False: the numba loop skips the loss, a logarithm per row, and returns NaN for it (the array
+        path computes it anyway).
 
     Returns
     -------
@@ -338,6 +347,7 @@ def logistic_sums(
             full[0],
             full[1],
             full[2],
+            with_loss,
         )
         grad = s[1:4]
         hess = np.array([[s[4], s[5], s[6]], [s[5], s[7], s[8]], [s[6], s[8], s[9]]])

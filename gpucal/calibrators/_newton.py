@@ -72,6 +72,7 @@ def newton_minimize(
     warn: bool = True,
     error_tol: float = ERROR_TOL,
     start_tol: float = 0.0,
+    first_sums: SumsFunction | None = None,
 ) -> NewtonResult:
     r"""Minimise :math:`F(\theta) = S(\theta) / W + \tfrac12 \sum_j \lambda_j \theta_j^2` by damped Newton.
 
@@ -102,6 +103,10 @@ def newton_minimize(
         For a start known to lie where Newton converges quadratically (the optimum of a close
         approximation of the same loss): a first step whose relative size is at most this is taken
         and ends the fit, its error being of the order of its square. 0 turns the rule off.
+    first_sums : callable or None, default=None
+        With ``start_tol``: ``sums`` without the loss (any loss value returned is ignored), for the
+        first point, whose loss is read only when its step is not taken; it is then summed by ``sums``
+        (one more pass). None: ``sums`` throughout.
 
     Notes
     -----
@@ -123,14 +128,15 @@ def newton_minimize(
         msg = "bounds are only supported for one-parameter problems"
         raise ValueError(msg)
 
-    def evaluate(point: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
-        loss_sum, grad_sum, hess_sum = sums(point)
+    def evaluate(point: np.ndarray, row_sums: SumsFunction = sums) -> tuple[float, np.ndarray, np.ndarray]:
+        loss_sum, grad_sum, hess_sum = row_sums(point)
         loss = loss_sum / total_weight + 0.5 * float(ridge @ (point * point))
         grad = grad_sum / total_weight + ridge * point
         hess = hess_sum / total_weight + np.diag(ridge)
         return loss, grad, hess
 
-    loss, grad, hess = evaluate(theta)
+    gradient_only = first_sums is not None and start_tol > 0.0
+    loss, grad, hess = evaluate(theta, first_sums if first_sums is not None and gradient_only else sums)
     previous = math.inf  # relative size of the last step, when it was a full Newton step
     for n_iter in range(1, max_iter + 1):
         step = _newton_direction(hess, grad)
@@ -143,6 +149,9 @@ def newton_minimize(
         first = n_iter == 1 and size <= start_tol
         if first or size <= STEP_TOL or decrement <= DECREMENT_TOL or predicted <= error_tol:
             return NewtonResult(theta + step, n_iter, True)
+        if gradient_only:  # the line search compares losses
+            loss = evaluate(theta, sums)[0]
+            gradient_only = False
         found = armijo_backtrack(loss, -decrement, functools.partial(_trial, evaluate, theta, step))
         if found is None:
             if warn:

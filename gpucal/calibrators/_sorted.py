@@ -155,3 +155,11 @@ def distinct_counts(score: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.nd
 def host_float64(x: Any) -> np.ndarray:
     """Return ``x`` as a C-contiguous float64 numpy array (a device array is copied to the host)."""
     return np.ascontiguousarray(to_numpy(x), dtype=np.float64)
+
+
+def host_weights(w: Any) -> np.ndarray:
+    """:func:`host_float64` of row weights, except that a zero-stride float64 view (the unit weights of
+    ``check_sample_weight``) is kept: the compiled walks read it where it is, not as n ones."""
+    if isinstance(w, np.ndarray) and w.dtype == np.float64 and w.ndim == 1 and w.strides == (0,):
+        return w
+    return host_float64(w)

@@ -21,7 +21,15 @@ from typing import Any
 import numpy as np
 
 from gpucal._backend import array_namespace, to_numpy
-from gpucal.calibrators._sorted import next_row, open_cursor, sorted_counts, sorted_runs, unit_binary
+from gpucal.calibrators._sorted import (
+    host_float64,
+    host_weights,
+    next_row,
+    open_cursor,
+    sorted_counts,
+    sorted_runs,
+    unit_binary,
+)
 from gpucal.kernels import readonly
 from gpucal.kernels.jit import numba, parallel_rows
 
@@ -128,7 +136,8 @@ def lookup_bins(p: Any, interior: np.ndarray, values: np.ndarray, *, uniform: bo
     return xp.asarray(values)[xp.searchsorted(xp.asarray(interior), p, side="left")]
 
 
-# Cells of the knot index table per knot (at least MIN_TABLE_CELLS, at most MAX_TABLE_CELLS): a query
+# Cells of the knot index table of :func:`_knot_table` per knot (at least MIN_TABLE_CELLS, at most
+# MAX_TABLE_CELLS; Venn-Abers reads its scores through it): a query
 # finds its segment by one table read, checked by two comparisons, and only where its cell holds a knot
 # by a binary search over the few knots of three neighbouring cells. 16 cells per knot leave about two
 # thirds of the queries of a 1e7-row isotonic map on the first path (4: 40%).
@@ -137,11 +146,25 @@ MIN_TABLE_CELLS = 64
 MAX_TABLE_CELLS = 1 << 20
 
 
+# Cells of the knot index table of :func:`interp_clipped` per knot, at most MAX_KEY_CELLS in all: a query
+# finds its cell by integer arithmetic on its bits and its segment by a step or two from the cell's knot.
+KEY_CELLS_PER_KNOT = 64
+MAX_KEY_CELLS = 1 << 18
+# The bits of a float64 below the sign.
+MAGNITUDE_BITS = (1 << 63) - 1
+
+
+@numba.njit(cache=True, inline="always")
+def _ordered_key(bits):  # pragma: no cover - compiled
+    """An int64 non-decreasing in the float64 value whose bits (as an int64) are ``bits``: the
+    magnitude bits, negated for a negative value, halved so that the difference of two keys fits."""
+    return (bits if bits >= 0 else -(bits & MAGNITUDE_BITS)) >> 1
+
+
 @parallel_rows("x")
-def _interp_cpu(x, knots_x, knots_y, table, inv_h, out):  # pragma: no cover - compiled; tested vs np.interp
+def _interp_cpu(x, x_bits, knots_x, knots_y, table, key0, shift, out):  # pragma: no cover - compiled
     n = x.shape[0]
     last = knots_x.shape[0] - 1
-    n_cells = table.shape[0] - 1
     x0 = knots_x[0]
     for c in numba.prange((n + CHUNK_ROWS - 1) // CHUNK_ROWS):
         for i in range(c * CHUNK_ROWS, min(n, (c + 1) * CHUNK_ROWS)):
@@ -151,24 +174,45 @@ def _interp_cpu(x, knots_x, knots_y, table, inv_h, out):  # pragma: no cover - c
             elif v >= knots_x[last]:
                 out[i] = knots_y[last]
             else:
-                g = min(max(int((v - x0) * inv_h), 0), n_cells - 1)
-                j = table[g]
-                # Most queries lie strictly inside the segment starting at their cell's knot.
-                if not (j < last and knots_x[j] < v < knots_x[j + 1]):
-                    # The cell of v, widened by one cell each side against rounding, brackets its knot.
-                    lo = table[max(g - 1, 0)]
-                    hi = min(table[min(g + 2, n_cells)] + 1, last)
-                    m = _first_not_below(knots_x, lo, hi + 1, v)  # knots_x[m - 1] < v <= knots_x[m]
-                    if knots_x[m] == v:
-                        out[i] = knots_y[m]
-                        continue
-                    j = m - 1
+                # The last knot whose key is at or below the start of v's cell, then to the segment
+                # with knots_x[j] < v <= knots_x[j + 1] (back a step where that knot is not below v).
+                j = table[(_ordered_key(x_bits[i]) - key0) >> shift]
+                while knots_x[j] >= v:
+                    j -= 1
+                while knots_x[j + 1] < v:
+                    j += 1
+                if knots_x[j + 1] == v:
+                    out[i] = knots_y[j + 1]
+                    continue
                 y0 = knots_y[j]
                 y1 = knots_y[j + 1]
                 # np.interp's formula, then kept inside the segment so rounding cannot break monotonicity.
                 r = (y1 - y0) / (knots_x[j + 1] - knots_x[j]) * (v - knots_x[j]) + y0
                 out[i] = min(max(r, min(y0, y1)), max(y0, y1))
     return out
+
+
+def ordered_keys(x: np.ndarray) -> np.ndarray:
+    """The int64 keys of :func:`_ordered_key` of a float64 array."""
+    bits = x.view(np.int64)
+    return np.where(bits >= 0, bits, -(bits & MAGNITUDE_BITS)) >> 1
+
+
+def _key_table(knots_x: np.ndarray) -> tuple[np.ndarray, int, int]:
+    """Return ``(table, key0, shift)`` over the ordered keys of the knot range cut into cells of
+    ``2**shift`` keys: ``table[g]`` is the last knot whose key is at most ``key0 + g * 2**shift``.
+
+    Cells of equal width in keys are of equal width in log scale within each binade, so the cells
+    follow knots that crowd near zero (the small probabilities of rare events).
+    """
+    keys = ordered_keys(knots_x)
+    key0 = int(keys[0])
+    span = int(keys[-1]) - key0
+    target = min(KEY_CELLS_PER_KNOT * knots_x.shape[0], MAX_KEY_CELLS)
+    shift = max(0, (span // target).bit_length())
+    starts = key0 + (np.arange((span >> shift) + 1, dtype=np.int64) << shift)
+    table = np.searchsorted(keys, starts, side="right") - 1
+    return table.astype(np.int64), key0, shift
 
 
 def _knot_table(knots_x: np.ndarray) -> tuple[np.ndarray, float]:
@@ -214,16 +258,16 @@ def interp_clipped(x: Any, knots_x: np.ndarray, knots_y: np.ndarray) -> Any:
 
     Equal to ``np.interp(np.clip(x, knots_x[0], knots_x[-1]), knots_x, knots_y)`` up to rounding (the
     same formula); ``knots_x`` must be strictly increasing. On the CPU a table of knot indices over
-    equal cells replaces most of the binary search (about 3x faster for a thousand knots).
+    cells of equal width in the values' bits (:func:`_key_table`) replaces the binary search.
     """
     xp = array_namespace(x)
     knots_x = np.ascontiguousarray(knots_x, dtype=np.float64)
     knots_y = np.ascontiguousarray(knots_y, dtype=np.float64)
     if xp is np:
-        table, inv_h = _knot_table(knots_x)
-        return _interp_cpu(
-            readonly(x), knots_x, knots_y, table, inv_h, np.empty(x.shape[0], dtype=np.float64)
-        )
+        table, key0, shift = _key_table(knots_x)
+        x = readonly(np.ascontiguousarray(x))
+        out = np.empty(x.shape[0], dtype=np.float64)
+        return _interp_cpu(x, x.view(np.int64), knots_x, knots_y, table, key0, shift, out)
     kx, ky = xp.asarray(knots_x), xp.asarray(knots_y)
     return xp.interp(xp.clip(x, kx[0], kx[-1]), kx, ky)
 
@@ -311,7 +355,7 @@ def mass_bin_stats(
     lows, highs : numpy.ndarray of shape (K,)
         Smallest and largest score in each of those bins.
     """
-    p_h, y_h, w_h = (np.ascontiguousarray(to_numpy(a), dtype=np.float64) for a in (p, y, w))
+    p_h, y_h, w_h = host_float64(p), host_float64(y), host_weights(w)
     if not force_argsort and unit_binary(None if y_is_score else y_h, w_h):
         xs, positives = sorted_counts(p_h, None if y_is_score else y_h)
         stats, lows, highs = _mass_counts(xs, positives, n_bins, y_is_score)

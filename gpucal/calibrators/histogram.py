@@ -23,7 +23,7 @@ from gpucal.calibrators.bins import (
     midpoint_edges,
 )
 from gpucal.calibrators.logistic import sigmoid
-from gpucal.calibrators.score_rows import ScoreBlock, ScoreRows, score_groups
+from gpucal.calibrators.score_rows import ScoreBlock, read_score_rows, score_groups
 from gpucal.registry import calibration_method
 from gpucal.rows import Rows
 
@@ -217,7 +217,7 @@ class HistogramCalibrator(Calibrator):
         self.output_type = output_type
 
     def _fit(self, rows: Rows) -> None:
-        scores = ScoreRows.of(rows, self.score_col, self.score_kind).rows
+        scores = read_score_rows(rows, self.score_col, self.score_kind)
         probabilities = scores.map(probability_block, self.score_kind)
         self.bin_edges_, self.bin_values_, self.bin_weights_ = histogram_rows(
             probabilities, self.n_bins, self.strategy

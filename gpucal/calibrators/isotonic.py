@@ -12,11 +12,11 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from gpucal.calibrators._sorted import host_float64
+from gpucal.calibrators._sorted import host_float64, host_weights
 from gpucal.calibrators.base import Calibrator, Constraint, Interval, Options
 from gpucal.calibrators.bins import BIN_W, BIN_WY, interp_clipped
 from gpucal.calibrators.pav import PavBlocks, clip_blocks, isotonic_blocks, isotonic_blocks_from_groups
-from gpucal.calibrators.score_rows import ScoreRows, score_groups
+from gpucal.calibrators.score_rows import read_score_rows, score_groups
 from gpucal.registry import calibration_method
 from gpucal.rows import Rows
 
@@ -139,7 +139,7 @@ def isotonic_rows(rows: Rows) -> PavBlocks:
     """
     whole = rows.single_block()
     if whole is not None:
-        return isotonic_blocks(*(host_float64(a) for a in (whole.score, whole.y, whole.w)))
+        return isotonic_blocks(host_float64(whole.score), host_float64(whole.y), host_weights(whole.w))
     table = score_groups(rows)
     return isotonic_blocks_from_groups(table.keys[0], table.stats[:, BIN_W], table.stats[:, BIN_WY])
 
@@ -223,7 +223,8 @@ class IsotonicCalibrator(Calibrator):
 
     *Speed.* The one O(n log n) step is sorting the scores: one ``argsort`` per thread on contiguous
     runs, merged on the fly by the numba loop that groups ties and pools blocks in one pass (no n-sized
-    temporaries beyond the sort order). Prediction is a parallel numba binary search.
+    temporaries beyond the sort order). Prediction is a parallel numba loop that finds each score's
+    segment from a table of knots over the score's bits, a step or two from the cell's knot.
 
     References
     ----------
@@ -267,7 +268,7 @@ class IsotonicCalibrator(Calibrator):
         self.output_type = output_type
 
     def _fit(self, rows: Rows) -> None:
-        blocks = isotonic_rows(ScoreRows.of(rows, self.score_col, self.score_kind).rows)
+        blocks = isotonic_rows(read_score_rows(rows, self.score_col, self.score_kind))
         self.X_thresholds_, self.y_thresholds_ = isotonic_knots(
             blocks, clip_eps=self.clip_eps, rank_preserving=self.rank_preserving
         )

@@ -277,20 +277,24 @@ def weight_sum(block: ScoreBlock) -> np.ndarray:
 
 
 def logistic_vector(
-    block: ScoreBlock, theta: np.ndarray, backend: str, options: dict[str, Any]
+    block: ScoreBlock, theta: np.ndarray, backend: str, options: dict[str, Any], with_loss: bool = True
 ) -> np.ndarray:
-    """``[loss, gradient, Hessian (flattened)]`` sums of one block at ``theta``."""
+    """``[loss, gradient, Hessian (flattened)]`` sums of one block at ``theta`` (``with_loss`` as in
+    :func:`logistic_sums`)."""
     loss, grad, hess = logistic_sums(
-        block.score, block.y, block.w, theta, mode=block.mode, backend=backend, **options
+        block.score, block.y, block.w, theta, mode=block.mode, backend=backend, with_loss=with_loss, **options
     )
     return np.concatenate([[loss], grad, np.asarray(hess).ravel()])
 
 
-def _newton_sums(rows: Rows, backend: str, options: dict[str, Any], m: int) -> SumsFunction:
+def _newton_sums(
+    rows: Rows, backend: str, options: dict[str, Any], m: int, *, with_loss: bool = True
+) -> SumsFunction:
     """``theta -> (loss, gradient, Hessian)`` sums over the blocks: one pass per call."""
 
     def sums(theta: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
-        vector = rows.sum(logistic_vector, np.asarray(theta, dtype=np.float64), backend, options)
+        point = np.asarray(theta, dtype=np.float64)
+        vector = rows.sum(logistic_vector, point, backend, options, with_loss)
         return float(vector[0]), vector[1 : 1 + m], vector[1 + m :].reshape(m, m)
 
     return sums
@@ -328,7 +332,8 @@ def fit_logistic_rows(
     On at least ``WARM_START_MIN_ROWS`` rows, Newton starts from a fit on a summary of the rows. A
     one-score design with a known ``score_range`` starts from :func:`binned_start` (one pass), close
     enough that the first full pass usually ends the fit (its step is taken when its relative size is
-    at most ``BINNED_STEP_TOL``; more passes follow otherwise). Other designs start from the fit on the
+    at most ``BINNED_STEP_TOL``; more passes follow otherwise); that pass sums no loss, which only the
+    line search of the further steps reads. Other designs start from the fit on the
     rows whose *global* index is a multiple of ``n_rows // WARM_START_ROWS`` (the same subsample on one
     machine and over any partitioning), and take about three full passes instead of six. The objective
     is convex, so the start changes only how many full passes are needed, not the answer.
@@ -348,7 +353,9 @@ def fit_logistic_rows(
     one_score = mode != FEATURES_COLUMNS or n_columns == 1
     start_tol = 0.0
     if n_rows >= WARM_START_MIN_ROWS and one_score and span is not None and math.isfinite(span[1] - span[0]):
-        design = rows.map(with_mode, mode)
+        # A one-feature design (the logit) is computed once for both passes, which then take no
+        # logarithm: the feature is the one variable the binned pass reads either way.
+        design = rows.map(with_features, mode, backend) if width == 1 else rows.map(with_mode, mode)
         start = binned_start(
             design,
             mode,
@@ -375,7 +382,14 @@ def fit_logistic_rows(
             first = minimize(sub, start, sub_weight, warn=False, error_tol=WARM_ERROR_TOL)
             if first.converged:
                 start = first.theta
-    result = minimize(design, start, total_weight, what=what, start_tol=start_tol)
+    result = minimize(
+        design,
+        start,
+        total_weight,
+        what=what,
+        start_tol=start_tol,
+        first_sums=_newton_sums(design, backend, options, m, with_loss=False),
+    )
     intercept = float(result.theta[-1]) if fit_intercept else 0.0
     return LogisticFit(result.theta[:d].copy(), intercept, result.n_iter, result.converged)
 

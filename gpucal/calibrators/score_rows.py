@@ -131,6 +131,34 @@ def score_summary(block: ScoreBlock) -> np.ndarray:
     )
 
 
+def count_and_weight(block: ScoreBlock) -> np.ndarray:
+    """``[rows, sum w]`` of one block; unit weights (a zero-stride view of ones, what
+    ``check_sample_weight`` gives for None) are counted without a pass."""
+    n = len(block)
+    unit = n > 0 and block.w.strides[0] == 0 and float(block.w[0]) == 1.0
+    return np.array([n, float(n) if unit else float(block.w.sum())])
+
+
+def _check_count_and_weight(count: float, weight: float) -> None:
+    """The whole-data checks of the rows of a fit: some rows, some weight."""
+    if count == 0:
+        msg = "X: no rows"
+        raise ValueError(msg)
+    if not weight > 0:
+        msg = "sample_weight: all weights are zero"
+        raise ValueError(msg)
+
+
+def read_score_rows(rows: Rows, score_col: Any = "score", score_kind: str = "probability") -> Rows:
+    """The checked blocks (:class:`ScoreBlock`) of ``X``, ``y``, ``sample_weight``, for fits that need
+    no summary (no label sums, no score range): :meth:`ScoreRows.of`'s checks on the row count and
+    the total weight only."""
+    blocks = rows.map(read_scores, score_col, score_kind)
+    count, weight = blocks.sum(count_and_weight)
+    _check_count_and_weight(count, weight)
+    return blocks
+
+
 def combine_summaries(*summaries: np.ndarray) -> np.ndarray:
     """Add summaries, keeping the smallest and the largest score."""
     stacked = np.stack(summaries)
@@ -187,12 +215,7 @@ class ScoreRows:
         """Read the blocks of ``X``, ``y``, ``sample_weight`` and check the whole data on the summary."""
         blocks = rows.map(read_scores, score_col, score_kind)
         summary = blocks.reduce(score_summary, combine_summaries)
-        if summary[COUNT] == 0:
-            msg = "X: no rows"
-            raise ValueError(msg)
-        if not summary[WEIGHT] > 0:
-            msg = "sample_weight: all weights are zero"
-            raise ValueError(msg)
+        _check_count_and_weight(summary[COUNT], summary[WEIGHT])
         return cls(blocks, summary)
 
     @classmethod
@@ -237,6 +260,8 @@ __all__ = [
     "ScoreRows",
     "block_score_groups",
     "combine_summaries",
+    "count_and_weight",
+    "read_score_rows",
     "read_scores",
     "score_groups",
     "score_summary",

@@ -19,7 +19,7 @@ from gpucal._backend import array_namespace, to_numpy
 from gpucal.calibrators._sorted import distinct_counts, host_float64, unit_binary
 from gpucal.calibrators.base import Calibrator, Constraint, Interval, Options
 from gpucal.calibrators.bins import _first_not_below, _knot_table
-from gpucal.calibrators.score_rows import ScoreBlock, ScoreRows
+from gpucal.calibrators.score_rows import ScoreBlock, read_score_rows
 from gpucal.kernels.jit import numba
 from gpucal.registry import calibration_method
 from gpucal.rows import Rows, row_uniforms
@@ -375,7 +375,7 @@ class VennAbersCalibrator(Calibrator):
         self.output_type = output_type
 
     def _fit(self, rows: Rows) -> None:
-        blocks = ScoreRows.of(rows, self.score_col, self.score_kind).rows
+        blocks = read_score_rows(rows, self.score_col, self.score_kind)
         n_folds = 1 if self.n_folds is None else self.n_folds
         self.scores_, self.F0_, self.F1_, self.fold_sizes_ = venn_abers_rows(
             blocks, n_folds, self.random_state
