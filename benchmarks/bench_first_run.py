@@ -10,8 +10,8 @@ is recorded: on a shared machine the wall time is the CPU time stretched by the 
 ``--venv`` first makes a fresh virtual environment and times ``pip install <repo>`` into it with the
 options of the README's first command (downloads included; the venv and the install timed apart),
 then runs that environment's ``gpucal``; without it the current interpreter's gpucal runs.
-``--hide-torch`` runs the demo as a fresh ``pip install .`` would, without PyTorch (no neural
-calibrators), when the interpreter has it.
+``PYTHONDONTWRITEBYTECODE`` is unset for the demo, as in a user's shell. ``--hide-torch`` runs the demo
+as a fresh ``pip install .`` would, without PyTorch (no neural calibrators), when the interpreter has it.
 
 Usage::
 
@@ -137,6 +137,9 @@ def main() -> None:
             result["venv_and_pip_cpu_s"] = round(children_cpu_seconds() - cpu_before, 2)
         env = dict(os.environ, NUMBA_CACHE_DIR=str(Path(work) / "numba-cache"))
         env.pop("PYTHONPATH", None)
+        # As in a user's shell: Python keeps the bytecode it compiles on import (`pip install --no-compile`
+        # leaves that to the first import), unless this variable, set on some CI machines, says not to.
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
         if not args.venv:
             env["PYTHONPATH"] = args.source  # that checkout's gpucal, as `pip install .` would give
         prefix = [str(python), "-c", HIDE_TORCH] if args.hide_torch else [str(python), "-m", "gpucal"]
