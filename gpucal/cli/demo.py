@@ -14,7 +14,9 @@ over the cores, not their sum. Timings are then warm: a fit during which numba s
 something (a code path the warm-up did not take) is fitted again and timed the second time. The
 default ``--rows`` lies below ``gpucal.kernels.jit.PARALLEL_MIN_ROWS``, so the demo runs and compiles
 the serial twins of the row kernels only, which compile three to four times faster than the parallel
-ones; more rows compile the parallel twins during the timed fits, which are then fitted again.
+ones; more rows compile the parallel twins during the timed fits, which are then fitted again. While
+the timed fits run on one core, a second process computes the metrics of each prediction already made
+on the other (``_MetricsBeside``).
 """
 
 from __future__ import annotations
