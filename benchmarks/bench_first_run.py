@@ -7,10 +7,11 @@ and from the last line to the exit count too). CPU time is user + system of the 
 waited for (its warm-up processes), from ``getrusage(RUSAGE_CHILDREN)``. The load average before and after
 is recorded: on a shared machine the wall time is the CPU time stretched by the others' work.
 
-``--venv`` first makes a fresh virtual environment and times ``pip install <repo>`` into it (downloads
-included), then runs that environment's ``gpucal``; without it the current interpreter's gpucal runs.
-``--hide-torch`` runs the demo as a fresh ``pip install .`` would, without PyTorch (no neural
-calibrators), when the interpreter has it.
+``--venv`` first makes a fresh virtual environment and times ``pip install <repo>`` into it with the
+options of the README's first command (downloads included; the venv and the install timed apart),
+then runs that environment's ``gpucal``; without it the current interpreter's gpucal runs.
+``PYTHONDONTWRITEBYTECODE`` is unset for the demo, as in a user's shell. ``--hide-torch`` runs the demo
+as a fresh ``pip install .`` would, without PyTorch (no neural calibrators), when the interpreter has it.
 
 Usage::
 
@@ -49,13 +50,28 @@ def children_cpu_seconds() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def fresh_venv(folder: Path, source: Path) -> tuple[Path, float]:
-    """Make a virtual environment in ``folder``, ``pip install`` ``source``; return python, seconds."""
+def readme_pip_options() -> list[str]:
+    """The options of `pip install` in the README's first command (`pip install OPTIONS . && gpucal demo`)."""
+    for line in (REPO / "README.md").read_text().splitlines():
+        words = line.split()
+        if words[:2] == ["pip", "install"] and words[-4:] == [".", "&&", "gpucal", "demo"]:
+            return words[2:-4]
+    msg = "README.md has no first command `pip install ... . && gpucal demo`"
+    raise ValueError(msg)
+
+
+def fresh_venv(folder: Path, source: Path) -> tuple[Path, float, float]:
+    """Make a virtual environment in ``folder``, then ``pip install`` ``source`` with the README's options.
+
+    Returns the environment's python and the seconds of each step.
+    """
     started = time.perf_counter()
     subprocess.run([sys.executable, "-m", "venv", str(folder)], check=True)
+    made = time.perf_counter()
     python = folder / "bin" / "python"
-    subprocess.run([str(python), "-m", "pip", "install", "--quiet", str(source)], check=True)
-    return python, time.perf_counter() - started
+    pip = [str(python), "-m", "pip", "install", "--quiet", *readme_pip_options(), str(source)]
+    subprocess.run(pip, check=True)
+    return python, made - started, time.perf_counter() - made
 
 
 def timed_run(command: list[str], env: dict[str, str]) -> dict[str, object]:
@@ -113,10 +129,17 @@ def main() -> None:
         result["cpu_count"] = os.cpu_count()
         python = Path(sys.executable)
         if args.venv:
-            python, seconds = fresh_venv(Path(work) / "venv", Path(args.source))
-            result["pip_install_s"] = round(seconds, 2)
+            cpu_before = children_cpu_seconds()
+            python, venv_seconds, pip_seconds = fresh_venv(Path(work) / "venv", Path(args.source))
+            result["venv_s"] = round(venv_seconds, 2)
+            result["pip_install_s"] = round(pip_seconds, 2)
+            result["pip_install_options"] = readme_pip_options()
+            result["venv_and_pip_cpu_s"] = round(children_cpu_seconds() - cpu_before, 2)
         env = dict(os.environ, NUMBA_CACHE_DIR=str(Path(work) / "numba-cache"))
         env.pop("PYTHONPATH", None)
+        # As in a user's shell: Python keeps the bytecode it compiles on import (`pip install --no-compile`
+        # leaves that to the first import), unless this variable, set on some CI machines, says not to.
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
         if not args.venv:
             env["PYTHONPATH"] = args.source  # that checkout's gpucal, as `pip install .` would give
         prefix = [str(python), "-c", HIDE_TORCH] if args.hide_torch else [str(python), "-m", "gpucal"]

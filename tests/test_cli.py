@@ -418,6 +418,31 @@ def test_demo_compiles_in_parallel_lanes_first(monkeypatch, tmp_path, capsys):
     assert "compiled already" in capsys.readouterr().err
 
 
+def test_the_demo_metrics_computed_beside_the_fits_are_the_same(monkeypatch, tmp_path, capsys):
+    """Issue 23: the metrics (17 s of one core on 150,000 rows) waited for every fit while the second
+    core idled; each prediction's metrics now run in a second process while the next calibrator fits."""
+    import os
+
+    import gpucal.cli.demo as cli
+
+    monkeypatch.setattr(cli, "_warm_marker", lambda: tmp_path / "demo.warm")
+    monkeypatch.setattr(cli, "_warm_up_lanes", lambda *args: None)
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    tables = {}
+    for threshold in (10**9, 0):
+        monkeypatch.setattr(cli, "DEMO_METRICS_BESIDE_ROWS", threshold)
+        assert main(["demo", "--rows", "3000", "--top", "2", "--format", "json"]) == 0
+        captured = capsys.readouterr()
+        assert ("computed beside in a second process" in captured.err) == (threshold == 0)
+        tables[threshold] = json.loads(captured.out)["metrics"]
+    inline, beside = tables[10**9], tables[0]
+    assert list(beside) == list(inline)  # the predictions in the same order
+    for name, column in inline.items():
+        column.pop("fit_predict_s")
+        beside[name].pop("fit_predict_s")
+        assert beside[name] == pytest.approx(column, rel=1e-12, nan_ok=True), name
+
+
 def test_the_heartbeat_fills_silences(monkeypatch, capsys):
     """Issue 23: the first run was silent for 117 s; a long stage now prints its status every few seconds."""
     import time

@@ -63,3 +63,16 @@ def test_ci_runs_the_readme_test_command_word_for_word():
     assert "ptx" not in extras.group(1).split(",")
     ci = (README.parent / ".ci" / "run").read_text().splitlines()
     assert command in ci
+
+
+def test_the_first_command_is_the_one_checked_and_measured():
+    """.ci/check_install and benchmarks/bench_first_run.py install gpucal with the options of the README's
+    first command, read from the README: what they check and time is what the user runs."""
+    import runpy
+
+    first = [line for line in README.read_text().splitlines() if line.endswith(" . && gpucal demo")]
+    assert first == ["pip install --no-compile . && gpucal demo"]
+    check_install = (README.parent / ".ci" / "check_install").read_text()
+    assert "grep -m1 -x 'pip install.* \\. && gpucal demo'" in check_install
+    bench = runpy.run_path(str(README.parent / "benchmarks" / "bench_first_run.py"))
+    assert bench["readme_pip_options"]() == ["--no-compile"]

@@ -97,7 +97,7 @@ def _isotonic_walk(score, y, w, order, bounds, tie_eps):  # pragma: no cover - c
     """Group tied scores (scikit-learn's rule) in merged run order and pool them: one pass."""
     heads, ends, buf, fill, pos = open_cursor(bounds)
     blocks = np.empty((INITIAL_BLOCKS, N_BLOCK_STATS))
-    top = -1
+    top = np.int64(-1)  # int64, not the literal -1: one specialisation of _push_block for every caller
     n = order.shape[0]
     have_group = False
     g_x = 0.0
@@ -130,7 +130,7 @@ def _isotonic_counts(xs, positives, tie_eps):  # pragma: no cover - compiled
     group's last score (``positives`` is a sub-multiset of ``xs``, so the merge walk is exact).
     """
     blocks = np.empty((INITIAL_BLOCKS, N_BLOCK_STATS))
-    top = -1
+    top = np.int64(-1)  # int64, not the literal -1: one specialisation of _push_block for every caller
     n = xs.shape[0]
     n_pos = positives.shape[0]
     i = 0
@@ -162,7 +162,7 @@ def _isotonic_counts(xs, positives, tie_eps):  # pragma: no cover - compiled
 def _pool_groups(stats):  # pragma: no cover - compiled
     """Pool-adjacent-violators over already aggregated groups ``stats`` (rows in score order)."""
     blocks = np.empty((max(stats.shape[0], 1), N_BLOCK_STATS))
-    top = -1
+    top = np.int64(-1)  # int64, not the literal -1: one specialisation of _push_block for every caller
     for j in range(stats.shape[0]):
         if stats[j, SUM_W] <= 0.0:
             continue

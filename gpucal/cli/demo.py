@@ -14,7 +14,9 @@ over the cores, not their sum. Timings are then warm: a fit during which numba s
 something (a code path the warm-up did not take) is fitted again and timed the second time. The
 default ``--rows`` lies below ``gpucal.kernels.jit.PARALLEL_MIN_ROWS``, so the demo runs and compiles
 the serial twins of the row kernels only, which compile three to four times faster than the parallel
-ones; more rows compile the parallel twins during the timed fits, which are then fitted again.
+ones; more rows compile the parallel twins during the timed fits, which are then fitted again. While
+the timed fits run on one core, a second process computes the metrics of each prediction already made
+on the other (``_MetricsBeside``).
 """
 
 from __future__ import annotations
@@ -27,7 +29,8 @@ import multiprocessing
 import os
 import queue
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ProcessPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -73,20 +76,37 @@ DEMO_MIN_ROWS = 100
 #: Most warm-up processes: the demo's kernels split into two lanes of about equal compile time.
 DEMO_LANES = 2
 #: The warm-up's steps: a demo calibrator's name, or ``"metrics"`` (``evaluate`` and the segment
-#: report). Each lane runs its steps in order in one process. Balanced by when each lane ends on a quiet
-#: 2-core machine with the serial kernel twins (fresh cache, ``bench_first_run.py``): MBCT (the encoder,
-#: group-sum and tree kernels) ended at 34 s, then CCL, the one logistic kernel of Platt, temperature and
-#: beta at 38 s; the other 1-D maps, the metrics and feature-aware Platt at 44 s. HC, which reuses
-#: MBCT's encoder and group-sum kernels, follows MBCT's lane.
+#: report). Each lane runs its steps in order in one process. Balanced by the CPU seconds of each step
+#: with a fresh cache (serial kernel twins): MBCT (the encoder, group-sum and tree kernels) 28 s, CCL 4 s
+#: and HC 7 s (it reuses MBCT's encoder and group-sum kernels) in one lane; the other 1-D maps 20 s and
+#: the metrics 13 s in the other, then Platt, temperature and beta, which reuse the logistic kernels the
+#: metrics compiled (in the first lane they took 3 s, compiling them a second time), and feature-aware
+#: Platt.
 DEMO_WARMUP_LANES: tuple[tuple[str, ...], ...] = (
-    ("mbct", "ccl", "platt", "temperature", "beta", "hc"),
-    ("histogram", "isotonic", "scaling_binning", "sir", "metrics", "feature_platt"),
+    ("mbct", "ccl", "hc"),
+    (
+        "histogram",
+        "isotonic",
+        "scaling_binning",
+        "sir",
+        "metrics",
+        "platt",
+        "temperature",
+        "beta",
+        "feature_platt",
+    ),
 )
 #: The warm-up's steps on one core: every step, in one lane.
 _ONE_LANE = (tuple(step for lane in DEMO_WARMUP_LANES for step in lane),)
 #: Seconds without news from the warm-up lanes before the demo stops waiting for them (a lane that
 #: died without a word); the timed pass then compiles what is left.
 DEMO_LANE_TIMEOUT_S = 600.0
+#: From this many held-out rows, with two cores or more, the metrics of each prediction are computed in
+#: a second process while the next calibrator is fitted (``_MetricsBeside``): on 150,000 rows the metrics
+#: of the 14 predictions took 17 s of one core after the fits' 19 s, while the other core idled. Below
+#: it the second process's start (importing pandas, numba and scikit-learn, about 3 s) costs more than
+#: it saves, and the metrics are computed after the fits, in this process.
+DEMO_METRICS_BESIDE_ROWS = 50_000
 
 
 def _demo_ccl_clusters(mbct: Any, X: pd.DataFrame) -> int | None:
@@ -146,11 +166,17 @@ def _counting_compilations() -> Iterator[list[int]]:
 
 
 def _demo_fit_all(
-    names: Sequence[str], calibration: pd.DataFrame, held_out: pd.DataFrame, fields: list[str]
+    names: Sequence[str],
+    calibration: pd.DataFrame,
+    held_out: pd.DataFrame,
+    fields: list[str],
+    predicted: Callable[[str, np.ndarray], None],
 ) -> tuple[dict[str, np.ndarray], dict[str, float]]:
     """Fit the demo calibrators ``names`` in order; return their held-out predictions and warm seconds.
 
-    A fit during which numba compiled anything is fitted again, and the second fit is the one timed.
+    ``predicted(name, prediction)`` is called with each prediction as soon as it is made (the metrics
+    start on it while the next calibrator is fitted). A fit during which numba compiled anything is
+    fitted again, and the second fit is the one timed.
     A calibrator that cannot be fitted on these rows ends the demo with an error that names ``--rows``,
     the only size the user chose; CCL is skipped when MBCT has no leaves to cluster.
     """
@@ -166,18 +192,19 @@ def _demo_fit_all(
                 tick = time.perf_counter()
                 try:
                     with _counting_compilations() as compiled:
-                        predicted = _demo_fit_predict(name, calibration, held_out, fields, fitted)
+                        prediction = _demo_fit_predict(name, calibration, held_out, fields, fitted)
                 except ValueError as error:
                     msg = f"--rows {len(calibration)}: {name} cannot be fitted on this few rows: {error}"
                     raise ValueError(msg) from error
                 seconds[name] = time.perf_counter() - tick
                 if not compiled[0]:
                     break
-            if predicted is None:
+            if prediction is None:
                 log_progress(f"  {name:<16} skipped: MBCT grew fewer than two leaves to cluster")
                 continue
-            predictions[name] = predicted
+            predictions[name] = prediction
             log_progress(f"  {name:<16} fit + predict {seconds[name]:6.2f} s")
+            predicted(name, prediction)
     return predictions, seconds
 
 
@@ -216,6 +243,64 @@ def _demo_segments(
     from gpucal.metrics import segment_report
 
     return segment_report(held_out["label"].to_numpy(), prediction, held_out[fields], min_rows=min_rows)
+
+
+#: The held-out rows, fields and seed of the metrics process (``_MetricsBeside``), set once at its start.
+_METRICS_DATA: list[Any] = []
+
+
+def _keep_metrics_data(held_out: pd.DataFrame, fields: list[str], seed: int) -> None:
+    """Keep the held-out rows in the metrics process, for every prediction it is sent."""
+    logging.getLogger("gpucal").setLevel(logging.ERROR)  # the parent says that kernels compile
+    _METRICS_DATA[:] = [held_out, fields, seed]
+
+
+def _metrics_of(name: str, prediction: np.ndarray) -> pd.DataFrame:
+    """The metrics of one prediction on the held-out rows kept by :func:`_keep_metrics_data`."""
+    held_out, fields, seed = _METRICS_DATA
+    return _demo_metrics(held_out, {name: prediction}, fields, seed)
+
+
+class _MetricsBeside:
+    """The metrics of the demo's predictions, each started as soon as it is made.
+
+    With ``beside``, in one second process (``spawn``), while this one fits the next calibrator: the
+    fits run on one core, the metrics on the other. Otherwise in this process, all at once by
+    :meth:`table`. :func:`gpucal.evaluate` computes each prediction's column on its own, so the table is
+    the same either way.
+    """
+
+    def __init__(self, held_out: pd.DataFrame, fields: list[str], seed: int, *, beside: bool) -> None:
+        self._held_out, self._fields, self._seed = held_out, fields, seed
+        self._predictions: dict[str, np.ndarray] = {}
+        self._columns: dict[str, Future[pd.DataFrame]] = {}
+        self._pool = None
+        if beside:
+            self._pool = ProcessPoolExecutor(
+                1,
+                mp_context=multiprocessing.get_context("spawn"),
+                initializer=_keep_metrics_data,
+                initargs=(held_out[["label", "p_true", *fields]], fields, seed),
+            )
+
+    def __call__(self, name: str, prediction: np.ndarray) -> None:
+        """Start the metrics of ``prediction`` in the second process; without one, :meth:`table` does."""
+        self._predictions[name] = prediction
+        if self._pool is not None:
+            self._columns[name] = self._pool.submit(_metrics_of, name, prediction)
+
+    def table(self) -> pd.DataFrame:
+        """Every metric (rows) of every prediction (columns, in the order they were given)."""
+        import pandas as pd
+
+        if self._pool is None:
+            return _demo_metrics(self._held_out, self._predictions, self._fields, self._seed)
+        return pd.concat([self._columns[name].result() for name in self._predictions], axis=1)
+
+    def close(self) -> None:
+        """End the second process, if any (metrics not yet computed are dropped)."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
 
 
 def _warm_lane(
@@ -395,18 +480,27 @@ def run_demo(args: argparse.Namespace) -> int:
         )
         _warm_up_lanes(calibration, held_out, fields, args.seed, names)
         log_progress(f"  compiled in {time.perf_counter() - started:.1f} s since the start")
-    log_progress(f"[3/4] fitting every calibrator on {args.rows:,} rows, timed warm ...")
-    _load_kernels(names, calibration.head(DEMO_LOAD_ROWS), held_out.head(DEMO_LOAD_ROWS), fields)
-    predictions, fit_seconds = _demo_fit_all(names, calibration, held_out, fields)
-    predictions = {"raw score": held_out["score"].to_numpy(), **predictions}
-    fit_seconds["raw score"] = 0.0
-    predictions["oracle p_true"] = held_out["p_true"].to_numpy()
-    log_progress("[4/4] computing the metrics on the held-out rows ...")
-    with heartbeat(lambda: f"  ... metrics ({time.perf_counter() - started:.0f} s since the start)"):
-        table = _demo_metrics(held_out, predictions, fields, args.seed).T
-        table["fit_predict_s"] = [fit_seconds.get(name, float("nan")) for name in table.index]
-        best = str(table["log_loss"].drop("oracle p_true").idxmin())
-        report = _demo_segments(held_out, predictions[best], fields, args.min_segment_rows)
+    beside = args.rows >= DEMO_METRICS_BESIDE_ROWS and (os.cpu_count() or 1) > 1
+    log_progress(
+        f"[3/4] fitting every calibrator on {args.rows:,} rows, timed warm"
+        + (", the metrics of each prediction computed beside in a second process ..." if beside else " ...")
+    )
+    metrics = _MetricsBeside(held_out, fields, args.seed, beside=beside)
+    try:
+        metrics("raw score", held_out["score"].to_numpy())
+        _load_kernels(names, calibration.head(DEMO_LOAD_ROWS), held_out.head(DEMO_LOAD_ROWS), fields)
+        predictions, fit_seconds = _demo_fit_all(names, calibration, held_out, fields, metrics)
+        metrics("oracle p_true", held_out["p_true"].to_numpy())
+        predictions = {"raw score": held_out["score"].to_numpy(), **predictions}
+        fit_seconds["raw score"] = 0.0
+        log_progress("[4/4] computing the metrics on the held-out rows ...")
+        with heartbeat(lambda: f"  ... metrics ({time.perf_counter() - started:.0f} s since the start)"):
+            table = metrics.table().T
+            table["fit_predict_s"] = [fit_seconds.get(name, float("nan")) for name in table.index]
+            best = str(table["log_loss"].drop("oracle p_true").idxmin())
+            report = _demo_segments(held_out, predictions[best], fields, args.min_segment_rows)
+    finally:
+        metrics.close()
     marker.touch()
     elapsed = time.perf_counter() - started
     if args.format == "json":
