@@ -228,10 +228,6 @@ class ScoreRows:
         """The scaling rows of blocks that already are :class:`ScoreBlock` (checked by the caller)."""
         return cls(blocks, blocks.reduce(score_summary, combine_summaries))
 
-    def distinct_sums(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Each distinct score, increasing, with ``sum w`` and ``sum w*y`` (:func:`distinct_score_sums`)."""
-        return distinct_score_sums(self.rows)
-
     def check_two_classes(self) -> None:
         check_class_weights(self.summary[N_POSITIVE] > 0, self.summary[N_NEGATIVE] > 0)
 
