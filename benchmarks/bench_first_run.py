@@ -10,7 +10,9 @@ is recorded: on a shared machine the wall time is the CPU time stretched by the 
 ``--venv`` first makes a fresh virtual environment and times ``pip install <repo>`` into it with the
 options of the README's first command (downloads included; the venv and the install timed apart),
 then runs that environment's ``gpucal``; without it the current interpreter's gpucal runs.
-``PYTHONDONTWRITEBYTECODE`` is unset for the demo, as in a user's shell. ``--hide-torch`` runs the demo
+``PYTHONDONTWRITEBYTECODE`` is unset for the demo, as in a user's shell (``--keep-bytecode-env`` keeps
+it as this process has it); ``--pip-options`` replaces the README's pip options, to time the alternatives
+(for example ``--pip-options=`` for pip's default byte-compilation). ``--hide-torch`` runs the demo
 as a fresh ``pip install .`` would, without PyTorch (no neural calibrators), when the interpreter has it.
 
 Usage::
@@ -60,8 +62,8 @@ def readme_pip_options() -> list[str]:
     raise ValueError(msg)
 
 
-def fresh_venv(folder: Path, source: Path) -> tuple[Path, float, float]:
-    """Make a virtual environment in ``folder``, then ``pip install`` ``source`` with the README's options.
+def fresh_venv(folder: Path, source: Path, options: list[str]) -> tuple[Path, float, float]:
+    """Make a virtual environment in ``folder``, then ``pip install`` ``source`` with ``options``.
 
     Returns the environment's python and the seconds of each step.
     """
@@ -69,7 +71,7 @@ def fresh_venv(folder: Path, source: Path) -> tuple[Path, float, float]:
     subprocess.run([sys.executable, "-m", "venv", str(folder)], check=True)
     made = time.perf_counter()
     python = folder / "bin" / "python"
-    pip = [str(python), "-m", "pip", "install", "--quiet", *readme_pip_options(), str(source)]
+    pip = [str(python), "-m", "pip", "install", "--quiet", *options, str(source)]
     subprocess.run(pip, check=True)
     return python, made - started, time.perf_counter() - made
 
@@ -122,6 +124,12 @@ def main() -> None:
     parser.add_argument("--hide-torch", action="store_true", help="run the demo as if PyTorch were absent")
     parser.add_argument("--json", default=None, help="write the measurements here")
     parser.add_argument("--source", default=str(REPO), help="the gpucal checkout to run (default: this one)")
+    parser.add_argument(
+        "--pip-options", default=None, help="pip install options instead of the README's (with --venv)"
+    )
+    parser.add_argument(
+        "--keep-bytecode-env", action="store_true", help="keep PYTHONDONTWRITEBYTECODE for the demo"
+    )
     parser.add_argument("demo_args", nargs="*", help="arguments of `gpucal demo` (after --)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="gpucal-first-run-") as work:
@@ -130,16 +138,19 @@ def main() -> None:
         python = Path(sys.executable)
         if args.venv:
             cpu_before = children_cpu_seconds()
-            python, venv_seconds, pip_seconds = fresh_venv(Path(work) / "venv", Path(args.source))
+            options = readme_pip_options() if args.pip_options is None else args.pip_options.split()
+            python, venv_seconds, pip_seconds = fresh_venv(Path(work) / "venv", Path(args.source), options)
             result["venv_s"] = round(venv_seconds, 2)
             result["pip_install_s"] = round(pip_seconds, 2)
-            result["pip_install_options"] = readme_pip_options()
+            result["pip_install_options"] = options
             result["venv_and_pip_cpu_s"] = round(children_cpu_seconds() - cpu_before, 2)
         env = dict(os.environ, NUMBA_CACHE_DIR=str(Path(work) / "numba-cache"))
         env.pop("PYTHONPATH", None)
         # As in a user's shell: Python keeps the bytecode it compiles on import (`pip install --no-compile`
         # leaves that to the first import), unless this variable, set on some CI machines, says not to.
-        env.pop("PYTHONDONTWRITEBYTECODE", None)
+        if not args.keep_bytecode_env:
+            env.pop("PYTHONDONTWRITEBYTECODE", None)
+        result["pythondontwritebytecode"] = env.get("PYTHONDONTWRITEBYTECODE")
         if not args.venv:
             env["PYTHONPATH"] = args.source  # that checkout's gpucal, as `pip install .` would give
         prefix = [str(python), "-c", HIDE_TORCH] if args.hide_torch else [str(python), "-m", "gpucal"]
