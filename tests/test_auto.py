@@ -420,6 +420,14 @@ def test_default_candidates_are_one_list_at_every_size() -> None:
     expected += [Candidate(name, None, params).label for name, params in FEATURE_CANDIDATES]
     assert labels == [*expected, "neucalib"]
     assert "feature_platt(l2=1.0)" in labels
+    # On a large set the same list, the l2 = 10 feature-aware Platt settings screening their fields.
+    large = AutoCalibrator(categorical_cols=FIELDS)._resolve_candidates(has_features=True, large=True)
+    screened = [c.label for c in large if c.estimator.get_params().get("screen_fields")]
+    tens = [label for label in expected if label.startswith("feature_platt(l2=10.0")]
+    assert screened == [label[:-1] + ", screen_fields=True)" for label in tens]
+    assert len(screened) == 3
+    small = AutoCalibrator()._resolve_candidates(has_features=True)
+    assert [c.name for c in large] == [c.name for c in small]
 
 
 def test_large_data_blend_takes_one_setting_per_method(ctr: Any, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -304,14 +304,19 @@ class AutoCalibrator(Calibrator):
     # ----------------------------------------------------------------------------------------------
     # Fit
 
-    def _resolve_candidates(self, has_features: bool, feature_cols: Any = None) -> list[Candidate]:
-        """The candidates, reading ``feature_cols`` (the resolved features; None: the parameter)."""
+    def _resolve_candidates(
+        self, has_features: bool, feature_cols: Any = None, large: bool = False
+    ) -> list[Candidate]:
+        """The candidates, reading ``feature_cols`` (the resolved features; None: the parameter);
+        ``large``: the calibration set is (``default_candidates``)."""
         features = self.feature_cols if feature_cols is None else feature_cols
         columns = column_params(self.score_col, features, self.categorical_cols, self.score_kind)
         if self.candidates is None:
             from gpucal.neural import torch_available
 
-            return default_candidates(columns, with_features=has_features, with_torch=torch_available())
+            return default_candidates(
+                columns, with_features=has_features, with_torch=torch_available(), large=large
+            )
         if isinstance(self.candidates, str | dict) or not isinstance(self.candidates, Sequence):
             msg = f"candidates: expected a list of names or estimators, got {self.candidates!r}"
             raise TypeError(msg)
@@ -363,7 +368,7 @@ class AutoCalibrator(Calibrator):
             else check_sample_weight(sample_weight, n_rows, xp=array_namespace(labels))
         )
         plan = plan_search(n_rows, self.n_folds, self.cv_rows)
-        candidates = self._resolve_candidates(bool(split.features), list(split.features))
+        candidates = self._resolve_candidates(bool(split.features), list(split.features), plan.large)
         if self.verbose and split.features:
             encoder = FeatureEncoder(categorical_cols=self.categorical_cols).fit(split.features)
             log(f"features {encoder.describe_columns()}")
