@@ -19,8 +19,9 @@ neucalib          ``FieldAwareCalibrator()`` (when PyTorch imports)             
 
 The feature-aware ones are left out when ``X`` has no feature column, and with ``score_kind="logit"``
 (margins, not probabilities) those that read probabilities only (beta, MBCT, HC). The list is the same
-at every size of the calibration set: on a large one the search's first rungs cut it down
-(:mod:`gpucal.auto.sizing`). A feature-aware candidate is one line of :data:`FEATURE_CANDIDATES`.
+at every size of the calibration set (on a large one the search's first rungs cut it down,
+:mod:`gpucal.auto.sizing`), except that there the ``l2 = 10`` feature-aware Platt settings screen
+their fields (:data:`SCREENED_L2`). A feature-aware candidate is one line of :data:`FEATURE_CANDIDATES`.
 ``l2 = 10`` is scikit-learn's ``C = 0.1``, the usual logistic baseline; ``min_child_size=100`` pools
 only the children lighter than 100 (MBCT's default pools those lighter than its node-size bound, several
 hundred on mid-size data), and ``leaf_penalty=300`` shrinks each child's map harder toward its parent's.

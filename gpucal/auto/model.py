@@ -97,7 +97,8 @@ class AutoCalibrator(Calibrator):
     (and the members of that rung's blend, less the dominated ones and NeuCalib unless it is the best,
     and Platt scaling) go on to a rung with four times the rows, up to every row (a 40,000-row
     subsample on more than 100,000 rows, where the blend also takes the best setting of each method and
-    no member lighter than 5%). The candidates are the same at every size; on a screening rung
+    no member lighter than 5%). The candidates are the same at every size (over 100,000 rows the ``l2 = 10``
+    feature-aware Platt settings screen their fields, ``screen_fields``); on a screening rung
     NeuCalib runs only when a cheaper feature-aware candidate beats Platt scaling by 2 standard errors.
 
     Parameters
