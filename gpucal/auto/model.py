@@ -30,6 +30,7 @@ from gpucal.auto.cross_fit import (
     best_per_method,
     cross_fit_candidate,
     fresh,
+    growing_twins,
     log,
 )
 from gpucal.auto.folds import group_values, grouped_folds, stratified_folds, subsample_rows
@@ -387,8 +388,10 @@ class AutoCalibrator(Calibrator):
             errors = "; ".join(f"{c.label}: {row['status']}" for c, row in zip(candidates, rows, strict=True))
             msg = f"AutoCalibrator: no candidate could be fitted ({errors})"
             raise ValueError(msg)
-        self.best_index_ = int(usable[np.argmin(scores[usable])])
         crossed = np.flatnonzero(folds >= 0)
+        if plan.large:  # where a refit's screen sees many more rows than the folds did
+            usable = growing_twins(usable, self.oof_predictions_, crossed, candidates)
+        self.best_index_ = int(usable[np.argmin(scores[usable])])
         pool = best_per_method(usable, scores, candidates) if plan.large else usable
         members, blend_weights, intercept = self._choose(
             pool, crossed, host_labels, host_weights, MIN_MEMBER_WEIGHT if plan.large else 0.0
