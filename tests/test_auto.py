@@ -420,6 +420,14 @@ def test_default_candidates_are_one_list_at_every_size() -> None:
     expected += [Candidate(name, None, params).label for name, params in FEATURE_CANDIDATES]
     assert labels == [*expected, "neucalib"]
     assert "feature_platt(l2=1.0)" in labels
+    # On a large set the same list, the l2 = 10 feature-aware Platt settings screening their fields.
+    large = AutoCalibrator(categorical_cols=FIELDS)._resolve_candidates(has_features=True, large=True)
+    screened = [c.label for c in large if c.estimator.get_params().get("screen_fields")]
+    tens = [label for label in expected if label.startswith("feature_platt(l2=10.0")]
+    assert screened == [label[:-1] + ", screen_fields=True)" for label in tens]
+    assert len(screened) == 3
+    small = AutoCalibrator()._resolve_candidates(has_features=True)
+    assert [c.name for c in large] == [c.name for c in small]
 
 
 def test_large_data_blend_takes_one_setting_per_method(ctr: Any, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -506,3 +514,23 @@ def test_large_data_keeps_platt_unless_the_features_beat_it(monkeypatch: pytest.
     assert strict.platt_gain_["applied"]
     assert strict.cv_results_.loc[strict.best_index_, "method"] == "platt"
     assert_allclose(strict.predict(X), make_calibrator("platt").fit(X, y).predict(X))
+
+
+def test_growing_twins_keeps_the_second_order_twin() -> None:
+    from gpucal.auto.cross_fit import TWIN_LOGIT_TOL, growing_twins
+
+    first = Candidate("feature_platt", make_calibrator("feature_platt", l2=10.0), {"l2": 10.0})
+    second = Candidate(
+        "feature_platt",
+        make_calibrator("feature_platt", l2=10.0, interactions="auto"),
+        {"l2": 10.0, "interactions": "auto"},
+    )
+    other = Candidate("mbct", make_calibrator("mbct"))
+    p = np.random.default_rng(0).uniform(0.05, 0.95, (50, 1))
+    oof = np.hstack([p, p, p, p * 0.9])
+    crossed = np.arange(50)
+    # The first-order candidate and its second-order twin: the twin stays; a twin of another method too.
+    assert growing_twins(np.arange(4), oof, crossed, [first, second, other, other]).tolist() == [1, 3]
+    # Logits apart by more than the tolerance: not twins, both stay.
+    oof[0, 1] = 1.0 / (1.0 + (1.0 - p[0, 0]) / p[0, 0] * np.exp(-10 * TWIN_LOGIT_TOL))
+    assert growing_twins(np.arange(2), oof, crossed, [first, second]).tolist() == [0, 1]

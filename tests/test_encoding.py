@@ -319,6 +319,14 @@ def test_to_dict_rejects_values_json_cannot_hold():
         enc.to_dict()
 
 
+def test_to_dict_writes_numpy_scalar_categories_as_python_values():
+    # An object column mixing numpy and Python scalars: every category written as the Python value.
+    enc = FeatureEncoder().fit({"c": np.array([np.int64(3), 1, np.float64(2.5), 1], dtype=object)})
+    cats = enc.to_dict()["columns"][0]["categories"]
+    assert cats == [1, 2.5, 3]
+    assert [type(v) for v in cats] == [int, float, int]
+
+
 def test_to_dict_rejects_column_names_json_cannot_hold():
     enc = FeatureEncoder().fit({("a", 1): np.arange(3.0)})
     with pytest.raises(TypeError, match=r"X\[\('a', 1\)\]: column name of type tuple cannot be saved"):

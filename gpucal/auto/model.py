@@ -30,6 +30,7 @@ from gpucal.auto.cross_fit import (
     best_per_method,
     cross_fit_candidate,
     fresh,
+    growing_twins,
     log,
 )
 from gpucal.auto.folds import group_values, grouped_folds, stratified_folds, subsample_rows
@@ -97,7 +98,8 @@ class AutoCalibrator(Calibrator):
     (and the members of that rung's blend, less the dominated ones and NeuCalib unless it is the best,
     and Platt scaling) go on to a rung with four times the rows, up to every row (a 40,000-row
     subsample on more than 100,000 rows, where the blend also takes the best setting of each method and
-    no member lighter than 5%). The candidates are the same at every size; on a screening rung
+    no member lighter than 5%). The candidates are the same at every size (over 100,000 rows the ``l2 = 10``
+    feature-aware Platt settings screen their fields, ``screen_fields``); on a screening rung
     NeuCalib runs only when a cheaper feature-aware candidate beats Platt scaling by 2 standard errors.
 
     Parameters
@@ -304,14 +306,19 @@ class AutoCalibrator(Calibrator):
     # ----------------------------------------------------------------------------------------------
     # Fit
 
-    def _resolve_candidates(self, has_features: bool, feature_cols: Any = None) -> list[Candidate]:
-        """The candidates, reading ``feature_cols`` (the resolved features; None: the parameter)."""
+    def _resolve_candidates(
+        self, has_features: bool, feature_cols: Any = None, large: bool = False
+    ) -> list[Candidate]:
+        """The candidates, reading ``feature_cols`` (the resolved features; None: the parameter);
+        ``large``: the calibration set is (``default_candidates``)."""
         features = self.feature_cols if feature_cols is None else feature_cols
         columns = column_params(self.score_col, features, self.categorical_cols, self.score_kind)
         if self.candidates is None:
             from gpucal.neural import torch_available
 
-            return default_candidates(columns, with_features=has_features, with_torch=torch_available())
+            return default_candidates(
+                columns, with_features=has_features, with_torch=torch_available(), large=large
+            )
         if isinstance(self.candidates, str | dict) or not isinstance(self.candidates, Sequence):
             msg = f"candidates: expected a list of names or estimators, got {self.candidates!r}"
             raise TypeError(msg)
@@ -363,7 +370,7 @@ class AutoCalibrator(Calibrator):
             else check_sample_weight(sample_weight, n_rows, xp=array_namespace(labels))
         )
         plan = plan_search(n_rows, self.n_folds, self.cv_rows)
-        candidates = self._resolve_candidates(bool(split.features), list(split.features))
+        candidates = self._resolve_candidates(bool(split.features), list(split.features), plan.large)
         if self.verbose and split.features:
             encoder = FeatureEncoder(categorical_cols=self.categorical_cols).fit(split.features)
             log(f"features {encoder.describe_columns()}")
@@ -381,8 +388,10 @@ class AutoCalibrator(Calibrator):
             errors = "; ".join(f"{c.label}: {row['status']}" for c, row in zip(candidates, rows, strict=True))
             msg = f"AutoCalibrator: no candidate could be fitted ({errors})"
             raise ValueError(msg)
-        self.best_index_ = int(usable[np.argmin(scores[usable])])
         crossed = np.flatnonzero(folds >= 0)
+        if plan.large:  # where a refit's screen sees many more rows than the folds did
+            usable = growing_twins(usable, self.oof_predictions_, crossed, candidates)
+        self.best_index_ = int(usable[np.argmin(scores[usable])])
         pool = best_per_method(usable, scores, candidates) if plan.large else usable
         members, blend_weights, intercept = self._choose(
             pool, crossed, host_labels, host_weights, MIN_MEMBER_WEIGHT if plan.large else 0.0

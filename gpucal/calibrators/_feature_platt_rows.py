@@ -201,6 +201,15 @@ def level_sums(block: PlattBlock, theta: np.ndarray, n_values: np.ndarray, array
     )
 
 
+def score_sums(block: PlattBlock, a: float, b: float) -> np.ndarray:
+    """Newton's sums of the score-only model :math:`\\sigma(a x + b)` on the block: ``sum r x``,
+    ``sum r``, ``sum D x^2``, ``sum D x``, ``sum D`` with :math:`r = w (p - y)`, :math:`D = w p (1 - p)`."""
+    p = sigmoid(a * block.x + b)
+    r, d = block.w * (p - block.y), block.w * p * (1.0 - p)
+    x = block.x
+    return np.array([float(to_numpy(v.sum())) for v in (r * x, r, d * x * x, d * x, d)])
+
+
 # --------------------------------------------------------------------------------------------------
 # Newton-CG's passes
 
@@ -270,6 +279,7 @@ __all__ = [
     "pooled_levels",
     "predicted",
     "read_block",
+    "score_sums",
     "select_columns",
     "stepped",
     "strided",

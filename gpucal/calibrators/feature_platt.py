@@ -169,6 +169,15 @@ class FeatureAwarePlattCalibrator(EncodedFeatureCalibrator):
     max_cross_levels : int, default=100000
         Most codes of all crosses together (the model's size and the fit's memory); pairs past it are
         dropped with a ``UserWarning`` naming them.
+    screen_fields : bool, default=False
+        Keep only the feature columns expected to pay: each is judged alone against Platt scaling (the
+        score-only fit) by the expected held-out gain of one Newton step on its offsets, the screen of
+        ``interactions="auto"`` applied to the main effects
+        (:func:`~gpucal.calibrators._feature_platt_solver.kept_fields`); the others get no offsets and
+        ``encoder_`` names the kept ones (columns in an ``interactions`` list stay). Where the score already
+        reads most fields (an id with thousands of values among them), their offsets only fit noise:
+        on ``make_ctr``'s segment-bias scenario at 150,000 rows the screen keeps ``region`` and
+        ``user_segment`` and the held-out log-loss falls from 0.11230 to 0.11195 (oracle 0.11178).
     max_iter : int, default=100
         Most Newton steps (each is one gradient pass plus a few Hessian-vector passes over the rows).
     tol : float, default=1e-8
@@ -248,6 +257,7 @@ class FeatureAwarePlattCalibrator(EncodedFeatureCalibrator):
         "l2_cross": Interval(float, 0, None, closed="neither"),
         "min_cross_count": Interval(float, 0, None),
         "max_cross_levels": Interval(int, 1, None),
+        "screen_fields": Options(True, False),
         "max_iter": Interval(int, 1, None),
         "tol": Interval(float, 0, None, closed="neither"),
         "device": Options("auto", "cpu", "gpu"),
@@ -275,6 +285,7 @@ class FeatureAwarePlattCalibrator(EncodedFeatureCalibrator):
         l2_cross: float = L2_CROSS,
         min_cross_count: float = MIN_CROSS_COUNT,
         max_cross_levels: int = MAX_CROSS_LEVELS,
+        screen_fields: bool = False,
         max_iter: int = 100,
         tol: float = 1e-8,
         device: str = "auto",
@@ -290,6 +301,7 @@ class FeatureAwarePlattCalibrator(EncodedFeatureCalibrator):
         self.l2_cross = l2_cross
         self.min_cross_count = min_cross_count
         self.max_cross_levels = max_cross_levels
+        self.screen_fields = screen_fields
         self.max_iter = max_iter
         self.tol = tol
         self.device = device

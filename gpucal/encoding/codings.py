@@ -122,6 +122,16 @@ def plain_category(v: Any, where: str) -> Any:
     return v
 
 
+def plain_categories(values: Any, where: str) -> list[Any]:
+    """``plain_category`` of every category: one pass over their types when all are plain already (a
+    40,000-value column is written by every fit of a search)."""
+    entries = list(values)
+    kinds = set(map(type, entries))
+    if all(issubclass(k, str | int | float | bool) and not issubclass(k, np.generic) for k in kinds):
+        return entries
+    return [plain_category(v, where) for v in entries]
+
+
 def plain_column_name(name: Any) -> Any:
     """A column name as plain data (str or int) for ``to_dict``."""
     name = plain_value(name)
@@ -163,6 +173,7 @@ __all__ = [
     "codes_dtype",
     "coding_from_dict",
     "map_codes_dtype",
+    "plain_categories",
     "plain_category",
     "plain_column_name",
     "smallest_code_dtype",

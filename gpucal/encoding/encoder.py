@@ -77,7 +77,7 @@ from gpucal.encoding.codings import (
     codes_dtype,
     coding_from_dict,
     map_codes_dtype,
-    plain_category,
+    plain_categories,
     plain_column_name,
     smallest_code_dtype,
     transform_bins,
@@ -611,7 +611,8 @@ class FeatureEncoder(BaseEstimator):
         cats = coding.categories
         if cats is None or len(cats) == 0:
             return None
-        if not all(isinstance(c, int | np.integer) and not isinstance(c, bool | np.bool_) for c in cats):
+        kinds = set(map(type, cats))  # one check per type, not per category
+        if not all(issubclass(k, int | np.integer) and not issubclass(k, bool | np.bool_) for k in kinds):
             return None
         ints = np.asarray(cats, dtype=np.int64)
         low, high = int(ints.min()), int(ints.max())
@@ -683,7 +684,7 @@ class FeatureEncoder(BaseEstimator):
                 edges = c.edges.tolist()  # type: ignore[union-attr]
                 columns.append({"name": plain_column_name(c.name), "kind": c.kind, "bin_edges": edges})
             else:
-                cats = [plain_category(v, f"X[{c.name!r}]") for v in c.categories]  # type: ignore[union-attr]
+                cats = plain_categories(c.categories, f"X[{c.name!r}]")
                 columns.append({"name": plain_column_name(c.name), "kind": c.kind, "categories": cats})
         params: dict[str, Any] = {
             "n_bins": int(self.n_bins),

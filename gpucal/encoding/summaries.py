@@ -85,7 +85,7 @@ def observed_categories(codes_cats: tuple[Any, np.ndarray]) -> np.ndarray:
         return np.empty(0, dtype=object)
     xp = array_namespace(codes)
     counts = to_numpy(xp.bincount(codes[codes >= 0].astype(xp.int64), minlength=len(cats)))
-    used = list(dict.fromkeys(plain_value(v) for v in cats[counts > 0]))
+    used = list(dict.fromkeys(plain_values(cats[counts > 0])))
     try:
         used.sort()
     except TypeError:
@@ -97,6 +97,15 @@ def observed_categories(codes_cats: tuple[Any, np.ndarray]) -> np.ndarray:
 
 def plain_value(v: Any) -> Any:
     return v.item() if isinstance(v, np.generic) else v
+
+
+def plain_values(values: np.ndarray) -> list[Any]:
+    """``plain_value`` of every entry of an object array, as a list: one pass over the entries' types
+    when none is a numpy scalar (a 40,000-value column is read by every fit of a search)."""
+    entries = values.tolist()
+    if any(issubclass(kind, np.generic) for kind in set(map(type, entries))):
+        return [plain_value(v) for v in entries]
+    return entries
 
 
 def block_summaries(
@@ -227,6 +236,7 @@ __all__ = [
     "merge_summaries",
     "observed_categories",
     "plain_value",
+    "plain_values",
     "read_block",
     "summarise_block",
 ]

@@ -1,0 +1,82 @@
+"""Feature-aware Platt's ``screen_fields``: the fields kept against Platt scaling, checked against the
+explicit fit on those fields, scikit-learn's Platt fit, and the held-out log-loss of the unscreened fit."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from numpy.testing import assert_allclose
+from scipy.special import expit, logit
+from sklearn.linear_model import LogisticRegression
+
+from gpucal.calibrators._feature_platt_rows import PlattBlock
+from gpucal.calibrators._feature_platt_solver import _score_only
+from gpucal.calibrators.feature_platt import FeatureAwarePlattCalibrator
+from gpucal.metrics import log_loss
+from gpucal.rows.local import LocalRows
+
+EPS = np.finfo(np.float64).eps
+
+
+def noisy_ids(n: int, seed: int) -> tuple[pd.DataFrame, np.ndarray]:
+    """A score that knows everything but a ``region`` bias; ``site`` is an id with 600 values the truth
+    does not use (its offsets can only fit noise)."""
+    rng = np.random.default_rng(seed)
+    bias = np.random.default_rng(100).normal(0, 0.6, 8)
+    region = rng.integers(0, 8, n)
+    site = rng.integers(0, 600, n)
+    p = rng.beta(2.0, 5.0, n)
+    y = (rng.random(n) < expit(logit(p) - bias[region])).astype(np.float64)
+    return pd.DataFrame({"score": p, "site": site, "region": region}), y
+
+
+PARAMS = {"categorical_cols": ["site", "region"], "l2": 10.0, "tol": 1e-10}
+
+
+def test_keeps_the_biased_field_drops_the_id_and_equals_the_fit_on_it() -> None:
+    X, y = noisy_ids(6_000, 0)
+    screened = FeatureAwarePlattCalibrator(screen_fields=True, **PARAMS).fit(X, y)
+    assert screened.encoder_["columns"][0]["name"] == "region"
+    assert len(screened.encoder_["columns"]) == 1
+    alone = FeatureAwarePlattCalibrator(feature_cols=["region"], **{**PARAMS, "categorical_cols": ["region"]})
+    assert_allclose(screened.predict(X), alone.fit(X, y).predict(X), rtol=1e-12)
+
+
+def test_beats_the_unscreened_fit_held_out() -> None:
+    X, y = noisy_ids(6_000, 1)
+    X_test, y_test = noisy_ids(20_000, 2)
+    screened = FeatureAwarePlattCalibrator(screen_fields=True, **PARAMS).fit(X, y)
+    every = FeatureAwarePlattCalibrator(**PARAMS).fit(X, y)
+    gain = log_loss(y_test, every.predict(X_test)) - log_loss(y_test, screened.predict(X_test))
+    assert gain > 0.0005
+
+
+def test_fields_of_listed_interactions_stay() -> None:
+    X, y = noisy_ids(3_000, 3)
+    cal = FeatureAwarePlattCalibrator(screen_fields=True, interactions=[("site", "region")], **PARAMS)
+    cal.fit(X, y)
+    assert [c["name"] for c in cal.encoder_["columns"]] == ["site", "region"]
+    assert cal.interactions_ == [["site", "region"]]
+
+
+def test_keeps_the_best_field_when_none_pays() -> None:
+    rng = np.random.default_rng(4)
+    p = rng.beta(2.0, 5.0, 4_000)
+    X = pd.DataFrame({"score": p, "a": rng.integers(0, 300, 4_000), "b": rng.integers(0, 200, 4_000)})
+    y = (rng.random(4_000) < p).astype(np.float64)
+    cal = FeatureAwarePlattCalibrator(screen_fields=True, categorical_cols=["a", "b"], l2=10.0).fit(X, y)
+    assert len(cal.encoder_["columns"]) == 1
+
+
+@pytest.mark.parametrize("l2", [1.0, 10.0])
+def test_score_only_fit_equals_sklearn(l2: float) -> None:
+    rng = np.random.default_rng(5)
+    p = rng.beta(2.0, 5.0, 2_000)
+    y = (rng.random(2_000) < expit(1.7 * logit(p) - 0.4)).astype(np.float64)
+    x = logit(np.clip(p, EPS, 1 - EPS))
+    block = PlattBlock(x=x, codes=np.zeros((2_000, 1), dtype=np.int8), y=y, w=np.ones(2_000))
+    rows = LocalRows((block,))
+    a, b = _score_only(rows, float(logit(y.mean())), l2, 100)
+    ref = LogisticRegression(C=1.0 / l2, tol=1e-12, max_iter=1000).fit(x[:, None], y)
+    assert_allclose([a, b], [ref.coef_[0, 0], ref.intercept_[0]], atol=1e-7)
