@@ -13,6 +13,7 @@ import json
 import warnings
 from typing import Any
 
+import numba
 import numpy as np
 import pandas as pd
 import pytest
@@ -534,12 +535,22 @@ def test_score_table_fit_over_blocks_equals_the_sorted_walk(weighted: bool) -> N
 
 
 def test_the_pav_kernels_share_one_block_push():
-    """Issue 23 (the first run's compile time): ``top = -1`` typed the stack top as the literal -1 in
-    some callers, and ``_push_block`` compiled twice (1.3 s of CPU); every caller now passes an int64."""
+    """Every caller of ``_push_block`` passes the stack top as an int64 (``top = -1`` typed it as the
+    literal -1 in some, and ``_push_block`` compiled twice). The callers are compiled afresh, uncached,
+    so ``_push_block`` is typed in this process whatever the cache holds."""
     rng = np.random.default_rng(0)
     p = rng.uniform(size=500)
-    y = rng.binomial(1, p)
-    IsotonicCalibrator().fit(p, y)
-    IsotonicCalibrator().fit(p, y, sample_weight=rng.uniform(0.5, 2.0, size=500))
-    pav._pool_groups(np.array([[1.0, 0.0, 0.2, 0.2, 0.2], [1.0, 1.0, 0.5, 0.5, 0.5]]))
+    y = rng.binomial(1, p).astype(np.float64)
+    w = rng.uniform(0.5, 2.0, size=500)
+    xs, positives = _sorted.sorted_counts(p, y)
+    order, bounds = _sorted.sorted_runs(p)
+    stats = np.array([[1.0, 0.0, 0.2, 0.2, 0.2], [1.0, 1.0, 0.5, 0.5, 0.5]])
+    calls = (
+        (pav._isotonic_counts, (xs, positives, pav.TIE_EPS)),
+        (pav._isotonic_walk, (p, y, w, order, bounds, pav.TIE_EPS)),
+        (pav._pool_groups, (stats,)),
+    )
+    for caller, args in calls:
+        fresh = numba.njit(caller.py_func)
+        assert_array_equal(fresh(*args), caller(*args))
     assert [str(sig[1]) for sig in pav._push_block.signatures] == ["int64"]
