@@ -16,7 +16,7 @@ from scipy.special import gammaln
 from gpucal._backend import array_namespace
 from gpucal.calibrators._sorted import host_float64
 from gpucal.calibrators.base import Calibrator, Constraint, Interval, Options
-from gpucal.calibrators.score_rows import distinct_score_sums, read_score_rows
+from gpucal.calibrators.score_rows import read_distinct_score_sums
 from gpucal.registry import calibration_method
 from gpucal.rows import Rows
 
@@ -231,8 +231,7 @@ class BBQCalibrator(Calibrator):
         self.output_type = output_type
 
     def _fit(self, rows: Rows) -> None:
-        blocks = read_score_rows(rows, self.score_col, self.score_kind)
-        xs, weight, weighted_y = distinct_score_sums(blocks)
+        xs, weight, weighted_y = read_distinct_score_sums(rows, self.score_col, self.score_kind)
         edges, values, posterior = bbq_step_map(
             xs,
             weight,

@@ -13,7 +13,7 @@ import numpy as np
 
 from gpucal.calibrators.base import Calibrator, Constraint, Options
 from gpucal.calibrators.bins import check_knot_map, interp_clipped
-from gpucal.calibrators.score_rows import distinct_score_sums, read_score_rows
+from gpucal.calibrators.score_rows import read_distinct_score_sums
 from gpucal.kernels.jit import numba
 from gpucal.registry import calibration_method
 from gpucal.rows import Rows
@@ -176,8 +176,7 @@ class CenteredIsotonicCalibrator(Calibrator):
         self.output_type = output_type
 
     def _fit(self, rows: Rows) -> None:
-        blocks = read_score_rows(rows, self.score_col, self.score_kind)
-        xs, weight, weighted_y = distinct_score_sums(blocks)
+        xs, weight, weighted_y = read_distinct_score_sums(rows, self.score_col, self.score_kind)
         self.X_knots_, self.y_knots_ = centered_isotonic_knots(
             xs, weight, weighted_y, interior_strict=self.interior_strict
         )

@@ -14,7 +14,7 @@ import numpy as np
 
 from gpucal.calibrators.base import Calibrator, Constraint, Options
 from gpucal.calibrators.bins import check_knot_map, interp_clipped
-from gpucal.calibrators.score_rows import distinct_score_sums, read_score_rows
+from gpucal.calibrators.score_rows import read_distinct_score_sums
 from gpucal.kernels.jit import numba
 from gpucal.registry import calibration_method
 from gpucal.rows import Rows
@@ -437,8 +437,7 @@ class ENIRCalibrator(Calibrator):
         self.output_type = output_type
 
     def _fit(self, rows: Rows) -> None:
-        blocks = read_score_rows(rows, self.score_col, self.score_kind)
-        xs, weight, weighted_y = distinct_score_sums(blocks)
+        xs, weight, weighted_y = read_distinct_score_sums(rows, self.score_col, self.score_kind)
         positives = float(weighted_y.sum())
         if positives <= 0.0 or positives >= float(weight.sum()):
             which = "positive" if positives <= 0.0 else "negative"

@@ -202,6 +202,15 @@ def distinct_score_sums(blocks: Rows) -> tuple[np.ndarray, np.ndarray, np.ndarra
     return table.keys[0], table.stats[:, BIN_W], table.stats[:, BIN_WY]
 
 
+def read_distinct_score_sums(
+    rows: Rows, score_col: Any = "score", score_kind: str = "probability"
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`distinct_score_sums` of the checked blocks of ``X``, ``y``, ``sample_weight``
+    (:func:`read_score_rows`): the input of the fits over sorted distinct scores (BBQ, ENIR, centred
+    isotonic)."""
+    return distinct_score_sums(read_score_rows(rows, score_col, score_kind))
+
+
 @dataclass(frozen=True)
 class ScoreRows:
     """The rows of a scaling fit: :class:`~gpucal.rows.Rows` of :class:`ScoreBlock` and their summary
@@ -257,6 +266,7 @@ __all__ = [
     "block_score_groups",
     "combine_summaries",
     "count_and_weight",
+    "read_distinct_score_sums",
     "read_score_rows",
     "read_scores",
     "score_groups",
