@@ -209,11 +209,16 @@ def _demo_fit_all(
 
 
 def _load_kernels(
-    names: Sequence[str], calibration: pd.DataFrame, held_out: pd.DataFrame, fields: list[str]
+    names: Sequence[str],
+    calibration: pd.DataFrame,
+    held_out: pd.DataFrame,
+    fields: list[str],
+    fitted: dict[str, Any] | None = None,
 ) -> None:
     """Fit every calibrator once on a few rows, untimed: this process imports its modules and loads its
-    kernels from the cache before the timed fits (a first use costs that, compiled or not)."""
-    fitted: dict[str, Any] = {}
+    kernels from the cache before the timed fits (a first use costs that, compiled or not). ``fitted``
+    holds the fits of earlier loads (CCL embeds the MBCT found there)."""
+    fitted = {} if fitted is None else fitted
     started = time.perf_counter()
     with heartbeat(lambda: f"  ... loading the compiled kernels ({time.perf_counter() - started:.0f} s)"):
         for name in names:
@@ -358,13 +363,18 @@ def _warm_lane(
 
 
 def _warm_up_lanes(
-    calibration: pd.DataFrame, held_out: pd.DataFrame, fields: list[str], seed: int, names: Sequence[str]
+    calibration: pd.DataFrame,
+    held_out: pd.DataFrame,
+    fields: list[str],
+    seed: int,
+    names: Sequence[str],
+    on_step: Callable[[str], None] | None = None,
 ) -> None:
     """Compile the kernels of the demo's steps in parallel processes, one lane each, with progress.
 
     Lanes run in fresh interpreters (``spawn``), which inherit the cache folder; each reports its steps
-    as they end, drawn here as one bar. A lane that fails or falls silent leaves its kernels to the
-    timed pass.
+    as they end, drawn here as one bar, and ``on_step(step)`` runs here then (the step's kernels are in
+    the cache). A lane that fails or falls silent leaves its kernels to the timed pass.
     """
     lanes = DEMO_WARMUP_LANES if min(os.cpu_count() or 1, DEMO_LANES) > 1 else _ONE_LANE
     lanes = tuple(tuple(step for step in lane if step in names or step == "metrics") for lane in lanes)
@@ -404,6 +414,8 @@ def _warm_up_lanes(
                 after = lane[lane.index(step) + 1 :][:1]
                 running[0] = tuple(s for s in running[0] if s != step) + after
                 log_progress(f"  {bar(len(finished), total)} {step} ({seconds:.1f} s)")
+                if on_step is not None:
+                    on_step(step)
     finally:
         for worker in workers:
             if worker.pid is None:  # never started
@@ -485,6 +497,18 @@ def run_demo(args: argparse.Namespace) -> int:
             msg = f"--rows {args.rows}: the {split} rows hold only one label; ask for more rows"
             raise ValueError(msg)
     warmup_rows = min(args.rows, DEMO_WARMUP_ROWS)
+    # Each calibrator's kernels are loaded into this process as soon as a warm-up lane has compiled them,
+    # while the other lane still compiles: the core of a lane that ended first would idle otherwise.
+    few = (calibration.head(DEMO_LOAD_ROWS), held_out.head(DEMO_LOAD_ROWS))
+    fitted_few: dict[str, Any] = {}
+    loaded: list[str] = []
+
+    def load_step(step: str) -> None:
+        if step in names:
+            with contextlib.suppress(ValueError):  # too few rows for it: the timed fit says so
+                _demo_fit_predict(step, *few, fields, fitted_few)
+            loaded.append(step)
+
     marker = _warm_marker()
     if marker.exists():
         log_progress("[2/4] the demo's kernels are compiled already (numba's cache)")
@@ -493,7 +517,7 @@ def run_demo(args: argparse.Namespace) -> int:
             f"[2/4] compiling the demo's kernels (first run only), each calibrator fitted untimed on "
             f"{warmup_rows:,} rows (the one-dimensional maps on all) in parallel processes ..."
         )
-        _warm_up_lanes(calibration, held_out, fields, args.seed, names)
+        _warm_up_lanes(calibration, held_out, fields, args.seed, names, load_step)
         log_progress(f"  compiled in {time.perf_counter() - started:.1f} s since the start")
     beside = args.rows >= DEMO_METRICS_BESIDE_ROWS and (os.cpu_count() or 1) > 1
     log_progress(
@@ -505,7 +529,7 @@ def run_demo(args: argparse.Namespace) -> int:
     with blas:
         try:
             metrics("raw score", held_out["score"].to_numpy())
-            _load_kernels(names, calibration.head(DEMO_LOAD_ROWS), held_out.head(DEMO_LOAD_ROWS), fields)
+            _load_kernels([n for n in names if n not in loaded], *few, fields, fitted_few)
             predictions, fit_seconds = _demo_fit_all(names, calibration, held_out, fields, metrics)
             metrics("oracle p_true", held_out["p_true"].to_numpy())
             predictions = {"raw score": held_out["score"].to_numpy(), **predictions}
