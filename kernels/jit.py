@@ -126,7 +126,7 @@ MAX_CHUNK_ROWS = 1 << 16
 
 
 def numpy_row_chunks(work: Callable[[int, int], None], n_rows: int) -> None:
-    """Call ``work(start, stop)`` over row chunks covering ``range(n_rows)``, on the numba threads.
+    """Call ``work(start, stop)`` over row chunks of ``range(n_rows)``, in as many threads as numba uses.
 
     For elementwise numpy work that writes each row's results into arrays made beforehand: numpy
     releases the GIL in its loops, so the chunks use every core, and each element is computed as one

@@ -222,8 +222,15 @@ def _load_kernels(
     started = time.perf_counter()
     with heartbeat(lambda: f"  ... loading the compiled kernels ({time.perf_counter() - started:.0f} s)"):
         for name in names:
-            with contextlib.suppress(ValueError):  # too few rows for it: the timed fit says so
-                _demo_fit_predict(name, calibration, held_out, fields, fitted)
+            _load_kernels_of(name, calibration, held_out, fields, fitted)
+
+
+def _load_kernels_of(
+    name: str, calibration: pd.DataFrame, held_out: pd.DataFrame, fields: list[str], fitted: dict[str, Any]
+) -> None:
+    """One calibrator of :func:`_load_kernels`, without the progress line."""
+    with contextlib.suppress(ValueError):  # too few rows for it: the timed fit says so
+        _demo_fit_predict(name, calibration, held_out, fields, fitted)
 
 
 def _demo_metrics(
@@ -505,8 +512,7 @@ def run_demo(args: argparse.Namespace) -> int:
 
     def load_step(step: str) -> None:
         if step in names:
-            with contextlib.suppress(ValueError):  # too few rows for it: the timed fit says so
-                _demo_fit_predict(step, *few, fields, fitted_few)
+            _load_kernels_of(step, *few, fields, fitted_few)
             loaded.append(step)
 
     marker = _warm_marker()
