@@ -15,6 +15,7 @@ import numpy as np
 from sklearn.base import clone
 
 from gpucal._backend import array_namespace, to_numpy
+from gpucal.auto.blend import logits
 from gpucal.auto.candidates import Candidate, takes_param
 from gpucal.auto.folds import select_rows
 from gpucal.auto.report import METRICS, report_row, trailing_reason
@@ -175,18 +176,14 @@ def growing_twins(
     refit keeps ``hour x device``, 0.11379 against 0.11438 for the first-order twin. So of twins the
     second-order one stays.
     """
-    from gpucal.auto.blend import logits
 
     def grows(i: int) -> bool:
         return candidates[i].estimator.get_params().get("interactions") == "auto"
 
+    columns = {int(i): logits(oof_predictions[crossed, i]) for i in usable}
     kept: list[int] = []
-    for i in (int(i) for i in usable):
-        column = logits(oof_predictions[crossed, i])
-        twin = next(
-            (k for k in kept if np.abs(logits(oof_predictions[crossed, k]) - column).max() < TWIN_LOGIT_TOL),
-            None,
-        )
+    for i in columns:
+        twin = next((k for k in kept if np.abs(columns[k] - columns[i]).max() < TWIN_LOGIT_TOL), None)
         if twin is None:
             kept.append(i)
         elif grows(i) and not grows(twin):
