@@ -323,11 +323,18 @@ def test_kernels_equal_numpy() -> None:
     for n_bins in (1, 3, 10, 20):
         interior = np.linspace(0, 1, n_bins + 1)[1:-1]
         ids = np.searchsorted(interior, p, side="left")
-        expected = np.stack([np.bincount(ids, v, n_bins) for v in (w, w * y, w * p)], axis=1)
+        expected = np.stack([np.bincount(ids, v, n_bins) for v in (w, w * y)], axis=1)
         for uniform in (True, False):
             assert_allclose(bins.bin_sums(p, y, w, interior, uniform=uniform), expected, rtol=1e-12)
             values = rng.random(n_bins)
             assert_array_equal(bins.lookup_bins(p, interior, values, uniform=uniform), values[ids])
+    # The search-free bins on every edge and the floats next to it, for bin counts up to 1000.
+    for n_bins in (2, 3, 7, 10, 49, 100, 999, 1000):
+        edges = np.linspace(0, 1, n_bins + 1)
+        near = np.r_[edges, np.nextafter(edges, -1), np.nextafter(edges, 2)].clip(0, 1)
+        values = rng.random(n_bins)
+        expected = values[np.searchsorted(edges[1:-1], near, side="left")]
+        assert_array_equal(bins.lookup_bins(near, edges[1:-1], values, uniform=True), expected)
     # Knots spread, skewed, clustered (the index table's cells hold many knots), single, margins of
     # both signs and of extreme sizes (the table's keys are the values' bits).
     clustered = np.unique(np.r_[rng.random(30), 0.5 + np.cumsum(np.full(200, 1e-12))])

@@ -8,8 +8,9 @@ and of netcal's ``HistogramBinning.transform``. Every fit statistic is a per-bin
 
 .. math::
 
-    S_b = \Bigl(\sum_{i \in b} w_i,\ \sum_{i \in b} w_i y_i,\ \sum_{i \in b} w_i p_i\Bigr),
+    S_b = \Bigl(\sum_{i \in b} w_i,\ \sum_{i \in b} w_i y_i,\ \sum_{i \in b} w_i p_i\Bigr)
 
+(histogram binning reads the first two, :func:`bin_sums`; the equal-mass walks give all three),
 computed by a fused numba loop on the CPU (fixed-size row chunks summed in a fixed order, so the
 result does not depend on the thread count) and by ``searchsorted`` plus ``bincount`` on cupy.
 """
@@ -33,11 +34,12 @@ from gpucal.calibrators._sorted import (
 from gpucal.kernels import readonly
 from gpucal.kernels.jit import numba, parallel_rows
 
-# Columns of the per-bin sums.
+# Columns of the per-bin sums (:func:`bin_sums` gives the first N_WEIGHT_SUMS).
 BIN_W = 0
 BIN_WY = 1
 BIN_WP = 2
 N_BIN_STATS = 3
+N_WEIGHT_SUMS = 2
 
 # Rows per partial sum; fixed so that the summation order does not depend on the thread count.
 CHUNK_ROWS = 1 << 16
@@ -56,50 +58,65 @@ def _first_not_below(a, lo, hi, x):  # pragma: no cover - compiled
 
 
 @numba.njit(cache=True, inline="always")
-def _bin_of(x, interior):  # pragma: no cover - compiled
-    """``searchsorted(interior, x, side="left")``: the number of interior edges strictly below ``x``."""
-    return _first_not_below(interior, 0, interior.shape[0], x)
+def _uniform_bin_of(x, bounds):  # pragma: no cover - compiled
+    """:func:`_search_bounds` for equal-width edges, without a search: ``bounds`` is
+    ``linspace(0, 1, B + 1)`` with its ends replaced by ``-inf`` and ``+inf`` (:func:`uniform_bounds`).
+
+    Guess ``g = floor(x * B)`` and step once to the searchsorted answer: for ``x`` in [0, 1] the guess
+    is within one bin of it (``linspace``'s edge ``k / B`` and the product ``x * B`` are each within
+    an ulp of their exact values, so ``e_k < x <= e_{k+1}`` gives ``k - 1 <= g <= k + 1`` for
+    ``B < 2**50``). No data-dependent branch: several times faster than the binary search on random
+    scores (``gpucal.metrics.binning`` does the same).
+    """
+    last = bounds.shape[0] - 2
+    g = min(max(int(x * (last + 1)), 0), last)
+    return max(g - (x <= bounds[g]) + (x > bounds[g + 1]), 0)
+
+
+def uniform_bounds(n_bins: int) -> np.ndarray:
+    """The ``bounds`` of :func:`_uniform_bin_of`: ``linspace(0, 1, n_bins + 1)`` with infinite ends."""
+    bounds = np.linspace(0.0, 1.0, n_bins + 1)
+    bounds[0] = -np.inf
+    bounds[-1] = np.inf
+    return bounds
 
 
 @numba.njit(cache=True, inline="always")
-def _uniform_bin_of(x, interior):  # pragma: no cover - compiled
-    """:func:`_bin_of` for equal-width edges ``linspace(0, 1, B + 1)[1:-1]``, without a search.
-
-    Guess ``floor(x * B)`` and step to the searchsorted answer (at most one step: the guess and the
-    edges are each within an ulp of ``k / B``); no data-dependent branch in the common case, several
-    times faster than the binary search on random scores (``gpucal.metrics.binning`` does the same).
-    """
-    last = interior.shape[0]
-    b = min(max(int(x * (last + 1)), 0), last)
-    while b > 0 and x <= interior[b - 1]:
-        b -= 1
-    while b < last and x > interior[b]:
-        b += 1
-    return b
+def _search_bounds(x, bounds):  # pragma: no cover - compiled
+    """The bin of ``x``, ``searchsorted(bounds[1:-1], x, side="left")``: the number of interior edges
+    strictly below ``x`` (``bounds`` as :func:`bounds_of` gives them)."""
+    return _first_not_below(bounds, 1, bounds.shape[0] - 1, x) - 1
 
 
 @parallel_rows("p")
-def _bin_sums_cpu(p, y, w, interior, uniform):  # pragma: no cover - compiled; tested against the array path
+def _bin_sums_cpu(p, y, w, bounds, uniform):  # pragma: no cover - compiled; tested against the array path
     n = p.shape[0]
-    n_bins = interior.shape[0] + 1
+    n_bins = bounds.shape[0] - 1
     n_chunks = (n + CHUNK_ROWS - 1) // CHUNK_ROWS
-    partial = np.zeros((n_chunks, n_bins, N_BIN_STATS))
+    partial = np.zeros((n_chunks, n_bins, N_WEIGHT_SUMS))
     for c in numba.prange(n_chunks):
         acc = partial[c]
         for i in range(c * CHUNK_ROWS, min(n, (c + 1) * CHUNK_ROWS)):
             wi = w[i]
-            b = _uniform_bin_of(p[i], interior) if uniform else _bin_of(p[i], interior)
+            b = _uniform_bin_of(p[i], bounds) if uniform else _search_bounds(p[i], bounds)
             acc[b, BIN_W] += wi
             acc[b, BIN_WY] += wi * y[i]
-            acc[b, BIN_WP] += wi * p[i]
-    total = np.zeros((n_bins, N_BIN_STATS))
+    total = np.zeros((n_bins, N_WEIGHT_SUMS))
     for c in range(n_chunks):  # fixed order
         total += partial[c]
     return total
 
 
+def bounds_of(interior: np.ndarray, uniform: bool) -> np.ndarray:
+    """The interior edges with ``-inf`` and ``+inf`` around them: what the compiled bin look-ups read
+    (for ``uniform``, :func:`uniform_bounds`)."""
+    if uniform:
+        return uniform_bounds(interior.shape[0] + 1)
+    return np.concatenate([[-np.inf], np.asarray(interior, dtype=np.float64), [np.inf]])
+
+
 def bin_sums(p: Any, y: Any, w: Any, interior: np.ndarray, *, uniform: bool = False) -> np.ndarray:
-    """Return the ``(B, 3)`` host array of per-bin sums ``w``, ``w * y``, ``w * p`` (columns ``BIN_*``).
+    """Return the ``(B, 2)`` host array of per-bin sums ``w``, ``w * y`` (columns ``BIN_W``, ``BIN_WY``).
 
     ``uniform=True`` promises ``interior == np.linspace(0, 1, B + 1)[1:-1]`` and takes the search-free
     path on the CPU (same bins).
@@ -107,22 +124,25 @@ def bin_sums(p: Any, y: Any, w: Any, interior: np.ndarray, *, uniform: bool = Fa
     xp = array_namespace(p, y, w)
     interior = np.ascontiguousarray(interior, dtype=np.float64)
     if xp is np:
-        return _bin_sums_cpu(p, y, w, interior, uniform)
+        return _bin_sums_cpu(p, y, w, bounds_of(interior, uniform), uniform)
     n_bins = interior.shape[0] + 1
     ids = xp.searchsorted(xp.asarray(interior), p, side="left")
-    sums = [xp.bincount(ids, weights=v, minlength=n_bins) for v in (w, w * y, w * p)]
+    sums = [xp.bincount(ids, weights=v, minlength=n_bins) for v in (w, w * y)]
     return to_numpy(xp.stack(sums, axis=1))
 
 
 @parallel_rows("p")
-def _lookup_cpu(p, interior, values, uniform, out):  # pragma: no cover - compiled; tested vs the array path
+def _lookup_cpu(p, bounds, values, uniform, out):  # pragma: no cover - compiled; tested vs the array path
     n = p.shape[0]
     for c in numba.prange((n + CHUNK_ROWS - 1) // CHUNK_ROWS):
-        for i in range(c * CHUNK_ROWS, min(n, (c + 1) * CHUNK_ROWS)):
-            if uniform:
-                out[i] = values[_uniform_bin_of(p[i], interior)]
-            else:
-                out[i] = values[_bin_of(p[i], interior)]
+        start = c * CHUNK_ROWS
+        stop = min(n, start + CHUNK_ROWS)
+        if uniform:
+            for i in range(start, stop):
+                out[i] = values[_uniform_bin_of(p[i], bounds)]
+        else:
+            for i in range(start, stop):
+                out[i] = values[_search_bounds(p[i], bounds)]
     return out
 
 
@@ -132,7 +152,8 @@ def lookup_bins(p: Any, interior: np.ndarray, values: np.ndarray, *, uniform: bo
     interior = np.ascontiguousarray(interior, dtype=np.float64)
     values = np.ascontiguousarray(values, dtype=np.float64)
     if xp is np:
-        return _lookup_cpu(readonly(p), interior, values, uniform, np.empty(p.shape[0], dtype=np.float64))
+        bounds = bounds_of(interior, uniform)
+        return _lookup_cpu(readonly(p), bounds, values, uniform, np.empty(p.shape[0], dtype=np.float64))
     return xp.asarray(values)[xp.searchsorted(xp.asarray(interior), p, side="left")]
 
 
