@@ -549,7 +549,7 @@ def test_the_pav_kernels_share_one_block_push():
     p = rng.uniform(size=500)
     y = rng.binomial(1, p).astype(np.float64)
     w = rng.uniform(0.5, 2.0, size=500)
-    xs, positives = _sorted.sorted_counts(p, y)
+    xs, positives = _sorted.counting_sorts(p, y, np.ones(500))
     order, bounds = _sorted.sorted_runs(p)
     stats = np.array([[1.0, 0.0, 0.2, 0.2, 0.2], [1.0, 1.0, 0.5, 0.5, 0.5]])
     calls = (

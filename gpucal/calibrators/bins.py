@@ -23,13 +23,12 @@ import numpy as np
 
 from gpucal._backend import array_namespace, to_numpy
 from gpucal.calibrators._sorted import (
+    counting_sorts,
     host_float64,
     host_weights,
     next_row,
     open_cursor,
-    sorted_counts,
     sorted_runs,
-    unit_binary,
 )
 from gpucal.kernels import readonly
 from gpucal.kernels.jit import numba, parallel_rows
@@ -377,9 +376,9 @@ def mass_bin_stats(
         Smallest and largest score in each of those bins.
     """
     p_h, y_h, w_h = host_float64(p), host_float64(y), host_weights(w)
-    if not force_argsort and unit_binary(None if y_is_score else y_h, w_h):
-        xs, positives = sorted_counts(p_h, None if y_is_score else y_h)
-        stats, lows, highs = _mass_counts(xs, positives, n_bins, y_is_score)
+    sorts = None if force_argsort else counting_sorts(p_h, None if y_is_score else y_h, w_h)
+    if sorts is not None:
+        stats, lows, highs = _mass_counts(*sorts, n_bins, y_is_score)
         keep = stats[:, BIN_W] > 0
         return stats[keep], lows[keep], highs[keep]
     order, bounds = sorted_runs(p_h)

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gpucal.calibrators._sorted import next_row, open_cursor, sorted_counts, sorted_runs, unit_binary
+from gpucal.calibrators._sorted import counting_sorts, next_row, open_cursor, sorted_runs
 from gpucal.kernels.jit import numba
 
 # scikit-learn's tie tolerance in _make_unique (float64): scores closer than this to a group's first
@@ -229,9 +229,9 @@ def isotonic_blocks(
     -------
     PavBlocks
     """
-    if not force_argsort and unit_binary(y, w):
-        xs, positives = sorted_counts(score, y)
-        return PavBlocks.from_stats(_isotonic_counts(xs, positives, TIE_EPS))
+    sorts = None if force_argsort else counting_sorts(score, y, w)
+    if sorts is not None:
+        return PavBlocks.from_stats(_isotonic_counts(*sorts, TIE_EPS))
     order, bounds = sorted_runs(score)
     return PavBlocks.from_stats(_isotonic_walk(score, y, w, order, bounds, TIE_EPS))
 

@@ -29,7 +29,7 @@ import numpy as np
 from gpucal._backend import array_namespace, to_numpy
 from gpucal._frames import parse_input
 from gpucal._validation import check_sample_weight
-from gpucal.calibrators._sorted import distinct_counts, unit_binary
+from gpucal.calibrators._sorted import distinct_counts
 from gpucal.calibrators.bins import BIN_W, BIN_WY
 from gpucal.calibrators.logistic import (
     CHUNK_ROWS,
@@ -196,8 +196,10 @@ def distinct_score_sums(blocks: Rows) -> tuple[np.ndarray, np.ndarray, np.ndarra
     ``sum w*y`` over its rows: :func:`score_groups`, or, for one host block of unit weights and 0/1
     labels, the same sums as counts by two sorts (``distinct_counts``)."""
     whole = blocks.single_block()
-    if whole is not None and isinstance(whole.score, np.ndarray) and unit_binary(whole.y, whole.w):
-        return distinct_counts(whole.score, whole.y)
+    if whole is not None and isinstance(whole.score, np.ndarray):
+        counts = distinct_counts(whole.score, whole.y, whole.w)
+        if counts is not None:
+            return counts
     table = score_groups(blocks)
     return table.keys[0], table.stats[:, BIN_W], table.stats[:, BIN_WY]
 

@@ -16,7 +16,7 @@ import numpy as np
 from sklearn.utils.validation import check_is_fitted
 
 from gpucal._backend import array_namespace, to_numpy
-from gpucal.calibrators._sorted import distinct_counts, host_float64, unit_binary
+from gpucal.calibrators._sorted import distinct_counts, host_float64
 from gpucal.calibrators.base import Calibrator, Constraint, Interval, Options
 from gpucal.calibrators.bins import _first_not_below, _knot_table
 from gpucal.calibrators.score_rows import ScoreBlock, read_score_rows
@@ -189,8 +189,10 @@ def block_fold_groups(
     merge give them exactly, without an ``argsort`` and its gathers.
     """
     xp = array_namespace(block.score)
-    if n_folds == 1 and xp is np and len(block) > 0 and unit_binary(block.y, block.w):
-        distinct, counts, hits = distinct_counts(block.score, block.y)
+    one_fold = n_folds == 1 and xp is np and len(block) > 0
+    sums = distinct_counts(block.score, block.y, block.w) if one_fold else None
+    if sums is not None:
+        distinct, counts, hits = sums
         check_table_size(int(distinct.shape[0]), limit, "distinct-score table")
         return KeyedTable((distinct,), np.column_stack([counts, hits]))
     fold = xp.asarray(venn_abers_folds(len(block), n_folds, seed, row_offset)) if n_folds > 1 else None
