@@ -109,7 +109,7 @@ def lookup_columns(
     backend = resolve_backend(backend, out, *values)
     if backend in ("cuda", "oracle") or is_cupy_array(out) or any(map(is_cupy_array, values)):
         each = zip(values, lows, tables, fallbacks, columns, strict=True)
-        return np.array([_lookup_array(*args, out, j) for *args, j in each], dtype=np.int64)
+        return np.array([_lookup_array(v, lo, t, fb, out, j) for v, lo, t, fb, j in each], dtype=np.int64)
     _check_c_contiguous(out)
     if not n_columns:
         return np.zeros(0, dtype=np.int64)
