@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from gpucal.kernels._dispatch import CODE_DTYPES, is_cupy_array, namespace_of, readonly, resolve_backend
-from gpucal.kernels.jit import numba, parallel_rows
+from gpucal.kernels.jit import numba, parallel_rows, runs_parallel
 
 #: Value dtypes the lookup reads as they are (uint64 could wrap into the table's range as int64).
 VALUE_DTYPES = tuple(
@@ -89,7 +89,8 @@ def lookup_columns(
     """:func:`lookup_codes` of several columns at once: ``values[k]`` through ``tables[k]`` (value
     ``lows[k]`` first, ``fallbacks[k]`` outside) into ``out[:, columns[k]]``.
 
-    The CPU twin makes one pass over blocks of :data:`LOOKUP_BLOCK_ROWS` rows and writes each block's
+    From :data:`~gpucal.kernels.jit.PARALLEL_MIN_ROWS` rows, the CPU twin makes one parallel pass over
+    blocks of :data:`LOOKUP_BLOCK_ROWS` rows and writes each block's
     codes of every column before the next block, so each cache line of ``out`` is written once, where a
     pass per column reads and writes all of ``out`` again (MBCT's 1e7 predicted rows, 8 columns into
     an int16 ``out`` of 9: 0.17 to 0.10 CPU seconds). Arguments as in :func:`lookup_codes`, one per
@@ -111,6 +112,11 @@ def lookup_columns(
         each = zip(values, lows, tables, fallbacks, columns, strict=True)
         return np.array([_lookup_array(v, lo, t, fb, out, j) for v, lo, t, fb, j in each], dtype=np.int64)
     _check_c_contiguous(out)
+    if not runs_parallel(out.shape[0]):
+        # Few rows: a pass per column through lookup_codes' twin, compiled per value dtype, where the
+        # blocked kernel compiles per tuple of dtypes (3 s more on a fresh cache) to save milliseconds.
+        each = zip(values, lows, tables, fallbacks, columns, strict=True)
+        return np.array([lookup_codes(v, lo, t, fb, out, j) for v, lo, t, fb, j in each], dtype=np.int64)
     if not n_columns:
         return np.zeros(0, dtype=np.int64)
     table_start = np.cumsum([0] + [len(t) for t in tables], dtype=np.int64)
@@ -230,7 +236,7 @@ def _lookup_block(values, lows, tables, table_start, fallbacks, columns, start, 
         k += 1
 
 
-@parallel_rows("out")
+@numba.njit(parallel=True, cache=True)
 def _lookup_columns_cpu(values, lows, tables, table_start, fallbacks, columns, out, rejected):
     n = out.shape[0]
     for b in numba.prange(rejected.shape[0]):

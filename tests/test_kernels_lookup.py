@@ -3,12 +3,15 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 import pandas as pd
 import pytest
 
 from gpucal.encoding import FeatureEncoder
 from gpucal.kernels import lookup_bins, lookup_codes, lookup_columns, lookup_edges
+from gpucal.kernels.jit import parallel_twins_only
 
 
 def lookup_loop(values: np.ndarray, low: int, table: np.ndarray, fallback: int) -> np.ndarray:
@@ -45,8 +48,8 @@ def test_lookup_matches_a_loop(backend: str, value_dtype: type, out_dtype: type)
     assert (out[:, [0, 2]] == 55).all()  # other columns untouched
 
 
-@pytest.mark.parametrize("backend", ["oracle", "cpu"])
-def test_lookup_columns_match_a_loop_per_column(backend: str) -> None:
+@pytest.mark.parametrize(("backend", "blocked"), [("oracle", False), ("cpu", False), ("cpu", True)])
+def test_lookup_columns_match_a_loop_per_column(backend: str, blocked: bool) -> None:
     rng = np.random.default_rng(4)
     n = 5_000  # over two blocks of the CPU twin, the last one partial
     values = [
@@ -58,7 +61,9 @@ def test_lookup_columns_match_a_loop_per_column(backend: str) -> None:
     tables = [rng.integers(0, 100, k) for k in (280, 20, 25)]
     tables[0][[4, 90]] = -1
     out = np.full((n, 5), 55, dtype=np.int16)
-    rejected = lookup_columns(values, lows, tables, fallbacks, out, columns, backend=backend)
+    # blocked: the one-pass kernel, which runs from PARALLEL_MIN_ROWS rows; else a pass per column
+    with parallel_twins_only() if blocked else contextlib.nullcontext():
+        rejected = lookup_columns(values, lows, tables, fallbacks, out, columns, backend=backend)
     for k, j in enumerate(columns):
         expected = lookup_loop(values[k], lows[k], tables[k], fallbacks[k])
         np.testing.assert_array_equal(out[:, j], expected)
