@@ -350,7 +350,8 @@ def _pandas_column(s: Any, name: str) -> Column:
     if pd.api.types.is_complex_dtype(dtype):
         raise _unsupported_dtype(name, dtype)
     if pd.api.types.is_numeric_dtype(dtype):
-        if s.hasnans:
+        # numpy integers hold no NaN: pandas would still write and scan a mask of the rows to say so
+        if not (isinstance(dtype, np.dtype) and dtype.kind in "iu") and s.hasnans:
             return Column(s.to_numpy(dtype=np.float64, na_value=np.nan), None, str(dtype))
         return Column(s.to_numpy(dtype=getattr(dtype, "numpy_dtype", dtype)), None, str(dtype))
     if pd.api.types.is_string_dtype(dtype) or pd.api.types.is_object_dtype(dtype):

@@ -1,4 +1,5 @@
-r"""``lookup_codes``, ``lookup_bins``, ``lookup_edges``: values to codes by one table read per row.
+r"""``lookup_codes``, ``lookup_columns``, ``lookup_bins``, ``lookup_edges``: values to codes by one table read
+per row.
 
 Prediction encodes every feature column of every row before the trees are walked; for integer IDs read
 by value (site, ad category, hour) the code of a value :math:`v` is a table entry:
@@ -25,12 +26,13 @@ column of the ``(n, d)`` code array in place) and, for cupy arrays, cupy's gathe
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from gpucal.kernels._dispatch import CODE_DTYPES, is_cupy_array, namespace_of, readonly, resolve_backend
-from gpucal.kernels.jit import numba, parallel_rows
+from gpucal.kernels.jit import numba, parallel_rows, runs_parallel
 
 #: Value dtypes the lookup reads as they are (uint64 could wrap into the table's range as int64).
 VALUE_DTYPES = tuple(
@@ -64,6 +66,77 @@ def lookup_codes(
         Rows whose code is ``-1``.
     """
     backend = resolve_backend(backend, values, out)
+    _check_lookup(values, table, fallback, out, column)
+    if backend in ("cuda", "oracle") or is_cupy_array(values):
+        return _lookup_array(values, low, table, fallback, out, column)
+    _check_c_contiguous(out)
+    table = np.ascontiguousarray(table, dtype=out.dtype)
+    # Read in its own dtype (a variant per value dtype): a conversion to int64 would copy the column.
+    values = readonly(np.ascontiguousarray(values))
+    return int(_lookup_cpu(values, np.int64(low), table, out.dtype.type(fallback), out, np.int64(column)))
+
+
+def lookup_columns(
+    values: Sequence[Any],
+    lows: Sequence[int],
+    tables: Sequence[Any],
+    fallbacks: Sequence[int],
+    out: Any,
+    columns: Sequence[int],
+    *,
+    backend: str = "auto",
+) -> np.ndarray:
+    """:func:`lookup_codes` of several columns at once: ``values[k]`` through ``tables[k]`` (value
+    ``lows[k]`` first, ``fallbacks[k]`` outside) into ``out[:, columns[k]]``.
+
+    From :data:`~gpucal.kernels.jit.PARALLEL_MIN_ROWS` rows, the CPU twin makes one parallel pass over
+    blocks of :data:`LOOKUP_BLOCK_ROWS` rows and writes each block's
+    codes of every column before the next block, so each cache line of ``out`` is written once, where a
+    pass per column reads and writes all of ``out`` again (MBCT's 1e7 predicted rows, 8 columns into
+    an int16 ``out`` of 9: 0.17 to 0.10 CPU seconds). Arguments as in :func:`lookup_codes`, one per
+    column; the values' dtypes may differ (the twin compiles a variant per tuple of dtypes).
+
+    Returns
+    -------
+    numpy.ndarray of int64, shape (len(values),)
+        Rows whose code is ``-1``, per column.
+    """
+    n_columns = len(values)
+    if not len(lows) == len(tables) == len(fallbacks) == len(columns) == n_columns:
+        msg = "values, lows, tables, fallbacks and columns must hold one entry per column."
+        raise ValueError(msg)
+    for k in range(n_columns):
+        _check_lookup(values[k], tables[k], fallbacks[k], out, columns[k])
+    backend = resolve_backend(backend, out, *values)
+    if backend in ("cuda", "oracle") or is_cupy_array(out) or any(map(is_cupy_array, values)):
+        each = zip(values, lows, tables, fallbacks, columns, strict=True)
+        return np.array([_lookup_array(v, lo, t, fb, out, j) for v, lo, t, fb, j in each], dtype=np.int64)
+    _check_c_contiguous(out)
+    if not runs_parallel(out.shape[0]):
+        # Few rows: a pass per column through lookup_codes' twin, compiled per value dtype, where the
+        # blocked kernel compiles per tuple of dtypes (3 s more on a fresh cache) to save milliseconds.
+        each = zip(values, lows, tables, fallbacks, columns, strict=True)
+        return np.array([lookup_codes(v, lo, t, fb, out, j) for v, lo, t, fb, j in each], dtype=np.int64)
+    if not n_columns:
+        return np.zeros(0, dtype=np.int64)
+    table_start = np.cumsum([0] + [len(t) for t in tables], dtype=np.int64)
+    joined = np.concatenate([np.asarray(t, dtype=out.dtype).reshape(-1) for t in tables])
+    rejected = np.zeros((-(-out.shape[0] // LOOKUP_BLOCK_ROWS), n_columns), dtype=np.int64)
+    _lookup_columns_cpu(
+        tuple(readonly(np.ascontiguousarray(v)) for v in values),
+        np.asarray(lows, dtype=np.int64),
+        readonly(np.ascontiguousarray(joined)),
+        table_start,
+        np.asarray(fallbacks, dtype=out.dtype),
+        np.asarray(columns, dtype=np.int64),
+        out,
+        rejected,
+    )
+    return rejected.sum(axis=0)
+
+
+def _check_lookup(values: Any, table: Any, fallback: int, out: Any, column: int) -> None:
+    """Raise unless ``values``, ``out``, ``column`` and ``table`` (and ``fallback``) suit a lookup."""
     if values.ndim != 1 or np.dtype(values.dtype) not in VALUE_DTYPES:
         msg = f"values must be a 1-D array of one of {[str(d) for d in VALUE_DTYPES]}. Got {values.dtype}."
         raise TypeError(msg)
@@ -77,15 +150,12 @@ def lookup_codes(
         msg = f"column must lie in [0, {out.shape[1]}). Got {column}."
         raise ValueError(msg)
     _check_table(table, out, fallback)
-    if backend in ("cuda", "oracle") or is_cupy_array(values):
-        return _lookup_array(values, low, table, fallback, out, column)
+
+
+def _check_c_contiguous(out: Any) -> None:
     if not out.flags.c_contiguous:
         msg = "out must be C-contiguous."
         raise ValueError(msg)
-    table = np.ascontiguousarray(table, dtype=out.dtype)
-    # Read in its own dtype (a variant per value dtype): a conversion to int64 would copy the column.
-    values = readonly(np.ascontiguousarray(values))
-    return int(_lookup_cpu(values, np.int64(low), table, out.dtype.type(fallback), out, np.int64(column)))
 
 
 def _check_table(table: Any, out: Any, *extra: int) -> None:
@@ -123,6 +193,56 @@ def _lookup_cpu(values, low, table, fallback, out, column):
         out[np.uint64(i), j] = code
         if code < 0:
             rejected += 1
+    return rejected
+
+
+#: Rows of a block of :func:`lookup_columns`' CPU twin: the block's codes (2048 rows of up to 16 int32
+#: columns, 128 KiB) stay in the core's L2 cache between its columns; 512 to 8192 rows time the same.
+LOOKUP_BLOCK_ROWS = 2048
+literal_unroll = numba.literal_unroll  # numba unrolls the loop only when it is called by a global name
+
+
+@numba.njit(inline="always")
+def _lookup_rows(values, start, stop, low, tables, first, size, fallback, out, column):
+    """Rows ``start .. stop - 1`` of one column of :func:`lookup_columns`; return how many got ``-1``."""
+    rejected = 0
+    for r in range(start, stop):
+        v = np.int64(values[np.uint64(r)]) - low
+        code = tables[np.uint64(first + v)] if v >= 0 and v < size else fallback
+        out[np.uint64(r), column] = code
+        if code < 0:
+            rejected += 1
+    return rejected
+
+
+@numba.njit(cache=True)
+def _lookup_block(values, lows, tables, table_start, fallbacks, columns, start, stop, out, rejected):
+    """Every column of one block (a function of its own: ``literal_unroll`` cannot sit in a ``prange``)."""
+    k = 0
+    for column_values in literal_unroll(values):
+        first = table_start[k]
+        rejected[k] = _lookup_rows(
+            column_values,
+            start,
+            stop,
+            lows[k],
+            tables,
+            first,
+            table_start[k + 1] - first,
+            fallbacks[k],
+            out,
+            np.uint64(columns[k]),
+        )
+        k += 1
+
+
+@numba.njit(parallel=True, cache=True)
+def _lookup_columns_cpu(values, lows, tables, table_start, fallbacks, columns, out, rejected):
+    n = out.shape[0]
+    for b in numba.prange(rejected.shape[0]):
+        start = b * LOOKUP_BLOCK_ROWS
+        stop = min(n, start + LOOKUP_BLOCK_ROWS)
+        _lookup_block(values, lows, tables, table_start, fallbacks, columns, start, stop, out, rejected[b])
     return rejected
 
 

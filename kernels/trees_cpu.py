@@ -175,6 +175,32 @@ def _apply_leaf(out, i, m, node_value, leaf_map):
     out[i] = apply_map(out[i], node_value[m, 0], node_value[m, 1], leaf_map)
 
 
+@numba.njit(inline="always")
+def _apply_leaves8(out, i, ends, table, child_table, root, node_value, leaf_map):
+    """:func:`_apply_leaf` for rows ``i .. i + 7`` ending at entries ``ends``, written out by hand: every
+    node and map is read before the first store into ``out`` (which numba cannot prove distinct from
+    ``node_value``), so the eight rows' loads overlap; 5-10% of the walk (1e7 rows, five trees)."""
+    u = np.uint64
+    m0, m1 = _node(table, child_table, ends[0], root), _node(table, child_table, ends[1], root)
+    m2, m3 = _node(table, child_table, ends[2], root), _node(table, child_table, ends[3], root)
+    m4, m5 = _node(table, child_table, ends[4], root), _node(table, child_table, ends[5], root)
+    m6, m7 = _node(table, child_table, ends[6], root), _node(table, child_table, ends[7], root)
+    a0, b0, a1, b1 = node_value[m0, 0], node_value[m0, 1], node_value[m1, 0], node_value[m1, 1]
+    a2, b2, a3, b3 = node_value[m2, 0], node_value[m2, 1], node_value[m3, 0], node_value[m3, 1]
+    a4, b4, a5, b5 = node_value[m4, 0], node_value[m4, 1], node_value[m5, 0], node_value[m5, 1]
+    a6, b6, a7, b7 = node_value[m6, 0], node_value[m6, 1], node_value[m7, 0], node_value[m7, 1]
+    x0, x1, x2, x3 = out[i], out[i + u(1)], out[i + u(2)], out[i + u(3)]
+    x4, x5, x6, x7 = out[i + u(4)], out[i + u(5)], out[i + u(6)], out[i + u(7)]
+    out[i] = apply_map(x0, a0, b0, leaf_map)
+    out[i + u(1)] = apply_map(x1, a1, b1, leaf_map)
+    out[i + u(2)] = apply_map(x2, a2, b2, leaf_map)
+    out[i + u(3)] = apply_map(x3, a3, b3, leaf_map)
+    out[i + u(4)] = apply_map(x4, a4, b4, leaf_map)
+    out[i + u(5)] = apply_map(x5, a5, b5, leaf_map)
+    out[i + u(6)] = apply_map(x6, a6, b6, leaf_map)
+    out[i + u(7)] = apply_map(x7, a7, b7, leaf_map)
+
+
 @parallel_rows("codes")
 def predict_trees_cpu(codes, f, table, shift, child_table, tree_start, node_value, tree_depth, leaf_map, out):
     """Write into ``out`` (float64) the chained prediction of each row; return ``out``.
@@ -192,10 +218,7 @@ def predict_trees_cpu(codes, f, table, shift, child_table, tree_start, node_valu
         for q in numba.prange(n_groups):
             i = np.uint64(8 * q)
             ends = _walk8(codes, i, root, steps, table, shift)
-            for k in range(8):
-                _apply_leaf(
-                    out, i + np.uint64(k), _node(table, child_table, ends[k], node), node_value, leaf_map
-                )
+            _apply_leaves8(out, i, ends, table, child_table, node, node_value, leaf_map)
         for r in range(8 * n_groups, n):
             e = _walk1(codes, np.uint64(r), root, steps, table, shift)
             _apply_leaf(out, np.uint64(r), _node(table, child_table, e, node), node_value, leaf_map)

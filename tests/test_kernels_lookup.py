@@ -1,14 +1,17 @@
-"""``gpucal.kernels.lookup_codes``, ``lookup_bins``, ``lookup_edges`` against numpy;
+"""``gpucal.kernels.lookup_codes``, ``lookup_columns``, ``lookup_bins``, ``lookup_edges`` against numpy;
 ``transform(code_maps=)``."""
 
 from __future__ import annotations
+
+import contextlib
 
 import numpy as np
 import pandas as pd
 import pytest
 
 from gpucal.encoding import FeatureEncoder
-from gpucal.kernels import lookup_bins, lookup_codes, lookup_edges
+from gpucal.kernels import lookup_bins, lookup_codes, lookup_columns, lookup_edges
+from gpucal.kernels.jit import parallel_twins_only
 
 
 def lookup_loop(values: np.ndarray, low: int, table: np.ndarray, fallback: int) -> np.ndarray:
@@ -43,6 +46,42 @@ def test_lookup_matches_a_loop(backend: str, value_dtype: type, out_dtype: type)
     np.testing.assert_array_equal(out[:, 1], expected)
     assert rejected == int((expected < 0).sum()) > 0
     assert (out[:, [0, 2]] == 55).all()  # other columns untouched
+
+
+@pytest.mark.parametrize(("backend", "blocked"), [("oracle", False), ("cpu", False), ("cpu", True)])
+def test_lookup_columns_match_a_loop_per_column(backend: str, blocked: bool) -> None:
+    rng = np.random.default_rng(4)
+    n = 5_000  # over two blocks of the CPU twin, the last one partial
+    values = [
+        rng.integers(-5, 300, n).astype(np.int32),
+        rng.integers(0, 24, n).astype(np.int8),
+        rng.integers(90, 130, n).astype(np.uint16),
+    ]
+    lows, fallbacks, columns = [0, 2, 100], [7, -1, 3], [3, 0, 1]
+    tables = [rng.integers(0, 100, k) for k in (280, 20, 25)]
+    tables[0][[4, 90]] = -1
+    out = np.full((n, 5), 55, dtype=np.int16)
+    # blocked: the one-pass kernel, which runs from PARALLEL_MIN_ROWS rows; else a pass per column
+    with parallel_twins_only() if blocked else contextlib.nullcontext():
+        rejected = lookup_columns(values, lows, tables, fallbacks, out, columns, backend=backend)
+    for k, j in enumerate(columns):
+        expected = lookup_loop(values[k], lows[k], tables[k], fallbacks[k])
+        np.testing.assert_array_equal(out[:, j], expected)
+        assert rejected[k] == int((expected < 0).sum())
+    assert rejected[0] > 0  # below the table and -1 entries
+    assert rejected[1] > 0  # below the table
+    assert (out[:, [2, 4]] == 55).all()  # other columns untouched
+
+
+def test_lookup_columns_check_each_column() -> None:
+    out = np.zeros((3, 2), dtype=np.int8)
+    good = np.zeros(3, dtype=np.int32)
+    with pytest.raises(ValueError, match="one entry per column"):
+        lookup_columns([good], [0, 0], [np.zeros(2)], [0], out, [0])
+    with pytest.raises(ValueError, match=r"codes must lie in \[-1, 127\]"):
+        lookup_columns([good, good], [0, 0], [np.zeros(2), np.array([0, 300])], [0, 0], out, [0, 1])
+    with pytest.raises(ValueError, match="column must lie in"):
+        lookup_columns([good], [0], [np.zeros(2)], [0], out, [2])
 
 
 def test_lookup_rejects_values_outside_with_fallback_minus_one() -> None:

@@ -106,7 +106,7 @@ from gpucal.encoding.summaries import (
     read_block,
     summarise_block,
 )
-from gpucal.kernels.lookup import VALUE_DTYPES, lookup_codes
+from gpucal.kernels.lookup import VALUE_DTYPES, lookup_codes, lookup_columns
 from gpucal.rows import Rows, any_dask, as_rows
 from gpucal.rows.checks import check_partition_weight
 from gpucal.rows.collections import collection_kind
@@ -526,19 +526,23 @@ class FeatureEncoder(BaseEstimator):
             for j in range(width):
                 lookup_codes(codes[:, j], 0, np.asarray(code_maps[j]), -1, out, j)
             return out if out.shape[1] == width else out[:, :width]
+        lookups: list[tuple[int, Any, tuple[int, np.ndarray, int]]] = []  # written in one pass below
         for j, coding in enumerate(self._codings):
             col = columns[coding.name]
             code_map = None if code_maps is None else np.asarray(code_maps[j])
             if coding.kind == KIND_BINS:
                 transform_bins(coding, col, code_map, out, j)
                 continue
-            if self._lookup_small_ints(j, col, code_map, out):
+            found = self._small_int_lookup(j, col, code_map)
+            if found is not None:
+                lookups.append((j, col.values, found))
                 continue
             codes = self._transform_values(coding, col)
             if code_map is None:
                 out[:, j] = codes
             else:
                 lookup_codes(codes.astype(self.codes_dtype_, copy=False), 0, code_map, -1, out, j)
+        self._write_lookups(lookups, out)
         transform_crosses(self._crosses, out, len(self._codings))
         return out if out.shape[1] == width else out[:, :width]
 
@@ -571,8 +575,11 @@ class FeatureEncoder(BaseEstimator):
         table = np.append(np.where(unseen, fallback, lookup), coding.missing_code).astype(self.codes_dtype_)
         return xp.asarray(table)[codes]
 
-    def _lookup_small_ints(self, j: int, col: Column, code_map: np.ndarray | None, out: Any) -> bool:
-        """Write column ``j``'s codes (through ``code_map``) by one table read per row; False if it cannot.
+    def _small_int_lookup(
+        self, j: int, col: Column, code_map: np.ndarray | None
+    ) -> tuple[int, np.ndarray, int] | None:
+        """``(low, table, fallback)`` giving column ``j``'s codes (through ``code_map``) by one table read
+        per row (:func:`~gpucal.kernels.lookup_codes`); None if it cannot.
 
         Integer IDs read by value (hours, ad categories, site IDs) are the common case of prediction
         time. When every fitted category is an integer and they span at most ``MAX_LOOKUP_SPAN``
@@ -582,25 +589,35 @@ class FeatureEncoder(BaseEstimator):
         """
         values = col.values
         if col.categories is not None or np.dtype(values.dtype) not in VALUE_DTYPES:
-            return False
+            return None
         if j not in self._value_tables:
             self._value_tables[j] = self._value_table(self._codings[j])
         found = self._value_tables[j]
         if found is None:
-            return False
+            return None
         low, table, fallback = found
         if code_map is not None:
             table = np.where(table >= 0, code_map[np.maximum(table, 0)], -1)
             fallback = int(code_map[fallback]) if fallback >= 0 else -1
-        if lookup_codes(values, low, table, fallback, out, j):
-            unseen = array_namespace(values).asarray(out[:, j] < 0)
-            first = int(to_numpy(values[unseen][:1])[0])
+        return low, table, fallback
+
+    def _write_lookups(self, lookups: list[tuple[int, Any, tuple[int, np.ndarray, int]]], out: Any) -> None:
+        """Write the ``(column, values, (low, table, fallback))`` lookups into ``out`` in one pass
+        (:func:`~gpucal.kernels.lookup_columns`); raise, naming the column, on a value to reject."""
+        if not lookups:
+            return
+        columns, values, found = zip(*lookups, strict=True)
+        lows, tables, fallbacks = zip(*found, strict=True)
+        rejected = lookup_columns(values, lows, tables, fallbacks, out, columns)
+        for k in np.flatnonzero(rejected):
+            j = columns[k]
+            unseen = array_namespace(values[k]).asarray(out[:, j] < 0)
+            first = int(to_numpy(values[k][unseen][:1])[0])
             msg = (
-                f"X[{self._codings[j].name!r}]: {int(unseen.sum())} row(s) hold values not seen at fit time "
-                f"(e.g. {first!r}); set handle_unseen='separate' or 'missing' to encode them"
+                f"X[{self._codings[j].name!r}]: {int(rejected[k])} row(s) hold values not seen at fit "
+                f"time (e.g. {first!r}); set handle_unseen='separate' or 'missing' to encode them"
             )
             raise ValueError(msg)
-        return True
 
     def _value_table(self, coding: Coding) -> tuple[int, np.ndarray, int] | None:
         """``(low, table, fallback)`` of an integer-valued coding: code of value ``low + k`` at ``table[k]``.
