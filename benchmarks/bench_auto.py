@@ -383,9 +383,12 @@ def warm_up(data: _mbct_data.BenchData) -> None:
     X, y = rows[["score", *data.feature_cols]], rows["label"].to_numpy()
     for method in ("isotonic", "platt", *SCORE_MAPS, "feature_platt", "mbct", "hc"):
         build(method, data).fit(X, y)
-    # AutoCalibrator's own settings (second-order Platt, MBCT's grid) reach kernels the defaults do not.
+    # AutoCalibrator's own settings (second-order Platt, MBCT's grid, and on a large set the screened
+    # fields) reach kernels the defaults do not.
     columns = column_params("score", data.feature_cols, data.categorical_cols or None, "probability")
-    for candidate in default_candidates(columns, with_features=True, with_torch=False):
+    small = default_candidates(columns, with_features=True, with_torch=False)
+    large = default_candidates(columns, with_features=True, with_torch=False, large=True)
+    for candidate in [*small, *(c for c in large if c.label not in {s.label for s in small})]:
         candidate.estimator.fit(X, y)
     # PyTorch's import and a process's first NeuCalib fit are one-off costs, not the first timed fit's.
     build("neucalib", data).fit(X.iloc[:WARMUP_TORCH_ROWS], y[:WARMUP_TORCH_ROWS])
