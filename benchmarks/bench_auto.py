@@ -370,6 +370,8 @@ def build(method: str, data: _mbct_data.BenchData) -> Any:
 WARMUP_ROWS = 140_000
 #: Rows of the untimed warm-up NeuCalib fit.
 WARMUP_TORCH_ROWS = 2_000
+#: Rows of the untimed warm-up AutoCalibrator fit (its first rung's folds are 4,000 rows).
+WARMUP_AUTO_ROWS = 16_000
 _WARMED: list[bool] = []
 
 
@@ -383,12 +385,17 @@ def warm_up(data: _mbct_data.BenchData) -> None:
     X, y = rows[["score", *data.feature_cols]], rows["label"].to_numpy()
     for method in ("isotonic", "platt", *SCORE_MAPS, "feature_platt", "mbct", "hc"):
         build(method, data).fit(X, y)
-    # AutoCalibrator's own settings (second-order Platt, MBCT's grid) reach kernels the defaults do not.
+    # AutoCalibrator's own settings (second-order Platt, MBCT's grid, and on a large set the screened
+    # fields) reach kernels the defaults do not.
     columns = column_params("score", data.feature_cols, data.categorical_cols or None, "probability")
-    for candidate in default_candidates(columns, with_features=True, with_torch=False):
+    small = default_candidates(columns, with_features=True, with_torch=False)
+    large = default_candidates(columns, with_features=True, with_torch=False, large=True)
+    for candidate in [*small, *(c for c in large if c.label not in {s.label for s in small})]:
         candidate.estimator.fit(X, y)
     # PyTorch's import and a process's first NeuCalib fit are one-off costs, not the first timed fit's.
     build("neucalib", data).fit(X.iloc[:WARMUP_TORCH_ROWS], y[:WARMUP_TORCH_ROWS])
+    # The search's first rung fits 4,000-row folds, which take kernel paths the large fits above do not.
+    build("auto", data).fit(X.iloc[:WARMUP_AUTO_ROWS], y[:WARMUP_AUTO_ROWS])
     _WARMED.append(True)
 
 

@@ -534,3 +534,43 @@ def test_growing_twins_keeps_the_second_order_twin() -> None:
     # Logits apart by more than the tolerance: not twins, both stay.
     oof[0, 1] = 1.0 / (1.0 + (1.0 - p[0, 0]) / p[0, 0] * np.exp(-10 * TWIN_LOGIT_TOL))
     assert growing_twins(np.arange(2), oof, crossed, [first, second]).tolist() == [0, 1]
+
+
+def test_growing_stand_ins_pass_the_second_order_twin_on() -> None:
+    from gpucal.auto.cross_fit import growing_stand_ins
+
+    def feature_platt(**params: Any) -> Candidate:
+        return Candidate("feature_platt", make_calibrator("feature_platt", l2=10.0, **params), params)
+
+    first, tens = feature_platt(), feature_platt(interactions="auto", l2_cross=10.0)
+    hundreds, other = (
+        feature_platt(interactions="auto", l2_cross=100.0),
+        Candidate("mbct", make_calibrator("mbct")),
+    )
+    candidates = [first, tens, hundreds, other]
+    p = np.random.default_rng(0).uniform(0.05, 0.95, (50, 1))
+    oof, crossed, usable = np.hstack([p, p, p, p * 0.9]), np.arange(50), [0, 1, 2, 3]
+    # The first-order candidate gives way to its first second-order twin, or to one already passed on.
+    assert growing_stand_ins({0, 3}, usable, oof, crossed, candidates) == {1, 3}
+    assert growing_stand_ins({0, 2, 3}, usable, oof, crossed, candidates) == {2, 3}
+    assert growing_stand_ins({1, 3}, usable, oof, crossed, candidates) == {1, 3}
+    # A second-order candidate whose screen kept a pair predicts otherwise: no twin, nothing replaced.
+    oof[:, 1:3] = np.clip(oof[:, 1:3] * 1.01, 0, 1)
+    assert growing_stand_ins({0, 3}, usable, oof, crossed, candidates) == {0, 3}
+
+
+def test_large_data_passes_the_second_order_twin_on(ctr: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    X, y = ctr[0].iloc[:1_500], ctr[1][:1_500]
+    monkeypatch.setattr(sizing, "LARGE_ROWS", 1_000)
+    monkeypatch.setattr(sizing, "FIRST_RUNG_ROWS", 500)
+    twins = [
+        "platt",
+        make_calibrator("feature_platt", l2=10.0),
+        make_calibrator("feature_platt", l2=10.0, interactions="auto"),
+    ]
+    model = auto(candidates=twins, drop_threshold=None, cv_rows=1_000, n_folds=2).fit(X, y)
+    first = model.oof_predictions_  # the last rung's: the first-order candidate did not reach it
+    status = model.cv_results_["status"].tolist()
+    assert status == ["ok", "halved out after 500 rows", "ok"]
+    assert np.isnan(first[:, 1]).all()
+    assert np.isfinite(first[:, 2]).any()

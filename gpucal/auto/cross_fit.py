@@ -162,6 +162,16 @@ def best_per_method(usable: np.ndarray, scores: np.ndarray, candidates: list[Can
 TWIN_LOGIT_TOL = 1e-6
 
 
+def _grows(candidate: Candidate) -> bool:
+    """Whether ``candidate`` chooses its crosses on the rows it is fitted on (``interactions="auto"``)."""
+    return bool(candidate.estimator.get_params().get("interactions") == "auto")
+
+
+def _twins(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether two columns of out-of-fold logits agree to :data:`TWIN_LOGIT_TOL` on every row."""
+    return bool(np.abs(a - b).max() < TWIN_LOGIT_TOL)
+
+
 def growing_twins(
     usable: np.ndarray, oof_predictions: np.ndarray, crossed: np.ndarray, candidates: list[Candidate]
 ) -> np.ndarray:
@@ -176,19 +186,43 @@ def growing_twins(
     refit keeps ``hour x device``, 0.11379 against 0.11438 for the first-order twin. So of twins the
     second-order one stays.
     """
-
-    def grows(i: int) -> bool:
-        return candidates[i].estimator.get_params().get("interactions") == "auto"
-
     columns = {int(i): logits(oof_predictions[crossed, i]) for i in usable}
     kept: list[int] = []
     for i in columns:
-        twin = next((k for k in kept if np.abs(columns[k] - columns[i]).max() < TWIN_LOGIT_TOL), None)
+        twin = next((k for k in kept if _twins(columns[k], columns[i])), None)
         if twin is None:
             kept.append(i)
-        elif grows(i) and not grows(twin):
+        elif _grows(candidates[i]) and not _grows(candidates[twin]):
             kept[kept.index(twin)] = i
     return np.array(sorted(kept), dtype=np.int64)
+
+
+def growing_stand_ins(
+    kept: set[int],
+    usable: list[int],
+    oof_predictions: np.ndarray,
+    crossed: np.ndarray,
+    candidates: list[Candidate],
+) -> set[int]:
+    """``kept`` with each candidate that has a second-order twin among ``usable`` replaced by that twin.
+
+    On a large set's screening rung: the first-order feature-aware Platt candidate and a second-order
+    one whose screen kept no pair predict alike (:func:`growing_twins`); on the next rung's rows the
+    second-order one either keeps no pair again (the same predictions) or keeps pairs expected to pay,
+    and of twins on the last rung it is the one kept. So only it goes on, and the first-order twin's
+    folds there are saved. A second-order twin already in ``kept`` stands in; else the first listed.
+    """
+    columns = {i: logits(oof_predictions[crossed, i]) for i in usable}
+    out = set(kept)
+    for i in sorted(kept):
+        if _grows(candidates[i]):
+            continue
+        twins = [k for k in usable if _grows(candidates[k]) and _twins(columns[k], columns[i])]
+        if twins:
+            out.discard(i)
+            if not out.intersection(twins):
+                out.add(twins[0])
+    return out
 
 
 __all__ = [
@@ -200,6 +234,7 @@ __all__ = [
     "cross_fit_candidate",
     "entries_at",
     "fresh",
+    "growing_stand_ins",
     "growing_twins",
     "log",
 ]

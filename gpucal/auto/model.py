@@ -30,6 +30,7 @@ from gpucal.auto.cross_fit import (
     best_per_method,
     cross_fit_candidate,
     fresh,
+    growing_stand_ins,
     growing_twins,
     log,
 )
@@ -514,7 +515,7 @@ class AutoCalibrator(Calibrator):
                 if row["status"] == "ok" and (reference is None or score < best_score):
                     reference, best_score = index, score
             if screening:
-                kept = self._survivors(racing, rows, candidates, folds, host_labels, host_weights)
+                kept = self._survivors(racing, rows, candidates, folds, host_labels, host_weights, plan.large)
                 for index in racing:
                     left = rows[index]
                     if index not in kept and left is not None and left["status"] == "ok":
@@ -570,6 +571,7 @@ class AutoCalibrator(Calibrator):
         folds: np.ndarray,
         labels: np.ndarray,
         weights: np.ndarray | None,
+        large: bool,
     ) -> list[int]:
         """The candidates a screening rung passes on, in their order (cheapest first).
 
@@ -580,7 +582,8 @@ class AutoCalibrator(Calibrator):
         less those dominated (trailing the best by more than :data:`~gpucal.auto.sizing.DOMINATED_SE`
         standard errors of the per-row difference on the rung's held-out rows) and the expensive ones
         (:data:`~gpucal.auto.candidates.EXPENSIVE_CLASSES`) but the best; and the best Platt candidate
-        (what the guards fall back to).
+        (what the guards fall back to). On a large set a second-order feature-aware Platt twin stands
+        in for a first-order candidate (:func:`~gpucal.auto.cross_fit.growing_stand_ins`).
         """
         scores = np.array(
             [
@@ -606,6 +609,8 @@ class AutoCalibrator(Calibrator):
                 min_member_weight=MIN_MEMBER_WEIGHT,
             )
             kept.update(i for i, weight in zip(usable, fit.weights, strict=True) if weight > 0)
+        if large:
+            kept = growing_stand_ins(kept, usable, self.oof_predictions_, np.flatnonzero(done), candidates)
         kept = {
             i
             for i in kept
