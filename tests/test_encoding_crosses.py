@@ -97,8 +97,11 @@ def test_keep_columns_equals_the_fit_on_those_columns(interactions: str | None) 
     kept, columns = full.keep_columns(["site", "x"])
     alone = FeatureEncoder(categorical_cols=[], **params).fit(X[["site", "x"]])
     assert kept.to_dict() == alone.to_dict()
-    assert (full.codes_dtype_, kept.codes_dtype_, alone.codes_dtype_) == (np.int16, np.int8, np.int8)
+    # The full encoder's dtype (ad's 300 values), not the smallest for the kept codes: no new kernels.
+    assert (full.codes_dtype_, kept.codes_dtype_, alone.codes_dtype_) == (np.int16, np.int16, np.int8)
     assert_array_equal(full.transform(X)[:, columns], alone.transform(X))
+    assert_array_equal(kept.transform(X), full.transform(X)[:, columns])
+    assert FeatureEncoder.from_dict(kept.to_dict()).codes_dtype_ == np.int8
 
 
 def test_large_pair_spaces_use_the_key_search(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -480,8 +480,9 @@ class FeatureEncoder(BaseEstimator):
         Each column's coding and each cross's kept keys are fitted on that column or pair alone, so the
         copy's codes are this encoder's columns at those indices, and :meth:`fit` on the kept columns
         gives the same copy (``categorical_cols`` narrowed to them), unless ``max_cross_levels`` dropped
-        crosses here that the kept pairs alone would have had room for. ``codes_dtype_`` is the copy's own
-        (the smallest for its codes).
+        crosses here that the kept pairs alone would have had room for. ``codes_dtype_`` stays this
+        encoder's, which holds the copy's codes: its codes are read by the kernels already compiled for
+        these (numba compiles a kernel per code dtype). A copy saved and loaded gets the smallest again.
         """
         check_is_fitted(self, "feature_names_")
         index = [self.feature_names_.index(name) for name in kept]
@@ -497,6 +498,7 @@ class FeatureEncoder(BaseEstimator):
         if self.interactions is not None:
             encoder.interactions = [self.interactions_[c] for c in crossed]
         encoder._set_fitted([self._codings[j] for j in index], crosses)
+        encoder.codes_dtype_ = self.codes_dtype_
         n_first = len(self._codings)
         return encoder, np.r_[index, n_first + np.asarray(crossed, dtype=np.int64)].astype(np.int64)
 
