@@ -175,7 +175,10 @@ def _fill_by_chunk(private, codes, f, y, w, node_idx, offsets, n_bins):
 
 @parallel_rows("private")
 def _reduce_chunks(private):
-    """Add the padded private histograms in chunk order into a packed ``N_STATS``-per-bin histogram."""
+    """Add the padded private histograms in chunk order into a packed ``N_STATS``-per-bin histogram.
+
+    Called through ``_reduce_chunks.twin(n_rows)``: the twin of the rows the histograms were filled from.
+    """
     n_chunks = private.shape[0]
     n_hist_bins = private.shape[1] // PADDED_STATS
     out = np.empty(n_hist_bins * N_STATS, dtype=np.float64)

@@ -349,7 +349,8 @@ def _warm_lane(
 ) -> None:
     """Run the demo's ``steps`` once, untimed, so that numba compiles their kernels into the cache.
 
-    The one-dimensional maps fit on every row given, the other steps on the first ``DEMO_WARMUP_ROWS``.
+    The one-dimensional maps fit on every row given, the automatic calibrator on the first
+    ``DEMO_AUTO_WARMUP_ROWS``, the other steps on the first ``DEMO_WARMUP_ROWS``.
     Runs in a warm-up process; ``news`` (a queue) gets ``(step, seconds)`` after each step and
     ``(None, error)`` when one fails: the timed pass then compiles what is left, and reports the error.
     """
