@@ -15,6 +15,11 @@ it as this process has it); ``--pip-options`` replaces the README's pip options,
 (for example ``--pip-options=`` for pip's default byte-compilation). ``--hide-torch`` runs the demo
 as a fresh ``pip install .`` would, without PyTorch (no neural calibrators), when the interpreter has it.
 
+The kernels compiled after the warm-up (from the demo's line ``compiled in ...``, in any of its
+processes) are listed from the cache folder: numba writes one ``.nbc`` file per specialisation it
+compiles. ``--list-compiles`` also prints, from the demo's own process, each compilation's kernel and
+argument types as it starts (numba's ``numba:compile`` event), on stderr.
+
 Usage::
 
     python benchmarks/bench_first_run.py --hide-torch --json benchmarks/results/first_run.json
@@ -40,10 +45,23 @@ REPO = Path(__file__).resolve().parent.parent
 #: Runs the demo as if PyTorch were not installed: gpucal asks ``importlib.util.find_spec("torch")``.
 #: Nothing heavy is imported before the demo's own first line.
 HIDE_TORCH = (
-    "import importlib.util as u, sys; find = u.find_spec; "
-    "u.find_spec = lambda name, package=None: None if name == 'torch' else find(name, package); "
-    "from gpucal.cli import main; sys.exit(main(sys.argv[1:]))"
+    "import importlib.util as u; find = u.find_spec; "
+    "u.find_spec = lambda name, package=None: None if name == 'torch' else find(name, package)"
 )
+#: Prints each numba compilation of the demo's process (kernel, argument types) to stderr as it starts.
+LIST_COMPILES = (
+    "from numba.core import event\n"
+    "class Shown(event.Listener):\n"
+    "    def on_start(self, ev):\n"
+    "        f = ev.data['dispatcher'].py_func\n"
+    "        print(f'numba compiles {f.__module__}.{f.__qualname__}{ev.data[\"args\"]}', file=sys.stderr)\n"
+    "    def on_end(self, ev):\n"
+    "        pass\n"
+    "event.register('numba:compile', Shown())"
+)
+RUN_CLI = "from gpucal.cli import main; sys.exit(main(sys.argv[1:]))"
+#: The demo's line that ends its warm-up (compile) stage.
+WARM_UP_END = "compiled in"
 
 
 def children_cpu_seconds() -> float:
@@ -82,6 +100,7 @@ def timed_run(command: list[str], env: dict[str, str]) -> dict[str, object]:
     load_before = os.getloadavg()
     started = time.monotonic()
     stamps: list[float] = []
+    warm_up_end: list[float] = []  # the wall clock (time.time) of the demo's WARM_UP_END line
     lock = threading.Lock()
     process = subprocess.Popen(
         command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tempfile.gettempdir()
@@ -91,6 +110,8 @@ def timed_run(command: list[str], env: dict[str, str]) -> dict[str, object]:
         for line in stream:
             with lock:
                 stamps.append(time.monotonic() - started)
+                if WARM_UP_END in line and not warm_up_end:
+                    warm_up_end.append(time.time())
                 print(f"[{stamps[-1]:6.1f} s] {line}", end="", file=sink, flush=True)
 
     readers = [
@@ -115,7 +136,15 @@ def timed_run(command: list[str], env: dict[str, str]) -> dict[str, object]:
         "lines": len(stamps),
         "load_average_before": [round(x, 2) for x in load_before],
         "load_average_after": [round(x, 2) for x in os.getloadavg()],
+        "warm_up_end_time": warm_up_end[0] if warm_up_end else None,
     }
+
+
+def compiled_after(cache: Path, since: float | None) -> list[str]:
+    """The specialisations numba wrote into ``cache`` after the time ``since`` (``.nbc`` files: one per
+    compiled signature, named ``module.function-line.pyXY.N.nbc``), oldest first; all when None."""
+    found = [(path.stat().st_mtime, path) for path in cache.rglob("*.nbc")]
+    return [p.name for t, p in sorted(found) if since is None or t > since]
 
 
 def main() -> None:
@@ -129,6 +158,9 @@ def main() -> None:
     )
     parser.add_argument(
         "--keep-bytecode-env", action="store_true", help="keep PYTHONDONTWRITEBYTECODE for the demo"
+    )
+    parser.add_argument(
+        "--list-compiles", action="store_true", help="print each compilation of the demo's process"
     )
     parser.add_argument("demo_args", nargs="*", help="arguments of `gpucal demo` (after --)")
     args = parser.parse_args()
@@ -153,10 +185,14 @@ def main() -> None:
         result["pythondontwritebytecode"] = env.get("PYTHONDONTWRITEBYTECODE")
         if not args.venv:
             env["PYTHONPATH"] = args.source  # that checkout's gpucal, as `pip install .` would give
-        prefix = [str(python), "-c", HIDE_TORCH] if args.hide_torch else [str(python), "-m", "gpucal"]
+        code = ["import sys", *[HIDE_TORCH] * args.hide_torch, *[LIST_COMPILES] * args.list_compiles, RUN_CLI]
+        prefix = [str(python), "-c", "\n".join(code)]
         result["command"] = " ".join(["gpucal", "demo", *args.demo_args])
         result["torch_hidden"] = args.hide_torch
         result |= timed_run([*prefix, "demo", *args.demo_args], env)
+        cache = Path(env["NUMBA_CACHE_DIR"])
+        result["compiled_total"] = len(compiled_after(cache, None))
+        result["compiled_after_warm_up"] = compiled_after(cache, result.pop("warm_up_end_time"))
     print(json.dumps(result, indent=2), file=sys.stderr)
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2) + "\n")

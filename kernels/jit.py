@@ -86,7 +86,12 @@ class ParallelRows:
         return math.prod(args[self._position].shape[: self._axes])
 
     def __call__(self, *args: Any) -> Any:
-        return (self.parallel if runs_parallel(self.size(*args)) else self.serial)(*args)
+        return self.twin(self.size(*args))(*args)
+
+    def twin(self, size: int) -> Any:
+        """The twin an input of ``size`` rows runs: for a kernel that is one step of a pass over rows
+        it does not take (:func:`runs_parallel`)."""
+        return self.parallel if runs_parallel(size) else self.serial
 
 
 def runs_parallel(size: int) -> bool:

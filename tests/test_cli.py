@@ -418,6 +418,33 @@ def test_demo_compiles_in_parallel_lanes_first(monkeypatch, tmp_path, capsys):
     assert "compiled already" in capsys.readouterr().err
 
 
+def test_demo_fits_auto_once_in_its_own_process(monkeypatch, tmp_path, capsys):
+    """Issue 23: the untimed loading fit of the automatic calibrator took 5.4 CPU s after the warm-up and
+    loaded no kernel the timed fits before it do not; it is fitted in a warm-up lane only."""
+    import gpucal.cli.demo as cli
+
+    def fake_lanes(calibration, held_out, fields, seed, names, on_step):
+        for step in (step for lane in cli.DEMO_WARMUP_LANES for step in lane if step in names):
+            on_step(step)
+
+    calls: list[tuple[str, int]] = []
+    fit_predict = cli._demo_fit_predict
+
+    def spy(name, calibration, held_out, fields, fitted):
+        calls.append((name, len(calibration)))
+        return fit_predict(name, calibration, held_out, fields, fitted)
+
+    monkeypatch.setattr(cli, "_warm_marker", lambda: tmp_path / "demo.warm")
+    monkeypatch.setattr(cli, "_warm_up_lanes", fake_lanes)
+    monkeypatch.setattr(cli, "_demo_fit_predict", spy)
+    monkeypatch.setattr(cli, "DEMO_LOAD_ROWS", 1_000)
+    assert main(["demo", "--rows", "3000", "--top", "2"]) == 0
+    capsys.readouterr()
+    # The timed fit only (fitted again if it compiled).
+    assert {rows for name, rows in calls if name == "auto"} == {3000}
+    assert ("mbct", 1_000) in calls  # the others are loaded first
+
+
 def test_the_demo_metrics_computed_beside_the_fits_are_the_same(monkeypatch, tmp_path, capsys):
     """Issue 23: the metrics (17 s of one core on 150,000 rows) waited for every fit while the second
     core idled; each prediction's metrics now run in a second process while the next calibrator fits."""

@@ -89,6 +89,21 @@ def test_all_pairs_and_json_round_trip() -> None:
     np.testing.assert_array_equal(back.n_codes_, enc.n_codes_)
 
 
+@pytest.mark.parametrize("interactions", [None, "all"])
+def test_keep_columns_equals_the_fit_on_those_columns(interactions: str | None) -> None:
+    X = _frame().assign(ad=np.random.default_rng(2).integers(0, 300, 2000))
+    params = {"n_bins": 4, "interactions": interactions, "min_cross_count": 25.0}
+    full = FeatureEncoder(categorical_cols=["hour", "ad"], **params).fit(X)
+    kept, columns = full.keep_columns(["site", "x"])
+    alone = FeatureEncoder(categorical_cols=[], **params).fit(X[["site", "x"]])
+    assert kept.to_dict() == alone.to_dict()
+    # The full encoder's dtype (ad's 300 values), not the smallest for the kept codes: no new kernels.
+    assert (full.codes_dtype_, kept.codes_dtype_, alone.codes_dtype_) == (np.int16, np.int16, np.int8)
+    assert_array_equal(full.transform(X)[:, columns], alone.transform(X))
+    assert_array_equal(kept.transform(X), full.transform(X)[:, columns])
+    assert FeatureEncoder.from_dict(kept.to_dict()).codes_dtype_ == np.int8
+
+
 def test_large_pair_spaces_use_the_key_search(monkeypatch: pytest.MonkeyPatch) -> None:
     X = _frame()
     enc = FeatureEncoder(n_bins=8, interactions=[("site", "x")], min_cross_count=5).fit(X)

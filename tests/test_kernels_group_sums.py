@@ -164,6 +164,24 @@ def test_schedules_agree(n_chunks):
     assert_allclose(flat.reshape(2, n_bins, N_STATS), want, rtol=RTOL, atol=ATOL)
 
 
+def test_many_groups_on_few_rows_reduce_with_the_serial_twin(monkeypatch):
+    """The chunks' reduction follows the rows' twin (serial below PARALLEL_MIN_ROWS), not its table's size:
+    a field of 20,000 values on 140,000 rows (two chunks, 320,000 padded cells) compiles no parallel
+    kernel."""
+    from gpucal.kernels import group_sums_cpu as module
+
+    def refuse(private):
+        msg = "the parallel twin ran"
+        raise AssertionError(msg)
+
+    monkeypatch.setattr(module._reduce_chunks, "parallel", refuse)
+    rng = np.random.default_rng(7)
+    codes, f, y, w, _ = make_inputs(rng, 140_000, [20_000], code_dtype=np.int16)
+    assert row_chunk_count(140_000, 20_000) == 2
+    got = group_sums(codes, f, y, w, backend="cpu")
+    assert_allclose(got, group_sums(codes, f, y, w, backend="oracle"), rtol=1e-10, atol=1e-9)
+
+
 def test_chunking_and_alignment():
     assert row_chunk_count(10, 100) == 1
     assert row_chunk_count(10**8, 100) == MAX_ROW_CHUNKS

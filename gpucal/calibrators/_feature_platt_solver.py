@@ -28,7 +28,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Hashable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -147,8 +147,7 @@ def fit_feature_platt(rows: Rows, params: FeaturePlattParams) -> FeaturePlattSta
     if params.screen_fields:
         kept = kept_fields(encoder, encoded, theta, params)
         if len(kept) < len(encoder.feature_names_):
-            params = _with_fields(params, kept)
-            encoder, encoded, n_rows, theta = _encoded(rows, params)
+            encoder, encoded, theta = _kept_fields(encoder, encoded, theta, kept)
     if params.interactions == "auto" and encoder.interactions_:
         encoder, encoded, theta = _screened(encoder, encoded, theta, params, n_rows)
     theta = np.r_[theta, np.zeros(2 + int(np.sum(encoder.n_codes_)) - theta.shape[0])]  # crosses start at 0
@@ -209,12 +208,17 @@ def _score_only(rows: Rows, intercept: float, l2: float, max_iter: int) -> tuple
     return float(theta[0]), float(theta[1])
 
 
-def _with_fields(params: FeaturePlattParams, kept: list[Hashable]) -> FeaturePlattParams:
-    """``params`` reading only the ``kept`` feature columns (a ``categorical_cols`` list narrowed to them)."""
-    categorical = params.categorical_cols
-    if isinstance(categorical, list | tuple):
-        categorical = [c for c in categorical if c in kept]
-    return replace(params, feature_cols=kept, categorical_cols=categorical)
+def _kept_fields(
+    encoder: FeatureEncoder, encoded: Rows, theta: np.ndarray, kept: list[Hashable]
+) -> tuple[FeatureEncoder, Rows, np.ndarray]:
+    """The encoder, encoded rows and start of the fit reading only the ``kept`` feature columns (and the
+    crosses between two of them): their code columns taken from ``encoded`` as they are, the same
+    codes an encoder fitted on those columns alone gives (``FeatureEncoder.keep_columns``), in the
+    full code matrix's dtype; the start keeps the constant model's intercept."""
+    narrowed, columns = encoder.keep_columns(kept)
+    start = np.zeros(2 + int(np.sum(narrowed.n_values_)))
+    start[1] = theta[1]
+    return narrowed, encoded.map(select_columns, columns), start
 
 
 def _encoded(

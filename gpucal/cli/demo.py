@@ -80,8 +80,8 @@ DEMO_LANES = 2
 #: with a fresh cache (serial kernel twins): MBCT (the encoder, group-sum and tree kernels) 28 s, CCL 4 s
 #: and HC 7 s (it reuses MBCT's encoder and group-sum kernels) in one lane; the other 1-D maps 20 s and
 #: the metrics 13 s in the other, then Platt, temperature and beta, which reuse the logistic kernels the
-#: metrics compiled (in the first lane they took 3 s, compiling them a second time), and feature-aware
-#: Platt.
+#: metrics compiled (in the first lane they took 3 s, compiling them a second time), feature-aware
+#: Platt, and the automatic calibrator (:data:`DEMO_AUTO_WARMUP_ROWS`).
 DEMO_WARMUP_LANES: tuple[tuple[str, ...], ...] = (
     ("mbct", "ccl", "hc"),
     (
@@ -94,8 +94,18 @@ DEMO_WARMUP_LANES: tuple[tuple[str, ...], ...] = (
         "temperature",
         "beta",
         "feature_platt",
+        "auto",
     ),
 )
+#: Rows the automatic calibrator's warm-up step fits on: its candidates' kernels are the other
+#: calibrators' (compiled by their steps), save the tree kernels' variants for the int8 codes of its
+#: smallest subsamples. Fitted on these rows in the demo's own process, it took 5.4 CPU seconds after
+#: the warm-up and loaded nothing the timed fits before it (feature-aware Platt, MBCT, HC) do not load:
+#: it is fitted in a lane only (:data:`DEMO_UNLOADED`).
+DEMO_AUTO_WARMUP_ROWS = 5_000
+#: Calibrators not fitted on :data:`DEMO_LOAD_ROWS` rows before the timed fits: the fits timed before
+#: them load their kernels.
+DEMO_UNLOADED = ("auto",)
 #: The warm-up's steps on one core: every step, in one lane.
 _ONE_LANE = (tuple(step for lane in DEMO_WARMUP_LANES for step in lane),)
 #: Seconds without news from the warm-up lanes before the demo stops waiting for them (a lane that
@@ -339,7 +349,8 @@ def _warm_lane(
 ) -> None:
     """Run the demo's ``steps`` once, untimed, so that numba compiles their kernels into the cache.
 
-    The one-dimensional maps fit on every row given, the other steps on the first ``DEMO_WARMUP_ROWS``.
+    The one-dimensional maps fit on every row given, the automatic calibrator on the first
+    ``DEMO_AUTO_WARMUP_ROWS``, the other steps on the first ``DEMO_WARMUP_ROWS``.
     Runs in a warm-up process; ``news`` (a queue) gets ``(step, seconds)`` after each step and
     ``(None, error)`` when one fails: the timed pass then compiles what is left, and reports the error.
     """
@@ -359,6 +370,9 @@ def _warm_lane(
                     _demo_segments(held_out_few, predictions["raw score"], fields, 1)
                 elif step in DEMO_CALIBRATORS:
                     _demo_fit_predict(step, calibration, held_out, fields, fitted)
+                elif step == "auto":
+                    rows = DEMO_AUTO_WARMUP_ROWS
+                    _demo_fit_predict(step, calibration.head(rows), held_out.head(rows), fields, fitted)
                 else:
                     predicted = _demo_fit_predict(step, calibration_few, held_out_few, fields, fitted)
                     if predicted is not None:
@@ -511,7 +525,7 @@ def run_demo(args: argparse.Namespace) -> int:
     loaded: list[str] = []
 
     def load_step(step: str) -> None:
-        if step in names:
+        if step in names and step not in DEMO_UNLOADED:
             _load_kernels_of(step, *few, fields, fitted_few)
             loaded.append(step)
 
@@ -535,7 +549,8 @@ def run_demo(args: argparse.Namespace) -> int:
     with blas:
         try:
             metrics("raw score", held_out["score"].to_numpy())
-            _load_kernels([n for n in names if n not in loaded], *few, fields, fitted_few)
+            unloaded = [n for n in names if n not in loaded and n not in DEMO_UNLOADED]
+            _load_kernels(unloaded, *few, fields, fitted_few)
             predictions, fit_seconds = _demo_fit_all(names, calibration, held_out, fields, metrics)
             metrics("oracle p_true", held_out["p_true"].to_numpy())
             predictions = {"raw score": held_out["score"].to_numpy(), **predictions}

@@ -58,6 +58,7 @@ from __future__ import annotations
 import functools
 import itertools
 from collections.abc import Callable, Hashable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any, ClassVar
 
 import numpy as np
@@ -471,6 +472,35 @@ class FeatureEncoder(BaseEstimator):
         encoder.interactions = [self.interactions_[i] for i in kept]
         encoder._set_fitted(self._codings, crosses)
         return encoder
+
+    def keep_columns(self, kept: Sequence[Hashable]) -> tuple[FeatureEncoder, np.ndarray]:
+        """Return a fitted copy with only the columns ``kept`` (names, in fitted order) and the crosses
+        between two of them, and the indices of its code columns among this encoder's.
+
+        Each column's coding and each cross's kept keys are fitted on that column or pair alone, so the
+        copy's codes are this encoder's columns at those indices, and :meth:`fit` on the kept columns
+        gives the same copy (``categorical_cols`` narrowed to them), unless ``max_cross_levels`` dropped
+        crosses here that the kept pairs alone would have had room for. ``codes_dtype_`` stays this
+        encoder's, which holds the copy's codes: its codes are read by the kernels already compiled for
+        these (numba compiles a kernel per code dtype). A copy saved and loaded gets the smallest again.
+        """
+        check_is_fitted(self, "feature_names_")
+        index = [self.feature_names_.index(name) for name in kept]
+        new = {old: j for j, old in enumerate(index)}
+        crossed = [c for c, cross in enumerate(self._crosses) if cross.left in new and cross.right in new]
+        crosses = [
+            replace(self._crosses[c], left=new[self._crosses[c].left], right=new[self._crosses[c].right])
+            for c in crossed
+        ]
+        encoder = type(self)(**self.get_params())
+        if self.categorical_cols is not None:
+            encoder.categorical_cols = [c for c in self._check_params() if c in kept]
+        if self.interactions is not None:
+            encoder.interactions = [self.interactions_[c] for c in crossed]
+        encoder._set_fitted([self._codings[j] for j in index], crosses)
+        encoder.codes_dtype_ = self.codes_dtype_
+        n_first = len(self._codings)
+        return encoder, np.r_[index, n_first + np.asarray(crossed, dtype=np.int64)].astype(np.int64)
 
     @property
     def _separate(self) -> bool:
