@@ -373,8 +373,9 @@ WARMUP_TORCH_ROWS = 2_000
 _WARMED: list[bool] = []
 
 
-def warm_up(data: _mbct_data.BenchData) -> None:
-    """Fit every gpucal method once, untimed, before the first timed fit: numba compiles on first use."""
+def warm_up(data: _mbct_data.BenchData, methods: list[str]) -> None:
+    """Fit each of ``methods`` (gpucal's) once, untimed, before the first timed fit: numba compiles on
+    first use."""
     if _WARMED:
         return
     from gpucal.auto.candidates import column_params, default_candidates
@@ -382,13 +383,16 @@ def warm_up(data: _mbct_data.BenchData) -> None:
     rows = data.cal.iloc[:WARMUP_ROWS]
     X, y = rows[["score", *data.feature_cols]], rows["label"].to_numpy()
     for method in ("isotonic", "platt", *SCORE_MAPS, "feature_platt", "mbct", "hc"):
-        build(method, data).fit(X, y)
-    # AutoCalibrator's own settings (second-order Platt, MBCT's grid) reach kernels the defaults do not.
-    columns = column_params("score", data.feature_cols, data.categorical_cols or None, "probability")
-    for candidate in default_candidates(columns, with_features=True, with_torch=False):
-        candidate.estimator.fit(X, y)
-    # PyTorch's import and a process's first NeuCalib fit are one-off costs, not the first timed fit's.
-    build("neucalib", data).fit(X.iloc[:WARMUP_TORCH_ROWS], y[:WARMUP_TORCH_ROWS])
+        if method in methods or "auto" in methods:
+            build(method, data).fit(X, y)
+    if "auto" in methods:
+        # AutoCalibrator's own settings (second-order Platt, MBCT's grid) reach kernels the defaults do not.
+        columns = column_params("score", data.feature_cols, data.categorical_cols or None, "probability")
+        for candidate in default_candidates(columns, with_features=True, with_torch=False):
+            candidate.estimator.fit(X, y)
+    if "auto" in methods or "neucalib" in methods:
+        # PyTorch's import and a process's first NeuCalib fit are one-off costs, not the first timed fit's.
+        build("neucalib", data).fit(X.iloc[:WARMUP_TORCH_ROWS], y[:WARMUP_TORCH_ROWS])
     _WARMED.append(True)
 
 
@@ -410,7 +414,7 @@ def row_log_loss(y: np.ndarray, p: np.ndarray) -> np.ndarray:
 
 def run_dataset(name: str, args: argparse.Namespace) -> dict[str, Any]:
     data = prepare(name, args)
-    warm_up(data)
+    warm_up(data, args.methods)
     cal_x, test_x = data.cal[["score", *data.feature_cols]], data.test[["score", *data.feature_cols]]
     y_cal, y_test = data.cal["label"].to_numpy(float), data.test["label"].to_numpy(float)
     results: dict[str, Any] = {}
@@ -442,12 +446,13 @@ def run_dataset(name: str, args: argparse.Namespace) -> dict[str, Any]:
     if data.has_truth:
         oracle = data.test["p_true"].to_numpy(np.float64)
         results["oracle"] = metrics_of(y_test, oracle)
-    # Paired standard error of the log-loss difference between each AutoCalibrator and each method.
-    for auto in [a for a in AUTOS if a in predictions]:
-        auto_rows = row_log_loss(y_test, predictions[auto])
+    # Paired standard error of the log-loss difference between each AutoCalibrator (and isotonic
+    # regression, the score map among its candidates) and each method.
+    for reference in [a for a in (*AUTOS, "isotonic") if a in predictions]:
+        reference_rows = row_log_loss(y_test, predictions[reference])
         for method, p in predictions.items():
-            diff = auto_rows - row_log_loss(y_test, p)
-            results[method][f"{auto}_minus_se"] = float(diff.std() / np.sqrt(len(diff)))
+            diff = reference_rows - row_log_loss(y_test, p)
+            results[method][f"{reference}_minus_se"] = float(diff.std() / np.sqrt(len(diff)))
     return {"name": name, "info": data.info, "results": results}
 
 
@@ -572,6 +577,9 @@ def _yes(flag: bool) -> str:
 def write_report(entries: list[dict[str, Any]], args: argparse.Namespace, seconds: float) -> None:
     stem = args.out or ("auto_quick" if args.quick else "auto")
     (RESULTS / f"{stem}.json").write_text(json.dumps(entries, indent=1, default=float))
+    if not any("auto" in entry["results"] for entry in entries):
+        (RESULTS / f"{stem}.md").write_text("\n".join(score_maps_report(entries, args, seconds)) + "\n")
+        return
     load = os.getloadavg()[0]
     lines = [
         "# AutoCalibrator beside the peers and every gpucal method with its defaults (issues 14, 22)",
@@ -651,6 +659,67 @@ def write_report(entries: list[dict[str, Any]], args: argparse.Namespace, second
                 )
         lines.append("")
     (RESULTS / f"{stem}.md").write_text("\n".join(lines) + "\n")
+
+
+def score_maps_report(entries: list[dict[str, Any]], args: argparse.Namespace, seconds: float) -> list[str]:
+    """A run without AutoCalibrator: every score map beside isotonic regression, its candidate among them.
+
+    Per dataset, each map's held-out log-loss minus isotonic regression's with the paired standard error
+    (row by row on the test rows): ``better`` / ``worse`` when the difference passes 2 standard errors,
+    ``=`` within them.
+    """
+    maps = [m for m in ("platt", *SCORE_MAPS) if any(m in e["results"] for e in entries)]
+    load = os.getloadavg()[0]
+    lines = [
+        "# The maps of the score alone beside isotonic regression",
+        "",
+        f"Run {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} by `bench_auto.py --methods "
+        f"{' '.join(args.methods)} --seeds {' '.join(map(str, args.seeds))}` on {platform.machine()}, "
+        f"{os.cpu_count()} cores shared with other jobs (load average {load:.1f} at the end), "
+        f"{seconds / 60:.0f} min. Each cell: the held-out log-loss minus isotonic regression's (x 1e-5), "
+        "its paired standard error in brackets, and **+** (worse than isotonic by more than 2 standard "
+        "errors), **-** (better by more than 2) or nothing (within noise).",
+        "",
+        "| dataset | cal rows | isotonic | " + " | ".join(maps) + " |",
+        "|---|---|---|" + "---|" * len(maps),
+    ]
+    tally = {m: {"better": 0, "same": 0, "worse": 0} for m in maps}
+    for entry in entries:
+        res = entry["results"]
+        iso = res["isotonic"]["log_loss"]
+        cells = []
+        for m in maps:
+            if m not in res:
+                cells.append("")
+                continue
+            diff, se = res[m]["log_loss"] - iso, res[m]["isotonic_minus_se"]
+            verdict = "better" if diff < -2 * se else "worse" if diff > 2 * se else "same"
+            tally[m][verdict] += 1
+            mark = {"better": " **-**", "worse": " **+**", "same": ""}[verdict]
+            cells.append(f"{1e5 * diff:+.0f} ({1e5 * se:.0f}){mark}")
+        head = f"| {entry['name']} | {entry['info']['n_cal']:,} | {iso:.5f} | "
+        lines.append(head + " | ".join(cells) + " |")
+    lines += [
+        "",
+        "| method | better than isotonic | within noise | worse | mean rank among the maps "
+        "| fit CPU s, summed |",
+        "|---|---|---|---|---|---|",
+    ]
+    ranks: dict[str, list[float]] = {m: [] for m in ["isotonic", *maps]}
+    for entry in entries:
+        res = entry["results"]
+        present = [m for m in ranks if m in res]
+        order = pd.Series({m: res[m]["log_loss"] for m in present}).rank(method="average")
+        for m in present:
+            ranks[m].append(order[m])
+    for m in ["isotonic", *maps]:
+        counts = tally.get(m, {"better": 0, "same": len(entries), "worse": 0})
+        cpu = sum(e["results"][m]["cpu_s"] for e in entries if m in e["results"])
+        lines.append(
+            f"| {m} | {counts['better']} | {counts['same']} | {counts['worse']} | "
+            f"{np.mean(ranks[m]):.2f} | {cpu:.1f} |"
+        )
+    return lines
 
 
 def time_section(entries: list[dict[str, Any]]) -> list[str]:
@@ -758,7 +827,7 @@ def fast_variant(args: argparse.Namespace) -> None:
     table: dict[str, dict[str, dict[str, float]]] = {}
     for name in args.datasets:
         data = prepare(name, args)
-        warm_up(data)
+        warm_up(data, ["auto"])
         X, T = data.cal[["score", *data.feature_cols]], data.test[["score", *data.feature_cols]]
         y, y_test = data.cal["label"].to_numpy(float), data.test["label"].to_numpy(float)
         columns = {"feature_cols": data.feature_cols, "categorical_cols": data.categorical_cols or None}
@@ -821,7 +890,7 @@ def sizing_variant(args: argparse.Namespace) -> None:
     table: dict[str, dict[str, dict[str, Any]]] = {}
     for name in args.datasets:
         data = prepare(name, args)
-        warm_up(data)
+        warm_up(data, ["auto"])
         X, T = data.cal[["score", *data.feature_cols]], data.test[["score", *data.feature_cols]]
         y, y_test = data.cal["label"].to_numpy(float), data.test["label"].to_numpy(float)
         columns = {"feature_cols": data.feature_cols, "categorical_cols": data.categorical_cols or None}
@@ -878,7 +947,7 @@ def per_size_variant(args: argparse.Namespace) -> None:
     table: dict[str, dict[str, dict[str, float]]] = {}
     for name in args.datasets:
         full = prepare(name, argparse.Namespace(**{**vars(args), "ctr_rows": max(PER_SIZE_ROWS)}))
-        warm_up(full)
+        warm_up(full, ["auto"])
         T, y_test = full.test[["score", *full.feature_cols]], full.test["label"].to_numpy(float)
         columns = {"feature_cols": full.feature_cols, "categorical_cols": full.categorical_cols or None}
         for n_rows in PER_SIZE_ROWS:

@@ -425,7 +425,10 @@ class VennAbersCalibrator(Calibrator):
     *Cross folds.* Folds are drawn per row, not stratified, so their sizes vary by a few rows; the
     reference libraries deal stratified folds with their own generators. ``predict_interval`` of the
     cross predictor is the envelope of the folds' pairs, ``[min_k p0_k, max_k p1_k]`` (probcal's
-    choice; the paper defines only the merged probability).
+    choice; the paper defines only the merged probability). Every fold's pair, and so the merged
+    output, is constant between consecutive scores of the union of the folds' distinct scores and at
+    each of them: prediction tabulates the output once per such position (one merge of the folds'
+    lists) and reads it with one search per row, not one per fold. The folds' sweeps run in threads.
 
     *One class.* With labels of one class the fit is still defined and no error is raised: all labels 0
     give :math:`p_0 = 0` and :math:`p_1 = 1 / (1 + W_{\ge s})`, :math:`W_{\ge s}` the weight of the
