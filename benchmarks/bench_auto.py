@@ -27,8 +27,8 @@ Peers: ``raw``; ``isotonic`` and ``platt`` (gpucal); ``sklearn_lr``: scikit-lear
 ``LogisticRegression(C=0.1)`` on ``[logit(score), one-hot(fields)]`` (numeric fields one-hot by the
 calibration deciles); ``mcgrad_5``: ``MCGrad(num_rounds=5, early_stopping=False)``; ``mcgrad``:
 ``MCGrad()`` defaults (5-fold cross-validated early stopping). gpucal with defaults: ``spline``,
-``bbq``, ``venn_abers``, ``centered_isotonic`` and ``enir`` (maps of the score alone, not in
-AutoCalibrator's default list), ``feature_platt``, ``mbct``, ``hc``,
+``bbq``, ``venn_abers``, ``centered_isotonic`` (in AutoCalibrator's default list) and ``enir`` (maps
+of the score alone), ``feature_platt``, ``mbct``, ``hc``,
 ``neucalib``. ``auto``: ``AutoCalibrator()`` with its defaults (the blend of
 ``ensemble=True``); ``auto_choice``: the same fit's ``best_estimator_`` (Platt when a guard applied),
 close to what ``ensemble=False`` predicts (same folds and choice; its AUC guard then looks at the choice
@@ -62,7 +62,7 @@ import _mbct_data
 
 RESULTS = Path(__file__).resolve().parent / "results"
 PEERS = ["raw", "isotonic", "platt", "sklearn_lr", "mcgrad_5", "mcgrad"]
-#: gpucal's maps of the score alone that are not AutoCalibrator candidates, shown beside it.
+#: gpucal's maps of the score alone, shown beside AutoCalibrator (centred isotonic is a candidate of it).
 SCORE_MAPS = ["spline", "bbq", "venn_abers", "centered_isotonic", "enir"]
 GPUCAL = ["isotonic", "platt", *SCORE_MAPS, "feature_platt", "mbct", "hc", "neucalib"]
 METHODS = [*PEERS, *SCORE_MAPS, "feature_platt", "mbct", "hc", "neucalib", "auto", "auto_choice"]
