@@ -27,8 +27,8 @@ Peers: ``raw``; ``isotonic`` and ``platt`` (gpucal); ``sklearn_lr``: scikit-lear
 ``LogisticRegression(C=0.1)`` on ``[logit(score), one-hot(fields)]`` (numeric fields one-hot by the
 calibration deciles); ``mcgrad_5``: ``MCGrad(num_rounds=5, early_stopping=False)``; ``mcgrad``:
 ``MCGrad()`` defaults (5-fold cross-validated early stopping). gpucal with defaults: ``spline``,
-``bbq``, ``venn_abers``, ``centered_isotonic`` and ``enir`` (maps of the score alone, not in
-AutoCalibrator's default list), ``feature_platt``, ``mbct``, ``hc``,
+``bbq``, ``venn_abers``, ``centered_isotonic`` (in AutoCalibrator's default list) and ``enir`` (maps
+of the score alone), ``feature_platt``, ``mbct``, ``hc``,
 ``neucalib``. ``auto``: ``AutoCalibrator()`` with its defaults (the blend of
 ``ensemble=True``); ``auto_choice``: the same fit's ``best_estimator_`` (Platt when a guard applied),
 close to what ``ensemble=False`` predicts (same folds and choice; its AUC guard then looks at the choice
@@ -62,7 +62,7 @@ import _mbct_data
 
 RESULTS = Path(__file__).resolve().parent / "results"
 PEERS = ["raw", "isotonic", "platt", "sklearn_lr", "mcgrad_5", "mcgrad"]
-#: gpucal's maps of the score alone that are not AutoCalibrator candidates, shown beside it.
+#: gpucal's maps of the score alone, shown beside AutoCalibrator (centred isotonic is a candidate of it).
 SCORE_MAPS = ["spline", "bbq", "venn_abers", "centered_isotonic", "enir"]
 GPUCAL = ["isotonic", "platt", *SCORE_MAPS, "feature_platt", "mbct", "hc", "neucalib"]
 METHODS = [*PEERS, *SCORE_MAPS, "feature_platt", "mbct", "hc", "neucalib", "auto", "auto_choice"]
@@ -375,8 +375,9 @@ WARMUP_AUTO_ROWS = 16_000
 _WARMED: list[bool] = []
 
 
-def warm_up(data: _mbct_data.BenchData) -> None:
-    """Fit every gpucal method once, untimed, before the first timed fit: numba compiles on first use."""
+def warm_up(data: _mbct_data.BenchData, methods: list[str]) -> None:
+    """Fit each of ``methods`` (gpucal's) once, untimed, before the first timed fit: numba compiles on
+    first use."""
     if _WARMED:
         return
     from gpucal.auto.candidates import column_params, default_candidates
@@ -384,18 +385,21 @@ def warm_up(data: _mbct_data.BenchData) -> None:
     rows = data.cal.iloc[:WARMUP_ROWS]
     X, y = rows[["score", *data.feature_cols]], rows["label"].to_numpy()
     for method in ("isotonic", "platt", *SCORE_MAPS, "feature_platt", "mbct", "hc"):
-        build(method, data).fit(X, y)
-    # AutoCalibrator's own settings (second-order Platt, MBCT's grid, and on a large set the screened
-    # fields) reach kernels the defaults do not.
-    columns = column_params("score", data.feature_cols, data.categorical_cols or None, "probability")
-    small = default_candidates(columns, with_features=True, with_torch=False)
-    large = default_candidates(columns, with_features=True, with_torch=False, large=True)
-    for candidate in [*small, *(c for c in large if c.label not in {s.label for s in small})]:
-        candidate.estimator.fit(X, y)
-    # PyTorch's import and a process's first NeuCalib fit are one-off costs, not the first timed fit's.
-    build("neucalib", data).fit(X.iloc[:WARMUP_TORCH_ROWS], y[:WARMUP_TORCH_ROWS])
-    # The search's first rung fits 4,000-row folds, which take kernel paths the large fits above do not.
-    build("auto", data).fit(X.iloc[:WARMUP_AUTO_ROWS], y[:WARMUP_AUTO_ROWS])
+        if method in methods or "auto" in methods:
+            build(method, data).fit(X, y)
+    if "auto" in methods or "neucalib" in methods:
+        # PyTorch's import and a process's first NeuCalib fit are one-off costs, not the first timed fit's.
+        build("neucalib", data).fit(X.iloc[:WARMUP_TORCH_ROWS], y[:WARMUP_TORCH_ROWS])
+    if "auto" in methods:
+        # AutoCalibrator's own settings (second-order Platt, MBCT's grid, and on a large set the screened
+        # fields) reach kernels the defaults do not.
+        columns = column_params("score", data.feature_cols, data.categorical_cols or None, "probability")
+        small = default_candidates(columns, with_features=True, with_torch=False)
+        large = default_candidates(columns, with_features=True, with_torch=False, large=True)
+        for candidate in [*small, *(c for c in large if c.label not in {s.label for s in small})]:
+            candidate.estimator.fit(X, y)
+        # The search's first rung fits 4,000-row folds, which take kernel paths the large fits above do not.
+        build("auto", data).fit(X.iloc[:WARMUP_AUTO_ROWS], y[:WARMUP_AUTO_ROWS])
     _WARMED.append(True)
 
 
@@ -417,7 +421,7 @@ def row_log_loss(y: np.ndarray, p: np.ndarray) -> np.ndarray:
 
 def run_dataset(name: str, args: argparse.Namespace) -> dict[str, Any]:
     data = prepare(name, args)
-    warm_up(data)
+    warm_up(data, args.methods)
     cal_x, test_x = data.cal[["score", *data.feature_cols]], data.test[["score", *data.feature_cols]]
     y_cal, y_test = data.cal["label"].to_numpy(float), data.test["label"].to_numpy(float)
     results: dict[str, Any] = {}
@@ -449,12 +453,13 @@ def run_dataset(name: str, args: argparse.Namespace) -> dict[str, Any]:
     if data.has_truth:
         oracle = data.test["p_true"].to_numpy(np.float64)
         results["oracle"] = metrics_of(y_test, oracle)
-    # Paired standard error of the log-loss difference between each AutoCalibrator and each method.
-    for auto in [a for a in AUTOS if a in predictions]:
-        auto_rows = row_log_loss(y_test, predictions[auto])
+    # Paired standard error of the log-loss difference between each AutoCalibrator (and isotonic
+    # regression, the score map among its candidates) and each method.
+    for reference in [a for a in (*AUTOS, "isotonic") if a in predictions]:
+        reference_rows = row_log_loss(y_test, predictions[reference])
         for method, p in predictions.items():
-            diff = auto_rows - row_log_loss(y_test, p)
-            results[method][f"{auto}_minus_se"] = float(diff.std() / np.sqrt(len(diff)))
+            diff = reference_rows - row_log_loss(y_test, p)
+            results[method][f"{reference}_minus_se"] = float(diff.std() / np.sqrt(len(diff)))
     return {"name": name, "info": data.info, "results": results}
 
 
@@ -579,6 +584,9 @@ def _yes(flag: bool) -> str:
 def write_report(entries: list[dict[str, Any]], args: argparse.Namespace, seconds: float) -> None:
     stem = args.out or ("auto_quick" if args.quick else "auto")
     (RESULTS / f"{stem}.json").write_text(json.dumps(entries, indent=1, default=float))
+    if not any("auto" in entry["results"] for entry in entries):
+        (RESULTS / f"{stem}.md").write_text("\n".join(score_maps_report(entries, args, seconds)) + "\n")
+        return
     load = os.getloadavg()[0]
     lines = [
         "# AutoCalibrator beside the peers and every gpucal method with its defaults (issues 14, 22)",
@@ -658,6 +666,67 @@ def write_report(entries: list[dict[str, Any]], args: argparse.Namespace, second
                 )
         lines.append("")
     (RESULTS / f"{stem}.md").write_text("\n".join(lines) + "\n")
+
+
+def score_maps_report(entries: list[dict[str, Any]], args: argparse.Namespace, seconds: float) -> list[str]:
+    """A run without AutoCalibrator: every score map beside isotonic regression, its candidate among them.
+
+    Per dataset, each map's held-out log-loss minus isotonic regression's with the paired standard error
+    (row by row on the test rows): ``better`` / ``worse`` when the difference passes 2 standard errors,
+    ``=`` within them.
+    """
+    maps = [m for m in ("platt", *SCORE_MAPS) if any(m in e["results"] for e in entries)]
+    load = os.getloadavg()[0]
+    lines = [
+        "# The maps of the score alone beside isotonic regression",
+        "",
+        f"Run {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} by `bench_auto.py --methods "
+        f"{' '.join(args.methods)} --seeds {' '.join(map(str, args.seeds))}` on {platform.machine()}, "
+        f"{os.cpu_count()} cores shared with other jobs (load average {load:.1f} at the end), "
+        f"{seconds / 60:.0f} min. Each cell: the held-out log-loss minus isotonic regression's (x 1e-5), "
+        "its paired standard error in brackets, and **+** (worse than isotonic by more than 2 standard "
+        "errors), **-** (better by more than 2) or nothing (within noise).",
+        "",
+        "| dataset | cal rows | isotonic | " + " | ".join(maps) + " |",
+        "|---|---|---|" + "---|" * len(maps),
+    ]
+    tally = {m: {"better": 0, "same": 0, "worse": 0} for m in maps}
+    for entry in entries:
+        res = entry["results"]
+        iso = res["isotonic"]["log_loss"]
+        cells = []
+        for m in maps:
+            if m not in res:
+                cells.append("")
+                continue
+            diff, se = res[m]["log_loss"] - iso, res[m]["isotonic_minus_se"]
+            verdict = "better" if diff < -2 * se else "worse" if diff > 2 * se else "same"
+            tally[m][verdict] += 1
+            mark = {"better": " **-**", "worse": " **+**", "same": ""}[verdict]
+            cells.append(f"{1e5 * diff:+.0f} ({1e5 * se:.0f}){mark}")
+        head = f"| {entry['name']} | {entry['info']['n_cal']:,} | {iso:.5f} | "
+        lines.append(head + " | ".join(cells) + " |")
+    lines += [
+        "",
+        "| method | better than isotonic | within noise | worse | mean rank among the maps "
+        "| fit CPU s, summed |",
+        "|---|---|---|---|---|---|",
+    ]
+    ranks: dict[str, list[float]] = {m: [] for m in ["isotonic", *maps]}
+    for entry in entries:
+        res = entry["results"]
+        present = [m for m in ranks if m in res]
+        order = pd.Series({m: res[m]["log_loss"] for m in present}).rank(method="average")
+        for m in present:
+            ranks[m].append(order[m])
+    for m in ["isotonic", *maps]:
+        counts = tally.get(m, {"better": 0, "same": len(entries), "worse": 0})
+        cpu = sum(e["results"][m]["cpu_s"] for e in entries if m in e["results"])
+        lines.append(
+            f"| {m} | {counts['better']} | {counts['same']} | {counts['worse']} | "
+            f"{np.mean(ranks[m]):.2f} | {cpu:.1f} |"
+        )
+    return lines
 
 
 def time_section(entries: list[dict[str, Any]]) -> list[str]:
@@ -765,7 +834,7 @@ def fast_variant(args: argparse.Namespace) -> None:
     table: dict[str, dict[str, dict[str, float]]] = {}
     for name in args.datasets:
         data = prepare(name, args)
-        warm_up(data)
+        warm_up(data, ["auto"])
         X, T = data.cal[["score", *data.feature_cols]], data.test[["score", *data.feature_cols]]
         y, y_test = data.cal["label"].to_numpy(float), data.test["label"].to_numpy(float)
         columns = {"feature_cols": data.feature_cols, "categorical_cols": data.categorical_cols or None}
@@ -828,7 +897,7 @@ def sizing_variant(args: argparse.Namespace) -> None:
     table: dict[str, dict[str, dict[str, Any]]] = {}
     for name in args.datasets:
         data = prepare(name, args)
-        warm_up(data)
+        warm_up(data, ["auto"])
         X, T = data.cal[["score", *data.feature_cols]], data.test[["score", *data.feature_cols]]
         y, y_test = data.cal["label"].to_numpy(float), data.test["label"].to_numpy(float)
         columns = {"feature_cols": data.feature_cols, "categorical_cols": data.categorical_cols or None}
@@ -885,7 +954,7 @@ def per_size_variant(args: argparse.Namespace) -> None:
     table: dict[str, dict[str, dict[str, float]]] = {}
     for name in args.datasets:
         full = prepare(name, argparse.Namespace(**{**vars(args), "ctr_rows": max(PER_SIZE_ROWS)}))
-        warm_up(full)
+        warm_up(full, ["auto"])
         T, y_test = full.test[["score", *full.feature_cols]], full.test["label"].to_numpy(float)
         columns = {"feature_cols": full.feature_cols, "categorical_cols": full.categorical_cols or None}
         for n_rows in PER_SIZE_ROWS:

@@ -39,12 +39,13 @@ import numpy as np
 RESULTS = Path(__file__).resolve().parent / "results" / "peer_maps.md"
 # Largest row counts each reference gets here (2 shared cores): probcal's Venn-Abers sweeps Python
 # lists (104 s at 1e6 in this run's first try), venn-abers recomputes slopes over the suffix (4.6 s at
-# 1e5, more than 8 minutes at 1e6); the cross predictor is five probcal fits. Above its cap a reference
-# runs once on the first ``cap`` rows, and gpucal is timed on those rows too for the ratio.
+# 1e5, more than 8 minutes at 1e6); the cross predictor is five probcal fits (4.4 CPU seconds at 1e5,
+# linear in rows: about 45 at 1e6, 450 at 1e7). Above its cap a reference runs once on the first ``cap``
+# rows, and gpucal is timed on those rows too for the ratio.
 REFERENCE_ROWS = {
     "venn_abers/venn-abers": 100_000,
     "venn_abers/probcal": 1_000_000,
-    "cross_venn_abers/probcal": 100_000,
+    "cross_venn_abers/probcal": 1_000_000,
     # ml-insights' SplineCalib: 35 s on 2e4 rows here (an L-BFGS fit of a dense n x 39 basis per
     # penalty), about half an hour at 1e6. probcal's quadratic SKCE holds n x n matrices (3 GB at 1e4).
     "spline/ml-insights": 100_000,

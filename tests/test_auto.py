@@ -221,7 +221,7 @@ def test_one_dimensional_input_uses_score_only_candidates() -> None:
     score = rng.uniform(0.01, 0.99, 2_000)
     y = (rng.uniform(size=2_000) < score**2).astype(float)
     model = AutoCalibrator().fit(score, y)
-    assert model.cv_results_["method"].tolist() == ["platt", "beta", "isotonic"]
+    assert model.cv_results_["method"].tolist() == ["platt", "beta", "centered_isotonic"]
     assert model.predict(score).shape == (2_000,)
 
 
@@ -243,7 +243,7 @@ def test_logit_scores_keep_the_maps_that_take_margins(ctr: Any) -> None:
     model = AutoCalibrator(categorical_cols=FIELDS, score_kind="logit", candidates=None)
     names = [c.name for c in model._resolve_candidates(has_features=True)]
     assert not {"beta", "mbct", "hc"} & set(names)
-    assert {"platt", "isotonic", "feature_platt"} <= set(names)
+    assert {"platt", "centered_isotonic", "feature_platt"} <= set(names)
     fitted = AutoCalibrator(categorical_cols=FIELDS, score_kind="logit", candidates=FAST).fit(margins, y)
     assert fitted.predict(margins).between(0, 1).all()
 
@@ -416,7 +416,7 @@ def test_large_data_cross_fits_a_subsample_and_refits_on_every_row(
 
 def test_default_candidates_are_one_list_at_every_size() -> None:
     labels = [c.label for c in AutoCalibrator(categorical_cols=FIELDS)._resolve_candidates(has_features=True)]
-    expected = ["platt", "beta", "isotonic"]
+    expected = ["platt", "beta", "centered_isotonic"]
     expected += [Candidate(name, None, params).label for name, params in FEATURE_CANDIDATES]
     assert labels == [*expected, "neucalib"]
     assert "feature_platt(l2=1.0)" in labels

@@ -4,6 +4,8 @@ netcal 1.4's ``NearIsotonicRegression`` (its models stepped through ``get_next_m
 reference for the solution path on distinct scores: its block values at each breakpoint equal
 ``enir_knot_map``'s to 1e-9. Its ``ENIR`` averages differently (see the class Notes), so the oracle of
 the average is numpy on netcal's path: BIC row by row, relative likelihood weights, ``np.interp``.
+probcal 0.4's ``ENIRCalibrator`` is the reference for the average where its definition agrees, and
+its own fits pin the documented differences where it does not.
 """
 
 from __future__ import annotations
@@ -119,6 +121,60 @@ def test_blocks_meeting_at_once_fuse_into_one() -> None:
     cal = ENIRCalibrator().fit(s, y)
     assert_allclose(cal.model_weights_, weights, rtol=1e-12)
     assert_allclose(cal.values_, weights[0] * y + weights[1] * 0.5, rtol=1e-12)
+
+
+def per_score_rows(means: np.ndarray, weight: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Scores 0.05, 0.15, ... with the weighted label means ``means``: a positive and a negative row each."""
+    s = np.repeat(np.arange(means.shape[0]) / 10 + 0.05, 2)
+    w = np.column_stack([weight * means, weight * (1 - means)]).ravel()
+    return s, np.tile([1.0, 0.0], means.shape[0]), w
+
+
+def test_average_equals_probcal_where_the_definitions_agree() -> None:
+    # Distinct weighted means at distinct scores, no two meetings at one lambda: the same path models,
+    # the same BIC weights. Between the scores probcal predicts steps (the left score's value), this
+    # class the line through the two (see the Notes).
+    probcal = pytest.importorskip("probcal")
+    rng = np.random.default_rng(3)
+    s = np.repeat(np.linspace(0.05, 0.95, 30), 20)
+    y = (rng.random(s.shape[0]) < s).astype(np.float64)
+    w = rng.uniform(0.5, 2.0, s.shape[0])
+    reference = probcal.ENIRCalibrator(max_solutions=None).fit(s, y, sample_weight=w)
+    cal = ENIRCalibrator().fit(s, y, sample_weight=w)
+    levels = reference.predict_proba(cal.knots_)
+    assert cal.model_weights_.shape[0] == reference.path_lambdas_.shape[0] > 5
+    assert_allclose(cal.model_weights_, reference.model_weights_, atol=1e-12, rtol=0)
+    assert_allclose(cal.values_, levels, atol=1e-12, rtol=0)
+    middle = (cal.knots_[:-1] + cal.knots_[1:]) / 2
+    assert_allclose(reference.predict_proba(middle), levels[:-1], atol=1e-12, rtol=0)
+    assert_allclose(cal.predict(middle), (levels[:-1] + levels[1:]) / 2, atol=1e-12, rtol=0)
+
+
+def test_average_against_probcal_where_the_definitions_differ() -> None:
+    probcal = pytest.importorskip("probcal")
+    # Three pairs of neighbours meet at lambda = 2: probcal records each meeting as a path model of its
+    # own (three copies of one solution), this class one. Dropping probcal's copies gives this map.
+    s, y, w = per_score_rows(np.array([0.6, 0.8, 0.2, 0.4, 0.8, 0.4, 0.6, 0.8]), np.full(8, 10.0))
+    reference = probcal.ENIRCalibrator(max_solutions=None).fit(s, y, sample_weight=w)
+    cal = ENIRCalibrator().fit(s, y, sample_weight=w)
+    lam = reference.path_lambdas_
+    assert_allclose(lam, [0, 2, 2, 2, 4], rtol=1e-12)
+    first = np.r_[True, ~np.isclose(lam[1:], lam[:-1], rtol=1e-9, atol=0)]
+    once = reference.model_weights_[first] / reference.model_weights_[first].sum()
+    assert_allclose(cal.model_weights_, once, rtol=1e-12)
+    assert_allclose(cal.values_, once @ reference.path_solutions_[first], atol=1e-12, rtol=0)
+    assert np.abs(cal.values_ - reference.predict_proba(cal.knots_)).max() > 0.01
+    # Equal neighbours at lambda = 0 (0.8 at the second and third scores): this class fuses them
+    # into one block from the start, probcal lets them part along its path. This map is probcal's on
+    # the data with the two scores pooled into one.
+    s, y, w = per_score_rows(np.array([0.3, 0.8, 0.8, 0.2, 0.6]), np.full(5, 10.0))
+    cal = ENIRCalibrator().fit(s, y, sample_weight=w)
+    pooled = probcal.ENIRCalibrator(max_solutions=None).fit(
+        *per_score_rows(np.array([0.3, 0.8, 0.2, 0.6]), np.array([10.0, 20.0, 10.0, 10.0]))
+    )
+    assert_allclose(cal.values_, pooled.predict_proba(pooled.scores_[[0, 1, 1, 2, 3]]), atol=1e-12)
+    unpooled = probcal.ENIRCalibrator(max_solutions=None).fit(s, y, sample_weight=w)
+    assert np.abs(cal.values_ - unpooled.predict_proba(cal.knots_)).max() > 1e-4
 
 
 def test_weights_are_repeated_rows_and_output_is_near_monotone() -> None:

@@ -16,6 +16,7 @@ from numpy.testing import assert_allclose
 from sklearn.isotonic import IsotonicRegression
 
 import gpucal
+from gpucal.calibrators import venn_abers as venn_abers_module
 from gpucal.calibrators.centered_isotonic import CenteredIsotonicCalibrator
 from gpucal.calibrators.venn_abers import VennAbersCalibrator, venn_abers_folds
 
@@ -98,7 +99,7 @@ def test_cvap_equals_probcal_on_the_same_folds(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setattr(probcal_va, "stratified_folds", lambda y, cv, seed: folds)
     ref = probcal_va.CrossVennAbersCalibrator(cv=5).fit(s, y)
     cal = VennAbersCalibrator(n_folds=5, random_state=7).fit(s, y)
-    test = np.linspace(0, 1, 301)
+    test = np.concatenate([np.linspace(0, 1, 301), s[:300]])  # between and at calibration scores
     assert_allclose(cal.predict(test), ref.predict_proba(test), atol=ATOL, rtol=0)
     assert_allclose(cal.predict_interval(test), ref.predict_interval(test), atol=ATOL, rtol=0)
     assert cal.fold_sizes_.shape == (5,)
@@ -108,6 +109,12 @@ def test_cvap_equals_probcal_on_the_same_folds(monkeypatch: pytest.MonkeyPatch) 
         start = int(cal.fold_sizes_[:k].sum())
         assert_allclose(cal.scores_[start : start + cal.fold_sizes_[k]], ivap.scores_)
         assert_allclose(cal.F1_[start + k : start + k + cal.fold_sizes_[k] + 1], ivap.F1_)
+    # The folds fitted in threads (as on large data) give the same tables.
+    monkeypatch.setattr(venn_abers_module, "PARALLEL_FOLD_KEYS", 1)
+    monkeypatch.setattr(venn_abers_module, "thread_count", lambda: 3)
+    threaded = VennAbersCalibrator(n_folds=5, random_state=7).fit(s, y)
+    for name in ("scores_", "F0_", "F1_", "fold_sizes_"):
+        np.testing.assert_array_equal(getattr(threaded, name), getattr(cal, name))
 
 
 def test_interval_properties_and_frames() -> None:

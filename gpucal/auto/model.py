@@ -108,7 +108,7 @@ class AutoCalibrator(Calibrator):
     candidates : list or None, default=None
         Calibrator names (``make_calibrator``'s: built with their defaults and the column parameters
         below), gpucal estimators (used as given, cloned), or ``{"class": ..., "params": ...}`` dicts.
-        None: the default list of :mod:`gpucal.auto.candidates` (Platt, beta, isotonic; when ``X`` has
+        None: the default list of :mod:`gpucal.auto.candidates` (Platt, beta, centred isotonic; when ``X`` has
         feature columns, feature-aware Platt with ``l2`` in 1, 10, 100, second-order feature-aware Platt
         (``interactions="auto"``, ``l2_cross`` 10 and 100), three MBCT settings, boosted heterogeneous
         calibration, and NeuCalib when PyTorch imports). Every candidate takes the
@@ -153,7 +153,7 @@ class AutoCalibrator(Calibrator):
         (``FeatureEncoder``); ``[]``: every number binned.
     score_kind : {"probability", "logit"}, default="probability"
         Probabilities, or raw margins: then the default candidates are those that take margins (Platt,
-        isotonic, feature-aware Platt, NeuCalib).
+        centred isotonic, feature-aware Platt, NeuCalib).
     random_state : int, default=0
         Seed of the folds.
     verbose : int, default=0

@@ -382,7 +382,11 @@ class ENIRCalibrator(Calibrator):
     weights, but counts every meeting as a breakpoint of its own (no grouping of meetings at one
     :math:`\lambda`, no fusing of equal neighbours at :math:`\lambda = 0`), keeps its 256 best models
     and predicts steps between the scores: its map differs from this one in the gaps between the
-    scores and by the extra breakpoints' weights.
+    scores and by the extra breakpoints' weights. Where neither case arises (distinct label means at
+    neighbouring scores, no two meetings at one :math:`\lambda`) and it keeps every model
+    (``max_solutions=None``), its weights and its values at the scores are this class's; the tests
+    check that, its copies of one solution where meetings coincide, and its parting of equal
+    neighbours (this map is then probcal's on the data with those scores pooled).
 
     *Weights and ties.* The fit reads the sums :math:`\sum w` and :math:`\sum w y` per distinct score,
     so integer weights give what repeated rows give and a dask fit is the one-machine fit; tied

@@ -9,14 +9,16 @@ it and stores the tables.
 from __future__ import annotations
 
 import functools
+import math
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, ClassVar
 
 import numpy as np
 from sklearn.utils.validation import check_is_fitted
 
 from gpucal._backend import array_namespace, to_numpy
-from gpucal.calibrators._sorted import distinct_counts, host_float64
+from gpucal.calibrators._sorted import distinct_counts, host_float64, thread_count
 from gpucal.calibrators.base import Calibrator, Constraint, Interval, Options
 from gpucal.calibrators.bins import _first_not_below, _knot_table
 from gpucal.calibrators.score_rows import ScoreBlock, read_score_rows
@@ -29,11 +31,13 @@ from gpucal.rows.reduce import KeyedTable, check_table_size, group_sorted, max_d
 FOLD_STREAM = 25
 # Clip of the fold-wise probabilities before the geometric means of the cross merge (log of zero).
 TINY = 1e-300
+# Distinct scores from which the cross predictor's folds are fitted in parallel threads.
+PARALLEL_FOLD_KEYS = 1 << 17
 
 
-@numba.njit(cache=True)
-def _query_fit_sweep(c, z, label):  # pragma: no cover - compiled
-    r"""Isotonic fit at a unit-weight query labelled ``label``, inserted in every gap ``k = 0 .. m``.
+@numba.njit(nogil=True, cache=True)
+def _query_fit_sweep(c, z):  # pragma: no cover - compiled
+    r"""Isotonic fits at a unit-weight query labelled 0 and 1, inserted in every gap ``k = 0 .. m``.
 
     ``c`` and ``z`` (length ``m + 1``, ``c[0] = z[0] = 0``) are the cumulative weights and weighted
     labels of the ``m`` distinct calibration scores. By the min-max formula of isotonic regression the
@@ -49,7 +53,8 @@ def _query_fit_sweep(c, z, label):  # pragma: no cover - compiled
     et al. 2015, section 2). One left-to-right sweep keeps both hulls: the left one grows by one point
     per gap; the right one loses its leftmost point, restored from a journal of the points that point
     hid when the hull was built right to left. The tangent is found by walking down both hulls from
-    their inner ends.
+    their inner ends. The hulls do not depend on the label: one sweep gives both labels' fits
+    (``out[0]``: label 0, ``out[1]``: label 1).
     """
     m = c.shape[0] - 1
     # The right hull of R_k..R_m, built right to left; the stack's top is its leftmost point.
@@ -77,26 +82,27 @@ def _query_fit_sweep(c, z, label):  # pragma: no cover - compiled
     left = np.empty(m + 1, dtype=np.int64)
     left[0] = 0
     top_l = 0
-    out = np.empty(m + 1)
+    out = np.empty((2, m + 1))
     for k in range(m + 1):
-        a = top_l
-        b = top_r
-        while True:
-            i0 = left[a]
-            j0 = right[b]
-            tangent = (z[j0] - z[i0] + label) / (c[j0] - c[i0] + 1.0)
-            if a > 0:
-                i1 = left[a - 1]
-                if (z[i0] - z[i1]) / (c[i0] - c[i1]) >= tangent:  # the left point before is below
-                    a -= 1
-                    continue
-            if b > 0:
-                j1 = right[b - 1]
-                if (z[j1] - z[j0]) / (c[j1] - c[j0]) <= tangent:  # the right point after is below
-                    b -= 1
-                    continue
-            break
-        out[k] = tangent
+        for label in range(2):
+            a = top_l
+            b = top_r
+            while True:
+                i0 = left[a]
+                j0 = right[b]
+                tangent = (z[j0] - z[i0] + label) / (c[j0] - c[i0] + 1.0)
+                if a > 0:
+                    i1 = left[a - 1]
+                    if (z[i0] - z[i1]) / (c[i0] - c[i1]) >= tangent:  # the left point before is below
+                        a -= 1
+                        continue
+                if b > 0:
+                    j1 = right[b - 1]
+                    if (z[j1] - z[j0]) / (c[j1] - c[j0]) <= tangent:  # the right point after is below
+                        b -= 1
+                        continue
+                break
+            out[label, k] = tangent
         if k == m:
             break
         # Drop R_k (the right hull's top) and bring back, last hidden first, what it hid.
@@ -145,6 +151,93 @@ def _read_tables(s, scores, f0, f1, table, inv_h, p0, p1):  # pragma: no cover -
         p1[i] = f1[below]
 
 
+@numba.njit(cache=True)
+def _union_tables(scores, sizes, log_f1, log_1mf0, f0, f1, interval):  # pragma: no cover - compiled
+    """The cross predictor's output for every position of a query among the folds' distinct scores.
+
+    The union of the folds' distinct scores (``union``, ``M`` entries) is merged from the folds'
+    increasing lists. A query is in class ``2 j`` (strictly between ``union[j - 1]`` and ``union[j]``)
+    or ``2 j + 1`` (equal to ``union[j]``), and in each class every fold's pair is fixed:
+    ``p0 = F0[#{scores <= s}]``, ``p1 = F1[#{scores < s}]``. Returns ``union`` and per class the merged
+    probability from the folds' logs (``log_f1``, ``log_1mf0``; shape (1, 2 M + 1)), or with
+    ``interval`` the envelope ``min p0``, ``max p1`` (shape (2, 2 M + 1)).
+    """
+    n_folds = sizes.shape[0]
+    total = 0
+    for k in range(n_folds):
+        total += sizes[k]
+    union = np.empty(total)
+    out = np.empty((2 if interval else 1, 2 * total + 1))
+    below = np.zeros(n_folds, dtype=np.int64)  # per fold: #{scores < the current union score}
+    score_start = np.zeros(n_folds, dtype=np.int64)
+    table_start = np.zeros(n_folds, dtype=np.int64)
+    for k in range(1, n_folds):
+        score_start[k] = score_start[k - 1] + sizes[k - 1]
+        table_start[k] = table_start[k - 1] + sizes[k - 1] + 1
+    m = 0
+    while True:
+        # The next union score: the least of the folds' next scores (inf when all are used up).
+        u = np.inf
+        for k in range(n_folds):
+            if below[k] < sizes[k]:
+                u = min(u, scores[score_start[k] + below[k]])
+        last = u == np.inf
+        for equal in range(1 if last else 2):
+            sum1 = 0.0
+            sum0 = 0.0
+            lo = 1.0
+            hi = 0.0
+            for k in range(n_folds):
+                lt = below[k]
+                le = lt
+                if equal == 1 and lt < sizes[k] and scores[score_start[k] + lt] == u:
+                    le = lt + 1
+                if interval:
+                    lo = min(lo, f0[table_start[k] + le])
+                    hi = max(hi, f1[table_start[k] + lt])
+                else:
+                    sum1 += log_f1[table_start[k] + lt]
+                    sum0 += log_1mf0[table_start[k] + le]
+            c = 2 * m + equal
+            if interval:
+                out[0, c] = lo
+                out[1, c] = hi
+            else:
+                g1 = math.exp(sum1 / n_folds)
+                out[0, c] = g1 / (math.exp(sum0 / n_folds) + g1)
+        if last:
+            break
+        union[m] = u
+        m += 1
+        for k in range(n_folds):
+            if below[k] < sizes[k] and scores[score_start[k] + below[k]] == u:
+                below[k] += 1
+    return union[:m], out[:, : 2 * m + 1]
+
+
+@numba.njit(parallel=True, cache=True)
+def _read_classes(s, union, table, inv_h, values, out):  # pragma: no cover - compiled
+    """``out[r, i] = values[r, class of s_i]``: ``2 j`` strictly below ``union[j]`` (and above
+    ``union[j - 1]``), ``2 j + 1`` equal to ``union[j]``; the position found as in :func:`_read_tables`."""
+    m = union.shape[0]
+    x0 = union[0]
+    n_cells = table.shape[0] - 1
+    for i in numba.prange(s.shape[0]):
+        v = s[i]
+        if v < x0:
+            c = 0
+        elif v > union[m - 1]:
+            c = 2 * m
+        else:
+            g = min(max(int((v - x0) * inv_h), 0), n_cells - 1)
+            lo = table[max(g - 1, 0)]
+            hi = min(table[min(g + 2, n_cells)] + 1, m - 1)
+            below = _first_not_below(union, lo, hi + 1, v)
+            c = 2 * below + 1 if union[below] == v else 2 * below
+        for r in range(values.shape[0]):
+            out[r, i] = values[r, c]
+
+
 def venn_abers_tables(weight: np.ndarray, weighted_y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The two tables of the fast IVAP from the sums per distinct calibration score (increasing order).
 
@@ -162,8 +255,7 @@ def venn_abers_tables(weight: np.ndarray, weighted_y: np.ndarray) -> tuple[np.nd
     """
     c = np.concatenate([[0.0], np.cumsum(weight)])
     z = np.concatenate([[0.0], np.cumsum(weighted_y)])
-    f0 = np.clip(_query_fit_sweep(c, z, 0.0), 0.0, 1.0)
-    f1 = np.clip(_query_fit_sweep(c, z, 1.0), 0.0, 1.0)
+    f0, f1 = np.clip(_query_fit_sweep(c, z), 0.0, 1.0)
     return f0, f1
 
 
@@ -241,21 +333,28 @@ def venn_abers_rows(
     limit = sys.maxsize if rows.n_blocks == 1 else max_distinct_keys()
     combine = functools.partial(_merge, limit=limit)
     table: KeyedTable = rows.reduce(block_fold_groups, combine, n_folds, seed, limit, offsets=True)
-    keys, stats = table.keys[0], table.stats
-    w_all, wy_all = stats[:, :n_folds].sum(axis=1), stats[:, n_folds:].sum(axis=1)
-    scores, f0s, f1s, sizes = [], [], [], []
-    for k in range(n_folds):
-        w, wy = (w_all, wy_all) if n_folds == 1 else (w_all - stats[:, k], wy_all - stats[:, n_folds + k])
+    keys, stats = table.keys[0], np.ascontiguousarray(table.stats.T)  # one row per fold and sum
+    w_all, wy_all = stats[:n_folds].sum(axis=0), stats[n_folds:].sum(axis=0)
+
+    def fold_tables(k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        w, wy = (w_all, wy_all) if n_folds == 1 else (w_all - stats[k], wy_all - stats[n_folds + k])
         kept = w > 0
         if not kept.any():
             msg = f"fold {k} of {n_folds}: the other folds hold no row of positive weight; use fewer folds"
             raise ValueError(msg)
-        f0, f1 = venn_abers_tables(w[kept], wy[kept])
-        scores.append(keys[kept])
-        f0s.append(f0)
-        f1s.append(f1)
-        sizes.append(int(kept.sum()))
-    return np.concatenate(scores), np.concatenate(f0s), np.concatenate(f1s), np.asarray(sizes, dtype=np.int64)
+        return (keys[kept], *venn_abers_tables(w[kept], wy[kept]))
+
+    # The folds' sweeps are independent (the sweep releases the GIL): one thread each, up to numba's
+    # thread count, on large tables.
+    n_threads = min(n_folds, thread_count()) if keys.shape[0] >= PARALLEL_FOLD_KEYS else 1
+    if n_threads > 1:
+        with ThreadPoolExecutor(max_workers=n_threads) as pool:
+            folds = list(pool.map(fold_tables, range(n_folds)))
+    else:
+        folds = [fold_tables(k) for k in range(n_folds)]
+    scores, f0s, f1s = zip(*folds, strict=True)
+    sizes = np.asarray([fold[0].shape[0] for fold in folds], dtype=np.int64)
+    return np.concatenate(scores), np.concatenate(f0s), np.concatenate(f1s), sizes
 
 
 @calibration_method("venn_abers", fits_on_dask=True)
@@ -328,7 +427,10 @@ class VennAbersCalibrator(Calibrator):
     *Cross folds.* Folds are drawn per row, not stratified, so their sizes vary by a few rows; the
     reference libraries deal stratified folds with their own generators. ``predict_interval`` of the
     cross predictor is the envelope of the folds' pairs, ``[min_k p0_k, max_k p1_k]`` (probcal's
-    choice; the paper defines only the merged probability).
+    choice; the paper defines only the merged probability). Every fold's pair, and so the merged
+    output, is constant between consecutive scores of the union of the folds' distinct scores and at
+    each of them: prediction tabulates the output once per such position (one merge of the folds'
+    lists) and reads it with one search per row, not one per fold. The folds' sweeps run in threads.
 
     *One class.* With labels of one class the fit is still defined and no error is raised: all labels 0
     give :math:`p_0 = 0` and :math:`p_1 = 1 / (1 + W_{\ge s})`, :math:`W_{\ge s}` the weight of the
@@ -400,16 +502,28 @@ class VennAbersCalibrator(Calibrator):
             start += size
         return p0, p1
 
+    def _cross_read(self, score: Any, *, interval: bool) -> np.ndarray:
+        """The cross predictor's merged probability (shape (1, n)) or envelope (shape (2, n)).
+
+        Rather than each fold's tables per row (one search per fold), the output is tabulated once per
+        position among every fold's distinct scores (:func:`_union_tables`), then read with one search.
+        """
+        s = host_float64(score)
+        f0, f1 = self.F0_, self.F1_
+        log_f1 = np.log(np.maximum(f1, TINY))
+        log_1mf0 = np.log(np.maximum(1.0 - f0, TINY))
+        union, values = _union_tables(self.scores_, self.fold_sizes_, log_f1, log_1mf0, f0, f1, interval)
+        cells, inv_h = _knot_table(union)
+        out = np.empty((values.shape[0], s.shape[0]))
+        _read_classes(s, union, cells, inv_h, values, out)
+        return out
+
     def _predict_scores(self, score: Any) -> Any:
         xp = array_namespace(score)
+        if self.fold_sizes_.shape[0] > 1:
+            return xp.asarray(self._cross_read(score, interval=False)[0])
         p0, p1 = self._fold_pairs(score)
-        if p0.shape[0] == 1:
-            merged = p1[0] / (1.0 - p0[0] + p1[0])
-        else:
-            g1 = np.exp(np.mean(np.log(np.maximum(p1, TINY)), axis=0))
-            g0 = np.exp(np.mean(np.log(np.maximum(1.0 - p0, TINY)), axis=0))
-            merged = g1 / (g0 + g1)
-        return xp.asarray(merged)
+        return xp.asarray(p1[0] / (1.0 - p0[0] + p1[0]))
 
     def predict_interval(self, X: Any) -> Any:
         """Return the pairs ``[p0, p1]`` of ``X``'s scores: an array of shape (n, 2).
@@ -419,8 +533,10 @@ class VennAbersCalibrator(Calibrator):
         """
         check_is_fitted(self, list(self._state_spec))
         score = self._parse_input(X, allow_empty=True).score
+        if self.fold_sizes_.shape[0] > 1:
+            return array_namespace(score).asarray(self._cross_read(score, interval=True).T)
         p0, p1 = self._fold_pairs(score)
-        return array_namespace(score).asarray(np.column_stack([p0.min(axis=0), p1.max(axis=0)]))
+        return array_namespace(score).asarray(np.column_stack([p0[0], p1[0]]))
 
     def _check_state(self) -> None:
         """Raise ``ValueError`` unless the tables fit the fold sizes and are monotone in [0, 1]."""
