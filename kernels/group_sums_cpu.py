@@ -17,6 +17,10 @@ different thread counts, are bit-identical):
   never decreases and there is more than one node.
 
 ``n_chunks`` depends only on the input sizes (``row_chunk_count``), never on the thread count.
+
+Where a chunk's or a node run's rows have unit weights and 0/1 labels, the row-chunk and node-range
+schedules add five of the seven sums per row and copy the other two (the weight sum is the count,
+:math:`\\sum w y^2` is :math:`\\sum w y`): the same bits, 2 of 7 read-modify-writes saved.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ import numpy as np
 
 from gpucal.kernels._dispatch import readonly
 from gpucal.kernels._rowmath import group_row_stats
-from gpucal.kernels.group_sums_oracle import N_STATS
+from gpucal.kernels.group_sums_oracle import N_STATS, STAT_COUNT, STAT_W, STAT_WY, STAT_WYY
 from gpucal.kernels.jit import numba, parallel_rows
 
 # At most this many private histograms: 16 threads busy, or a few chunks per thread for load balance on
@@ -61,9 +65,13 @@ def aligned_zeros(n_chunks: int, n_hist_bins: int) -> np.ndarray:
 
 @numba.njit(cache=True)
 def _add_rows(
-    hist, width, codes, f, y, w, node_idx, offsets, n_bins, start, stop, first_feature, stop_feature
+    hist, width, codes, f, y, w, node_idx, offsets, n_bins, start, stop, first_feature, stop_feature, repeats
 ):
-    """Add rows ``start:stop`` of features ``first_feature:stop_feature`` into ``hist`` (width per bin)."""
+    """Add rows ``start:stop`` of features ``first_feature:stop_feature`` into ``hist`` (width per bin).
+
+    With ``repeats`` (unit weights and 0/1 labels: :func:`_repeats`), the ``STAT_W`` and ``STAT_WYY``
+    sums are not added: :func:`_copy_repeats` copies them afterwards.
+    """
     has_nodes = node_idx.shape[0] > 0
     has_w = w.shape[0] > 0
     for i in range(start, stop):
@@ -76,12 +84,39 @@ def _add_rows(
         for j in range(first_feature, stop_feature):
             base = (node_base + offsets[j] + codes[i, j]) * width
             hist[base] += s0
-            hist[base + 1] += s1
+            if not repeats:
+                hist[base + 1] += s1
             hist[base + 2] += s2
             hist[base + 3] += s3
             hist[base + 4] += s4
             hist[base + 5] += s5
-            hist[base + 6] += s6
+            if not repeats:
+                hist[base + 6] += s6
+
+
+@numba.njit(cache=True)
+def _repeats(w, y, start, stop):
+    """Whether rows ``start:stop`` have unit weights and 0/1 labels.
+
+    Row by row the weight is then the count (1) and :math:`w y^2` is :math:`w y` (``y * y == y``
+    exactly for 0 and 1), so those two sums receive the very additions of ``STAT_COUNT`` and
+    ``STAT_WY``, in the same order: copying them gives the same bits as adding them.
+    """
+    if w.shape[0] > 0:
+        return False
+    for i in range(start, stop):
+        if y[i] != 0.0 and y[i] != 1.0:
+            return False
+    return True
+
+
+@numba.njit(cache=True)
+def _copy_repeats(hist, width):
+    """Set every bin's ``STAT_W`` to its ``STAT_COUNT`` and ``STAT_WYY`` to its ``STAT_WY`` (see
+    :func:`_repeats`)."""
+    for b in range(hist.shape[0] // width):
+        hist[b * width + STAT_W] = hist[b * width + STAT_COUNT]
+        hist[b * width + STAT_WYY] = hist[b * width + STAT_WY]
 
 
 def group_sums_cpu(codes, f, y, w, node_idx, offsets, n_nodes, n_bins, n_chunks):
@@ -117,7 +152,7 @@ def _fill_by_feature(out, codes, f, y, w, node_idx, offsets, n_bins):
     """Feature schedule: feature ``j`` owns its bins, so one task per feature adds its rows in order."""
     n, d = codes.shape
     for j in numba.prange(d):
-        _add_rows(out, N_STATS, codes, f, y, w, node_idx, offsets, n_bins, 0, n, j, j + 1)
+        _add_rows(out, N_STATS, codes, f, y, w, node_idx, offsets, n_bins, 0, n, j, j + 1, False)
 
 
 @numba.njit(cache=True)
@@ -159,7 +194,9 @@ def _fill_by_node_runs(out, codes, f, y, w, node_idx, offsets, n_bins, bounds):
     """Node-run schedule: run ``r`` adds rows ``bounds[r]:bounds[r+1]``, whose nodes no other run holds."""
     d = codes.shape[1]
     for r in numba.prange(bounds.shape[0] - 1):
-        _add_rows(out, N_STATS, codes, f, y, w, node_idx, offsets, n_bins, bounds[r], bounds[r + 1], 0, d)
+        _add_rows(
+            out, N_STATS, codes, f, y, w, node_idx, offsets, n_bins, bounds[r], bounds[r + 1], 0, d, False
+        )
 
 
 @parallel_rows("codes")
@@ -169,8 +206,12 @@ def _fill_by_chunk(private, codes, f, y, w, node_idx, offsets, n_bins):
     n_chunks = private.shape[0]
     chunk = (n + n_chunks - 1) // n_chunks
     for c in numba.prange(n_chunks):
-        stop = min(n, (c + 1) * chunk)
-        _add_rows(private[c], PADDED_STATS, codes, f, y, w, node_idx, offsets, n_bins, c * chunk, stop, 0, d)
+        start, stop = c * chunk, min(n, (c + 1) * chunk)
+        repeats = _repeats(w, y, start, stop)
+        hist = private[c]
+        _add_rows(hist, PADDED_STATS, codes, f, y, w, node_idx, offsets, n_bins, start, stop, 0, d, repeats)
+        if repeats:
+            _copy_repeats(hist, PADDED_STATS)
 
 
 @parallel_rows("private")
@@ -232,4 +273,7 @@ def fill_node_ranges(out, codes, f, y, w, offsets, n_bins, lo, hi, task_bounds):
     for t in numba.prange(task_bounds.shape[0] - 1):
         for s in range(task_bounds[t], task_bounds[t + 1]):
             part = out[s * size : (s + 1) * size]
-            _add_rows(part, N_STATS, codes, f, y, w, node_idx, offsets, n_bins, lo[s], hi[s], 0, d)
+            repeats = _repeats(w, y, lo[s], hi[s])
+            _add_rows(part, N_STATS, codes, f, y, w, node_idx, offsets, n_bins, lo[s], hi[s], 0, d, repeats)
+            if repeats:
+                _copy_repeats(part, N_STATS)

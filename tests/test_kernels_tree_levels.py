@@ -89,3 +89,19 @@ def test_predict_leaves_equals_the_walk(leaf_map: int) -> None:
     )
     want = predict_trees(codes, f, FEATURE, BASE, TABLE, values, start, leaf_map, backend="cpu")
     assert_array_equal(predict_leaves(f, leaf, values, leaf_map), want)
+
+
+@pytest.mark.parametrize("soft_labels", [False, True])
+def test_unit_weights_give_the_sums_of_explicit_ones_bit_for_bit(soft_labels: bool) -> None:
+    # With unit weights and 0/1 labels the CPU twin copies two of the seven sums instead of adding them.
+    codes, f, y, _ = rows(150_000, False)
+    if soft_labels:
+        y[::7] = 0.5  # every run and chunk holds a label that is neither 0 nor 1: all seven sums added
+    ones = np.ones_like(f)
+    n_values = np.array([3, 2])
+    chunks = [group_sums(codes, f, y, w, n_values=n_values, backend="cpu") for w in (None, ones)]
+    assert_array_equal(chunks[0], chunks[1])
+    starts = np.array([0, 40_000, 40_001, 90_000, 150_000])
+    runs = [node_range_sums(codes, f, y, w, starts[:-1], starts[1:], n_values) for w in (None, ones)]
+    assert_array_equal(runs[0], runs[1])
+    np.testing.assert_allclose(runs[0].sum(axis=0), chunks[0][0], rtol=1e-12)  # every row in one run
