@@ -123,31 +123,34 @@ def _query_fit_sweep(c, z):  # pragma: no cover - compiled
     return out
 
 
-@numba.njit(parallel=True, cache=True)
-def _read_tables(s, scores, f0, f1, table, inv_h, p0, p1):  # pragma: no cover - compiled
-    """``p0[i] = f0[#{scores <= s_i}]`` and ``p1[i] = f1[#{scores < s_i}]`` (``scores`` strictly increasing).
+@numba.njit(cache=True, inline="always")
+def _position(scores, table, inv_h, v):  # pragma: no cover - compiled
+    """Return ``(#{scores < v}, 1 if v is one of the scores else 0)`` (``scores`` strictly increasing).
 
-    A table of score indices over equal cells (``bins._knot_table``) brackets each query's position,
-    so the binary search runs over the few scores of three cells instead of all of them.
+    A table of score indices over equal cells (``bins._knot_table``) brackets the position, so the
+    binary search runs over the few scores of three cells instead of all of them.
     """
     m = scores.shape[0]
     x0 = scores[0]
+    if v < x0:
+        return 0, 0
+    if v > scores[m - 1]:
+        return m, 0
     n_cells = table.shape[0] - 1
+    g = min(max(int((v - x0) * inv_h), 0), n_cells - 1)
+    lo = table[max(g - 1, 0)]
+    hi = min(table[min(g + 2, n_cells)] + 1, m - 1)
+    below = _first_not_below(scores, lo, hi + 1, v)
+    return below, 1 if scores[below] == v else 0
+
+
+@numba.njit(parallel=True, cache=True)
+def _read_tables(s, scores, f0, f1, table, inv_h, p0, p1):  # pragma: no cover - compiled
+    """``p0[i] = f0[#{scores <= s_i}]`` and ``p1[i] = f1[#{scores < s_i}]`` (``scores`` strictly increasing),
+    the position found by :func:`_position`."""
     for i in numba.prange(s.shape[0]):
-        v = s[i]
-        if v < x0:
-            below = 0
-            at_or_below = 0
-        elif v > scores[m - 1]:
-            below = m
-            at_or_below = m
-        else:
-            g = min(max(int((v - x0) * inv_h), 0), n_cells - 1)
-            lo = table[max(g - 1, 0)]
-            hi = min(table[min(g + 2, n_cells)] + 1, m - 1)
-            below = _first_not_below(scores, lo, hi + 1, v)
-            at_or_below = below + 1 if scores[below] == v else below
-        p0[i] = f0[at_or_below]
+        below, equal = _position(scores, table, inv_h, s[i])
+        p0[i] = f0[below + equal]
         p1[i] = f1[below]
 
 
@@ -218,22 +221,10 @@ def _union_tables(scores, sizes, log_f1, log_1mf0, f0, f1, interval):  # pragma:
 @numba.njit(parallel=True, cache=True)
 def _read_classes(s, union, table, inv_h, values, out):  # pragma: no cover - compiled
     """``out[r, i] = values[r, class of s_i]``: ``2 j`` strictly below ``union[j]`` (and above
-    ``union[j - 1]``), ``2 j + 1`` equal to ``union[j]``; the position found as in :func:`_read_tables`."""
-    m = union.shape[0]
-    x0 = union[0]
-    n_cells = table.shape[0] - 1
+    ``union[j - 1]``), ``2 j + 1`` equal to ``union[j]``; the position found by :func:`_position`."""
     for i in numba.prange(s.shape[0]):
-        v = s[i]
-        if v < x0:
-            c = 0
-        elif v > union[m - 1]:
-            c = 2 * m
-        else:
-            g = min(max(int((v - x0) * inv_h), 0), n_cells - 1)
-            lo = table[max(g - 1, 0)]
-            hi = min(table[min(g + 2, n_cells)] + 1, m - 1)
-            below = _first_not_below(union, lo, hi + 1, v)
-            c = 2 * below + 1 if union[below] == v else 2 * below
+        below, equal = _position(union, table, inv_h, s[i])
+        c = 2 * below + equal
         for r in range(values.shape[0]):
             out[r, i] = values[r, c]
 
