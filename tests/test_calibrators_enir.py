@@ -134,7 +134,8 @@ def test_average_equals_probcal_where_the_definitions_agree() -> None:
     # Distinct weighted means at distinct scores, no two meetings at one lambda: the same path models,
     # the same BIC weights. Between the scores probcal predicts steps (the left score's value), this
     # class the line through the two (see the Notes).
-    probcal = pytest.importorskip("probcal")
+    import probcal
+
     rng = np.random.default_rng(3)
     s = np.repeat(np.linspace(0.05, 0.95, 30), 20)
     y = (rng.random(s.shape[0]) < s).astype(np.float64)
@@ -151,7 +152,8 @@ def test_average_equals_probcal_where_the_definitions_agree() -> None:
 
 
 def test_average_against_probcal_where_the_definitions_differ() -> None:
-    probcal = pytest.importorskip("probcal")
+    import probcal
+
     # Three pairs of neighbours meet at lambda = 2: probcal records each meeting as a path model of its
     # own (three copies of one solution), this class one. Dropping probcal's copies gives this map.
     s, y, w = per_score_rows(np.array([0.6, 0.8, 0.2, 0.4, 0.8, 0.4, 0.6, 0.8]), np.full(8, 10.0))
