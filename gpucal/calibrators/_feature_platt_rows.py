@@ -202,12 +202,16 @@ def level_sums(block: PlattBlock, theta: np.ndarray, n_values: np.ndarray, array
 
 
 def score_sums(block: PlattBlock, a: float, b: float) -> np.ndarray:
-    """Newton's sums of the score-only model :math:`\\sigma(a x + b)` on the block: ``sum r x``,
-    ``sum r``, ``sum D x^2``, ``sum D x``, ``sum D`` with :math:`r = w (p - y)`, :math:`D = w p (1 - p)`."""
-    p = sigmoid(a * block.x + b)
+    """Newton's sums of the score-only model :math:`\\sigma(z)`, :math:`z = a x + b`, on the block: the
+    loss :math:`\\sum w (\\log(1 + e^z) - y z)`, ``sum r x``, ``sum r``, ``sum D x^2``, ``sum D x``,
+    ``sum D`` with :math:`r = w (p - y)`, :math:`D = w p (1 - p)`."""
+    xp = array_namespace(block.x)
+    z = a * block.x + b
+    p = sigmoid(z)
     r, d = block.w * (p - block.y), block.w * p * (1.0 - p)
     x = block.x
-    return np.array([float(to_numpy(v.sum())) for v in (r * x, r, d * x * x, d * x, d)])
+    loss = block.w * (xp.logaddexp(0.0, z) - block.y * z)
+    return np.array([float(to_numpy(v.sum())) for v in (loss, r * x, r, d * x * x, d * x, d)])
 
 
 # --------------------------------------------------------------------------------------------------

@@ -54,7 +54,7 @@ from gpucal.calibrators._feature_platt_rows import (
     stepped,
     strided,
 )
-from gpucal.calibrators._newton import MAX_HALVINGS, armijo_backtrack, warn_not_converged
+from gpucal.calibrators._newton import MAX_HALVINGS, armijo_backtrack, newton_minimize, warn_not_converged
 from gpucal.encoding import FeatureEncoder
 from gpucal.encoding.crosses import Cross
 from gpucal.encoding.encoder import MAX_CROSS_LEVELS, MIN_CROSS_COUNT
@@ -192,19 +192,22 @@ def kept_fields(
 
 
 def _score_only(rows: Rows, intercept: float, l2: float, max_iter: int) -> tuple[float, float]:
-    """Newton's method for Platt scaling on the encoded rows' score feature: ``(a, b)`` minimising the
-    loss plus ``l2 a^2 / 2``, from ``a = 0`` and the constant model's intercept; steps longer than 5
-    are cut to 5 (a trust region, for the first steps on nearly separable data)."""
-    theta = np.array([0.0, intercept])
-    for _ in range(max_iter):
+    """Platt scaling on the encoded rows' score feature by :func:`newton_minimize`: ``(a, b)`` minimising
+    the loss sum plus ``l2 a^2 / 2``, from ``a = 0`` and the constant model's intercept."""
+
+    def sums(theta: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
         s = rows.sum(score_sums, float(theta[0]), float(theta[1]))
-        gradient = np.array([s[0] + l2 * theta[0], s[1]])
-        hessian = np.array([[s[2] + l2, s[3]], [s[3], s[4]]])
-        step = np.linalg.solve(hessian + 1e-12 * np.eye(2), gradient)
-        length = float(np.hypot(step[0], step[1]))
-        theta = theta - (step if length <= 5.0 else step * (5.0 / length))
-        if length <= 1e-10 * (1.0 + float(np.abs(theta).max())):
-            break
+        return s[0], s[1:3], np.array([[s[3], s[4]], [s[4], s[5]]])
+
+    # total_weight 1: newton_minimize then minimises the loss sum itself, with the ridge l2 on a
+    theta = newton_minimize(
+        sums,
+        np.array([0.0, intercept]),
+        total_weight=1.0,
+        l2=np.array([l2, 0.0]),
+        max_iter=max_iter,
+        warn=False,
+    ).theta
     return float(theta[0]), float(theta[1])
 
 
