@@ -132,6 +132,25 @@ def test_counting_path_equals_argsort_path(decimals: int | None) -> None:
             assert_allclose(a, b, rtol=1e-12, atol=0)
 
 
+@pytest.mark.parametrize("case", ["distinct", "rounded", "near_ties", "one_class"])
+def test_isotonic_runs_walk_equals_group_walk(case: str) -> None:
+    # exact_means=False adds each run of label-0 rows at once: the same blocks, mean_x to rounding.
+    s, y = make_data(20_000, 7, decimals=3 if case == "rounded" else None)
+    if case == "near_ties":  # a negative and a positive less than 1e-15 above a run's last score
+        s = np.concatenate([s, [0.4, np.nextafter(0.4, 1.0), 0.4 + 5e-16]])
+        y = np.concatenate([y, [0.0, 0.0, 1.0]])
+    if case == "one_class":
+        y = np.zeros_like(y)
+    w = np.ones(s.shape[0])
+    exact, runs = pav.isotonic_blocks(s, y, w), pav.isotonic_blocks(s, y, w, exact_means=False)
+    for field in ("x_first", "x_last", "weight", "value"):
+        assert_array_equal(getattr(runs, field), getattr(exact, field), err_msg=field)
+    assert_allclose(runs.mean_x, exact.mean_x, rtol=1e-13, atol=0)
+    xs, positives = _sorted.counting_sorts(s, y, w)
+    took_runs = pav._isotonic_distinct(xs, positives, pav.TIE_EPS).shape[0] > 0
+    assert took_runs == (case in ("distinct", "one_class"))
+
+
 def test_isotonic_one_class_is_constant() -> None:
     s, _ = make_data(100)
     assert_array_equal(IsotonicCalibrator().fit(s, np.zeros(100)).predict(s), np.zeros(100))

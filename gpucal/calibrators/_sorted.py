@@ -142,11 +142,20 @@ def counting_sorts(
     """
     if y is None:
         return (np.sort(score), np.empty(0)) if _all_unit(w) else None
+    positives = sorted_positives(score, y, w)
+    if positives is None:
+        return None
+    return np.sort(score), positives
+
+
+def sorted_positives(score: np.ndarray, y: np.ndarray, w: np.ndarray) -> np.ndarray | None:
+    """Return the sorted scores of the rows with label 1, or None when the counting path does not apply
+    (:func:`counting_sorts`): one pass checks the labels and weights and gathers them."""
     gathered = np.empty(y.shape[0])
     n_positive = _unit_binary_positives(score, y, w, gathered)
     if n_positive < 0:
         return None
-    return np.sort(score), np.sort(gathered[:n_positive])
+    return np.sort(gathered[:n_positive])
 
 
 def distinct_counts(

@@ -112,7 +112,8 @@ def fit_isotonic(
     s = host_float64(score)
     t = host_float64(y)
     w = np.ones(s.shape[0]) if sample_weight is None else host_float64(sample_weight)
-    return isotonic_knots(isotonic_blocks(s, t, w), clip_eps=clip_eps, rank_preserving=rank_preserving)
+    blocks = isotonic_blocks(s, t, w, exact_means=rank_preserving)
+    return isotonic_knots(blocks, clip_eps=clip_eps, rank_preserving=rank_preserving)
 
 
 def isotonic_knots(
@@ -125,7 +126,7 @@ def isotonic_knots(
     return _step_knots(blocks)
 
 
-def isotonic_rows(rows: Rows) -> PavBlocks:
+def isotonic_rows(rows: Rows, *, exact_means: bool = True) -> PavBlocks:
     """The blocks of the isotonic fit of checked rows (:class:`~gpucal.calibrators.score_rows.ScoreBlock`).
 
     The fit is pool-adjacent-violators on the groups of tied scores, a function of the sums ``w`` and
@@ -136,10 +137,13 @@ def isotonic_rows(rows: Rows) -> PavBlocks:
     reads only the distinct values, and a group starts at a distinct value), adds the same rows into
     each group and pools the groups by the same ``_push_block``; only the order of the additions inside
     a group differs, so the two agree to rounding (bit for bit with unit weights and 0/1 labels).
+    ``exact_means=False`` lets the walk add each run of label-0 rows at once, which leaves ``mean_x``
+    exact only to rounding (``isotonic_blocks``).
     """
     whole = rows.single_block()
     if whole is not None:
-        return isotonic_blocks(host_float64(whole.score), host_float64(whole.y), host_weights(whole.w))
+        s, t, w = host_float64(whole.score), host_float64(whole.y), host_weights(whole.w)
+        return isotonic_blocks(s, t, w, exact_means=exact_means)
     table = score_groups(rows)
     return isotonic_blocks_from_groups(table.keys[0], table.stats[:, BIN_W], table.stats[:, BIN_WY])
 
@@ -223,7 +227,10 @@ class IsotonicCalibrator(Calibrator):
 
     *Speed.* The one O(n log n) step is sorting the scores: one ``argsort`` per thread on contiguous
     runs, merged on the fly by the numba loop that groups ties and pools blocks in one pass (no n-sized
-    temporaries beyond the sort order). Prediction is a parallel numba loop that finds each score's
+    temporaries beyond the sort order). With unit weights and 0/1 labels the scores are sorted with
+    ``numpy.sort`` (no index), and the walk adds each run of label-0 rows between two positives at
+    once (without ``rank_preserving``, which reads the blocks' mean scores as the group-by-group walk
+    adds them). Prediction is a parallel numba loop that finds each score's
     segment from a table of knots over the score's bits, a step or two from the cell's knot.
 
     References
@@ -268,7 +275,8 @@ class IsotonicCalibrator(Calibrator):
         self.output_type = output_type
 
     def _fit(self, rows: Rows) -> None:
-        blocks = isotonic_rows(read_score_rows(rows, self.score_col, self.score_kind))
+        scores = read_score_rows(rows, self.score_col, self.score_kind)
+        blocks = isotonic_rows(scores, exact_means=self.rank_preserving)
         self.X_thresholds_, self.y_thresholds_ = isotonic_knots(
             blocks, clip_eps=self.clip_eps, rank_preserving=self.rank_preserving
         )

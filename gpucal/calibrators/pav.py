@@ -38,7 +38,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gpucal.calibrators._sorted import counting_sorts, next_row, open_cursor, sorted_runs
+from gpucal.calibrators._sorted import next_row, open_cursor, sorted_positives, sorted_runs
 from gpucal.kernels.jit import numba
 
 # scikit-learn's tie tolerance in _make_unique (float64): scores closer than this to a group's first
@@ -159,6 +159,55 @@ def _isotonic_counts(xs, positives, tie_eps):  # pragma: no cover - compiled
 
 
 @numba.njit(cache=True)
+def _isotonic_distinct(xs, positives, tie_eps):  # pragma: no cover - compiled
+    """:func:`_isotonic_counts` with each run of label-0 rows between two positives added to the top
+    block at once; an empty array where a tie (scores closer than ``tie_eps``) would make a difference.
+
+    The walk touches each label-0 row once, to compare it with the next positive score and add it.
+    A tie changes nothing inside a run of label-0 rows (the run's groups all go to the top block)
+    unless it joins a positive to its neighbour or moves the score that starts the run's last group:
+    the walk checks the gaps at those places. The blocks are
+    then those of :func:`_isotonic_counts` but for the rounding of their score sums (``SUM_WX``):
+    pool-adjacent-violators gives the unique isotonic fit pooled into maximal runs of equal values
+    whatever the order of the additions and the pooling, and every sum it compares is a count, exact
+    in float64.
+    """
+    n = xs.shape[0]
+    m = positives.shape[0]
+    blocks = np.empty((INITIAL_BLOCKS, N_BLOCK_STATS))
+    top = np.int64(-1)  # int64, not the literal -1: one specialisation of _push_block for every caller
+    start = 0  # first row of the pending run of label-0 rows
+    for j in range(m + 1):
+        # The run ends at the first row of the next positive's score (every positive score is in xs).
+        bound = positives[j] if j < m else np.inf
+        stop = start
+        sum_x = 0.0
+        while stop < n and xs[stop] < bound:
+            sum_x += xs[stop]
+            stop += 1
+        if (
+            (start > 0 and start < n and xs[start] - xs[start - 1] < tie_eps)
+            or (stop < n and stop > 0 and xs[stop] - xs[stop - 1] < tie_eps)
+            or (stop - 1 > start and xs[stop - 1] - xs[stop - 2] < tie_eps)
+        ):
+            return np.empty((0, N_BLOCK_STATS))
+        if stop > start:
+            rows = float(stop - start)
+            if top < 0:
+                blocks, top = _push_block(blocks, top, rows, 0.0, sum_x, xs[start], xs[stop - 1])
+            else:
+                blocks[top, SUM_W] += rows
+                blocks[top, SUM_WX] += sum_x
+                blocks[top, X_LAST] = xs[stop - 1]
+                top = _pool_top(blocks, top)
+        if j < m:
+            x = positives[j]
+            blocks, top = _push_block(blocks, top, 1.0, 1.0, x, x, x)
+            start = stop + 1
+    return blocks[: top + 1].copy()
+
+
+@numba.njit(cache=True)
 def _pool_groups(stats):  # pragma: no cover - compiled
     """Pool-adjacent-violators over already aggregated groups ``stats`` (rows in score order)."""
     blocks = np.empty((max(stats.shape[0], 1), N_BLOCK_STATS))
@@ -214,7 +263,12 @@ class PavBlocks:
 
 
 def isotonic_blocks(
-    score: np.ndarray, y: np.ndarray, w: np.ndarray, *, force_argsort: bool = False
+    score: np.ndarray,
+    y: np.ndarray,
+    w: np.ndarray,
+    *,
+    force_argsort: bool = False,
+    exact_means: bool = True,
 ) -> PavBlocks:
     """Fit increasing weighted isotonic regression of ``y`` on ``score``; return its blocks.
 
@@ -224,14 +278,23 @@ def isotonic_blocks(
         C-contiguous float64 host arrays; ``w >= 0`` with at least one positive weight.
     force_argsort : bool, default=False
         Take the general (argsort) path even when the counting path applies (for tests).
+    exact_means : bool, default=True
+        Add the blocks' score sums group by group, as every path does. False lets the counting path
+        add each run of label-0 rows at once where no two scores tie (:func:`_isotonic_distinct`):
+        the same blocks, with ``mean_x`` equal to rounding.
 
     Returns
     -------
     PavBlocks
     """
-    sorts = None if force_argsort else counting_sorts(score, y, w)
-    if sorts is not None:
-        return PavBlocks.from_stats(_isotonic_counts(*sorts, TIE_EPS))
+    positives = None if force_argsort else sorted_positives(score, y, w)
+    if positives is not None:
+        xs = np.sort(score)
+        if not exact_means:
+            blocks = _isotonic_distinct(xs, positives, TIE_EPS)
+            if blocks.shape[0]:
+                return PavBlocks.from_stats(blocks)
+        return PavBlocks.from_stats(_isotonic_counts(xs, positives, TIE_EPS))
     order, bounds = sorted_runs(score)
     return PavBlocks.from_stats(_isotonic_walk(score, y, w, order, bounds, TIE_EPS))
 
