@@ -17,6 +17,8 @@ import gpucal
 from gpucal.calibrators.dirichlet import DirichletCalibrator
 from gpucal.ccl import ClusteredCalibrator
 from gpucal.ccl.clustering import (
+    LLOYD_MAX_ITER,
+    LLOYD_TOL,
     _ward,
     elbow_candidates,
     elbow_k,
@@ -24,6 +26,7 @@ from gpucal.ccl.clustering import (
     kmeans_plus_plus,
     lloyd,
     lloyd_sums,
+    lloyd_tolerance,
 )
 from gpucal.ccl.model import CONSTANT, FALLBACK, FITTED
 from gpucal.metrics import cece
@@ -247,8 +250,29 @@ def test_lloyd_matches_sklearn_kmeans_from_the_same_start():
     Z = Z + np.random.default_rng(1).normal(scale=8.0, size=Z.shape)  # overlapping: several steps
     w = np.random.default_rng(3).random(Z.shape[0]) + 0.5
     start = kmeans_plus_plus(Z, w, 4, seed=0)
-    ours, inertia = lloyd(lambda c: lloyd_sums(Z, w, c), start)
+    ours, inertia = lloyd(lambda c, with_inertia: lloyd_sums(Z, w, c, inertia=with_inertia), start)
     theirs = KMeans(n_clusters=4, init=start, n_init=1, tol=0.0, algorithm="lloyd").fit(Z, sample_weight=w)
+    np.testing.assert_allclose(ours, theirs.cluster_centers_, rtol=1e-10)
+    np.testing.assert_allclose(inertia, theirs.inertia_, rtol=1e-10)
+
+
+def test_lloyd_stops_at_sklearn_kmeans_tolerance():
+    from sklearn.cluster import KMeans
+
+    Z = np.random.default_rng(4).normal(size=(3000, 3))  # one blob: many slow steps before convergence
+    w = np.ones(Z.shape[0])  # scikit-learn's tolerance reads the variance without weights
+    start = kmeans_plus_plus(Z, w, 8, seed=0)
+    steps = []
+
+    def sums(c, with_inertia):
+        steps.append(with_inertia)
+        return lloyd_sums(Z, w, c, inertia=with_inertia)
+
+    ours, inertia = lloyd(sums, start, lloyd_tolerance(Z, w))
+    theirs = KMeans(n_clusters=8, init=start, n_init=1, tol=LLOYD_TOL, algorithm="lloyd").fit(Z)
+    assert len(steps) - 1 == theirs.n_iter_ < LLOYD_MAX_ITER  # stopped by the tolerance, not the limit
+    exact = lloyd(lambda c, with_inertia: lloyd_sums(Z, w, c, inertia=with_inertia), start)[0]
+    assert not np.allclose(ours, exact)
     np.testing.assert_allclose(ours, theirs.cluster_centers_, rtol=1e-10)
     np.testing.assert_allclose(inertia, theirs.inertia_, rtol=1e-10)
 
