@@ -376,17 +376,18 @@ def test_logistic_sums_numba_equals_array(mode: int, width: int, fit_intercept: 
 @pytest.mark.parametrize(
     "mode", [0, logistic.FEATURES_LOGIT, logistic.FEATURES_BETA, logistic.FEATURES_BETA_AB]
 )
-def test_binned_moments_numba_equals_array(mode: int) -> None:
+@pytest.mark.parametrize("n_moments", [3, logistic.SERIES_MOMENTS])
+def test_binned_moments_numba_equals_array(mode: int, n_moments: int) -> None:
     rng = np.random.default_rng(13)
     n = 70_000
     X = rng.normal(size=n) if mode == 0 else rng.random(n)
     y, w = rng.random(n), rng.random(n) * (rng.random(n) > 0.1)
     span = logistic.one_variable_span(float(X.min()), float(X.max()), mode)
-    kw = {"mode": mode, "span": span, "n_bins": 64, "targets": (0.1, 0.8)}
+    kw = {"mode": mode, "span": span, "n_bins": 64, "targets": (0.1, 0.8), "n_moments": n_moments}
     fast = logistic.binned_moments(X, y, w, backend="numba", **kw)
     slow = logistic.binned_moments(X, y, w, backend="array", **kw)
     assert_allclose(fast, slow, rtol=1e-10, atol=1e-12)
-    assert_allclose(fast[0 : 64 * 3 : 3].sum(), w.sum(), rtol=1e-12)  # every row in a bin
+    assert_allclose(fast[0 : 64 * n_moments : n_moments].sum(), w.sum(), rtol=1e-12)  # every row in a bin
 
 
 @pytest.mark.parametrize(
@@ -414,6 +415,57 @@ def test_warm_start_does_not_change_the_fit(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setattr(logistic, "WARM_START_MIN_ROWS", 10 * n)
     cold = BetaCalibrator().fit(p, y)
     assert_params_close([warm.a_, warm.b_, warm.c_], [cold.a_, cold.b_, cold.c_], rtol=1e-9)
+
+
+@pytest.mark.parametrize(
+    ("make", "params"),
+    [
+        (PlattCalibrator, ("a_", "b_")),
+        (functools.partial(PlattCalibrator, target_smoothing=False), ("a_", "b_")),
+        (TemperatureCalibrator, ("temperature_",)),
+    ],
+)
+def test_series_fit_equals_the_fit_on_rows(
+    make: Any, params: tuple[str, ...], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The one-pass fit on each bin's moments finds the optimum the Newton passes over the rows find,
+    to rounding (a few ulps), and its predictions differ by about 1e-15."""
+    n = logistic.WARM_START_MIN_ROWS + 7
+    p, y = binary_data(n, seed=21)
+    p[:3] = [0.0, 1.0, 0.5]  # clipped ends widen the bins
+    series = make().fit(p, y)
+    monkeypatch.setattr(logistic, "SERIES_MAX_REACH", -1.0)  # every series fit is refused
+    rows = make().fit(p, y)
+    assert_allclose([getattr(series, k) for k in params], [getattr(rows, k) for k in params], rtol=1e-13)
+    assert_allclose(series.predict(p[:1000]), rows.predict(p[:1000]), rtol=0, atol=1e-14)
+
+
+def test_series_fit_refuses_steep_maps(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where the slope times half a bin is above SERIES_MAX_REACH the series are not trusted: the fit
+    reads the rows (here raw margins over a wide range)."""
+    n = logistic.WARM_START_MIN_ROWS + 7
+    rng = np.random.default_rng(22)
+    margin = rng.normal(size=n) * 3.0
+    margin[0] = 5000.0  # half a bin of 0.6: any slope above 1/60 is steep
+    y = (rng.random(n) < expit(margin)).astype(np.float64)
+    calls: list[int] = []
+    series_sums = logistic._series_sums
+    monkeypatch.setattr(logistic, "_series_sums", lambda *a: calls.append(1) or series_sums(*a))
+    cal = PlattCalibrator(score_kind="logit").fit(margin, y)
+    assert calls  # tried, then refused
+    reference = _SigmoidCalibration().fit(margin, y)
+    assert_params_close([cal.a_, cal.b_], [-reference.a_, -reference.b_])
+
+
+def test_sigmoid_derivatives_are_the_derivatives() -> None:
+    z = np.array([-40.0, -3.0, -0.2, 0.0, 0.7, 5.0, 30.0])
+    step = 1e-5
+    every = logistic.sigmoid_derivatives(z, 7)
+    assert_allclose(every[0], expit(z), rtol=1e-15)
+    for k in range(6):
+        upper = logistic.sigmoid_derivatives(z + step, 7)[k]
+        lower = logistic.sigmoid_derivatives(z - step, 7)[k]
+        assert_allclose((upper - lower) / (2 * step), every[k + 1], rtol=1e-6, atol=1e-12)
 
 
 def test_softmax_sums_numba_equals_array() -> None:

@@ -169,7 +169,9 @@ def _logistic_sums_cpu(X, mode, y, t_neg, t_pos, w, c0, c1, c2, with_loss):
 # Parts of the binned pass (:func:`binned_moments`): a fixed number, so its sums do not depend on the
 # thread count; each part keeps its own bins.
 MOMENT_PARTS = 16
-# Columns of a bin of :func:`binned_moments`: sum w, sum w d, sum w d^2 (d = u - bin centre).
+# Rows whose features :func:`binned_moments` computes before it bins them.
+MOMENT_BATCH = 512
+# Columns of a bin of :func:`binned_moments` by default: sum w, sum w d, sum w d^2 (d = u - bin centre).
 N_MOMENTS = 3
 
 
@@ -184,38 +186,52 @@ def _one_variable(X, i, mode):
 
 
 @numba.njit(parallel=True, cache=True)
-def _binned_moments_cpu(X, mode, y, t_neg, t_pos, w, lo, h, inv_h, n_bins):
-    """Return the flat ``[bins (n_bins, 3), sum w t x0, sum w t x1, sum w t]`` of :func:`binned_moments`."""
+def _binned_moments_cpu(X, mode, y, t_neg, t_pos, w, lo, h, inv_h, n_bins, n_moments):
+    """Return the flat ``[bins (n_bins, n_moments), sum w t x0, sum w t x1, sum w t]`` of
+    :func:`binned_moments`."""
     n = y.shape[0]
     part_rows = (n + MOMENT_PARTS - 1) // MOMENT_PARTS
-    bins = np.zeros((MOMENT_PARTS, n_bins, N_MOMENTS))
+    bins = np.zeros((MOMENT_PARTS, n_bins, n_moments))
     linear = np.zeros((MOMENT_PARTS, 3))
     for c in numba.prange(MOMENT_PARTS):
         s0 = s1 = s2 = 0.0
-        for i in range(c * part_rows, min(n, (c + 1) * part_rows)):
-            wi = w[i]
-            if wi == 0.0:
-                continue
-            x0, x1, u = _one_variable(X, i, mode)
-            b = min(max(int((u - lo) * inv_h), 0), n_bins - 1)
-            d = u - (lo + (b + 0.5) * h)
-            bins[c, b, 0] += wi
-            bins[c, b, 1] += wi * d
-            bins[c, b, 2] += wi * d * d
-            wt = wi * (t_neg + y[i] * (t_pos - t_neg))
-            s0 += wt * x0
-            s1 += wt * x1
-            s2 += wt
+        features = np.empty((MOMENT_BATCH, 3))
+        end = min(n, (c + 1) * part_rows)
+        for start in range(c * part_rows, end, MOMENT_BATCH):
+            stop = min(end, start + MOMENT_BATCH)
+            # The logarithms of a batch first, then its bins: apart, the independent logarithms overlap
+            # in the core instead of waiting behind the bins' read-modify-writes (0.21 -> 0.14 s of CPU
+            # for 1e7 rows and 8 moments, serial).
+            for i in range(start, stop):
+                x0, x1, u = _one_variable(X, i, mode)
+                features[i - start, 0] = x0
+                features[i - start, 1] = x1
+                features[i - start, 2] = u
+            for i in range(start, stop):
+                wi = w[i]
+                if wi == 0.0:
+                    continue
+                x0, x1, u = features[i - start, 0], features[i - start, 1], features[i - start, 2]
+                b = min(max(int((u - lo) * inv_h), 0), n_bins - 1)
+                d = u - (lo + (b + 0.5) * h)
+                moment = wi  # w d^k, as the left-to-right product w * d * ... * d
+                for k in range(n_moments):
+                    bins[c, b, k] += moment
+                    moment *= d
+                wt = wi * (t_neg + y[i] * (t_pos - t_neg))
+                s0 += wt * x0
+                s1 += wt * x1
+                s2 += wt
         linear[c, 0] = s0
         linear[c, 1] = s1
         linear[c, 2] = s2
-    out = np.zeros(n_bins * N_MOMENTS + 3)
+    out = np.zeros(n_bins * n_moments + 3)
     for c in range(MOMENT_PARTS):  # fixed order: the result does not depend on the thread count
         for b in range(n_bins):
-            for k in range(N_MOMENTS):
-                out[b * N_MOMENTS + k] += bins[c, b, k]
+            for k in range(n_moments):
+                out[b * n_moments + k] += bins[c, b, k]
         for k in range(3):
-            out[n_bins * N_MOMENTS + k] += linear[c, k]
+            out[n_bins * n_moments + k] += linear[c, k]
     return out
 
 
@@ -229,6 +245,7 @@ def binned_moments(
     n_bins: int,
     targets: tuple[float, float] = (0.0, 1.0),
     backend: str = "auto",
+    n_moments: int = N_MOMENTS,
 ) -> np.ndarray:
     r"""Return the moments of the one variable of a one-score design in equal bins, and its linear sums.
 
@@ -237,7 +254,7 @@ def binned_moments(
     parameters nonlinearly, :math:`\sum_i w_i \log(1 + e^{z_i})`, is a sum of a smooth function of
     :math:`u_i`; the rest, :math:`-\theta^\top \sum_i w_i t_i x_i`, needs only the *linear sums*
     :math:`\sum_i w_i t_i x_i`. This pass returns, for ``n_bins`` equal bins of
-    :math:`u \in` ``span``, the sums :math:`\sum w`, :math:`\sum w d`, :math:`\sum w d^2`
+    :math:`u \in` ``span``, the sums :math:`\sum w d^k`, :math:`k = 0, \dots,` ``n_moments - 1``
     (:math:`d` = :math:`u` minus the bin's centre; values outside ``span`` count in the end bins),
     flattened, followed by :math:`[\sum w t x_0, \sum w t x_1, \sum w t]` (:math:`x_1 = 0` for
     one feature). ``backend`` as in :func:`logistic_sums`.
@@ -259,6 +276,7 @@ def binned_moments(
             h,
             inv_h,
             n_bins,
+            n_moments,
         )
     xp = array_namespace(X2, y, w)
     design = features_array(X2, mode)
@@ -267,7 +285,10 @@ def binned_moments(
     u = x0 if mode in (FEATURES_COLUMNS, FEATURES_LOGIT) else x0 + x1
     b = xp.clip(((u - lo) * inv_h).astype(xp.int64), 0, n_bins - 1)
     d = u - (lo + (b + 0.5) * h)
-    moments = [xp.bincount(b, weights=v, minlength=n_bins) for v in (w, w * d, w * d * d)]
+    powers = [w]
+    for _ in range(n_moments - 1):
+        powers.append(powers[-1] * d)
+    moments = [xp.bincount(b, weights=v, minlength=n_bins) for v in powers]
     wt = w * (t_neg + y * (t_pos - t_neg))
     linear = np.array([float(wt @ x0), float(wt @ x1), float(xp.sum(wt))])
     return np.concatenate([to_numpy(xp.stack(moments, axis=1)).ravel(), linear])
@@ -392,13 +413,20 @@ def _predict_cpu(X, mode, c0, c1, c2, out):
     n = out.shape[0]
     n_chunks = (n + CHUNK_ROWS - 1) // CHUNK_ROWS
     for c in numba.prange(n_chunks):
-        for i in range(c * CHUNK_ROWS, min(n, (c + 1) * CHUNK_ROWS)):
-            x0, x1 = _row_features(X, i, mode)
-            z = c0 * x0 + c1 * x1 + c2
-            e = math.exp(-abs(z))
-            # The numerator is selected, not the division: z's sign is a coin flip to the branch
-            # predictor, and a select costs no mispredictions (0.195 to 0.143 CPU s on 1e7 rows).
-            out[i] = (1.0 if z >= 0.0 else e) / (1.0 + e)
+        end = min(n, (c + 1) * CHUNK_ROWS)
+        # A batch's linear predictors (their logarithms) first, then their sigmoids, as the binned
+        # pass does (the logarithms overlap: 0.17 -> 0.15 s of CPU on 1e7 rows, serial).
+        for start in range(c * CHUNK_ROWS, end, MOMENT_BATCH):
+            stop = min(end, start + MOMENT_BATCH)
+            for i in range(start, stop):
+                x0, x1 = _row_features(X, i, mode)
+                out[i] = c0 * x0 + c1 * x1 + c2
+            for i in range(start, stop):
+                z = out[i]
+                e = math.exp(-abs(z))
+                # The numerator is selected, not the division: z's sign is a coin flip to the branch
+                # predictor, and a select costs no mispredictions (0.195 to 0.143 CPU s on 1e7 rows).
+                out[i] = (1.0 if z >= 0.0 else e) / (1.0 + e)
     return out
 
 
