@@ -28,7 +28,7 @@ from gpucal.calibrators.base import (
 from gpucal.calibrators.logistic import EPS, ScoreBlock, fit_logistic_rows, sigmoid
 from gpucal.calibrators.platt import platt_targets_from_sums
 from gpucal.calibrators.score_rows import COUNT, ScoreRows
-from gpucal.calibrators.spline import block_histogram
+from gpucal.calibrators.spline import block_histogram, weighted_range, widest
 from gpucal.registry import calibration_method
 from gpucal.rows import Rows
 
@@ -72,8 +72,9 @@ def histogram_quantiles(histogram: np.ndarray, low: float, high: float, levels: 
 
 def hinge_knots(scores: ScoreRows, quantiles: np.ndarray, score_kind: str) -> np.ndarray:
     """The knots: weighted quantiles of :math:`x` at ``quantiles``, strictly inside the range of the
-    rows' :math:`x` (a knot at or beyond an end carries no row), ties merged."""
-    low, high = (float(v) for v in hinge_variable(np.array(scores.score_range()), score_kind))
+    :math:`x` of the rows of positive weight (a knot at or beyond an end carries no row), ties merged."""
+    span = scores.rows.reduce(weighted_range, widest)
+    low, high = (float(v) for v in hinge_variable(span, score_kind))
     if not high > low:
         msg = "X: every score is equal; Platt scaling on hinges needs at least two distinct scores"
         raise ValueError(msg)
