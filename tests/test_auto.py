@@ -221,7 +221,7 @@ def test_one_dimensional_input_uses_score_only_candidates() -> None:
     score = rng.uniform(0.01, 0.99, 2_000)
     y = (rng.uniform(size=2_000) < score**2).astype(float)
     model = AutoCalibrator().fit(score, y)
-    assert model.cv_results_["method"].tolist() == ["platt", "beta", "centered_isotonic"]
+    assert model.cv_results_["method"].tolist() == ["platt", "beta", "platt_hinge", "centered_isotonic"]
     assert model.predict(score).shape == (2_000,)
 
 
@@ -416,7 +416,7 @@ def test_large_data_cross_fits_a_subsample_and_refits_on_every_row(
 
 def test_default_candidates_are_one_list_at_every_size() -> None:
     labels = [c.label for c in AutoCalibrator(categorical_cols=FIELDS)._resolve_candidates(has_features=True)]
-    expected = ["platt", "beta", "centered_isotonic"]
+    expected = ["platt", "beta", "platt_hinge", "centered_isotonic"]
     expected += [Candidate(name, None, params).label for name, params in FEATURE_CANDIDATES]
     assert labels == [*expected, "neucalib"]
     assert "feature_platt(l2=1.0)" in labels

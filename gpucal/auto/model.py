@@ -108,11 +108,11 @@ class AutoCalibrator(Calibrator):
     candidates : list or None, default=None
         Calibrator names (``make_calibrator``'s: built with their defaults and the column parameters
         below), gpucal estimators (used as given, cloned), or ``{"class": ..., "params": ...}`` dicts.
-        None: the default list of :mod:`gpucal.auto.candidates` (Platt, beta, centred isotonic; when ``X`` has
-        feature columns, feature-aware Platt with ``l2`` in 1, 10, 100, second-order feature-aware Platt
-        (``interactions="auto"``, ``l2_cross`` 10 and 100), three MBCT settings, boosted heterogeneous
-        calibration, and NeuCalib when PyTorch imports). Every candidate takes the
-        column parameters below (``score_col``, ``feature_cols``, ``categorical_cols``,
+        None: the default list of :mod:`gpucal.auto.candidates` (Platt, beta, Platt on logit hinges,
+        centred isotonic; when ``X`` has feature columns, feature-aware Platt with ``l2`` in 1, 10, 100,
+        second-order feature-aware Platt (``interactions="auto"``, ``l2_cross`` 10 and 100), three MBCT
+        settings, boosted heterogeneous calibration, and NeuCalib when PyTorch imports). Every candidate
+        takes the column parameters below (``score_col``, ``feature_cols``, ``categorical_cols``,
         ``score_kind``) that its class has, except where a given estimator was set otherwise.
     n_folds : int or "auto", default="auto"
         Folds of every rung of the search (at least 2). ``"auto"``: 2 on a rung that screens, and on
