@@ -492,6 +492,21 @@ def test_auc_guard_falls_back_to_platt(ctr: Any) -> None:
     assert "no Platt candidate" in no_platt.auc_guard_["note"]
 
 
+def test_auc_guard_falls_back_to_the_better_order_keeping_map() -> None:
+    rng = np.random.default_rng(0)
+    score = rng.beta(1.0, 3.0, 4_000)
+    logit = np.log(score / (1 - score))
+    # The logit bends at -1 (slope 1 below, 3 above): Platt's one slope misses both ends.
+    y = (rng.random(4_000) < 1 / (1 + np.exp(-(logit + 2.0 * np.maximum(logit + 1, 0))))).astype(float)
+    candidates = [ConstantRate(), "platt", "platt_hinge"]
+    guarded = AutoCalibrator(candidates=candidates, scoring="ece", ensemble=False).fit(score, y)
+    assert guarded.auc_guard_["applied"]
+    table = guarded.cv_results_
+    keeping = table[table["method"].isin(["platt", "platt_hinge"])]
+    assert guarded.best_index_ == int(keeping["mean_test_ece"].idxmin())
+    assert table.loc[guarded.best_index_, "method"] == "platt_hinge"
+
+
 def test_large_data_keeps_platt_unless_the_features_beat_it(monkeypatch: pytest.MonkeyPatch) -> None:
     rng = np.random.default_rng(0)
     field = rng.integers(0, 4, 3_000)
