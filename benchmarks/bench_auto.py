@@ -27,8 +27,9 @@ Peers: ``raw``; ``isotonic`` and ``platt`` (gpucal); ``sklearn_lr``: scikit-lear
 ``LogisticRegression(C=0.1)`` on ``[logit(score), one-hot(fields)]`` (numeric fields one-hot by the
 calibration deciles); ``mcgrad_5``: ``MCGrad(num_rounds=5, early_stopping=False)``; ``mcgrad``:
 ``MCGrad()`` defaults (5-fold cross-validated early stopping). gpucal with defaults: ``spline``,
-``bbq``, ``venn_abers``, ``centered_isotonic`` (in AutoCalibrator's default list) and ``enir`` (maps
-of the score alone), ``feature_platt``, ``mbct``, ``hc``,
+``bbq``, ``venn_abers``, ``centered_isotonic``, ``enir``, ``platt_hinge`` and ``beta`` (maps of the
+score alone; centred isotonic, the hinge map and beta are in AutoCalibrator's default list),
+``feature_platt``, ``mbct``, ``hc``,
 ``neucalib``. ``auto``: ``AutoCalibrator()`` with its defaults (the blend of
 ``ensemble=True``); ``auto_choice``: the same fit's ``best_estimator_`` (Platt when a guard applied),
 close to what ``ensemble=False`` predicts (same folds and choice; its AUC guard then looks at the choice
