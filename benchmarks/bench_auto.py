@@ -27,8 +27,9 @@ Peers: ``raw``; ``isotonic`` and ``platt`` (gpucal); ``sklearn_lr``: scikit-lear
 ``LogisticRegression(C=0.1)`` on ``[logit(score), one-hot(fields)]`` (numeric fields one-hot by the
 calibration deciles); ``mcgrad_5``: ``MCGrad(num_rounds=5, early_stopping=False)``; ``mcgrad``:
 ``MCGrad()`` defaults (5-fold cross-validated early stopping). gpucal with defaults: ``spline``,
-``bbq``, ``venn_abers``, ``centered_isotonic`` (in AutoCalibrator's default list) and ``enir`` (maps
-of the score alone), ``feature_platt``, ``mbct``, ``hc``,
+``bbq``, ``venn_abers``, ``centered_isotonic``, ``enir``, ``platt_hinge`` and ``beta`` (maps of the
+score alone; centred isotonic, the hinge map and beta are in AutoCalibrator's default list),
+``feature_platt``, ``mbct``, ``hc``,
 ``neucalib``. ``auto``: ``AutoCalibrator()`` with its defaults (the blend of
 ``ensemble=True``); ``auto_choice``: the same fit's ``best_estimator_`` (Platt when a guard applied),
 close to what ``ensemble=False`` predicts (same folds and choice; its AUC guard then looks at the choice
@@ -63,13 +64,15 @@ import _mbct_data
 RESULTS = Path(__file__).resolve().parent / "results"
 PEERS = ["raw", "isotonic", "platt", "sklearn_lr", "mcgrad_5", "mcgrad"]
 #: gpucal's maps of the score alone, shown beside AutoCalibrator (centred isotonic is a candidate of it).
-SCORE_MAPS = ["spline", "bbq", "venn_abers", "centered_isotonic", "enir"]
+SCORE_MAPS = ["spline", "bbq", "venn_abers", "centered_isotonic", "enir", "platt_hinge", "beta"]
 GPUCAL = ["isotonic", "platt", *SCORE_MAPS, "feature_platt", "mbct", "hc", "neucalib"]
 METHODS = [*PEERS, *SCORE_MAPS, "feature_platt", "mbct", "hc", "neucalib", "auto", "auto_choice"]
 AUTOS = {
     "auto": "AutoCalibrator() (blend, the default)",
     "auto_choice": "its best_estimator_ (ensemble=False)",
 }
+#: The maps of the score alone each method's log-loss is paired with (standard error row by row).
+REFERENCE_MAPS = ("isotonic", "platt", "centered_isotonic")
 ORACLE_TARGET_PCT = 0.5  # issue 22: held-out log-loss within 0.5% of the oracle's on every make_ctr set
 SPEED_RATIO = 5.0  # the fit at least 5x cheaper than MCGrad's default ...
 SPEED_MIN_ROWS = 100_000  # ... on every dataset over 100k calibration rows
@@ -453,9 +456,9 @@ def run_dataset(name: str, args: argparse.Namespace) -> dict[str, Any]:
     if data.has_truth:
         oracle = data.test["p_true"].to_numpy(np.float64)
         results["oracle"] = metrics_of(y_test, oracle)
-    # Paired standard error of the log-loss difference between each AutoCalibrator (and isotonic
-    # regression, the score map among its candidates) and each method.
-    for reference in [a for a in (*AUTOS, "isotonic") if a in predictions]:
+    # Paired standard error of the log-loss difference between each AutoCalibrator (and the score maps
+    # among its candidates, isotonic regression) and each method.
+    for reference in [a for a in (*AUTOS, *REFERENCE_MAPS) if a in predictions]:
         reference_rows = row_log_loss(y_test, predictions[reference])
         for method, p in predictions.items():
             diff = reference_rows - row_log_loss(y_test, p)

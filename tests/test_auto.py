@@ -221,7 +221,7 @@ def test_one_dimensional_input_uses_score_only_candidates() -> None:
     score = rng.uniform(0.01, 0.99, 2_000)
     y = (rng.uniform(size=2_000) < score**2).astype(float)
     model = AutoCalibrator().fit(score, y)
-    assert model.cv_results_["method"].tolist() == ["platt", "beta", "centered_isotonic"]
+    assert model.cv_results_["method"].tolist() == ["platt", "beta", "platt_hinge", "centered_isotonic"]
     assert model.predict(score).shape == (2_000,)
 
 
@@ -416,7 +416,7 @@ def test_large_data_cross_fits_a_subsample_and_refits_on_every_row(
 
 def test_default_candidates_are_one_list_at_every_size() -> None:
     labels = [c.label for c in AutoCalibrator(categorical_cols=FIELDS)._resolve_candidates(has_features=True)]
-    expected = ["platt", "beta", "centered_isotonic"]
+    expected = ["platt", "beta", "platt_hinge", "centered_isotonic"]
     expected += [Candidate(name, None, params).label for name, params in FEATURE_CANDIDATES]
     assert labels == [*expected, "neucalib"]
     assert "feature_platt(l2=1.0)" in labels
@@ -490,6 +490,21 @@ def test_auc_guard_falls_back_to_platt(ctr: Any) -> None:
     assert isinstance(no_platt.best_estimator_, ConstantRate)
     assert not no_platt.auc_guard_["applied"]
     assert "no Platt candidate" in no_platt.auc_guard_["note"]
+
+
+def test_auc_guard_falls_back_to_the_better_order_keeping_map() -> None:
+    rng = np.random.default_rng(0)
+    score = rng.beta(1.0, 3.0, 4_000)
+    logit = np.log(score / (1 - score))
+    # The logit bends at -1 (slope 1 below, 3 above): Platt's one slope misses both ends.
+    y = (rng.random(4_000) < 1 / (1 + np.exp(-(logit + 2.0 * np.maximum(logit + 1, 0))))).astype(float)
+    candidates = [ConstantRate(), "platt", "platt_hinge"]
+    guarded = AutoCalibrator(candidates=candidates, scoring="ece", ensemble=False).fit(score, y)
+    assert guarded.auc_guard_["applied"]
+    table = guarded.cv_results_
+    keeping = table[table["method"].isin(["platt", "platt_hinge"])]
+    assert guarded.best_index_ == int(keeping["mean_test_ece"].idxmin())
+    assert table.loc[guarded.best_index_, "method"] == "platt_hinge"
 
 
 def test_large_data_keeps_platt_unless_the_features_beat_it(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,4 +1,4 @@
-"""Venn-Abers, centred isotonic, ENIR, BBQ and spline calibration on dask collections: the one-machine fit.
+"""Venn-Abers, centred isotonic, ENIR, BBQ, spline and hinge Platt calibration on dask collections: the one-machine fit.
 
 The reference is the same estimator on the concatenated pandas rows. The fits read sums per distinct
 score (merged over partitions in another order), so tables and predictions agree to 1e-9 relative; the
@@ -65,6 +65,17 @@ def test_spline_dask_fit_is_the_one_machine_fit(client) -> None:  # type: ignore
     params = {"n_knots": 6, "reg_params": [0.1]}
     local = make_calibrator("spline", **params).fit(frame[["score"]], frame.y, sample_weight=frame.w)
     dist = make_calibrator("spline", **params).fit(ddf[["score"]], ddf.y, sample_weight=ddf.w)
+    for attr in local._state_spec:
+        assert_allclose(getattr(dist, attr), getattr(local, attr), rtol=RTOL, atol=1e-12, err_msg=attr)
+    test = np.linspace(0, 1, 401)
+    assert_allclose(dist.predict(test), local.predict(test), rtol=RTOL, atol=0)
+
+
+def test_hinge_platt_dask_fit_is_the_one_machine_fit(client) -> None:  # type: ignore[no-untyped-def]
+    frame = _frame(1000)
+    ddf = dd.from_pandas(frame, npartitions=4)
+    local = make_calibrator("platt_hinge").fit(frame[["score"]], frame.y, sample_weight=frame.w)
+    dist = make_calibrator("platt_hinge").fit(ddf[["score"]], ddf.y, sample_weight=ddf.w)
     for attr in local._state_spec:
         assert_allclose(getattr(dist, attr), getattr(local, attr), rtol=RTOL, atol=1e-12, err_msg=attr)
     test = np.linspace(0, 1, 401)

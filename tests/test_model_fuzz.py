@@ -124,6 +124,7 @@ def _fitted_models():
         "bbq",
         "enir",
         "spline",
+        "platt_hinge",
     ):
         out.append((name, gpucal.make_calibrator(name).fit(score, y), "scores", frame))
     out.append(

@@ -29,6 +29,7 @@ from gpucal.calibrators import (
     DownsamplingCorrection,
     ENIRCalibrator,
     FeatureAwarePlattCalibrator,
+    HingePlattCalibrator,
     HistogramCalibrator,
     IsotonicCalibrator,
     PlattCalibrator,
@@ -126,6 +127,7 @@ def _embedding_model() -> FrozenEstimator:
 #: Calibrators of one score column that take margins: the checks' reals are valid scores.
 LOGIT_SCORE = [
     PlattCalibrator(score_col=0, score_kind="logit"),
+    HingePlattCalibrator(score_col=0, score_kind="logit"),
     TemperatureCalibrator(score_col=0, score_kind="logit"),
     HistogramCalibrator(score_col=0, score_kind="logit"),
     IsotonicCalibrator(score_col=0, score_kind="logit"),

@@ -14,7 +14,9 @@ measured the default's test AUC 0.0001-0.0003 below the raw score's. The rule, o
 with :math:`p^{\mathrm{oof}}_k` member :math:`k`'s out-of-fold prediction, :math:`(w, b)` the blend
 (:math:`w = 1, b = 0` for a single calibrator), :math:`s` the raw score and both AUCs weighted by the
 row weights. Platt scaling (refitted on every row) is an increasing map of the score (its slope is
-positive wherever the score ranks better than chance), so its AUC on any rows is the raw score's. The
+positive wherever the score ranks better than chance), so its AUC on any rows is the raw score's; so is
+Platt scaling on logit hinges where its slopes are positive, and the guard falls back to whichever of the
+two cross-fitted better (``gpucal.auto.model.ORDER_KEEPING``). The
 comparison is strict: any loss of ranking on the folds, however small, gives the ranking back, at the
 price of the log-loss the features would have won.
 """

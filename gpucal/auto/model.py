@@ -68,8 +68,10 @@ from gpucal.registry import calibration_method, dask_fitting_names, fits_on_dask
 from gpucal.rows import as_rows
 from gpucal.rows.collections import any_dask
 
-#: The class the AUC guard falls back to: a monotone map of the score keeps its ranking.
-ORDER_KEEPING = "PlattCalibrator"
+#: The classes the guards fall back to, the best cross-fitted of them: increasing maps of the score keep
+#: its ranking (Platt's wherever the score ranks better than chance; the hinge map's wherever its slopes
+#: are positive, as on every set of ``benchmarks/results/auto_hinge.md``).
+ORDER_KEEPING = frozenset({"PlattCalibrator", "HingePlattCalibrator"})
 
 
 @calibration_method("auto", candidate=False)
@@ -88,11 +90,12 @@ class AutoCalibrator(Calibrator):
     of ``benchmarks/results/auto.md`` and the same on the other 4, where a guard chose Platt scaling (mean
     rank 2.04 of 12 methods against 4.27 for the choice).
 
-    Two guards can hand the prediction to Platt scaling (the best cross-fitted Platt candidate, refitted
-    on every row): the AUC guard (``auc_guard``, :mod:`gpucal.auto.guard`), when the prediction ranks
-    the cross-fitted rows worse than the raw score; and, on a large calibration set, when it does not
-    beat Platt's per-row ``scoring`` there by more than 2 standard errors (``platt_gain_``): features
-    that do not measurably help are not worth their refits or their noise.
+    Two guards can hand the prediction to Platt scaling (the best cross-fitted candidate of Platt
+    scaling and Platt scaling on logit hinges, refitted on every row): the AUC guard (``auc_guard``,
+    :mod:`gpucal.auto.guard`), when the prediction ranks the cross-fitted rows worse than the raw score;
+    and, on a large calibration set, when it does not beat that candidate's per-row ``scoring`` there by
+    more than 2 standard errors (``platt_gain_``): features that do not measurably help are not worth
+    their refits or their noise.
 
     The search is successive halving over growing stratified subsamples (:mod:`gpucal.auto.sizing`):
     on more than 8,000 rows every candidate is first cross-fitted on 8,000 of them, and only the best
@@ -108,11 +111,11 @@ class AutoCalibrator(Calibrator):
     candidates : list or None, default=None
         Calibrator names (``make_calibrator``'s: built with their defaults and the column parameters
         below), gpucal estimators (used as given, cloned), or ``{"class": ..., "params": ...}`` dicts.
-        None: the default list of :mod:`gpucal.auto.candidates` (Platt, beta, centred isotonic; when ``X`` has
-        feature columns, feature-aware Platt with ``l2`` in 1, 10, 100, second-order feature-aware Platt
-        (``interactions="auto"``, ``l2_cross`` 10 and 100), three MBCT settings, boosted heterogeneous
-        calibration, and NeuCalib when PyTorch imports). Every candidate takes the
-        column parameters below (``score_col``, ``feature_cols``, ``categorical_cols``,
+        None: the default list of :mod:`gpucal.auto.candidates` (Platt, beta, Platt on logit hinges,
+        centred isotonic; when ``X`` has feature columns, feature-aware Platt with ``l2`` in 1, 10, 100,
+        second-order feature-aware Platt (``interactions="auto"``, ``l2_cross`` 10 and 100), three MBCT
+        settings, boosted heterogeneous calibration, and NeuCalib when PyTorch imports). Every candidate
+        takes the column parameters below (``score_col``, ``feature_cols``, ``categorical_cols``,
         ``score_kind``) that its class has, except where a given estimator was set otherwise.
     n_folds : int or "auto", default="auto"
         Folds of every rung of the search (at least 2). ``"auto"``: 2 on a rung that screens, and on
@@ -684,11 +687,12 @@ class AutoCalibrator(Calibrator):
 
     @staticmethod
     def _platt_index(candidates: list[Candidate], scores: np.ndarray) -> int | None:
-        """The best cross-fitted Platt candidate, what the guards fall back to; None without one."""
+        """The best cross-fitted candidate of :data:`ORDER_KEEPING` (Platt scaling, on the logit or on its
+        hinges), what the guards fall back to; None without one."""
         platt = [
             i
             for i, c in enumerate(candidates)
-            if type(c.estimator).__name__ == ORDER_KEEPING and np.isfinite(scores[i])
+            if type(c.estimator).__name__ in ORDER_KEEPING and np.isfinite(scores[i])
         ]
         return min(platt, key=lambda i: scores[i]) if platt else None
 

@@ -16,6 +16,7 @@ from gpucal.calibrators.dirichlet import DirichletCalibrator
 from gpucal.calibrators.downsampling import DownsamplingCorrection, correct_downsampling
 from gpucal.calibrators.enir import ENIRCalibrator
 from gpucal.calibrators.feature_platt import FeatureAwarePlattCalibrator
+from gpucal.calibrators.hinge_platt import HingePlattCalibrator
 from gpucal.calibrators.histogram import HistogramCalibrator
 from gpucal.calibrators.isotonic import IsotonicCalibrator
 from gpucal.calibrators.platt import PlattCalibrator
@@ -34,6 +35,7 @@ __all__ = [
     "DownsamplingCorrection",
     "ENIRCalibrator",
     "FeatureAwarePlattCalibrator",
+    "HingePlattCalibrator",
     "HistogramCalibrator",
     "IsotonicCalibrator",
     "PlattCalibrator",

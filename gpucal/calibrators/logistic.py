@@ -108,14 +108,15 @@ def newton_start(
     *,
     fit_intercept: bool = True,
     targets: tuple[float, float] = (0.0, 1.0),
-    l2: float = 0.0,
+    l2: float | np.ndarray = 0.0,
     theta0: Any = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     r"""Return the Newton start and the ridge weights of :func:`fit_logistic` from two row sums.
 
     The start is ``theta0``, or zero coefficients and the intercept of the best constant model,
     :math:`\operatorname{logit}\bar t` with :math:`\bar t` from ``label_sum / total_weight``
-    (:math:`\sum w y / \sum w`); the intercept is not penalised.
+    (:math:`\sum w y / \sum w`); the intercept is not penalised. ``l2`` is one ridge for every
+    coefficient or one per coefficient (shape ``(d,)``).
     """
     m = d + int(fit_intercept)
     if theta0 is None:
@@ -126,9 +127,8 @@ def newton_start(
             start[-1] = math.log(mean_t / (1.0 - mean_t))
     else:
         start = np.asarray(theta0, dtype=np.float64)
-    ridge = np.full(m, float(l2))
-    if fit_intercept:
-        ridge[-1] = 0.0
+    ridge = np.zeros(m)
+    ridge[:d] = l2
     return start, ridge
 
 
@@ -484,7 +484,7 @@ def fit_logistic_rows(
     cols: Any = None,
     fit_intercept: bool = True,
     targets: tuple[float, float] = (0.0, 1.0),
-    l2: float = 0.0,
+    l2: float | np.ndarray = 0.0,
     theta0: Any = None,
     bounds: tuple[float, float] | None = None,
     score_range: tuple[float, float] | None = None,
@@ -495,7 +495,8 @@ def fit_logistic_rows(
     held anywhere: blocks of :class:`ScoreBlock`, every Newton pass a :meth:`~gpucal.rows.Rows.sum`.
 
     The objective is the weighted mean log-loss plus :math:`\tfrac{l_2}{2}\lVert\theta\rVert^2` (the
-    intercept is not penalised). ``n_rows``, ``total_weight`` (:math:`\sum w`) and ``label_sum``
+    intercept is not penalised; ``l2`` may also give one ridge per coefficient, :func:`newton_start`).
+    ``n_rows``, ``total_weight`` (:math:`\sum w`) and ``label_sum``
     (:math:`\sum w y`, read only for the default start) are the rows' sums; ``n_columns`` the width of
     the score. The other parameters are as in :func:`logistic_sums`; ``theta0`` defaults to zero
     coefficients and the intercept of the best constant model, :math:`\operatorname{logit}\bar t`.

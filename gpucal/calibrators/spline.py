@@ -274,7 +274,8 @@ def weighted_range(block: ScoreBlock) -> np.ndarray:
     return np.array([float(xp.min(s)), float(xp.max(s))]) if s.shape[0] else np.array([math.inf, -math.inf])
 
 
-def _widest(*spans: np.ndarray) -> np.ndarray:
+def widest(*spans: np.ndarray) -> np.ndarray:
+    """The smallest lowest and the largest highest end of ``[lowest, highest]`` spans."""
     stacked = np.stack(spans)
     return np.array([stacked[:, 0].min(), stacked[:, 1].max()])
 
@@ -501,7 +502,7 @@ class SplineCalibrator(Calibrator):
                 raise ValueError(msg)
             knots = np.unique(np.asarray(transform_scores(given, eps, self.score_kind)))
         else:
-            span = scores.rows.reduce(weighted_range, _widest)  # rows of positive weight only
+            span = scores.rows.reduce(weighted_range, widest)  # rows of positive weight only
             low, high = (float(v) for v in transform_scores(span, eps, self.score_kind))
             if not high > low:
                 msg = "X: the scores are all equal; a spline needs at least two distinct scores"
@@ -610,4 +611,12 @@ class SplineCalibrator(Calibrator):
             raise ValueError(msg)
 
 
-__all__ = ["SplineCalibrator", "natural_spline_basis", "spline_block_sums", "unity_prior_grid"]
+__all__ = [
+    "SplineCalibrator",
+    "block_histogram",
+    "natural_spline_basis",
+    "spline_block_sums",
+    "unity_prior_grid",
+    "weighted_range",
+    "widest",
+]

@@ -1,0 +1,292 @@
+r"""Platt scaling on logit hinges: a continuous piecewise-linear map of the logit, one logistic fit.
+
+.. math::
+
+    \hat p = \sigma\Big(a x + b + \sum_{k=1}^{K} c_k\, (x - t_k)_+\Big),
+    \qquad x = \operatorname{logit}(p) \text{ (or a raw margin)},
+
+with the knots :math:`t_k` at fixed weighted quantiles of the calibration rows' :math:`x`. The design
+``[x, (x - t_1)_+, ..., (x - t_K)_+]`` is a small matrix, so the fit is the Newton fit over row sums of
+every scaling calibrator (:func:`gpucal.calibrators.logistic.fit_logistic_rows`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import numpy as np
+
+from gpucal._backend import array_namespace
+from gpucal.calibrators.base import (
+    OUTPUT_TYPE_OPTIONS,
+    SCORE_KIND_OPTIONS,
+    Calibrator,
+    Constraint,
+    Interval,
+    Options,
+)
+from gpucal.calibrators.logistic import EPS, ScoreBlock, fit_logistic_rows, sigmoid
+from gpucal.calibrators.platt import platt_targets_from_sums
+from gpucal.calibrators.score_rows import COUNT, ScoreRows
+from gpucal.calibrators.spline import block_histogram, weighted_range, widest
+from gpucal.registry import calibration_method
+from gpucal.rows import Rows
+
+#: Default knot levels: weighted quantiles of the calibration logit (the class docstring says why).
+DEFAULT_QUANTILES = (0.5, 0.8, 0.95)
+
+
+def hinge_variable(score: Any, score_kind: str) -> Any:
+    """The map's variable :math:`x`: the logit of the score clipped to ``[EPS, 1 - EPS]`` (as Platt's), or
+    the margin as given."""
+    if score_kind == "logit":
+        return score
+    xp = array_namespace(score)
+    p = xp.clip(score, EPS, 1.0 - EPS)
+    return xp.log(p / (1.0 - p))
+
+
+def hinge_design(x: Any, knots: np.ndarray) -> Any:
+    """The design ``[x, (x - t_1)_+, ..., (x - t_K)_+]`` of shape ``(n, 1 + K)`` (numpy or cupy, as ``x``)."""
+    xp = array_namespace(x)
+    out = xp.empty((x.shape[0], 1 + knots.shape[0]), dtype=np.float64)
+    out[:, 0] = x
+    for k, knot in enumerate(knots):
+        out[:, 1 + k] = xp.maximum(x - float(knot), 0.0)
+    return out
+
+
+def design_block(block: ScoreBlock, knots: np.ndarray, score_kind: str) -> ScoreBlock:
+    """One block of scores as its hinge design (:func:`hinge_design`)."""
+    return ScoreBlock(hinge_design(hinge_variable(block.score, score_kind), knots), block.y, block.w)
+
+
+def histogram_quantiles(histogram: np.ndarray, low: float, high: float, levels: np.ndarray) -> np.ndarray:
+    r"""Weighted quantiles at ``levels`` read on a histogram of ``len(histogram)`` equal bins of
+    ``[low, high]``: the quantile :math:`q` is the upper edge of the first bin whose cumulative weight
+    reaches :math:`q W` (within a bin's width of the exact one; the same on any partitioning)."""
+    cumulative = np.cumsum(histogram)
+    cells = np.searchsorted(cumulative, levels * cumulative[-1])
+    return low + (high - low) / histogram.shape[0] * (cells + 1)
+
+
+def hinge_knots(scores: ScoreRows, quantiles: np.ndarray, score_kind: str) -> np.ndarray:
+    """The knots: weighted quantiles of :math:`x` at ``quantiles``, strictly inside the range of the
+    :math:`x` of the rows of positive weight (a knot at or beyond an end carries no row), ties merged."""
+    span = scores.rows.reduce(weighted_range, widest)
+    low, high = (float(v) for v in hinge_variable(span, score_kind))
+    if not high > low:
+        msg = "X: every score is equal; Platt scaling on hinges needs at least two distinct scores"
+        raise ValueError(msg)
+    # block_histogram clips at its eps before the logit: EPS gives x exactly as hinge_variable does.
+    histogram = scores.rows.sum(block_histogram, low, high, EPS, score_kind)
+    knots = np.unique(histogram_quantiles(histogram, low, high, quantiles))
+    return knots[(knots > low) & (knots < high)]
+
+
+def fit_hinge_platt_rows(
+    scores: ScoreRows,
+    *,
+    quantiles: np.ndarray,
+    l2: float,
+    score_kind: str = "probability",
+    target_smoothing: bool = True,
+) -> tuple[np.ndarray, np.ndarray, float]:
+    """Return the knots, the coefficients ``[a, c_1, ..., c_K]`` and the intercept ``b`` of the hinge map
+    on rows held anywhere (see :class:`HingePlattCalibrator`)."""
+    scores.check_two_classes()
+    knots = hinge_knots(scores, quantiles, score_kind)
+    total_weight, label_sum = scores.label_sums()
+    targets = platt_targets_from_sums(total_weight, label_sum) if target_smoothing else (0.0, 1.0)
+    # l2 is on the summed loss (scikit-learn's 1 / C); the Newton driver's ridge is on the mean loss.
+    ridge = np.r_[0.0, np.full(knots.shape[0], l2 / total_weight)]
+    fit = fit_logistic_rows(
+        scores.rows.map(design_block, knots, score_kind),
+        n_rows=int(scores.summary[COUNT]),
+        n_columns=1 + knots.shape[0],
+        total_weight=total_weight,
+        label_sum=label_sum,
+        targets=targets,
+        l2=ridge,
+        what="HingePlattCalibrator",
+    )
+    return knots, fit.coef, fit.intercept
+
+
+def predict_hinge_platt(
+    score: Any, knots: np.ndarray, coef: np.ndarray, intercept: float, *, score_kind: str = "probability"
+) -> Any:
+    r""":math:`\sigma(a x + b + \sum_k c_k (x - t_k)_+)` per row (numpy or cupy, float64)."""
+    xp = array_namespace(score)
+    x = hinge_variable(score, score_kind)
+    z = float(coef[0]) * x + float(intercept)
+    for knot, c in zip(knots, coef[1:], strict=True):
+        z = z + float(c) * xp.maximum(x - float(knot), 0.0)
+    return sigmoid(z)
+
+
+@calibration_method("platt_hinge", fits_on_dask=True)
+class HingePlattCalibrator(Calibrator):
+    r"""Platt scaling on logit hinges: Platt's logistic map with a few slope changes along the logit.
+
+    .. math::
+
+        \hat p = \sigma\Big(a x + b + \sum_{k=1}^{K} c_k\, (x - t_k)_+\Big), \qquad
+        x = \begin{cases} \log\frac{p}{1-p} & \text{score\_kind="probability"} \\
+        s & \text{score\_kind="logit"} \end{cases}
+
+    a continuous piecewise-linear map of the logit (a linear spline with knots :math:`t_k`, Hastie,
+    Tibshirani and Friedman 2009, Sec. 5.2), slope :math:`a` below the first knot and
+    :math:`a + c_1 + \dots + c_k` above knot :math:`k`. The knots are weighted quantiles of the
+    calibration rows' :math:`x` at ``quantiles`` (read on a 4096-bin histogram of :math:`x`, so any
+    partitioning of the rows gives the same knots; knots that coincide, or fall at the ends, are
+    dropped). :math:`(a, b, c)` minimise
+
+    .. math::
+
+        \sum_i w_i \big[\log(1 + e^{z_i}) - t_i z_i\big] + \frac{\lambda}{2} \sum_k c_k^2,
+
+    :math:`z_i` the linear predictor, :math:`t_i` Platt's (optionally smoothed) target and
+    :math:`\lambda` = ``l2``, by Newton steps whose gradient and Hessian are sums over rows
+    (``gpucal.calibrators.logistic``). Only the slope changes are penalised: with few rows between two
+    knots their :math:`c_k` shrink toward 0, toward Platt's map; with many, the penalty (on the summed,
+    not the mean, loss) fades.
+
+    Parameters
+    ----------
+    quantiles : sequence of float in (0, 1) or None, default=None
+        Levels of the knots; None: :data:`DEFAULT_QUANTILES`, (0.5, 0.8, 0.95), chosen on 13 sets
+        (``benchmarks/results/auto_hinge_knots.md``): knots at 0.8 and 0.95 follow the top scores, where
+        over-confident models bend the logit (``make_ctr``'s monotone scenario bends at its 0.8
+        quantile: 0.00077 below Platt's log-loss, the median knot alone 0.00042); four or five knots gain
+        nothing more there and cost fit time and noise on small sets.
+    l2 : float >= 0, default=1.0
+        :math:`\lambda`, the ridge on the slope changes :math:`c_k`, in the units of the summed loss
+        (scikit-learn's ``C = 1 / l2`` on the same design with an unpenalised logit column).
+    score_col : str, default="score"
+        Column holding the score when ``X`` is a dataframe.
+    score_kind : {"probability", "logit"}, default="probability"
+        ``"probability"``: scores in [0, 1], mapped through their logit (clipped to machine epsilon
+        first, as Platt's); ``"logit"``: raw margins, used as they are.
+    target_smoothing : bool, default=True
+        Fit to Platt's smoothed targets (:func:`gpucal.calibrators.platt.platt_targets`), as
+        :class:`~gpucal.calibrators.platt.PlattCalibrator` does.
+    output_type : str, default="input"
+        Family of the returned predictions (see ``gpucal._frames``).
+
+    Attributes
+    ----------
+    knots_ : numpy.ndarray of shape (K,)
+        The knots :math:`t_k` on the scale of :math:`x`, increasing (K may be below
+        ``len(quantiles)``).
+    coef_ : numpy.ndarray of shape (K + 1,)
+        :math:`[a, c_1, \dots, c_K]`.
+    intercept_ : float
+        :math:`b`.
+
+    See Also
+    --------
+    PlattCalibrator : the same map without knots (:math:`K = 0`).
+    SplineCalibrator : a natural cubic spline of the logit with many knots and a searched penalty.
+
+    Notes
+    -----
+    Equal to scikit-learn's ``LogisticRegression(C=1 / l2)`` fitted on the design
+    ``[x * s, (x - t_1)_+, ..., (x - t_K)_+]`` with :math:`s` large (so that the logit's coefficient is
+    practically unpenalised) and the smoothed targets written as two weighted rows per row. The map is
+    increasing wherever every partial slope :math:`a + c_1 + \dots + c_k` is positive (the fit does not
+    force it; on the benchmarks' sets it always was). Sample weights are row multiplicities: integer
+    weights equal repeated rows. The fit costs a few passes over a ``(n, K + 1)`` design: about the cost
+    of beta calibration, far below the spline's.
+
+    References
+    ----------
+    .. [1] J. Platt, "Probabilistic outputs for support vector machines and comparisons to
+       regularized likelihood methods", in Advances in Large Margin Classifiers, MIT Press, 1999,
+       pp. 61-74.
+    .. [2] T. Hastie, R. Tibshirani, J. Friedman, "The Elements of Statistical Learning", 2nd ed.,
+       Springer, 2009, section 5.2 (piecewise polynomials and splines).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from gpucal.calibrators.hinge_platt import HingePlattCalibrator
+    >>> rng = np.random.default_rng(0)
+    >>> p = rng.random(2000)
+    >>> y = (rng.random(2000) < p**2).astype(float)
+    >>> cal = HingePlattCalibrator().fit(p, y)
+    >>> cal.knots_.shape, cal.coef_.shape
+    ((3,), (4,))
+    """
+
+    _parameter_constraints: ClassVar[dict[str, Constraint]] = {
+        "l2": Interval(float, 0, None),
+        "score_kind": SCORE_KIND_OPTIONS,
+        "target_smoothing": Options(True, False),
+        "output_type": OUTPUT_TYPE_OPTIONS,
+    }
+    _state_spec: ClassVar[dict[str, str]] = {
+        "knots_": "float_array",
+        "coef_": "float_array",
+        "intercept_": "float",
+    }
+
+    def __init__(
+        self,
+        *,
+        quantiles: Any = None,
+        l2: float = 1.0,
+        score_col: str = "score",
+        score_kind: str = "probability",
+        target_smoothing: bool = True,
+        output_type: str = "input",
+    ) -> None:
+        self.quantiles = quantiles
+        self.l2 = l2
+        self.score_col = score_col
+        self.score_kind = score_kind
+        self.target_smoothing = target_smoothing
+        self.output_type = output_type
+
+    def _levels(self) -> np.ndarray:
+        chosen = DEFAULT_QUANTILES if self.quantiles is None else self.quantiles
+        levels = np.asarray(chosen, dtype=np.float64).ravel()
+        if not np.all((levels > 0.0) & (levels < 1.0)):
+            msg = f"quantiles must lie strictly between 0 and 1, got {levels.tolist()}"
+            raise ValueError(msg)
+        return np.unique(levels)
+
+    def _fit(self, rows: Rows) -> None:
+        levels = self._levels()
+        self.knots_, self.coef_, self.intercept_ = fit_hinge_platt_rows(
+            ScoreRows.of(rows, self.score_col, self.score_kind),
+            quantiles=levels,
+            l2=float(self.l2),
+            score_kind=self.score_kind,
+            target_smoothing=self.target_smoothing,
+        )
+
+    def _predict_scores(self, score: Any) -> Any:
+        return predict_hinge_platt(
+            score, self.knots_, self.coef_, self.intercept_, score_kind=self.score_kind
+        )
+
+    def _check_state(self) -> None:
+        """Raise ``ValueError`` unless the knots increase and ``coef_`` has one entry more than them."""
+        if np.any(np.diff(self.knots_) <= 0):
+            msg = "knots_ must be strictly increasing"
+            raise ValueError(msg)
+        if self.coef_.shape[0] != self.knots_.shape[0] + 1:
+            msg = f"coef_ has {self.coef_.shape[0]} entries; knots_ needs {self.knots_.shape[0] + 1}"
+            raise ValueError(msg)
+
+
+__all__ = [
+    "DEFAULT_QUANTILES",
+    "HingePlattCalibrator",
+    "fit_hinge_platt_rows",
+    "hinge_design",
+    "hinge_knots",
+    "histogram_quantiles",
+    "predict_hinge_platt",
+]
