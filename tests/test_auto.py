@@ -19,6 +19,7 @@ from gpucal.auto.blend import MIN_MEMBER_WEIGHT, fit_blend, logits, mean_log_los
 from gpucal.auto.candidates import FEATURE_CANDIDATES, Candidate
 from gpucal.auto.folds import grouped_folds, stratified_folds, subsample_rows
 from gpucal.auto.guard import order_guard
+from gpucal.calibrators.hinge_platt import HingePlattCalibrator
 from gpucal.datasets import make_ctr
 from gpucal.factory import make_calibrator
 from gpucal.persistence import ModelFileError, from_dict, to_dict
@@ -492,7 +493,7 @@ def test_auc_guard_falls_back_to_platt(ctr: Any) -> None:
     assert "no Platt candidate" in no_platt.auc_guard_["note"]
 
 
-def test_auc_guard_falls_back_to_the_better_order_keeping_map() -> None:
+def test_auc_guard_falls_back_to_the_better_order_keeping_map(monkeypatch: pytest.MonkeyPatch) -> None:
     rng = np.random.default_rng(0)
     score = rng.beta(1.0, 3.0, 4_000)
     logit = np.log(score / (1 - score))
@@ -505,6 +506,12 @@ def test_auc_guard_falls_back_to_the_better_order_keeping_map() -> None:
     keeping = table[table["method"].isin(["platt", "platt_hinge"])]
     assert guarded.best_index_ == int(keeping["mean_test_ece"].idxmin())
     assert table.loc[guarded.best_index_, "method"] == "platt_hinge"
+
+    # A hinge map whose refit does not increase would break the ranking: Platt scaling takes its place.
+    monkeypatch.setattr(HingePlattCalibrator, "increasing", lambda self: False)
+    refused = AutoCalibrator(candidates=candidates, scoring="ece", ensemble=False).fit(score, y)
+    assert refused.cv_results_.loc[refused.best_index_, "method"] == "platt"
+    assert type(refused.best_estimator_).__name__ == "PlattCalibrator"
 
 
 def test_large_data_keeps_platt_unless_the_features_beat_it(monkeypatch: pytest.MonkeyPatch) -> None:

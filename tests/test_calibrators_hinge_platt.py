@@ -104,6 +104,22 @@ def test_name_and_two_scores_give_platts_map() -> None:
     assert_allclose(cal.predict(np.array([0.2, 0.6])), platt.predict(np.array([0.2, 0.6])), rtol=1e-9)
 
 
+def test_increasing_reads_every_partial_slope() -> None:
+    rng = np.random.default_rng(4)
+    score = rng.random(20_000)
+    logit = np.log(score / (1 - score))
+    rising = HingePlattCalibrator().fit(score, (rng.random(20_000) < score).astype(float))
+    assert rising.increasing()
+    # The rate falls again above the logit's median: the last partial slopes turn negative.
+    bent = 1 / (1 + np.exp(-(logit - 3.0 * np.maximum(logit, 0.0))))
+    falling = HingePlattCalibrator().fit(score, (rng.random(20_000) < bent).astype(float))
+    assert np.cumsum(falling.coef_)[-1] < 0
+    assert not falling.increasing()
+    grid = np.linspace(0.01, 0.99, 99)
+    assert np.any(np.diff(falling.predict(grid)) < 0)
+    assert np.all(np.diff(rising.predict(grid)) > 0)
+
+
 @pytest.mark.parametrize(
     ("score", "y", "kwargs", "match"),
     [

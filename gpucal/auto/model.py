@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import copy
 import time
-from collections.abc import Hashable, Sequence
+from collections.abc import Collection, Hashable, Sequence
 from dataclasses import replace
 from typing import Any, ClassVar
 
@@ -72,6 +72,13 @@ from gpucal.rows.collections import any_dask
 #: its ranking (Platt's wherever the score ranks better than chance; the hinge map's wherever its slopes
 #: are positive, as on every set of ``benchmarks/results/auto_hinge.md``).
 ORDER_KEEPING = frozenset({"PlattCalibrator", "HingePlattCalibrator"})
+
+
+def _keeps_order(estimator: Any) -> bool:
+    """Whether a fallback of the guards keeps the score's ranking: Platt scaling does wherever the score
+    ranks better than chance; the hinge map only when its fitted slopes are all positive."""
+    increasing = getattr(estimator, "increasing", None)
+    return increasing is None or bool(increasing())
 
 
 @calibration_method("auto", candidate=False)
@@ -419,6 +426,12 @@ class AutoCalibrator(Calibrator):
             self.best_index_ = platt
             members, blend_weights, intercept = [platt], np.array([1.0]), 0.0
         self._refit(X, labels, weights, candidates, rows, members, blend_weights, intercept)
+        platt_only = self._platt_index(candidates, scores, classes=("PlattCalibrator",))
+        if to_platt and not _keeps_order(self.estimators_[0]) and platt_only is not None:
+            # The hinge map's fit does not force its slopes positive: one that bends downwards on every
+            # row would break the ranking the guards promise, so Platt scaling takes its place.
+            self.best_index_ = platt_only
+            self._refit(X, labels, weights, candidates, rows, [platt_only], np.array([1.0]), 0.0)
         self.cv_results_, self.report_ = report_table(rows, scores)
         if self.verbose:
             log(
@@ -686,13 +699,15 @@ class AutoCalibrator(Calibrator):
         return members, blend_weights[members], fit.intercept
 
     @staticmethod
-    def _platt_index(candidates: list[Candidate], scores: np.ndarray) -> int | None:
-        """The best cross-fitted candidate of :data:`ORDER_KEEPING` (Platt scaling, on the logit or on its
-        hinges), what the guards fall back to; None without one."""
+    def _platt_index(
+        candidates: list[Candidate], scores: np.ndarray, classes: Collection[str] = ORDER_KEEPING
+    ) -> int | None:
+        """The best cross-fitted candidate of the ``classes`` (by default :data:`ORDER_KEEPING`: Platt
+        scaling, on the logit or on its hinges), what the guards fall back to; None without one."""
         platt = [
             i
             for i, c in enumerate(candidates)
-            if type(c.estimator).__name__ in ORDER_KEEPING and np.isfinite(scores[i])
+            if type(c.estimator).__name__ in classes and np.isfinite(scores[i])
         ]
         return min(platt, key=lambda i: scores[i]) if platt else None
 

@@ -271,6 +271,11 @@ class HingePlattCalibrator(Calibrator):
             score, self.knots_, self.coef_, self.intercept_, score_kind=self.score_kind
         )
 
+    def increasing(self) -> bool:
+        r"""Whether the fitted map increases with the score: every partial slope
+        :math:`a + c_1 + \dots + c_k` (``k = 0..K``) is positive, so it keeps the score's ranking."""
+        return bool(np.all(np.cumsum(self.coef_) > 0.0))
+
     def _check_state(self) -> None:
         """Raise ``ValueError`` unless the knots increase and ``coef_`` has one entry more than them."""
         if np.any(np.diff(self.knots_) <= 0):
