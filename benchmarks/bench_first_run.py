@@ -17,8 +17,9 @@ as a fresh ``pip install .`` would, without PyTorch (no neural calibrators), whe
 
 The kernels compiled after the warm-up (from the demo's line ``compiled in ...``, in any of its
 processes) are listed from the cache folder: numba writes one ``.nbc`` file per specialisation it
-compiles. ``--list-compiles`` also prints, from the demo's own process, each compilation's kernel and
-argument types as it starts (numba's ``numba:compile`` event), on stderr.
+compiles. ``--list-compiles`` also prints, from the demo's process and every process it starts, each
+compilation's kernel and argument types as it starts (numba's ``numba:compile`` event), on stderr,
+and records its seconds: the JSON gets the count, the total, the slowest and the sums per module.
 
 Usage::
 
@@ -48,17 +49,38 @@ HIDE_TORCH = (
     "import importlib.util as u; find = u.find_spec; "
     "u.find_spec = lambda name, package=None: None if name == 'torch' else find(name, package)"
 )
-#: Prints each numba compilation of the demo's process (kernel, argument types) to stderr as it starts.
-LIST_COMPILES = (
-    "from numba.core import event\n"
-    "class Shown(event.Listener):\n"
-    "    def on_start(self, ev):\n"
-    "        f = ev.data['dispatcher'].py_func\n"
-    "        print(f'numba compiles {f.__module__}.{f.__qualname__}{ev.data[\"args\"]}', file=sys.stderr)\n"
-    "    def on_end(self, ev):\n"
-    "        pass\n"
-    "event.register('numba:compile', Shown())"
-)
+#: Installed as ``sitecustomize`` (a folder put first on ``PYTHONPATH``) with ``--list-compiles``, so that
+#: the demo's process and every process it starts (the warm-up lanes, the metrics process) print each
+#: numba compilation (kernel, argument types) to stderr as it starts and append, as it ends, one JSON
+#: line to the file named by ``GPUCAL_BENCH_COMPILES``: the process, the kernel, its argument types, the
+#: CPU seconds of the compiling thread from start to end (``inclusive_s``; numba compiles in the thread
+#: that calls, holding the GIL) and those less the compilations nested in it (the kernels it calls,
+#: compiled on the way: ``self_s``), the wall seconds (``wall_s``) and the compilation it is nested in
+#: (``parent``). numba raises the event only when it compiles, not when it loads from the cache.
+LIST_COMPILES = """\
+import json, os, sys, threading, time
+from numba.core import event
+_open = threading.local()
+class Shown(event.Listener):
+    def on_start(self, ev):
+        f = ev.data['dispatcher'].py_func
+        print(f'numba compiles {f.__module__}.{f.__qualname__}{ev.data["args"]}', file=sys.stderr)
+        stack = _open.__dict__.setdefault('stack', [])
+        stack.append([time.thread_time(), 0.0, f'{f.__module__}.{f.__qualname__}', time.perf_counter()])
+    def on_end(self, ev):
+        f = ev.data['dispatcher'].py_func
+        started, nested, _, wall = _open.stack.pop()
+        seconds = time.thread_time() - started
+        if _open.stack:
+            _open.stack[-1][1] += seconds
+        parent = _open.stack[-1][2] if _open.stack else None
+        line = {'pid': os.getpid(), 'module': f.__module__, 'kernel': f.__qualname__, 'parent': parent,
+                'args': str(ev.data['args']), 'inclusive_s': round(seconds, 3),
+                'self_s': round(seconds - nested, 3), 'wall_s': round(time.perf_counter() - wall, 3)}
+        with open(os.environ['GPUCAL_BENCH_COMPILES'], 'a') as sink:
+            sink.write(json.dumps(line) + '\\n')
+event.register('numba:compile', Shown())
+"""
 RUN_CLI = "from gpucal.cli import main; sys.exit(main(sys.argv[1:]))"
 #: The demo's line that ends its warm-up (compile) stage.
 WARM_UP_END = "compiled in"
@@ -147,6 +169,32 @@ def compiled_after(cache: Path, since: float | None) -> list[str]:
     return [p.name for t, p in sorted(found) if since is None or t > since]
 
 
+def compile_costs(records: Path, top: int = 20) -> dict[str, object]:
+    """Summarise the compilations listed in ``records`` (the listener's JSON lines; none when absent).
+
+    Returns the count and the seconds of all of them (each compilation's own seconds, its nested
+    compilations left out, so that the sum is the time spent), the ``top`` slowest by their own seconds
+    and the sums per module, slowest first.
+    """
+    lines = records.read_text().splitlines() if records.exists() else []
+    found = [json.loads(line) for line in lines]
+    per_module: dict[str, list[float]] = {}
+    for record in found:
+        count_seconds = per_module.setdefault(record["module"], [0, 0.0])
+        count_seconds[0] += 1
+        count_seconds[1] += record["self_s"]
+    return {
+        "compilations": len(found),
+        "compile_s": round(sum(r["self_s"] for r in found), 2),
+        "compile_top": sorted(found, key=lambda r: -r["self_s"])[:top],
+        "compile_per_module": {
+            module: {"count": n, "self_s": round(seconds, 2)}
+            for module, (n, seconds) in sorted(per_module.items(), key=lambda kv: -kv[1][1])
+        },
+        "compile_all": found,
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--venv", action="store_true", help="a fresh venv with `pip install <repo>` first")
@@ -183,9 +231,17 @@ def main() -> None:
         if not args.keep_bytecode_env:
             env.pop("PYTHONDONTWRITEBYTECODE", None)
         result["pythondontwritebytecode"] = env.get("PYTHONDONTWRITEBYTECODE")
-        if not args.venv:
-            env["PYTHONPATH"] = args.source  # that checkout's gpucal, as `pip install .` would give
-        code = ["import sys", *[HIDE_TORCH] * args.hide_torch, *[LIST_COMPILES] * args.list_compiles, RUN_CLI]
+        paths = [] if args.venv else [args.source]  # that checkout's gpucal, as `pip install .` would give
+        compiles = Path(work) / "compiles.jsonl"
+        if args.list_compiles:
+            listener = Path(work) / "listener"
+            listener.mkdir()
+            (listener / "sitecustomize.py").write_text(LIST_COMPILES)
+            paths.insert(0, str(listener))
+            env["GPUCAL_BENCH_COMPILES"] = str(compiles)
+        if paths:
+            env["PYTHONPATH"] = os.pathsep.join(paths)
+        code = ["import sys", *[HIDE_TORCH] * args.hide_torch, RUN_CLI]
         prefix = [str(python), "-c", "\n".join(code)]
         result["command"] = " ".join(["gpucal", "demo", *args.demo_args])
         result["torch_hidden"] = args.hide_torch
@@ -193,6 +249,8 @@ def main() -> None:
         cache = Path(env["NUMBA_CACHE_DIR"])
         result["compiled_total"] = len(compiled_after(cache, None))
         result["compiled_after_warm_up"] = compiled_after(cache, result.pop("warm_up_end_time"))
+        if args.list_compiles:
+            result |= compile_costs(compiles)
     print(json.dumps(result, indent=2), file=sys.stderr)
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2) + "\n")

@@ -248,8 +248,10 @@ def code_range(codes):
             for j in range(d):
                 low[j] = min(low[j], codes[i, j])
                 high[j] = max(high[j], codes[i, j])
-        lows[c] = low
-        highs[c] = high
+        # Element by element: an array assigned to a row compiles numba's shape-mismatch message.
+        for j in range(d):
+            lows[c, j] = low[j]
+            highs[c, j] = high[j]
     low = lows[0].copy()
     high = highs[0].copy()
     for c in range(1, n_chunks):

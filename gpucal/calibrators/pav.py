@@ -66,7 +66,10 @@ def _push_block(blocks, top, sw, swy, swx, x_first, x_last):  # pragma: no cover
     top += 1
     if top == blocks.shape[0]:
         grown = np.empty((2 * blocks.shape[0], N_BLOCK_STATS))
-        grown[:top] = blocks[:top]
+        # Element by element: an array assigned to a slice compiles numba's shape-mismatch message.
+        for b in range(top):
+            for s in range(N_BLOCK_STATS):
+                grown[b, s] = blocks[b, s]
         blocks = grown
     blocks[top, SUM_W] = sw
     blocks[top, SUM_WY] = swy

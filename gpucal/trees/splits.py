@@ -364,7 +364,9 @@ def binary_children(hist_feature, side, parent_a, parent_b, kind, penalty):
     sums = np.zeros((2, hist_feature.shape[1]))
     for v in range(hist_feature.shape[0]):
         if side[v] >= 0:
-            sums[side[v]] += hist_feature[v]
+            # Element by element: an array added into a row compiles numba's shape-mismatch message.
+            for s in range(hist_feature.shape[1]):
+                sums[side[v], s] += hist_feature[v, s]
     values = np.empty((2, 2))
     weights = np.empty(2)
     for c in range(2):
