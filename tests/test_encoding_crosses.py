@@ -104,6 +104,17 @@ def test_keep_columns_equals_the_fit_on_those_columns(interactions: str | None) 
     assert FeatureEncoder.from_dict(kept.to_dict()).codes_dtype_ == np.int8
 
 
+def test_keep_crosses_keeps_the_code_dtype() -> None:
+    rng = np.random.default_rng(3)
+    X = pd.DataFrame({"a": rng.integers(0, 20, 4000), "b": rng.integers(0, 20, 4000)})
+    full = FeatureEncoder(categorical_cols=["a", "b"], interactions=[("a", "b")], min_cross_count=1).fit(X)
+    none = full.keep_crosses([])
+    # The cross's 400 pairs need int16; the columns alone fit int8, but no new kernel is compiled.
+    assert (full.codes_dtype_, none.codes_dtype_) == (np.int16, np.int16)
+    assert_array_equal(none.transform(X), full.transform(X)[:, :2])
+    assert FeatureEncoder.from_dict(none.to_dict()).codes_dtype_ == np.int8
+
+
 def test_large_pair_spaces_use_the_key_search(monkeypatch: pytest.MonkeyPatch) -> None:
     X = _frame()
     enc = FeatureEncoder(n_bins=8, interactions=[("site", "x")], min_cross_count=5).fit(X)

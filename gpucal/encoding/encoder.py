@@ -465,12 +465,15 @@ class FeatureEncoder(BaseEstimator):
 
     def keep_crosses(self, kept: Sequence[int]) -> FeatureEncoder:
         """Return a fitted copy with only the crosses ``kept`` (indices among ``interactions_``), in order:
-        ``transform`` then gives the columns of ``X`` and those crosses, codes unchanged."""
+        ``transform`` then gives the columns of ``X`` and those crosses, codes unchanged. As in
+        :meth:`keep_columns`, ``codes_dtype_`` stays this encoder's, so the copy's predictions read its
+        codes with the kernels its fit compiled."""
         check_is_fitted(self, "feature_names_")
         crosses = [self._crosses[i] for i in kept]
         encoder = type(self)(**self.get_params())
         encoder.interactions = [self.interactions_[i] for i in kept]
         encoder._set_fitted(self._codings, crosses)
+        encoder.codes_dtype_ = self.codes_dtype_
         return encoder
 
     def keep_columns(self, kept: Sequence[Hashable]) -> tuple[FeatureEncoder, np.ndarray]:
