@@ -1,4 +1,5 @@
-"""Venn-Abers, centred isotonic, ENIR, BBQ, spline and hinge Platt calibration on dask collections: the one-machine fit.
+"""Venn-Abers, centred isotonic, ENIR, BBQ, spline and hinge Platt calibration on dask collections:
+the one-machine fit.
 
 The reference is the same estimator on the concatenated pandas rows. The fits read sums per distinct
 score (merged over partitions in another order), so tables and predictions agree to 1e-9 relative; the
