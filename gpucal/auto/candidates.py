@@ -44,7 +44,7 @@ standard errors and better on 5 (kdd, flights, two make_ctr sets), for 0.2-0.4 C
 worse on one, churn's 2,100 calibration rows (+0.0048, 2.5 standard errors), where the folds chose
 feature-aware Platt with or without it. AutoCalibrator with it chose the same or did as well within noise
 on the 15 small sets measured, and reached the oracle on the monotone scenario; the guards fall back
-to it when it cross-fits better than Platt (``gpucal.auto.model.ORDER_KEEPING``).
+to it when it cross-fits better than Platt and its refit increases (``gpucal.auto.model.ORDER_KEEPING``).
 
 The other maps of the score alone are not candidates (the same report): BBQ is worse than isotonic
 regression on 16 of the 55 sets and better on 3; ENIR is within 1e-5 of it on 49 and worse on 8;

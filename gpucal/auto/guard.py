@@ -16,7 +16,8 @@ with :math:`p^{\mathrm{oof}}_k` member :math:`k`'s out-of-fold prediction, :math
 row weights. Platt scaling (refitted on every row) is an increasing map of the score (its slope is
 positive wherever the score ranks better than chance), so its AUC on any rows is the raw score's; so is
 Platt scaling on logit hinges where its slopes are positive, and the guard falls back to whichever of the
-two cross-fitted better (``gpucal.auto.model.ORDER_KEEPING``). The
+two cross-fitted better (``gpucal.auto.model.ORDER_KEEPING``), Platt scaling where the hinge map's refit
+does not increase (its fit does not force the slopes positive). The
 comparison is strict: any loss of ranking on the folds, however small, gives the ranking back, at the
 price of the log-loss the features would have won.
 """

@@ -98,7 +98,8 @@ class AutoCalibrator(Calibrator):
     rank 2.04 of 12 methods against 4.27 for the choice).
 
     Two guards can hand the prediction to Platt scaling (the best cross-fitted candidate of Platt
-    scaling and Platt scaling on logit hinges, refitted on every row): the AUC guard (``auc_guard``,
+    scaling and Platt scaling on logit hinges, refitted on every row; Platt scaling where the hinge
+    map's refit does not increase): the AUC guard (``auc_guard``,
     :mod:`gpucal.auto.guard`), when the prediction ranks the cross-fitted rows worse than the raw score;
     and, on a large calibration set, when it does not beat that candidate's per-row ``scoring`` there by
     more than 2 standard errors (``platt_gain_``): features that do not measurably help are not worth
