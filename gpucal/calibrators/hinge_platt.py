@@ -28,7 +28,7 @@ from gpucal.calibrators.base import (
 from gpucal.calibrators.logistic import EPS, ScoreBlock, fit_logistic_rows, sigmoid
 from gpucal.calibrators.platt import platt_targets_from_sums
 from gpucal.calibrators.score_rows import COUNT, ScoreRows
-from gpucal.calibrators.spline import block_histogram, weighted_range, widest
+from gpucal.calibrators.spline import block_histogram, transform_scores, weighted_range, widest
 from gpucal.registry import calibration_method
 from gpucal.rows import Rows
 
@@ -39,11 +39,7 @@ DEFAULT_QUANTILES = (0.5, 0.8, 0.95)
 def hinge_variable(score: Any, score_kind: str) -> Any:
     """The map's variable :math:`x`: the logit of the score clipped to ``[EPS, 1 - EPS]`` (as Platt's), or
     the margin as given."""
-    if score_kind == "logit":
-        return score
-    xp = array_namespace(score)
-    p = xp.clip(score, EPS, 1.0 - EPS)
-    return xp.log(p / (1.0 - p))
+    return transform_scores(score, EPS, score_kind)
 
 
 def hinge_design(x: Any, knots: np.ndarray) -> Any:

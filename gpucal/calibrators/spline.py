@@ -616,6 +616,7 @@ __all__ = [
     "block_histogram",
     "natural_spline_basis",
     "spline_block_sums",
+    "transform_scores",
     "unity_prior_grid",
     "weighted_range",
     "widest",
