@@ -273,13 +273,17 @@ def binned_start(
     pass and its step finish the fit.
     """
     moments = design.sum(block_moments, span, options["targets"], backend)
-    control: dict[str, Any] = {
-        "total_weight": total_weight,
-        "ridge": ridge,
-        "bounds": bounds,
-        "options": options,
-    }
-    return pseudo_row_fit(moments, N_MOMENTS, span, mode, start, **control)
+    return pseudo_row_fit(
+        moments,
+        N_MOMENTS,
+        span,
+        mode,
+        start,
+        total_weight=total_weight,
+        ridge=ridge,
+        bounds=bounds,
+        options=options,
+    )
 
 
 def pseudo_row_fit(
@@ -422,13 +426,17 @@ def series_fit(
     moments = with_targets(
         design.sum(block_moments, span, (0.0, 1.0), backend, SERIES_MOMENTS), span, options
     )
-    control: dict[str, Any] = {
-        "total_weight": total_weight,
-        "ridge": ridge,
-        "bounds": bounds,
-        "options": options,
-    }
-    near = pseudo_row_fit(moments, SERIES_MOMENTS, span, mode, start, **control)
+    near = pseudo_row_fit(
+        moments,
+        SERIES_MOMENTS,
+        span,
+        mode,
+        start,
+        total_weight=total_weight,
+        ridge=ridge,
+        bounds=bounds,
+        options=options,
+    )
     result = newton_minimize(
         _series_sums(moments, span, options),
         near,
