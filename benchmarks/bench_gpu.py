@@ -7,8 +7,10 @@ temperature scaling and ``torchisotonic``) at 1e6 and 1e7 rows and at the larges
 
 - the CPU side calls the case on numpy arrays (gpucal's numba path), timed with ``time.perf_counter``;
 - the GPU side calls the same code on cupy arrays (gpucal dispatches on the array type), timed with
-  CUDA events after a warm-up on a small input (so JIT compilation, module loads and torch's CUDA
-  context stay out of the figure); host-to-device transfer of every input column is timed apart;
+  CUDA events after a warm-up call on the smallest size (so JIT compilation, module loads and torch's
+  CUDA context stay out of the figure; the CPU side is warmed up the same way, since numba compiles a
+  kernel's parallel twin only for inputs of ``PARALLEL_MIN_ROWS`` rows or more); host-to-device
+  transfer of every input column is timed apart;
 - peak device memory of the call: the growth of cupy's memory pool after ``free_all_blocks`` (blocks
   freed during the call stay cached, so the pool holds the call's high-water mark) plus torch's
   ``max_memory_allocated``; numba-cuda's own allocations (``cuda.to_device``, only taken for numpy
@@ -93,7 +95,6 @@ COLUMN_BYTES = {"score": 8, "label": 8, "weight": 8, "node": 4, "codes": len(CAR
 WORKING_BYTES_PER_ROW = 120
 SIZES = (1e6, 1e7)
 DRY_RUN_SIZES = (1e4,)
-WARM_ROWS = 2_000
 PROBE_ROWS = 2_000
 GENERATE_CHUNK_ROWS = 1 << 20
 #: Rows a predict case fits its model on (untimed), at most.
@@ -985,7 +986,11 @@ def run_case(
         except Exception as exc:
             warm_up[side] = None
             results.append(
-                {"case": case.name, "rows": WARM_ROWS, "warm_up_error": f"{side}: {short_error(exc)}"}
+                {
+                    "case": case.name,
+                    "rows": len(rows["score"]),
+                    "warm_up_error": f"{side}: {short_error(exc)}",
+                }
             )
     previous: dict[str, tuple[int, float]] = {}
     for n_rows, (host_rows, device_rows) in datasets.items():
@@ -1103,14 +1108,15 @@ def run(args: argparse.Namespace, after_each_case: Callable[[dict[str, Any]], No
     largest, largest_reason = (None, "dry run") if args.dry_run else largest_size(device, args.max_rows)
     if largest is not None and largest > max(sizes):
         sizes.append(largest)
-    warm_host = make_rows(WARM_ROWS, seed=1)
-    warm = (warm_host, to_device_rows(device, warm_host, WARM_ROWS)[0])
     datasets, transfers = {}, []
     for n_rows in sizes:
         host_rows = make_rows(n_rows)
         device_rows, moved = to_device_rows(device, host_rows, n_rows)
         datasets[n_rows] = (host_rows, device_rows)
         transfers += moved
+    # The smallest size's rows warm each case up: a smaller input would leave the parallel twins of the
+    # CPU kernels (and any size-dependent path) to be compiled inside the first timed call.
+    warm = datasets[min(datasets)]
     budget = Budget(deadline=time.perf_counter() + args.budget_s, cases_left=len(cases))
     data: dict[str, Any] = {
         "dry_run": args.dry_run,
