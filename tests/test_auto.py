@@ -17,8 +17,9 @@ from gpucal.auto import AutoCalibrator, sizing
 from gpucal.auto import candidates as candidates_module
 from gpucal.auto.blend import MIN_MEMBER_WEIGHT, fit_blend, logits, mean_log_loss
 from gpucal.auto.candidates import FEATURE_CANDIDATES, Candidate
-from gpucal.auto.folds import grouped_folds, stratified_folds, subsample_rows
+from gpucal.auto.folds import grouped_folds, stratified_folds, subsample_rows, without_attrs
 from gpucal.auto.guard import order_guard
+from gpucal.auto.report import ROW_LOSSES, fold_scores
 from gpucal.calibrators.hinge_platt import HingePlattCalibrator
 from gpucal.datasets import make_ctr
 from gpucal.factory import make_calibrator
@@ -596,3 +597,36 @@ def test_large_data_passes_the_second_order_twin_on(ctr: Any, monkeypatch: pytes
     assert status == ["ok", "halved out after 500 rows", "ok"]
     assert np.isnan(first[:, 1]).all()
     assert np.isfinite(first[:, 2]).any()
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+def test_fold_scores_match_the_metrics(weighted: bool) -> None:
+    """A fold's scores from its per-row losses equal gpucal.metrics' log-loss, Brier and ECE."""
+    from gpucal.metrics import brier, ece, log_loss
+
+    rng = np.random.default_rng(3)
+    p = np.clip(rng.uniform(size=500), 0.0, 1.0)
+    p[:3] = [0.0, 1.0, 0.5]  # clipped by the log-loss
+    y = (rng.uniform(size=500) < p).astype(float)
+    w = rng.uniform(0.5, 2.0, 500) if weighted else None
+    scores = fold_scores(y, p, w, {name: loss(y, p) for name, loss in ROW_LOSSES.items()})
+    assert_allclose(scores["log_loss"], log_loss(y, p, sample_weight=w), rtol=1e-14)
+    assert_allclose(scores["brier"], brier(y, p, sample_weight=w), rtol=1e-14)
+    assert scores["ece"] == ece(y, p, sample_weight=w)
+
+
+def test_search_leaves_the_frame_attrs() -> None:
+    """The search drops a frame's attrs on a shallow copy: the caller's frame keeps them, the fit is
+    the same."""
+    frame = make_ctr(3_000, "segment_bias", seed=2)
+    X, y = frame[["score", "region", "device"]], frame["label"].to_numpy(float)
+    assert X.attrs  # make_ctr describes its scenario there
+    plain = without_attrs(X)
+    assert plain.attrs == {}
+    assert X.attrs
+    assert plain["score"].equals(X["score"])
+    params = {"candidates": ["platt", "feature_platt"], "output_type": "numpy"}
+    with_attrs = AutoCalibrator(**params).fit(X, y)
+    assert X.attrs
+    without = AutoCalibrator(**params).fit(plain, y)
+    assert_array_equal(with_attrs.predict(X), without.predict(plain))

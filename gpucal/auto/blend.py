@@ -93,24 +93,29 @@ def fit_blend(
     -------
     BlendFit
     """
-    fit = _fit_simplex(member_logits, y, w)
+    member_losses = np.array(
+        [mean_log_loss(member_logits[:, k], y, w) for k in range(member_logits.shape[1])]
+    )
+    fit = _fit_simplex(member_logits, y, w, member_losses)
     light = (fit.weights > 0) & (fit.weights < min_member_weight)
     if not light.any():
         return fit
     # The best member alone stays a feasible start, so the refitted blend is never worse than it.
-    best = int(np.argmin([mean_log_loss(member_logits[:, k], y, w) for k in range(member_logits.shape[1])]))
+    best = int(np.argmin(member_losses))
     kept = np.union1d(np.flatnonzero(fit.weights >= min_member_weight), [best])
-    refit = _fit_simplex(member_logits[:, kept], y, w)
+    refit = _fit_simplex(member_logits[:, kept], y, w, member_losses[kept])
     weights = np.zeros(member_logits.shape[1])
     weights[kept] = refit.weights
     return BlendFit(weights, refit.intercept, refit.loss)
 
 
-def _fit_simplex(member_logits: np.ndarray, y: np.ndarray, w: np.ndarray) -> BlendFit:
-    """One SLSQP fit of the weights on the simplex and the intercept, never worse than the best member."""
+def _fit_simplex(
+    member_logits: np.ndarray, y: np.ndarray, w: np.ndarray, member_losses: np.ndarray
+) -> BlendFit:
+    """One SLSQP fit of the weights on the simplex and the intercept, never worse than the best member
+    (``member_losses``: each member's :func:`mean_log_loss`)."""
     n_members = member_logits.shape[1]
     total = float(w.sum())
-    member_losses = [mean_log_loss(member_logits[:, k], y, w) for k in range(n_members)]
     best = int(np.argmin(member_losses))
     start = np.zeros(n_members + 1)
     start[best] = 1.0
@@ -136,7 +141,7 @@ def _fit_simplex(member_logits: np.ndarray, y: np.ndarray, w: np.ndarray) -> Ble
     intercept = float(result.x[n_members])
     loss = mean_log_loss(blend_logit(member_logits, weights, intercept), y, w)
     if not np.isfinite(loss) or weights.sum() == 0 or loss > member_losses[best]:
-        return BlendFit(start[:n_members], 0.0, member_losses[best])
+        return BlendFit(start[:n_members], 0.0, float(member_losses[best]))
     return BlendFit(weights, intercept, loss)
 
 

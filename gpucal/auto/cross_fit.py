@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -18,7 +18,7 @@ from gpucal._backend import array_namespace, to_numpy
 from gpucal.auto.blend import logits
 from gpucal.auto.candidates import Candidate, takes_param
 from gpucal.auto.folds import select_rows
-from gpucal.auto.report import METRICS, report_row, trailing_reason
+from gpucal.auto.report import METRICS, ROW_LOSSES, fold_scores, report_row, trailing_reason
 
 #: Errors of a candidate's fit that mark it failed in the report instead of stopping the search.
 CANDIDATE_ERRORS = (ValueError, KeyError, ArithmeticError, ImportError, NotImplementedError)
@@ -49,6 +49,23 @@ def as_host_array(predicted: Any) -> np.ndarray:
     return np.asarray(to_numpy(predicted), dtype=np.float64)
 
 
+#: A rung of at most this many rows cuts each fold's rows once for all its candidates (a large set's
+#: last rung has 40,000); on more, each candidate cuts its own and no copies are kept.
+SHARED_FOLD_ROWS = 100_000
+
+
+@dataclass(frozen=True)
+class FoldRows:
+    """One fold's rows: the training rows' ``X``, labels and weights; the held-out rows' ``X`` and
+    positions."""
+
+    X_train: Any
+    y_train: Any
+    w_train: Any
+    X_test: Any
+    test: np.ndarray
+
+
 @dataclass(frozen=True)
 class CrossFitting:
     """What every candidate of one search is cross-fitted on: the checked rows, the folds, the settings.
@@ -61,8 +78,13 @@ class CrossFitting:
         Each row's fold, -1 for rows outside the cross-fitted subsample.
     oof_predictions : numpy.ndarray of shape (n_rows, n_candidates)
         Filled column by column with each candidate's held-out predictions.
+    row_losses : numpy.ndarray of shape (n_rows, n_candidates) or None
+        Filled alongside with each held-out row's ``scoring`` loss (``gpucal.auto.report.ROW_LOSSES``),
+        which racing and the rung's rules compare; None when ``scoring`` has no per-row loss.
     n_folds, scoring, drop_threshold, verbose
         The estimator's resolved settings.
+    fold_cache : dict
+        The rows of each fold already cut (:meth:`fold_rows`), shared by the rung's candidates.
     """
 
     X: Any
@@ -70,10 +92,32 @@ class CrossFitting:
     weights: Any
     folds: np.ndarray
     oof_predictions: np.ndarray
+    row_losses: np.ndarray | None
     n_folds: int
     scoring: str
     drop_threshold: float | None
     verbose: int
+    fold_cache: dict[int, FoldRows] = field(default_factory=dict)
+
+    def fold_rows(self, fold: int) -> FoldRows:
+        """The training and held-out rows of ``fold``; cut once and kept for the rung's other candidates
+        when the rung has at most :data:`SHARED_FOLD_ROWS` rows (the copies of ``X`` stay small)."""
+        cut = self.fold_cache.get(fold)
+        if cut is not None:
+            return cut
+        # Rows outside the cross-fitted subsample have fold -1: in no training set, in no test fold.
+        train = np.flatnonzero((self.folds >= 0) & (self.folds != fold))
+        test = np.flatnonzero(self.folds == fold)
+        cut = FoldRows(
+            X_train=select_rows(self.X, train),
+            y_train=entries_at(self.labels, train),
+            w_train=entries_at(self.weights, train),
+            X_test=select_rows(self.X, test),
+            test=test,
+        )
+        if train.shape[0] + test.shape[0] <= SHARED_FOLD_ROWS:
+            self.fold_cache[fold] = cut
+        return cut
 
 
 def cross_fit_candidate(
@@ -84,25 +128,24 @@ def cross_fit_candidate(
 
     Stops early (``search.drop_threshold``) when it trails candidate ``reference``, the best so far.
     """
-    X, labels, weights, folds = search.X, search.labels, search.weights, search.folds
+    labels, weights, folds = search.labels, search.weights, search.folds
     oof_predictions, n_folds, scoring = search.oof_predictions, search.n_folds, search.scoring
+    row_losses = search.row_losses
     verbose, n_candidates = search.verbose, oof_predictions.shape[1]
     per_fold: dict[str, list[float]] = {name: [] for name in METRICS}
     seconds = 0.0
     host_labels = to_numpy(labels)
     for fold in range(n_folds):
-        # Rows outside the cross-fitted subsample have fold -1: in no training set, in no test fold.
-        train, test = np.flatnonzero((folds >= 0) & (folds != fold)), np.flatnonzero(folds == fold)
         fold_started = time.perf_counter()
+        cut = search.fold_rows(fold)
+        test = cut.test
         try:
             model = fresh(candidate.estimator)
-            model.fit(
-                select_rows(X, train), entries_at(labels, train), sample_weight=entries_at(weights, train)
-            )
-            predicted = as_host_array(model.predict(select_rows(X, test)))
+            model.fit(cut.X_train, cut.y_train, sample_weight=cut.w_train)
+            predicted = as_host_array(model.predict(cut.X_test))
         except CANDIDATE_ERRORS as error:
             status = f"error: {type(error).__name__}: {error}"
-            oof_predictions[:, index] = np.nan
+            _forget(search, index)
             if verbose:
                 log(f"{index + 1}/{n_candidates} {candidate.label}: fold {fold + 1} failed ({status})")
             failed = report_row(
@@ -112,8 +155,12 @@ def cross_fit_candidate(
         seconds += time.perf_counter() - fold_started
         oof_predictions[test, index] = predicted
         test_weights = None if weights is None else to_numpy(entries_at(weights, test))
-        for name, metric in METRICS.items():
-            per_fold[name].append(metric(host_labels[test], predicted, sample_weight=test_weights))
+        y_test = host_labels[test]
+        losses = {name: loss(y_test, predicted) for name, loss in ROW_LOSSES.items()}
+        if row_losses is not None:
+            row_losses[test, index] = losses[scoring]
+        for name, value in fold_scores(y_test, predicted, test_weights, losses).items():
+            per_fold[name].append(value)
         if verbose >= 2:
             log(
                 f"{index + 1}/{n_candidates} {candidate.label}: fold {fold + 1}/{n_folds} "
@@ -123,10 +170,10 @@ def cross_fit_candidate(
         n_done = fold + 1
         done = (folds >= 0) & (folds < n_done)
         trailing = trailing_reason(
-            scoring, search.drop_threshold, oof_predictions, index, reference, done, host_labels, weights
+            scoring, search.drop_threshold, row_losses, index, reference, done, weights
         )
         if n_done < n_folds and trailing is not None:
-            oof_predictions[:, index] = np.nan
+            _forget(search, index)
             row = report_row(candidate, f"dropped after {n_done} fold(s)", per_fold, seconds, scoring)
             if verbose:
                 log(
@@ -142,6 +189,13 @@ def cross_fit_candidate(
             f"{n_folds} folds, {seconds:.1f} s"
         )
     return row
+
+
+def _forget(search: CrossFitting, index: int) -> None:
+    """Blank candidate ``index``'s column of the out-of-fold predictions and row losses (failed, dropped)."""
+    search.oof_predictions[:, index] = np.nan
+    if search.row_losses is not None:
+        search.row_losses[:, index] = np.nan
 
 
 def best_per_method(usable: np.ndarray, scores: np.ndarray, candidates: list[Candidate]) -> np.ndarray:
@@ -227,8 +281,10 @@ def growing_stand_ins(
 
 __all__ = [
     "CANDIDATE_ERRORS",
+    "SHARED_FOLD_ROWS",
     "TWIN_LOGIT_TOL",
     "CrossFitting",
+    "FoldRows",
     "as_host_array",
     "best_per_method",
     "cross_fit_candidate",

@@ -57,23 +57,39 @@ def report_row(
     return row
 
 
+def fold_scores(
+    y: np.ndarray, predicted: np.ndarray, weights: np.ndarray | None, row_losses: dict[str, np.ndarray]
+) -> dict[str, float]:
+    """Every metric of :data:`METRICS` on one held-out fold: log-loss and Brier as weighted means of
+    ``row_losses`` (the fold's :data:`ROW_LOSSES`, computed once for the report and for racing), ECE
+    from :func:`gpucal.metrics.ece`, which also checks the predictions."""
+    scores = {"ece": ece(y, predicted, sample_weight=weights)}
+    w = np.ones(y.shape[0]) if weights is None else weights
+    total = float(y.shape[0] if weights is None else weights.sum())
+    for name, losses in row_losses.items():
+        scores[name] = float(w @ losses) / total
+    return scores
+
+
 def trailing_reason(
     scoring: str,
     drop_threshold: float | None,
-    oof_predictions: np.ndarray,
+    row_losses: np.ndarray | None,
     index: int,
     reference: int | None,
     done: np.ndarray,
-    labels: np.ndarray,
     weights: Any,
 ) -> str | None:
-    """Why candidate ``index`` trails ``reference`` on rows ``done`` (``drop_threshold``), or None."""
-    if reference is None or drop_threshold is None or scoring not in ROW_LOSSES:
+    """Why candidate ``index`` trails ``reference`` on rows ``done`` (``drop_threshold``), or None.
+
+    ``row_losses`` holds each candidate's held-out per-row ``scoring`` loss (:data:`ROW_LOSSES`) in its
+    column; None when ``scoring`` has none.
+    """
+    if reference is None or drop_threshold is None or row_losses is None:
         return None
-    row_loss = ROW_LOSSES[scoring]
-    y = labels[done]
-    w = np.ones(y.shape[0]) if weights is None else to_numpy(weights)[done]
-    diff = row_loss(y, oof_predictions[done, index]) - row_loss(y, oof_predictions[done, reference])
+    rows = np.flatnonzero(done)
+    w = np.ones(rows.shape[0]) if weights is None else to_numpy(weights)[rows]
+    diff = row_losses[rows, index] - row_losses[rows, reference]
     total = w.sum()
     if total <= 0:
         return None
@@ -138,6 +154,7 @@ def summary_line(
 __all__ = [
     "METRICS",
     "ROW_LOSSES",
+    "fold_scores",
     "plain_value",
     "report_row",
     "report_table",
