@@ -14,7 +14,8 @@ write the predictions, 32 bytes per row in float64; a STREAM-like copy (``np.cop
 
 Data: ``gpucal.datasets.make_ctr(scenario="mixed")`` scores and labels (seed 0 to fit, seed 1 to predict).
 
-Run: ``python benchmarks/bench_calibrators.py [--sizes 1e5 1e6 1e7] [--out FILE.md]``.
+Run: ``python benchmarks/bench_calibrators.py [--sizes 1e5 1e6 1e7] [--methods ...] [--libraries ...]
+[--out FILE.md]``; ``--libraries`` names the peers to run beside gpucal (default: every peer).
 """
 
 from __future__ import annotations
@@ -155,6 +156,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", nargs="+", type=float, default=[1e5, 1e6, 1e7])
     parser.add_argument("--methods", nargs="+", default=list(PEERS))
+    parser.add_argument("--libraries", nargs="+", default=None, help="peers to run beside gpucal (default: all)")
     parser.add_argument("--timeout", type=float, default=300.0)
     parser.add_argument("--out", default="benchmarks/results/calibrators.md")
     args = parser.parse_args()
@@ -167,11 +169,18 @@ def main() -> None:
             bandwidth[n] = copy_bandwidth(n)
             for method in args.methods:
                 for library, code in PEERS[method].items():
+                    if library not in ran_libraries(args, method):
+                        continue
                     cell = run_cell(paths, code, args.timeout)
                     results[(method, library, n)] = cell
                     print(method, library, n, cell, flush=True)
             # Written after every size, so that a run cut short keeps the sizes it finished.
             write_report(results, bandwidth, args, Path(args.out))
+
+
+def ran_libraries(args: argparse.Namespace, method: str) -> list[str]:
+    """The libraries run for ``method``: gpucal and the peers ``--libraries`` names (all by default)."""
+    return [lib for lib in PEERS[method] if lib == "gpucal" or args.libraries is None or lib in args.libraries]
 
 
 def write_report(results: dict, bandwidth: dict[int, float], args: argparse.Namespace, out: Path) -> None:
@@ -192,7 +201,7 @@ def write_report(results: dict, bandwidth: dict[int, float], args: argparse.Name
         "|---|---|" + "---|" * len(sizes),
     ]
     for method in args.methods:
-        for library in PEERS[method]:
+        for library in ran_libraries(args, method):
             cells = []
             for n in sizes:
                 cell = results.get((method, library, n))
@@ -244,7 +253,7 @@ def write_report(results: dict, bandwidth: dict[int, float], args: argparse.Name
         "|---|---|---|---|",
     ]
     for method in args.methods:
-        for library in PEERS[method]:
+        for library in ran_libraries(args, method):
             cell = results.get((method, library, largest))
             if isinstance(cell, dict):
                 mb = cell["peak_above_start_mb"]
