@@ -15,7 +15,8 @@ write the predictions, 32 bytes per row in float64; a STREAM-like copy (``np.cop
 Data: ``gpucal.datasets.make_ctr(scenario="mixed")`` scores and labels (seed 0 to fit, seed 1 to predict).
 
 Run: ``python benchmarks/bench_calibrators.py [--sizes 1e5 1e6 1e7] [--methods ...] [--libraries ...]
-[--out FILE.md]``; ``--libraries`` names the peers to run beside gpucal (default: every peer).
+[--out FILE.md]``; ``--libraries`` names the peers to run beside gpucal (``netcal``, or
+``platt:sklearn`` for one method's; default: every peer).
 """
 
 from __future__ import annotations
@@ -156,7 +157,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", nargs="+", type=float, default=[1e5, 1e6, 1e7])
     parser.add_argument("--methods", nargs="+", default=list(PEERS))
-    parser.add_argument("--libraries", nargs="+", default=None, help="peers to run beside gpucal (default: all)")
+    parser.add_argument(
+        "--libraries", nargs="+", default=None, help="peers beside gpucal: LIB or METHOD:LIB (default: all)"
+    )
     parser.add_argument("--timeout", type=float, default=300.0)
     parser.add_argument("--out", default="benchmarks/results/calibrators.md")
     args = parser.parse_args()
@@ -180,7 +183,12 @@ def main() -> None:
 
 def ran_libraries(args: argparse.Namespace, method: str) -> list[str]:
     """The libraries run for ``method``: gpucal and the peers ``--libraries`` names (all by default)."""
-    return [lib for lib in PEERS[method] if lib == "gpucal" or args.libraries is None or lib in args.libraries]
+    named = set(args.libraries or ())
+    return [
+        lib
+        for lib in PEERS[method]
+        if lib == "gpucal" or args.libraries is None or {lib, f"{method}:{lib}"} & named
+    ]
 
 
 def write_report(results: dict, bandwidth: dict[int, float], args: argparse.Namespace, out: Path) -> None:
