@@ -408,7 +408,7 @@ def test_demo_compiles_in_parallel_lanes_first(monkeypatch, tmp_path, capsys):
     monkeypatch.setattr(cli, "_warm_marker", lambda: marker)
     assert main(["demo", "--rows", "2000", "--top", "2"]) == 0
     err = capsys.readouterr().err
-    steps = [step for lane in cli.DEMO_WARMUP_LANES for step in lane]
+    steps = list(dict.fromkeys(step for lane in cli.DEMO_WARMUP_LANES for step in lane))
     for step in steps:
         assert re.search(rf"\] \d+/{len(steps)} {step} \(", err), (step, err)
     assert f"[{'#' * 20}] {len(steps)}/{len(steps)} " in err
@@ -424,8 +424,9 @@ def test_demo_fits_auto_once_in_its_own_process(monkeypatch, tmp_path, capsys):
     import gpucal.cli.demo as cli
 
     def fake_lanes(calibration, held_out, fields, seed, names, on_step):
-        for step in (step for lane in cli.DEMO_WARMUP_LANES for step in lane if step in names):
-            on_step(step)
+        for step in dict.fromkeys(step for lane in cli.DEMO_WARMUP_LANES for step in lane):
+            if step in names:
+                on_step(step)
 
     calls: list[tuple[str, int]] = []
     fit_predict = cli._demo_fit_predict
