@@ -298,6 +298,19 @@ def _keep_metrics_data(held_out: pd.DataFrame, fields: list[str], seed: int) -> 
     _METRICS_DATA[:] = [held_out, fields, seed]
 
 
+#: The news queue and :class:`_LaneSync` of a warm-up lane run in the metrics process, set at its start.
+_LANE_LINKS: list[Any] = []
+
+
+def _start_metrics_lane(
+    news: Any, sync: _LaneSync, held_out: pd.DataFrame, fields: list[str], seed: int
+) -> None:
+    """Start the metrics process as a warm-up lane too: it compiles and loads the metrics' kernels in
+    the warm-up, and keeps them (and its imports) for the metrics of the timed fits."""
+    _LANE_LINKS[:] = [news, sync]
+    _keep_metrics_data(held_out, fields, seed)
+
+
 def _metrics_of(name: str, prediction: np.ndarray) -> pd.DataFrame:
     """The metrics of one prediction on the held-out rows kept by :func:`_keep_metrics_data`."""
     held_out, fields, seed = _METRICS_DATA
@@ -307,19 +320,28 @@ def _metrics_of(name: str, prediction: np.ndarray) -> pd.DataFrame:
 class _MetricsBeside:
     """The metrics of the demo's predictions, each started as soon as it is made.
 
-    With ``beside``, in one second process (``spawn``), while this one fits the next calibrator: the
-    fits run on one core, the metrics on the other; once the fits have ended, :meth:`table` computes
+    With ``beside``, in one second process (``spawn``; ``pool``, the warm-up lane that computed the
+    metrics, when there was one), while this one fits the next calibrator: the fits run on one core,
+    the metrics on the other; once the fits have ended, :meth:`table` computes
     here those the second process has not started. Otherwise in this process, all at once by
     :meth:`table`. :func:`gpucal.evaluate` computes each prediction's column on its own, so the table is
     the same either way.
     """
 
-    def __init__(self, held_out: pd.DataFrame, fields: list[str], seed: int, *, beside: bool) -> None:
+    def __init__(
+        self,
+        held_out: pd.DataFrame,
+        fields: list[str],
+        seed: int,
+        *,
+        beside: bool,
+        pool: ProcessPoolExecutor | None = None,
+    ) -> None:
         self._held_out, self._fields, self._seed = held_out, fields, seed
         self._predictions: dict[str, np.ndarray] = {}
         self._columns: dict[str, Future[pd.DataFrame]] = {}
-        self._pool = None
-        if beside:
+        self._pool = pool  # a warm-up lane's process, started by _start_metrics_lane
+        if beside and pool is None:
             self._pool = ProcessPoolExecutor(
                 1,
                 mp_context=multiprocessing.get_context("spawn"),
@@ -385,8 +407,8 @@ def _warm_lane(
     held_out: pd.DataFrame,
     fields: list[str],
     seed: int,
-    news: Any,
-    sync: _LaneSync,
+    news: Any = None,
+    sync: _LaneSync | None = None,
 ) -> None:
     """Run the demo's ``steps`` once, untimed, so that numba compiles their kernels into the cache.
 
@@ -396,7 +418,10 @@ def _warm_lane(
     Runs in a warm-up process; ``news`` (a queue) gets ``("start", lane, step)`` and ``("end", lane,
     step, seconds)`` for each step it runs, ``("done", lane)`` at the end, and ``("error", lane,
     message)`` when a step fails: the timed pass then compiles what is left, and reports the error.
+    Without ``news`` and ``sync``, those the metrics process was started with (:func:`_start_metrics_lane`).
     """
+    if news is None or sync is None:
+        news, sync = _LANE_LINKS
     logging.getLogger("gpucal").setLevel(logging.ERROR)  # the parent says that kernels compile
     fitted: dict[str, Any] = {}
     calibration_few, held_out_few = calibration.head(DEMO_WARMUP_ROWS), held_out.head(DEMO_WARMUP_ROWS)
@@ -438,12 +463,18 @@ def _warm_up_lanes(
     seed: int,
     names: Sequence[str],
     on_step: Callable[[str], None] | None = None,
-) -> None:
+    *,
+    keep_metrics: bool = False,
+) -> ProcessPoolExecutor | None:
     """Compile the kernels of the demo's steps in parallel processes, one lane each, with progress.
 
     Lanes run in fresh interpreters (``spawn``), which inherit the cache folder; each reports its steps
     as they end, drawn here as one bar, and ``on_step(step)`` runs here then (the step's kernels are in
-    the cache). A lane that fails or falls silent leaves its kernels to the timed pass.
+    the cache). A lane that fails or falls silent leaves its kernels to the timed pass. With
+    ``keep_metrics`` (and more than one lane), the lane that computes the metrics runs in the demo's
+    metrics process (:class:`_MetricsBeside`), returned once the warm-up has ended: its imports and
+    the metrics' kernels are loaded there already (an interpreter's start and imports cost 3 to 4 CPU
+    seconds). Returns None otherwise, or when the warm-up stopped early.
     """
     lanes = DEMO_WARMUP_LANES if min(os.cpu_count() or 1, DEMO_LANES) > 1 else _ONE_LANE
     lanes = tuple(tuple(step for step in lane if step in names or step == "metrics") for lane in lanes)
@@ -453,20 +484,34 @@ def _warm_up_lanes(
     sync = _LaneSync(
         {step: context.Event() for step in steps}, {step: context.Event() for step in steps}, context.Lock()
     )
+    kept = next((i for i, lane in enumerate(lanes) if "metrics" in lane), -1) if len(lanes) > 1 else -1
+    pool = None
+    if keep_metrics and kept >= 0:
+        pool = ProcessPoolExecutor(
+            1,
+            mp_context=context,
+            initializer=_start_metrics_lane,
+            initargs=(news, sync, held_out[["label", "p_true", *fields]], fields, seed),
+        )
     workers = [
         context.Process(
             target=_warm_lane, args=(i, lane, calibration, held_out, fields, seed, news, sync), daemon=True
         )
         for i, lane in enumerate(lanes)
+        if pool is None or i != kept
     ]
     started = time.perf_counter()
     finished: list[str] = []
     # The step each lane runs now, replaced whole (never mutated): the heartbeat thread reads it.
     running = [tuple(lane[0] for lane in lanes)]
 
+    def waiting(step: str) -> str:
+        left = [s for s in DEMO_WARMUP_AFTER.get(step, ()) if s in steps and s not in finished]
+        return f"{step} (after {', '.join(left)})" if left else step
+
     def status() -> str:
         elapsed = time.perf_counter() - started
-        now = ", ".join(step for step in running[0] if step)
+        now = ", ".join(waiting(step) for step in running[0] if step)
         return f"  {bar(len(finished), len(steps))} compiling {now} ({elapsed:.0f} s)"
 
     def now_running(lane: int, step: str) -> tuple[str, ...]:
@@ -474,7 +519,9 @@ def _warm_up_lanes(
 
     try:
         with heartbeat(status):
-            for worker in workers:  # sends each lane its rows: seconds on a loaded machine
+            if pool is not None:  # sends each lane its rows: seconds on a loaded machine
+                pool.submit(_warm_lane, kept, lanes[kept], calibration, held_out, fields, seed)
+            for worker in workers:
                 worker.start()
             lanes_done = 0
             while lanes_done < len(lanes):
@@ -482,16 +529,14 @@ def _warm_up_lanes(
                     kind, lane, *more = news.get(timeout=DEMO_LANE_TIMEOUT_S)
                 except queue.Empty:
                     log_progress("  the warm-up went silent; the remaining kernels compile as they are used")
-                    return
+                    _drop(pool)
+                    return None
                 if kind == "error":
                     log_progress(f"  warm-up stopped at {more[0]}; the remaining kernels compile when used")
-                    return
+                    _drop(pool)
+                    return None
                 if kind == "start":
-                    after = [
-                        s for s in DEMO_WARMUP_AFTER.get(more[0], ()) if s in steps and s not in finished
-                    ]
-                    waits = f" (after {', '.join(after)})" if after else ""
-                    running[0] = now_running(lane, more[0] + waits)
+                    running[0] = now_running(lane, more[0])
                 elif kind == "done":
                     running[0] = now_running(lane, "")
                     lanes_done += 1
@@ -501,6 +546,7 @@ def _warm_up_lanes(
                     log_progress(f"  {bar(len(finished), len(steps))} {step} ({seconds:.1f} s)")
                     if on_step is not None:
                         on_step(step)
+        return pool
     finally:
         for worker in workers:
             if worker.pid is None:  # never started
@@ -508,6 +554,12 @@ def _warm_up_lanes(
             worker.join(timeout=5)
             if worker.is_alive():
                 worker.terminate()
+
+
+def _drop(pool: ProcessPoolExecutor | None) -> None:
+    """End the metrics process of a warm-up that stopped early (the demo starts a fresh one)."""
+    if pool is not None:
+        pool.shutdown(wait=False, cancel_futures=True)
 
 
 def _warm_marker() -> Path:
@@ -593,6 +645,8 @@ def run_demo(args: argparse.Namespace) -> int:
             _load_kernels_of(step, *few, fields, fitted_few)
             loaded.append(step)
 
+    beside = args.rows >= DEMO_METRICS_BESIDE_ROWS and (os.cpu_count() or 1) > 1
+    pool = None
     marker = _warm_marker()
     if marker.exists():
         log_progress("[2/4] the demo's kernels are compiled already (numba's cache)")
@@ -601,14 +655,13 @@ def run_demo(args: argparse.Namespace) -> int:
             f"[2/4] compiling the demo's kernels (first run only), each calibrator fitted untimed on "
             f"{warmup_rows:,} rows (the one-dimensional maps on all) in parallel processes ..."
         )
-        _warm_up_lanes(calibration, held_out, fields, args.seed, names, load_step)
+        pool = _warm_up_lanes(calibration, held_out, fields, args.seed, names, load_step, keep_metrics=beside)
         log_progress(f"  compiled in {time.perf_counter() - started:.1f} s since the start")
-    beside = args.rows >= DEMO_METRICS_BESIDE_ROWS and (os.cpu_count() or 1) > 1
     log_progress(
         f"[3/4] fitting every calibrator on {args.rows:,} rows, timed warm"
         + (", the metrics of each prediction computed beside in a second process ..." if beside else " ...")
     )
-    metrics = _MetricsBeside(held_out, fields, args.seed, beside=beside)
+    metrics = _MetricsBeside(held_out, fields, args.seed, beside=beside, pool=pool)
     blas = _share_blas_threads(2) if beside else contextlib.nullcontext()
     with blas:
         try:
