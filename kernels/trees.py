@@ -30,6 +30,7 @@ from gpucal.kernels.trees_cpu import (
     predict_leaves_cpu,
     predict_trees_cpu,
     route_rows_cpu,
+    split_ranges,
     tree_depths_cpu,
     tree_leaves_cpu,
     walk_table_cpu,
@@ -161,10 +162,8 @@ def tree_leaves(
         return tree_leaves_oracle(codes, *nodes, starts)
     if backend == "cpu":
         out = np.empty((codes.shape[0], starts.shape[0] - 1), dtype=np.int32)
-        table, shift = _walk_table(nodes, starts, codes.shape[1])
-        return tree_leaves_cpu(
-            codes, table, shift, nodes.child_table, starts, tree_depths_cpu(*nodes, starts), out
-        )
+        table, shift, depths = _walk_table(nodes, starts, codes.shape[1])
+        return tree_leaves_cpu(codes, table, shift, nodes.child_table, starts, depths, out)
     return _tree_leaves_cuda(codes, nodes, starts, n_blocks, threads_per_block)
 
 
@@ -255,8 +254,7 @@ def predict_trees(
     if backend == "cpu":
         f = readonly(np.ascontiguousarray(f, dtype=np.float64))
         out = np.empty(codes.shape[0], dtype=np.float64)
-        table, shift = _walk_table(nodes, starts, codes.shape[1])
-        depths = tree_depths_cpu(*nodes, starts)
+        table, shift, depths = _walk_table(nodes, starts, codes.shape[1])
         return predict_trees_cpu(
             codes, f, table, shift, nodes.child_table, starts, values, depths, leaf_map, out
         )
@@ -283,14 +281,18 @@ def predict_leaves(f: np.ndarray, leaf: np.ndarray, node_value: np.ndarray, leaf
 # Input checks
 
 
-def _walk_table(nodes: _Nodes, starts: np.ndarray, n_features: int) -> tuple[np.ndarray, np.int64]:
-    """The CPU walk's table (``walk_table_cpu``) and its feature bits: int32 where the packed entries
-    fit, else int64."""
+def _walk_table(
+    nodes: _Nodes, starts: np.ndarray, n_features: int
+) -> tuple[np.ndarray, np.int64, np.ndarray]:
+    """The CPU walk's table (``walk_table_cpu``), its feature bits and each tree's step count
+    (``tree_depths_cpu``): the table int32 where the packed entries fit, else int64."""
     shift = max(n_features - 1, 0).bit_length()
     n_entries = nodes.child_table.shape[0] + starts.shape[0] - 1
     dtype = np.int32 if n_entries << shift <= INT32_MAX else np.int64
     table = np.empty(n_entries, dtype=dtype)
-    return walk_table_cpu(*nodes, starts, np.int64(shift), table), np.int64(shift)
+    order, stop = split_ranges(nodes.node_feature, nodes.node_child_base, nodes.child_table.shape[0])
+    walk_table_cpu(*nodes, starts, order, stop, np.int64(shift), table)
+    return table, np.int64(shift), tree_depths_cpu(*nodes, starts, stop)
 
 
 def _check_codes(codes: Any) -> Any:

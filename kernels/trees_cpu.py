@@ -36,27 +36,40 @@ def route_rows_cpu(codes, node_idx, node_feature, node_child_base, child_table, 
     return out
 
 
+def split_ranges(node_feature, node_child_base, n_entries):
+    """Return the split nodes ordered by ``node_child_base``, and where each one's child-table entries end.
+
+    A split node owns the entries from its ``node_child_base`` up to the next larger base of a split node,
+    or up to ``n_entries`` (the layout of ``TreeEnsemble``; the callers check that no two split nodes share
+    a base). Returns ``(order, stop)``, both int64: ``order`` the split nodes' ids by increasing base,
+    ``stop[m]`` the end of split node ``m``'s entries (one value per node, 0 at leaves). numpy, on the
+    host: the kernels below read the result, and sorting inside a kernel would compile numba's sort.
+    """
+    split = np.flatnonzero(np.asarray(node_feature) >= 0)
+    order = split[np.argsort(node_child_base[split])]
+    stop = np.zeros(node_feature.shape[0], dtype=np.int64)
+    stop[order[:-1]] = node_child_base[order[1:]]
+    stop[order[-1:]] = n_entries
+    return order, stop
+
+
 @numba.njit(cache=True)
-def tree_depths_cpu(node_feature, node_child_base, child_table, tree_start):
+def tree_depths_cpu(node_feature, node_child_base, child_table, tree_start, stop):
     """Return, per tree, a number of steps after which every walk from its root has stopped (int64).
 
     Nodes are visited in id order (children have larger ids): a split node reaches every child id above
-    it in ``child_table`` from its ``node_child_base`` up to the next larger base of a split node. For
-    the non-overlapping layout of ``TreeEnsemble`` that covers the node's own children and perhaps a
-    few others, so the count is the tree's depth or more, and extra steps stay at the leaf.
+    it in ``child_table`` from its ``node_child_base`` up to ``stop`` (:func:`split_ranges`). For the
+    non-overlapping layout of ``TreeEnsemble`` that covers the node's own children and perhaps a few
+    others, so the count is the tree's depth or more, and extra steps stay at the leaf.
     """
     n_nodes = node_feature.shape[0]
-    split_bases = np.sort(node_child_base[node_feature >= 0])
     depth = np.zeros(n_nodes, dtype=np.int64)
     out = np.zeros(tree_start.shape[0] - 1, dtype=np.int64)
     for t in range(tree_start.shape[0] - 1):
         for m in range(tree_start[t], tree_start[t + 1]):
             if node_feature[m] < 0:
                 continue
-            start = node_child_base[m]
-            k = np.searchsorted(split_bases, start, side="right")
-            stop = split_bases[k] if k < split_bases.shape[0] else child_table.shape[0]
-            for e in range(start, stop):
+            for e in range(node_child_base[m], stop[m]):
                 child = child_table[e]
                 if child > m and child < n_nodes and depth[child] < depth[m] + 1:
                     depth[child] = depth[m] + 1
@@ -66,28 +79,24 @@ def tree_depths_cpu(node_feature, node_child_base, child_table, tree_start):
 
 
 @numba.njit(cache=True)
-def walk_table_cpu(node_feature, node_child_base, child_table, tree_start, shift, out):
+def walk_table_cpu(node_feature, node_child_base, child_table, tree_start, order, stop, shift, out):
     """Fill ``out`` with the walk's table by arrival, one entry per entry of ``child_table`` and then one
     per tree root; return ``out`` (int32, or int64 where the packed entries need it).
 
     A row that arrived through entry ``e`` at a split node reads ``out[e] = (base << shift) | j``
     (``j`` the node's feature, ``base`` its ``node_child_base``) and moves to entry ``base`` plus its code
     of feature ``j``; at a node ``x`` it stays at, ``out[e] = -1 - x``: a leaf, or the parent of a ``-1``
-    child or of one not above it (where :func:`gpucal.kernels.trees_row.walk_tree` stops). A split node
-    owns the entries from its ``node_child_base`` up to the next larger base of a split node (the layout
-    of ``TreeEnsemble``; the callers check that no two split nodes share a base). A step then waits for
+    child or of one not above it (where :func:`gpucal.kernels.trees_row.walk_tree` stops). The split
+    nodes by base and the end of each one's entries are ``order`` and ``stop`` (:func:`split_ranges`). A
+    step then waits for
     two dependent loads, the entry and the code, where a walk over the node arrays waits for three (the
     node's feature and base, the code, the child), and the table is ``child_table``'s size.
     """
     n_edges = child_table.shape[0]
-    split = np.flatnonzero(node_feature >= 0)
-    order = split[np.argsort(node_child_base[split])]
     out[:n_edges] = -1  # entries no split node owns: no code in range reaches them
     for r in range(order.shape[0]):
         m = order[r]
-        start = node_child_base[m]
-        stop = node_child_base[order[r + 1]] if r + 1 < order.shape[0] else n_edges
-        for e in range(start, stop):
+        for e in range(node_child_base[m], stop[m]):
             child = np.int64(child_table[e])
             out[e] = _arrival(child, node_feature, node_child_base, shift) if child > m else -1 - np.int64(m)
     for t in range(tree_start.shape[0] - 1):

@@ -378,7 +378,7 @@ def test_demo_times_warm_fits_only(monkeypatch, tmp_path, capsys):
     import gpucal.cli.demo as cli
 
     monkeypatch.setattr(cli, "_warm_marker", lambda: tmp_path / "demo.warm")
-    monkeypatch.setattr(cli, "_warm_up_lanes", lambda *args: None)
+    monkeypatch.setattr(cli, "_warm_up_lanes", lambda *args, **kwargs: None)
     main(["demo", "--rows", "3000", "--top", "2"])  # every kernel of this size in the cache
     calls: list[str] = []
     fit_predict = cli._demo_fit_predict
@@ -401,14 +401,17 @@ def test_demo_times_warm_fits_only(monkeypatch, tmp_path, capsys):
 
 
 def test_demo_compiles_in_parallel_lanes_first(monkeypatch, tmp_path, capsys):
-    """Issue 23: the first run's compilation is split over warm-up processes that report as they go."""
+    """Issue 23: the first run's compilation is split over warm-up processes that report as they go; the
+    lane that computes the metrics runs in the process that computes them beside the timed fits."""
     import gpucal.cli.demo as cli
 
     marker = tmp_path / "demo.warm"
     monkeypatch.setattr(cli, "_warm_marker", lambda: marker)
+    monkeypatch.setattr(cli, "DEMO_METRICS_BESIDE_ROWS", 0)
     assert main(["demo", "--rows", "2000", "--top", "2"]) == 0
     err = capsys.readouterr().err
-    steps = [step for lane in cli.DEMO_WARMUP_LANES for step in lane]
+    assert "computed beside in a second process" in err
+    steps = list(dict.fromkeys(step for lane in cli.DEMO_WARMUP_LANES for step in lane))
     for step in steps:
         assert re.search(rf"\] \d+/{len(steps)} {step} \(", err), (step, err)
     assert f"[{'#' * 20}] {len(steps)}/{len(steps)} " in err
@@ -423,9 +426,10 @@ def test_demo_fits_auto_once_in_its_own_process(monkeypatch, tmp_path, capsys):
     loaded no kernel the timed fits before it do not; it is fitted in a warm-up lane only."""
     import gpucal.cli.demo as cli
 
-    def fake_lanes(calibration, held_out, fields, seed, names, on_step):
-        for step in (step for lane in cli.DEMO_WARMUP_LANES for step in lane if step in names):
-            on_step(step)
+    def fake_lanes(calibration, held_out, fields, seed, names, on_step, **kwargs):
+        for step in dict.fromkeys(step for lane in cli.DEMO_WARMUP_LANES for step in lane):
+            if step in names:
+                on_step(step)
 
     calls: list[tuple[str, int]] = []
     fit_predict = cli._demo_fit_predict
@@ -453,7 +457,7 @@ def test_the_demo_metrics_computed_beside_the_fits_are_the_same(monkeypatch, tmp
     import gpucal.cli.demo as cli
 
     monkeypatch.setattr(cli, "_warm_marker", lambda: tmp_path / "demo.warm")
-    monkeypatch.setattr(cli, "_warm_up_lanes", lambda *args: None)
+    monkeypatch.setattr(cli, "_warm_up_lanes", lambda *args, **kwargs: None)
     monkeypatch.setattr(os, "cpu_count", lambda: 2)
     tables = {}
     for threshold in (10**9, 0):
@@ -493,7 +497,7 @@ def test_the_demo_explains_its_segment_table(monkeypatch, tmp_path, capsys):
     import gpucal.cli.demo as cli
 
     monkeypatch.setattr(cli, "_warm_marker", lambda: tmp_path / "demo.warm")
-    monkeypatch.setattr(cli, "_warm_up_lanes", lambda *args: None)
+    monkeypatch.setattr(cli, "_warm_up_lanes", lambda *args, **kwargs: None)
     assert main(["demo", "--rows", "3000", "--top", "3", "--min-segment-rows", "100"]) == 0
     out = capsys.readouterr().out
     segments = out.split("rows >= 100:\n")[1].splitlines()

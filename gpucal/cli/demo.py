@@ -32,7 +32,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from gpucal._version import __version__
 from gpucal.cli.progress import bar, heartbeat, log_progress
@@ -77,11 +77,12 @@ DEMO_MIN_ROWS = 100
 DEMO_LANES = 2
 #: The warm-up's steps: a demo calibrator's name, or ``"metrics"`` (``evaluate`` and the segment
 #: report). Each lane runs its steps in order in one process. Balanced by the CPU seconds of each step
-#: with a fresh cache (serial kernel twins): MBCT (the encoder, group-sum and tree kernels) 28 s, CCL 4 s
-#: and HC 7 s (it reuses MBCT's encoder and group-sum kernels) in one lane; the other 1-D maps 20 s and
-#: the metrics 13 s in the other, then Platt, temperature and beta, which reuse the logistic kernels the
-#: metrics compiled (in the first lane they took 3 s, compiling them a second time), feature-aware
-#: Platt, and the automatic calibrator (:data:`DEMO_AUTO_WARMUP_ROWS`).
+#: with a fresh cache (serial kernel twins): MBCT (the encoder, group-sum and tree kernels) 28 s and CCL
+#: 4 s in one lane; the other 1-D maps 20 s and the metrics 13 s in the other, then Platt, temperature
+#: and beta, which reuse the logistic kernels the metrics compiled (in the first lane they took 3 s,
+#: compiling them a second time), feature-aware Platt, and the automatic calibrator
+#: (:data:`DEMO_AUTO_WARMUP_ROWS`). HC (7 s; it reuses MBCT's encoder and group-sum kernels) is in both
+#: lanes: the lane that reaches it first runs it, the other skips it.
 DEMO_WARMUP_LANES: tuple[tuple[str, ...], ...] = (
     ("mbct", "ccl", "hc"),
     (
@@ -94,9 +95,15 @@ DEMO_WARMUP_LANES: tuple[tuple[str, ...], ...] = (
         "temperature",
         "beta",
         "feature_platt",
+        "hc",
         "auto",
     ),
 )
+#: Warm-up steps that start only once other lanes' steps have ended: they fit calibrators whose kernels
+#: those compile. numba writes a kernel into the cache when its compilation ends, so a step started
+#: earlier compiles the same kernels a second time beside the other lane (the automatic calibrator's
+#: MBCT and HC candidates: 10 CPU s of both lanes' 63).
+DEMO_WARMUP_AFTER: dict[str, tuple[str, ...]] = {"hc": ("mbct",), "auto": ("mbct", "hc")}
 #: Rows the automatic calibrator's warm-up step fits on: its candidates' kernels are the other
 #: calibrators' (compiled by their steps), save the tree kernels' variants for the int8 codes of its
 #: smallest subsamples. Fitted on these rows in the demo's own process, it took 5.4 CPU seconds after
@@ -107,7 +114,7 @@ DEMO_AUTO_WARMUP_ROWS = 5_000
 #: them load their kernels.
 DEMO_UNLOADED = ("auto",)
 #: The warm-up's steps on one core: every step, in one lane.
-_ONE_LANE = (tuple(step for lane in DEMO_WARMUP_LANES for step in lane),)
+_ONE_LANE = (tuple(dict.fromkeys(step for lane in DEMO_WARMUP_LANES for step in lane)),)
 #: Seconds without news from the warm-up lanes before the demo stops waiting for them (a lane that
 #: died without a word); the timed pass then compiles what is left.
 DEMO_LANE_TIMEOUT_S = 600.0
@@ -291,6 +298,19 @@ def _keep_metrics_data(held_out: pd.DataFrame, fields: list[str], seed: int) -> 
     _METRICS_DATA[:] = [held_out, fields, seed]
 
 
+#: The news queue and :class:`_LaneSync` of a warm-up lane run in the metrics process, set at its start.
+_LANE_LINKS: list[Any] = []
+
+
+def _start_metrics_lane(
+    news: Any, sync: _LaneSync, held_out: pd.DataFrame, fields: list[str], seed: int
+) -> None:
+    """Start the metrics process as a warm-up lane too: it compiles and loads the metrics' kernels in
+    the warm-up, and keeps them (and its imports) for the metrics of the timed fits."""
+    _LANE_LINKS[:] = [news, sync]
+    _keep_metrics_data(held_out, fields, seed)
+
+
 def _metrics_of(name: str, prediction: np.ndarray) -> pd.DataFrame:
     """The metrics of one prediction on the held-out rows kept by :func:`_keep_metrics_data`."""
     held_out, fields, seed = _METRICS_DATA
@@ -300,18 +320,28 @@ def _metrics_of(name: str, prediction: np.ndarray) -> pd.DataFrame:
 class _MetricsBeside:
     """The metrics of the demo's predictions, each started as soon as it is made.
 
-    With ``beside``, in one second process (``spawn``), while this one fits the next calibrator: the
-    fits run on one core, the metrics on the other. Otherwise in this process, all at once by
+    With ``beside``, in one second process (``spawn``; ``pool``, the warm-up lane that computed the
+    metrics, when there was one), while this one fits the next calibrator: the fits run on one core,
+    the metrics on the other; once the fits have ended, :meth:`table` computes
+    here those the second process has not started. Otherwise in this process, all at once by
     :meth:`table`. :func:`gpucal.evaluate` computes each prediction's column on its own, so the table is
     the same either way.
     """
 
-    def __init__(self, held_out: pd.DataFrame, fields: list[str], seed: int, *, beside: bool) -> None:
+    def __init__(
+        self,
+        held_out: pd.DataFrame,
+        fields: list[str],
+        seed: int,
+        *,
+        beside: bool,
+        pool: ProcessPoolExecutor | None = None,
+    ) -> None:
         self._held_out, self._fields, self._seed = held_out, fields, seed
         self._predictions: dict[str, np.ndarray] = {}
         self._columns: dict[str, Future[pd.DataFrame]] = {}
-        self._pool = None
-        if beside:
+        self._pool = pool  # a warm-up lane's process, started by _start_metrics_lane
+        if beside and pool is None:
             self._pool = ProcessPoolExecutor(
                 1,
                 mp_context=multiprocessing.get_context("spawn"),
@@ -331,7 +361,16 @@ class _MetricsBeside:
 
         if self._pool is None:
             return _demo_metrics(self._held_out, self._predictions, self._fields, self._seed)
-        return pd.concat([self._columns[name].result() for name in self._predictions], axis=1)
+        # The columns the second process has not started are computed here meanwhile, the last first,
+        # one at a time: both cores work until the table is full.
+        here: dict[str, pd.DataFrame] = {}
+        for name in reversed(self._predictions):
+            if not self._columns[name].cancel():
+                break  # started, and so is every column before it: the second process takes them in order
+            prediction = {name: self._predictions[name]}
+            here[name] = _demo_metrics(self._held_out, prediction, self._fields, self._seed)
+        columns = [here[n] if n in here else self._columns[n].result() for n in self._predictions]
+        return pd.concat(columns, axis=1)
 
     def close(self) -> None:
         """End the second process, if any (metrics not yet computed are dropped)."""
@@ -339,21 +378,50 @@ class _MetricsBeside:
             self._pool.shutdown(wait=False, cancel_futures=True)
 
 
+class _LaneSync(NamedTuple):
+    """What the warm-up lanes share: per step, an event set when it has ended and one set when a lane
+    has taken it, and the lock under which a lane takes a step."""
+
+    ended: dict[str, Any]
+    taken: dict[str, Any]
+    lock: Any
+
+
+def _take_step(step: str, sync: _LaneSync) -> bool:
+    """Wait for the steps ``step`` runs after (:data:`DEMO_WARMUP_AFTER`); return whether this lane takes
+    it (False: another lane has)."""
+    for before in DEMO_WARMUP_AFTER.get(step, ()):
+        if before in sync.ended:  # a step of this run: wait until its kernels are in the cache
+            sync.ended[before].wait(DEMO_LANE_TIMEOUT_S)
+    with sync.lock:
+        if sync.taken[step].is_set():
+            return False
+        sync.taken[step].set()
+        return True
+
+
 def _warm_lane(
+    lane: int,
     steps: tuple[str, ...],
     calibration: pd.DataFrame,
     held_out: pd.DataFrame,
     fields: list[str],
     seed: int,
-    news: Any,
+    news: Any = None,
+    sync: _LaneSync | None = None,
 ) -> None:
     """Run the demo's ``steps`` once, untimed, so that numba compiles their kernels into the cache.
 
     The one-dimensional maps fit on every row given, the automatic calibrator on the first
-    ``DEMO_AUTO_WARMUP_ROWS``, the other steps on the first ``DEMO_WARMUP_ROWS``.
-    Runs in a warm-up process; ``news`` (a queue) gets ``(step, seconds)`` after each step and
-    ``(None, error)`` when one fails: the timed pass then compiles what is left, and reports the error.
+    ``DEMO_AUTO_WARMUP_ROWS``, the other steps on the first ``DEMO_WARMUP_ROWS``. A step another lane has
+    taken is skipped (:func:`_take_step`).
+    Runs in a warm-up process; ``news`` (a queue) gets ``("start", lane, step)`` and ``("end", lane,
+    step, seconds)`` for each step it runs, ``("done", lane)`` at the end, and ``("error", lane,
+    message)`` when a step fails: the timed pass then compiles what is left, and reports the error.
+    Without ``news`` and ``sync``, those the metrics process was started with (:func:`_start_metrics_lane`).
     """
+    if news is None or sync is None:
+        news, sync = _LANE_LINKS
     logging.getLogger("gpucal").setLevel(logging.ERROR)  # the parent says that kernels compile
     fitted: dict[str, Any] = {}
     calibration_few, held_out_few = calibration.head(DEMO_WARMUP_ROWS), held_out.head(DEMO_WARMUP_ROWS)
@@ -363,6 +431,9 @@ def _warm_lane(
     }
     with _share_blas_threads(DEMO_LANES):
         for step in steps:
+            news.put(("start", lane, step))
+            if not _take_step(step, sync):
+                continue
             tick = time.perf_counter()
             try:
                 if step == "metrics":
@@ -378,9 +449,11 @@ def _warm_lane(
                     if predicted is not None:
                         predictions[step] = predicted
             except Exception as error:
-                news.put((None, f"{step}: {error}"))
+                news.put(("error", lane, f"{step}: {error}"))
                 return
-            news.put((step, time.perf_counter() - tick))
+            sync.ended[step].set()
+            news.put(("end", lane, step, time.perf_counter() - tick))
+    news.put(("done", lane))
 
 
 def _warm_up_lanes(
@@ -390,53 +463,90 @@ def _warm_up_lanes(
     seed: int,
     names: Sequence[str],
     on_step: Callable[[str], None] | None = None,
-) -> None:
+    *,
+    keep_metrics: bool = False,
+) -> ProcessPoolExecutor | None:
     """Compile the kernels of the demo's steps in parallel processes, one lane each, with progress.
 
     Lanes run in fresh interpreters (``spawn``), which inherit the cache folder; each reports its steps
     as they end, drawn here as one bar, and ``on_step(step)`` runs here then (the step's kernels are in
-    the cache). A lane that fails or falls silent leaves its kernels to the timed pass.
+    the cache). A lane that fails or falls silent leaves its kernels to the timed pass. With
+    ``keep_metrics`` (and more than one lane), the lane that computes the metrics runs in the demo's
+    metrics process (:class:`_MetricsBeside`), returned once the warm-up has ended: its imports and
+    the metrics' kernels are loaded there already (an interpreter's start and imports cost 3 to 4 CPU
+    seconds). Returns None otherwise, or when the warm-up stopped early.
     """
     lanes = DEMO_WARMUP_LANES if min(os.cpu_count() or 1, DEMO_LANES) > 1 else _ONE_LANE
     lanes = tuple(tuple(step for step in lane if step in names or step == "metrics") for lane in lanes)
-    total = sum(len(lane) for lane in lanes)
+    steps = list(dict.fromkeys(step for lane in lanes for step in lane))
     context = multiprocessing.get_context("spawn")
     news = context.Queue()
+    sync = _LaneSync(
+        {step: context.Event() for step in steps}, {step: context.Event() for step in steps}, context.Lock()
+    )
+    kept = next((i for i, lane in enumerate(lanes) if "metrics" in lane), -1) if len(lanes) > 1 else -1
+    pool = None
+    if keep_metrics and kept >= 0:
+        pool = ProcessPoolExecutor(
+            1,
+            mp_context=context,
+            initializer=_start_metrics_lane,
+            initargs=(news, sync, held_out[["label", "p_true", *fields]], fields, seed),
+        )
     workers = [
         context.Process(
-            target=_warm_lane, args=(lane, calibration, held_out, fields, seed, news), daemon=True
+            target=_warm_lane, args=(i, lane, calibration, held_out, fields, seed, news, sync), daemon=True
         )
-        for lane in lanes
+        for i, lane in enumerate(lanes)
+        if pool is None or i != kept
     ]
     started = time.perf_counter()
     finished: list[str] = []
     # The step each lane runs now, replaced whole (never mutated): the heartbeat thread reads it.
     running = [tuple(lane[0] for lane in lanes)]
 
+    def waiting(step: str) -> str:
+        left = [s for s in DEMO_WARMUP_AFTER.get(step, ()) if s in steps and s not in finished]
+        return f"{step} (after {', '.join(left)})" if left else step
+
     def status() -> str:
         elapsed = time.perf_counter() - started
-        return f"  {bar(len(finished), total)} compiling {', '.join(running[0])} ({elapsed:.0f} s)"
+        now = ", ".join(waiting(step) for step in running[0] if step)
+        return f"  {bar(len(finished), len(steps))} compiling {now} ({elapsed:.0f} s)"
+
+    def now_running(lane: int, step: str) -> tuple[str, ...]:
+        return tuple(step if i == lane else current for i, current in enumerate(running[0]))
 
     try:
         with heartbeat(status):
-            for worker in workers:  # sends each lane its rows: seconds on a loaded machine
+            if pool is not None:  # sends each lane its rows: seconds on a loaded machine
+                pool.submit(_warm_lane, kept, lanes[kept], calibration, held_out, fields, seed)
+            for worker in workers:
                 worker.start()
-            while len(finished) < total:
+            lanes_done = 0
+            while lanes_done < len(lanes):
                 try:
-                    step, seconds = news.get(timeout=DEMO_LANE_TIMEOUT_S)
+                    kind, lane, *more = news.get(timeout=DEMO_LANE_TIMEOUT_S)
                 except queue.Empty:
                     log_progress("  the warm-up went silent; the remaining kernels compile as they are used")
-                    return
-                if step is None:
-                    log_progress(f"  warm-up stopped at {seconds}; the remaining kernels compile when used")
-                    return
-                finished.append(step)
-                lane = next(lane for lane in lanes if step in lane)
-                after = lane[lane.index(step) + 1 :][:1]
-                running[0] = tuple(s for s in running[0] if s != step) + after
-                log_progress(f"  {bar(len(finished), total)} {step} ({seconds:.1f} s)")
-                if on_step is not None:
-                    on_step(step)
+                    _drop(pool)
+                    return None
+                if kind == "error":
+                    log_progress(f"  warm-up stopped at {more[0]}; the remaining kernels compile when used")
+                    _drop(pool)
+                    return None
+                if kind == "start":
+                    running[0] = now_running(lane, more[0])
+                elif kind == "done":
+                    running[0] = now_running(lane, "")
+                    lanes_done += 1
+                else:
+                    step, seconds = more
+                    finished.append(step)
+                    log_progress(f"  {bar(len(finished), len(steps))} {step} ({seconds:.1f} s)")
+                    if on_step is not None:
+                        on_step(step)
+        return pool
     finally:
         for worker in workers:
             if worker.pid is None:  # never started
@@ -444,6 +554,12 @@ def _warm_up_lanes(
             worker.join(timeout=5)
             if worker.is_alive():
                 worker.terminate()
+
+
+def _drop(pool: ProcessPoolExecutor | None) -> None:
+    """End the metrics process of a warm-up that stopped early (the demo starts a fresh one)."""
+    if pool is not None:
+        pool.shutdown(wait=False, cancel_futures=True)
 
 
 def _warm_marker() -> Path:
@@ -529,6 +645,8 @@ def run_demo(args: argparse.Namespace) -> int:
             _load_kernels_of(step, *few, fields, fitted_few)
             loaded.append(step)
 
+    beside = args.rows >= DEMO_METRICS_BESIDE_ROWS and (os.cpu_count() or 1) > 1
+    pool = None
     marker = _warm_marker()
     if marker.exists():
         log_progress("[2/4] the demo's kernels are compiled already (numba's cache)")
@@ -537,14 +655,13 @@ def run_demo(args: argparse.Namespace) -> int:
             f"[2/4] compiling the demo's kernels (first run only), each calibrator fitted untimed on "
             f"{warmup_rows:,} rows (the one-dimensional maps on all) in parallel processes ..."
         )
-        _warm_up_lanes(calibration, held_out, fields, args.seed, names, load_step)
+        pool = _warm_up_lanes(calibration, held_out, fields, args.seed, names, load_step, keep_metrics=beside)
         log_progress(f"  compiled in {time.perf_counter() - started:.1f} s since the start")
-    beside = args.rows >= DEMO_METRICS_BESIDE_ROWS and (os.cpu_count() or 1) > 1
     log_progress(
         f"[3/4] fitting every calibrator on {args.rows:,} rows, timed warm"
         + (", the metrics of each prediction computed beside in a second process ..." if beside else " ...")
     )
-    metrics = _MetricsBeside(held_out, fields, args.seed, beside=beside)
+    metrics = _MetricsBeside(held_out, fields, args.seed, beside=beside, pool=pool)
     blas = _share_blas_threads(2) if beside else contextlib.nullcontext()
     with blas:
         try:
