@@ -16,7 +16,8 @@ that no method can close on so many calibration rows; it falls as ``k / (2 N)`` 
 
 Beside the floor, on the same rows: Platt scaling, second-order feature-aware Platt
 (``interactions="auto"``) as AutoCalibrator's candidates on a large set are set (``l2 = SCREENED_L2``,
-``screen_fields=True``, each ``l2_cross`` of ``CROSS_L2``), and ``AutoCalibrator`` itself.
+``screen_fields=True``, each ``l2_cross`` of ``CROSS_L2``), and ``AutoCalibrator`` itself, each given the
+columns ``bench_auto`` gives its methods (``feature_cols``, ``categorical_cols``).
 
 Run: ``python benchmarks/bench_oracle_floor.py [--datasets ctr-cross400 ...] [--seeds 0 1 2]
 [--rows 150000 300000] [--out STEM]``; writes ``benchmarks/results/STEM.md`` (and ``.json``; ``STEM``
@@ -98,7 +99,13 @@ def measure(name: str, seed: int, n_rows: int) -> dict[str, Any]:
     }
     for label, params in [*second_order.items(), ("auto", {})]:
         method = "auto" if label == "auto" else "feature_platt"
-        model = make_calibrator(method, output_type="numpy", feature_cols=data.feature_cols, **params)
+        model = make_calibrator(
+            method,
+            output_type="numpy",
+            feature_cols=data.feature_cols,
+            categorical_cols=data.categorical_cols or None,
+            **params,
+        )
         started = time.process_time()
         model.fit(data.cal, y)
         seconds[label] = time.process_time() - started
