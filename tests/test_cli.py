@@ -421,6 +421,34 @@ def test_demo_compiles_in_parallel_lanes_first(monkeypatch, tmp_path, capsys):
     assert "compiled already" in capsys.readouterr().err
 
 
+def test_a_failing_warm_up_step_releases_the_lanes_that_wait_for_it(monkeypatch):
+    """A lane whose step fails says so and marks the step ended: a lane waiting for it (HC after MBCT)
+    goes on at once instead of holding its process until the lane timeout."""
+    import queue
+    import threading
+
+    import gpucal.cli.demo as cli
+
+    def fail(*args, **kwargs):
+        msg = "no kernel"
+        raise RuntimeError(msg)
+
+    monkeypatch.setattr(cli, "_demo_fit_predict", fail)
+    steps = ("mbct", "hc")
+    sync = cli._LaneSync(
+        {s: threading.Event() for s in steps}, {s: threading.Event() for s in steps}, threading.Lock()
+    )
+    news: queue.Queue = queue.Queue()
+    frame = pd.DataFrame({"score": [0.2, 0.7], "p_true": [0.2, 0.7], "label": [0.0, 1.0]})
+    cli._warm_lane(0, ("mbct",), frame, frame, [], 0, news, sync)
+    assert sync.ended["mbct"].is_set()
+    assert [news.get_nowait() for _ in range(2)] == [("start", 0, "mbct"), ("error", 0, "mbct: no kernel")]
+    waiting = threading.Thread(target=cli._take_step, args=("hc", sync))
+    waiting.start()
+    waiting.join(timeout=5.0)
+    assert not waiting.is_alive()
+
+
 def test_demo_fits_auto_once_in_its_own_process(monkeypatch, tmp_path, capsys):
     """Issue 23: the untimed loading fit of the automatic calibrator took 5.4 CPU s after the warm-up and
     loaded no kernel the timed fits before it do not; it is fitted in a warm-up lane only."""

@@ -449,6 +449,9 @@ def _warm_lane(
                     if predicted is not None:
                         predictions[step] = predicted
             except Exception as error:
+                # A lane waiting for this step goes on (the timed pass compiles what is left) instead of
+                # holding its process, the metrics process among them, until the lane timeout.
+                sync.ended[step].set()
                 news.put(("error", lane, f"{step}: {error}"))
                 return
             sync.ended[step].set()
