@@ -88,9 +88,9 @@ def walk_table_cpu(node_feature, node_child_base, child_table, tree_start, order
     of feature ``j``; at a node ``x`` it stays at, ``out[e] = -1 - x``: a leaf, or the parent of a ``-1``
     child or of one not above it (where :func:`gpucal.kernels.trees_row.walk_tree` stops). The split
     nodes by base and the end of each one's entries are ``order`` and ``stop`` (:func:`split_ranges`). A
-    step then waits for
-    two dependent loads, the entry and the code, where a walk over the node arrays waits for three (the
-    node's feature and base, the code, the child), and the table is ``child_table``'s size.
+    step then waits for two dependent loads, the entry and the code, where a walk over the node arrays
+    waits for three (the node's feature and base, the code, the child), and the table is
+    ``child_table``'s size.
     """
     n_edges = child_table.shape[0]
     out[:n_edges] = -1  # entries no split node owns: no code in range reaches them
