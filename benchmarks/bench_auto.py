@@ -612,8 +612,8 @@ def write_report(entries: list[dict[str, Any]], args: argparse.Namespace, second
         f"{SPEED_RATIO:g} on calibration sets over {SPEED_MIN_ROWS:,} rows, judged on the CPU seconds: the "
         "wall clock of a loaded machine is not that of a 2-core machine of one's own). "
         "blend - choice: the blend's log-loss minus the choice's (its standard error). search: folds x "
-        "rows of the last rung of the search (successive halving from 8,000 rows; over 100,000 rows the last "
-        "rung is a 40,000-row subsample; `gpucal.auto.sizing`), "
+        "rows of the last rung of the search (successive halving from 8,000 rows up to every row, at most "
+        "1,000,000; `gpucal.auto.sizing`), "
         "and which guard, if any, handed the prediction to Platt scaling (`gpucal.auto.guard`): the AUC "
         "guard (out-of-fold AUC below the raw score's) or, on a large set, a gain over Platt of at most "
         "2 standard errors; choice: the candidate the prediction reads first (Platt after a guard).",

@@ -341,9 +341,14 @@ def test_plan_grows_the_rows_rung_by_rung() -> None:
     assert [r.n_folds for r in mid.rungs] == [sizing.SCREEN_N_FOLDS] * 2 + [sizing.LARGE_N_FOLDS]
     # A last step of less than MIN_STEP times the rows replaces the rung before it.
     assert [r.rows for r in sizing.plan_search(first + 1, "auto", "auto").rungs] == [first + 1]
-    large = sizing.plan_search(sizing.LARGE_ROWS + 1, "auto", "auto")
-    assert (large.n_folds, large.cv_rows, large.large) == (sizing.LARGE_N_FOLDS, sizing.LARGE_CV_ROWS, True)
+    # A large set's last rung has every row (the finalists are compared on all of them), up to the cap.
+    n_large = sizing.LARGE_ROWS + 1
+    large = sizing.plan_search(n_large, "auto", "auto")
+    assert (large.n_folds, large.cv_rows, large.large) == (sizing.LARGE_N_FOLDS, n_large, True)
+    assert [r.rows for r in large.rungs] == [first, first * growth, n_large]
     assert large.rungs[0] == sizing.Rung(first, sizing.SCREEN_N_FOLDS)
+    huge = sizing.plan_search(3 * sizing.LARGE_CV_ROWS, "auto", "auto")
+    assert huge.cv_rows == sizing.LARGE_CV_ROWS
     given = sizing.plan_search(500_000, 4, None)
     assert (given.n_folds, given.cv_rows, given.large) == (4, 500_000, True)
     assert {r.n_folds for r in given.rungs} == {4}
@@ -414,6 +419,36 @@ def test_large_data_cross_fits_a_subsample_and_refits_on_every_row(
     every_row = auto(candidates=["platt", "feature_platt"], cv_rows=None, n_folds=5).fit(X, y)
     assert every_row.cv_rows_ == len(y)
     assert np.isfinite(every_row.oof_predictions_[:, 0]).all()
+
+
+def test_large_data_compares_its_finalists_on_every_row(ctr: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    X, y, _ = ctr
+    monkeypatch.setattr(sizing, "LARGE_ROWS", 2_000)
+    monkeypatch.setattr(sizing, "FIRST_RUNG_ROWS", 500)
+    model = auto(candidates=["platt", ConstantHalf(), "feature_platt"], ensemble=False, drop_threshold=None)
+    model.fit(X, y)
+    assert model.rungs_ == [
+        {"rows": 500, "n_folds": sizing.SCREEN_N_FOLDS, "candidates": 3},
+        {"rows": 2_000, "n_folds": sizing.SCREEN_N_FOLDS, "candidates": 2},
+        {"rows": 3_000, "n_folds": sizing.SMALL_N_FOLDS, "candidates": 2},
+    ]
+    results = model.cv_results_
+    assert results["cv_rows"].tolist() == [3_000, 500, 3_000]
+    assert np.isfinite(model.oof_predictions_[:, [0, 2]]).all()  # every row held out once
+    # The same as cross-fitting the finalists on every row at once.
+    final = auto(candidates=["platt", "feature_platt"], ensemble=False, drop_threshold=None, cv_rows=None)
+    final.fit(X, y)
+    assert_allclose(results["mean_test_log_loss"][[0, 2]], final.cv_results_["mean_test_log_loss"])
+    # On a large set a second-order candidate goes on whatever its rank on a screening rung.
+    monkeypatch.setattr(sizing, "KEEP_SHARE", 0.0)
+    monkeypatch.setattr(sizing, "MIN_SURVIVORS", 1)
+    second = make_calibrator("feature_platt", interactions="auto", l2_cross=1e4)
+    grid = ["platt", ConstantHalf(), second]
+    carried = auto(candidates=grid, ensemble=False, drop_threshold=None).fit(X, y)
+    assert carried.cv_results_["cv_rows"].tolist() == [3_000, 500, 3_000]
+    monkeypatch.setattr(sizing, "LARGE_ROWS", 10_000)
+    small = auto(candidates=grid, ensemble=False, drop_threshold=None).fit(X, y)
+    assert small.cv_results_["cv_rows"].tolist() == [3_000, 500, 500]  # left behind on the first rung
 
 
 def test_default_candidates_are_one_list_at_every_size() -> None:

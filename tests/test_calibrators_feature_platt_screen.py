@@ -60,6 +60,30 @@ def test_fields_of_listed_interactions_stay() -> None:
     assert cal.interactions_ == [["site", "region"]]
 
 
+def cross_only(n: int, seed: int) -> tuple[pd.DataFrame, np.ndarray]:
+    """A bias per cell of ``device`` x ``hour`` whose row and column means are 0 (neither field carries
+    any of it alone), beside ``site``, an id with 600 values the truth does not use."""
+    rng = np.random.default_rng(seed)
+    cells = np.random.default_rng(200).normal(0, 0.8, (4, 6))
+    cells -= cells.mean(axis=0) + cells.mean(axis=1, keepdims=True) - cells.mean()
+    device, hour = rng.integers(0, 4, n), rng.integers(0, 6, n)
+    p = rng.beta(2.0, 5.0, n)
+    y = (rng.random(n) < expit(logit(p) - cells[device, hour])).astype(np.float64)
+    return pd.DataFrame({"score": p, "site": rng.integers(0, 600, n), "device": device, "hour": hour}), y
+
+
+def test_keeps_the_fields_of_a_cross_that_pays_though_neither_does_alone() -> None:
+    X, y = cross_only(6_000, 6)
+    params = {**PARAMS, "categorical_cols": ["site", "device", "hour"]}
+    cal = FeatureAwarePlattCalibrator(screen_fields=True, interactions="auto", l2_cross=10.0, **params)
+    cal.fit(X, y)
+    assert [c["name"] for c in cal.encoder_["columns"]] == ["device", "hour"]
+    assert cal.interactions_ == [["device", "hour"]]
+    X_test, y_test = cross_only(20_000, 7)
+    first_order = FeatureAwarePlattCalibrator(screen_fields=True, **params).fit(X, y)
+    assert log_loss(y_test, first_order.predict(X_test)) - log_loss(y_test, cal.predict(X_test)) > 0.005
+
+
 def test_keeps_the_best_field_when_none_pays() -> None:
     rng = np.random.default_rng(4)
     p = rng.beta(2.0, 5.0, 4_000)

@@ -32,6 +32,7 @@ from gpucal.auto.cross_fit import (
     fresh,
     growing_stand_ins,
     growing_twins,
+    grows_with_rows,
     log,
 )
 from gpucal.auto.folds import group_values, grouped_folds, stratified_folds, subsample_rows, without_attrs
@@ -108,11 +109,12 @@ class AutoCalibrator(Calibrator):
     The search is successive halving over growing stratified subsamples (:mod:`gpucal.auto.sizing`):
     on more than 8,000 rows every candidate is first cross-fitted on 8,000 of them, and only the best
     (and the members of that rung's blend, less the dominated ones and NeuCalib unless it is the best,
-    and Platt scaling) go on to a rung with four times the rows, up to every row (a 40,000-row
-    subsample on more than 100,000 rows, where the blend also takes the best setting of each method and
-    no member lighter than 5%). The candidates are the same at every size (over 100,000 rows the ``l2 = 10``
-    feature-aware Platt settings screen their fields, ``screen_fields``); on a screening rung
-    NeuCalib runs only when a cheaper feature-aware candidate beats Platt scaling by 2 standard errors.
+    and Platt scaling; on more than 100,000 rows the second-order feature-aware Platt settings too) go on
+    to a rung with four times the rows, up to every row (up to 1,000,000; on more than 100,000 rows the
+    blend also takes the best setting of each method and no member lighter than 5%). The candidates are
+    the same at every size (over 100,000 rows the ``l2 = 10`` feature-aware Platt settings screen their
+    fields, ``screen_fields``); on a screening rung NeuCalib runs only when a cheaper feature-aware
+    candidate beats Platt scaling by 2 standard errors.
 
     Parameters
     ----------
@@ -130,8 +132,8 @@ class AutoCalibrator(Calibrator):
         the last rung 5 up to 5,000 rows, 3 up to 25,000, else 2 (:mod:`gpucal.auto.sizing`).
     cv_rows : int, "auto" or None, default="auto"
         Rows of the last rung: a seeded subsample stratified by label when the data has more (the
-        chosen calibrators are still refitted on every row). ``"auto"``: 40,000 on more than 100,000
-        rows, else every row; None: every row. The measured reason is in :mod:`gpucal.auto.sizing`.
+        chosen calibrators are still refitted on every row). ``"auto"``: every row up to 1,000,000;
+        None: every row. The measured reason is in :mod:`gpucal.auto.sizing`.
     auc_guard : bool, default=True
         Keep the ranking of the score: when the prediction (blend or chosen calibrator) ranks the
         cross-fitted rows worse than the raw score does (a lower out-of-fold AUC), Platt scaling, which
@@ -150,7 +152,8 @@ class AutoCalibrator(Calibrator):
         held-out rows so far exceeds that of the best candidate already cross-fitted, on the same rows, by
         more than ``drop_threshold`` standard errors of the paired difference is dropped without its
         remaining folds and marked ``dropped`` in the report (never chosen, never blended). A large
-        calibration set resolves small differences, so racing saves most there. None (and
+        calibration set resolves small differences, so racing saves most there (except on its
+        screening rungs for second-order feature-aware Platt, which goes on in any case). None (and
         ``scoring="ece"``, which has no per-row loss) runs every candidate on every fold.
     score_col : str, default="score"
         Column of ``X`` holding the score.
@@ -518,6 +521,8 @@ class AutoCalibrator(Calibrator):
             # An expensive candidate on a screening rung passes on only as the rung's best: it stops
             # after its first fold unless it leads there (a threshold of 0 standard errors).
             screen_search = replace(search, drop_threshold=SCREEN_EXPENSIVE_SE)
+            # On a large set a second-order candidate screens all its folds: it goes on in any case.
+            unraced = replace(search, drop_threshold=None)
             reference: int | None = None  # the best candidate of this rung so far
             best_score = np.inf
             for position, index in enumerate(racing):
@@ -539,12 +544,13 @@ class AutoCalibrator(Calibrator):
                         if self.verbose:
                             log(f"{index + 1}/{len(candidates)} {candidate.label}: not screened ({unpaid})")
                         continue
-                row = cross_fit_candidate(
-                    screen_search if screening and candidate.expensive else search,
-                    index,
-                    candidate,
-                    reference=reference,
-                )
+                if screening and candidate.expensive:
+                    rung_search = screen_search
+                elif screening and plan.large and grows_with_rows(candidate):
+                    rung_search = unraced
+                else:
+                    rung_search = search
+                row = cross_fit_candidate(rung_search, index, candidate, reference=reference)
                 row["cv_rows"] = rung.rows
                 if earlier is not None:
                     row["fit_seconds"] += earlier["fit_seconds"]
@@ -622,7 +628,8 @@ class AutoCalibrator(Calibrator):
         standard errors of the per-row difference on the rung's held-out rows) and the expensive ones
         (:data:`~gpucal.auto.candidates.EXPENSIVE_CLASSES`) but the best; and the best Platt candidate
         (what the guards fall back to). On a large set a second-order feature-aware Platt twin stands
-        in for a first-order candidate (:func:`~gpucal.auto.cross_fit.growing_stand_ins`).
+        in for a first-order candidate (:func:`~gpucal.auto.cross_fit.growing_stand_ins`), and every
+        second-order candidate goes on (:func:`~gpucal.auto.cross_fit.grows_with_rows`).
         """
         scores = np.array(
             [
@@ -663,6 +670,10 @@ class AutoCalibrator(Calibrator):
         platt = self._platt_index(candidates, scores)
         if platt is not None:
             kept.add(platt)
+        if large:
+            # A second-order candidate's screens keep more crosses on more rows: what it is worth shows
+            # only there, and its fit is one Newton over sums.
+            kept.update(i for i in usable if grows_with_rows(candidates[i]))
         return [i for i in racing if i in kept]
 
     def _no_distributed_fit(self) -> NotImplementedError:

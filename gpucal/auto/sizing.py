@@ -7,20 +7,30 @@ successive halving (Jamieson and Talwalkar, AISTATS 2016; Li et al., "Hyperband"
 calibration rows as the resource: the rows saved on the candidates left behind pay for candidates a
 fixed cut had to leave out (NeuCalib, second-order feature-aware Platt). Its known cost: a candidate that
 needs many rows to shine can be left behind early (NeuCalib, on the ``make_ctr`` sets where it is best
-alone at 150,000 rows). The rungs of a calibration set of ``n`` rows:
+alone at 150,000 rows); on a large set the second-order feature-aware Platt candidates, which need rows
+the most, always go on (below). The rungs of a calibration set of ``n`` rows:
 
 - up to about :data:`FIRST_RUNG_ROWS` rows: one rung, every row (small sets pay nothing for the
   halving);
 - above: the first rung on :data:`FIRST_RUNG_ROWS` rows, then :data:`GROWTH` times the rows per rung up
-  to the last rung's: every row up to :data:`LARGE_ROWS`, else :data:`LARGE_CV_ROWS` (the refit of the
-  chosen calibrators still sees every row). A screening rung has :data:`SCREEN_N_FOLDS` folds: it only
+  to the last rung's: every row, up to :data:`LARGE_CV_ROWS` (the refit of the chosen calibrators still
+  sees every row). So the finalists of a large set are compared on all its rows, as a small set's
+  candidates are: a 150,000-row set has rungs of 8,000, 32,000 and 150,000 rows. A last rung of a
+  40,000-row subsample judged the second-order candidates where their crosses were thin (on
+  ``make_ctr``'s cross scenario, seed 1, it chose MBCT, 0.71% from the oracle's held-out log-loss; on
+  every row second-order Platt is chosen, 0.26%). A screening rung has :data:`SCREEN_N_FOLDS` folds: it only
   ranks. The last rung, which chooses, has :data:`SMALL_N_FOLDS` folds up to :data:`SMALL_ROWS` rows,
   :data:`MID_N_FOLDS` up to :data:`MID_ROWS`, else :data:`LARGE_N_FOLDS`;
 - a screening rung passes on the best :data:`KEEP_SHARE` of its candidates (at least
   :data:`MIN_SURVIVORS`) and the members of a blend of its out-of-fold predictions, less those
   dominated (trailing the rung's best by more than :data:`DOMINATED_SE` standard errors of the per-row
   difference) and the expensive ones (``gpucal.auto.candidates.EXPENSIVE_CLASSES``: NeuCalib) unless
-  best; and always Platt scaling (``AutoCalibrator._survivors``);
+  best; and always Platt scaling, and on a large set every second-order feature-aware Platt candidate
+  (``interactions="auto"``: its screens keep more crosses on more rows, and its fit is one Newton over
+  sums, about 0.6 CPU s on 150,000 rows), which is not raced on a screening rung there (on 4,000
+  training rows the 400-cell crosses of ``make_ctr``'s cross400 scenario trailed by more than
+  ``drop_threshold`` after one fold; chosen on every row, 0.81% from the oracle against 1.67%)
+  (``AutoCalibrator._survivors``);
 - on a screening rung an expensive candidate is cross-fitted only when the rung's best cheap
   feature-aware candidate beats Platt scaling by more than :data:`DOMINATED_SE` standard errors (the
   features pay), and stops after its first fold unless it leads there (:data:`SCREEN_EXPENSIVE_SE`).
@@ -32,10 +42,10 @@ alone at 150,000 rows). The rungs of a calibration set of ``n`` rows:
 Every rule is a function of the seeded folds and the held-out losses, never of the clock, so a fit is
 repeatable; ``time_budget`` is the only clock-driven stop.
 
-The cost that is left on a large set (``benchmarks/results/auto.md``, 150,000 rows): the refits on
-every row (one feature-aware Platt fit on 150,000 rows takes about 2 CPU seconds, 4 with second-order
-crosses) and the feature-aware candidates that survive the first rung; NeuCalib's screening fits are
-about 6% of it (without the rules on expensive candidates above they were about 40%).
+The cost that is left on a large set (``benchmarks/results/auto_search.md``, 150,000 rows): the
+candidates on the last rung (each cross-fitted over every row: about the cost of one fit on every row;
+racing stops most after their first fold), the refits on every row, and the feature-aware candidates that
+survive the first rung; NeuCalib's screening fits are a few percent of it.
 
 On a large set the prediction must also beat Platt scaling on the last rung's rows by more than
 :data:`PLATT_MARGIN` standard errors of the per-row difference, else Platt scaling predicts: where the
@@ -46,9 +56,9 @@ On a large set a first-order feature-aware Platt candidate that a screening rung
 second-order one (whose screen kept no pair) does not go on: the second-order twin stands in for it
 (``gpucal.auto.cross_fit.growing_stand_ins``), as it is the twin kept on the last rung. A rule that
 stopped a candidate trailing Platt scaling after the first fold of a large set's last rung was measured
-and dropped: MBCT fitted on one fold's 20,000 rows of ``make_ctr``'s cross400 scenario trailed Platt by
-1.5 standard errors there, then led by 0.00027 per row on the other fold and was chosen (held-out
-0.11237 against Platt's 0.11287).
+and dropped, with a last rung of 40,000 rows: MBCT fitted on one fold's 20,000 rows of ``make_ctr``'s
+cross400 scenario trailed Platt by 1.5 standard errors there, then led by 0.00027 per row on the other
+fold and was chosen (held-out 0.11237 against Platt's 0.11287).
 """
 
 from __future__ import annotations
@@ -73,11 +83,12 @@ DOMINATED_SE = 2.0
 #: candidate so far by more than this many standard errors there (0: unless it leads): it passes on only
 #: as the rung's best.
 SCREEN_EXPENSIVE_SE = 0.0
-#: Calibration sets with more rows than this are large: the last rung is a subsample of
-#: :data:`LARGE_CV_ROWS` rows, and the prediction must beat Platt scaling by :data:`PLATT_MARGIN`.
+#: Calibration sets with more rows than this are large: the prediction must beat Platt scaling by
+#: :data:`PLATT_MARGIN`, and the blend takes one setting per method.
 LARGE_ROWS = 100_000
-#: Rows of the last rung on a large calibration set.
-LARGE_CV_ROWS = 40_000
+#: Most rows of the last rung (``cv_rows="auto"``): a larger calibration set is cross-fitted on a
+#: subsample of this many rows there (its screening rungs grow to it as on any set).
+LARGE_CV_ROWS = 1_000_000
 #: On a large set a blend or feature-aware choice must beat Platt scaling on the cross-fitted rows by
 #: more than this many standard errors, else Platt scaling predicts (``AutoCalibrator``'s docstring).
 PLATT_MARGIN = 2.0
@@ -147,7 +158,7 @@ def plan_search(n_rows: int, n_folds: int | str, cv_rows: int | str | None) -> S
         Folds of every rung; ``"auto"``: by the rung's rows (module docstring).
     cv_rows : int, "auto" or None
         Rows of the last rung (capped at ``n_rows``); None: every row; ``"auto"``: every row up to
-        :data:`LARGE_ROWS`, else :data:`LARGE_CV_ROWS`.
+        :data:`LARGE_CV_ROWS`.
 
     Returns
     -------
@@ -155,7 +166,7 @@ def plan_search(n_rows: int, n_folds: int | str, cv_rows: int | str | None) -> S
     """
     large = n_rows > LARGE_ROWS
     if cv_rows == "auto":
-        cv_rows = LARGE_CV_ROWS if large else None
+        cv_rows = LARGE_CV_ROWS
     last = n_rows if cv_rows is None else min(int(cv_rows), n_rows)
     sizes, rows = [], FIRST_RUNG_ROWS
     while rows < last:

@@ -168,27 +168,43 @@ def kept_fields(
     encoder: FeatureEncoder, encoded: Rows, theta: np.ndarray, params: FeaturePlattParams
 ) -> list[Hashable]:
     r"""The feature columns ``screen_fields`` keeps: those whose offsets are expected to lower the held-out
-    loss of the score-only model :math:`\sigma(a x + b)` (Platt scaling, with the score's ridge ``l2``).
+    loss of the score-only model :math:`\sigma(a x + b)` (Platt scaling, with the score's ridge ``l2``),
+    and those of a pair whose cross is expected to lower it by more than its two columns do alone.
 
     Each column is judged alone against that model by the expected held-out gain of one ridge-damped
     Newton step on its offsets (:func:`expected_gains`, penalty ``l2``): the cross screen applied to the
     main effects. A column whose levels only fit noise (an id with thousands of values the score already
-    reads) has a negative expected gain and is left out, its offsets exactly 0. Columns named in an
-    explicit ``interactions`` list stay; so does the best column when none pays (the model needs one).
+    reads) has a negative expected gain and is left out, its offsets exactly 0. With
+    ``interactions="auto"`` each candidate cross is judged the same way, and its two columns are kept
+    when its gain exceeds the sum of their positive gains: a bias per cell of two columns whose row and
+    column means are near zero shows in neither column alone, and the cross screen can only keep a
+    cross whose two columns are kept. Columns named in an explicit ``interactions`` list stay; so does
+    the best column when none pays (the model needs one).
     """
     n_first = len(encoder.feature_names_)
-    first = encoded.map(select_columns, np.arange(n_first))
-    a, b = _score_only(first, float(theta[1]), params.l2, params.max_iter)
-    start = np.zeros(2 + int(np.sum(encoder.n_values_)))
+    crossed = params.interactions == "auto" and len(encoder.n_codes_) > n_first
+    n_codes = encoder.n_codes_ if crossed else encoder.n_values_
+    judged = encoded if crossed else encoded.map(select_columns, np.arange(n_first))
+    a, b = _score_only(judged, float(theta[1]), params.l2, params.max_iter)
+    start = np.zeros(2 + int(np.sum(n_codes)))
     start[0], start[1] = a, b
-    sums = first.sum(level_sums, start, encoder.n_values_, params.array_code)
-    gains = expected_gains(sums[:, 0], sums[:, 1], params.l2, encoder.n_values_)
+    sums = judged.sum(level_sums, start, n_codes, params.array_code)
+    n_main = int(np.sum(encoder.n_values_))
+    gains = expected_gains(sums[:n_main, 0], sums[:n_main, 1], params.l2, encoder.n_values_)
     names = list(encoder.feature_names_)
-    named = set()
+    kept = {n for n, gain in zip(names, gains, strict=True) if gain > 0.0}
     if isinstance(params.interactions, list | tuple):
-        named = {column for pair in params.interactions for column in pair}
-    kept = [n for n, gain in zip(names, gains, strict=True) if gain > 0.0 or n in named]
-    return kept or [names[int(np.argmax(gains))]]
+        kept |= {column for pair in params.interactions for column in pair}
+    if crossed:
+        # The cross is judged at the columns' penalty, not at l2_cross: its levels hold the columns' own
+        # effects, and a heavier penalty shrinks the noise term of its many small levels (on make_ctr's
+        # scenarios without crosses, l2_cross=100 then kept noise columns).
+        cross_gains = expected_gains(sums[n_main:, 0], sums[n_main:, 1], params.l2, n_codes[n_first:])
+        alone_of = dict(zip(names, np.maximum(gains, 0.0), strict=True))
+        for (left, right), gain in zip(encoder.interactions_, cross_gains, strict=True):
+            if gain > alone_of[left] + alone_of[right]:
+                kept |= {left, right}
+    return [n for n in names if n in kept] or [names[int(np.argmax(gains))]]
 
 
 def _score_only(rows: Rows, intercept: float, l2: float, max_iter: int) -> tuple[float, float]:
