@@ -527,6 +527,26 @@ def test_the_demo_text_computes_only_the_metrics_it_shows(monkeypatch, tmp_path,
     assert "skce" in json.loads(capsys.readouterr().out)["metrics"]["platt"]
 
 
+def test_a_parquet_file_without_pyarrow_names_the_extra(monkeypatch, tmp_path, scored, capsys):
+    """Issue 23 (the first run): pyarrow, the largest wheel of the install, is the ``parquet`` extra now;
+    without it a Parquet file is refused with an error that says what to install."""
+    from gpucal.datasets import write_ctr_parquet
+
+    data = tmp_path / "data.parquet"
+    scored.to_parquet(data)
+    monkeypatch.setitem(sys.modules, "pyarrow", None)  # ``import pyarrow`` fails, as when not installed
+    monkeypatch.setitem(sys.modules, "pyarrow.parquet", None)
+    model = str(tmp_path / "m.json")
+    assert main(["fit", str(data), "--method", "platt", "--label-col", "label", "--model", model]) == 2
+    err = capsys.readouterr().err.splitlines()[-1]
+    assert err == (
+        f"gpucal: error: data: {str(data)!r} is a Parquet file, which needs pyarrow, not installed: "
+        "pip install 'gpucal[parquet]' (or pip install pyarrow), or give a .csv file"
+    )
+    with pytest.raises(ImportError, match=r"write_ctr_parquet needs pyarrow, not installed: pip install"):
+        write_ctr_parquet(tmp_path / "ctr.parquet", 100)
+
+
 def test_the_heartbeat_fills_silences(monkeypatch, capsys):
     """Issue 23: the first run was silent for 117 s; a long stage now prints its status every few seconds."""
     import time
