@@ -2,8 +2,8 @@
 
 Parquet files (the CLI's tables, the real data sets' archives, :func:`gpucal.datasets.write_ctr_parquet`)
 are read and written through pyarrow. Nothing else in gpucal needs it: pyarrow inputs (and pandas
-columns of Arrow dtypes) come with pyarrow installed. It is the largest wheel of a CPU install, so it
-is left out of the default one.
+columns of Arrow dtypes) come with pyarrow installed. Its wheel is the largest of a CPU install but
+llvmlite's (a quarter of the dependencies' install time), so it is left out of the default one.
 """
 
 from __future__ import annotations

@@ -528,8 +528,8 @@ def test_the_demo_text_computes_only_the_metrics_it_shows(monkeypatch, tmp_path,
 
 
 def test_a_parquet_file_without_pyarrow_names_the_extra(monkeypatch, tmp_path, scored, capsys):
-    """Issue 23 (the first run): pyarrow, the largest wheel of the install, is the ``parquet`` extra now;
-    without it a Parquet file is refused with an error that says what to install."""
+    """Issue 23 (the first run): pyarrow (a quarter of the dependencies' install time) is the
+    ``parquet`` extra now; without it a Parquet file is refused with an error that says what to install."""
     from gpucal.datasets import write_ctr_parquet
 
     data = tmp_path / "data.parquet"
