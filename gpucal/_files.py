@@ -1,5 +1,8 @@
 """Reading and writing the tables the CLI works on: CSV and Parquet, chosen by the file's suffix.
 
+Parquet needs pyarrow (the ``gpucal[parquet]`` extra): without it a Parquet file is refused with an
+error that says what to install, before anything is read.
+
 pandas is imported by the functions that read or write rows, not by :func:`table_columns`, so a command
 can check the columns it was given (the file's header or Parquet schema) before it imports anything heavy.
 """
@@ -10,6 +13,8 @@ import csv
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from gpucal._arrow import INSTALL_HINT, pyarrow_available
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -22,7 +27,19 @@ def _suffix(path: str | os.PathLike[str], argument: str) -> str:
     if suffix not in TABLE_SUFFIXES:
         msg = f"{argument}: {os.fspath(path)!r} must end in one of {TABLE_SUFFIXES} (CSV or Parquet)"
         raise ValueError(msg)
+    if suffix != ".csv":
+        _check_pyarrow(path, argument)
     return suffix
+
+
+def _check_pyarrow(path: str | os.PathLike[str], argument: str) -> None:
+    """Refuse a Parquet file when pyarrow is not installed, saying what to install."""
+    if not pyarrow_available():
+        msg = (
+            f"{argument}: {os.fspath(path)!r} is a Parquet file, which needs pyarrow, not installed: "
+            f"{INSTALL_HINT} (or pip install pyarrow), or give a .csv file"
+        )
+        raise ValueError(msg)
 
 
 def read_table(
@@ -55,6 +72,7 @@ def table_columns(path: str | os.PathLike[str]) -> list[str]:
     if Path(path).suffix.lower() == ".csv":
         with open(path, newline="", encoding="utf-8-sig") as handle:
             return next(csv.reader(handle), [])
+    _check_pyarrow(path, "data")
     import pyarrow.parquet as pq
 
     return list(pq.read_schema(path).names)

@@ -51,6 +51,7 @@ from typing import Any
 
 import numpy as np
 
+from gpucal._arrow import require_pyarrow
 from gpucal._backend import array_namespace, is_cupy_array, to_numpy
 from gpucal._validation import check_invariant, check_not_empty, check_scores
 
@@ -370,6 +371,7 @@ def _polars_column(s: Any, name: str) -> Column:
     if dtype == pl.Decimal:
         return Column(s.cast(pl.Float64).to_numpy(), None, str(dtype))
     if dtype in (pl.String, pl.Categorical, pl.Enum, pl.Null):
+        require_pyarrow(f"column {name!r}: a polars {dtype} column")  # handed over as an Arrow array
         return _arrow_column(s.to_arrow(), name)
     raise _unsupported_dtype(name, dtype)
 

@@ -440,7 +440,7 @@ def test_a_failing_warm_up_step_releases_the_lanes_that_wait_for_it(monkeypatch)
     )
     news: queue.Queue = queue.Queue()
     frame = pd.DataFrame({"score": [0.2, 0.7], "p_true": [0.2, 0.7], "label": [0.0, 1.0]})
-    cli._warm_lane(0, ("mbct",), frame, frame, [], 0, news, sync)
+    cli._warm_lane(0, ("mbct",), frame, frame, [], 0, None, news, sync)
     assert sync.ended["mbct"].is_set()
     assert [news.get_nowait() for _ in range(2)] == [("start", 0, "mbct"), ("error", 0, "mbct: no kernel")]
     waiting = threading.Thread(target=cli._take_step, args=("hc", sync))
@@ -500,6 +500,51 @@ def test_the_demo_metrics_computed_beside_the_fits_are_the_same(monkeypatch, tmp
         column.pop("fit_predict_s")
         beside[name].pop("fit_predict_s")
         assert beside[name] == pytest.approx(column, rel=1e-12, nan_ok=True), name
+
+
+def test_the_demo_text_computes_only_the_metrics_it_shows(monkeypatch, tmp_path, capsys):
+    """Issue 23 (the first run): the text table shows seven metrics, but every metric of
+    ``gpucal.evaluate`` was computed for each prediction, two thirds of the metrics' CPU time on the
+    default rows; the JSON output keeps every one."""
+    import gpucal.cli.demo as cli
+    from gpucal import metrics
+
+    monkeypatch.setattr(cli, "_warm_marker", lambda: tmp_path / "demo.warm")
+    monkeypatch.setattr(cli, "_warm_up_lanes", lambda *args, **kwargs: None)
+    monkeypatch.setattr(cli, "DEMO_METRICS_BESIDE_ROWS", 10**9)
+    skce = metrics.skce
+
+    def not_shown(*args, **kwargs):
+        msg = "the text table does not show the SKCE"
+        raise AssertionError(msg)
+
+    monkeypatch.setattr(metrics, "skce", not_shown)
+    assert main(["demo", "--rows", "2000", "--top", "2"]) == 0
+    header = capsys.readouterr().out.split("counted\n\n")[1].splitlines()[0].split()
+    assert header == [*cli.DEMO_COLUMNS, "worst_field_ece", "fit_predict_s"]
+    monkeypatch.setattr(metrics, "skce", skce)
+    assert main(["demo", "--rows", "2000", "--top", "2", "--format", "json"]) == 0
+    assert "skce" in json.loads(capsys.readouterr().out)["metrics"]["platt"]
+
+
+def test_a_parquet_file_without_pyarrow_names_the_extra(monkeypatch, tmp_path, scored, capsys):
+    """Issue 23 (the first run): pyarrow (a quarter of the dependencies' install time) is the
+    ``parquet`` extra now; without it a Parquet file is refused with an error that says what to install."""
+    from gpucal.datasets import write_ctr_parquet
+
+    data = tmp_path / "data.parquet"
+    scored.to_parquet(data)
+    monkeypatch.setitem(sys.modules, "pyarrow", None)  # ``import pyarrow`` fails, as when not installed
+    monkeypatch.setitem(sys.modules, "pyarrow.parquet", None)
+    model = str(tmp_path / "m.json")
+    assert main(["fit", str(data), "--method", "platt", "--label-col", "label", "--model", model]) == 2
+    err = capsys.readouterr().err.splitlines()[-1]
+    assert err == (
+        f"gpucal: error: data: {str(data)!r} is a Parquet file, which needs pyarrow, not installed: "
+        "pip install 'gpucal[parquet]' (or pip install pyarrow), or give a .csv file"
+    )
+    with pytest.raises(ImportError, match=r"write_ctr_parquet needs pyarrow, not installed: pip install"):
+        write_ctr_parquet(tmp_path / "ctr.parquet", 100)
 
 
 def test_the_heartbeat_fills_silences(monkeypatch, capsys):

@@ -52,6 +52,10 @@ DEMO_NEURAL_CALIBRATORS = ("piecewise_logit",)
 DEMO_NEURAL_FEATURE_CALIBRATORS = ("neucalib",)
 #: Columns of the demo's text table; the JSON output holds every metric of ``gpucal.evaluate``.
 DEMO_COLUMNS = ("log_loss", "brier", "roc_auc", "ece_15_uniform", "mvce_r100", "tce_l2")
+#: The metrics the text table needs (its columns and the Field-ECEs of ``worst_field_ece``): the others
+#: of ``gpucal.evaluate`` (MCE, SKCE, the tests, ...) took two thirds of the metrics' CPU time on the
+#: default rows and are computed for ``--format json`` only.
+DEMO_TEXT_METRICS = (*DEMO_COLUMNS, "field_ece")
 #: Clusters of the demo's CCL, fewer when MBCT's leaves tell fewer kinds of rows apart.
 DEMO_CCL_CLUSTERS = 20
 #: Default ``--rows``: enough for the feature-aware calibrators to beat the one-dimensional ones
@@ -251,9 +255,14 @@ def _load_kernels_of(
 
 
 def _demo_metrics(
-    held_out: pd.DataFrame, predictions: dict[str, np.ndarray], fields: list[str], seed: int
+    held_out: pd.DataFrame,
+    predictions: dict[str, np.ndarray],
+    fields: list[str],
+    seed: int,
+    include: Sequence[str] | None,
 ) -> pd.DataFrame:
-    """Every metric of ``gpucal.evaluate`` for each prediction on the held-out rows (a column each)."""
+    """The metrics ``include`` of ``gpucal.evaluate`` (None: every one) for each prediction on the
+    held-out rows (a column each)."""
     from gpucal.evaluation import evaluate
 
     return evaluate(
@@ -262,6 +271,7 @@ def _demo_metrics(
         fields={name: held_out[name].to_numpy() for name in fields},
         p_true=held_out["p_true"].to_numpy(),
         seed=seed,
+        include=include,
     )
 
 
@@ -274,7 +284,8 @@ def _demo_segments(
     return segment_report(held_out["label"].to_numpy(), prediction, held_out[fields], min_rows=min_rows)
 
 
-#: The held-out rows, fields and seed of the metrics process (``_MetricsBeside``), set once at its start.
+#: The held-out rows, fields, seed and metrics (``include``) of the metrics process (``_MetricsBeside``),
+#: set once at its start.
 _METRICS_DATA: list[Any] = []
 
 
@@ -291,11 +302,13 @@ def _share_blas_threads(processes: int) -> Any:
     return threadpool_limits(limits=max(1, (os.cpu_count() or 1) // processes), user_api="blas")
 
 
-def _keep_metrics_data(held_out: pd.DataFrame, fields: list[str], seed: int) -> None:
+def _keep_metrics_data(
+    held_out: pd.DataFrame, fields: list[str], seed: int, include: Sequence[str] | None
+) -> None:
     """Keep the held-out rows in the metrics process, for every prediction it is sent."""
     logging.getLogger("gpucal").setLevel(logging.ERROR)  # the parent says that kernels compile
     _share_blas_threads(2)
-    _METRICS_DATA[:] = [held_out, fields, seed]
+    _METRICS_DATA[:] = [held_out, fields, seed, include]
 
 
 #: The news queue and :class:`_LaneSync` of a warm-up lane run in the metrics process, set at its start.
@@ -303,18 +316,23 @@ _LANE_LINKS: list[Any] = []
 
 
 def _start_metrics_lane(
-    news: Any, sync: _LaneSync, held_out: pd.DataFrame, fields: list[str], seed: int
+    news: Any,
+    sync: _LaneSync,
+    held_out: pd.DataFrame,
+    fields: list[str],
+    seed: int,
+    include: Sequence[str] | None,
 ) -> None:
     """Start the metrics process as a warm-up lane too: it compiles and loads the metrics' kernels in
     the warm-up, and keeps them (and its imports) for the metrics of the timed fits."""
     _LANE_LINKS[:] = [news, sync]
-    _keep_metrics_data(held_out, fields, seed)
+    _keep_metrics_data(held_out, fields, seed, include)
 
 
 def _metrics_of(name: str, prediction: np.ndarray) -> pd.DataFrame:
     """The metrics of one prediction on the held-out rows kept by :func:`_keep_metrics_data`."""
-    held_out, fields, seed = _METRICS_DATA
-    return _demo_metrics(held_out, {name: prediction}, fields, seed)
+    held_out, fields, seed, include = _METRICS_DATA
+    return _demo_metrics(held_out, {name: prediction}, fields, seed, include)
 
 
 class _MetricsBeside:
@@ -333,11 +351,12 @@ class _MetricsBeside:
         held_out: pd.DataFrame,
         fields: list[str],
         seed: int,
+        include: Sequence[str] | None,
         *,
         beside: bool,
         pool: ProcessPoolExecutor | None = None,
     ) -> None:
-        self._held_out, self._fields, self._seed = held_out, fields, seed
+        self._held_out, self._fields, self._seed, self._include = held_out, fields, seed, include
         self._predictions: dict[str, np.ndarray] = {}
         self._columns: dict[str, Future[pd.DataFrame]] = {}
         self._pool = pool  # a warm-up lane's process, started by _start_metrics_lane
@@ -346,7 +365,7 @@ class _MetricsBeside:
                 1,
                 mp_context=multiprocessing.get_context("spawn"),
                 initializer=_keep_metrics_data,
-                initargs=(held_out[["label", "p_true", *fields]], fields, seed),
+                initargs=(held_out[["label", "p_true", *fields]], fields, seed, include),
             )
 
     def __call__(self, name: str, prediction: np.ndarray) -> None:
@@ -360,7 +379,7 @@ class _MetricsBeside:
         import pandas as pd
 
         if self._pool is None:
-            return _demo_metrics(self._held_out, self._predictions, self._fields, self._seed)
+            return _demo_metrics(self._held_out, self._predictions, self._fields, self._seed, self._include)
         # The columns the second process has not started are computed here meanwhile, the last first,
         # one at a time: both cores work until the table is full.
         here: dict[str, pd.DataFrame] = {}
@@ -368,7 +387,7 @@ class _MetricsBeside:
             if not self._columns[name].cancel():
                 break  # started, and so is every column before it: the second process takes them in order
             prediction = {name: self._predictions[name]}
-            here[name] = _demo_metrics(self._held_out, prediction, self._fields, self._seed)
+            here[name] = _demo_metrics(self._held_out, prediction, self._fields, self._seed, self._include)
         columns = [here[n] if n in here else self._columns[n].result() for n in self._predictions]
         return pd.concat(columns, axis=1)
 
@@ -407,6 +426,7 @@ def _warm_lane(
     held_out: pd.DataFrame,
     fields: list[str],
     seed: int,
+    include: Sequence[str] | None,
     news: Any = None,
     sync: _LaneSync | None = None,
 ) -> None:
@@ -437,7 +457,7 @@ def _warm_lane(
             tick = time.perf_counter()
             try:
                 if step == "metrics":
-                    _demo_metrics(held_out_few, predictions, fields, seed)
+                    _demo_metrics(held_out_few, predictions, fields, seed, include)
                     _demo_segments(held_out_few, predictions["raw score"], fields, 1)
                 elif step in DEMO_CALIBRATORS:
                     _demo_fit_predict(step, calibration, held_out, fields, fitted)
@@ -467,6 +487,7 @@ def _warm_up_lanes(
     names: Sequence[str],
     on_step: Callable[[str], None] | None = None,
     *,
+    include: Sequence[str] | None = None,
     keep_metrics: bool = False,
 ) -> ProcessPoolExecutor | None:
     """Compile the kernels of the demo's steps in parallel processes, one lane each, with progress.
@@ -494,11 +515,13 @@ def _warm_up_lanes(
             1,
             mp_context=context,
             initializer=_start_metrics_lane,
-            initargs=(news, sync, held_out[["label", "p_true", *fields]], fields, seed),
+            initargs=(news, sync, held_out[["label", "p_true", *fields]], fields, seed, include),
         )
     workers = [
         context.Process(
-            target=_warm_lane, args=(i, lane, calibration, held_out, fields, seed, news, sync), daemon=True
+            target=_warm_lane,
+            args=(i, lane, calibration, held_out, fields, seed, include, news, sync),
+            daemon=True,
         )
         for i, lane in enumerate(lanes)
         if pool is None or i != kept
@@ -523,7 +546,7 @@ def _warm_up_lanes(
     try:
         with heartbeat(status):
             if pool is not None:  # sends each lane its rows: seconds on a loaded machine
-                pool.submit(_warm_lane, kept, lanes[kept], calibration, held_out, fields, seed)
+                pool.submit(_warm_lane, kept, lanes[kept], calibration, held_out, fields, seed, include)
             for worker in workers:
                 worker.start()
             lanes_done = 0
@@ -648,6 +671,7 @@ def run_demo(args: argparse.Namespace) -> int:
             _load_kernels_of(step, *few, fields, fitted_few)
             loaded.append(step)
 
+    include = None if args.format == "json" else DEMO_TEXT_METRICS
     beside = args.rows >= DEMO_METRICS_BESIDE_ROWS and (os.cpu_count() or 1) > 1
     pool = None
     marker = _warm_marker()
@@ -658,13 +682,15 @@ def run_demo(args: argparse.Namespace) -> int:
             f"[2/4] compiling the demo's kernels (first run only), each calibrator fitted untimed on "
             f"{warmup_rows:,} rows (the one-dimensional maps on all) in parallel processes ..."
         )
-        pool = _warm_up_lanes(calibration, held_out, fields, args.seed, names, load_step, keep_metrics=beside)
+        pool = _warm_up_lanes(
+            calibration, held_out, fields, args.seed, names, load_step, include=include, keep_metrics=beside
+        )
         log_progress(f"  compiled in {time.perf_counter() - started:.1f} s since the start")
     log_progress(
         f"[3/4] fitting every calibrator on {args.rows:,} rows, timed warm"
         + (", the metrics of each prediction computed beside in a second process ..." if beside else " ...")
     )
-    metrics = _MetricsBeside(held_out, fields, args.seed, beside=beside, pool=pool)
+    metrics = _MetricsBeside(held_out, fields, args.seed, include, beside=beside, pool=pool)
     blas = _share_blas_threads(2) if beside else contextlib.nullcontext()
     with blas:
         try:

