@@ -34,7 +34,7 @@ if TYPE_CHECKING:
         mvce_from_split_sums,
         mvce_split_sums,
     )
-    from gpucal.kernels.trees import predict_leaves, predict_trees, route_rows, tree_leaves
+    from gpucal.kernels.trees import chain_start, predict_leaves, predict_trees, route_rows, tree_leaves
     from gpucal.kernels.trees_oracle import LEAF_PLATT, LEAF_SCALE, LEAF_SHIFT
     from gpucal.kernels.value_range import value_range
     from gpucal.kernels.views import N_VIEW_STATS, VIEW_COUNT, VIEW_W, VIEW_WP, VIEW_WY, view_bins, view_sums
@@ -59,6 +59,7 @@ __all__ = [
     "VIEW_W",
     "VIEW_WP",
     "VIEW_WY",
+    "chain_start",
     "gather_rows",
     "group_sums",
     "lookup_bins",
@@ -108,7 +109,13 @@ _MODULE_OF = {
             "mvce_from_split_sums",
             "mvce_split_sums",
         ),
-        "gpucal.kernels.trees": ("predict_leaves", "predict_trees", "route_rows", "tree_leaves"),
+        "gpucal.kernels.trees": (
+            "chain_start",
+            "predict_leaves",
+            "predict_trees",
+            "route_rows",
+            "tree_leaves",
+        ),
         "gpucal.kernels.trees_oracle": ("LEAF_PLATT", "LEAF_SCALE", "LEAF_SHIFT"),
         "gpucal.kernels.value_range": ("value_range",),
         "gpucal.kernels.views": (

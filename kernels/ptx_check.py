@@ -108,7 +108,12 @@ def kernel_signatures() -> Iterator[tuple[str, str, Callable[..., Any], tuple[An
                 *(i64, i64, u64, u64, i64, f64_1d),
             )
             yield "mvce_split_sums", f"{ctype}, {ftype}", mvce_split_sums_kernel.py_func, split_args
-    from gpucal.kernels.trees_cuda import predict_trees_kernel, route_rows_kernel, tree_leaves_kernel
+    from gpucal.kernels.trees_cuda import (
+        chain_start_kernel,
+        predict_trees_kernel,
+        route_rows_kernel,
+        tree_leaves_kernel,
+    )
 
     i32_1d = types.int32[::1]
     tree_nodes = (i32_1d, types.int64[::1], i32_1d)  # node_feature, node_child_base, child_table
@@ -121,9 +126,11 @@ def kernel_signatures() -> Iterator[tuple[str, str, Callable[..., Any], tuple[An
         for ftype in FLOAT_TYPES:
             predict_args = (
                 *(codes_type, ftype[::1], *tree_nodes),
-                *(types.float64[:, ::1], types.int64[::1], i64, f64_1d),
+                *(types.float64[:, ::1], types.int64[::1], i64, f64_1d, types.boolean, f64_1d),
             )
             yield "predict_trees", f"{ctype}, {ftype}", predict_trees_kernel.py_func, predict_args
+    start_args = (f64_1d, types.float64, types.float64, i64, f64_1d)
+    yield "chain_start", "float64", chain_start_kernel.py_func, start_args
 
 
 def _parse(kernel: str, dtypes: str, cc: tuple[int, int], log: str) -> PtxReport:

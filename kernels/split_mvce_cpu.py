@@ -83,7 +83,7 @@ def _block_residuals(
         s = slot[i]
         wi = np.float64(w[i]) if has_w else 1.0
         yi = np.float64(y[i])
-        x = start_value(f[i], leaf_map)
+        x = start_value(f[i], 1.0, 0.0, leaf_map)
         for j in range(d):
             v = offsets[j] + codes[i, j]
             q = finish_value(apply_map(x, child_value[s, v, 0], child_value[s, v, 1], leaf_map), leaf_map)

@@ -70,7 +70,7 @@ def mvce_split_sums_kernel(
             base = (view_base + slot_bin_start[s] + b) * n_columns * 2
             wi = np.float64(w[i]) if has_w else 1.0
             yi = np.float64(y[i])
-            x = start_value(f[i], leaf_map)
+            x = start_value(f[i], 1.0, 0.0, leaf_map)
             for j in range(d):
                 c = offsets[j] + codes[i, j]
                 q = finish_value(apply_map(x, child_value[s, c, 0], child_value[s, c, 1], leaf_map), leaf_map)

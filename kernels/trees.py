@@ -13,6 +13,7 @@ the trees were fitted with, whose codes lie in ``[0, n_values[j])``.
 
 from __future__ import annotations
 
+import math
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -27,6 +28,7 @@ from gpucal.kernels._dispatch import (
     to_host,
 )
 from gpucal.kernels.trees_cpu import (
+    chain_start_cpu,
     predict_leaves_cpu,
     predict_trees_cpu,
     route_rows_cpu,
@@ -37,6 +39,8 @@ from gpucal.kernels.trees_cpu import (
 )
 from gpucal.kernels.trees_oracle import (
     LEAF_MAP_CODES,
+    LEAF_SCALE,
+    chain_start_oracle,
     predict_trees_oracle,
     route_rows_oracle,
     tree_leaves_oracle,
@@ -177,6 +181,8 @@ def predict_trees(
     tree_start: Any,
     leaf_map: int,
     *,
+    init: tuple[float, float] | None = (1.0, 0.0),
+    finish: bool = True,
     backend: str = "auto",
     n_blocks: int | None = None,
     threads_per_block: int | None = None,
@@ -190,11 +196,17 @@ def predict_trees(
         \\text{scale:}\\quad f_t = \\min(a_t f_{t-1}, 1),\\quad f_0 = f_i,\\quad \\mathrm{out}_i = f_T
 
         \\text{shift, platt:}\\quad l_t = a_t l_{t-1} + b_t,\\quad
-        l_0 = \\log\\frac{p}{1 - p},\\ p = \\operatorname{clip}(f_i, \\epsilon, 1 - \\epsilon),\\quad
+        l_0 = \\operatorname{clip}\\Big(a_0 \\log\\frac{p}{1 - p} + b_0,
+        \\pm\\log\\frac{1 - \\epsilon}{\\epsilon}\\Big),\\
+        p = \\operatorname{clip}(f_i, \\epsilon, 1 - \\epsilon),\\quad
         \\mathrm{out}_i = \\frac{1}{1 + e^{-l_T}}
 
-    with :math:`\\epsilon` the float64 machine epsilon (shift maps have :math:`a = 1`). With no trees the
-    output is ``f`` (scale) or :math:`\\sigma(\\operatorname{logit}(\\operatorname{clip}(f)))`.
+    with :math:`\\epsilon` the float64 machine epsilon, :math:`(a_0, b_0)` the initial map ``init`` (the
+    identity by default, for which the outer clip changes nothing) and shift maps having :math:`a = 1`.
+    With no trees the output is ``f`` (scale) or :math:`\\sigma(l_0)`. ``init=None`` starts from
+    :math:`l_0 = f_i` (``f`` holds the chain's values, e.g. :func:`chain_start`'s) and ``finish=False``
+    returns :math:`l_T` (no sigmoid): a fit passes its chain's values from tree to tree this way, the very
+    operations of one call over all its trees.
 
     Parameters
     ----------
@@ -210,6 +222,10 @@ def predict_trees(
         As in ``tree_leaves``.
     leaf_map : int
         ``LEAF_SCALE`` (0), ``LEAF_SHIFT`` (1) or ``LEAF_PLATT`` (2).
+    init : (float, float) or None, default=(1.0, 0.0)
+        The initial map :math:`(a_0, b_0)` of the logit of ``f`` (identity only for scale), or None.
+    finish : bool, default=True
+        Whether the chain's last values go through the sigmoid (scale: no effect).
     backend : {'auto', 'oracle', 'cpu', 'cuda'}, default='auto'
         As in ``route_rows`` ('auto' is 'cuda' when ``codes`` or ``f`` is a cupy array).
     n_blocks, threads_per_block
@@ -241,6 +257,7 @@ def predict_trees(
         )
         raise ValueError(msg)
     leaf_map = int(leaf_map)
+    init = None if init is None else _check_init(init, leaf_map)
     codes = _check_codes(codes)
     check_1d(f, "f", codes.shape[0])
     if np.dtype(f.dtype).kind != "f":
@@ -250,26 +267,51 @@ def predict_trees(
     values = _check_node_value(node_value, nodes.n_nodes)
     starts = _check_tree_start(tree_start, nodes.n_nodes)
     if backend == "oracle":
-        return predict_trees_oracle(codes, f, *nodes, values, starts, leaf_map)
+        return predict_trees_oracle(codes, f, *nodes, values, starts, leaf_map, init, bool(finish))
+    start = np.array([1.0, 0.0, 0.0] if init is None else [*init, 1.0])
     if backend == "cpu":
         f = readonly(np.ascontiguousarray(f, dtype=np.float64))
         out = np.empty(codes.shape[0], dtype=np.float64)
         table, shift, depths = _walk_table(nodes, starts, codes.shape[1])
-        return predict_trees_cpu(
-            codes, f, table, shift, nodes.child_table, starts, values, depths, leaf_map, out
-        )
-    return _predict_trees_cuda(codes, f, nodes, values, starts, leaf_map, n_blocks, threads_per_block)
+        args = (nodes.child_table, starts, values, depths, leaf_map, start, bool(finish), out)
+        return predict_trees_cpu(codes, f, table, shift, *args)
+    return _predict_trees_cuda(
+        codes, f, nodes, values, starts, leaf_map, start, bool(finish), n_blocks, threads_per_block
+    )
 
 
-def predict_leaves(f: np.ndarray, leaf: np.ndarray, node_value: np.ndarray, leaf_map: int) -> np.ndarray:
-    """Return one tree's :func:`predict_trees` for rows whose node is known: ``leaf[i]``, the node row
-    ``i`` stops at (a tree's growth routes every row there). CPU only, bit-identical to the walk.
+def chain_start(f: Any, init: tuple[float, float], leaf_map: int, *, backend: str = "auto") -> Any:
+    """Return :func:`predict_trees`'s starting values :math:`l_0` of probabilities ``f`` (float64; ``f``
+    itself for scale) under the initial map ``init``: the values a fit carries into its first tree.
 
-    ``f`` float64, ``leaf`` integer ids into ``node_value`` (the grower's own arrays, not checked).
+    The same per-row function as :func:`predict_trees` on every backend (cupy in, cupy out on 'cuda').
     """
-    out = np.empty(f.shape[0], dtype=np.float64)
+    backend = resolve_backend(backend, f)
+    a, b = _check_init(init, int(leaf_map))
+    if backend == "oracle":
+        return chain_start_oracle(to_host(f), a, b, int(leaf_map))
+    if backend == "cpu":
+        f = readonly(np.ascontiguousarray(to_host(f), dtype=np.float64))
+        return chain_start_cpu(f, a, b, int(leaf_map), np.empty(f.shape[0], dtype=np.float64))
+    from gpucal.kernels.trees_cuda import launch_chain_start
+
+    dev = _Device(f)
+    out = dev.empty((f.shape[0],), np.float64)
+    if f.shape[0]:
+        launch_chain_start(dev.put(f, np.float64), a, b, int(leaf_map), out)
+    return dev.result(out)
+
+
+def predict_leaves(x: np.ndarray, leaf: np.ndarray, node_value: np.ndarray, leaf_map: int) -> np.ndarray:
+    """Return one tree's :func:`predict_trees` with ``init=None, finish=False`` (chain values ``x`` in, the
+    chain's next values out) for rows whose node is known: ``leaf[i]``, the node row ``i`` stops at (a
+    tree's growth routes every row there). CPU only, bit-identical to the walk.
+
+    ``x`` float64, ``leaf`` integer ids into ``node_value`` (the grower's own arrays, not checked).
+    """
+    out = np.empty(x.shape[0], dtype=np.float64)
     return predict_leaves_cpu(
-        readonly(np.ascontiguousarray(f, dtype=np.float64)),
+        readonly(np.ascontiguousarray(x, dtype=np.float64)),
         readonly(np.ascontiguousarray(leaf, dtype=np.int32)),
         readonly(np.ascontiguousarray(node_value, dtype=np.float64)),
         int(leaf_map),
@@ -293,6 +335,15 @@ def _walk_table(
     order, stop = split_ranges(nodes.node_feature, nodes.node_child_base, nodes.child_table.shape[0])
     walk_table_cpu(*nodes, starts, order, stop, np.int64(shift), table)
     return table, np.int64(shift), tree_depths_cpu(*nodes, starts, stop)
+
+
+def _check_init(init: tuple[float, float], leaf_map: int) -> tuple[float, float]:
+    """``init`` as two finite floats; scale chains take only the identity."""
+    a, b = (float(v) for v in init)
+    if not (math.isfinite(a) and math.isfinite(b)) or (leaf_map == LEAF_SCALE and (a, b) != (1.0, 0.0)):
+        msg = f"init must be two finite floats, (1.0, 0.0) for LEAF_SCALE. Got {init!r} instead."
+        raise ValueError(msg)
+    return a, b
 
 
 def _check_codes(codes: Any) -> Any:
@@ -501,6 +552,8 @@ def _predict_trees_cuda(
     values: np.ndarray,
     starts: np.ndarray,
     leaf_map: int,
+    start: np.ndarray,
+    finish: bool,
     n_blocks: int | None,
     threads_per_block: int | None,
 ) -> Any:
@@ -521,6 +574,8 @@ def _predict_trees_cuda(
             dev.put(values),
             dev.put(starts),
             leaf_map,
+            dev.put(start),
+            finish,
             out,
             **_launch_options(n_blocks, threads_per_block),
         )

@@ -211,17 +211,26 @@ def _apply_leaves8(out, i, ends, table, child_table, root, node_value, leaf_map)
 
 
 @parallel_rows("codes")
-def predict_trees_cpu(codes, f, table, shift, child_table, tree_start, node_value, tree_depth, leaf_map, out):
+def predict_trees_cpu(
+    codes, f, table, shift, child_table, tree_start, node_value, tree_depth, leaf_map, init, finish, out
+):
     """Write into ``out`` (float64) the chained prediction of each row; return ``out``.
 
-    ``table`` from :func:`walk_table_cpu`, whose last ``n_trees`` entries are the roots.
+    ``table`` from :func:`walk_table_cpu`, whose last ``n_trees`` entries are the roots. ``init``: float64
+    ``[a, b, start]``, the initial map, applied to ``f`` when ``start`` is 1 (``f`` holds the chain's values
+    when 0); ``finish``: whether the chain's last values go through the sigmoid.
     """
     n = codes.shape[0]
     n_groups = n // 8
     n_trees = tree_depth.shape[0]
     first_root = table.shape[0] - n_trees
-    for row in numba.prange(n):
-        out[np.uint64(row)] = start_value(f[np.uint64(row)], leaf_map)
+    a, b = init[0], init[1]
+    if init[2] != 0.0:
+        for row in numba.prange(n):
+            out[np.uint64(row)] = start_value(f[np.uint64(row)], a, b, leaf_map)
+    else:
+        for row in numba.prange(n):
+            out[np.uint64(row)] = f[np.uint64(row)]
     for t in range(n_trees):
         root, steps, node = np.int64(first_root + t), tree_depth[t], tree_start[t]
         for q in numba.prange(n_groups):
@@ -231,20 +240,27 @@ def predict_trees_cpu(codes, f, table, shift, child_table, tree_start, node_valu
         for r in range(8 * n_groups, n):
             e = _walk1(codes, np.uint64(r), root, steps, table, shift)
             _apply_leaf(out, np.uint64(r), _node(table, child_table, e, node), node_value, leaf_map)
-    for row in numba.prange(n):
-        out[np.uint64(row)] = finish_value(out[np.uint64(row)], leaf_map)
+    if finish:
+        for row in numba.prange(n):
+            out[np.uint64(row)] = finish_value(out[np.uint64(row)], leaf_map)
     return out
 
 
 @parallel_rows("f")
-def predict_leaves_cpu(f, leaf, node_value, leaf_map, out):
-    """Write into ``out`` (float64) one tree's prediction of rows whose node is known (``leaf``); return it.
-
-    The operations of :func:`predict_trees_cpu` for one tree, in the same order, without the walk.
-    """
+def chain_start_cpu(f, a, b, leaf_map, out):
+    """Write into ``out`` (float64) the chain's starting value of each row (``start_value``); return it."""
     for row in numba.prange(f.shape[0]):
+        out[np.uint64(row)] = start_value(f[np.uint64(row)], a, b, leaf_map)
+    return out
+
+
+@parallel_rows("x")
+def predict_leaves_cpu(x, leaf, node_value, leaf_map, out):
+    """Write into ``out`` (float64) one tree's map of the chain's values ``x`` of rows whose node is known
+    (``leaf``); return it. The operation of :func:`predict_trees_cpu` per tree, without the walk.
+    """
+    for row in numba.prange(x.shape[0]):
         i = np.uint64(row)
         m = np.uint64(leaf[i])
-        x = apply_map(start_value(f[i], leaf_map), node_value[m, 0], node_value[m, 1], leaf_map)
-        out[i] = finish_value(x, leaf_map)
+        out[i] = apply_map(x[i], node_value[m, 0], node_value[m, 1], leaf_map)
     return out

@@ -47,16 +47,24 @@ def tree_leaves_kernel(codes, node_feature, node_child_base, child_table, tree_s
 
 @cuda.jit
 def predict_trees_kernel(
-    codes, f, node_feature, node_child_base, child_table, node_value, tree_start, leaf_map, out
+    codes, f, node_feature, node_child_base, child_table, node_value, tree_start, leaf_map, init, finish, out
 ):
-    """``out[i]``: the chained prediction of row ``i`` (float64; ``f`` is float32 or float64)."""
+    """``out[i]``: the chained prediction of row ``i`` (float64; ``f`` is float32 or float64). ``init``:
+    ``[a, b, start]`` as in the CPU twin; ``finish``: whether the sigmoid ends the chain."""
     n_trees = tree_start.shape[0] - 1
     for i in range(cuda.grid(1), codes.shape[0], cuda.gridsize(1)):
-        x = start_value(f[i], leaf_map)
+        x = start_value(f[i], init[0], init[1], leaf_map) if init[2] != 0.0 else float(f[i])
         for t in range(n_trees):
             m = walk_tree(codes, i, tree_start[t], node_feature, node_child_base, child_table)
             x = apply_map(x, node_value[m, 0], node_value[m, 1], leaf_map)
-        out[i] = finish_value(x, leaf_map)
+        out[i] = finish_value(x, leaf_map) if finish else x
+
+
+@cuda.jit
+def chain_start_kernel(f, a, b, leaf_map, out):
+    """``out[i]``: the chain's starting value of row ``i`` (``start_value``, float64)."""
+    for i in range(cuda.grid(1), f.shape[0], cuda.gridsize(1)):
+        out[i] = start_value(f[i], a, b, leaf_map)
 
 
 def _blocks(n_rows: int, n_blocks: int | None, threads_per_block: int) -> int:
@@ -111,13 +119,32 @@ def launch_predict_trees(
     node_value: Any,
     tree_start: Any,
     leaf_map: int,
+    init: Any,
+    finish: bool,
     out: Any,
     *,
     n_blocks: int | None = None,
     threads_per_block: int = THREADS_PER_BLOCK,
 ) -> None:
-    """Launch ``predict_trees_kernel`` on device arrays (``out`` float64 of shape ``(n,)``)."""
+    """Launch ``predict_trees_kernel`` on device arrays (``out`` float64 of shape ``(n,)``; ``init`` the
+    float64 ``[a, b, start]``)."""
     grid = _blocks(codes.shape[0], n_blocks, threads_per_block)
     predict_trees_kernel[grid, threads_per_block](
-        codes, f, node_feature, node_child_base, child_table, node_value, tree_start, np.int64(leaf_map), out
+        codes,
+        f,
+        node_feature,
+        node_child_base,
+        child_table,
+        node_value,
+        tree_start,
+        np.int64(leaf_map),
+        init,
+        np.bool_(finish),
+        out,
     )
+
+
+def launch_chain_start(f: Any, a: float, b: float, leaf_map: int, out: Any) -> None:
+    """Launch ``chain_start_kernel`` on device arrays (``f`` and ``out`` float64 of shape ``(n,)``)."""
+    grid = _blocks(f.shape[0], None, THREADS_PER_BLOCK)
+    chain_start_kernel[grid, THREADS_PER_BLOCK](f, np.float64(a), np.float64(b), np.int64(leaf_map), out)

@@ -19,8 +19,11 @@ Prediction chains the trees. With :math:`m_t(i)` the node row :math:`i` stops at
 
 - scale: :math:`f_t = \min(a f_{t-1}, 1)`, starting from the input :math:`f_0 = f`;
 - shift and platt: :math:`l_t = a\, l_{t-1} + b` from
-  :math:`l_0 = \operatorname{logit}(\operatorname{clip}(f, \epsilon, 1 - \epsilon))`, output
-  :math:`\sigma(l_T) = 1 / (1 + e^{-l_T})`. Shift maps have :math:`a = 1`, so both use one formula.
+  :math:`l_0 = \operatorname{clip}(a_0 \operatorname{logit}(\operatorname{clip}(f, \epsilon, 1 - \epsilon))
+  + b_0, \pm\operatorname{logit}(1 - \epsilon))` (the initial map :math:`(a_0, b_0)`, by default the
+  identity, for which the outer clip changes nothing), output :math:`\sigma(l_T) = 1 / (1 + e^{-l_T})`.
+  Shift maps have :math:`a = 1`, so both use one formula. The fit carries the chain's values :math:`l_t`
+  themselves from tree to tree, so a prediction is the same chain of operations as the fit's.
 
 :math:`\epsilon` is the float64 machine epsilon (as in ``gpucal.calibrators.logistic``) and
 :math:`\operatorname{logit}(p) = \log(p / (1 - p))`: one logarithm, and ``1 - p`` is exact for
@@ -28,6 +31,8 @@ Prediction chains the trees. With :math:`m_t(i)` the node row :math:`i` stops at
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
@@ -38,6 +43,10 @@ LEAF_PLATT = 2
 LEAF_MAP_CODES = (LEAF_SCALE, LEAF_SHIFT, LEAF_PLATT)
 # Probabilities are clipped to [EPS, 1 - EPS] before the logit: logit(0) is -36.04 instead of -inf.
 EPS = float(np.finfo(np.float64).eps)
+# The logits of the clipped probabilities EPS and 1 - EPS (-36.04, 36.04) by the kernels' formula: the
+# range of a chain's starting value.
+LOGIT_LOW = math.log(EPS / (1.0 - EPS))
+LOGIT_HIGH = math.log((1.0 - EPS) / (1.0 - (1.0 - EPS)))
 
 
 def route_rows_oracle(
@@ -102,6 +111,13 @@ def sigmoid(z: np.ndarray) -> np.ndarray:
         return 1.0 / (1.0 + np.exp(-z))
 
 
+def chain_start_oracle(f: np.ndarray, a: float, b: float, leaf_map: int) -> np.ndarray:
+    """The chain's starting values (module docstring) as float64: ``f`` for scale, else :math:`l_0`."""
+    if leaf_map == LEAF_SCALE:
+        return np.asarray(f, dtype=np.float64).copy()
+    return np.clip(a * logit_clipped(f) + b, LOGIT_LOW, LOGIT_HIGH)
+
+
 def predict_trees_oracle(
     codes: np.ndarray,
     f: np.ndarray,
@@ -111,16 +127,22 @@ def predict_trees_oracle(
     node_value: np.ndarray,
     tree_start: np.ndarray,
     leaf_map: int,
+    init: tuple[float, float] | None = (1.0, 0.0),
+    finish: bool = True,
 ) -> np.ndarray:
-    """Return the chained prediction (module docstring) of every row as float64, tree after tree."""
+    """Return the chained prediction (module docstring) of every row as float64, tree after tree.
+
+    ``init``: the initial map of ``f`` (probabilities), or None when ``f`` holds the chain's values;
+    ``finish=False`` returns the chain's last values (no sigmoid).
+    """
     leaves = tree_leaves_oracle(codes, node_feature, node_child_base, child_table, tree_start)
     if leaf_map == LEAF_SCALE:
         out = np.asarray(f, dtype=np.float64).copy()
         for t in range(leaves.shape[1]):
             out = np.minimum(node_value[leaves[:, t], 0] * out, 1.0)
         return out
-    logit = logit_clipped(f)
+    logit = np.asarray(f, dtype=np.float64) if init is None else chain_start_oracle(f, *init, leaf_map)
     for t in range(leaves.shape[1]):
         value = node_value[leaves[:, t]]
         logit = value[:, 0] * logit + value[:, 1]
-    return sigmoid(logit)
+    return sigmoid(logit) if finish else logit

@@ -16,7 +16,7 @@ import math
 import numpy as np
 
 from gpucal.kernels.jit import numba
-from gpucal.kernels.trees_oracle import EPS, LEAF_SCALE
+from gpucal.kernels.trees_oracle import EPS, LEAF_SCALE, LOGIT_HIGH, LOGIT_LOW
 
 ONE_MINUS_EPS = 1.0 - EPS
 
@@ -52,8 +52,9 @@ def walk_tree(codes, i, root, node_feature, node_child_base, child_table):
 
 
 @numba.njit(cache=True, inline="always")
-def start_value(f, leaf_map):
-    """The chain's starting value: ``f`` for scale, :math:`\\log(p / (1 - p))` of the clipped ``f`` else."""
+def start_value(f, a, b, leaf_map):
+    """The chain's starting value: ``f`` for scale, else the initial map :math:`a \\log(p / (1 - p)) + b`
+    of the clipped ``f``, clipped to the logits of the clipped probabilities (a no-op for ``a, b = 1, 0``)."""
     x = float(f)
     if leaf_map == LEAF_SCALE:
         return x
@@ -62,7 +63,12 @@ def start_value(f, leaf_map):
         x = EPS
     if x > ONE_MINUS_EPS:
         x = ONE_MINUS_EPS
-    return math.log(x / (1.0 - x))
+    z = a * math.log(x / (1.0 - x)) + b
+    if z < LOGIT_LOW:
+        z = LOGIT_LOW
+    if z > LOGIT_HIGH:
+        z = LOGIT_HIGH
+    return z
 
 
 @numba.njit(cache=True, inline="always")

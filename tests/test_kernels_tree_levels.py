@@ -7,6 +7,7 @@ import pytest
 from numpy.testing import assert_array_equal
 
 from gpucal.kernels import (
+    chain_start,
     gather_rows,
     group_sums,
     node_range_sums,
@@ -87,8 +88,11 @@ def test_predict_leaves_equals_the_walk(leaf_map: int) -> None:
     leaf = route_rows(
         codes, route_rows(codes, np.zeros(len(f), np.int32), FEATURE, BASE, TABLE), FEATURE, BASE, TABLE
     )
-    want = predict_trees(codes, f, FEATURE, BASE, TABLE, values, start, leaf_map, backend="cpu")
-    assert_array_equal(predict_leaves(f, leaf, values, leaf_map), want)
+    x = chain_start(f, (1.3, -0.2) if leaf_map else (1.0, 0.0), leaf_map)  # the chain's values
+    want = predict_trees(
+        codes, x, FEATURE, BASE, TABLE, values, start, leaf_map, init=None, finish=False, backend="cpu"
+    )
+    assert_array_equal(predict_leaves(x, leaf, values, leaf_map), want)
 
 
 @pytest.mark.parametrize("soft_labels", [False, True])

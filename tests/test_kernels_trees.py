@@ -10,9 +10,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from numpy.testing import assert_allclose, assert_array_equal
 
-from gpucal.kernels import LEAF_PLATT, LEAF_SCALE, LEAF_SHIFT, predict_trees, route_rows, tree_leaves
+from gpucal.kernels import (
+    LEAF_PLATT,
+    LEAF_SCALE,
+    LEAF_SHIFT,
+    chain_start,
+    predict_trees,
+    route_rows,
+    tree_leaves,
+)
 from gpucal.kernels.trees_cpu import split_ranges, tree_depths_cpu
-from gpucal.kernels.trees_oracle import EPS
+from gpucal.kernels.trees_oracle import EPS, LOGIT_HIGH, LOGIT_LOW
 
 # "shift" and "platt" go through log and exp, which numpy and libm round differently by an ulp or so;
 # a few trees with |a| <= 1.5 amplify that to far below this.
@@ -140,6 +148,42 @@ def test_cpu_twin_matches_oracle(n_rows, n_values, n_trees, max_depth, code_dtyp
         assert_array_equal(got, want)  # one product and one comparison per tree: exact
     else:
         assert_allclose(got, want, rtol=RTOL, atol=ATOL)
+
+
+@pytest.mark.parametrize("leaf_map", [LEAF_SHIFT, LEAF_PLATT])
+def test_initial_map_starts_the_chain_and_the_chain_values_pass_between_calls(leaf_map):
+    """``init`` is the initial map of the logit, clipped to the clipped probabilities' logits; a chain split
+    into calls (``chain_start``, then ``init=None``; ``finish=False`` for the logits) is the one call, bit
+    for bit."""
+    rng = np.random.default_rng(11)
+    n_values = [7, 3, 12]
+    feature, base, table, value, tree_start = random_ensemble(rng, n_values, 3, 4, p_leaf=0.1)
+    value = shift_values(value, leaf_map)
+    codes = random_codes(rng, 3_000, n_values, np.int16)
+    f = rng.random(3_000)
+    f[:4] = [0.0, 1.0, 1e-300, 1.0 - 1e-17]
+    nodes = (feature, base, table)
+    for init in [(1.0, 0.0), (0.55, -1.25), (40.0, 3.0)]:
+        start = chain_start(f, init, leaf_map)
+        assert_allclose(start, chain_start(f, init, leaf_map, backend="oracle"), rtol=RTOL, atol=ATOL)
+        assert start.min() >= LOGIT_LOW
+        assert start.max() <= LOGIT_HIGH
+        if init == (1.0, 0.0):
+            assert_array_equal(start[:2], [LOGIT_LOW, LOGIT_HIGH])  # the clipped probabilities' logits
+        if init == (40.0, 3.0):
+            assert_array_equal(start[:2], [LOGIT_LOW, LOGIT_HIGH])  # the initial map's logit clipped
+        whole = predict_trees(codes, f, *nodes, value, tree_start, leaf_map, init=init)
+        want = predict_trees(codes, f, *nodes, value, tree_start, leaf_map, init=init, backend="oracle")
+        assert_allclose(whole, want, rtol=RTOL, atol=ATOL)
+        chained = predict_trees(codes, start, *nodes, value, tree_start, leaf_map, init=None)
+        assert_array_equal(chained, whole)
+        logits = predict_trees(codes, start, *nodes, value, tree_start, leaf_map, init=None, finish=False)
+        assert_array_equal(
+            logits, predict_trees(codes, f, *nodes, value, tree_start, leaf_map, init=init, finish=False)
+        )
+        assert_allclose(1.0 / (1.0 + np.exp(-logits)), whole, rtol=RTOL, atol=ATOL)
+    with pytest.raises(ValueError, match="init must be two finite floats"):
+        predict_trees(codes, f, *nodes, value, tree_start, LEAF_SCALE, init=(2.0, 0.0))
 
 
 @pytest.mark.parametrize("leaf_map", LEAF_MAPS)

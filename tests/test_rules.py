@@ -13,6 +13,7 @@ import pytest
 import gpucal.kernels.trees
 from gpucal.encoding import FeatureEncoder
 from gpucal.rules import export_rules, sql_float, sql_value
+from gpucal.rules.chain import LOGIT_HIGH, LOGIT_LOW
 from gpucal.trees.ensemble import TreeEnsemble, map_codes
 
 EPS = float(np.finfo(np.float64).eps)
@@ -157,14 +158,15 @@ def reference_predict(ens: TreeEnsemble, codes: np.ndarray, score: np.ndarray, i
     """The chain, one row at a time in plain Python, in the kernels' order of operations."""
     out = []
     for row, s in zip(codes.tolist(), score.tolist(), strict=True):
-        f = s if init == (1.0, 0.0) else sigmoid(init[0] * logit_clip(s) + init[1])
         nodes = [stop_node(ens, t, row) for t in range(ens.n_trees)]
         if ens.leaf_map == "scale":
+            f = s if init == (1.0, 0.0) else sigmoid(init[0] * logit_clip(s) + init[1])
             for m in nodes:
                 f = min(float(ens.node_value[m, 0]) * f, 1.0)
             out.append(f)
         else:
-            lt = logit_clip(f)
+            # The initial map's logit starts the chain, clipped to the clipped probabilities' logits.
+            lt = min(max(init[0] * logit_clip(s) + init[1], LOGIT_LOW), LOGIT_HIGH)
             for m in nodes:
                 lt = float(ens.node_value[m, 0]) * lt + float(ens.node_value[m, 1])
             out.append(sigmoid(lt))
@@ -482,7 +484,10 @@ def test_text_rules():
 def test_text_shift_platt_and_single_leaf_tree():
     enc, ens, _, _ = setup("platt")
     text = export_rules(ens, enc, score_col="score", score_bins=SCORE_BINS, init=(1.2, -0.1), precision=3)
-    assert "f_0 = sigmoid(a0 * logit(clip(score, eps, 1 - eps)) + b0), a0 = 1.2, b0 = -0.1" in text
+    assert (
+        "l_0 = clip(a0 * logit(clip(score, eps, 1 - eps)) + b0, -logit(1 - eps), logit(1 - eps)), "
+        "logit(p) = ln(p / (1 - p)), a0 = 1.2, b0 = -0.1"
+    ) in text
     a, b = ens.node_value[3]
     assert f"if site is missing: a = {a:.3g}, b = {b:+.3g} (rows 200)" in text
     stump = TreeEnsemble(

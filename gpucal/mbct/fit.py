@@ -15,8 +15,13 @@ initial Platt map                      ``fit_init_platt``: Newton steps of summe
 trees                                  ``grow_tree_on(tree_store(rows))``
 leaf refit                             ``fit_local_maps_from_sums`` of summed ``local_map_sums``
 global loss                            sums of ``w * loss`` and ``w``
-the chain's next input                 ``predict_ensemble`` mapped over the blocks
+the chain's next values               ``predict_ensemble`` mapped over the blocks
 =====================================  ==========================================================
+
+The chain carries its own values from tree to tree (``ChainBlock.f``): probabilities for "scale" leaves,
+logits for "shift" and "platt", starting from the initial map's logit (``start_values``), so a fitted
+model's prediction repeats the fit's operations exactly. Trees grow on the probabilities of those values;
+the leaves are refit, and the global loss read, on the same.
 
 On one machine (one block) every sum is that block's, so the numbers are those of the arrays. Over
 dask partitions only the order of the additions differs (about 1e-15 relative per sum). Identical rows
@@ -72,7 +77,8 @@ from gpucal.trees.local_maps import (
     fit_local_maps_from_sums,
     flatten_map_sums,
     local_map_sums,
-    map_design,
+    logit_design,
+    probabilities,
     unflatten_map_sums,
 )
 from gpucal.trees.tree_rows import TreeRows, tree_store
@@ -136,13 +142,23 @@ def global_loss_sums(f: Any, y: Any, w: Any, leaf_map: str) -> tuple[float, floa
     return float(-(wt * (y * xp.log(p) + (1.0 - y) * xp.log1p(-p))).sum()), float(wt.sum())
 
 
+def _probabilities(f: Any, leaf_map: str) -> Any:
+    """The probabilities of a chain's values (``ChainBlock.f``): themselves for "scale", else sigmoids."""
+    return f if leaf_map == "scale" else probabilities(f)
+
+
 def _loss_sums(block: ChainBlock, leaf_map: str) -> np.ndarray:
-    return np.array(global_loss_sums(block.f, block.y, block.w, leaf_map))
+    return np.array(global_loss_sums(_probabilities(block.f, leaf_map), block.y, block.w, leaf_map))
+
+
+def _grow_input(block: ChainBlock, leaf_map: str) -> ChainBlock:
+    """A block as trees grow on it: the probabilities of its chain values."""
+    return ChainBlock(block.codes, _probabilities(block.f, leaf_map), block.y, block.w)
 
 
 @dataclass(frozen=True)
 class _LeafBlock:
-    """A block's tree input, labels, weights and leaf (``node_idx``), with ``map_design`` of the input."""
+    """A block's chain values, labels, weights and leaf (``node_idx``), with their ``logit_design``."""
 
     f: Any
     y: Any
@@ -151,10 +167,14 @@ class _LeafBlock:
     design: tuple[Any, Any]
 
 
-def _with_design(block: Any, kind: str, leaf: Any = None) -> _LeafBlock:
-    """A block grouped by leaf (a grown store, or chain rows with ``leaf`` in data order)."""
-    node = block.node_idx if leaf is None else leaf
-    return _LeafBlock(block.f, block.y, block.w, node, map_design(block.f, kind))
+def _with_design(block: ChainBlock, kind: str, leaf: Any) -> _LeafBlock:
+    """A block of chain rows grouped by ``leaf`` (the leaf of each row, in data order)."""
+    return _LeafBlock(block.f, block.y, block.w, leaf, logit_design(block.f, kind))
+
+
+def _with_walked_design(block: ChainBlock, kind: str, tree: TreeEnsemble) -> _LeafBlock:
+    """:func:`_with_design` of a block whose rows' leaves in the one-tree ``tree`` are found by a walk."""
+    return _with_design(block, kind, tree.leaves(block.codes)[:, 0])
 
 
 def _map_sums(block: _LeafBlock, theta: np.ndarray, kind: str, backend: str) -> np.ndarray:
@@ -174,8 +194,10 @@ def _map_sums(block: _LeafBlock, theta: np.ndarray, kind: str, backend: str) -> 
 
 
 def _through(block: Any, tree: TreeEnsemble) -> ChainBlock:
-    """A block's input passed through ``tree`` (a chain block, or a grown store's rows in node order)."""
-    return ChainBlock(block.codes, predict_ensemble(tree, block.codes, block.f), block.y, block.w)
+    """A block's chain values passed through ``tree`` (a chain block, or a grown store's rows in node
+    order): ``predict_ensemble`` from the chain's values to the chain's values."""
+    f = predict_ensemble(tree, block.codes, block.f, init=None, finish=False)
+    return ChainBlock(block.codes, f, block.y, block.w)
 
 
 def _knows_leaves(train: Rows, leaf: Any) -> bool:
@@ -278,9 +300,9 @@ def fit_mbct(rows: Rows, params: MBCTParams, encoder: FeatureEncoder | None) -> 
     init = np.array([1.0, 0.0])
     if params.init == "platt":
         init = np.array(fit_init_platt(_score_rows(train)))
-    train = train.map(chain_input, code_maps, tree_n_values, init)
+    train = train.map(chain_input, code_maps, tree_n_values, init, params.leaf_map)
     if valid is not None:
-        valid = valid.map(chain_input, code_maps, tree_n_values, init)
+        valid = valid.map(chain_input, code_maps, tree_n_values, init, params.leaf_map)
     chain = _Chain(params, beta, child, code_maps, rare_codes, tree_n_values, encoder)
     ensemble, history, interrupted = chain.grow(train, valid)
     return MBCTFit(ensemble, beta, child, init, history, interrupted)
@@ -325,16 +347,18 @@ class _Chain:
             for t in range(p.max_trees):
                 start = time.perf_counter()
                 log = (lambda line: _log(p, 2, line)) if p.verbose >= 2 else None
-                nodes, leaf = grow_tree_on(tree_store(train), self.n_values, self.rare_codes, config, log=log)
+                store = tree_store(train.map(_grow_input, p.leaf_map))
+                nodes, leaf = grow_tree_on(store, self.n_values, self.rare_codes, config, log=log)
+                del store
                 values = nodes.values
                 if p.leaf_map != "scale":
-                    values = self._refit_leaves(self._map_sums(train, leaf), values)
+                    values = self._refit_leaves(self._map_sums(train, leaf, self._ensemble([nodes])), values)
                 nodes.value = list(self._damp(values))
                 tree = self._ensemble([nodes])
-                # Held partitions: the next input is predicted on the grown stores' rows (in node order),
-                # so a machine holds one copy of its rows. Streamed or local: on the chain's rows (a
-                # streamed pass would otherwise replay the tree's routing).
-                grown = isinstance(leaf, TreeRows) and train.holds_blocks
+                # Held partitions of a "scale" chain: the next input is predicted on the grown stores' rows
+                # (in node order), so a machine holds one copy of its rows. Otherwise on the chain's rows:
+                # trees grow on probabilities, and a logit chain's values are not in the stores.
+                grown = isinstance(leaf, TreeRows) and train.holds_blocks and p.leaf_map == "scale"
                 if _knows_leaves(train, leaf):
                     # One block whose rows' leaves growth already found: each row takes its leaf's map.
                     next_train = train.map(_through_leaves, tree, leaf)
@@ -398,7 +422,7 @@ class _Chain:
             return float(
                 mvce(
                     block.y,
-                    block.f,
+                    _probabilities(block.f, p.leaf_map),
                     sample_weight=block.w,
                     n_views=p.n_views,
                     bin_size=max(1, int(self.beta)),
@@ -409,11 +433,12 @@ class _Chain:
         loss_sum, weight_sum = rows.sum(_loss_sums, p.leaf_map)
         return float(loss_sum) / float(weight_sum)
 
-    def _map_sums(self, train: Rows, leaf: Any) -> MapSums:
-        """``theta -> local_map_sums`` of the training rows grouped by ``leaf``, added over blocks."""
+    def _map_sums(self, train: Rows, leaf: Any, tree: TreeEnsemble) -> MapSums:
+        """``theta -> local_map_sums`` of the training rows grouped by ``leaf``, added over blocks (a
+        store's leaves are in its own row order: the chain's rows then walk ``tree``, the grown one)."""
         kind, backend = self.params.leaf_map, self.params.backend
         grouped = (
-            leaf.rows.map(_with_design, kind)
+            train.map(_with_walked_design, kind, tree)
             if isinstance(leaf, TreeRows)
             else train.map(_with_design, kind, leaf)
         )

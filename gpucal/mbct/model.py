@@ -53,7 +53,11 @@ class MBCT(Calibrator):
         g_b(f) = \min(k_b f, 1) \;\text{("scale", the paper's map)}
 
     or :math:`\sigma(\operatorname{logit} f + d_b)` ("shift") or :math:`\sigma(a_b \operatorname{logit} f
-    + d_b)` ("platt"); :math:`g_0` is the identity or a global Platt map (``init``).
+    + d_b)` ("platt"); :math:`g_0` is the identity or a global Platt map (``init``). With "shift" and
+    "platt" the composition runs on logits: it starts from :math:`g_0`'s logit
+    :math:`a_0 \operatorname{logit}(\operatorname{clip}(s, \epsilon, 1 - \epsilon)) + b_0`, clipped to
+    :math:`\pm\operatorname{logit}(1 - \epsilon)`, and ends with one sigmoid; the fit carries the same
+    logits from tree to tree, so predictions on the training rows repeat the fit's values exactly.
 
     Parameters
     ----------
@@ -399,11 +403,15 @@ class MBCT(Calibrator):
         check_is_fitted(self, list(self._state_spec))
         split = parse_input(X, score_col=self.score_col, feature_cols=self.feature_cols_, allow_empty=True)
         codes = input_codes(split, self.encoder_, self.score_bins, self.ensemble_)
-        return codes, apply_init(split.score, self.init_), split
+        return codes, split.score, split
 
     def _predict_local(self, X: Any) -> tuple[Any, InputInfo]:
-        codes, f, split = self._predict_input(X)
-        return predict_ensemble(self.ensemble_, codes, f), split.info
+        codes, score, split = self._predict_input(X)
+        if self.ensemble_.leaf_map == "scale":
+            return predict_ensemble(self.ensemble_, codes, apply_init(score, self.init_)), split.info
+        # The initial map starts the chain in the trees' own pass (the fit's start_values).
+        a, b = (float(v) for v in self.init_)
+        return predict_ensemble(self.ensemble_, codes, score, init=(a, b)), split.info
 
     def leaves(self, X: Any) -> Any:
         """Return the node each row ends in, per tree: int32 array of shape (n, n_trees) (global node ids)."""

@@ -17,10 +17,10 @@ from gpucal._backend import array_namespace
 from gpucal._frames import ParsedInput, parse_input
 from gpucal.calibrators.platt import predict_platt
 from gpucal.encoding import FeatureEncoder
-from gpucal.kernels import gather_rows, lookup_bins
+from gpucal.kernels import chain_start, gather_rows, lookup_bins
 from gpucal.rows import Rows, concat_weights, held_out_mask
 from gpucal.rows.checks import check_labels_and_weights
-from gpucal.trees.ensemble import TreeEnsemble, code_weights, map_codes, tree_code_dtype
+from gpucal.trees.ensemble import LEAF_MAPS, TreeEnsemble, code_weights, map_codes, tree_code_dtype
 
 # Columns of :func:`input_summary` (the training rows' code weights from CODE_WEIGHTS on).
 N_ROWS, N_HELD, N_POSITIVE, N_NEGATIVE, W_SUM, WY_SUM, CODE_WEIGHTS = range(7)
@@ -28,7 +28,10 @@ N_ROWS, N_HELD, N_POSITIVE, N_NEGATIVE, W_SUM, WY_SUM, CODE_WEIGHTS = range(7)
 
 @dataclass(frozen=True)
 class ChainBlock:
-    """A block of a chain's rows: codes (input codes, then tree codes), tree input, labels, weights."""
+    """A block of a chain's rows: codes (input codes, then tree codes), tree input, labels, weights.
+
+    Once the chain starts (:func:`chain_input`), ``f`` holds the chain's values: probabilities for "scale"
+    leaves, logits for "shift" and "platt" (``predict_trees`` with ``init=None, finish=False``)."""
 
     codes: Any
     f: Any
@@ -87,6 +90,17 @@ def apply_init(score: Any, init: np.ndarray) -> Any:
     """The chain's first map :math:`g_0`: the global Platt map ``init = [a, b]`` (identity: ``[1, 0]``)."""
     a, b = (float(v) for v in init)
     return score if (a, b) == (1.0, 0.0) else predict_platt(score, a, b)
+
+
+def start_values(score: Any, init: np.ndarray, leaf_map: str) -> Any:
+    """The values a chain carries into its first tree: :math:`g_0(s)` for "scale" (probabilities), else
+    the logit of :math:`g_0(s)` as ``gpucal.kernels.chain_start`` takes it,
+    :math:`\\operatorname{clip}(a \\operatorname{logit}(\\operatorname{clip} s) + b)`, the very start of
+    ``predict_trees`` with ``init=(a, b)`` (no sigmoid and logit between the map and the first tree)."""
+    if leaf_map == "scale":
+        return apply_init(score, init)
+    a, b = (float(v) for v in init)
+    return chain_start(score, (a, b), LEAF_MAPS.index(leaf_map))
 
 
 def fit_mbct_encoder(
@@ -210,10 +224,11 @@ def block_code_weights(block: ChainBlock, n_values: np.ndarray) -> np.ndarray:
 
 
 def chain_input(
-    block: ChainBlock, maps: list[np.ndarray], n_values: np.ndarray, init: np.ndarray
+    block: ChainBlock, maps: list[np.ndarray], n_values: np.ndarray, init: np.ndarray, leaf_map: str
 ) -> ChainBlock:
-    """A block's tree codes and the chain's first input (the initial map of the score)."""
-    return ChainBlock(map_codes(block.codes, maps, n_values), apply_init(block.f, init), block.y, block.w)
+    """A block's tree codes and the chain's first values (:func:`start_values` of the score)."""
+    codes = map_codes(block.codes, maps, n_values)
+    return ChainBlock(codes, start_values(block.f, init, leaf_map), block.y, block.w)
 
 
 __all__ = [
@@ -230,4 +245,5 @@ __all__ = [
     "label_square_sum",
     "read_block",
     "side",
+    "start_values",
 ]

@@ -17,7 +17,7 @@ Feature ``j < len(encoder.feature_names_)`` is the encoder's column ``j`` (its c
 of the original score column. The trees read these input codes through ``ensemble.code_maps`` (rare
 codes share one tree code); the rules are written in input codes, i.e. in the raw values.
 
-With ``init = (a_0, b_0) != (1, 0)`` a global Platt map comes first,
+With ``init = (a_0, b_0) != (1, 0)`` a global Platt map comes first: for ``"scale"``,
 :math:`f_0 = \sigma(a_0 \operatorname{logit}(\operatorname{clip}(s, \epsilon, 1 - \epsilon)) + b_0)`,
 else :math:`f_0 = s`; :math:`\epsilon` is float64's machine epsilon, as in
 :mod:`gpucal.calibrators.logistic`. Each tree ``t`` then sends the row from its root down to the
@@ -25,8 +25,9 @@ deepest node it reaches (it stops at a leaf, or at a node whose training rows ne
 value of the split feature) and applies that node's map :math:`(a, b)`:
 
 - ``"scale"``: :math:`f_t = \min(a f_{t-1}, 1)`; the output is :math:`f_T`;
-- ``"shift"`` / ``"platt"``: :math:`l_0 = \operatorname{logit}(\operatorname{clip}(f_0, \epsilon,
-  1 - \epsilon))`, :math:`l_t = a l_{t-1} + b` (``a = 1`` for shift); the output is
+- ``"shift"`` / ``"platt"``: :math:`l_0 = \operatorname{clip}(a_0 \operatorname{logit}(\operatorname{clip}(s,
+  \epsilon, 1 - \epsilon)) + b_0, \pm\operatorname{logit}(1 - \epsilon))` (the initial map's logit, no
+  probability in between), :math:`l_t = a l_{t-1} + b` (``a = 1`` for shift); the output is
   :math:`\sigma(l_T) = 1 / (1 + e^{-l_T})`.
 
 Formats

@@ -3,6 +3,7 @@ each child of a node receives, and the chain's formula (the model of :mod:`gpuca
 
 from __future__ import annotations
 
+import math
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -19,6 +20,9 @@ KIND_SCORE = "score_bins"
 # The probability clip before a logit: float64's machine epsilon, as in gpucal.calibrators.logistic
 # (its value is part of the rules' formula, so it is written here rather than read from a method).
 EPS = float(np.finfo(np.float64).eps)
+# The logits of EPS and 1 - EPS, the range of a logit chain's first value l_0.
+LOGIT_LOW = math.log(EPS / (1.0 - EPS))
+LOGIT_HIGH = math.log((1.0 - EPS) / (1.0 - (1.0 - EPS)))
 # Significant digits of map parameters and weights in the text rules when ``precision`` is None.
 TEXT_DIGITS = 6
 
@@ -185,17 +189,22 @@ def rounded(x: float, precision: int | None) -> float:
 def chain_formula(leaf_map: str, n_trees: int, init: tuple[float, float], score: str, n: int) -> list[str]:
     """The formula of the chain, one step a line."""
     lines = [f"score bin = min(floor({score} * {n}), {n - 1})"] if n else []
-    if init == (1.0, 0.0):
-        lines.append(f"f_0 = {score}")
-    else:
-        lines.append(
-            f"f_0 = sigmoid(a0 * logit(clip({score}, eps, 1 - eps)) + b0), a0 = {init[0]!r}, b0 = {init[1]!r}"
-        )
+    platt_init = f"a0 = {init[0]!r}, b0 = {init[1]!r}"
     if leaf_map == "scale":
+        if init == (1.0, 0.0):
+            lines.append(f"f_0 = {score}")
+        else:
+            lines.append(f"f_0 = sigmoid(a0 * logit(clip({score}, eps, 1 - eps)) + b0), {platt_init}")
         lines.append("tree t: f_t = min(k * f_(t-1), 1), k of the rule the row meets")
         lines.append(f"calibrated = f_{n_trees}")
     else:
-        lines.append("l_0 = logit(clip(f_0, eps, 1 - eps)), logit(p) = ln(p / (1 - p))")
+        if init == (1.0, 0.0):
+            lines.append(f"l_0 = logit(clip({score}, eps, 1 - eps)), logit(p) = ln(p / (1 - p))")
+        else:
+            lines.append(
+                f"l_0 = clip(a0 * logit(clip({score}, eps, 1 - eps)) + b0, -logit(1 - eps), logit(1 - eps)), "
+                f"logit(p) = ln(p / (1 - p)), {platt_init}"
+            )
         step = "l_(t-1) + shift" if leaf_map == "shift" else "a * l_(t-1) + b"
         lines.append(f"tree t: l_t = {step}, the map of the rule the row meets")
         lines.append(f"calibrated = sigmoid(l_{n_trees}) = 1 / (1 + exp(-l_{n_trees}))")
@@ -206,6 +215,8 @@ def chain_formula(leaf_map: str, n_trees: int, init: tuple[float, float], score:
 __all__ = [
     "EPS",
     "KIND_SCORE",
+    "LOGIT_HIGH",
+    "LOGIT_LOW",
     "TEXT_DIGITS",
     "CodeSet",
     "RuleChain",

@@ -12,6 +12,8 @@ from gpucal.encoding import KIND_BINS
 from gpucal.rules.chain import (
     EPS,
     KIND_SCORE,
+    LOGIT_HIGH,
+    LOGIT_LOW,
     RuleChain,
     SplitFeature,
     bin_edges,
@@ -155,11 +157,14 @@ class SqlWriter:
                 " FROM (SELECT\n  " + ",\n  ".join(cols) + f") AS {p}k,\n"
                 f" ({rows}) AS {p}c)"
             )
-        # shift / platt: l_0 = logit(clip(f_0)), with f_0 named first when it is not a bare column
+        # shift / platt: l_0 = clip(a0 logit(clip(s)) + b0, +-logit(1 - eps)), with the initial map's
+        # logit named first when it is not the identity
         source = ""
         if platt_init:
-            cols.append(f"{self.logit_clip(f'{p}f.{p}f0')} AS {p}l0")
-            source = f" FROM (SELECT {f0} AS {p}f0) AS {p}f"
+            z0 = f"{self.num(a0)} * {self.logit_clip(score)} + {self.num(b0)}"
+            lo, hi, z = self.num(LOGIT_LOW), self.num(LOGIT_HIGH), f"{p}f.{p}z0"
+            cols.append(f"CASE WHEN {z} < {lo} THEN {lo} WHEN {z} > {hi} THEN {hi} ELSE {z} END AS {p}l0")
+            source = f" FROM (SELECT {z0} AS {p}z0) AS {p}f"
         else:
             cols.append(f"{self.logit_clip(score)} AS {p}l0")
         lt = f"{p}k.{p}l0"

@@ -373,9 +373,16 @@ def join_trees(
     )
 
 
-def predict_ensemble(ensemble: TreeEnsemble, codes: Any, f: Any) -> Any:
+def predict_ensemble(
+    ensemble: TreeEnsemble,
+    codes: Any,
+    f: Any,
+    *,
+    init: tuple[float, float] | None = (1.0, 0.0),
+    finish: bool = True,
+) -> Any:
     """Return the chain's output for tree codes ``codes`` and tree input ``f``
-    (``gpucal.kernels.predict_trees``)."""
+    (``gpucal.kernels.predict_trees``, whose ``init`` and ``finish`` these are)."""
     e = ensemble
     return predict_trees(
         codes,
@@ -386,4 +393,6 @@ def predict_ensemble(ensemble: TreeEnsemble, codes: Any, f: Any) -> Any:
         e.node_value,
         e.tree_start,
         e.leaf_map_code,
+        init=init,
+        finish=finish,
     )

@@ -389,6 +389,30 @@ def map_design(score: Any, kind: str) -> tuple[Any, Any]:
     return _map_design(score, kind)
 
 
+def logit_design(logit: Any, kind: str) -> tuple[Any, Any]:
+    """:func:`map_design` of ``"shift"`` or ``"platt"`` on the logits themselves (no clip, no logarithm):
+    the design of a chain that carries its logits from map to map."""
+    xp = array_namespace(logit)
+    ones = xp.ones_like(logit)
+    if kind == "shift":
+        return ones[:, None], logit
+    return xp.stack([logit, ones], axis=1), xp.zeros_like(logit)
+
+
+def probabilities(logit: Any) -> Any:
+    """:math:`\\sigma(l)` of every row (``_sigmoid``), over row chunks on every core on numpy."""
+    xp = array_namespace(logit)
+    if xp is not np:
+        return _sigmoid(logit)
+    out = np.empty(logit.shape[0], dtype=np.float64)
+
+    def rows(start: int, stop: int) -> None:
+        out[start:stop] = _sigmoid(logit[start:stop])
+
+    numpy_row_chunks(rows, logit.shape[0])
+    return out
+
+
 def _map_design(score: Any, kind: str) -> tuple[Any, Any]:
     xp = array_namespace(score)
     p = xp.clip(score, EPS, 1.0 - EPS)

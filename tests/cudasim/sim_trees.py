@@ -14,7 +14,15 @@ import pytest
 from numba import cuda
 from numpy.testing import assert_allclose, assert_array_equal
 
-from gpucal.kernels import LEAF_PLATT, LEAF_SCALE, LEAF_SHIFT, predict_trees, route_rows, tree_leaves
+from gpucal.kernels import (
+    LEAF_PLATT,
+    LEAF_SCALE,
+    LEAF_SHIFT,
+    chain_start,
+    predict_trees,
+    route_rows,
+    tree_leaves,
+)
 from tests.test_kernels_trees import HAND_CODES, hand_ensemble, random_codes, random_ensemble, shift_values
 
 if os.environ.get("NUMBA_ENABLE_CUDASIM") != "1" and not cuda.is_available():
@@ -106,3 +114,26 @@ def test_sim_no_trees_and_no_rows(leaf_map):
     value = np.ones((5, 2))
     got = predict_trees(none, np.empty(0), feature, base, table, value, tree_start, leaf_map, backend="cuda")
     assert got.shape == (0,)
+
+
+@pytest.mark.parametrize("leaf_map", [LEAF_SHIFT, LEAF_PLATT])
+def test_sim_initial_map_and_chain_values(leaf_map):
+    rng = np.random.default_rng(21)
+    n_values = [6, 3, 20]
+    feature, base, table, value, tree_start = random_ensemble(rng, n_values, 3, 4, p_leaf=0.1)
+    value = shift_values(value, leaf_map)
+    codes = random_codes(rng, 150, n_values, np.int16)
+    f = rng.random(150)
+    f[:2] = [0.0, 1.0]
+    nodes = (feature, base, table)
+    init = (0.55, -1.25)
+    start = chain_start(f, init, leaf_map, backend="cuda")
+    assert_allclose(start, chain_start(f, init, leaf_map, backend="cpu"), rtol=RTOL, atol=ATOL)
+    args = (codes, f, *nodes, value, tree_start, leaf_map)
+    for finish in (True, False):
+        got = predict_trees(*args, init=init, finish=finish, backend="cuda", **LAUNCH)
+        assert_allclose(
+            got, predict_trees(*args, init=init, finish=finish, backend="oracle"), rtol=RTOL, atol=ATOL
+        )
+        chained = (codes, start, *nodes, value, tree_start, leaf_map)
+        assert_array_equal(predict_trees(*chained, init=None, finish=finish, backend="cuda", **LAUNCH), got)
