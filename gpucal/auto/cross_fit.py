@@ -280,6 +280,26 @@ def growing_stand_ins(
     return out
 
 
+def distinct_growing(
+    usable: list[int], oof_predictions: np.ndarray, crossed: np.ndarray, candidates: list[Candidate]
+) -> list[int]:
+    """The second-order candidates of ``usable`` (:func:`grows_with_rows`) less each twin of one listed
+    before it.
+
+    Two second-order feature-aware Platt candidates whose screens kept no pair on a rung's rows predict
+    alike whatever their ``l2_cross`` (twins: logits within :data:`TWIN_LOGIT_TOL`); on the next rung
+    they screen the same pairs, and only their penalty on the kept crosses can part them. The first
+    listed, the least shrunk, goes on: on every ``make_ctr`` set of 150,000 rows whose crosses pay it
+    was chosen over ``l2_cross=100``, which the last rung's racing stopped after its first fold.
+    """
+    columns = {i: logits(oof_predictions[crossed, i]) for i in usable if grows_with_rows(candidates[i])}
+    kept: list[int] = []
+    for i, column in columns.items():
+        if not any(_twins(columns[k], column) for k in kept):
+            kept.append(i)
+    return kept
+
+
 __all__ = [
     "CANDIDATE_ERRORS",
     "SHARED_FOLD_ROWS",
@@ -289,6 +309,7 @@ __all__ = [
     "as_host_array",
     "best_per_method",
     "cross_fit_candidate",
+    "distinct_growing",
     "entries_at",
     "fresh",
     "growing_stand_ins",
