@@ -663,6 +663,20 @@ def test_large_data_passes_one_of_second_order_twins_on(ctr: Any, monkeypatch: p
     assert model.cv_results_["status"].tolist() == ["ok", "ok", "halved out after 500 rows"]
 
 
+def test_fold_estimator_loosens_feature_platt_only() -> None:
+    from gpucal.auto.cross_fit import FOLD_TOL, fold_estimator
+
+    tight = make_calibrator("feature_platt", interactions="auto")
+    assert fold_estimator(tight).get_params()["tol"] == FOLD_TOL
+    assert tight.get_params()["tol"] == 1e-8  # the candidate (and so its refit) keeps its own
+    loose = make_calibrator("feature_platt", tol=1e-3)
+    assert fold_estimator(loose).get_params()["tol"] == 1e-3
+    assert (
+        fold_estimator(make_calibrator("mbct")).get_params()["tol"]
+        == make_calibrator("mbct").get_params()["tol"]
+    )
+
+
 @pytest.mark.parametrize("weighted", [False, True])
 def test_fold_scores_match_the_metrics(weighted: bool) -> None:
     """A fold's scores from its per-row losses equal gpucal.metrics' log-loss, Brier and ECE."""

@@ -517,6 +517,7 @@ class AutoCalibrator(Calibrator):
                 scoring=self.scoring,
                 drop_threshold=self.drop_threshold,
                 verbose=self.verbose,
+                loose=plan.large,
             )
             screening = number < len(plan.rungs) - 1
             # An expensive candidate on a screening rung passes on only as the rung's best: it stops

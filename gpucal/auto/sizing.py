@@ -43,6 +43,11 @@ the most, always go on (below). The rungs of a calibration set of ``n`` rows:
   pairs, MBCT grows deeper), and stopping them as twins lost 0.0006 of held-out log-loss on
   ``make_ctr``'s mixed scenario (``benchmarks/results/auto.md``).
 
+On a large set the fold fits of feature-aware Platt stop at a Newton tolerance of
+``gpucal.auto.cross_fit.FOLD_TOL`` (1e-5; the refit on every row keeps ``tol=1e-8``): the folds only
+rank, and on 75,000 training rows of ``make_ctr``'s cross scenario this saves one Newton step of six with
+the held-out log-loss the same to 1e-7.
+
 Every rule is a function of the seeded folds and the held-out losses, never of the clock, so a fit is
 repeatable; ``time_budget`` is the only clock-driven stop.
 
