@@ -51,10 +51,15 @@ the held-out log-loss the same to 1e-7.
 Every rule is a function of the seeded folds and the held-out losses, never of the clock, so a fit is
 repeatable; ``time_budget`` is the only clock-driven stop.
 
-The cost that is left on a large set (``benchmarks/results/auto_search.md``, 150,000 rows): the
-candidates on the last rung (each cross-fitted over every row: about the cost of one fit on every row;
-racing stops most after their first fold), the refits on every row, and the feature-aware candidates that
-survive the first rung; NeuCalib's screening fits are a few percent of it.
+The cost that is left on a large set (``benchmarks/results/auto_search_cost.md``, 150,000 rows of the
+``make_ctr`` cross, cross400, mixed and calibrated scenarios): 2.3-4.4 CPU s, 2.1-8.8x cheaper than
+MCGrad's default in the same process (5x met on 3 of 8). Of it, about 0.8 CPU s are the two screening
+rungs; the last rung cross-fits Platt scaling, the leader and the second-order candidates over every row
+(second-order feature-aware Platt: about 0.45 CPU s per fit on 150,000 rows, its ``l2_cross=100``
+setting stopped by racing after one fold); the refit of the choice and the blend members on every row
+is 0.5-1.0 CPU s. Where MCGrad's default is cheap (cross400, calibrated: 5-9 CPU s) the one candidate
+that brings the cross400 sets near the Bayes floor already costs about 1 CPU s cross-fitted and refitted,
+so 5x there needs a cheaper second-order fit, not a smaller search.
 
 On a large set the prediction must also beat Platt scaling on the last rung's rows by more than
 :data:`PLATT_MARGIN` standard errors of the per-row difference, else Platt scaling predicts: where the
