@@ -634,6 +634,49 @@ def test_large_data_passes_the_second_order_twin_on(ctr: Any, monkeypatch: pytes
     assert np.isfinite(first[:, 2]).any()
 
 
+def test_distinct_growing_keeps_one_of_second_order_twins() -> None:
+    from gpucal.auto.cross_fit import distinct_growing
+
+    def second(l2_cross: float) -> Candidate:
+        params = {"interactions": "auto", "l2_cross": l2_cross}
+        return Candidate("feature_platt", make_calibrator("feature_platt", **params), params)
+
+    candidates = [Candidate("platt", make_calibrator("platt")), second(10.0), second(100.0), second(1e3)]
+    p = np.random.default_rng(0).uniform(0.05, 0.95, (50, 1))
+    oof, crossed = np.hstack([p, p, p, p * 0.9]), np.arange(50)
+    # Platt is no second-order candidate; of the two twins the first listed; the third predicts otherwise.
+    assert distinct_growing([0, 1, 2, 3], oof, crossed, candidates) == [1, 3]
+    assert distinct_growing([0, 2, 3], oof, crossed, candidates) == [2, 3]
+
+
+def test_large_data_passes_one_of_second_order_twins_on(ctr: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    X, y = ctr[0].iloc[:1_500], ctr[1][:1_500]
+    monkeypatch.setattr(sizing, "LARGE_ROWS", 1_000)
+    monkeypatch.setattr(sizing, "FIRST_RUNG_ROWS", 500)
+    grid = [
+        "platt",
+        make_calibrator("feature_platt", l2=10.0, interactions="auto", l2_cross=10.0),
+        make_calibrator("feature_platt", l2=10.0, interactions="auto", l2_cross=100.0),
+    ]
+    model = auto(candidates=grid, drop_threshold=None, cv_rows=1_000, n_folds=2).fit(X, y)
+    assert model.rungs_[0]["candidates"] == 3
+    assert model.cv_results_["status"].tolist() == ["ok", "ok", "halved out after 500 rows"]
+
+
+def test_fold_estimator_loosens_feature_platt_only() -> None:
+    from gpucal.auto.cross_fit import FOLD_TOL, fold_estimator
+
+    tight = make_calibrator("feature_platt", interactions="auto")
+    assert fold_estimator(tight).get_params()["tol"] == FOLD_TOL
+    assert tight.get_params()["tol"] == 1e-8  # the candidate (and so its refit) keeps its own
+    loose = make_calibrator("feature_platt", tol=1e-3)
+    assert fold_estimator(loose).get_params()["tol"] == 1e-3
+    assert (
+        fold_estimator(make_calibrator("mbct")).get_params()["tol"]
+        == make_calibrator("mbct").get_params()["tol"]
+    )
+
+
 @pytest.mark.parametrize("weighted", [False, True])
 def test_fold_scores_match_the_metrics(weighted: bool) -> None:
     """A fold's scores from its per-row losses equal gpucal.metrics' log-loss, Brier and ECE."""

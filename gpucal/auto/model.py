@@ -29,6 +29,7 @@ from gpucal.auto.cross_fit import (
     as_host_array,
     best_per_method,
     cross_fit_candidate,
+    distinct_growing,
     fresh,
     growing_stand_ins,
     growing_twins,
@@ -516,6 +517,7 @@ class AutoCalibrator(Calibrator):
                 scoring=self.scoring,
                 drop_threshold=self.drop_threshold,
                 verbose=self.verbose,
+                loose=plan.large,
             )
             screening = number < len(plan.rungs) - 1
             # An expensive candidate on a screening rung passes on only as the rung's best: it stops
@@ -629,7 +631,8 @@ class AutoCalibrator(Calibrator):
         (:data:`~gpucal.auto.candidates.EXPENSIVE_CLASSES`) but the best; and the best Platt candidate
         (what the guards fall back to). On a large set a second-order feature-aware Platt twin stands
         in for a first-order candidate (:func:`~gpucal.auto.cross_fit.growing_stand_ins`), and every
-        second-order candidate goes on (:func:`~gpucal.auto.cross_fit.grows_with_rows`).
+        second-order candidate goes on (:func:`~gpucal.auto.cross_fit.grows_with_rows`) but a twin of
+        one listed before it (:func:`~gpucal.auto.cross_fit.distinct_growing`).
         """
         scores = np.array(
             [
@@ -672,8 +675,10 @@ class AutoCalibrator(Calibrator):
             kept.add(platt)
         if large:
             # A second-order candidate's screens keep more crosses on more rows: what it is worth shows
-            # only there, and its fit is one Newton over sums.
-            kept.update(i for i in usable if grows_with_rows(candidates[i]))
+            # only there, and its fit is one Newton over sums. Of its twins (no pair kept) one goes on.
+            growing = distinct_growing(usable, self.oof_predictions_, np.flatnonzero(done), candidates)
+            kept = {i for i in kept if not grows_with_rows(candidates[i])}
+            kept.update(growing)
         return [i for i in racing if i in kept]
 
     def _no_distributed_fit(self) -> NotImplementedError:

@@ -30,7 +30,11 @@ the most, always go on (below). The rungs of a calibration set of ``n`` rows:
   sums, about 0.6 CPU s on 150,000 rows), which is not raced on a screening rung there (on 4,000
   training rows the 400-cell crosses of ``make_ctr``'s cross400 scenario trailed by more than
   ``drop_threshold`` after one fold; chosen on every row, 0.81% from the oracle against 1.67%)
-  (``AutoCalibrator._survivors``);
+  (``AutoCalibrator._survivors``); of second-order candidates that are twins on a rung (their screens
+  kept no pair, so ``l2_cross`` does not part them) only the first listed, the least shrunk, goes on
+  (``gpucal.auto.cross_fit.distinct_growing``): on ``make_ctr``'s calibrated and mixed scenarios at
+  150,000 rows this saves ``l2_cross=100``'s fits on the last rung (about 0.5 CPU s), with the same
+  choice and held-out log-loss;
 - on a screening rung an expensive candidate is cross-fitted only when the rung's best cheap
   feature-aware candidate beats Platt scaling by more than :data:`DOMINATED_SE` standard errors (the
   features pay), and stops after its first fold unless it leads there (:data:`SCREEN_EXPENSIVE_SE`).
@@ -39,13 +43,23 @@ the most, always go on (below). The rungs of a calibration set of ``n`` rows:
   pairs, MBCT grows deeper), and stopping them as twins lost 0.0006 of held-out log-loss on
   ``make_ctr``'s mixed scenario (``benchmarks/results/auto.md``).
 
+On a large set the fold fits of feature-aware Platt stop at a Newton tolerance of
+``gpucal.auto.cross_fit.FOLD_TOL`` (1e-5; the refit on every row keeps ``tol=1e-8``): the folds only
+rank, and on 75,000 training rows of ``make_ctr``'s cross scenario this saves one Newton step of six with
+the held-out log-loss the same to 1e-7.
+
 Every rule is a function of the seeded folds and the held-out losses, never of the clock, so a fit is
 repeatable; ``time_budget`` is the only clock-driven stop.
 
-The cost that is left on a large set (``benchmarks/results/auto_search.md``, 150,000 rows): the
-candidates on the last rung (each cross-fitted over every row: about the cost of one fit on every row;
-racing stops most after their first fold), the refits on every row, and the feature-aware candidates that
-survive the first rung; NeuCalib's screening fits are a few percent of it.
+The cost that is left on a large set (``benchmarks/results/auto_search_cost.md``, 150,000 rows of the
+``make_ctr`` cross, cross400, mixed and calibrated scenarios): 2.3-4.4 CPU s, 2.1-8.8x cheaper than
+MCGrad's default in the same process (5x met on 3 of 8). Of it, about 0.8 CPU s are the two screening
+rungs; the last rung cross-fits Platt scaling, the leader and the second-order candidates over every row
+(second-order feature-aware Platt: about 0.45 CPU s per fit on 150,000 rows, its ``l2_cross=100``
+setting stopped by racing after one fold); the refit of the choice and the blend members on every row
+is 0.5-1.0 CPU s. Where MCGrad's default is cheap (cross400, calibrated: 5-9 CPU s) the one candidate
+that brings the cross400 sets near the Bayes floor already costs about 1 CPU s cross-fitted and refitted,
+so 5x there needs a cheaper second-order fit, not a smaller search.
 
 On a large set the prediction must also beat Platt scaling on the last rung's rows by more than
 :data:`PLATT_MARGIN` standard errors of the per-row difference, else Platt scaling predicts: where the
