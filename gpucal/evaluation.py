@@ -146,7 +146,9 @@ def _column(
             multicalibration = metrics.multicalibration_error(y_true, y_prob, field_columns, sample_weight=w)
             col["mce"], col["mce_sigma"] = multicalibration.mce, multicalibration.mce_sigma
         else:
-            col["mce"], col["mce_sigma"] = one_number["ecce"](), one_number["ecce_sigma"]()
+            # Without fields the one segment is every row: ECCE's own rows, computed once.
+            col["mce"] = col["ecce"] if "ecce" in col else one_number["ecce"]()
+            col["mce_sigma"] = col["ecce_sigma"] if "ecce_sigma" in col else one_number["ecce_sigma"]()
     for field_name, field in field_columns.items():
         if "field_ece" in wanted:
             col[f"field_ece[{field_name}]"] = metrics.field_ece(y_true, y_prob, field, sample_weight=w)
