@@ -168,6 +168,18 @@ def node_range_sums(
     return out.reshape(n_slots, n_bins, N_STATS)
 
 
+def feature_code_range(codes: Any) -> tuple[np.ndarray, np.ndarray]:
+    """Return the per-feature minimum and maximum of ``codes`` (``n, d >= 1``; numpy or cupy) as host int64.
+
+    One pass over the codes: the numba CPU twin on numpy, the CUDA kernel on cupy.
+    """
+    if namespace_of(codes) is np:
+        return code_range(codes)
+    from gpucal.kernels.group_sums_cuda import launch_code_range
+
+    return launch_code_range(codes)
+
+
 def _check_inputs(codes: Any, f: Any, y: Any, w: Any, node_idx: Any, n_nodes: int, n_values: Any) -> _Checked:
     xp = namespace_of(codes)
     if codes.ndim != 2:
@@ -184,9 +196,7 @@ def _check_inputs(codes: Any, f: Any, y: Any, w: Any, node_idx: Any, n_nodes: in
             check_1d(arr, name, n_rows)
     n_nodes = check_count(n_nodes, "n_nodes", 1)
     if n_rows and n_features:
-        low, high = (
-            code_range(codes) if xp is np else (to_host(codes.min(axis=0)), to_host(codes.max(axis=0)))
-        )
+        low, high = feature_code_range(codes)
     else:
         low = high = np.full(n_features, -1, dtype=np.int64)
     n_values = np.asarray(high + 1 if n_values is None else to_host(n_values), dtype=np.int64)

@@ -89,6 +89,15 @@ def kernel_signatures() -> Iterator[tuple[str, str, Callable[..., Any], tuple[An
                 yield f"group_sums[{variant}]", f"{ctype}, {ftype}", group_kernel, args
             view_args = (fa, fa, fa, i64, u64, u64, u64, u64, u64, u64, f64_1d)
             yield f"view_sums[{variant}]", str(ftype), view_kernel, view_args
+    from gpucal.kernels.group_sums_cuda import code_range_kernel
+
+    for ctype in CODE_TYPES:
+        yield (
+            "code_range",
+            str(ctype),
+            code_range_kernel.py_func,
+            (ctype[:, ::1], types.int64[::1], types.int64[::1]),
+        )
     yield (
         "view_bins",
         "uint64",

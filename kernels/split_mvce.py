@@ -31,7 +31,7 @@ from gpucal.kernels._dispatch import (
     to_host,
 )
 from gpucal.kernels._feistel import MAX_BIN_PRODUCT, MAX_N_TOTAL, feistel_domain
-from gpucal.kernels.group_sums_cpu import code_range
+from gpucal.kernels.group_sums import feature_code_range
 from gpucal.kernels.group_sums_oracle import value_offsets
 from gpucal.kernels.split_mvce_cpu import mvce_split_sums_cpu
 from gpucal.kernels.split_mvce_oracle import N_SPLIT_STATS, SPLIT_RESIDUAL, SPLIT_W, mvce_split_sums_oracle
@@ -422,9 +422,7 @@ def _check_inputs(
     child_value = _float_table(child_value, "child_value", (n_slots, int(n_values.sum()), 2))
     node_value = _float_table(node_value, "node_value", (n_slots, 2))
     if n_rows and d:
-        low, high = (
-            code_range(codes) if xp is np else (to_host(codes.min(axis=0)), to_host(codes.max(axis=0)))
-        )
+        low, high = feature_code_range(codes)
         # Out-of-range codes would read another feature's (or another node's) children.
         bad = np.flatnonzero((low < 0) | (high >= n_values))
         if bad.size:

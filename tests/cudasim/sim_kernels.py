@@ -92,6 +92,28 @@ def test_sim_group_sums_at_the_shared_memory_boundary(n_bins):
     compare_group_sums(codes, f, y, w, force_global=False)
 
 
+@pytest.mark.parametrize("code_dtype", [np.int8, np.int32])
+@pytest.mark.parametrize(("n_rows", "n_features"), [(1, 1), (5, 3), (300, 8), (70, 100)])
+def test_sim_code_range_matches_numpy(code_dtype, n_rows, n_features):
+    from gpucal.kernels.group_sums_cuda import launch_code_range
+
+    rng = np.random.default_rng(n_rows + n_features)
+    codes = rng.integers(-50, 100, (n_rows, n_features)).astype(code_dtype)
+    low, high = launch_code_range(codes, n_blocks=2)
+    assert low.dtype == high.dtype == np.int64
+    assert_array_equal(low, codes.min(axis=0))
+    assert_array_equal(high, codes.max(axis=0))
+
+
+def test_sim_code_range_of_more_features_than_a_block_has_threads():
+    from gpucal.kernels.group_sums_cuda import MAX_RANGE_FEATURES, launch_code_range
+
+    codes = np.arange(3 * (MAX_RANGE_FEATURES + 1), dtype=np.int16).reshape(3, -1)
+    low, high = launch_code_range(codes)
+    assert_array_equal(low, codes[0])
+    assert_array_equal(high, codes[2])
+
+
 @pytest.mark.parametrize("force_global", [False, True])
 @pytest.mark.parametrize("float_dtype", [np.float32, np.float64])
 def test_sim_view_sums_matches_oracle(float_dtype, force_global):
