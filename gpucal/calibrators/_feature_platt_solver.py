@@ -386,9 +386,10 @@ class _Problem:
         n_first = len(self.n_values) - len(crosses)
         pooled = rows.sum(pooled_levels, crosses, n_first) if crosses else np.zeros(0)
         self.null = null_directions(self.n_values, self.used, crosses, pooled)
+        self.null_t = self.null.T  # built once: the conjugate gradient applies it twice per step
         # W' Lambda W (H W = Lambda W): factored once, with a relative jitter that only W's own null space
         # feels (W x = 0 there), so that dependent directions need no care.
-        coarse = (self.null.T @ sparse.diags(self.ridge) @ self.null).tocsc()
+        coarse = (self.null_t @ sparse.diags(self.ridge) @ self.null).tocsc()
         jitter = COARSE_JITTER * max(float(coarse.diagonal().max(initial=0.0)), 1.0)
         self.coarse_lu = splu(coarse + jitter * sparse.identity(coarse.shape[0], format="csc"))
 
@@ -443,7 +444,7 @@ class _Problem:
 
     def coarse(self, v: np.ndarray) -> np.ndarray:
         """Return :math:`W (W^\\top \\Lambda W)^{-1} W^\\top v` (:func:`null_directions`' ``W``)."""
-        return np.asarray(self.null @ self.coarse_lu.solve(np.asarray(self.null.T @ v)))
+        return np.asarray(self.null @ self.coarse_lu.solve(np.asarray(self.null_t @ v)))
 
     def hessian_product(self, v: np.ndarray, curvature: Rows) -> np.ndarray:
         """Return :math:`(X^\\top D X + \\Lambda) v` from one group-sum pass."""
