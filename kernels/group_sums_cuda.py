@@ -179,9 +179,9 @@ def code_range_kernel(codes, low, high):
 def launch_code_range(codes: Any, *, n_blocks: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Return the per-feature minimum and maximum of the device ``codes`` (``n, d >= 1``) as host int64.
 
-    One pass over the codes. The array library's ``min(axis=0)`` reduces a row-major ``(n, d)`` matrix
-    with one block per feature: 2 x 50 ms at 1e7 x 8 on an H200, which made the group sums' input check
-    cost more than the histogram itself.
+    One pass over the codes. cupy's ``min(axis=0)`` and ``max(axis=0)`` of a row-major ``(n, d)`` matrix
+    took 115 ms together at 1e7 x 8 on an H200 (this kernel 0.34 ms), and made the group sums' input
+    check cost 30 times the histogram.
     """
     xp = namespace_of(codes)
     n, d = codes.shape
