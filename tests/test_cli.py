@@ -41,6 +41,20 @@ def scored(tmp_path):
     return frame
 
 
+@pytest.fixture
+def plain_demo(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The demo without its neural and clustered calibrators (seconds of torch and k-means per run).
+
+    For the tests of the demo's own steps (warm timing, metrics beside the fits, its tables), which do
+    not depend on which calibrators it fits; test_demo_fits_every_calibrator_and_beats_the_raw_score
+    runs the full set.
+    """
+    import gpucal.cli.demo as cli
+
+    for group in ("DEMO_CLUSTERED_CALIBRATORS", "DEMO_NEURAL_CALIBRATORS", "DEMO_NEURAL_FEATURE_CALIBRATORS"):
+        monkeypatch.setattr(cli, group, ())
+
+
 def test_demo_fits_every_calibrator_and_beats_the_raw_score(capsys):
     assert main(["demo", "--rows", "20000", "--format", "json", "--top", "3"]) == 0
     document = json.loads(capsys.readouterr().out)
@@ -364,6 +378,7 @@ def test_the_warmup_command_compiles_in_the_demo_lanes_then_the_rest(monkeypatch
     assert re.fullmatch(r"gpucal \S+: every CPU kernel compiled into the cache in \d+\.\d s", out[0])
 
 
+@pytest.mark.usefixtures("plain_demo")
 def test_demo_times_warm_fits_only(monkeypatch, tmp_path, capsys):
     """Issue 23: a timed fit still compiled (Platt 5.96 s against beta's 0.09 s); warm means warm now.
 
@@ -477,6 +492,7 @@ def test_demo_fits_auto_once_in_its_own_process(monkeypatch, tmp_path, capsys):
     assert ("mbct", 1_000) in calls  # the others are loaded first
 
 
+@pytest.mark.usefixtures("plain_demo")
 def test_the_demo_metrics_computed_beside_the_fits_are_the_same(monkeypatch, tmp_path, capsys):
     """Issue 23: the metrics (17 s of one core on 150,000 rows) waited for every fit while the second
     core idled; each prediction's metrics now run in a second process while the next calibrator fits."""
@@ -502,6 +518,7 @@ def test_the_demo_metrics_computed_beside_the_fits_are_the_same(monkeypatch, tmp
         assert beside[name] == pytest.approx(column, rel=1e-12, nan_ok=True), name
 
 
+@pytest.mark.usefixtures("plain_demo")
 def test_the_demo_text_computes_only_the_metrics_it_shows(monkeypatch, tmp_path, capsys):
     """Issue 23 (the first run): the text table shows seven metrics, but every metric of
     ``gpucal.evaluate`` was computed for each prediction, two thirds of the metrics' CPU time on the
@@ -565,6 +582,7 @@ def test_the_heartbeat_fills_silences(monkeypatch, capsys):
     assert "too soon" not in err
 
 
+@pytest.mark.usefixtures("plain_demo")
 def test_the_demo_explains_its_segment_table(monkeypatch, tmp_path, capsys):
     """Issue 23: ``excess`` was never explained and ``weight`` printed as ``48596.00000``."""
     import gpucal.cli.demo as cli

@@ -41,9 +41,13 @@ HEAVY_MODULES = (
 )
 # Imports each gpucal module first (gpucal's own modules forgotten in between; the libraries stay loaded):
 # with lazy packages any module can be the first one a process imports, and each must import on its own.
+# Each module is compiled to bytecode once, into the folder given as the first argument, and read from
+# there when imported again (with PYTHONDONTWRITEBYTECODE set, every import compiled the source anew: the
+# package's modules once per module of the walk).
 IMPORT_EACH_FIRST = """
 import importlib, pkgutil, sys
 import numpy, pandas, numba, sklearn, scipy.stats
+sys.pycache_prefix, sys.dont_write_bytecode = sys.argv[1], False
 import gpucal
 names = ["gpucal"] + [m.name for m in pkgutil.walk_packages(gpucal.__path__, "gpucal.")]
 failed = []
@@ -107,11 +111,11 @@ def test_submodules_stay_attributes():
     assert gpucal.catalogue.METHODS["neucalib"] is gpucal.FieldAwareCalibrator
 
 
-def test_every_module_imports_first():
+def test_every_module_imports_first(tmp_path: Path):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
     env.pop("NUMBA_ENABLE_CUDASIM", None)
     run = subprocess.run(
-        [sys.executable, "-c", IMPORT_EACH_FIRST],
+        [sys.executable, "-c", IMPORT_EACH_FIRST, str(tmp_path / "bytecode")],
         cwd=REPO,
         env=env,
         capture_output=True,
