@@ -19,7 +19,7 @@ the cause, on the same rows, each checked against the first:
 ``--fits-only`` times MBCT's, HC's and feature-aware Platt's fits on device rows instead, on this tree
 or on the checkout ``GPUCAL_SOURCE`` names.
 
-Run on a GPU machine: ``python benchmarks/probe_group_sums_gpu.py [--sizes 1e6 1e7 1e8] [--nodes 2 64]
+Run on a GPU machine: ``python benchmarks/bench_group_sums_gpu.py [--sizes 1e6 1e7 1e8] [--nodes 2 64]
 [--fits-only --fit-sizes 1e6 1e7] [--json PATH]``.
 """
 
