@@ -214,8 +214,6 @@ def make_rows(cp: Any, n_rows: int, n_nodes: int) -> dict[str, Any]:
 
 
 def main() -> None:
-    import cupy as cp
-
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", nargs="+", type=float, default=[1e6, 1e7, 1e8])
     parser.add_argument("--nodes", nargs="+", type=int, default=[2, 64])
@@ -223,6 +221,8 @@ def main() -> None:
     parser.add_argument("--fits-only", action="store_true", help="time the fits (on the GPUCAL_SOURCE tree)")
     parser.add_argument("--json")
     args = parser.parse_args()
+    import cupy as cp
+
     records = []
     if args.fits_only:
         records += time_fits(cp, args.fit_sizes)
