@@ -135,7 +135,8 @@ def kernel_signatures() -> Iterator[tuple[str, str, Callable[..., Any], tuple[An
         for ftype in FLOAT_TYPES:
             predict_args = (
                 *(codes_type, ftype[::1], *tree_nodes),
-                *(types.float64[:, ::1], types.int64[::1], i64, f64_1d, types.boolean, f64_1d),
+                *(types.float64[:, ::1], types.int64[::1], i64),
+                *(types.float64, types.float64, types.boolean, types.boolean, f64_1d),
             )
             yield "predict_trees", f"{ctype}, {ftype}", predict_trees_kernel.py_func, predict_args
     start_args = (f64_1d, types.float64, types.float64, i64, f64_1d)

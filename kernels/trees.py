@@ -268,16 +268,15 @@ def predict_trees(
     starts = _check_tree_start(tree_start, nodes.n_nodes)
     if backend == "oracle":
         return predict_trees_oracle(codes, f, *nodes, values, starts, leaf_map, init, bool(finish))
-    start = np.array([1.0, 0.0, 0.0] if init is None else [*init, 1.0])
+    # The kernels take the initial map as two floats and whether to apply it (None: f holds chain values).
+    chain = (*((1.0, 0.0) if init is None else init), init is not None, bool(finish))
     if backend == "cpu":
         f = readonly(np.ascontiguousarray(f, dtype=np.float64))
         out = np.empty(codes.shape[0], dtype=np.float64)
         table, shift, depths = _walk_table(nodes, starts, codes.shape[1])
-        args = (nodes.child_table, starts, values, depths, leaf_map, start, bool(finish), out)
+        args = (nodes.child_table, starts, values, depths, leaf_map, *chain, out)
         return predict_trees_cpu(codes, f, table, shift, *args)
-    return _predict_trees_cuda(
-        codes, f, nodes, values, starts, leaf_map, start, bool(finish), n_blocks, threads_per_block
-    )
+    return _predict_trees_cuda(codes, f, nodes, values, starts, leaf_map, chain, n_blocks, threads_per_block)
 
 
 def chain_start(f: Any, init: tuple[float, float], leaf_map: int, *, backend: str = "auto") -> Any:
@@ -552,8 +551,7 @@ def _predict_trees_cuda(
     values: np.ndarray,
     starts: np.ndarray,
     leaf_map: int,
-    start: np.ndarray,
-    finish: bool,
+    chain: tuple[float, float, bool, bool],
     n_blocks: int | None,
     threads_per_block: int | None,
 ) -> Any:
@@ -574,8 +572,7 @@ def _predict_trees_cuda(
             dev.put(values),
             dev.put(starts),
             leaf_map,
-            dev.put(start),
-            finish,
+            *chain,
             out,
             **_launch_options(n_blocks, threads_per_block),
         )

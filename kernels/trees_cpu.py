@@ -212,20 +212,32 @@ def _apply_leaves8(out, i, ends, table, child_table, root, node_value, leaf_map)
 
 @parallel_rows("codes")
 def predict_trees_cpu(
-    codes, f, table, shift, child_table, tree_start, node_value, tree_depth, leaf_map, init, finish, out
+    codes,
+    f,
+    table,
+    shift,
+    child_table,
+    tree_start,
+    node_value,
+    tree_depth,
+    leaf_map,
+    a,
+    b,
+    start,
+    finish,
+    out,
 ):
     """Write into ``out`` (float64) the chained prediction of each row; return ``out``.
 
-    ``table`` from :func:`walk_table_cpu`, whose last ``n_trees`` entries are the roots. ``init``: float64
-    ``[a, b, start]``, the initial map, applied to ``f`` when ``start`` is 1 (``f`` holds the chain's values
-    when 0); ``finish``: whether the chain's last values go through the sigmoid.
+    ``table`` from :func:`walk_table_cpu`, whose last ``n_trees`` entries are the roots. ``start``: whether
+    the initial map ``(a, b)`` starts the chain from ``f`` (else ``f`` holds the chain's values);
+    ``finish``: whether the chain's last values go through the sigmoid.
     """
     n = codes.shape[0]
     n_groups = n // 8
     n_trees = tree_depth.shape[0]
     first_root = table.shape[0] - n_trees
-    a, b = init[0], init[1]
-    if init[2] != 0.0:
+    if start:
         for row in numba.prange(n):
             out[np.uint64(row)] = start_value(f[np.uint64(row)], a, b, leaf_map)
     else:

@@ -47,13 +47,26 @@ def tree_leaves_kernel(codes, node_feature, node_child_base, child_table, tree_s
 
 @cuda.jit
 def predict_trees_kernel(
-    codes, f, node_feature, node_child_base, child_table, node_value, tree_start, leaf_map, init, finish, out
+    codes,
+    f,
+    node_feature,
+    node_child_base,
+    child_table,
+    node_value,
+    tree_start,
+    leaf_map,
+    a,
+    b,
+    start,
+    finish,
+    out,
 ):
-    """``out[i]``: the chained prediction of row ``i`` (float64; ``f`` is float32 or float64). ``init``:
-    ``[a, b, start]`` as in the CPU twin; ``finish``: whether the sigmoid ends the chain."""
+    """``out[i]``: the chained prediction of row ``i`` (float64; ``f`` is float32 or float64). ``a, b,
+    start``: the initial map and whether it starts the chain, as in the CPU twin; ``finish``: whether the
+    sigmoid ends the chain."""
     n_trees = tree_start.shape[0] - 1
     for i in range(cuda.grid(1), codes.shape[0], cuda.gridsize(1)):
-        x = start_value(f[i], init[0], init[1], leaf_map) if init[2] != 0.0 else float(f[i])
+        x = start_value(f[i], a, b, leaf_map) if start else float(f[i])
         for t in range(n_trees):
             m = walk_tree(codes, i, tree_start[t], node_feature, node_child_base, child_table)
             x = apply_map(x, node_value[m, 0], node_value[m, 1], leaf_map)
@@ -119,15 +132,16 @@ def launch_predict_trees(
     node_value: Any,
     tree_start: Any,
     leaf_map: int,
-    init: Any,
+    a: float,
+    b: float,
+    start: bool,
     finish: bool,
     out: Any,
     *,
     n_blocks: int | None = None,
     threads_per_block: int = THREADS_PER_BLOCK,
 ) -> None:
-    """Launch ``predict_trees_kernel`` on device arrays (``out`` float64 of shape ``(n,)``; ``init`` the
-    float64 ``[a, b, start]``)."""
+    """Launch ``predict_trees_kernel`` on device arrays (``out`` float64 of shape ``(n,)``)."""
     grid = _blocks(codes.shape[0], n_blocks, threads_per_block)
     predict_trees_kernel[grid, threads_per_block](
         codes,
@@ -138,7 +152,9 @@ def launch_predict_trees(
         node_value,
         tree_start,
         np.int64(leaf_map),
-        init,
+        np.float64(a),
+        np.float64(b),
+        np.bool_(start),
         np.bool_(finish),
         out,
     )
