@@ -14,7 +14,7 @@ import numpy as np
 
 from gpucal.calibrators._sorted import host_float64, host_weights
 from gpucal.calibrators.base import Calibrator, Constraint, Interval, Options
-from gpucal.calibrators.bins import BIN_W, BIN_WY, interp_clipped
+from gpucal.calibrators.bins import BIN_W, BIN_WY, interp_clipped, interp_clipped_and_refused
 from gpucal.calibrators.pav import PavBlocks, clip_blocks, isotonic_blocks, isotonic_blocks_from_groups
 from gpucal.calibrators.score_rows import read_score_rows, score_groups
 from gpucal.registry import calibration_method
@@ -283,6 +283,12 @@ class IsotonicCalibrator(Calibrator):
 
     def _predict_scores(self, score: Any) -> Any:
         return interp_clipped(score, self.X_thresholds_, self.y_thresholds_)
+
+    def _scans_scores_in_predict(self) -> bool:
+        return True
+
+    def _predict_and_scan(self, score: Any) -> tuple[Any, int]:
+        return interp_clipped_and_refused(score, self.X_thresholds_, self.y_thresholds_, self.score_kind)
 
     def _check_state(self) -> None:
         """Raise ``ValueError`` unless the knots describe a non-decreasing map into [0, 1]."""
