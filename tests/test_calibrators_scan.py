@@ -75,31 +75,36 @@ def refuses(value: float, kind: str) -> bool:
     return not np.isfinite(value) or (kind == "probability" and not 0 <= value <= 1)
 
 
+@pytest.mark.parametrize("weighted", [False, True])
 @pytest.mark.parametrize("parallel", [False, True])
 @pytest.mark.parametrize("n", SIZES)
 @pytest.mark.parametrize(("make", "kind"), MAPS)
-def test_fit_and_predict_raise_the_checks_message(make: Any, kind: str, n: int, parallel: bool) -> None:
+def test_fit_and_predict_raise_the_checks_message(
+    make: Any, kind: str, n: int, parallel: bool, weighted: bool
+) -> None:
     score, y = scores_of(n, kind)
-    fitted = make().fit(score, y)
+    # Weights take the fits off their unit-weight paths (isotonic regression: the argsort walk).
+    w = np.random.default_rng(1).uniform(0.5, 1.5, n) if weighted else None
+    fitted = make().fit(score, y, sample_weight=w)
     for value in BAD_VALUES:
         bad = score.copy()
-        bad[n - 3] = value
+        bad[1] = value
         bad[n - 2] = value
         labels = y.copy()
         labels[n - 4] = value
         with parallel_twins_only() if parallel else nullcontext():
             if not refuses(value, kind):
-                make().fit(bad, y)
+                make().fit(bad, y, sample_weight=w)
                 fitted.predict(bad)
             else:
                 expected = message_of(lambda: check_scores(bad, "X", kind))  # noqa: B023
                 with pytest.raises(ValueError, match=re.escape(expected)):
-                    make().fit(bad, y)
+                    make().fit(bad, y, sample_weight=w)
                 with pytest.raises(ValueError, match=re.escape(expected)):
                     fitted.predict(bad)
             expected = message_of(lambda: check_labels(labels, "y"))  # noqa: B023
             with pytest.raises(ValueError, match=re.escape(expected)):
-                make().fit(score, labels)
+                make().fit(score, labels, sample_weight=w)
 
 
 @pytest.mark.parametrize(("make", "kind"), MAPS)

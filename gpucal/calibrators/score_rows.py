@@ -22,13 +22,13 @@ import functools
 import math
 import sys
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 
 from gpucal._backend import array_namespace, to_numpy
 from gpucal._frames import parse_input
-from gpucal._validation import check_invariant, check_sample_weight
+from gpucal._validation import check_sample_weight
 from gpucal.calibrators._sorted import distinct_counts
 from gpucal.calibrators.bins import BIN_W, BIN_WY
 from gpucal.calibrators.logistic import (
@@ -181,11 +181,15 @@ def read_score_rows(
     return blocks
 
 
-def rescan_scores(rows: Rows, score_col: Any, score_kind: str) -> None:
+def rescan_scores(rows: Rows, score_col: Any, score_kind: str) -> NoReturn:
     """Raise the error of the scan a fit left to its compiled pass (``scan=False``), which found a score
     or label it refuses: the rows read again with the scan, whose check words the error."""
     read_score_rows(rows, score_col, score_kind)
-    check_invariant(False, "a compiled pass refused a score or label that the checks accept")
+    msg = (
+        "internal error in gpucal: a compiled pass refused a score or label that the checks accept; "
+        "please report it"
+    )
+    raise RuntimeError(msg)
 
 
 def combine_summaries(*summaries: np.ndarray) -> np.ndarray:
