@@ -228,7 +228,7 @@ class HistogramCalibrator(Calibrator):
         self.output_type = output_type
 
     def _fit(self, rows: Rows) -> None:
-        if self._scans_scores_in_predict() and self.strategy == "uniform":
+        if self.score_kind == "probability" and self.strategy == "uniform":
             # One pass: the bin sums read every probability and label, and count those outside [0, 1].
             scores = read_score_rows(rows, self.score_col, self.score_kind, scan=False)
             stats = scores.sum(uniform_bin_sums_and_outside, self.n_bins)

@@ -145,8 +145,9 @@ def isotonic_rows(rows: Rows, *, exact_means: bool = True, scan_kind: str | None
     each group and pools the groups by the same ``_push_block``; only the order of the additions inside
     a group differs, so the two agree to rounding (bit for bit with unit weights and 0/1 labels).
     ``exact_means=False`` lets the walk add each run of label-0 rows at once, which leaves ``mean_x``
-    exact only to rounding (``isotonic_blocks``). ``scan_kind``: the one block was read unscanned, and
-    the walk scans it (``isotonic_blocks``; None when it refuses a value).
+    exact only to rounding (``isotonic_blocks``). ``scan_kind``: the one block was read unscanned and
+    its sort scans it (:func:`~gpucal.calibrators.pav.scanned_isotonic_blocks`; None when it refuses a
+    value).
     """
     whole = rows.single_block()
     if whole is not None:

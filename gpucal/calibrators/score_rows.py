@@ -67,12 +67,11 @@ def read_scores(block: RowBlock, score_col: Any, score_kind: str, scan: bool = T
 
 
 @parallel_rows("score")
-def _score_summary_cpu(
-    score, y, w, probability
-):  # pragma: no cover - compiled; tested against the array path
+def _score_summary_cpu(score, y, w, probability):  # pragma: no cover - compiled
     """The counts, the score range and the refused rows of :func:`score_summary` for a 1-D float64 host
     block in one pass (fixed chunks, fixed order); the caller adds the two weight sums. A row is refused
-    when its label is not in [0, 1] or its score is not in [0, 1] (``probability``) or not finite."""
+    when its label is not in [0, 1] or its score is not in [0, 1] (``probability``) or not finite.
+    Tested against the array path."""
     n = score.shape[0]
     n_chunks = (n + CHUNK_ROWS - 1) // CHUNK_ROWS
     partial = np.zeros((n_chunks, N_SUMMARY))
