@@ -535,6 +535,7 @@ def parse_input(
     require_features: bool = False,
     allow_empty: bool = False,
     name: str = "X",
+    scan: bool = True,
 ) -> ParsedInput:
     """Split ``X`` into its validated score array and its feature columns.
 
@@ -560,6 +561,9 @@ def parse_input(
         Accept an ``X`` with no rows (prediction on an empty batch); fitting never allows it.
     name : str, default="X"
         How ``X`` is called in error messages.
+    scan : bool, default=True
+        Read the score's values to check them; ``False`` leaves them to the caller's compiled pass
+        (``scan`` of :func:`gpucal._validation.check_scores`).
 
     Returns
     -------
@@ -614,7 +618,7 @@ def parse_input(
     if require_features and not features:
         msg = f"{name}: no feature columns; this calibrator needs at least one (see feature_cols)"
         raise ValueError(msg)
-    score = check_scores(raw_score, score_name, kind=score_kind)
+    score = check_scores(raw_score, score_name, kind=score_kind, scan=scan)
     if features:
         array_namespace(score, *(c.values for c in features.values()))  # one device for every column
     return ParsedInput(info, score, features)

@@ -3,6 +3,13 @@
 Every check names the argument (or column) and says what is wrong and where, e.g.
 ``y_prob: 3 values outside [0, 1] (first at row 17: 1.2)``. Nothing is ever clipped or dropped
 silently. Arrays keep their device: numpy stays numpy, cupy stays cupy.
+
+``scan=False`` (:func:`check_probabilities`, :func:`check_scores`, :func:`check_labels`) returns the
+array after the checks of its shape and type, its values unread, for a caller whose first compiled pass
+reads every value anyway and checks it there: one pass over the rows instead of two. That pass must
+flag every value the scan refuses (NaN, +-inf, outside [0, 1] where [0, 1] is the rule), and the caller,
+when it flags one, calls the same check again with ``scan=True``, which raises the check's own message
+(the column and the first bad row).
 """
 
 from __future__ import annotations
@@ -137,14 +144,17 @@ def check_finite(x: Any, name: str) -> None:
 TO_PROBABILITIES = "pass probabilities (margins/logits through a sigmoid first, e.g. scipy.special.expit)"
 
 
-def check_probabilities(p: Any, name: str = "y_prob", *, fix: str = TO_PROBABILITIES) -> Any:
+def check_probabilities(
+    p: Any, name: str = "y_prob", *, fix: str = TO_PROBABILITIES, scan: bool = True
+) -> Any:
     """Return ``p`` as a float64 1-D array after checking it is finite and inside [0, 1].
 
     ``fix`` ends the message for values outside [0, 1]: how the caller's own function takes margins.
+    ``scan=False``: the values are not read (module docstring).
     """
     xp = array_namespace(p)
     arr = xp.asarray(as_1d_array(p, name), dtype=xp.float64)
-    if _inside_unit_interval(arr):
+    if not scan or _inside_unit_interval(arr):
         return arr
     check_finite(arr, name)
     bad = (arr < 0) | (arr > 1)
@@ -173,26 +183,30 @@ def check_not_class_labels(p: Any, name: str = "y_prob") -> None:
         raise TypeError(msg)
 
 
-def check_scores(s: Any, name: str = "score", kind: str = "probability") -> Any:
-    """Check a model score: a probability in [0, 1] or, with ``kind="logit"``, any finite margin."""
+def check_scores(s: Any, name: str = "score", kind: str = "probability", *, scan: bool = True) -> Any:
+    """Check a model score: a probability in [0, 1] or, with ``kind="logit"``, any finite margin.
+
+    ``scan=False``: the values are not read (module docstring).
+    """
     if kind not in SCORE_KINDS:
         msg = f"The 'score_kind' parameter must be one of {SCORE_KINDS}. Got {kind!r} instead."
         raise ValueError(msg)
     if kind == "probability":
-        return check_probabilities(s, name, fix="pass margins/logits as score_kind='logit'")
+        return check_probabilities(s, name, fix="pass margins/logits as score_kind='logit'", scan=scan)
     xp = array_namespace(s)
     arr = xp.asarray(as_1d_array(s, name), dtype=xp.float64)
-    check_finite(arr, name)
+    if scan:
+        check_finite(arr, name)
     return arr
 
 
-def check_labels(y: Any, name: str = "y_true", *, allow_soft: bool = True) -> Any:
+def check_labels(y: Any, name: str = "y_true", *, allow_soft: bool = True, scan: bool = True) -> Any:
     """Return binary labels as float64.
 
     Labels must be 0 or 1; with ``allow_soft=True`` any value in [0, 1] is accepted and read as
     the probability of the positive class (a soft or aggregated label: every metric and fit that
     uses ``y`` only through sums such as ``sum w*y`` treats it exactly as that fraction of a
-    positive row).
+    positive row). ``scan=False`` (soft labels only): the values are not read (module docstring).
     """
     if y is None:  # scikit-learn's wording, which its estimator checks look for
         msg = f"{name}: this calibrator requires y to be passed, but the target y is None"
@@ -202,7 +216,7 @@ def check_labels(y: Any, name: str = "y_true", *, allow_soft: bool = True) -> An
     if raw.dtype == bool:
         raw = raw.astype(xp.int8)
     arr = xp.asarray(raw, dtype=xp.float64)
-    if allow_soft and _inside_unit_interval(arr):
+    if allow_soft and (not scan or _inside_unit_interval(arr)):
         return arr
     check_finite(arr, name)
     if allow_soft:

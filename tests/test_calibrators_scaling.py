@@ -827,16 +827,35 @@ def test_temperature_missing_or_none_score_col_names_the_column(score_col: Any) 
         fitted.predict(df.rename(columns={"score": "s"}))
 
 
-def test_score_summary_one_pass_equals_numpy() -> None:
+@pytest.mark.parametrize("scan_kind", [None, "probability", "logit"])
+@pytest.mark.parametrize("compiled", [True, False])
+def test_score_summary_one_pass_equals_numpy(scan_kind: str | None, compiled: bool) -> None:
     from gpucal.calibrators._logistic_kernels import NUMBA_MIN_ROWS
     from gpucal.calibrators.logistic import ScoreBlock
     from gpucal.calibrators.score_rows import score_summary
 
     rng = np.random.default_rng(14)
-    n = NUMBA_MIN_ROWS + 5  # the compiled pass
+    n = NUMBA_MIN_ROWS + 5 if compiled else 1000
     p, y, w = rng.random(n), (rng.random(n) < 0.3) * 1.0, rng.random(n) * (rng.random(n) > 0.2)
     y[:7] = 0.5
-    summary = score_summary(ScoreBlock(p, y, w))
+    # Rows the scans refuse: a score above 1, an infinite score, labels outside [0, 1] or NaN.
+    p[10], p[11], y[12], y[13] = 1.5, -np.inf, 2.0, np.nan
+    summary = score_summary(ScoreBlock(p, y, w), scan_kind)
     weighted = w > 0
-    expected = [n, w.sum(), w @ y, np.sum(weighted & (y > 0)), np.sum(weighted & (y < 1)), p.min(), p.max()]
+    score_ok = ((p >= 0) & (p <= 1)) if scan_kind == "probability" else np.isfinite(p)
+    refused = np.sum(~(score_ok & (y >= 0) & (y <= 1))) if scan_kind else 0
+    assert refused == (4 if scan_kind == "probability" else 3 if scan_kind else 0)
+    label_sum = w[~np.isnan(y)] @ y[~np.isnan(y)]
+    expected = [
+        n,
+        w.sum(),
+        label_sum,
+        np.sum(weighted & (y > 0)),
+        np.sum(weighted & (y < 1)),
+        p.min(),
+        p.max(),
+        refused,
+    ]
+    assert np.isnan(summary[2])  # the NaN label's weighted sum
+    summary[2] = label_sum
     assert_allclose(summary, expected, rtol=1e-12)

@@ -38,7 +38,13 @@ from sklearn.utils.validation import check_is_fitted
 from gpucal._backend import array_namespace
 from gpucal._frames import InputInfo, ParsedInput, parse_input, wrap_output
 from gpucal._params import AnyOf, Interval, Options, check_param
-from gpucal._validation import check_consistent_length, check_labels, check_same_index, check_sample_weight
+from gpucal._validation import (
+    check_consistent_length,
+    check_invariant,
+    check_labels,
+    check_same_index,
+    check_sample_weight,
+)
 from gpucal.rows import Rows, as_rows
 from gpucal.rows.collections import any_dask, collection_kind, no_distributed_fit
 
@@ -127,14 +133,16 @@ class Calibrator(BaseEstimator):
     # ----------------------------------------------------------------------------------------------
     # Input
 
-    def _parse_input(self, X: Any, *, allow_empty: bool = False) -> ParsedInput:
-        """Validate a 1-D ``X`` or ``X[score_col]``: the float64 score and the input's description."""
+    def _parse_input(self, X: Any, *, allow_empty: bool = False, scan: bool = True) -> ParsedInput:
+        """Validate a 1-D ``X`` or ``X[score_col]``: the float64 score and the input's description
+        (``scan`` as in :func:`gpucal._frames.parse_input`)."""
         return parse_input(
             X,
             score_col=getattr(self, "score_col", "score"),
             feature_cols=[],
             score_kind=getattr(self, "score_kind", "probability"),
             allow_empty=allow_empty,
+            scan=scan,
         )
 
     def _score_input(self, X: Any) -> Any:
@@ -212,9 +220,31 @@ class Calibrator(BaseEstimator):
     def _predict_local(self, X: Any) -> tuple[Any, InputInfo]:
         """The calibrated probabilities of a fitted calibrator on a local (not dask) ``X``, with ``X``'s
         description for :func:`gpucal._frames.wrap_output`; a calibrator reading more than the score
-        overrides this, not :meth:`predict`."""
-        split = self._parse_input(X, allow_empty=True)
-        return self._predict_scores(split.score), split.info
+        overrides this, not :meth:`predict`.
+
+        Where :meth:`_scans_scores_in_predict` says so, the scores are read once: unscanned, then mapped
+        and checked in one pass (:meth:`_predict_and_scan`); when that pass refuses a score, the scan
+        of :meth:`_parse_input` raises the check's message.
+        """
+        scanned = not self._scans_scores_in_predict()
+        split = self._parse_input(X, allow_empty=True, scan=scanned)
+        if scanned:
+            return self._predict_scores(split.score), split.info
+        calibrated, n_refused = self._predict_and_scan(split.score)
+        if n_refused:
+            self._parse_input(X, allow_empty=True)
+            check_invariant(False, "a compiled pass refused a score that the checks accept")
+        return calibrated, split.info
+
+    def _scans_scores_in_predict(self) -> bool:
+        """Whether :meth:`_predict_and_scan` maps unscanned scores (``scan=False`` in
+        ``gpucal._validation``) and checks them in the same pass; False unless a subclass says so."""
+        return False
+
+    def _predict_and_scan(self, score: Any) -> tuple[Any, int]:
+        """:meth:`_predict_scores` of unscanned float64 scores, and the number of scores the scan of
+        :meth:`_parse_input` refuses (for probabilities: not in [0, 1], NaN included), from one pass."""
+        raise NotImplementedError
 
     def _predict_partitions(self, X: Any) -> Any:
         """Check the fit; for a dask ``X`` return ``predict`` mapped over its partitions (lazy), else None."""

@@ -20,6 +20,7 @@ from gpucal.calibrators.logistic import (
     FEATURES_LOGIT,
     LN2,
     predict_logistic,
+    predict_logistic_and_refused,
 )
 from gpucal.calibrators.score_rows import ScoreRows
 from gpucal.registry import calibration_method
@@ -146,6 +147,13 @@ class BetaCalibrator(Calibrator):
 
     def _predict_scores(self, score: Any) -> Any:
         return predict_beta(score, self.a_, self.b_, self.c_)
+
+    def _scans_scores_in_predict(self) -> bool:
+        return True
+
+    def _predict_and_scan(self, score: Any) -> tuple[Any, int]:
+        coef = np.array([self.a_, self.b_])
+        return predict_logistic_and_refused(score, coef, self.c_, mode=FEATURES_BETA, scan_kind="probability")
 
     def _check_state(self) -> None:
         if self.parameters == "am" and self.a_ != self.b_:

@@ -17,13 +17,15 @@ from gpucal.calibrators.bins import (
     BIN_W,
     BIN_WY,
     bin_sums,
+    bin_sums_and_outside,
     lookup_bins,
+    lookup_bins_and_outside,
     mass_bin_stats,
     mass_bin_stats_from_groups,
     midpoint_edges,
 )
 from gpucal.calibrators.logistic import sigmoid
-from gpucal.calibrators.score_rows import ScoreBlock, read_score_rows, score_groups
+from gpucal.calibrators.score_rows import ScoreBlock, read_score_rows, rescan_scores, score_groups
 from gpucal.registry import calibration_method
 from gpucal.rows import Rows
 
@@ -92,6 +94,15 @@ def uniform_bin_sums(block: ScoreBlock, n_bins: int) -> np.ndarray:
     """Per-bin sums of one block of probabilities on equal-width bins (added over blocks)."""
     edges = np.linspace(0.0, 1.0, n_bins + 1)
     return bin_sums(block.score, block.y, block.w, edges[1:-1], uniform=True)
+
+
+def uniform_bin_sums_and_outside(block: ScoreBlock, n_bins: int) -> np.ndarray:
+    """:func:`uniform_bin_sums` of one block of unscanned probabilities and labels, with one more row
+    ``[rows outside [0, 1], 0]`` (:func:`~gpucal.calibrators.bins.bin_sums_and_outside`); added over
+    blocks."""
+    edges = np.linspace(0.0, 1.0, n_bins + 1)
+    sums, n_outside = bin_sums_and_outside(block.score, block.y, block.w, edges[1:-1], uniform=True)
+    return np.concatenate([sums, [[float(n_outside), 0.0]]])
 
 
 def histogram_rows(rows: Rows, n_bins: int, strategy: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -217,15 +228,34 @@ class HistogramCalibrator(Calibrator):
         self.output_type = output_type
 
     def _fit(self, rows: Rows) -> None:
+        if self.score_kind == "probability" and self.strategy == "uniform":
+            # One pass: the bin sums read every probability and label, and count those outside [0, 1].
+            scores = read_score_rows(rows, self.score_col, self.score_kind, scan=False)
+            stats = scores.sum(uniform_bin_sums_and_outside, self.n_bins)
+            if stats[-1, 0] > 0:
+                rescan_scores(rows, self.score_col, self.score_kind)
+            edges = np.linspace(0.0, 1.0, self.n_bins + 1)
+            self.bin_edges_, self.bin_values_, self.bin_weights_ = histogram_from_stats(edges, stats[:-1])
+            return
         scores = read_score_rows(rows, self.score_col, self.score_kind)
         probabilities = scores.map(probability_block, self.score_kind)
         self.bin_edges_, self.bin_values_, self.bin_weights_ = histogram_rows(
             probabilities, self.n_bins, self.strategy
         )
 
+    def _scans_scores_in_predict(self) -> bool:
+        """Probabilities are checked by the pass that bins them; a logit goes through the logistic
+        function first, which would hide an infinite one."""
+        return self.score_kind == "probability"
+
     def _predict_scores(self, score: Any) -> Any:
         p = as_probability(score, self.score_kind)
         return lookup_bins(p, self.bin_edges_[1:-1], self.bin_values_, uniform=self.strategy == "uniform")
+
+    def _predict_and_scan(self, score: Any) -> tuple[Any, int]:
+        return lookup_bins_and_outside(
+            score, self.bin_edges_[1:-1], self.bin_values_, uniform=self.strategy == "uniform"
+        )
 
     def _check_state(self) -> None:
         """Raise ``ValueError`` unless edges, values and weights fit together."""

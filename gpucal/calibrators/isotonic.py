@@ -12,11 +12,18 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from gpucal._validation import check_invariant
 from gpucal.calibrators._sorted import host_float64, host_weights
 from gpucal.calibrators.base import Calibrator, Constraint, Interval, Options
-from gpucal.calibrators.bins import BIN_W, BIN_WY, interp_clipped
-from gpucal.calibrators.pav import PavBlocks, clip_blocks, isotonic_blocks, isotonic_blocks_from_groups
-from gpucal.calibrators.score_rows import read_score_rows, score_groups
+from gpucal.calibrators.bins import BIN_W, BIN_WY, interp_clipped, interp_clipped_and_refused
+from gpucal.calibrators.pav import (
+    PavBlocks,
+    clip_blocks,
+    isotonic_blocks,
+    isotonic_blocks_from_groups,
+    scanned_isotonic_blocks,
+)
+from gpucal.calibrators.score_rows import read_score_rows, rescan_scores, score_groups
 from gpucal.registry import calibration_method
 from gpucal.rows import Rows
 
@@ -126,7 +133,7 @@ def isotonic_knots(
     return _step_knots(blocks)
 
 
-def isotonic_rows(rows: Rows, *, exact_means: bool = True) -> PavBlocks:
+def isotonic_rows(rows: Rows, *, exact_means: bool = True, scan_kind: str | None = None) -> PavBlocks | None:
     """The blocks of the isotonic fit of checked rows (:class:`~gpucal.calibrators.score_rows.ScoreBlock`).
 
     The fit is pool-adjacent-violators on the groups of tied scores, a function of the sums ``w`` and
@@ -138,12 +145,15 @@ def isotonic_rows(rows: Rows, *, exact_means: bool = True) -> PavBlocks:
     each group and pools the groups by the same ``_push_block``; only the order of the additions inside
     a group differs, so the two agree to rounding (bit for bit with unit weights and 0/1 labels).
     ``exact_means=False`` lets the walk add each run of label-0 rows at once, which leaves ``mean_x``
-    exact only to rounding (``isotonic_blocks``).
+    exact only to rounding (``isotonic_blocks``). ``scan_kind``: the one block was read unscanned and
+    its sort scans it (:func:`~gpucal.calibrators.pav.scanned_isotonic_blocks`; None when it refuses a
+    value).
     """
     whole = rows.single_block()
     if whole is not None:
         s, t, w = host_float64(whole.score), host_float64(whole.y), host_weights(whole.w)
-        return isotonic_blocks(s, t, w, exact_means=exact_means)
+        return scanned_isotonic_blocks(s, t, w, scan_kind, exact_means=exact_means)
+    check_invariant(scan_kind is None, "the rows of a distributed isotonic fit are scanned when read")
     table = score_groups(rows)
     return isotonic_blocks_from_groups(table.keys[0], table.stats[:, BIN_W], table.stats[:, BIN_WY])
 
@@ -275,14 +285,24 @@ class IsotonicCalibrator(Calibrator):
         self.output_type = output_type
 
     def _fit(self, rows: Rows) -> None:
-        scores = read_score_rows(rows, self.score_col, self.score_kind)
-        blocks = isotonic_rows(scores, exact_means=self.rank_preserving)
+        # Rows in one block here are sorted in one piece, which scans them; blocks are scanned when read.
+        scan_kind = self.score_kind if rows.single_block() is not None else None
+        scores = read_score_rows(rows, self.score_col, self.score_kind, scan=scan_kind is None)
+        blocks = isotonic_rows(scores, exact_means=self.rank_preserving, scan_kind=scan_kind)
+        if blocks is None:
+            rescan_scores(rows, self.score_col, self.score_kind)
         self.X_thresholds_, self.y_thresholds_ = isotonic_knots(
             blocks, clip_eps=self.clip_eps, rank_preserving=self.rank_preserving
         )
 
     def _predict_scores(self, score: Any) -> Any:
         return interp_clipped(score, self.X_thresholds_, self.y_thresholds_)
+
+    def _scans_scores_in_predict(self) -> bool:
+        return True
+
+    def _predict_and_scan(self, score: Any) -> tuple[Any, int]:
+        return interp_clipped_and_refused(score, self.X_thresholds_, self.y_thresholds_, self.score_kind)
 
     def _check_state(self) -> None:
         """Raise ``ValueError`` unless the knots describe a non-decreasing map into [0, 1]."""

@@ -54,6 +54,7 @@ from gpucal.calibrators._logistic_kernels import (
     logistic_sums,
     n_features,
     predict_logistic,
+    predict_logistic_and_refused,
     sigmoid,
     use_numba,
 )
@@ -656,6 +657,7 @@ __all__ = [
     "newton_start",
     "one_variable_span",
     "predict_logistic",
+    "predict_logistic_and_refused",
     "pseudo_rows",
     "sigmoid",
     "strided",

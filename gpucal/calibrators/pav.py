@@ -35,11 +35,13 @@ References
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 
 from gpucal.calibrators._sorted import next_row, open_cursor, sorted_positives, sorted_runs
 from gpucal.kernels.jit import numba
+from gpucal.kernels.value_range import value_range
 
 # scikit-learn's tie tolerance in _make_unique (float64): scores closer than this to a group's first
 # score belong to the group.
@@ -290,16 +292,52 @@ def isotonic_blocks(
     -------
     PavBlocks
     """
+    blocks = scanned_isotonic_blocks(score, y, w, None, force_argsort=force_argsort, exact_means=exact_means)
+    return cast(PavBlocks, blocks)  # None only where a scan refuses a value
+
+
+def scanned_isotonic_blocks(
+    score: np.ndarray,
+    y: np.ndarray,
+    w: np.ndarray,
+    scan_kind: str | None,
+    *,
+    force_argsort: bool = False,
+    exact_means: bool = True,
+) -> PavBlocks | None:
+    """:func:`isotonic_blocks` of ``score`` and ``y`` read unscanned (``scan=False`` in
+    ``gpucal._validation``): None when the scan of a ``scan_kind`` score (``"probability"`` or
+    ``"logit"``) or of the labels would refuse a value (None: no scan). The sort gives the smallest and
+    the largest score (NaN sorts last); the labels of the counting path are 0 or 1, the others are
+    scanned on their own.
+    """
     positives = None if force_argsort else sorted_positives(score, y, w)
     if positives is not None:
         xs = np.sort(score)
+        if scan_kind is not None and not accepted_range(float(xs[0]), float(xs[-1]), scan_kind):
+            return None
         if not exact_means:
             blocks = _isotonic_distinct(xs, positives, TIE_EPS)
             if blocks.shape[0]:
                 return PavBlocks.from_stats(blocks)
         return PavBlocks.from_stats(_isotonic_counts(xs, positives, TIE_EPS))
+    if scan_kind is not None and not accepted_range(*value_range(y), "probability"):
+        return None
     order, bounds = sorted_runs(score)
+    if scan_kind is not None:
+        # Each run is sorted: its first and last rows hold its smallest and largest score.
+        firsts, lasts = score[order[bounds[:-1]]], score[order[bounds[1:] - 1]]
+        if not accepted_range(float(firsts.min()), float(np.max(lasts)), scan_kind):
+            return None
     return PavBlocks.from_stats(_isotonic_walk(score, y, w, order, bounds, TIE_EPS))
+
+
+def accepted_range(low: float, high: float, scan_kind: str) -> bool:
+    """Whether values whose smallest is ``low`` and largest ``high`` (NaN when some value is NaN) pass
+    the scan of a ``scan_kind`` score: in [0, 1] (``"probability"``), or finite."""
+    if scan_kind == "probability":
+        return low >= 0.0 and high <= 1.0
+    return low > -np.inf and high < np.inf
 
 
 def pool_groups(stats: np.ndarray) -> PavBlocks:

@@ -16,6 +16,7 @@ from gpucal.calibrators.logistic import (
     FEATURES_COLUMNS,
     FEATURES_LOGIT,
     predict_logistic,
+    predict_logistic_and_refused,
 )
 from gpucal.calibrators.score_rows import ScoreRows
 from gpucal.registry import calibration_method
@@ -183,3 +184,10 @@ class PlattCalibrator(Calibrator):
 
     def _predict_scores(self, score: Any) -> Any:
         return predict_platt(score, self.a_, self.b_, score_kind=self.score_kind)
+
+    def _scans_scores_in_predict(self) -> bool:
+        return True
+
+    def _predict_and_scan(self, score: Any) -> tuple[Any, int]:
+        mode = FEATURES_LOGIT if self.score_kind == "probability" else FEATURES_COLUMNS
+        return predict_logistic_and_refused(score, [self.a_], self.b_, mode=mode, scan_kind=self.score_kind)

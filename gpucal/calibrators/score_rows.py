@@ -22,7 +22,7 @@ import functools
 import math
 import sys
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 
@@ -46,29 +46,32 @@ from gpucal.rows.checks import check_labels_and_weights
 from gpucal.rows.reduce import KeyedTable, check_table_size, group_sorted, max_distinct_keys, merge_tables
 
 # Columns of :func:`score_summary`.
-COUNT, WEIGHT, LABEL_WEIGHT, N_POSITIVE, N_NEGATIVE, LOWEST, HIGHEST = range(7)
-N_SUMMARY = 7
+COUNT, WEIGHT, LABEL_WEIGHT, N_POSITIVE, N_NEGATIVE, LOWEST, HIGHEST, N_REFUSED = range(8)
+N_SUMMARY = 8
 
 
-def read_scores(block: RowBlock, score_col: Any, score_kind: str) -> ScoreBlock:
+def read_scores(block: RowBlock, score_col: Any, score_kind: str, scan: bool = True) -> ScoreBlock:
     """Check one block of ``X``, ``y``, ``sample_weight`` as ``Calibrator._fit_input`` checks whole
     inputs, except that the block may be empty or weigh nothing (the whole data is checked on the
-    summary)."""
+    summary). ``scan=False`` leaves the values of the score and the labels to the fit's first compiled
+    pass (``scan`` of ``gpucal._validation``; :func:`rescan_scores` words the error)."""
     X, y, sample_weight = block["X"], block["y"], block["sample_weight"]
     score = parse_input(
-        X, score_col=score_col, feature_cols=[], score_kind=score_kind, allow_empty=True, name="X"
+        X, score_col=score_col, feature_cols=[], score_kind=score_kind, allow_empty=True, name="X", scan=scan
     ).score
     xp = array_namespace(score)
-    labels, w, n = check_labels_and_weights(X, y, sample_weight, score, whole=False, xp=xp)
+    labels, w, n = check_labels_and_weights(X, y, sample_weight, score, whole=False, xp=xp, scan=scan)
     if w is None:
         w = check_sample_weight(None, n, xp=xp)  # a read-only view of ones: no n-sized array
     return ScoreBlock(score, labels, w)
 
 
 @parallel_rows("score")
-def _score_summary_cpu(score, y, w):  # pragma: no cover - compiled; tested against the array path
-    """The counts and the score range of :func:`score_summary` for a 1-D float64 host block in one pass
-    (fixed chunks, fixed order); the caller adds the two weight sums."""
+def _score_summary_cpu(score, y, w, probability):  # pragma: no cover - compiled
+    """The counts, the score range and the refused rows of :func:`score_summary` for a 1-D float64 host
+    block in one pass (fixed chunks, fixed order); the caller adds the two weight sums. A row is refused
+    when its label is not in [0, 1] or its score is not in [0, 1] (``probability``) or not finite.
+    Tested against the array path."""
     n = score.shape[0]
     n_chunks = (n + CHUNK_ROWS - 1) // CHUNK_ROWS
     partial = np.zeros((n_chunks, N_SUMMARY))
@@ -76,6 +79,7 @@ def _score_summary_cpu(score, y, w):  # pragma: no cover - compiled; tested agai
         pos = neg = 0.0
         low = np.inf
         high = -np.inf
+        refused = 0
         for i in range(c * CHUNK_ROWS, min(n, (c + 1) * CHUNK_ROWS)):
             yi = y[i]
             x = score[i]
@@ -84,40 +88,54 @@ def _score_summary_cpu(score, y, w):  # pragma: no cover - compiled; tested agai
                 neg += yi < 1.0
             low = min(low, x)
             high = max(high, x)
+            score_ok = ((x >= 0.0) & (x <= 1.0)) if probability else (abs(x) < np.inf)
+            refused += not (score_ok & (yi >= 0.0) & (yi <= 1.0))
         partial[c, N_POSITIVE] = pos
         partial[c, N_NEGATIVE] = neg
         partial[c, LOWEST] = low
         partial[c, HIGHEST] = high
+        partial[c, N_REFUSED] = refused
     out = np.zeros(N_SUMMARY)
     out[COUNT] = n
     out[LOWEST] = np.inf
     out[HIGHEST] = -np.inf
     for c in range(n_chunks):
-        for j in (N_POSITIVE, N_NEGATIVE):
+        for j in (N_POSITIVE, N_NEGATIVE, N_REFUSED):
             out[j] += partial[c, j]
         out[LOWEST] = min(out[LOWEST], partial[c, LOWEST])
         out[HIGHEST] = max(out[HIGHEST], partial[c, HIGHEST])
     return out
 
 
-def score_summary(block: ScoreBlock) -> np.ndarray:
-    """``[rows, sum w, sum w y, #weighted positives, #weighted negatives, min score, max score]``.
+def score_summary(block: ScoreBlock, scan_kind: str | None = None) -> np.ndarray:
+    """``[rows, sum w, sum w y, #weighted positives, #weighted negatives, min score, max score, #refused]``.
 
-    One compiled pass for a large 1-D float64 block on the host; array code otherwise.
+    ``#refused`` counts, for a block read unscanned (``scan=False`` in ``gpucal._validation``), the rows
+    the scan of a ``scan_kind`` score (``"probability"`` or ``"logit"``) and of the labels refuses; it is
+    0 when ``scan_kind`` is None (the values were checked). One compiled pass for a large 1-D float64
+    block on the host; array code otherwise.
     """
     xp = array_namespace(block.score)
     n = len(block)
+    probability = scan_kind == "probability"
     if block.score.ndim == 1 and use_numba("auto", block.score, block.y, block.w):
         out = _score_summary_cpu(
             readonly(np.ascontiguousarray(block.score, dtype=np.float64)),
             readonly(np.ascontiguousarray(block.y, dtype=np.float64)),
             readonly(np.asarray(block.w, dtype=np.float64)),
+            probability,
         )
         # The weight sums as fit_logistic adds them, so one block fits the same number for number.
         out[WEIGHT] = float(block.w.sum())
         out[LABEL_WEIGHT] = float(block.w @ block.y)
+        if scan_kind is None:
+            out[N_REFUSED] = 0.0
         return out
     weighted = block.w > 0
+    refused = 0
+    if scan_kind is not None:
+        score_ok = (block.score >= 0) & (block.score <= 1) if probability else xp.isfinite(block.score)
+        refused = int(xp.count_nonzero(~(score_ok & (block.y >= 0) & (block.y <= 1))))
     return np.array(
         [
             n,
@@ -127,6 +145,7 @@ def score_summary(block: ScoreBlock) -> np.ndarray:
             float(xp.count_nonzero(weighted & (block.y < 1))),
             float(xp.min(block.score)) if n else math.inf,
             float(xp.max(block.score)) if n else -math.inf,
+            float(refused),
         ]
     )
 
@@ -149,14 +168,27 @@ def _check_count_and_weight(count: float, weight: float) -> None:
         raise ValueError(msg)
 
 
-def read_score_rows(rows: Rows, score_col: Any = "score", score_kind: str = "probability") -> Rows:
+def read_score_rows(
+    rows: Rows, score_col: Any = "score", score_kind: str = "probability", *, scan: bool = True
+) -> Rows:
     """The checked blocks (:class:`ScoreBlock`) of ``X``, ``y``, ``sample_weight``, for fits that need
     no summary (no label sums, no score range): :meth:`ScoreRows.of`'s checks on the row count and
-    the total weight only."""
-    blocks = rows.map(read_scores, score_col, score_kind)
+    the total weight only; ``scan`` as in :func:`read_scores`."""
+    blocks = rows.map(read_scores, score_col, score_kind, scan)
     count, weight = blocks.sum(count_and_weight)
     _check_count_and_weight(count, weight)
     return blocks
+
+
+def rescan_scores(rows: Rows, score_col: Any, score_kind: str) -> NoReturn:
+    """Raise the error of the scan a fit left to its compiled pass (``scan=False``), which found a score
+    or label it refuses: the rows read again with the scan, whose check words the error."""
+    read_score_rows(rows, score_col, score_kind)
+    msg = (
+        "internal error in gpucal: a compiled pass refused a score or label that the checks accept; "
+        "please report it"
+    )
+    raise RuntimeError(msg)
 
 
 def combine_summaries(*summaries: np.ndarray) -> np.ndarray:
@@ -223,9 +255,12 @@ class ScoreRows:
 
     @classmethod
     def of(cls, rows: Rows, score_col: Any = "score", score_kind: str = "probability") -> ScoreRows:
-        """Read the blocks of ``X``, ``y``, ``sample_weight`` and check the whole data on the summary."""
-        blocks = rows.map(read_scores, score_col, score_kind)
-        summary = blocks.reduce(score_summary, combine_summaries)
+        """Read the blocks of ``X``, ``y``, ``sample_weight`` and check the whole data on the summary:
+        the summary pass also scans the scores and the labels (read with ``scan=False``)."""
+        blocks = rows.map(read_scores, score_col, score_kind, False)
+        summary = blocks.reduce(score_summary, combine_summaries, score_kind)
+        if summary[N_REFUSED] > 0:
+            rescan_scores(rows, score_col, score_kind)
         _check_count_and_weight(summary[COUNT], summary[WEIGHT])
         return cls(blocks, summary)
 
@@ -271,6 +306,7 @@ __all__ = [
     "read_distinct_score_sums",
     "read_score_rows",
     "read_scores",
+    "rescan_scores",
     "score_groups",
     "score_summary",
 ]

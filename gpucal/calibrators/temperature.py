@@ -28,6 +28,7 @@ from gpucal.calibrators.logistic import (
     FEATURES_LOGIT,
     newton_minimize,
     predict_logistic,
+    predict_logistic_and_refused,
     use_numba,
 )
 from gpucal.calibrators.score_rows import ScoreRows
@@ -423,6 +424,14 @@ class TemperatureCalibrator(Calibrator):
     def _predict_scores(self, score: Any) -> Any:
         mode = FEATURES_LOGIT if self.score_kind == "probability" else FEATURES_COLUMNS
         return predict_logistic(score, [1.0 / self.temperature_], 0.0, mode=mode)
+
+    def _scans_scores_in_predict(self) -> bool:
+        return True
+
+    def _predict_and_scan(self, score: Any) -> tuple[Any, int]:
+        mode = FEATURES_LOGIT if self.score_kind == "probability" else FEATURES_COLUMNS
+        coef = [1.0 / self.temperature_]
+        return predict_logistic_and_refused(score, coef, 0.0, mode=mode, scan_kind=self.score_kind)
 
     def _check_state(self) -> None:
         if not self.temperature_ > 0:

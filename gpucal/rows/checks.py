@@ -39,18 +39,20 @@ def check_labels_and_weights(
     whole: bool,
     xp: ModuleType | None = None,
     names: tuple[str, str, str] = ("X", "y", "sample_weight"),
+    scan: bool = True,
 ) -> tuple[Any, Any, int]:
     """Check one block's labels and weights against its ``X`` (``x_rows``: an array of ``X``'s rows, for
     the length); return the labels, the weights (None when none were given) and the row count.
 
     ``whole``: the block is all the rows (one machine), checked as a whole; otherwise a partition, whose
     index must match its labels' and whose weights may all be zero. ``xp`` is the namespace the weights
-    must be in (default: the labels'); ``names`` are the three inputs' names in messages.
+    must be in (default: the labels'); ``names`` are the three inputs' names in messages; ``scan=False``
+    leaves the labels' values to the caller's compiled pass (``scan`` of ``gpucal._validation``).
     """
     x_name, y_name, w_name = names
     if not whole:
         check_same_index(**{x_name: X, y_name: y, w_name: sample_weight})
-    labels = check_labels(y, y_name)
+    labels = check_labels(y, y_name, scan=scan)
     n = check_consistent_length(**{x_name: x_rows, y_name: labels})
     xp = array_namespace(labels) if xp is None else xp
     weights = None
