@@ -13,7 +13,8 @@ Over every module of the ``gpucal`` package (the ``kernels/`` folder is installe
    ``find_spec``, ``pkgutil.resolve_name``, ``pydoc.locate``, aliases of these, ``sys.modules[...]``),
    an edge lint-imports cannot see. The one exception is a package's PEP 562 ``__getattr__`` in its
    ``__init__.py``, importing its own public names lazily: its ``TYPE_CHECKING`` block names the same
-   modules, and lint-imports reads that;
+   modules, and lint-imports reads that. ``sys.modules[__name__]``, a module's own entry, names no
+   other module and is no edge;
 4. ``wheel`` (with ``--wheel PATH``): the wheel holds no top-level package but ``gpucal``, at its root or
    under ``<name>.data/purelib`` / ``platlib``.
 
@@ -193,7 +194,10 @@ def rows_isinstance(tree: ast.AST) -> Iterator[tuple[int, str]]:
 
 
 def may_name_gpucal(argument: ast.expr) -> bool:
-    """Whether an import's string argument may name a gpucal module: it does, or it is computed."""
+    """Whether an import's string argument may name a gpucal module: it does, or it is computed (other
+    than ``__name__``, the module's own name)."""
+    if isinstance(argument, ast.Name) and argument.id == "__name__":
+        return False
     if isinstance(argument, ast.Constant) and isinstance(argument.value, str):
         return argument.value.split(".")[0] in ("", "gpucal", "kernels")
     return True

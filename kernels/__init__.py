@@ -8,7 +8,9 @@ CUDA path.
 
 from __future__ import annotations
 
+import sys
 from importlib import import_module
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -144,3 +146,22 @@ def __getattr__(name: str) -> Any:
 
 def __dir__() -> list[str]:
     return sorted([*globals(), *__all__])
+
+
+class _PublicNamesModule(ModuleType):
+    """This package's module type: a public name stays what ``__getattr__`` gives when a module of the
+    same name is imported.
+
+    Python's import system binds a loaded submodule to its package's attribute of that name, so without
+    this, importing ``gpucal.kernels.group_sums`` or ``gpucal.kernels.value_range`` directly (as kernel
+    modules do for their helpers) before the public name was first read would leave the module where
+    ``from gpucal.kernels import group_sums`` expects the function.
+    """
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if isinstance(value, ModuleType) and value.__name__ == _MODULE_OF.get(name):
+            value = getattr(value, name)
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _PublicNamesModule

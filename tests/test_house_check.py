@@ -104,6 +104,8 @@ def test_other_libraries_and_lazy_package_names_may_be_imported_by_string() -> N
     lazy = "def __getattr__(name):\n    return import_module(_MODULE_OF[name])\n"
     assert rules(lazy, "gpucal", is_package=True) == []
     assert rules(lazy, "gpucal.mbct.fit") == ["string-import"]  # not in a package's __init__
+    own_entry = "import sys\nsys.modules[__name__].__class__ = PublicNames\n"
+    assert rules(own_entry, "gpucal", is_package=True) == []
 
 
 def test_a_wheel_with_another_top_level_package_is_found(tmp_path: Path) -> None:

@@ -48,3 +48,22 @@ def test_cpu_calls_load_no_gpu_module():
         [sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, check=True
     )
     assert run.stdout.strip() == "", f"CPU calls loaded {run.stdout.strip()}"
+
+
+def test_a_module_imported_first_leaves_its_public_name_the_function():
+    # Kernel modules import ``gpucal.kernels.group_sums`` for its helpers and the checks import
+    # ``gpucal.kernels.value_range``; Python binds a loaded submodule to the package's attribute of
+    # its name, which must not hide the function of that name.
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    code = (
+        "import types\n"
+        "import gpucal.kernels.split_mvce, gpucal.kernels.value_range\n"
+        "from gpucal.kernels import group_sums, value_range\n"
+        "import gpucal.kernels as k\n"
+        "names = (group_sums, value_range, k.group_sums, k.value_range)\n"
+        "print(sum(isinstance(f, types.FunctionType) for f in names))\n"
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, check=True
+    )
+    assert run.stdout.strip() == "4"
