@@ -10,12 +10,13 @@ import pandas as pd
 import polars as pl
 import pytest
 from numpy.testing import assert_allclose, assert_array_equal
+from scipy.special import expit
 from sklearn.base import BaseEstimator, clone
 
 import gpucal
 from gpucal.auto import AutoCalibrator, sizing
 from gpucal.auto import candidates as candidates_module
-from gpucal.auto.blend import MIN_MEMBER_WEIGHT, fit_blend, logits, mean_log_loss
+from gpucal.auto.blend import MIN_MEMBER_WEIGHT, fit_blend, logits, loss_and_gradient, mean_log_loss
 from gpucal.auto.candidates import FEATURE_CANDIDATES, Candidate
 from gpucal.auto.folds import grouped_folds, stratified_folds, subsample_rows, without_attrs
 from gpucal.auto.guard import order_guard
@@ -476,6 +477,24 @@ def test_large_data_blend_takes_one_setting_per_method(ctr: Any, monkeypatch: py
     weighted = results.loc[results["blend_weight"] > 0, "method"]
     assert weighted.is_unique
     assert (results["blend_weight"] == 0).sum() >= 2
+
+
+def test_blend_loss_and_gradient_match_numpy() -> None:
+    """The compiled pass of the blend's objective against the sums written in numpy (weighted rows,
+    logits far out in both tails, a column-sliced input)."""
+    rng = np.random.default_rng(3)
+    n_rows = 3_000
+    wide = rng.normal(scale=4.0, size=(n_rows, 5))
+    wide[:5, :] = [[800.0], [-800.0], [40.0], [-40.0], [0.0]]
+    member_logits = wide[:, 1:4]  # not C-contiguous
+    y = (rng.uniform(size=n_rows) < 0.3).astype(float)
+    w = rng.uniform(0.0, 2.0, size=n_rows)
+    for theta in (np.array([0.2, 0.5, 0.3, -0.7]), np.array([1.0, 0.0, 0.0, 0.0])):
+        z = member_logits @ theta[:3] + theta[3]
+        residual = w * (expit(z) - y) / w.sum()
+        loss, gradient = loss_and_gradient(member_logits, y, w, theta)
+        assert loss == pytest.approx(mean_log_loss(z, y, w), rel=1e-12)
+        assert_allclose(gradient, np.r_[member_logits.T @ residual, residual.sum()], rtol=1e-10, atol=1e-15)
 
 
 def test_blend_drops_light_members() -> None:

@@ -27,6 +27,7 @@ from sklearn.linear_model import LogisticRegression
 
 import gpucal
 from gpucal.calibrators import logistic
+from gpucal.calibrators._logistic_kernels import NUMBA_MAX_DESIGN
 from gpucal.calibrators.beta import BetaCalibrator
 from gpucal.calibrators.dirichlet import DirichletCalibrator, dirichlet_sums
 from gpucal.calibrators.downsampling import DownsamplingCorrection, correct_downsampling
@@ -348,13 +349,21 @@ def test_downsampling_rejects_bad_rate(rate: float) -> None:
 
 @pytest.mark.parametrize(
     ("mode", "width"),
-    [(logistic.FEATURES_LOGIT, 1), (logistic.FEATURES_BETA, 2), (logistic.FEATURES_BETA_AB, 2), (0, 3)],
+    [
+        (logistic.FEATURES_LOGIT, 1),
+        (logistic.FEATURES_BETA, 2),
+        (logistic.FEATURES_BETA_AB, 2),
+        (0, 3),
+        (0, NUMBA_MAX_DESIGN),
+    ],
 )
 @pytest.mark.parametrize("fit_intercept", [True, False])
 def test_logistic_sums_numba_equals_array(mode: int, width: int, fit_intercept: bool) -> None:
+    """Designs of 3 to NUMBA_MAX_DESIGN columns take their own compiled loop, narrower models the
+    fused one; both against the array code."""
     rng = np.random.default_rng(12)
     n = 70_000  # more than two chunks
-    X = rng.random((n, 3)) if mode == 0 else rng.random(n)
+    X = rng.random((n, width)) if mode == 0 else rng.random(n)
     X[:5] = 0.0 if mode != 0 else X[:5]
     y, w = rng.random(n), rng.random(n) * (rng.random(n) > 0.1)
     theta = rng.normal(size=width + int(fit_intercept))

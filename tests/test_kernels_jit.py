@@ -56,6 +56,26 @@ def test_chunked_float_sums_are_the_same_bits_in_both_twins() -> None:
         np.testing.assert_allclose(s, o, rtol=1e-10)
 
 
+def test_design_sums_are_the_same_bits_in_both_twins() -> None:
+    """The compiled loop of a design wider than two columns (Platt scaling on logit hinges)."""
+    rng = np.random.default_rng(1)
+    n = 2 * CHUNK_ROWS + 77  # three chunks
+    x = rng.normal(-2.0, 1.5, n)
+    design = np.column_stack([x, *(np.maximum(x - knot, 0.0) for knot in (-3.0, -2.0, -1.0))])
+    y = (rng.uniform(size=n) < 0.2).astype(np.float64)
+    w = rng.uniform(0.0, 2.0, n)
+    theta = np.array([0.8, 0.1, -0.2, 0.05, -1.0])
+
+    def sums(backend: str) -> tuple[float, np.ndarray, np.ndarray]:
+        return logistic_sums(design, y, w, theta, targets=(0.01, 0.99), backend=backend)
+
+    serial, parallel = _both_twins(lambda: sums("numba"))
+    oracle = sums("array")
+    for s, q, o in zip(serial, parallel, oracle, strict=True):
+        np.testing.assert_array_equal(s, q)
+        np.testing.assert_allclose(s, o, rtol=1e-10)
+
+
 def test_integer_counts_are_exact_in_both_twins() -> None:
     rng = np.random.default_rng(1)
     values = rng.integers(-3, 40, 5_000)
