@@ -12,9 +12,8 @@ keeps the optimiser's answer only when its loss is no higher: the blend is never
 out-of-fold rows) than its best member. Solved by SLSQP (scipy), which handles the simplex directly; each
 of its evaluations is one compiled pass over the rows giving the loss and its gradient together
 (:func:`loss_and_gradient`: one exponential and one logarithm per row, no temporaries), and the simplex
-constraint's gradient is given (SLSQP would difference it at every step). The three blend fits of a
-150,000-row search cost about half what the same sums in numpy did
-(``benchmarks/results/auto_cost_encoder.md``).
+constraint's gradient is given (SLSQP would difference it at every step); measured in
+``benchmarks/results/auto_cost_encoder.md``.
 
 References
 ----------
