@@ -1,9 +1,9 @@
 """Runs the CUDA kernels in numba-cuda's simulator (``tests/cudasim/sim_*.py``) in a child process.
 
 ``NUMBA_ENABLE_CUDASIM=1`` must be set before numba is first imported, and this process has imported
-numba already, so the simulator suites run in a child pytest with the variable set: one child for every
-suite (each child pays about 1.3 CPU s of interpreter, pytest, numba and gpucal start-up), whose JUnit
-report gives each suite's outcome to its own test here.
+numba already, so the simulator suites run in a child pytest with the variable set: one child runs every
+suite (each child pays the start-up of an interpreter, pytest, numba and gpucal), whose JUnit report
+gives each suite's outcome to its own test here.
 """
 
 from __future__ import annotations
