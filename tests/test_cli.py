@@ -55,6 +55,22 @@ def plain_demo(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.setattr(cli, group, ())
 
 
+@pytest.fixture
+def warm_mark(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+    """The demo finds its mark of a warm cache (a file of the test's own): it starts no warm-up
+    processes, and what is not in numba's cache compiles in this process as the demo fits it.
+
+    The warm-up lanes are test_demo_compiles_in_parallel_lanes_first's subject; elsewhere their start-up
+    and second loading of every kernel cost more CPU than they save (the tests run on both cores).
+    """
+    import gpucal.cli.demo as cli
+
+    marker = tmp_path / "demo.warm"
+    marker.touch()
+    monkeypatch.setattr(cli, "_warm_marker", lambda: marker)
+
+
+@pytest.mark.usefixtures("warm_mark")
 def test_demo_fits_every_calibrator_and_beats_the_raw_score(capsys):
     assert main(["demo", "--rows", "20000", "--format", "json", "--top", "3"]) == 0
     document = json.loads(capsys.readouterr().out)
@@ -432,7 +448,10 @@ def test_demo_compiles_in_parallel_lanes_first(monkeypatch, tmp_path, capsys):
     assert f"[{'#' * 20}] {len(steps)}/{len(steps)} " in err
     assert "warm-up stopped" not in err
     assert marker.exists()
-    assert main(["demo", "--rows", "2000", "--top", "2"]) == 0  # the second run skips the warm-up
+    # The second run skips the warm-up; its metrics are computed inline, with no second process to start
+    # (test_the_demo_metrics_computed_beside_the_fits_are_the_same starts one without the lanes).
+    monkeypatch.setattr(cli, "DEMO_METRICS_BESIDE_ROWS", 10**9)
+    assert main(["demo", "--rows", "2000", "--top", "2"]) == 0
     assert "compiled already" in capsys.readouterr().err
 
 
@@ -602,6 +621,7 @@ def test_the_demo_explains_its_segment_table(monkeypatch, tmp_path, capsys):
     assert "excess = predicted - observed positives" in out
 
 
+@pytest.mark.usefixtures("warm_mark")
 @pytest.mark.parametrize("rows", [3, 99, 100, 150])
 def test_demo_on_few_rows_runs_or_names_rows(rows, capsys):
     """Issue 18: ``demo --rows 3`` failed on ``n_clusters=20``, a parameter the user never set."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from typing import Any
+from unittest import SkipTest
 
 import numpy as np
 import pytest
@@ -276,9 +277,31 @@ EXTRA: dict[str, dict[str, str]] = {
 # no broken contract, though this suite turns warnings into errors.
 @pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
 @parametrize_with_checks(CHECKED, expected_failed_checks=expected_failed_checks)
-def test_sklearn_estimator_checks(estimator: Calibrator, check: Callable[[Calibrator], None]) -> None:
-    """Issue 18: the checks passed 13 of 48 on every estimator; each failure left has its reason."""
-    check(estimator)
+def test_sklearn_estimator_checks(
+    estimator: Calibrator, check: Callable[[Calibrator], None], request: pytest.FixtureRequest
+) -> None:
+    """Issue 18: the checks passed 13 of 48 on every estimator; each failure left has its reason.
+
+    A check listed in :func:`expected_failed_checks` carries scikit-learn's strict ``xfail`` mark: it
+    must fail (it fails the test once it passes). Its failure is reported through ``pytest.xfail``
+    with the error's type and message, outside the ``except`` block: pytest then formats no traceback
+    of the check's frames, which it shows only for failed tests and builds by parsing the source file
+    of every frame (scikit-learn's estimator_checks.py among them) anew for each of the 300-odd
+    expected failures.
+    """
+    expected = request.node.get_closest_marker("xfail")
+    if expected is None or request.config.option.runxfail:  # --runxfail: the check's own traceback
+        check(estimator)
+        return
+    try:
+        check(estimator)
+    except SkipTest:
+        raise
+    except Exception as error:  # the expected failure (xfail would catch any Exception as well)
+        failure = f"{type(error).__name__}: {error}"
+    else:
+        return  # the strict xfail mark fails the test: the check passes now
+    pytest.xfail(f"{expected.kwargs.get('reason', '')} ({failure[:300]})")
 
 
 def test_every_estimator_is_checked() -> None:
