@@ -107,6 +107,18 @@ def features_cpu(X: np.ndarray, mode: int) -> np.ndarray:
 NUMBA_MAX_FEATURES = 2
 
 
+@numba.njit(cache=True, inline="always")
+def _sigmoid_and_loss(z, t, with_loss):  # pragma: no cover - compiled
+    """``sigmoid(z)`` and the row's loss ``log(1 + e^z) - t z`` (0.0 without ``with_loss``), from one exp
+    and one log: ``e = exp(-|z|)`` gives both."""
+    e = math.exp(-abs(z))
+    # log(1 + e) rather than log1p(e) (twice as fast): e <= 1, so the absolute error stays at rounding
+    # level, and the loss only decides the line search.
+    if z >= 0.0:
+        return 1.0 / (1.0 + e), (z + math.log(1.0 + e) - t * z) if with_loss else 0.0
+    return e / (1.0 + e), (math.log(1.0 + e) - t * z) if with_loss else 0.0
+
+
 @parallel_rows("y")
 def _logistic_sums_cpu(X, mode, y, t_neg, t_pos, w, c0, c1, c2, with_loss):
     """Return the 10 sums ``[loss, g0, g1, g2, h00, h01, h02, h11, h12, h22]`` of the model
@@ -124,18 +136,9 @@ def _logistic_sums_cpu(X, mode, y, t_neg, t_pos, w, c0, c1, c2, with_loss):
             x0, x1 = _row_features(X, i, mode)
             z = c0 * x0 + c1 * x1 + c2
             t = t_neg + y[i] * (t_pos - t_neg)
-            # One exp and one log per row: e = exp(-|z|) gives both sigmoid(z) and log(1 + exp(z)).
-            e = math.exp(-abs(z))
-            # log(1 + e) rather than log1p(e) (twice as fast): e <= 1, so the absolute error stays
-            # at rounding level, and the loss only decides the line search.
-            if z >= 0.0:
-                p = 1.0 / (1.0 + e)
-                if with_loss:
-                    loss += wi * (z + math.log(1.0 + e) - t * z)
-            else:
-                p = e / (1.0 + e)
-                if with_loss:
-                    loss += wi * (math.log(1.0 + e) - t * z)
+            p, row_loss = _sigmoid_and_loss(z, t, with_loss)
+            if with_loss:
+                loss += wi * row_loss
             r = wi * (p - t)
             h = wi * p * (1.0 - p)
             g0 += r * x0
@@ -202,16 +205,9 @@ def _design_sums_cpu(X, y, t_neg, t_pos, w, theta, fit_intercept, with_loss):
                 x[j] = X[i, j]
                 z += theta[j] * x[j]
             t = t_neg + y[i] * (t_pos - t_neg)
-            # One exp and one log per row, as in _logistic_sums_cpu.
-            e = math.exp(-abs(z))
-            if z >= 0.0:
-                p = 1.0 / (1.0 + e)
-                if with_loss:
-                    loss += wi * (z + math.log(1.0 + e) - t * z)
-            else:
-                p = e / (1.0 + e)
-                if with_loss:
-                    loss += wi * (math.log(1.0 + e) - t * z)
+            p, row_loss = _sigmoid_and_loss(z, t, with_loss)
+            if with_loss:
+                loss += wi * row_loss
             r = wi * (p - t)
             h = wi * p * (1.0 - p)
             for j in range(m):
