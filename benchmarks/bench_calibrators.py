@@ -136,8 +136,13 @@ def copy_bandwidth(n: int) -> float:
     return 16.0 * n / best
 
 
-def run_cell(paths: list[str], code: str, timeout: float) -> dict[str, float] | str:
-    """Run one cell in a fresh interpreter; return its measurements or why it failed."""
+def run_cell(paths: list[str], code: str, timeout: float, tree: str | None = None) -> dict[str, float] | str:
+    """Run one cell in a fresh interpreter; return its measurements or why it failed.
+
+    ``tree``: a repository root whose ``gpucal`` the cell imports (it runs there, with the tree as
+    ``PYTHONPATH``: ``python -c`` puts the working folder first on ``sys.path``); None: this process's.
+    """
+    env = None if tree is None else {**os.environ, "PYTHONPATH": tree}
     try:
         done = subprocess.run(
             [sys.executable, "-c", CELL, *paths, code],
@@ -145,6 +150,8 @@ def run_cell(paths: list[str], code: str, timeout: float) -> dict[str, float] | 
             text=True,
             timeout=timeout,
             check=False,
+            env=env,
+            cwd=tree,
         )
     except subprocess.TimeoutExpired:
         return f"> {timeout:.0f} s"

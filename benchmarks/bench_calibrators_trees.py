@@ -14,34 +14,19 @@ import (the cell runs there, with it as ``PYTHONPATH``).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_calibrators import CELL, PEERS, make_data
+from bench_calibrators import PEERS, make_data, run_cell
 
-
-def run_cell(paths: list[str], code: str, tree: str) -> dict[str, float]:
-    """One gpucal cell of ``bench_calibrators`` run in ``tree`` with ``tree`` as ``PYTHONPATH`` (``python
-    -c`` puts the working folder first on ``sys.path``: it must be the tree)."""
-    env = {**os.environ, "PYTHONPATH": tree}
-    done = subprocess.run(
-        [sys.executable, "-c", CELL, *paths, code],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=tree,
-        check=True,
-    )
-    cell: dict[str, float] = json.loads(done.stdout.strip().splitlines()[-1])
-    return cell
+#: Seconds a cell may run.
+CELL_TIMEOUT = 600.0
 
 
 def main() -> None:
@@ -61,7 +46,10 @@ def main() -> None:
         for r in range(args.repeats):
             for method in args.methods:
                 for name, folder in trees.items():
-                    cell = run_cell(paths, PEERS[method]["gpucal"], str(Path(folder).resolve()))
+                    cell = run_cell(paths, PEERS[method]["gpucal"], CELL_TIMEOUT, str(Path(folder).resolve()))
+                    if isinstance(cell, str):
+                        msg = f"{method} in {name}: {cell}"
+                        raise RuntimeError(msg)
                     cells[(method, name)].append(cell)
                     print(r, method, name, f"{cell['seconds']:.3f} [{cell['cpu_seconds']:.3f}]", flush=True)
     lines = [
