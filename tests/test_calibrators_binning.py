@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 import json
 import warnings
+from contextlib import nullcontext
 from typing import Any
 
 import numba
@@ -30,6 +31,7 @@ from gpucal.calibrators.isotonic import IsotonicCalibrator, fit_isotonic, isoton
 from gpucal.calibrators.scaling_binning import ScalingBinningCalibrator
 from gpucal.calibrators.score_rows import ScoreRows
 from gpucal.calibrators.sir import SIRCalibrator
+from gpucal.kernels.jit import parallel_twins_only
 from gpucal.rows import LocalRows, RowBlock
 
 ISOTONIC_ATOL = 1e-10
@@ -332,6 +334,66 @@ def test_sir_equals_oracle(seed: int) -> None:
 
 # --------------------------------------------------------------------------------------------------
 # Kernels against plain numpy
+
+
+def bin_sums_oracle(p: np.ndarray, y: np.ndarray, w: np.ndarray, interior: np.ndarray) -> np.ndarray:
+    """Per-bin sums ``w``, ``w * y`` by ``searchsorted`` and ``bincount``."""
+    ids = np.searchsorted(interior, p, side="left")
+    return np.stack([np.bincount(ids, v, interior.shape[0] + 1) for v in (w, w * y)], axis=1)
+
+
+@pytest.mark.parametrize("parallel", [False, True])
+def test_bin_sums_counting_and_scatter_paths_equal_numpy(parallel: bool) -> None:
+    rng = np.random.default_rng(12)
+    n = 2 * bins.CHUNK_ROWS + 3 * bins.COUNT_BLOCK_ROWS + 5  # a ragged last block in a ragged last chunk
+    p = rng.random(n) ** 8  # most scores in the first bin, as click-through rates
+    edges = np.concatenate([np.linspace(0, 1, k + 1) for k in (10, 32, 100)])
+    near = np.r_[edges, np.nextafter(edges, -1), np.nextafter(edges, 2), -0.0].clip(0, 1)
+    p[rng.choice(n, near.shape[0], replace=False)] = near  # every edge and its neighbours, in several chunks
+    y = (rng.random(n) < p).astype(float)
+    unit = np.broadcast_to(np.float64(1.0), (n,))
+    ones = np.ones(n)
+    fractional = y.copy()
+    fractional[[bins.CHUNK_ROWS + 7, n - 1]] = 0.25  # in the second chunk and in the last chunk's last block
+    w = rng.random(n)
+    with parallel_twins_only() if parallel else nullcontext():
+        for n_bins in (1, 2, 10, 32, 33, 100):
+            interior = np.linspace(0, 1, n_bins + 1)[1:-1]
+            expected = bin_sums_oracle(p, y, ones, interior)
+            for uniform in (True, False):
+                bounds = bins.bounds_of(interior, uniform)
+                for count in (True, False):  # either path, whatever the bin count
+                    sums, n_outside = bins._bin_sums_cpu(p, y, unit, bounds, uniform, count)
+                    assert_array_equal(sums, expected)
+                    assert n_outside == 0
+                assert_array_equal(bins.bin_sums(p, y, unit, interior, uniform=uniform), expected)
+                # Labels other than 0 and 1: their chunks fall back to the scatter, the others are counted.
+                sums = bins._bin_sums_cpu(p, fractional, unit, bounds, uniform, True)[0]
+                assert_array_equal(sums, bins._bin_sums_cpu(p, fractional, unit, bounds, uniform, False)[0])
+                assert_allclose(sums, bin_sums_oracle(p, fractional, ones, interior), rtol=1e-12)
+                # Weights other than the unit view: the scatter.
+                twos = np.broadcast_to(np.float64(2.0), (n,))
+                assert_array_equal(bins.bin_sums(p, y, twos, interior, uniform=uniform), 2 * expected)
+                assert_array_equal(bins.bin_sums(p, y, ones, interior, uniform=uniform), expected)
+                got = bins.bin_sums(p, y, w, interior, uniform=uniform)
+                assert_allclose(got, bin_sums_oracle(p, y, w, interior), rtol=1e-12)
+
+
+def test_count_chunk_declines_labels_other_than_0_and_1() -> None:
+    n = 3 * bins.COUNT_BLOCK_ROWS + 11
+    p = np.linspace(0, 1, n)
+    y = (np.arange(n) % 3 == 0).astype(float)
+    bounds = bins.uniform_bounds(10)
+    acc = np.zeros((10, 2))
+    assert bins._count_chunk(p, y, 0, n, bounds, acc) == (True, 0)
+    assert_array_equal(acc, bin_sums_oracle(p, y, np.ones(n), bounds[1:-1]))
+    for bad in (0.5, np.nan, 2.0, -1.0, np.inf):
+        for row in (0, n - 1):
+            labels = y.copy()
+            labels[row] = bad
+            acc = np.full((10, 2), 7.0)
+            assert bins._count_chunk(p, labels, 0, n, bounds, acc) == (False, 0)
+            assert_array_equal(acc, 7.0)  # untouched: the scatter sums the chunk
 
 
 def test_kernels_equal_numpy() -> None:

@@ -122,28 +122,47 @@ def test_a_frame_names_the_column(make: Any, kind: str) -> None:
         fitted.predict(frame)
 
 
+@pytest.mark.parametrize("unit", [False, True])
 @pytest.mark.parametrize("uniform", [True, False])
 @pytest.mark.parametrize("parallel", [False, True])
-def test_bin_passes_count_what_the_scan_refuses(uniform: bool, parallel: bool) -> None:
+def test_bin_passes_count_what_the_scan_refuses(uniform: bool, parallel: bool, unit: bool) -> None:
     rng = np.random.default_rng(5)
     n = 70_000
     p, y, w = rng.random(n), (rng.random(n) < 0.4).astype(float), rng.random(n)
     p[[3, 9, 400]] = [np.nan, 1.5, -np.inf]
+    p[[bins.CHUNK_ROWS + 5, bins.CHUNK_ROWS + 6]] = [7.0, np.nan]  # the second chunk's labels are 0 or 1
     y[[9, 11]] = [np.nan, 2.0]
     interior = np.linspace(0, 1, 11)[1:-1]
     good = (p >= 0) & (p <= 1) & (y >= 0) & (y <= 1)
+
+    def weights(rows: np.ndarray) -> np.ndarray:
+        """The weights of ``rows``: the unit view (the counting path of 0/1 labels) or drawn ones."""
+        return np.broadcast_to(np.float64(1.0), (np.count_nonzero(rows),)) if unit else w[rows]
+
+    every = np.ones(n, dtype=bool)
     with parallel_twins_only() if parallel else nullcontext():
-        _, n_outside = bins.bin_sums_and_outside(p, y, w, interior, uniform=uniform)
-        assert n_outside == np.count_nonzero(~good) == 4
-        sums, n_outside = bins.bin_sums_and_outside(p[good], y[good], w[good], interior, uniform=uniform)
+        _, n_outside = bins.bin_sums_and_outside(p, y, weights(every), interior, uniform=uniform)
+        assert n_outside == np.count_nonzero(~good) == 6
+        if unit:  # refused scores with 0/1 labels are counted, in the bins the scatter gives them
+            labels = np.where((y == 0) | (y == 1), y, 0.0)
+            bounds = bins.bounds_of(interior, uniform)
+            counted = bins._bin_sums_cpu(p, labels, weights(every), bounds, uniform, True)
+            scattered = bins._bin_sums_cpu(p, labels, weights(every), bounds, uniform, False)
+            assert_array_equal(counted[0], scattered[0])
+            assert counted[1] == scattered[1] == 5
+        sums, n_outside = bins.bin_sums_and_outside(
+            p[good], y[good], weights(good), interior, uniform=uniform
+        )
         assert n_outside == 0
         ids = np.searchsorted(interior, p[good], side="left")
-        expected = np.stack([np.bincount(ids, v, 10) for v in (w[good], (w * y)[good])], axis=1)
+        expected = np.stack(
+            [np.bincount(ids, v, 10) for v in (weights(good), (weights(good) * y[good]))], axis=1
+        )
         assert_allclose(sums, expected, rtol=1e-12)
-        assert_array_equal(sums, bins.bin_sums(p[good], y[good], w[good], interior, uniform=uniform))
+        assert_array_equal(sums, bins.bin_sums(p[good], y[good], weights(good), interior, uniform=uniform))
         values = rng.random(10)
         out, n_outside = bins.lookup_bins_and_outside(p, interior, values, uniform=uniform)
-        assert n_outside == 3
+        assert n_outside == 5
         inside = (p >= 0) & (p <= 1)
         assert_array_equal(out[inside], bins.lookup_bins(p[inside], interior, values, uniform=uniform))
         assert_array_equal(out[9], values[-1])  # above 1: the last bin, as before

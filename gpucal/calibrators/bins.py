@@ -12,7 +12,9 @@ and of netcal's ``HistogramBinning.transform``. Every fit statistic is a per-bin
 
 (histogram binning reads the first two, :func:`bin_sums`; the equal-mass walks give all three),
 computed by a fused numba loop on the CPU (fixed-size row chunks summed in a fixed order, so the
-result does not depend on the thread count) and by ``searchsorted`` plus ``bincount`` on cupy.
+result does not depend on the thread count; unit weights and 0/1 labels over at most
+``MAX_COUNT_BINS`` bins counted by comparisons with the edges, :func:`_count_chunk`) and by
+``searchsorted`` plus ``bincount`` on cupy.
 """
 
 from __future__ import annotations
@@ -124,31 +126,119 @@ def _count_refused(x, start, stop, rule):  # pragma: no cover - compiled
     return n_refused
 
 
+# Rows per block of the counting path of :func:`_bin_sums_cpu`: a block's scores and packed counts
+# (16 bytes a row, 32 KB) stay in the L1 cache while every interior edge is compared with them.
+COUNT_BLOCK_ROWS = 2048
+# Bin counts up to which :func:`_bin_sums_cpu` tries the counting path: it compares every row with
+# every interior edge, where the scatter path finds one bin per row.
+MAX_COUNT_BINS = 32
+# A row's packed count: 1 in the low 32 bits (the row), its label in the high 32 (a positive). Sums of
+# packed counts over at most CHUNK_ROWS < 2**32 rows keep the two fields apart.
+POSITIVE_SHIFT = 32
+ROW_MASK = (1 << POSITIVE_SHIFT) - 1
+
+
+@numba.njit(cache=True, inline="always")
+def _count_chunk(p, y, start, stop, bounds, acc):  # pragma: no cover - compiled
+    r"""The per-bin sums of unit-weight rows ``start:stop`` into ``acc`` by counts of comparisons, and
+    the number of them whose score or label is not in [0, 1]; ``(False, 0)`` with ``acc`` untouched
+    when a label is neither 0 nor 1 (NaN included).
+
+    With :math:`G_k` the rows whose score is above the interior edge :math:`e_k`
+    (:math:`G_{-1}` all rows, :math:`G_{B-1}` none), bin :math:`b` holds :math:`G_{b-1} - G_b` rows, as
+    the bin of a score is the number of interior edges strictly below it (NaN: none, the first bin, as
+    :func:`_search_bounds` and :func:`_uniform_bin_of` place it); the positives likewise. Each count is
+    a reduction over a block of rows (edges outside, rows inside), which LLVM vectorizes, where the
+    scatter's adds into the bin of each row form a read-modify-write chain when consecutive rows share
+    a bin. The counts are integers, so the sums equal the scatter's exactly.
+    """
+    n_edges = bounds.shape[0] - 2
+    above = np.zeros(n_edges, dtype=np.int64)  # packed counts of the rows above each interior edge
+    packed = np.empty(COUNT_BLOCK_ROWS, dtype=np.int64)
+    every = 0  # packed count of all rows
+    n_outside = np.int64(0)
+    for block_start in range(start, stop, COUNT_BLOCK_ROWS):
+        block_stop = min(stop, block_start + COUNT_BLOCK_ROWS)
+        xs = p[block_start:block_stop]
+        ys = y[block_start:block_stop]
+        counts = packed[: block_stop - block_start]
+        n_binary = np.int64(0)
+        n_positive = np.int64(0)
+        for i in range(xs.shape[0]):
+            yi = ys[i]
+            positive = np.int64(yi == 1.0)
+            n_positive += positive
+            n_binary += positive | np.int64(yi == 0.0)
+            n_outside += np.int64(not _in_unit_interval(xs[i]))  # a label 0 or 1 is in [0, 1]
+            counts[i] = 1 + (positive << POSITIVE_SHIFT)
+        if n_binary != xs.shape[0]:
+            return False, 0
+        every += xs.shape[0] + (n_positive << POSITIVE_SHIFT)
+        for k in range(n_edges):
+            edge = bounds[k + 1]
+            n_above = 0
+            for i in range(xs.shape[0]):
+                n_above += counts[i] & -np.int64(xs[i] > edge)
+            above[k] += n_above
+    below = every
+    for b in range(n_edges + 1):
+        next_below = above[b] if b < n_edges else 0
+        in_bin = below - next_below  # no borrow: the rows above an edge are among those above the one before
+        acc[b, BIN_W] = float(in_bin & ROW_MASK)
+        acc[b, BIN_WY] = float(in_bin >> POSITIVE_SHIFT)
+        below = next_below
+    return True, n_outside
+
+
+@numba.njit(cache=True, inline="always")
+def _scatter_chunk(p, y, w, start, stop, bounds, uniform, acc):  # pragma: no cover - compiled
+    """Add the weights and weighted labels of rows ``start:stop`` into their bins' ``acc``, in row
+    order; return the number of them whose score or label is not in [0, 1]."""
+    n_outside = 0
+    for i in range(start, stop):
+        x = p[i]
+        yi = y[i]
+        wi = w[i]
+        n_outside += not (_in_unit_interval(x) & _in_unit_interval(yi))
+        b = _uniform_bin_of(x, bounds) if uniform else _search_bounds(x, bounds)
+        acc[b, BIN_W] += wi
+        acc[b, BIN_WY] += wi * yi
+    return n_outside
+
+
 @parallel_rows("p")
-def _bin_sums_cpu(p, y, w, bounds, uniform):  # pragma: no cover - compiled; tested against the array path
+def _bin_sums_cpu(p, y, w, bounds, uniform, count):  # pragma: no cover - compiled; tested vs the array path
     """The per-bin sums of :func:`bin_sums` and the number of rows whose score or label is not in
-    [0, 1] (NaN included), in one pass."""
+    [0, 1] (NaN included), in one pass.
+
+    ``count`` promises unit weights: a chunk whose labels are all 0 or 1 is then summed by
+    :func:`_count_chunk`, any other by :func:`_scatter_chunk` (the same sums).
+    """
     n = p.shape[0]
     n_bins = bounds.shape[0] - 1
     n_chunks = (n + CHUNK_ROWS - 1) // CHUNK_ROWS
     partial = np.zeros((n_chunks, n_bins, N_WEIGHT_SUMS))
     outside = np.zeros(n_chunks, dtype=np.int64)
     for c in numba.prange(n_chunks):
-        acc = partial[c]
+        start = c * CHUNK_ROWS
+        stop = min(n, start + CHUNK_ROWS)
+        counted = False
         n_outside = 0
-        for i in range(c * CHUNK_ROWS, min(n, (c + 1) * CHUNK_ROWS)):
-            x = p[i]
-            yi = y[i]
-            wi = w[i]
-            n_outside += not (_in_unit_interval(x) & _in_unit_interval(yi))
-            b = _uniform_bin_of(x, bounds) if uniform else _search_bounds(x, bounds)
-            acc[b, BIN_W] += wi
-            acc[b, BIN_WY] += wi * yi
+        if count:
+            counted, n_outside = _count_chunk(p, y, start, stop, bounds, partial[c])
+        if not counted:
+            n_outside = _scatter_chunk(p, y, w, start, stop, bounds, uniform, partial[c])
         outside[c] = n_outside
     total = np.zeros((n_bins, N_WEIGHT_SUMS))
     for c in range(n_chunks):  # fixed order
         total += partial[c]
     return total, outside.sum()
+
+
+def unit_weights(w: Any) -> bool:
+    """Whether the weights ``w`` (numpy or cupy) are the zero-stride view of ones that
+    ``check_sample_weight`` gives for None: known to be ones without reading them."""
+    return w.ndim == 1 and w.shape[0] > 0 and w.strides[0] == 0 and float(w[0]) == 1.0
 
 
 def bounds_of(interior: np.ndarray, uniform: bool) -> np.ndarray:
@@ -183,7 +273,8 @@ def _bin_sums(
     xp = array_namespace(p, y, w)
     interior = np.ascontiguousarray(interior, dtype=np.float64)
     if xp is np:
-        sums, n_outside = _bin_sums_cpu(p, y, w, bounds_of(interior, uniform), uniform)
+        count = unit_weights(w) and interior.shape[0] < MAX_COUNT_BINS
+        sums, n_outside = _bin_sums_cpu(p, y, w, bounds_of(interior, uniform), uniform, count)
         return sums, int(n_outside)
     n_bins = interior.shape[0] + 1
     ids = xp.searchsorted(xp.asarray(interior), p, side="left")

@@ -12,6 +12,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from gpucal._backend import array_namespace
+from gpucal._validation import check_sample_weight
 from gpucal.calibrators.base import Calibrator, Constraint, Interval, Options
 from gpucal.calibrators.bins import (
     BIN_W,
@@ -66,7 +67,7 @@ def fit_histogram(
         Total weight per bin.
     """
     xp = array_namespace(p)
-    w = xp.ones(p.shape[0], dtype=xp.float64) if sample_weight is None else sample_weight
+    w = check_sample_weight(None, p.shape[0], xp=xp) if sample_weight is None else sample_weight
     if strategy == "uniform":
         edges = np.linspace(0.0, 1.0, n_bins + 1)
         stats = bin_sums(p, y, w, edges[1:-1], uniform=True)

@@ -30,7 +30,7 @@ from gpucal._backend import array_namespace, to_numpy
 from gpucal._frames import parse_input
 from gpucal._validation import check_sample_weight
 from gpucal.calibrators._sorted import distinct_counts
-from gpucal.calibrators.bins import BIN_W, BIN_WY
+from gpucal.calibrators.bins import BIN_W, BIN_WY, unit_weights
 from gpucal.calibrators.logistic import (
     CHUNK_ROWS,
     LogisticFit,
@@ -154,8 +154,7 @@ def count_and_weight(block: ScoreBlock) -> np.ndarray:
     """``[rows, sum w]`` of one block; unit weights (a zero-stride view of ones, what
     ``check_sample_weight`` gives for None) are counted without a pass."""
     n = len(block)
-    unit = n > 0 and block.w.strides[0] == 0 and float(block.w[0]) == 1.0
-    return np.array([n, float(n) if unit else float(block.w.sum())])
+    return np.array([n, float(n) if unit_weights(block.w) else float(block.w.sum())])
 
 
 def _check_count_and_weight(count: float, weight: float) -> None:
