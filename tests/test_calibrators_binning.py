@@ -26,7 +26,12 @@ from sklearn.isotonic import IsotonicRegression, isotonic_regression
 
 import gpucal
 from gpucal.calibrators import _sorted, bins, pav
-from gpucal.calibrators.histogram import HistogramCalibrator, histogram_rows, probability_block
+from gpucal.calibrators.histogram import (
+    HistogramCalibrator,
+    fit_histogram,
+    histogram_rows,
+    probability_block,
+)
 from gpucal.calibrators.isotonic import IsotonicCalibrator, fit_isotonic, isotonic_rows
 from gpucal.calibrators.scaling_binning import ScalingBinningCalibrator
 from gpucal.calibrators.score_rows import ScoreRows
@@ -377,6 +382,19 @@ def test_bin_sums_counting_and_scatter_paths_equal_numpy(parallel: bool) -> None
                 assert_array_equal(bins.bin_sums(p, y, ones, interior, uniform=uniform), expected)
                 got = bins.bin_sums(p, y, w, interior, uniform=uniform)
                 assert_allclose(got, bin_sums_oracle(p, y, w, interior), rtol=1e-12)
+
+
+def test_fit_histogram_without_weights_equals_weights_of_one() -> None:
+    rng = np.random.default_rng(13)
+    p = rng.random(300_000) ** 4
+    y = (rng.random(p.shape[0]) < p).astype(float)
+    for n_bins in (10, 100):  # counted, scattered
+        for got, expected in zip(
+            fit_histogram(p, y, n_bins=n_bins),
+            fit_histogram(p, y, np.ones(p.shape[0]), n_bins=n_bins),
+            strict=True,
+        ):
+            assert_array_equal(got, expected)
 
 
 def test_count_chunk_declines_labels_other_than_0_and_1() -> None:
