@@ -144,16 +144,16 @@ def _count_chunk(p, y, start, stop, bounds, acc):  # pragma: no cover - compiled
     the number of them whose score or label is not in [0, 1]; ``(False, 0)`` with ``acc`` untouched
     when a label is neither 0 nor 1 (NaN included).
 
-    With :math:`G_k` the rows whose score is above the interior edge :math:`e_k`
-    (:math:`G_{-1}` all rows, :math:`G_{B-1}` none), bin :math:`b` holds :math:`G_{b-1} - G_b` rows, as
-    the bin of a score is the number of interior edges strictly below it (NaN: none, the first bin, as
-    :func:`_search_bounds` and :func:`_uniform_bin_of` place it); the positives likewise. Each count is
-    a reduction over a block of rows (edges outside, rows inside), which LLVM vectorizes, where the
-    scatter's adds into the bin of each row form a read-modify-write chain when consecutive rows share
-    a bin. The counts are integers, so the sums equal the scatter's exactly.
+    With :math:`G_k` the number of rows whose score is above the edge :math:`e_k` (in the module's
+    numbering, :math:`G_0` all rows and :math:`G_B` none), bin :math:`b` holds :math:`G_{b-1} - G_b` rows,
+    as the bin of a score is given by the interior edges strictly below it (NaN: none, the first bin, as
+    :func:`_search_bounds` and :func:`_uniform_bin_of` place it); the positives likewise. Each
+    :math:`G_k` is a reduction over a block of rows (edges outside, rows inside), which LLVM vectorizes,
+    where the scatter's adds into the bin of each row form a read-modify-write chain when consecutive
+    rows share a bin. The counts are integers, so the sums equal the scatter's exactly.
     """
     n_edges = bounds.shape[0] - 2
-    above = np.zeros(n_edges, dtype=np.int64)  # packed counts of the rows above each interior edge
+    above = np.zeros(n_edges, dtype=np.int64)  # above[k - 1]: G_k, packed
     packed = np.empty(COUNT_BLOCK_ROWS, dtype=np.int64)
     every = 0  # packed count of all rows
     n_outside = np.int64(0)
@@ -180,13 +180,14 @@ def _count_chunk(p, y, start, stop, bounds, acc):  # pragma: no cover - compiled
             for i in range(xs.shape[0]):
                 n_above += counts[i] & -np.int64(xs[i] > edge)
             above[k] += n_above
-    below = every
+    above_low = every  # the rows above the bin's lower edge
     for b in range(n_edges + 1):
-        next_below = above[b] if b < n_edges else 0
-        in_bin = below - next_below  # no borrow: the rows above an edge are among those above the one before
+        above_high = above[b] if b < n_edges else 0
+        # No borrow: the rows above an edge are among the rows above the edge before it.
+        in_bin = above_low - above_high
         acc[b, BIN_W] = float(in_bin & ROW_MASK)
         acc[b, BIN_WY] = float(in_bin >> POSITIVE_SHIFT)
-        below = next_below
+        above_low = above_high
     return True, n_outside
 
 
