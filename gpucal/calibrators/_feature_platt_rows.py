@@ -8,8 +8,8 @@ what Newton-CG reads                        the block function, summed over bloc
 ==========================================  ==================================================
 both classes weighted, ``sum w``, ``w y``   :func:`block_summary` (``gpucal.rows.label_summary``)
 weight per code (the centering's used set)  :func:`code_weights`
-loss of a line-search trial                 :func:`block_loss` of a :class:`Predicted` block
-gradient and Hessian diagonal               :func:`gradient_sums` of a :class:`Curved` block:
+loss, gradient and Hessian diagonal at the  :func:`curved_sums` of a :class:`Curved` block (made by
+start or a line-search trial                :func:`curved` or :func:`trial_curved`, one pass): the loss,
                                             ``[sum r x, sum r, sum D x^2, sum D]`` and
                                             ``code_sums(codes, r, D)`` (``r = w (p - y)``)
 Hessian-vector product                      :func:`hessian_sums`: ``sum D u x`` and ``code_sums(codes, D u)``
@@ -38,11 +38,10 @@ from gpucal._frames import ParsedInput, parse_input
 from gpucal._validation import check_consistent_length, check_labels, check_same_index, check_sample_weight
 from gpucal.calibrators._feature_platt_kernels import (
     code_sums,
-    gradient_rows,
+    curved_rows,
     hessian_rows,
     linear_predictor,
     on_device,
-    row_loss,
     score_feature,
 )
 from gpucal.calibrators.logistic import sigmoid
@@ -79,7 +78,7 @@ class PlattBlock:
 
 @dataclass(frozen=True)
 class Predicted:
-    """A block and its predictor :math:`z = X\\theta` (a line-search trial's, or the iterate's)."""
+    """A block and its predictor :math:`z = X\\theta` (at the start of a fit)."""
 
     rows: PlattBlock
     z: Any
@@ -101,7 +100,7 @@ class Curved:
     rows: PlattBlock
     z: Any
     curvature: Any
-    sums: np.ndarray  # [sum r x, sum r, sum D x^2, sum D, code sums of (r, D) (flattened)]
+    sums: np.ndarray  # [loss, sum r x, sum r, sum D x^2, sum D, code sums of (r, D) (flattened)]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -234,27 +233,28 @@ def stepped(block: Curved, step: np.ndarray, offsets: np.ndarray, array_code: bo
     return Stepped(block.rows, block.z, _linear(block.rows, step, offsets, array_code))
 
 
-def line_trial(block: Stepped, scale: float) -> Predicted:
-    """The block with a line-search trial's predictor ``z + scale * X d``."""
-    return Predicted(block.rows, block.z + scale * block.dz)
-
-
-def block_loss(block: Predicted, array_code: bool) -> np.ndarray:
-    r""":math:`[\sum_i w_i (\log(1 + e^{z_i}) - y_i z_i)]`."""
-    rows = block.rows
-    return np.array([row_loss(block.z, rows.y, rows.w, array_code=array_code)])
-
-
 def curved(block: Predicted, n_values: np.ndarray, array_code: bool) -> Curved:
-    """The gradient pass of a block: its curvatures (kept for the Hessian products) and its sums."""
+    """The gradient pass of a block at its predictor: its curvatures (kept for the Hessian products),
+    its loss and gradient sums (``_feature_platt_kernels.curved_rows``)."""
     rows = block.rows
-    row_sums, p, curvature = gradient_rows(block.z, rows.x, rows.y, rows.w, array_code=array_code)
-    stats = code_sums(rows.codes, n_values, rows.w * (p - rows.y), curvature, array_code=array_code)
-    return Curved(rows, block.z, curvature, np.concatenate([row_sums, stats.ravel()]))
+    z, curvature, sums = curved_rows(
+        block.z, None, 1.0, rows.x, rows.y, rows.w, rows.codes, n_values, array_code=array_code
+    )
+    return Curved(rows, z, curvature, sums)
 
 
-def gradient_sums(block: Curved) -> np.ndarray:
-    """The gradient pass's sums: ``[sum r x, sum r, sum D x^2, sum D, code sums of (r, D) (flattened)]``."""
+def trial_curved(block: Stepped, scale: float, n_values: np.ndarray, array_code: bool) -> Curved:
+    """:func:`curved` at a line-search trial's predictor ``z + scale * X d``, in the same pass."""
+    rows = block.rows
+    z, curvature, sums = curved_rows(
+        block.z, block.dz, scale, rows.x, rows.y, rows.w, rows.codes, n_values, array_code=array_code
+    )
+    return Curved(rows, z, curvature, sums)
+
+
+def curved_sums(block: Curved) -> np.ndarray:
+    """The gradient pass's sums: ``[loss, sum r x, sum r, sum D x^2, sum D, code sums of (r, D)
+    (flattened)]``."""
     return block.sums
 
 
@@ -270,16 +270,14 @@ __all__ = [
     "PlattBlock",
     "Predicted",
     "Stepped",
-    "block_loss",
     "block_summary",
     "code_weights",
     "curved",
+    "curved_sums",
     "encode_block",
     "encoder_inputs",
-    "gradient_sums",
     "hessian_sums",
     "level_sums",
-    "line_trial",
     "pooled_levels",
     "predicted",
     "read_block",
@@ -287,4 +285,5 @@ __all__ = [
     "select_columns",
     "stepped",
     "strided",
+    "trial_curved",
 ]

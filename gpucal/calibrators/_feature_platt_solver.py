@@ -7,16 +7,17 @@ Jacobi-preconditioned: :func:`_conjugate_gradient`) then reads the rows only
 through sums over blocks (``_feature_platt_rows``'s table), so on one machine (one block) it is the fit
 on the arrays, and over dask partitions it takes the same steps up to the order of the additions:
 
-- gradient of the one-hot block: :math:`\sum_{i: c_{ij}=v} w_i (p_i - y_i)`, and its Hessian diagonal
-  :math:`\sum w p (1-p)` (the preconditioner), from one ``code_sums`` pass (the one-hot design transposed
-  times two row vectors);
+- loss :math:`\sum w (\log(1 + e^z) - y z)`, gradient of the one-hot block :math:`\sum_{i: c_{ij}=v} w_i
+  (p_i - y_i)` and its Hessian diagonal :math:`\sum w p (1-p)` (the preconditioner), with the score and
+  intercept entries (row sums), from one pass (``curved_rows``: one fused loop on the CPU, the one-hot
+  design transposed times two row vectors); a line-search trial's pass is that of the point it tries, so
+  a step taken needs no second pass;
 - Hessian-vector product :math:`H v = X^\top D X v`, :math:`D = w p (1 - p)`: with :math:`u = X v` per
   row, ``code_sums(codes, D u)`` gives the one-hot block and, summed over the values of any one feature,
   :math:`\sum D u` (intercept); :math:`\sum D u x` (the score's coefficient) is a row sum: one pass over
   the rows per product (``hessian_rows``: one fused loop on the CPU);
 - which levels of a crossed column have rows in the cross's pooled code (``pooled_levels``, once per fit):
-  the null directions of the design (:func:`null_directions`) that deflate CG;
-- the score and intercept entries of the gradient and diagonal, and the loss, are plain row sums.
+  the null directions of the design (:func:`null_directions`) that deflate CG.
 
 References: S. G. Nash, "A survey of truncated-Newton methods", J. Comput. Appl. Math. 124 (2000), 45-59;
 Y. Saad, M. Yeung, J. Erhel and F. Guyomarc'h, "A deflated version of the conjugate gradient algorithm",
@@ -36,16 +37,14 @@ from scipy import sparse
 from scipy.sparse.linalg import splu
 
 from gpucal.calibrators._feature_platt_rows import (
-    block_loss,
     block_summary,
     code_weights,
     curved,
+    curved_sums,
     encode_block,
     encoder_inputs,
-    gradient_sums,
     hessian_sums,
     level_sums,
-    line_trial,
     pooled_levels,
     predicted,
     read_block,
@@ -53,6 +52,7 @@ from gpucal.calibrators._feature_platt_rows import (
     select_columns,
     stepped,
     strided,
+    trial_curved,
 )
 from gpucal.calibrators._newton import MAX_HALVINGS, armijo_backtrack, newton_minimize, warn_not_converged
 from gpucal.encoding import FeatureEncoder
@@ -97,8 +97,8 @@ class FeaturePlattFit:
         return np.r_[self.coef_score, self.intercept, self.coef]
 
 
-# Entries of a gradient pass before the group sums: sum r x, sum r, sum D x^2, sum D.
-N_ROW_SUMS = 4
+# Entries of a gradient pass before the group sums: loss, sum r x, sum r, sum D x^2, sum D.
+N_ROW_SUMS = 5
 
 
 @dataclass(frozen=True)
@@ -359,7 +359,8 @@ class _Problem:
     """The penalised objective of one fit over rows of :class:`PlattBlock`, and what Newton-CG reads of it.
 
     A *row vector* (the predictor, the curvatures) lives in the blocks: :meth:`linear` gives rows of
-    :class:`Predicted` blocks, :meth:`gradient` rows of :class:`Curved` ones, each pass a map or a sum.
+    :class:`Predicted` blocks, :meth:`curved` and :meth:`trial` rows of :class:`Curved` ones, each pass a
+    map or a sum.
     """
 
     def __init__(
@@ -419,20 +420,25 @@ class _Problem:
         return self.rows.map(predicted, theta, self.offsets, self.array_code)
 
     def stepped(self, at: Rows, step: np.ndarray) -> Rows:
-        """Return the rows at the iterate ``at`` (:meth:`gradient`'s) with the step's :math:`X d`."""
+        """Return the rows at the iterate ``at`` (:meth:`curved`'s or :meth:`trial`'s) with the step's
+        :math:`X d`."""
         return at.map(stepped, step, self.offsets, self.array_code)
 
-    def objective(self, theta: np.ndarray, z: Rows) -> float:
-        """Return the penalised loss at ``theta`` whose rows ``z`` carry its predictor."""
-        loss = float(z.sum(block_loss, self.array_code)[0])
-        return loss + 0.5 * float(self.ridge @ (theta * theta))
+    def curved(self, z: Rows) -> Rows:
+        """Return the rows at the start ``z`` (:meth:`linear`'s) with their curvatures and gradient sums."""
+        return z.map(curved, self.n_values, self.array_code)
 
-    def gradient(self, theta: np.ndarray, z: Rows) -> tuple[np.ndarray, np.ndarray, Rows]:
-        """Return the gradient, the Hessian diagonal and the rows with their curvatures
-        :math:`D = w p (1 - p)`."""
-        curvature = z.map(curved, self.n_values, self.array_code)
-        flat = curvature.sum(gradient_sums)
-        rx, r_sum, dxx, d_sum = flat[:N_ROW_SUMS]
+    def trial(self, at: Rows, scale: float) -> Rows:
+        """Return the rows at the trial ``z + scale * X d`` (``at``: :meth:`stepped`'s) with their
+        curvatures and gradient sums, from one pass."""
+        return at.map(trial_curved, scale, self.n_values, self.array_code)
+
+    def derivatives(self, theta: np.ndarray, curvature: Rows) -> tuple[float, np.ndarray, np.ndarray]:
+        r"""Return the penalised loss :math:`\sum_i w_i (\log(1 + e^{z_i}) - y_i z_i) + \tfrac12 \theta^\top
+        \Lambda \theta`, its gradient and its Hessian diagonal at ``theta``, whose rows ``curvature``
+        (:meth:`curved`'s or :meth:`trial`'s) carry its predictor and :math:`D = w p (1 - p)`."""
+        flat = curvature.sum(curved_sums)
+        loss, rx, r_sum, dxx, d_sum = flat[:N_ROW_SUMS]
         stats = flat[N_ROW_SUMS:].reshape(-1, 2)
         grad = np.empty_like(theta)
         diag = np.empty_like(theta)
@@ -440,7 +446,8 @@ class _Problem:
         grad[2:] = stats[:, 0]
         diag[0], diag[1] = dxx, d_sum
         diag[2:] = stats[:, 1]
-        return grad + self.ridge * theta, diag + self.ridge, curvature
+        penalty = 0.5 * float(self.ridge @ (theta * theta))
+        return float(loss) + penalty, grad + self.ridge * theta, diag + self.ridge
 
     def coarse(self, v: np.ndarray) -> np.ndarray:
         """Return :math:`W (W^\\top \\Lambda W)^{-1} W^\\top v` (:func:`null_directions`' ``W``)."""
@@ -545,10 +552,9 @@ def _newton_cg(
 ) -> FeaturePlattFit:
     """Minimise ``problem``'s objective from ``theta`` by line-searched, truncated Newton steps."""
     theta = problem.center(theta)
-    z = problem.linear(theta)
-    loss = problem.objective(theta, z)
+    curvature = problem.curved(problem.linear(theta))
+    loss, grad, diag = problem.derivatives(theta, curvature)
     for n_iter in range(1, max_iter + 1):
-        grad, diag, curvature = problem.gradient(theta, z)
         scaled = float(np.max(np.abs(grad) / diag))
         if scaled <= tol:
             return _result(theta, n_iter - 1, converged=True)
@@ -559,14 +565,14 @@ def _newton_cg(
             return _result(theta + step, n_iter, converged=True)
         x_step = problem.stepped(curvature, step)
         slope = float(grad @ step)
+        # Each trial is one pass: its loss and, should it be taken, the gradient pass at it.
         trial_at = functools.partial(_trial, problem, theta, step, x_step)
         found = armijo_backtrack(loss, slope, trial_at)
         if found is None:
             if warn:
                 warn_not_converged(what, f"no step lowered the loss after {MAX_HALVINGS} halvings")
             return _result(theta, n_iter, converged=False)
-        _, trial_loss, (trial, z_trial) = found
-        theta, z, loss = trial, z_trial, trial_loss
+        _, loss, (theta, curvature, grad, diag) = found
     if warn:
         warn_not_converged(what, f"did not converge in max_iter={max_iter} Newton steps")
     return _result(theta, max_iter, converged=False)
@@ -578,10 +584,13 @@ def _result(theta: np.ndarray, n_iter: int, *, converged: bool) -> FeaturePlattF
 
 def _trial(
     problem: _Problem, theta: np.ndarray, step: np.ndarray, x_step: Rows, scale: float
-) -> tuple[float, tuple[np.ndarray, Rows]]:
-    """The objective at ``theta + scale * step``, with the point and its linear predictor."""
-    trial, z_trial = theta + scale * step, x_step.map(line_trial, scale)
-    return problem.objective(trial, z_trial), (trial, z_trial)
+) -> tuple[float, tuple[np.ndarray, Rows, np.ndarray, np.ndarray]]:
+    """The objective at ``theta + scale * step``, with the point, its rows (predictor and curvatures),
+    gradient and Hessian diagonal."""
+    trial = theta + scale * step
+    curvature = problem.trial(x_step, scale)
+    loss, grad, diag = problem.derivatives(trial, curvature)
+    return loss, (trial, curvature, grad, diag)
 
 
 __all__ = [
