@@ -10,7 +10,8 @@ and unseen values through their own codes, like any other level.
 Memory is bounded by ``max_levels``: the crosses' codes (``m + 1`` each) are added up in the order the
 pairs are given, and a pair that would take the total past the cap is dropped, with a warning naming it.
 A fitted cross keeps its ``m`` keys (int64); prediction reads a row's code from a table of
-:math:`n_j n_k` entries when that is at most ``MAX_LOOKUP_SPAN``, by binary search over the keys otherwise.
+:math:`n_j n_k` entries when that is at most ``MAX_LOOKUP_SPAN``, by bisection among the keys of its
+level of ``j`` otherwise (:func:`~gpucal.kernels.lookup.lookup_pairs`).
 
 The idea is the feature cross of AutoCross (Luo et al., "AutoCross: Automatic Feature Crossing for
 Tabular Data in Real-World Applications", KDD 2019: the cross of two categorical fields as the Cartesian
@@ -29,7 +30,7 @@ import numpy as np
 
 from gpucal._backend import array_namespace, to_numpy
 from gpucal.encoding.codings import MAX_LOOKUP_SPAN
-from gpucal.kernels.lookup import lookup_codes
+from gpucal.kernels.lookup import lookup_pairs
 from gpucal.rows.reduce import KeyedTable, check_table_size, group_sorted, merge_tables
 
 
@@ -177,20 +178,11 @@ def select_crosses(
 
 
 def transform_crosses(crosses: Sequence[Cross], out: Any, first: int) -> None:
-    """Write each cross's codes into ``out[:, first + c]``, reading its pair's codes from ``out``."""
-    xp = array_namespace(out)
-    for c, cross in enumerate(crosses):
-        keys = pair_keys(out, cross.left, cross.right, cross.n_right)
-        span = cross.n_left * cross.n_right
-        if span <= MAX_LOOKUP_SPAN:
-            table = np.full(span, cross.pooled_code, dtype=np.int64)
-            table[cross.keys] = np.arange(cross.keys.shape[0])
-            lookup_codes(keys, 0, table, cross.pooled_code, out, first + c)
-            continue
-        kept = xp.asarray(cross.keys)
-        found = xp.clip(xp.searchsorted(kept, keys), 0, max(cross.pooled_code - 1, 0))
-        hit = kept[found] == keys if cross.pooled_code else xp.zeros(keys.shape, dtype=bool)
-        out[:, first + c] = xp.where(hit, found, cross.pooled_code)
+    """Write each cross's codes into ``out[:, first + c]``, reading its pair's codes from ``out``
+    (:func:`~gpucal.kernels.lookup.lookup_pairs`: one pass over the rows for every cross)."""
+    if crosses:
+        pairs = [(c.left, c.right, c.n_left, c.n_right, c.keys) for c in crosses]
+        lookup_pairs(out, first, pairs, max_table=MAX_LOOKUP_SPAN)
 
 
 def cross_to_dict(cross: Cross, names: Sequence[Hashable]) -> dict[str, Any]:
