@@ -44,6 +44,7 @@ from gpucal.calibrators._feature_platt_kernels import (
     on_device,
     score_feature,
 )
+from gpucal.calibrators._logistic_kernels import logistic_sums
 from gpucal.calibrators.logistic import sigmoid
 from gpucal.encoding import FeatureEncoder
 from gpucal.encoding.crosses import Cross
@@ -203,14 +204,11 @@ def level_sums(block: PlattBlock, theta: np.ndarray, n_values: np.ndarray, array
 def score_sums(block: PlattBlock, a: float, b: float) -> np.ndarray:
     """Newton's sums of the score-only model :math:`\\sigma(z)`, :math:`z = a x + b`, on the block: the
     loss :math:`\\sum w (\\log(1 + e^z) - y z)`, ``sum r x``, ``sum r``, ``sum D x^2``, ``sum D x``,
-    ``sum D`` with :math:`r = w (p - y)`, :math:`D = w p (1 - p)`."""
-    xp = array_namespace(block.x)
-    z = a * block.x + b
-    p = sigmoid(z)
-    r, d = block.w * (p - block.y), block.w * p * (1.0 - p)
-    x = block.x
-    loss = block.w * (xp.logaddexp(0.0, z) - block.y * z)
-    return np.array([float(to_numpy(v.sum())) for v in (loss, r * x, r, d * x * x, d * x, d)])
+    ``sum D`` with :math:`r = w (p - y)`, :math:`D = w p (1 - p)`: Platt scaling's pass
+    (``logistic_sums``; its compiled loop on numpy, whatever the rows, its array code on cupy)."""
+    backend = "numba" if array_namespace(block.x) is np else "array"
+    loss, grad, hess = logistic_sums(block.x, block.y, block.w, np.array([a, b]), backend=backend)
+    return np.array([loss, grad[0], grad[1], hess[0, 0], hess[0, 1], hess[1, 1]])
 
 
 # --------------------------------------------------------------------------------------------------
