@@ -37,7 +37,6 @@ from gpucal._backend import array_namespace, resolve_device, to_numpy
 from gpucal._frames import ParsedInput, parse_input
 from gpucal._validation import check_consistent_length, check_labels, check_same_index, check_sample_weight
 from gpucal.calibrators._feature_platt_kernels import (
-    code_sums,
     curved_rows,
     hessian_rows,
     linear_predictor,
@@ -45,7 +44,6 @@ from gpucal.calibrators._feature_platt_kernels import (
     score_feature,
 )
 from gpucal.calibrators._logistic_kernels import logistic_sums
-from gpucal.calibrators.logistic import sigmoid
 from gpucal.encoding import FeatureEncoder
 from gpucal.encoding.crosses import Cross
 from gpucal.kernels import value_offsets
@@ -102,6 +100,10 @@ class Curved:
     z: Any
     curvature: Any
     sums: np.ndarray  # [loss, sum r x, sum r, sum D x^2, sum D, code sums of (r, D) (flattened)]
+
+
+#: Entries of a gradient pass's sums before the code sums: loss, sum r x, sum r, sum D x^2, sum D.
+N_ROW_SUMS = 5
 
 
 # --------------------------------------------------------------------------------------------------
@@ -193,12 +195,13 @@ def pooled_levels(block: PlattBlock, crosses: Sequence[Cross], n_first: int) -> 
 
 def level_sums(block: PlattBlock, theta: np.ndarray, n_values: np.ndarray, array_code: bool) -> np.ndarray:
     """Per code, at the model ``theta`` (zero on the codes it does not fit): ``sum w (p - y)`` and
-    ``sum w p (1 - p)``, shape ``(sum(n_values), 2)``."""
+    ``sum w p (1 - p)``, shape ``(sum(n_values), 2)``: the code sums of the gradient pass
+    (``curved_rows``)."""
     offsets = value_offsets(np.asarray(n_values, dtype=np.int64))
-    p = sigmoid(_linear(block, theta, offsets, array_code))
-    return code_sums(
-        block.codes, n_values, block.w * (p - block.y), block.w * p * (1.0 - p), array_code=array_code
-    )
+    z = _linear(block, theta, offsets, array_code)
+    rows = (block.x, block.y, block.w, block.codes)
+    sums = curved_rows(z, None, 1.0, *rows, n_values, array_code=array_code)[2]
+    return sums[N_ROW_SUMS:].reshape(-1, 2)
 
 
 def score_sums(block: PlattBlock, a: float, b: float) -> np.ndarray:

@@ -37,6 +37,7 @@ from scipy import sparse
 from scipy.sparse.linalg import splu
 
 from gpucal.calibrators._feature_platt_rows import (
+    N_ROW_SUMS,
     block_summary,
     code_weights,
     curved,
@@ -95,10 +96,6 @@ class FeaturePlattFit:
     def theta(self) -> np.ndarray:
         """All coefficients in one vector: ``[coef_score, intercept, coef...]``."""
         return np.r_[self.coef_score, self.intercept, self.coef]
-
-
-# Entries of a gradient pass before the group sums: loss, sum r x, sum r, sum D x^2, sum D.
-N_ROW_SUMS = 5
 
 
 @dataclass(frozen=True)
