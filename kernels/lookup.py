@@ -1,5 +1,6 @@
 r"""``lookup_codes``, ``lookup_columns``, ``lookup_bins``, ``lookup_edges``: values to codes by one table read
-per row; ``lookup_pairs``: the codes of crosses of two code columns.
+per row; ``lookup_pairs``: the codes of crosses of two code columns, ``pair_tables``: their rows and
+weight per key.
 
 Prediction encodes every feature column of every row before the trees are walked; for integer IDs read
 by value (site, ad category, hour) the code of a value :math:`v` is a table entry:
@@ -26,6 +27,7 @@ column of the ``(n, d)`` code array in place) and, for cupy arrays, cupy's gathe
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from typing import Any
 
@@ -381,6 +383,42 @@ def _lookup_pairs_cpu(out, first, layout, tables, runs, right_codes):
                     hi = mid
             hit = lo < end and right_codes[lo] == right
             out[i, first + c] = lo - layout[c, 5] if hit else layout[c, 6]
+
+
+def pair_tables(
+    codes: np.ndarray, w: np.ndarray, pairs: Sequence[tuple[int, int, int, int]]
+) -> list[tuple[np.ndarray, np.ndarray]]:
+    r"""For each ``(left, right, n_left, n_right)`` of ``pairs``, the rows of ``codes`` (numpy, ``(n, d)``)
+    and their sum of ``w`` per key :math:`c_l n_r + c_r`, as two tables of :math:`n_l n_r` entries (the
+    sums added in row order, as ``bincount`` adds them).
+
+    One compiled pass over the rows fills the tables of every pair: no key per row is built.
+    """
+    n_pairs = len(pairs)
+    layout = np.zeros((n_pairs, 4), dtype=np.int64)  # left, right, n_right, where the pair's tables start
+    n_table = 0
+    for c, (left, right, n_left, n_right) in enumerate(pairs):
+        layout[c] = left, right, n_right, n_table
+        n_table += n_left * n_right
+    counts, sums = _pair_tables_cpu(codes, np.asarray(w, dtype=np.float64), layout, np.int64(n_table))
+    bounds = [*layout[:, 3].tolist(), n_table]
+    return [(counts[a:b], sums[a:b]) for a, b in itertools.pairwise(bounds)]
+
+
+@numba.njit(cache=True)
+def _pair_tables_cpu(codes, w, layout, n_table):
+    counts = np.zeros(n_table, dtype=np.int64)
+    sums = np.zeros(n_table)
+    for i in range(codes.shape[0]):
+        for c in range(layout.shape[0]):
+            k = (
+                layout[c, 3]
+                + np.int64(codes[i, layout[c, 0]]) * layout[c, 2]
+                + np.int64(codes[i, layout[c, 1]])
+            )
+            counts[k] += 1
+            sums[k] += w[i]
+    return counts, sums
 
 
 def lookup_edges(

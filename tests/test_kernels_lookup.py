@@ -1,5 +1,5 @@
-"""``gpucal.kernels.lookup_codes``, ``lookup_columns``, ``lookup_bins``, ``lookup_edges``, ``lookup_pairs``
-against numpy; ``transform(code_maps=)``."""
+"""``gpucal.kernels.lookup_codes``, ``lookup_columns``, ``lookup_bins``, ``lookup_edges``, ``lookup_pairs``,
+``pair_tables`` against numpy; ``transform(code_maps=)``."""
 
 from __future__ import annotations
 
@@ -10,7 +10,14 @@ import pandas as pd
 import pytest
 
 from gpucal.encoding import FeatureEncoder
-from gpucal.kernels import lookup_bins, lookup_codes, lookup_columns, lookup_edges, lookup_pairs
+from gpucal.kernels import (
+    lookup_bins,
+    lookup_codes,
+    lookup_columns,
+    lookup_edges,
+    lookup_pairs,
+    pair_tables,
+)
 from gpucal.kernels.jit import parallel_twins_only
 
 
@@ -276,3 +283,19 @@ def test_lookup_pairs_checks_its_arguments() -> None:
         lookup_pairs(out, 2, [(0, 1, 2, 2, keys), (1, 0, 2, 2, keys)])
     with pytest.raises(ValueError, match="to fit int8"):
         lookup_pairs(out, 2, [(0, 1, 20, 20, np.arange(200, dtype=np.int64))])
+
+
+def test_pair_tables_equal_bincount() -> None:
+    """Rows and weight per key of every pair from one pass: the counts and, added in row order, the
+    very sums of ``bincount`` over the keys."""
+    rng = np.random.default_rng(12)
+    n_values = [4, 9, 30]
+    codes = np.column_stack([rng.integers(0, k, 2_000) for k in n_values]).astype(np.int16)
+    w = rng.uniform(0.0, 3.0, 2_000)
+    pairs = [(0, 1, 4, 9), (2, 0, 30, 4), (1, 2, 9, 30)]
+    for (left, right, n_left, n_right), (counts, sums) in zip(
+        pairs, pair_tables(codes, w, pairs), strict=True
+    ):
+        keys = codes[:, left].astype(np.int64) * n_right + codes[:, right]
+        np.testing.assert_array_equal(counts, np.bincount(keys, minlength=n_left * n_right))
+        np.testing.assert_array_equal(sums, np.bincount(keys, weights=w, minlength=n_left * n_right))

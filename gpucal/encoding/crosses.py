@@ -30,8 +30,12 @@ import numpy as np
 
 from gpucal._backend import array_namespace, to_numpy
 from gpucal.encoding.codings import MAX_LOOKUP_SPAN
-from gpucal.kernels.lookup import lookup_pairs
+from gpucal.kernels.lookup import lookup_pairs, pair_tables
 from gpucal.rows.reduce import KeyedTable, check_table_size, group_sorted, merge_tables
+
+#: Most table entries (int64 count and float64 sum each) one pass of ``pair_tables`` fills for
+#: :func:`count_pairs`: 32 MiB.
+PAIR_TABLE_ENTRIES = 1 << 21
 
 
 @dataclass(frozen=True)
@@ -121,20 +125,43 @@ def count_pairs(
 ) -> list[KeyedTable]:
     """One block's weight per pair key, for each ``(left, right, n_left, n_right)``: keyed tables on the
     host, the keys that some row has in increasing order. A pair of at most ``MAX_LOOKUP_SPAN`` keys is
-    counted into a table of every key (two ``bincount`` passes), a larger one by sorting its keys."""
+    counted into a table of every key, a larger one by sorting its keys. On numpy the pairs of at most
+    as many keys as rows fill their tables together, in one compiled pass of
+    :func:`~gpucal.kernels.lookup.pair_tables` per ``PAIR_TABLE_ENTRIES`` entries; the others, and
+    every pair on cupy, take two ``bincount`` passes (a table larger than the rows costs more to clear
+    and scan than the rows to count)."""
     xp = array_namespace(codes)
     n_rows = int(codes.shape[0])
     weight = xp.ones((n_rows, 1), dtype=xp.float64) if w is None else xp.asarray(w, dtype=xp.float64)[:, None]
+    dense: dict[int, tuple[Any, Any]] = {}
+    if xp is np:
+        group: list[int] = []
+        for p, (_, _, n_left, n_right) in enumerate(pairs):
+            span = n_left * n_right
+            if span > min(MAX_LOOKUP_SPAN, n_rows):
+                continue
+            if group and sum(pairs[g][2] * pairs[g][3] for g in group) + span > PAIR_TABLE_ENTRIES:
+                dense.update(
+                    zip(group, pair_tables(codes, weight[:, 0], [pairs[g] for g in group]), strict=True)
+                )
+                group = []
+            group.append(p)
+        if group:
+            dense.update(zip(group, pair_tables(codes, weight[:, 0], [pairs[g] for g in group]), strict=True))
     tables = []
-    for left, right, n_left, n_right in pairs:
-        keys = pair_keys(codes, left, right, n_right)
+    for p, (left, right, n_left, n_right) in enumerate(pairs):
         span = n_left * n_right
-        if span <= MAX_LOOKUP_SPAN:
+        if p in dense:
+            counts, sums = dense[p]
+            present = np.flatnonzero(counts)
+            found, summed = (present,), sums[present][:, None]
+        elif span <= MAX_LOOKUP_SPAN:
+            keys = pair_keys(codes, left, right, n_right)
             present = xp.flatnonzero(xp.bincount(keys, minlength=span))
             summed = xp.bincount(keys, weights=weight[:, 0], minlength=span)[present][:, None]
             found = (present,)
         else:
-            found, summed = group_sorted((keys,), weight, xp)
+            found, summed = group_sorted((pair_keys(codes, left, right, n_right),), weight, xp)
         check_table_size(int(summed.shape[0]), limit, f"cross of columns {left} and {right}")
         tables.append(KeyedTable((to_numpy(found[0]).astype(np.int64),), to_numpy(summed)))
     return tables
