@@ -5,6 +5,7 @@ per-field bias, saving, input families, unseen values and errors.
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 import numpy as np
@@ -20,6 +21,7 @@ import gpucal
 from gpucal._backend import gpu_available
 from gpucal.calibrators import feature_platt
 from gpucal.calibrators._feature_platt_kernels import code_sums, curved_rows
+from gpucal.calibrators._feature_platt_solver import block_preconditioner
 from gpucal.calibrators.feature_platt import FeatureAwarePlattCalibrator
 from gpucal.calibrators.platt import PlattCalibrator
 from gpucal.encoding import FeatureEncoder
@@ -339,9 +341,9 @@ def test_curved_pass_equals_the_separate_passes(n_rows: int, stepping: bool) -> 
     residual = w * (p - y)
     assert_allclose(curvature, w * p * (1.0 - p), rtol=1e-13, atol=1e-300)
     loss = np.sum(w * (np.logaddexp(0.0, at) - y * at))
-    expected = [loss, residual @ x, residual.sum(), curvature @ (x * x), curvature.sum()]
-    assert_allclose(sums[:5], expected, rtol=1e-12)
-    table = sums[5:].reshape(-1, 2)
+    expected = [loss, residual @ x, residual.sum(), curvature @ (x * x), curvature.sum(), curvature @ x]
+    assert_allclose(sums[:6], expected, rtol=1e-12)
+    table = sums[6:].reshape(-1, 2)
     assert_array_equal(table[:, 1], code_sums(codes, n_values, curvature)[:, 0])
     assert_allclose(table[:, 0], code_sums(codes, n_values, residual)[:, 0], rtol=1e-10, atol=1e-10)
     with parallel_twins_only():
@@ -351,3 +353,16 @@ def test_curved_pass_equals_the_separate_passes(n_rows: int, stepping: bool) -> 
     array = curved_rows(z, step, scale, x, y, w, codes, n_values, array_code=True)
     assert_allclose(array[2], sums, rtol=1e-12, atol=1e-10)
     assert_allclose(array[1], curvature, rtol=1e-12, atol=1e-300)
+
+
+def test_block_preconditioner_inverts_the_score_intercept_block() -> None:
+    """M^-1 v: the (a, b) block solved whole, the codes divided by their diagonal, unused codes 0; the
+    diagonal alone when the block is singular."""
+    used = np.array([True, True, True, False, True])
+    diag = np.array([4.0, 2.0, 5.0, 3.0, 0.5])
+    v = np.array([1.0, -2.0, 3.0, 7.0, -1.0])
+    out = block_preconditioner(used, diag, 1.5)(v)
+    assert_allclose(np.array([[4.0, 1.5], [1.5, 2.0]]) @ out[:2], v[:2], rtol=1e-14)
+    assert_allclose(out[2:], [3.0 / 5.0, 0.0, -2.0])
+    singular = block_preconditioner(used, diag, math.sqrt(8.0))(v)
+    assert_allclose(singular, [0.25, -1.0, 0.6, 0.0, -2.0])

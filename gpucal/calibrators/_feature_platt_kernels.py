@@ -89,14 +89,14 @@ def _hessian_rows_cpu(x, codes, offsets, v, curvature, n_codes, n_chunks):
 @parallel_rows("z")
 def _curved_rows_cpu(z, dz, scale, x, y, w, codes, offsets, n_codes, n_chunks, z_out, curvature):
     """At ``z_i + scale dz_i`` (``z_i`` when ``dz`` is empty), written to ``z_out``: write ``D = w p (1 - p)``
-    to ``curvature``; return ``[loss, sum r x, sum r, sum D x^2, sum D]`` and the table of ``sum r``,
+    to ``curvature``; return ``[loss, sum r x, sum r, sum D x^2, sum D, sum D x]`` and the table of ``sum r``,
     ``sum D`` per code (``r = w (p - y)``, ``p = sigmoid(z)``, loss ``w (log(1 + e^z) - y z)``): one
     ``exp`` per row, private tables per row chunk added in chunk order."""
     n_rows, n_features = codes.shape
     stepping = dz.shape[0] > 0
     per_chunk = (n_rows + n_chunks - 1) // n_chunks
     partial = np.zeros((n_chunks, n_codes, 2))
-    partial_rows = np.zeros((n_chunks, 5))
+    partial_rows = np.zeros((n_chunks, 6))
     for c in numba.prange(n_chunks):
         table = partial[c]
         loss = 0.0
@@ -104,6 +104,7 @@ def _curved_rows_cpu(z, dz, scale, x, y, w, codes, offsets, n_codes, n_chunks, z
         r_sum = 0.0
         dxx = 0.0
         d_sum = 0.0
+        dx = 0.0
         for i in range(c * per_chunk, min(n_rows, (c + 1) * per_chunk)):
             zi = z[i] + scale * dz[i] if stepping else z[i]
             z_out[i] = zi
@@ -117,6 +118,7 @@ def _curved_rows_cpu(z, dz, scale, x, y, w, codes, offsets, n_codes, n_chunks, z
             r_sum += r
             dxx += d * x[i] * x[i]
             d_sum += d
+            dx += d * x[i]
             for j in range(n_features):
                 k = offsets[j] + codes[i, j]
                 table[k, 0] += r
@@ -126,11 +128,12 @@ def _curved_rows_cpu(z, dz, scale, x, y, w, codes, offsets, n_codes, n_chunks, z
         partial_rows[c, 2] = r_sum
         partial_rows[c, 3] = dxx
         partial_rows[c, 4] = d_sum
+        partial_rows[c, 5] = dx
     out = np.zeros((n_codes, 2))
-    row_sums = np.zeros(5)
+    row_sums = np.zeros(6)
     for c in range(n_chunks):  # fixed order
         out += partial[c]
-        for k in range(5):
+        for k in range(6):
             row_sums[k] += partial_rows[c, k]
     return row_sums, out
 
@@ -221,7 +224,7 @@ def curved_rows(
 ) -> tuple[Any, Any, np.ndarray]:
     r"""Return the predictor :math:`z' = z + s\, dz` (``z`` when ``dz`` is None), the curvatures
     :math:`D = w p (1 - p)` per row and, flat, the loss :math:`\sum w (\log(1 + e^{z'}) - y z')`,
-    ``[sum r x, sum r, sum D x^2, sum D]`` and ``code_sums(codes, r, D)`` (:math:`p = \sigma(z')`,
+    ``[sum r x, sum r, sum D x^2, sum D, sum D x]`` and ``code_sums(codes, r, D)`` (:math:`p = \sigma(z')`,
     :math:`r = w (p - y)`): a line-search trial's loss and the gradient pass at it.
 
     numpy: one fused numba pass (one ``exp`` per row; the sums in :func:`code_sums`' row chunks);
@@ -260,6 +263,7 @@ def curved_rows(
         float(xp.sum(residual)),
         float(curvature @ (x * x)),
         float(xp.sum(curvature)),
+        float(curvature @ x),
     ]
     stats = code_sums(codes, n_values, residual, curvature, array_code=array_code)
     return z_out, curvature, np.concatenate([row_sums, stats.ravel()])

@@ -10,7 +10,7 @@ both classes weighted, ``sum w``, ``w y``   :func:`block_summary` (``gpucal.rows
 weight per code (the centering's used set)  :func:`code_weights`
 loss, gradient and Hessian diagonal at the  :func:`curved_sums` of a :class:`Curved` block (made by
 start or a line-search trial                :func:`curved` or :func:`trial_curved`, one pass): the loss,
-                                            ``[sum r x, sum r, sum D x^2, sum D]`` and
+                                            ``[sum r x, sum r, sum D x^2, sum D, sum D x]`` and
                                             ``code_sums(codes, r, D)`` (``r = w (p - y)``)
 Hessian-vector product                      :func:`hessian_sums`: ``sum D u x`` and ``code_sums(codes, D u)``
                                             (``u = X v``)
@@ -99,11 +99,11 @@ class Curved:
     rows: PlattBlock
     z: Any
     curvature: Any
-    sums: np.ndarray  # [loss, sum r x, sum r, sum D x^2, sum D, code sums of (r, D) (flattened)]
+    sums: np.ndarray  # [loss, sum r x, sum r, sum D x^2, sum D, sum D x, code sums of (r, D) (flattened)]
 
 
-#: Entries of a gradient pass's sums before the code sums: loss, sum r x, sum r, sum D x^2, sum D.
-N_ROW_SUMS = 5
+#: Entries of a gradient pass's sums before the code sums: loss, sum r x, sum r, sum D x^2, sum D, sum D x.
+N_ROW_SUMS = 6
 
 
 # --------------------------------------------------------------------------------------------------
@@ -254,7 +254,7 @@ def trial_curved(block: Stepped, scale: float, n_values: np.ndarray, array_code:
 
 
 def curved_sums(block: Curved) -> np.ndarray:
-    """The gradient pass's sums: ``[loss, sum r x, sum r, sum D x^2, sum D, code sums of (r, D)
+    """The gradient pass's sums: ``[loss, sum r x, sum r, sum D x^2, sum D, sum D x, code sums of (r, D)
     (flattened)]``."""
     return block.sums
 

@@ -3,15 +3,16 @@ r"""Feature-aware Platt's fit over :class:`~gpucal.rows.Rows`: read, encode, the
 :func:`fit_feature_platt` is the one fit for every backend. Its first passes read and check every block
 (``_feature_platt_rows.read_block``), fit the encoder over them and encode them; the whole-data checks run
 on the summed label summary. Newton-CG (line-searched; CG deflated by the directions no row sees and
-Jacobi-preconditioned: :func:`_conjugate_gradient`) then reads the rows only
-through sums over blocks (``_feature_platt_rows``'s table), so on one machine (one block) it is the fit
-on the arrays, and over dask partitions it takes the same steps up to the order of the additions:
+preconditioned by the Hessian's diagonal, its score-intercept block whole: :func:`_conjugate_gradient`)
+then reads the rows only through sums over blocks (``_feature_platt_rows``'s table), so on one machine
+(one block) it is the fit on the arrays, and over dask partitions it takes the same steps up to the
+order of the additions:
 
 - loss :math:`\sum w (\log(1 + e^z) - y z)`, gradient of the one-hot block :math:`\sum_{i: c_{ij}=v} w_i
   (p_i - y_i)` and its Hessian diagonal :math:`\sum w p (1-p)` (the preconditioner), with the score and
-  intercept entries (row sums), from one pass (``curved_rows``: one fused loop on the CPU, the one-hot
-  design transposed times two row vectors); a line-search trial's pass is that of the point it tries, so
-  a step taken needs no second pass;
+  intercept entries and their coupling :math:`\sum w p (1-p) x` (row sums), from one pass
+  (``curved_rows``: one fused loop on the CPU, the one-hot design transposed times two row vectors); a
+  line-search trial's pass is that of the point it tries, so a step taken needs no second pass;
 - Hessian-vector product :math:`H v = X^\top D X v`, :math:`D = w p (1 - p)`: with :math:`u = X v` per
   row, ``code_sums(codes, D u)`` gives the one-hot block and, summed over the values of any one feature,
   :math:`\sum D u` (intercept); :math:`\sum D u x` (the score's coefficient) is a row sum: one pass over
@@ -430,12 +431,13 @@ class _Problem:
         curvatures and gradient sums, from one pass."""
         return at.map(trial_curved, scale, self.n_values, self.array_code)
 
-    def derivatives(self, theta: np.ndarray, curvature: Rows) -> tuple[float, np.ndarray, np.ndarray]:
+    def derivatives(self, theta: np.ndarray, curvature: Rows) -> tuple[float, np.ndarray, np.ndarray, float]:
         r"""Return the penalised loss :math:`\sum_i w_i (\log(1 + e^{z_i}) - y_i z_i) + \tfrac12 \theta^\top
-        \Lambda \theta`, its gradient and its Hessian diagonal at ``theta``, whose rows ``curvature``
+        \Lambda \theta`, its gradient, its Hessian diagonal and the Hessian's entry of the score's
+        coefficient and the intercept (:math:`\sum D x`) at ``theta``, whose rows ``curvature``
         (:meth:`curved`'s or :meth:`trial`'s) carry its predictor and :math:`D = w p (1 - p)`."""
         flat = curvature.sum(curved_sums)
-        loss, rx, r_sum, dxx, d_sum = flat[:N_ROW_SUMS]
+        loss, rx, r_sum, dxx, d_sum, dx = flat[:N_ROW_SUMS]
         stats = flat[N_ROW_SUMS:].reshape(-1, 2)
         grad = np.empty_like(theta)
         diag = np.empty_like(theta)
@@ -444,7 +446,7 @@ class _Problem:
         diag[0], diag[1] = dxx, d_sum
         diag[2:] = stats[:, 1]
         penalty = 0.5 * float(self.ridge @ (theta * theta))
-        return float(loss) + penalty, grad + self.ridge * theta, diag + self.ridge
+        return float(loss) + penalty, grad + self.ridge * theta, diag + self.ridge, float(dx)
 
     def coarse(self, v: np.ndarray) -> np.ndarray:
         """Return :math:`W (W^\\top \\Lambda W)^{-1} W^\\top v` (:func:`null_directions`' ``W``)."""
@@ -504,12 +506,39 @@ def null_directions(
     return sparse.csr_matrix((np.concatenate(signs), (np.concatenate(vectors), columns)), shape=shape)
 
 
+def block_preconditioner(used: np.ndarray, diag: np.ndarray, coupling: float) -> Any:
+    r"""The preconditioner :math:`M^{-1}` of :func:`_conjugate_gradient`, as a function of a vector:
+    :math:`M` is the Hessian's diagonal with its block of the score's coefficient and the intercept
+    taken whole,
+
+    .. math::
+
+        M_{ab} = \begin{pmatrix} \sum D x^2 + \lambda & \sum D x \\ \sum D x & \sum D \end{pmatrix},
+
+    (``coupling`` :math:`= \sum D x`); its inverse is 0 on the codes no row uses (no step there). The
+    diagonal alone when that block is not safely positive definite (its determinant at most
+    ``1e-12`` of the product of its diagonal)."""
+    inverse = np.where(used, 1.0 / np.where(diag > 0.0, diag, 1.0), 0.0)
+    det = float(diag[0] * diag[1]) - coupling * coupling
+    if not det > 1e-12 * float(diag[0] * diag[1]):
+        return lambda v: inverse * v
+    block = np.array([[diag[1], -coupling], [-coupling, diag[0]]]) / det
+
+    def apply(v: np.ndarray) -> np.ndarray:
+        out = inverse * v
+        out[:2] = block @ v[:2]
+        return out
+
+    return apply
+
+
 def _conjugate_gradient(
-    problem: _Problem, grad: np.ndarray, diag: np.ndarray, curvature: Rows, forcing: float
+    problem: _Problem, grad: np.ndarray, diag: np.ndarray, coupling: float, curvature: Rows, forcing: float
 ) -> np.ndarray:
     r"""Solve :math:`H d = -g` to a residual of ``forcing * |g|`` (norm :math:`M^{-1}`) by CG deflated by
-    the null directions :math:`W` (:func:`null_directions`) and preconditioned by the Hessian's diagonal
-    :math:`M`.
+    the null directions :math:`W` (:func:`null_directions`) and preconditioned by :math:`M`
+    (:func:`block_preconditioner`: the Hessian's diagonal, its block of the score's coefficient and the
+    intercept whole).
 
     Deflated CG (Saad, Yeung, Erhel and Guyomarc'h, 2000): the step's part in the span of :math:`W` is
     solved exactly, :math:`d_0 = W E^{-1} W^\top (-g)` with :math:`E = W^\top H W = W^\top \Lambda W`
@@ -517,16 +546,16 @@ def _conjugate_gradient(
     to :math:`W`, so CG iterates only where the data curve the objective. Within one column the one-hot
     block of :math:`H` is diagonal, so :math:`M` leaves CG the coupling between columns.
     """
-    precond = np.where(problem.used, 1.0 / np.where(diag > 0.0, diag, 1.0), 0.0)  # unused codes: no step
+    precond = block_preconditioner(problem.used, diag, coupling)
     rhs = -grad
     step = problem.coarse(rhs)
     residual = rhs - problem.ridge * step
-    z = precond * residual
+    z = precond(residual)
     direction = z - problem.coarse(problem.ridge * z)
     rz = float(residual @ z)
     # The residual is measured in the preconditioned norm |r|_{M^-1}: the plain norm is dominated by the
     # score's entry, whose gradient grows with the rows, while an offset's scales with its value's rows.
-    target = forcing * forcing * float(rhs @ (precond * rhs))
+    target = forcing * forcing * float(rhs @ precond(rhs))
     for _n in range(CG_MAX_ITER):
         if rz <= target:
             break
@@ -537,7 +566,7 @@ def _conjugate_gradient(
         alpha = rz / curv
         step += alpha * direction
         residual -= alpha * h_dir
-        z = precond * residual
+        z = precond(residual)
         rz_next = float(residual @ z)
         direction = z - problem.coarse(problem.ridge * z) + (rz_next / rz) * direction
         rz = rz_next
@@ -550,14 +579,14 @@ def _newton_cg(
     """Minimise ``problem``'s objective from ``theta`` by line-searched, truncated Newton steps."""
     theta = problem.center(theta)
     curvature = problem.curved(problem.linear(theta))
-    loss, grad, diag = problem.derivatives(theta, curvature)
+    loss, grad, diag, coupling = problem.derivatives(theta, curvature)
     for n_iter in range(1, max_iter + 1):
         scaled = float(np.max(np.abs(grad) / diag))
         if scaled <= tol:
             return _result(theta, n_iter - 1, converged=True)
         # Forcing term sqrt(|g|) (Eisenstat & Walker; capped at 0.5): superlinear convergence, few CG steps
         # far from the optimum.
-        step = _conjugate_gradient(problem, grad, diag, curvature, min(0.5, math.sqrt(scaled)))
+        step = _conjugate_gradient(problem, grad, diag, coupling, curvature, min(0.5, math.sqrt(scaled)))
         if float(np.max(np.abs(step))) <= tol:
             return _result(theta + step, n_iter, converged=True)
         x_step = problem.stepped(curvature, step)
@@ -569,7 +598,7 @@ def _newton_cg(
             if warn:
                 warn_not_converged(what, f"no step lowered the loss after {MAX_HALVINGS} halvings")
             return _result(theta, n_iter, converged=False)
-        _, loss, (theta, curvature, grad, diag) = found
+        _, loss, (theta, curvature, grad, diag, coupling) = found
     if warn:
         warn_not_converged(what, f"did not converge in max_iter={max_iter} Newton steps")
     return _result(theta, max_iter, converged=False)
@@ -581,13 +610,13 @@ def _result(theta: np.ndarray, n_iter: int, *, converged: bool) -> FeaturePlattF
 
 def _trial(
     problem: _Problem, theta: np.ndarray, step: np.ndarray, x_step: Rows, scale: float
-) -> tuple[float, tuple[np.ndarray, Rows, np.ndarray, np.ndarray]]:
+) -> tuple[float, tuple[np.ndarray, Rows, np.ndarray, np.ndarray, float]]:
     """The objective at ``theta + scale * step``, with the point, its rows (predictor and curvatures),
-    gradient and Hessian diagonal."""
+    gradient, Hessian diagonal and score-intercept coupling (:meth:`_Problem.derivatives`)."""
     trial = theta + scale * step
     curvature = problem.trial(x_step, scale)
-    loss, grad, diag = problem.derivatives(trial, curvature)
-    return loss, (trial, curvature, grad, diag)
+    loss, grad, diag, coupling = problem.derivatives(trial, curvature)
+    return loss, (trial, curvature, grad, diag, coupling)
 
 
 __all__ = [
