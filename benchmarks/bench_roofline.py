@@ -93,10 +93,9 @@ STAGES = {
         "gpucal.calibrators._feature_platt_rows:level_sums",
         "gpucal.calibrators._feature_platt_rows:predicted",
         "gpucal.calibrators._feature_platt_rows:stepped",
-        "gpucal.calibrators._feature_platt_rows:line_trial",
-        "gpucal.calibrators._feature_platt_rows:block_loss",
         "gpucal.calibrators._feature_platt_rows:curved",
-        "gpucal.calibrators._feature_platt_rows:gradient_sums",
+        "gpucal.calibrators._feature_platt_rows:trial_curved",
+        "gpucal.calibrators._feature_platt_rows:curved_sums",
         "gpucal.calibrators._feature_platt_rows:hessian_sums",
     ],
 }

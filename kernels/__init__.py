@@ -27,7 +27,14 @@ if TYPE_CHECKING:
         STAT_WYY,
         value_offsets,
     )
-    from gpucal.kernels.lookup import lookup_bins, lookup_codes, lookup_columns, lookup_edges
+    from gpucal.kernels.lookup import (
+        lookup_bins,
+        lookup_codes,
+        lookup_columns,
+        lookup_edges,
+        lookup_pairs,
+        pair_tables,
+    )
     from gpucal.kernels.node_order import gather_rows, order_by_node, route_and_group
     from gpucal.kernels.split_mvce import (
         N_SPLIT_STATS,
@@ -68,10 +75,12 @@ __all__ = [
     "lookup_codes",
     "lookup_columns",
     "lookup_edges",
+    "lookup_pairs",
     "mvce_from_split_sums",
     "mvce_split_sums",
     "node_range_sums",
     "order_by_node",
+    "pair_tables",
     "predict_leaves",
     "predict_trees",
     "readonly",
@@ -102,7 +111,14 @@ _MODULE_OF = {
             "value_offsets",
         ),
         "gpucal.kernels._dispatch": ("readonly",),
-        "gpucal.kernels.lookup": ("lookup_bins", "lookup_codes", "lookup_columns", "lookup_edges"),
+        "gpucal.kernels.lookup": (
+            "lookup_bins",
+            "lookup_codes",
+            "lookup_columns",
+            "lookup_edges",
+            "lookup_pairs",
+            "pair_tables",
+        ),
         "gpucal.kernels.node_order": ("order_by_node", "gather_rows", "route_and_group"),
         "gpucal.kernels.split_mvce": (
             "N_SPLIT_STATS",

@@ -1,5 +1,6 @@
 r"""``lookup_codes``, ``lookup_columns``, ``lookup_bins``, ``lookup_edges``: values to codes by one table read
-per row.
+per row; ``lookup_pairs``: the codes of crosses of two code columns, ``pair_tables``: their rows and
+weight per key.
 
 Prediction encodes every feature column of every row before the trees are walked; for integer IDs read
 by value (site, ad category, hour) the code of a value :math:`v` is a table entry:
@@ -26,6 +27,7 @@ column of the ``(n, d)`` code array in place) and, for cupy arrays, cupy's gathe
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from typing import Any
 
@@ -281,6 +283,142 @@ def _lookup_bins_cpu(values, n_bins, table, out, column):
     for i in numba.prange(values.shape[0]):
         b = np.int64(values[i] * n_bins)  # truncation is floor for p >= 0
         out[np.uint64(i), j] = table[np.uint64(b if b < last else last)]
+
+
+def lookup_pairs(
+    out: Any,
+    first: int,
+    pairs: Sequence[tuple[int, int, int, int, Any]],
+    *,
+    max_table: int = 1 << 19,
+    backend: str = "auto",
+) -> None:
+    r"""Write each pair's code into ``out[:, first + c]``: the position of the row's key
+    :math:`c_l n_r + c_r` among the pair's sorted ``keys``, ``len(keys)`` (the pooled code) when absent.
+
+    ``pairs`` holds ``(left, right, n_left, n_right, keys)`` per pair: ``left`` and ``right`` are columns of
+    ``out`` before ``first`` with codes in ``[0, n_left)`` and ``[0, n_right)``, ``keys`` strictly
+    increasing int64 in ``[0, n_left n_right)``. ``out`` and ``backend`` as in :func:`lookup_codes`.
+
+    The numba twin writes every pair's code of a row in one pass over the rows, building no key per
+    row: a pair of at most ``max_table`` keys reads a table of every key; a larger one bisects
+    the run of its keys that share the row's left code (``starts[c_l] .. starts[c_l + 1]``, their right
+    codes sorted). The oracle (and cupy) search the keys.
+    """
+    backend = resolve_backend(backend, out)
+    if out.ndim != 2 or np.dtype(out.dtype) not in CODE_DTYPES or first + len(pairs) > out.shape[1]:
+        msg = f"out must be an (n, d) int8, int16 or int32 array with d >= {first + len(pairs)}."
+        raise ValueError(msg)
+    for left, right, _, _, keys in pairs:
+        if not (0 <= left < first and 0 <= right < first):
+            msg = f"pairs: columns {left} and {right} must lie before column {first}."
+            raise ValueError(msg)
+        _check_table(np.zeros(0), out, len(keys))
+    if backend in ("cuda", "oracle") or is_cupy_array(out):
+        _lookup_pairs_array(out, first, pairs)
+        return
+    _check_c_contiguous(out)
+    n_pairs = len(pairs)
+    # Per pair: left, right, n_right, where its table starts (-1: none), where its runs start, its
+    # first key's position among all keys, its number of keys (its pooled code).
+    layout = np.zeros((n_pairs, 7), dtype=np.int64)
+    tables: list[np.ndarray] = []
+    runs: list[np.ndarray] = []
+    right_codes: list[np.ndarray] = []
+    n_table = n_runs = n_keys = 0
+    for c, (left, right, n_left, n_right, keys) in enumerate(pairs):
+        keys = np.asarray(keys, dtype=np.int64)
+        layout[c, :3] = left, right, n_right
+        layout[c, 5], layout[c, 6] = n_keys, keys.shape[0]
+        span = n_left * n_right
+        if span <= max_table:
+            table = np.full(span, keys.shape[0], dtype=np.int32)
+            table[keys] = np.arange(keys.shape[0], dtype=np.int32)
+            tables.append(table)
+            layout[c, 3], layout[c, 4] = n_table, -1
+            n_table += span
+        else:
+            runs.append(n_keys + np.searchsorted(keys // n_right, np.arange(n_left + 1)))
+            right_codes.append(keys % n_right)
+            layout[c, 3], layout[c, 4] = -1, n_runs
+            n_runs += n_left + 1
+        n_keys += keys.shape[0]
+    flat = [
+        np.concatenate(parts) if parts else np.zeros(0, dtype=dtype)
+        for parts, dtype in ((tables, np.int32), (runs, np.int64), (right_codes, np.int64))
+    ]
+    _lookup_pairs_cpu(out, np.int64(first), layout, *flat)
+
+
+def _lookup_pairs_array(out: Any, first: int, pairs: Sequence[tuple[int, int, int, int, Any]]) -> None:
+    """The numpy oracle, and cupy's searches for cupy arrays (the same array code)."""
+    xp = namespace_of(out)
+    for c, (left, right, _, n_right, keys) in enumerate(pairs):
+        row_keys = out[:, left].astype(xp.int64) * n_right + out[:, right]
+        kept = xp.asarray(keys, dtype=xp.int64)
+        pooled = int(kept.shape[0])
+        found = xp.clip(xp.searchsorted(kept, row_keys), 0, max(pooled - 1, 0))
+        hit = kept[found] == row_keys if pooled else xp.zeros(row_keys.shape, dtype=bool)
+        out[:, first + c] = xp.where(hit, found, pooled)
+
+
+@parallel_rows("out")
+def _lookup_pairs_cpu(out, first, layout, tables, runs, right_codes):
+    n_pairs = layout.shape[0]
+    for i in numba.prange(out.shape[0]):
+        for c in range(n_pairs):
+            left = np.int64(out[i, layout[c, 0]])
+            right = np.int64(out[i, layout[c, 1]])
+            if layout[c, 3] >= 0:
+                out[i, first + c] = tables[layout[c, 3] + left * layout[c, 2] + right]
+                continue
+            lo = runs[layout[c, 4] + left]
+            end = runs[layout[c, 4] + left + 1]
+            hi = end
+            while lo < hi:  # the first key of the run whose right code is at or above the row's
+                mid = (lo + hi) >> 1
+                if right_codes[mid] < right:
+                    lo = mid + 1
+                else:
+                    hi = mid
+            hit = lo < end and right_codes[lo] == right
+            out[i, first + c] = lo - layout[c, 5] if hit else layout[c, 6]
+
+
+def pair_tables(
+    codes: np.ndarray, w: np.ndarray, pairs: Sequence[tuple[int, int, int, int]]
+) -> list[tuple[np.ndarray, np.ndarray]]:
+    r"""For each ``(left, right, n_left, n_right)`` of ``pairs``, the rows of ``codes`` (numpy, ``(n, d)``)
+    and their sum of ``w`` per key :math:`c_l n_r + c_r`, as two tables of :math:`n_l n_r` entries (the
+    sums added in row order, as ``bincount`` adds them).
+
+    One compiled pass over the rows fills the tables of every pair: no key per row is built.
+    """
+    n_pairs = len(pairs)
+    layout = np.zeros((n_pairs, 4), dtype=np.int64)  # left, right, n_right, where the pair's tables start
+    n_table = 0
+    for c, (left, right, n_left, n_right) in enumerate(pairs):
+        layout[c] = left, right, n_right, n_table
+        n_table += n_left * n_right
+    counts, sums = _pair_tables_cpu(codes, np.asarray(w, dtype=np.float64), layout, np.int64(n_table))
+    bounds = [*layout[:, 3].tolist(), n_table]
+    return [(counts[a:b], sums[a:b]) for a, b in itertools.pairwise(bounds)]
+
+
+@numba.njit(cache=True)
+def _pair_tables_cpu(codes, w, layout, n_table):
+    counts = np.zeros(n_table, dtype=np.int64)
+    sums = np.zeros(n_table)
+    for i in range(codes.shape[0]):
+        for c in range(layout.shape[0]):
+            k = (
+                layout[c, 3]
+                + np.int64(codes[i, layout[c, 0]]) * layout[c, 2]
+                + np.int64(codes[i, layout[c, 1]])
+            )
+            counts[k] += 1
+            sums[k] += w[i]
+    return counts, sums
 
 
 def lookup_edges(

@@ -5,6 +5,7 @@ per-field bias, saving, input families, unseen values and errors.
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 import numpy as np
@@ -19,10 +20,13 @@ from sklearn.linear_model import LogisticRegression
 import gpucal
 from gpucal._backend import gpu_available
 from gpucal.calibrators import feature_platt
+from gpucal.calibrators._feature_platt_kernels import code_sums, curved_rows
+from gpucal.calibrators._feature_platt_solver import block_preconditioner
 from gpucal.calibrators.feature_platt import FeatureAwarePlattCalibrator
 from gpucal.calibrators.platt import PlattCalibrator
 from gpucal.encoding import FeatureEncoder
 from gpucal.kernels import value_offsets
+from gpucal.kernels.jit import parallel_twins_only
 from gpucal.metrics import log_loss
 
 EPS = np.finfo(np.float64).eps
@@ -314,3 +318,51 @@ def test_fit_is_deterministic() -> None:
     second = FeatureAwarePlattCalibrator().fit(X, y)
     assert_array_equal(first.coef_, second.coef_)
     assert first.intercept_ == second.intercept_
+
+
+@pytest.mark.parametrize("n_rows", [3_000, 200_000])
+@pytest.mark.parametrize("stepping", [False, True])
+def test_curved_pass_equals_the_separate_passes(n_rows: int, stepping: bool) -> None:
+    """The fused pass (trial predictor, loss, gradient row sums, code sums) against the same sums in
+    numpy, and its table of curvatures against the separate ``code_sums`` pass over its own ``D``, to
+    the bit (the same row chunks, rows added in order); the parallel twin equals the serial one to the
+    bit (its chunks follow the sizes only); the array path agrees to rounding."""
+    rng = np.random.default_rng(5)
+    n_values = np.array([3, 40, 7])
+    codes = np.column_stack([rng.integers(0, k, n_rows) for k in n_values]).astype(np.int16)
+    x, z, dz = rng.normal(0.0, 2.0, n_rows), rng.normal(0.0, 3.0, n_rows), rng.normal(0.0, 1.0, n_rows)
+    y, w = (rng.random(n_rows) < 0.3).astype(np.float64), rng.uniform(0.0, 2.0, n_rows)
+    scale = 0.25
+    at = z + scale * dz if stepping else z
+    step = dz if stepping else None
+    z_out, curvature, sums = curved_rows(z, step, scale, x, y, w, codes, n_values)
+    assert_array_equal(z_out, at)
+    p = expit(at)
+    residual = w * (p - y)
+    assert_allclose(curvature, w * p * (1.0 - p), rtol=1e-13, atol=1e-300)
+    loss = np.sum(w * (np.logaddexp(0.0, at) - y * at))
+    expected = [loss, residual @ x, residual.sum(), curvature @ (x * x), curvature.sum(), curvature @ x]
+    assert_allclose(sums[:6], expected, rtol=1e-12)
+    table = sums[6:].reshape(-1, 2)
+    assert_array_equal(table[:, 1], code_sums(codes, n_values, curvature)[:, 0])
+    assert_allclose(table[:, 0], code_sums(codes, n_values, residual)[:, 0], rtol=1e-10, atol=1e-10)
+    with parallel_twins_only():
+        parallel = curved_rows(z, step, scale, x, y, w, codes, n_values)
+    assert_array_equal(parallel[2], sums)
+    assert_array_equal(parallel[1], curvature)
+    array = curved_rows(z, step, scale, x, y, w, codes, n_values, array_code=True)
+    assert_allclose(array[2], sums, rtol=1e-12, atol=1e-10)
+    assert_allclose(array[1], curvature, rtol=1e-12, atol=1e-300)
+
+
+def test_block_preconditioner_inverts_the_score_intercept_block() -> None:
+    """M^-1 v: the (a, b) block solved whole, the codes divided by their diagonal, unused codes 0; the
+    diagonal alone when the block is singular."""
+    used = np.array([True, True, True, False, True])
+    diag = np.array([4.0, 2.0, 5.0, 3.0, 0.5])
+    v = np.array([1.0, -2.0, 3.0, 7.0, -1.0])
+    out = block_preconditioner(used, diag, 1.5)(v)
+    assert_allclose(np.array([[4.0, 1.5], [1.5, 2.0]]) @ out[:2], v[:2], rtol=1e-14)
+    assert_allclose(out[2:], [3.0 / 5.0, 0.0, -2.0])
+    singular = block_preconditioner(used, diag, math.sqrt(8.0))(v)
+    assert_allclose(singular, [0.25, -1.0, 0.6, 0.0, -2.0])

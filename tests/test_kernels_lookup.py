@@ -1,5 +1,5 @@
-"""``gpucal.kernels.lookup_codes``, ``lookup_columns``, ``lookup_bins``, ``lookup_edges`` against numpy;
-``transform(code_maps=)``."""
+"""``gpucal.kernels.lookup_codes``, ``lookup_columns``, ``lookup_bins``, ``lookup_edges``, ``lookup_pairs``,
+``pair_tables`` against numpy; ``transform(code_maps=)``."""
 
 from __future__ import annotations
 
@@ -10,7 +10,14 @@ import pandas as pd
 import pytest
 
 from gpucal.encoding import FeatureEncoder
-from gpucal.kernels import lookup_bins, lookup_codes, lookup_columns, lookup_edges
+from gpucal.kernels import (
+    lookup_bins,
+    lookup_codes,
+    lookup_columns,
+    lookup_edges,
+    lookup_pairs,
+    pair_tables,
+)
 from gpucal.kernels.jit import parallel_twins_only
 
 
@@ -227,3 +234,68 @@ def test_lookups_reject_codes_their_column_cannot_hold(backend: str) -> None:
         lookup_bins(np.zeros(3), 3, too_big, out, 0, backend=backend)
     with pytest.raises(ValueError, match=r"codes must lie in \[-1, 127\]"):
         lookup_edges(np.zeros(3), np.array([0.5, 1.5]), np.array([0, 1, -7]), 1, out, 0, backend=backend)
+
+
+def pairs_loop(out: np.ndarray, pairs: list) -> np.ndarray:
+    """Each pair's code per row: the key's position among the pair's keys, or their count."""
+    codes = np.empty((out.shape[0], len(pairs)), dtype=np.int64)
+    for c, (left, right, _, n_right, keys) in enumerate(pairs):
+        position = {int(k): i for i, k in enumerate(keys)}
+        for i in range(out.shape[0]):
+            key = int(out[i, left]) * n_right + int(out[i, right])
+            codes[i, c] = position.get(key, len(keys))
+    return codes
+
+
+@pytest.mark.parametrize("backend", ["oracle", "cpu"])
+@pytest.mark.parametrize("max_table", [0, 60, 1 << 19])
+@pytest.mark.parametrize("out_dtype", [np.int16, np.int32])
+def test_lookup_pairs_match_a_loop(backend: str, max_table: int, out_dtype: type) -> None:
+    """Tables (spans up to ``max_table``) and bisection of the runs alike; pairs without keys, keys
+    of a left code with no row, rows of a key that is not kept."""
+    rng = np.random.default_rng(11)
+    n_values = [5, 13, 2, 40]
+    n_rows = 3_000
+    out = np.zeros((n_rows, 8), dtype=out_dtype)
+    for j, k in enumerate(n_values):
+        out[:, j] = rng.integers(0, k, n_rows)
+    out[: n_rows // 2, 0] = 0  # left code 4 of column 0 on fewer rows
+    pairs = []
+    for left, right, share in [(0, 1, 0.5), (1, 3, 0.3), (3, 2, 1.0), (2, 0, 0.0)]:
+        span = n_values[left] * n_values[right]
+        keys = np.flatnonzero(rng.random(span) < share).astype(np.int64)
+        pairs.append((left, right, n_values[left], n_values[right], keys))
+    lookup_pairs(out, 4, pairs, max_table=max_table, backend=backend)
+    np.testing.assert_array_equal(out[:, 4:], pairs_loop(out, pairs))
+    with parallel_twins_only():
+        twin = out.copy()
+        twin[:, 4:] = -1
+        lookup_pairs(twin, 4, pairs, max_table=max_table, backend=backend)
+    np.testing.assert_array_equal(twin, out)
+
+
+def test_lookup_pairs_checks_its_arguments() -> None:
+    out = np.zeros((10, 3), dtype=np.int8)
+    keys = np.arange(3, dtype=np.int64)
+    with pytest.raises(ValueError, match="must lie before column 2"):
+        lookup_pairs(out, 2, [(0, 2, 2, 2, keys)])
+    with pytest.raises(ValueError, match=r"d >= 4"):
+        lookup_pairs(out, 2, [(0, 1, 2, 2, keys), (1, 0, 2, 2, keys)])
+    with pytest.raises(ValueError, match="to fit int8"):
+        lookup_pairs(out, 2, [(0, 1, 20, 20, np.arange(200, dtype=np.int64))])
+
+
+def test_pair_tables_equal_bincount() -> None:
+    """Rows and weight per key of every pair from one pass: the counts and, added in row order, the
+    very sums of ``bincount`` over the keys."""
+    rng = np.random.default_rng(12)
+    n_values = [4, 9, 30]
+    codes = np.column_stack([rng.integers(0, k, 2_000) for k in n_values]).astype(np.int16)
+    w = rng.uniform(0.0, 3.0, 2_000)
+    pairs = [(0, 1, 4, 9), (2, 0, 30, 4), (1, 2, 9, 30)]
+    for (left, right, n_left, n_right), (counts, sums) in zip(
+        pairs, pair_tables(codes, w, pairs), strict=True
+    ):
+        keys = codes[:, left].astype(np.int64) * n_right + codes[:, right]
+        np.testing.assert_array_equal(counts, np.bincount(keys, minlength=n_left * n_right))
+        np.testing.assert_array_equal(sums, np.bincount(keys, weights=w, minlength=n_left * n_right))

@@ -1,4 +1,5 @@
-r"""Feature-aware Platt's row kernels: the design times a vector, the loss and the gradient's row sums.
+r"""Feature-aware Platt's row kernels: the design times a vector, the loss and gradient pass, the
+Hessian-vector product's pass.
 
 Fused numba loops on numpy arrays (partial sums in fixed row chunks, so the bits do not depend on the
 thread count) and array code on cupy (or on numpy with ``array_code=True``, the tests' switch). Every
@@ -17,8 +18,6 @@ from gpucal.calibrators.logistic import EPS, sigmoid
 from gpucal.kernels import STAT_WF, STAT_WY, group_sums, value_offsets
 from gpucal.kernels.jit import numba, parallel_rows
 
-# Rows per partial sum of the numba row passes: fixed, so the result does not depend on the thread count.
-CHUNK_ROWS = 1 << 15
 # Private per-code tables of :func:`code_sums`: at most this many, each of at least CODE_CHUNK_ROWS rows, and
 # all of them within CODE_TABLE_BYTES (their count depends on the sizes only, never on the thread count).
 MAX_CODE_CHUNKS = 16
@@ -35,54 +34,6 @@ def _linear_cpu(x, a, b, coef, codes, offsets, out):
         for j in range(n_features):
             total += coef[offsets[j] + codes[i, j]]
         out[i] = total
-    return out
-
-
-@parallel_rows("z")
-def _loss_cpu(z, y, w):
-    """``sum_i w_i (log(1 + e^z_i) - y_i z_i)``, in fixed row chunks (the same bits on any thread count)."""
-    n = z.shape[0]
-    n_chunks = (n + CHUNK_ROWS - 1) // CHUNK_ROWS
-    partial = np.zeros(n_chunks)
-    for c in numba.prange(n_chunks):
-        total = 0.0
-        for i in range(c * CHUNK_ROWS, min(n, (c + 1) * CHUNK_ROWS)):
-            zi = z[i]
-            total += w[i] * (max(zi, 0.0) + math.log1p(math.exp(-abs(zi))) - y[i] * zi)
-        partial[c] = total
-    return partial.sum()
-
-
-@parallel_rows("z")
-def _gradient_rows_cpu(z, x, y, w, p, curvature):
-    """Write ``p = sigmoid(z)`` and ``D = w p (1 - p)``; return ``[sum r x, sum r, sum D x^2, sum D]``."""
-    n = z.shape[0]
-    n_chunks = (n + CHUNK_ROWS - 1) // CHUNK_ROWS
-    partial = np.zeros((n_chunks, 4))
-    for c in numba.prange(n_chunks):
-        rx = 0.0
-        r_sum = 0.0
-        dxx = 0.0
-        d_sum = 0.0
-        for i in range(c * CHUNK_ROWS, min(n, (c + 1) * CHUNK_ROWS)):
-            e = math.exp(-abs(z[i]))
-            pi = 1.0 / (1.0 + e) if z[i] >= 0.0 else e / (1.0 + e)
-            p[i] = pi
-            r = w[i] * (pi - y[i])
-            d = w[i] * pi * (1.0 - pi)
-            curvature[i] = d
-            rx += r * x[i]
-            r_sum += r
-            dxx += d * x[i] * x[i]
-            d_sum += d
-        partial[c, 0] = rx
-        partial[c, 1] = r_sum
-        partial[c, 2] = dxx
-        partial[c, 3] = d_sum
-    out = np.zeros(4)
-    for c in range(n_chunks):  # fixed order
-        for k in range(4):
-            out[k] += partial[c, k]
     return out
 
 
@@ -133,6 +84,58 @@ def _hessian_rows_cpu(x, codes, offsets, v, curvature, n_codes, n_chunks):
         out += partial[c]
         total_x += partial_x[c]
     return total_x, out
+
+
+@parallel_rows("z")
+def _curved_rows_cpu(z, dz, scale, x, y, w, codes, offsets, n_codes, n_chunks, z_out, curvature):
+    """At ``z_i + scale dz_i`` (``z_i`` when ``dz`` is empty), written to ``z_out``: write ``D = w p (1 - p)``
+    to ``curvature``; return ``[loss, sum r x, sum r, sum D x^2, sum D, sum D x]`` and the table of ``sum r``,
+    ``sum D`` per code (``r = w (p - y)``, ``p = sigmoid(z)``, loss ``w (log(1 + e^z) - y z)``): one
+    ``exp`` per row, private tables per row chunk added in chunk order."""
+    n_rows, n_features = codes.shape
+    stepping = dz.shape[0] > 0
+    per_chunk = (n_rows + n_chunks - 1) // n_chunks
+    partial = np.zeros((n_chunks, n_codes, 2))
+    partial_rows = np.zeros((n_chunks, 6))
+    for c in numba.prange(n_chunks):
+        table = partial[c]
+        loss = 0.0
+        rx = 0.0
+        r_sum = 0.0
+        dxx = 0.0
+        d_sum = 0.0
+        dx = 0.0
+        for i in range(c * per_chunk, min(n_rows, (c + 1) * per_chunk)):
+            zi = z[i] + scale * dz[i] if stepping else z[i]
+            z_out[i] = zi
+            e = math.exp(-abs(zi))
+            loss += w[i] * (max(zi, 0.0) + math.log1p(e) - y[i] * zi)
+            pi = 1.0 / (1.0 + e) if zi >= 0.0 else e / (1.0 + e)
+            r = w[i] * (pi - y[i])
+            d = w[i] * pi * (1.0 - pi)
+            curvature[i] = d
+            rx += r * x[i]
+            r_sum += r
+            dxx += d * x[i] * x[i]
+            d_sum += d
+            dx += d * x[i]
+            for j in range(n_features):
+                k = offsets[j] + codes[i, j]
+                table[k, 0] += r
+                table[k, 1] += d
+        partial_rows[c, 0] = loss
+        partial_rows[c, 1] = rx
+        partial_rows[c, 2] = r_sum
+        partial_rows[c, 3] = dxx
+        partial_rows[c, 4] = d_sum
+        partial_rows[c, 5] = dx
+    out = np.zeros((n_codes, 2))
+    row_sums = np.zeros(6)
+    for c in range(n_chunks):  # fixed order
+        out += partial[c]
+        for k in range(6):
+            row_sums[k] += partial_rows[c, k]
+    return row_sums, out
 
 
 def _code_chunks(n_rows: int, n_codes: int, n_vectors: int) -> int:
@@ -207,33 +210,63 @@ def hessian_rows(
     return np.r_[float(xp.sum(du * x)), code_sums(codes, n_values, du, array_code=array_code)[:, 0]]
 
 
-def row_loss(z: Any, y: Any, w: Any, *, array_code: bool = False) -> float:
-    r"""Return :math:`\sum_i w_i (\log(1 + e^{z_i}) - y_i z_i)`."""
+def curved_rows(
+    z: Any,
+    dz: Any,
+    scale: float,
+    x: Any,
+    y: Any,
+    w: Any,
+    codes: Any,
+    n_values: np.ndarray,
+    *,
+    array_code: bool = False,
+) -> tuple[Any, Any, np.ndarray]:
+    r"""Return the predictor :math:`z' = z + s\, dz` (``z`` when ``dz`` is None), the curvatures
+    :math:`D = w p (1 - p)` per row and, flat, the loss :math:`\sum w (\log(1 + e^{z'}) - y z')`,
+    ``[sum r x, sum r, sum D x^2, sum D, sum D x]`` and ``code_sums(codes, r, D)`` (:math:`p = \sigma(z')`,
+    :math:`r = w (p - y)`): a line-search trial's loss and the gradient pass at it.
+
+    numpy: one fused numba pass (one ``exp`` per row; the sums in :func:`code_sums`' row chunks);
+    cupy (or ``array_code``): array code and :func:`code_sums`.
+    """
+    n_values = np.asarray(n_values, dtype=np.int64)
     xp = array_namespace(z)
     if xp is np and not array_code:
-        return float(_loss_cpu(z, y, w))
-    return float(xp.sum(w * (xp.logaddexp(0.0, z) - y * z)))
-
-
-def gradient_rows(z: Any, x: Any, y: Any, w: Any, *, array_code: bool = False) -> tuple[np.ndarray, Any, Any]:
-    """Return ``[sum r x, sum r, sum D x^2, sum D]`` (``r = w (p - y)``, ``D = w p (1 - p)``), ``p`` and
-    ``D`` per row, for ``p = sigmoid(z)``."""
-    xp = array_namespace(z)
-    if xp is np and not array_code:
-        p, curvature = np.empty_like(z), np.empty_like(z)
-        return _gradient_rows_cpu(z, x, y, w, p, curvature), p, curvature
-    p = sigmoid(z)
+        n_codes = int(n_values.sum())
+        n_chunks = _code_chunks(codes.shape[0], n_codes, 2)
+        z_out = np.empty_like(z)
+        curvature = np.empty_like(z)
+        steps = np.zeros(0) if dz is None else dz
+        row_sums, stats = _curved_rows_cpu(
+            z,
+            steps,
+            float(scale),
+            x,
+            y,
+            w,
+            codes,
+            value_offsets(n_values),
+            n_codes,
+            n_chunks,
+            z_out,
+            curvature,
+        )
+        return z_out, curvature, np.concatenate([row_sums, stats.ravel()])
+    z_out = z if dz is None else z + scale * dz
+    p = sigmoid(z_out)
     residual = w * (p - y)
     curvature = w * p * (1.0 - p)
-    row_sums = np.array(
-        [
-            float(residual @ x),
-            float(xp.sum(residual)),
-            float(curvature @ (x * x)),
-            float(xp.sum(curvature)),
-        ]
-    )
-    return row_sums, p, curvature
+    row_sums = [
+        float(xp.sum(w * (xp.logaddexp(0.0, z_out) - y * z_out))),
+        float(residual @ x),
+        float(xp.sum(residual)),
+        float(curvature @ (x * x)),
+        float(xp.sum(curvature)),
+        float(curvature @ x),
+    ]
+    stats = code_sums(codes, n_values, residual, curvature, array_code=array_code)
+    return z_out, curvature, np.concatenate([row_sums, stats.ravel()])
 
 
 def score_feature(score: Any, score_kind: str) -> Any:
@@ -273,11 +306,10 @@ def on_device(a: Any, device: str) -> Any:
 
 __all__ = [
     "code_sums",
-    "gradient_rows",
+    "curved_rows",
     "hessian_rows",
     "linear_predictor",
     "on_device",
     "predict_feature_platt",
-    "row_loss",
     "score_feature",
 ]

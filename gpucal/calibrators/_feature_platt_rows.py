@@ -8,9 +8,9 @@ what Newton-CG reads                        the block function, summed over bloc
 ==========================================  ==================================================
 both classes weighted, ``sum w``, ``w y``   :func:`block_summary` (``gpucal.rows.label_summary``)
 weight per code (the centering's used set)  :func:`code_weights`
-loss of a line-search trial                 :func:`block_loss` of a :class:`Predicted` block
-gradient and Hessian diagonal               :func:`gradient_sums` of a :class:`Curved` block:
-                                            ``[sum r x, sum r, sum D x^2, sum D]`` and
+loss, gradient and Hessian diagonal at the  :func:`curved_sums` of a :class:`Curved` block (made by
+start or a line-search trial                :func:`curved` or :func:`trial_curved`, one pass): the loss,
+                                            ``[sum r x, sum r, sum D x^2, sum D, sum D x]`` and
                                             ``code_sums(codes, r, D)`` (``r = w (p - y)``)
 Hessian-vector product                      :func:`hessian_sums`: ``sum D u x`` and ``code_sums(codes, D u)``
                                             (``u = X v``)
@@ -37,15 +37,13 @@ from gpucal._backend import array_namespace, resolve_device, to_numpy
 from gpucal._frames import ParsedInput, parse_input
 from gpucal._validation import check_consistent_length, check_labels, check_same_index, check_sample_weight
 from gpucal.calibrators._feature_platt_kernels import (
-    code_sums,
-    gradient_rows,
+    curved_rows,
     hessian_rows,
     linear_predictor,
     on_device,
-    row_loss,
     score_feature,
 )
-from gpucal.calibrators.logistic import sigmoid
+from gpucal.calibrators._logistic_kernels import logistic_sums
 from gpucal.encoding import FeatureEncoder
 from gpucal.encoding.crosses import Cross
 from gpucal.kernels import value_offsets
@@ -79,7 +77,7 @@ class PlattBlock:
 
 @dataclass(frozen=True)
 class Predicted:
-    """A block and its predictor :math:`z = X\\theta` (a line-search trial's, or the iterate's)."""
+    """A block and its predictor :math:`z = X\\theta` (at the start of a fit)."""
 
     rows: PlattBlock
     z: Any
@@ -101,7 +99,11 @@ class Curved:
     rows: PlattBlock
     z: Any
     curvature: Any
-    sums: np.ndarray  # [sum r x, sum r, sum D x^2, sum D, code sums of (r, D) (flattened)]
+    sums: np.ndarray  # [loss, sum r x, sum r, sum D x^2, sum D, sum D x, code sums of (r, D) (flattened)]
+
+
+#: Entries of a gradient pass's sums before the code sums: loss, sum r x, sum r, sum D x^2, sum D, sum D x.
+N_ROW_SUMS = 6
 
 
 # --------------------------------------------------------------------------------------------------
@@ -193,25 +195,23 @@ def pooled_levels(block: PlattBlock, crosses: Sequence[Cross], n_first: int) -> 
 
 def level_sums(block: PlattBlock, theta: np.ndarray, n_values: np.ndarray, array_code: bool) -> np.ndarray:
     """Per code, at the model ``theta`` (zero on the codes it does not fit): ``sum w (p - y)`` and
-    ``sum w p (1 - p)``, shape ``(sum(n_values), 2)``."""
+    ``sum w p (1 - p)``, shape ``(sum(n_values), 2)``: the code sums of the gradient pass
+    (``curved_rows``)."""
     offsets = value_offsets(np.asarray(n_values, dtype=np.int64))
-    p = sigmoid(_linear(block, theta, offsets, array_code))
-    return code_sums(
-        block.codes, n_values, block.w * (p - block.y), block.w * p * (1.0 - p), array_code=array_code
-    )
+    z = _linear(block, theta, offsets, array_code)
+    rows = (block.x, block.y, block.w, block.codes)
+    sums = curved_rows(z, None, 1.0, *rows, n_values, array_code=array_code)[2]
+    return sums[N_ROW_SUMS:].reshape(-1, 2)
 
 
 def score_sums(block: PlattBlock, a: float, b: float) -> np.ndarray:
     """Newton's sums of the score-only model :math:`\\sigma(z)`, :math:`z = a x + b`, on the block: the
     loss :math:`\\sum w (\\log(1 + e^z) - y z)`, ``sum r x``, ``sum r``, ``sum D x^2``, ``sum D x``,
-    ``sum D`` with :math:`r = w (p - y)`, :math:`D = w p (1 - p)`."""
-    xp = array_namespace(block.x)
-    z = a * block.x + b
-    p = sigmoid(z)
-    r, d = block.w * (p - block.y), block.w * p * (1.0 - p)
-    x = block.x
-    loss = block.w * (xp.logaddexp(0.0, z) - block.y * z)
-    return np.array([float(to_numpy(v.sum())) for v in (loss, r * x, r, d * x * x, d * x, d)])
+    ``sum D`` with :math:`r = w (p - y)`, :math:`D = w p (1 - p)`: Platt scaling's pass
+    (``logistic_sums``; its compiled loop on numpy, whatever the rows, its array code on cupy)."""
+    backend = "numba" if array_namespace(block.x) is np else "array"
+    loss, grad, hess = logistic_sums(block.x, block.y, block.w, np.array([a, b]), backend=backend)
+    return np.array([loss, grad[0], grad[1], hess[0, 0], hess[0, 1], hess[1, 1]])
 
 
 # --------------------------------------------------------------------------------------------------
@@ -234,27 +234,28 @@ def stepped(block: Curved, step: np.ndarray, offsets: np.ndarray, array_code: bo
     return Stepped(block.rows, block.z, _linear(block.rows, step, offsets, array_code))
 
 
-def line_trial(block: Stepped, scale: float) -> Predicted:
-    """The block with a line-search trial's predictor ``z + scale * X d``."""
-    return Predicted(block.rows, block.z + scale * block.dz)
-
-
-def block_loss(block: Predicted, array_code: bool) -> np.ndarray:
-    r""":math:`[\sum_i w_i (\log(1 + e^{z_i}) - y_i z_i)]`."""
-    rows = block.rows
-    return np.array([row_loss(block.z, rows.y, rows.w, array_code=array_code)])
-
-
 def curved(block: Predicted, n_values: np.ndarray, array_code: bool) -> Curved:
-    """The gradient pass of a block: its curvatures (kept for the Hessian products) and its sums."""
+    """The gradient pass of a block at its predictor: its curvatures (kept for the Hessian products),
+    its loss and gradient sums (``_feature_platt_kernels.curved_rows``)."""
     rows = block.rows
-    row_sums, p, curvature = gradient_rows(block.z, rows.x, rows.y, rows.w, array_code=array_code)
-    stats = code_sums(rows.codes, n_values, rows.w * (p - rows.y), curvature, array_code=array_code)
-    return Curved(rows, block.z, curvature, np.concatenate([row_sums, stats.ravel()]))
+    z, curvature, sums = curved_rows(
+        block.z, None, 1.0, rows.x, rows.y, rows.w, rows.codes, n_values, array_code=array_code
+    )
+    return Curved(rows, z, curvature, sums)
 
 
-def gradient_sums(block: Curved) -> np.ndarray:
-    """The gradient pass's sums: ``[sum r x, sum r, sum D x^2, sum D, code sums of (r, D) (flattened)]``."""
+def trial_curved(block: Stepped, scale: float, n_values: np.ndarray, array_code: bool) -> Curved:
+    """:func:`curved` at a line-search trial's predictor ``z + scale * X d``, in the same pass."""
+    rows = block.rows
+    z, curvature, sums = curved_rows(
+        block.z, block.dz, scale, rows.x, rows.y, rows.w, rows.codes, n_values, array_code=array_code
+    )
+    return Curved(rows, z, curvature, sums)
+
+
+def curved_sums(block: Curved) -> np.ndarray:
+    """The gradient pass's sums: ``[loss, sum r x, sum r, sum D x^2, sum D, sum D x, code sums of (r, D)
+    (flattened)]``."""
     return block.sums
 
 
@@ -270,16 +271,14 @@ __all__ = [
     "PlattBlock",
     "Predicted",
     "Stepped",
-    "block_loss",
     "block_summary",
     "code_weights",
     "curved",
+    "curved_sums",
     "encode_block",
     "encoder_inputs",
-    "gradient_sums",
     "hessian_sums",
     "level_sums",
-    "line_trial",
     "pooled_levels",
     "predicted",
     "read_block",
@@ -287,4 +286,5 @@ __all__ = [
     "select_columns",
     "stepped",
     "strided",
+    "trial_curved",
 ]

@@ -3,20 +3,22 @@ r"""Feature-aware Platt's fit over :class:`~gpucal.rows.Rows`: read, encode, the
 :func:`fit_feature_platt` is the one fit for every backend. Its first passes read and check every block
 (``_feature_platt_rows.read_block``), fit the encoder over them and encode them; the whole-data checks run
 on the summed label summary. Newton-CG (line-searched; CG deflated by the directions no row sees and
-Jacobi-preconditioned: :func:`_conjugate_gradient`) then reads the rows only
-through sums over blocks (``_feature_platt_rows``'s table), so on one machine (one block) it is the fit
-on the arrays, and over dask partitions it takes the same steps up to the order of the additions:
+preconditioned by the Hessian's diagonal, its score-intercept block whole: :func:`_conjugate_gradient`)
+then reads the rows only through sums over blocks (``_feature_platt_rows``'s table), so on one machine
+(one block) it is the fit on the arrays, and over dask partitions it takes the same steps up to the
+order of the additions:
 
-- gradient of the one-hot block: :math:`\sum_{i: c_{ij}=v} w_i (p_i - y_i)`, and its Hessian diagonal
-  :math:`\sum w p (1-p)` (the preconditioner), from one ``code_sums`` pass (the one-hot design transposed
-  times two row vectors);
+- loss :math:`\sum w (\log(1 + e^z) - y z)`, gradient of the one-hot block :math:`\sum_{i: c_{ij}=v} w_i
+  (p_i - y_i)` and its Hessian diagonal :math:`\sum w p (1-p)` (the preconditioner), with the score and
+  intercept entries and their coupling :math:`\sum w p (1-p) x` (row sums), from one pass
+  (``curved_rows``: one fused loop on the CPU, the one-hot design transposed times two row vectors); a
+  line-search trial's pass is that of the point it tries, so a step taken needs no second pass;
 - Hessian-vector product :math:`H v = X^\top D X v`, :math:`D = w p (1 - p)`: with :math:`u = X v` per
   row, ``code_sums(codes, D u)`` gives the one-hot block and, summed over the values of any one feature,
   :math:`\sum D u` (intercept); :math:`\sum D u x` (the score's coefficient) is a row sum: one pass over
   the rows per product (``hessian_rows``: one fused loop on the CPU);
 - which levels of a crossed column have rows in the cross's pooled code (``pooled_levels``, once per fit):
-  the null directions of the design (:func:`null_directions`) that deflate CG;
-- the score and intercept entries of the gradient and diagonal, and the loss, are plain row sums.
+  the null directions of the design (:func:`null_directions`) that deflate CG.
 
 References: S. G. Nash, "A survey of truncated-Newton methods", J. Comput. Appl. Math. 124 (2000), 45-59;
 Y. Saad, M. Yeung, J. Erhel and F. Guyomarc'h, "A deflated version of the conjugate gradient algorithm",
@@ -36,16 +38,15 @@ from scipy import sparse
 from scipy.sparse.linalg import splu
 
 from gpucal.calibrators._feature_platt_rows import (
-    block_loss,
+    N_ROW_SUMS,
     block_summary,
     code_weights,
     curved,
+    curved_sums,
     encode_block,
     encoder_inputs,
-    gradient_sums,
     hessian_sums,
     level_sums,
-    line_trial,
     pooled_levels,
     predicted,
     read_block,
@@ -53,6 +54,7 @@ from gpucal.calibrators._feature_platt_rows import (
     select_columns,
     stepped,
     strided,
+    trial_curved,
 )
 from gpucal.calibrators._newton import MAX_HALVINGS, armijo_backtrack, newton_minimize, warn_not_converged
 from gpucal.encoding import FeatureEncoder
@@ -95,10 +97,6 @@ class FeaturePlattFit:
     def theta(self) -> np.ndarray:
         """All coefficients in one vector: ``[coef_score, intercept, coef...]``."""
         return np.r_[self.coef_score, self.intercept, self.coef]
-
-
-# Entries of a gradient pass before the group sums: sum r x, sum r, sum D x^2, sum D.
-N_ROW_SUMS = 4
 
 
 @dataclass(frozen=True)
@@ -359,7 +357,8 @@ class _Problem:
     """The penalised objective of one fit over rows of :class:`PlattBlock`, and what Newton-CG reads of it.
 
     A *row vector* (the predictor, the curvatures) lives in the blocks: :meth:`linear` gives rows of
-    :class:`Predicted` blocks, :meth:`gradient` rows of :class:`Curved` ones, each pass a map or a sum.
+    :class:`Predicted` blocks, :meth:`curved` and :meth:`trial` rows of :class:`Curved` ones, each pass a
+    map or a sum.
     """
 
     def __init__(
@@ -419,20 +418,26 @@ class _Problem:
         return self.rows.map(predicted, theta, self.offsets, self.array_code)
 
     def stepped(self, at: Rows, step: np.ndarray) -> Rows:
-        """Return the rows at the iterate ``at`` (:meth:`gradient`'s) with the step's :math:`X d`."""
+        """Return the rows at the iterate ``at`` (:meth:`curved`'s or :meth:`trial`'s) with the step's
+        :math:`X d`."""
         return at.map(stepped, step, self.offsets, self.array_code)
 
-    def objective(self, theta: np.ndarray, z: Rows) -> float:
-        """Return the penalised loss at ``theta`` whose rows ``z`` carry its predictor."""
-        loss = float(z.sum(block_loss, self.array_code)[0])
-        return loss + 0.5 * float(self.ridge @ (theta * theta))
+    def curved(self, z: Rows) -> Rows:
+        """Return the rows at the start ``z`` (:meth:`linear`'s) with their curvatures and gradient sums."""
+        return z.map(curved, self.n_values, self.array_code)
 
-    def gradient(self, theta: np.ndarray, z: Rows) -> tuple[np.ndarray, np.ndarray, Rows]:
-        """Return the gradient, the Hessian diagonal and the rows with their curvatures
-        :math:`D = w p (1 - p)`."""
-        curvature = z.map(curved, self.n_values, self.array_code)
-        flat = curvature.sum(gradient_sums)
-        rx, r_sum, dxx, d_sum = flat[:N_ROW_SUMS]
+    def trial(self, at: Rows, scale: float) -> Rows:
+        """Return the rows at the trial ``z + scale * X d`` (``at``: :meth:`stepped`'s) with their
+        curvatures and gradient sums, from one pass."""
+        return at.map(trial_curved, scale, self.n_values, self.array_code)
+
+    def derivatives(self, theta: np.ndarray, curvature: Rows) -> tuple[float, np.ndarray, np.ndarray, float]:
+        r"""Return the penalised loss :math:`\sum_i w_i (\log(1 + e^{z_i}) - y_i z_i) + \tfrac12 \theta^\top
+        \Lambda \theta`, its gradient, its Hessian diagonal and the Hessian's entry of the score's
+        coefficient and the intercept (:math:`\sum D x`) at ``theta``, whose rows ``curvature``
+        (:meth:`curved`'s or :meth:`trial`'s) carry its predictor and :math:`D = w p (1 - p)`."""
+        flat = curvature.sum(curved_sums)
+        loss, rx, r_sum, dxx, d_sum, dx = flat[:N_ROW_SUMS]
         stats = flat[N_ROW_SUMS:].reshape(-1, 2)
         grad = np.empty_like(theta)
         diag = np.empty_like(theta)
@@ -440,7 +445,8 @@ class _Problem:
         grad[2:] = stats[:, 0]
         diag[0], diag[1] = dxx, d_sum
         diag[2:] = stats[:, 1]
-        return grad + self.ridge * theta, diag + self.ridge, curvature
+        penalty = 0.5 * float(self.ridge @ (theta * theta))
+        return float(loss) + penalty, grad + self.ridge * theta, diag + self.ridge, float(dx)
 
     def coarse(self, v: np.ndarray) -> np.ndarray:
         """Return :math:`W (W^\\top \\Lambda W)^{-1} W^\\top v` (:func:`null_directions`' ``W``)."""
@@ -500,12 +506,39 @@ def null_directions(
     return sparse.csr_matrix((np.concatenate(signs), (np.concatenate(vectors), columns)), shape=shape)
 
 
+def block_preconditioner(used: np.ndarray, diag: np.ndarray, coupling: float) -> Any:
+    r"""The preconditioner :math:`M^{-1}` of :func:`_conjugate_gradient`, as a function of a vector:
+    :math:`M` is the Hessian's diagonal with its block of the score's coefficient and the intercept
+    taken whole,
+
+    .. math::
+
+        M_{ab} = \begin{pmatrix} \sum D x^2 + \lambda & \sum D x \\ \sum D x & \sum D \end{pmatrix},
+
+    (``coupling`` :math:`= \sum D x`); its inverse is 0 on the codes no row uses (no step there). The
+    diagonal alone when that block is not safely positive definite (its determinant at most
+    ``1e-12`` of the product of its diagonal)."""
+    inverse = np.where(used, 1.0 / np.where(diag > 0.0, diag, 1.0), 0.0)
+    det = float(diag[0] * diag[1]) - coupling * coupling
+    if not det > 1e-12 * float(diag[0] * diag[1]):
+        return lambda v: inverse * v
+    block = np.array([[diag[1], -coupling], [-coupling, diag[0]]]) / det
+
+    def apply(v: np.ndarray) -> np.ndarray:
+        out = inverse * v
+        out[:2] = block @ v[:2]
+        return out
+
+    return apply
+
+
 def _conjugate_gradient(
-    problem: _Problem, grad: np.ndarray, diag: np.ndarray, curvature: Rows, forcing: float
+    problem: _Problem, grad: np.ndarray, diag: np.ndarray, coupling: float, curvature: Rows, forcing: float
 ) -> np.ndarray:
     r"""Solve :math:`H d = -g` to a residual of ``forcing * |g|`` (norm :math:`M^{-1}`) by CG deflated by
-    the null directions :math:`W` (:func:`null_directions`) and preconditioned by the Hessian's diagonal
-    :math:`M`.
+    the null directions :math:`W` (:func:`null_directions`) and preconditioned by :math:`M`
+    (:func:`block_preconditioner`: the Hessian's diagonal, its block of the score's coefficient and the
+    intercept whole).
 
     Deflated CG (Saad, Yeung, Erhel and Guyomarc'h, 2000): the step's part in the span of :math:`W` is
     solved exactly, :math:`d_0 = W E^{-1} W^\top (-g)` with :math:`E = W^\top H W = W^\top \Lambda W`
@@ -513,16 +546,16 @@ def _conjugate_gradient(
     to :math:`W`, so CG iterates only where the data curve the objective. Within one column the one-hot
     block of :math:`H` is diagonal, so :math:`M` leaves CG the coupling between columns.
     """
-    precond = np.where(problem.used, 1.0 / np.where(diag > 0.0, diag, 1.0), 0.0)  # unused codes: no step
+    precond = block_preconditioner(problem.used, diag, coupling)
     rhs = -grad
     step = problem.coarse(rhs)
     residual = rhs - problem.ridge * step
-    z = precond * residual
+    z = precond(residual)
     direction = z - problem.coarse(problem.ridge * z)
     rz = float(residual @ z)
     # The residual is measured in the preconditioned norm |r|_{M^-1}: the plain norm is dominated by the
     # score's entry, whose gradient grows with the rows, while an offset's scales with its value's rows.
-    target = forcing * forcing * float(rhs @ (precond * rhs))
+    target = forcing * forcing * float(rhs @ precond(rhs))
     for _n in range(CG_MAX_ITER):
         if rz <= target:
             break
@@ -533,7 +566,7 @@ def _conjugate_gradient(
         alpha = rz / curv
         step += alpha * direction
         residual -= alpha * h_dir
-        z = precond * residual
+        z = precond(residual)
         rz_next = float(residual @ z)
         direction = z - problem.coarse(problem.ridge * z) + (rz_next / rz) * direction
         rz = rz_next
@@ -545,28 +578,27 @@ def _newton_cg(
 ) -> FeaturePlattFit:
     """Minimise ``problem``'s objective from ``theta`` by line-searched, truncated Newton steps."""
     theta = problem.center(theta)
-    z = problem.linear(theta)
-    loss = problem.objective(theta, z)
+    curvature = problem.curved(problem.linear(theta))
+    loss, grad, diag, coupling = problem.derivatives(theta, curvature)
     for n_iter in range(1, max_iter + 1):
-        grad, diag, curvature = problem.gradient(theta, z)
         scaled = float(np.max(np.abs(grad) / diag))
         if scaled <= tol:
             return _result(theta, n_iter - 1, converged=True)
         # Forcing term sqrt(|g|) (Eisenstat & Walker; capped at 0.5): superlinear convergence, few CG steps
         # far from the optimum.
-        step = _conjugate_gradient(problem, grad, diag, curvature, min(0.5, math.sqrt(scaled)))
+        step = _conjugate_gradient(problem, grad, diag, coupling, curvature, min(0.5, math.sqrt(scaled)))
         if float(np.max(np.abs(step))) <= tol:
             return _result(theta + step, n_iter, converged=True)
         x_step = problem.stepped(curvature, step)
         slope = float(grad @ step)
+        # Each trial is one pass: its loss and, should it be taken, the gradient pass at it.
         trial_at = functools.partial(_trial, problem, theta, step, x_step)
         found = armijo_backtrack(loss, slope, trial_at)
         if found is None:
             if warn:
                 warn_not_converged(what, f"no step lowered the loss after {MAX_HALVINGS} halvings")
             return _result(theta, n_iter, converged=False)
-        _, trial_loss, (trial, z_trial) = found
-        theta, z, loss = trial, z_trial, trial_loss
+        _, loss, (theta, curvature, grad, diag, coupling) = found
     if warn:
         warn_not_converged(what, f"did not converge in max_iter={max_iter} Newton steps")
     return _result(theta, max_iter, converged=False)
@@ -578,10 +610,13 @@ def _result(theta: np.ndarray, n_iter: int, *, converged: bool) -> FeaturePlattF
 
 def _trial(
     problem: _Problem, theta: np.ndarray, step: np.ndarray, x_step: Rows, scale: float
-) -> tuple[float, tuple[np.ndarray, Rows]]:
-    """The objective at ``theta + scale * step``, with the point and its linear predictor."""
-    trial, z_trial = theta + scale * step, x_step.map(line_trial, scale)
-    return problem.objective(trial, z_trial), (trial, z_trial)
+) -> tuple[float, tuple[np.ndarray, Rows, np.ndarray, np.ndarray, float]]:
+    """The objective at ``theta + scale * step``, with the point, its rows (predictor and curvatures),
+    gradient, Hessian diagonal and score-intercept coupling (:meth:`_Problem.derivatives`)."""
+    trial = theta + scale * step
+    curvature = problem.trial(x_step, scale)
+    loss, grad, diag, coupling = problem.derivatives(trial, curvature)
+    return loss, (trial, curvature, grad, diag, coupling)
 
 
 __all__ = [

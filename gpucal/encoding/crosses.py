@@ -10,7 +10,8 @@ and unseen values through their own codes, like any other level.
 Memory is bounded by ``max_levels``: the crosses' codes (``m + 1`` each) are added up in the order the
 pairs are given, and a pair that would take the total past the cap is dropped, with a warning naming it.
 A fitted cross keeps its ``m`` keys (int64); prediction reads a row's code from a table of
-:math:`n_j n_k` entries when that is at most ``MAX_LOOKUP_SPAN``, by binary search over the keys otherwise.
+:math:`n_j n_k` entries when that is at most ``MAX_LOOKUP_SPAN``, by bisection among the keys of its
+level of ``j`` otherwise (:func:`~gpucal.kernels.lookup.lookup_pairs`).
 
 The idea is the feature cross of AutoCross (Luo et al., "AutoCross: Automatic Feature Crossing for
 Tabular Data in Real-World Applications", KDD 2019: the cross of two categorical fields as the Cartesian
@@ -29,8 +30,12 @@ import numpy as np
 
 from gpucal._backend import array_namespace, to_numpy
 from gpucal.encoding.codings import MAX_LOOKUP_SPAN
-from gpucal.kernels.lookup import lookup_codes
+from gpucal.kernels.lookup import lookup_pairs, pair_tables
 from gpucal.rows.reduce import KeyedTable, check_table_size, group_sorted, merge_tables
+
+#: Most table entries (int64 count and float64 sum each) one pass of ``pair_tables`` fills for
+#: :func:`count_pairs`: 32 MiB.
+PAIR_TABLE_ENTRIES = 1 << 21
 
 
 @dataclass(frozen=True)
@@ -120,20 +125,43 @@ def count_pairs(
 ) -> list[KeyedTable]:
     """One block's weight per pair key, for each ``(left, right, n_left, n_right)``: keyed tables on the
     host, the keys that some row has in increasing order. A pair of at most ``MAX_LOOKUP_SPAN`` keys is
-    counted into a table of every key (two ``bincount`` passes), a larger one by sorting its keys."""
+    counted into a table of every key, a larger one by sorting its keys. On numpy the pairs of at most
+    as many keys as rows fill their tables together, in one compiled pass of
+    :func:`~gpucal.kernels.lookup.pair_tables` per ``PAIR_TABLE_ENTRIES`` entries; the others, and
+    every pair on cupy, take two ``bincount`` passes (a table larger than the rows costs more to clear
+    and scan than the rows to count)."""
     xp = array_namespace(codes)
     n_rows = int(codes.shape[0])
     weight = xp.ones((n_rows, 1), dtype=xp.float64) if w is None else xp.asarray(w, dtype=xp.float64)[:, None]
+    dense: dict[int, tuple[Any, Any]] = {}
+    if xp is np:
+        group: list[int] = []
+        for p, (_, _, n_left, n_right) in enumerate(pairs):
+            span = n_left * n_right
+            if span > min(MAX_LOOKUP_SPAN, n_rows):
+                continue
+            if group and sum(pairs[g][2] * pairs[g][3] for g in group) + span > PAIR_TABLE_ENTRIES:
+                dense.update(
+                    zip(group, pair_tables(codes, weight[:, 0], [pairs[g] for g in group]), strict=True)
+                )
+                group = []
+            group.append(p)
+        if group:
+            dense.update(zip(group, pair_tables(codes, weight[:, 0], [pairs[g] for g in group]), strict=True))
     tables = []
-    for left, right, n_left, n_right in pairs:
-        keys = pair_keys(codes, left, right, n_right)
+    for p, (left, right, n_left, n_right) in enumerate(pairs):
         span = n_left * n_right
-        if span <= MAX_LOOKUP_SPAN:
+        if p in dense:
+            counts, sums = dense[p]
+            present = np.flatnonzero(counts)
+            found, summed = (present,), sums[present][:, None]
+        elif span <= MAX_LOOKUP_SPAN:
+            keys = pair_keys(codes, left, right, n_right)
             present = xp.flatnonzero(xp.bincount(keys, minlength=span))
             summed = xp.bincount(keys, weights=weight[:, 0], minlength=span)[present][:, None]
             found = (present,)
         else:
-            found, summed = group_sorted((keys,), weight, xp)
+            found, summed = group_sorted((pair_keys(codes, left, right, n_right),), weight, xp)
         check_table_size(int(summed.shape[0]), limit, f"cross of columns {left} and {right}")
         tables.append(KeyedTable((to_numpy(found[0]).astype(np.int64),), to_numpy(summed)))
     return tables
@@ -177,20 +205,11 @@ def select_crosses(
 
 
 def transform_crosses(crosses: Sequence[Cross], out: Any, first: int) -> None:
-    """Write each cross's codes into ``out[:, first + c]``, reading its pair's codes from ``out``."""
-    xp = array_namespace(out)
-    for c, cross in enumerate(crosses):
-        keys = pair_keys(out, cross.left, cross.right, cross.n_right)
-        span = cross.n_left * cross.n_right
-        if span <= MAX_LOOKUP_SPAN:
-            table = np.full(span, cross.pooled_code, dtype=np.int64)
-            table[cross.keys] = np.arange(cross.keys.shape[0])
-            lookup_codes(keys, 0, table, cross.pooled_code, out, first + c)
-            continue
-        kept = xp.asarray(cross.keys)
-        found = xp.clip(xp.searchsorted(kept, keys), 0, max(cross.pooled_code - 1, 0))
-        hit = kept[found] == keys if cross.pooled_code else xp.zeros(keys.shape, dtype=bool)
-        out[:, first + c] = xp.where(hit, found, cross.pooled_code)
+    """Write each cross's codes into ``out[:, first + c]``, reading its pair's codes from ``out``
+    (:func:`~gpucal.kernels.lookup.lookup_pairs`: one pass over the rows for every cross)."""
+    if crosses:
+        pairs = [(c.left, c.right, c.n_left, c.n_right, c.keys) for c in crosses]
+        lookup_pairs(out, first, pairs, max_table=MAX_LOOKUP_SPAN)
 
 
 def cross_to_dict(cross: Cross, names: Sequence[Hashable]) -> dict[str, Any]:
