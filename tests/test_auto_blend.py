@@ -1,5 +1,5 @@
 """The blend's Newton fit on the simplex (``gpucal.auto.blend``) against numpy, scipy's SLSQP and brute
-force."""
+force; the AUC guard's reading of the raw score."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from scipy.optimize import minimize, minimize_scalar
 from scipy.special import expit
 
 from gpucal.auto.blend import fit_blend, mean_log_loss, newton_sums, simplex_qp
+from gpucal.auto.guard import order_guard
 
 
 def _members(seed: int, n_rows: int, scales: tuple[float, ...]) -> tuple[np.ndarray, np.ndarray]:
@@ -146,3 +147,18 @@ def test_fit_blend_with_a_duplicated_member() -> None:
     assert np.all(fit.weights >= 0.0)
     assert fit.weights.sum() == pytest.approx(1.0, abs=1e-12)
     assert fit.loss == pytest.approx(_slsqp(member_logits, y, w)[2], abs=1e-10)
+
+
+def test_order_guard_reads_probabilities_as_they_are() -> None:
+    """A raw score in [0, 1] (with -0.0 among its values) gives the AUC of its ranks; unit weights given
+    as None give the AUC of weights of 1."""
+    rng = np.random.default_rng(5)
+    score = np.round(rng.uniform(size=3_000), 2)  # ties
+    score[:50] = -0.0
+    y = (rng.uniform(size=3_000) < score).astype(float)
+    predicted = np.clip(score + rng.normal(scale=0.05, size=3_000), 0.001, 0.999)
+    plain = order_guard(score, predicted, y, None)
+    weighted = order_guard(score, predicted, y, np.ones(3_000))
+    ranked = order_guard(score * 4.0 - 2.0, predicted, y, None)  # a margin: read through its ranks
+    assert plain.raw_auc == weighted.raw_auc == ranked.raw_auc
+    assert plain.auc == weighted.auc

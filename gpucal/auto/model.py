@@ -434,7 +434,10 @@ class AutoCalibrator(Calibrator):
         self.auc_guard_: dict[str, Any] = {"applied": False, "raw_auc": None, "auc": None}
         if self.auc_guard:
             guard = order_guard(
-                to_numpy(split.score)[crossed], predicted, host_labels[crossed], host_weights[crossed]
+                to_numpy(split.score)[crossed],
+                predicted,
+                host_labels[crossed],
+                None if weights is None else host_weights[crossed],
             )
             self.auc_guard_ = guard.report()
             if guard.applied and platt is None:
