@@ -162,3 +162,18 @@ def test_order_guard_reads_probabilities_as_they_are() -> None:
     ranked = order_guard(score * 4.0 - 2.0, predicted, y, None)  # a margin: read through its ranks
     assert plain.raw_auc == weighted.raw_auc == ranked.raw_auc
     assert plain.auc == weighted.auc
+
+
+def test_fit_blend_with_identical_members_reaches_the_same_blend() -> None:
+    """Twins (identical logits) of the best member and of another: the twins' weights add up to what
+    their column gets without the twins, at the same loss."""
+    member_logits, y = _members(6, 3_000, (1.0, 2.5))
+    w = np.ones(y.shape[0])
+    twins = np.column_stack(
+        [member_logits[:, 0], member_logits[:, 1], member_logits[:, 0], member_logits[:, 1]]
+    )
+    fit = fit_blend(twins, y, w)
+    alone = fit_blend(member_logits, y, w)
+    assert fit.loss == pytest.approx(alone.loss, abs=1e-13)
+    assert_allclose(fit.weights[[0, 1]] + fit.weights[[2, 3]], alone.weights, atol=1e-7)
+    assert np.all(alone.weights > 0.1)  # both columns weigh in the blend

@@ -126,7 +126,10 @@ def fit_blend(
 
     Members whose weight comes out below ``min_member_weight`` are left out and the blend refitted on
     the others (the best member always stays): each member costs a refit on every row, for a change of
-    the blend's logit of at most that weight times the member's distance to the rest.
+    the blend's logit of at most that weight times the member's distance to the rest. Members with
+    identical logits make the optimum a segment: the Hessian's ridge (:func:`_fit_simplex`) shares each
+    step's change of their total weight equally among those free, and a twin of the member the fit
+    starts from is freed only when that member's weight grows.
 
     Parameters
     ----------
