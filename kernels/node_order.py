@@ -18,7 +18,6 @@ import numpy as np
 
 from gpucal.kernels._dispatch import is_cupy_array, readonly, resolve_backend
 from gpucal.kernels.jit import numba, parallel_rows
-from gpucal.kernels.trees_row import route_row
 
 
 def order_by_node(node_idx: Any, n_nodes: int, *, backend: str = "auto") -> Any:
@@ -162,7 +161,16 @@ def _route_and_group(
     for c in numba.prange(n_chunks):
         for i in range(c * chunk, min(n, (c + 1) * chunk)):
             ui = np.uint64(i)
-            m = route_row(codes, ui, node_idx[ui], node_feature, node_child_base, child_table)
+            # trees_row.route_row's step written out: a call of it here, even inlined, touches the
+            # reference counts of its four arrays on every row, most of the pass's time.
+            node = node_idx[ui]
+            m = node
+            if node >= 0:
+                j = node_feature[np.uint64(node)]
+                if j >= 0:
+                    child = child_table[np.uint64(node_child_base[np.uint64(node)] + codes[ui, np.uint64(j)])]
+                    if child >= 0:
+                        m = child
             routed[ui] = m
             counts[c, m] += 1
     # Node m's run starts after every lighter id; chunk c's rows of m after those of chunks before c.

@@ -1,9 +1,10 @@
 """Numba CPU twins of the tree kernels: parallel loops over rows, each row walked on its own.
 
 Rows are independent and each writes only its own outputs, so the result does not depend on the
-thread count or schedule (bit-identical between runs). ``route_rows_cpu``'s per-row code is
-``gpucal.kernels.trees_row``, the functions the CUDA kernels call; row and node indices are unsigned (no
-wrap-around checks, see there).
+thread count or schedule (bit-identical between runs). The per-row code is ``gpucal.kernels.trees_row``,
+the functions the CUDA kernels call, but for ``route_rows_cpu``, which writes ``route_row``'s step out
+(inlined, a function that takes arrays still touches their reference counts on every row); row and node
+indices are unsigned (no wrap-around checks, see there).
 
 A walk is latency-bound: each level waits for dependent loads. Three choices hide that latency,
 measured on the five trees MBCT fits on 1e7 rows of the speed benchmark, one thread:
@@ -24,7 +25,7 @@ from __future__ import annotations
 import numpy as np
 
 from gpucal.kernels.jit import numba, parallel_rows
-from gpucal.kernels.trees_row import apply_map, finish_value, route_row, start_value
+from gpucal.kernels.trees_row import apply_map, finish_value, start_value
 
 
 @parallel_rows("codes")
@@ -32,7 +33,17 @@ def route_rows_cpu(codes, node_idx, node_feature, node_child_base, child_table, 
     """Write into ``out`` (int32) the node of each row one level below ``node_idx``; return ``out``."""
     for i in numba.prange(codes.shape[0]):
         ui = np.uint64(i)
-        out[ui] = route_row(codes, ui, node_idx[ui], node_feature, node_child_base, child_table)
+        # route_row's step written out: a call of it here, even inlined, touches the reference counts
+        # of its four arrays on every row, most of the pass's time.
+        node = node_idx[ui]
+        m = node
+        if node >= 0:
+            j = node_feature[np.uint64(node)]
+            if j >= 0:
+                child = child_table[np.uint64(node_child_base[np.uint64(node)] + codes[ui, np.uint64(j)])]
+                if child >= 0:
+                    m = child
+        out[ui] = m
     return out
 
 

@@ -1,8 +1,11 @@
 r"""Per-row arithmetic of the tree kernels, shared by the numba CPU twin and the numba-cuda kernels.
 
-Each function is a plain ``numba.njit`` function with ``inline="always"``: the CPU twin inlines it (a call
-that passes arrays would touch their reference counts, which costs more than the walk) and numba-cuda
-compiles the same source into the kernels, so the backends cannot drift apart. The formulas are those of
+Each function is a plain ``numba.njit`` function with ``inline="always"``: the CPU twin inlines it and
+numba-cuda compiles the same source into the kernels, so the backends cannot drift apart. Inlined, a
+function that takes arrays still touches their reference counts at every call, which costs more than a
+routing step: the CPU loops that route every row one level (``route_rows_cpu``,
+``gpucal.kernels.node_order.route_and_group``) write :func:`route_row`'s step out, and the tests hold
+them to the oracle and the CUDA kernels. The formulas are those of
 ``gpucal.kernels.trees_oracle``'s module docstring.
 
 Array indices are cast to uint64 (every one is known to be >= 0 there): numba adds no negative-index

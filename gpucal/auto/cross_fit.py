@@ -67,10 +67,10 @@ def as_host_array(predicted: Any) -> np.ndarray:
     return np.asarray(to_numpy(predicted), dtype=np.float64)
 
 
-#: A rung of at most this many rows cuts each fold's rows once for all its candidates (every screening
-#: rung of a set of under 192,000 rows has at most 32,000); on more, each candidate cuts its own and no
-#: copies are kept.
-SHARED_FOLD_ROWS = 100_000
+#: A rung of at most this many rows cuts each fold's rows once for all its candidates, which then hold
+#: one copy of ``X`` per fold through the rung (every rung of a set of up to this many rows, its last,
+#: every-row rung included); on more, each candidate cuts its own and no copies are kept.
+SHARED_FOLD_ROWS = 200_000
 
 
 @dataclass(frozen=True)

@@ -64,7 +64,7 @@ def blend_probabilities(member_predictions: np.ndarray, weights: np.ndarray, int
 
 
 def order_guard(
-    raw_score: np.ndarray, predicted: np.ndarray, labels: np.ndarray, sample_weight: np.ndarray
+    raw_score: np.ndarray, predicted: np.ndarray, labels: np.ndarray, sample_weight: np.ndarray | None
 ) -> GuardResult:
     """Compare the out-of-fold AUC of a prediction with the raw score's (module docstring).
 
@@ -74,15 +74,23 @@ def order_guard(
         The score (probability or margin: only its order counts).
     predicted : numpy.ndarray of shape (n,)
         Out-of-fold probabilities of the prediction (:func:`blend_probabilities`).
-    labels, sample_weight : numpy.ndarray of shape (n,)
-        Labels in [0, 1] and row weights.
+    labels : numpy.ndarray of shape (n,)
+        Labels in [0, 1].
+    sample_weight : numpy.ndarray of shape (n,) or None
+        Row weights; None: unit weights (both AUCs then sort integer keys,
+        :func:`gpucal.metrics.roc_auc`).
 
     Returns
     -------
     GuardResult
     """
-    # AUC reads only the order; ranks scaled into [0, 1] take margins as well as probabilities, ties kept.
-    raw_ranks = rankdata(raw_score, method="min") / raw_score.shape[0]
+    # AUC reads only the order: a score in [0, 1] is read as it is, any other (margins) through its
+    # ranks scaled into [0, 1], ties kept, the same order.
+    raw_score = np.asarray(raw_score, dtype=np.float64)
+    if raw_score.size and raw_score.min() >= 0.0 and raw_score.max() <= 1.0:
+        raw_ranks = raw_score
+    else:
+        raw_ranks = rankdata(raw_score, method="min") / raw_score.shape[0]
     raw_auc = float(roc_auc(labels, raw_ranks, sample_weight=sample_weight))
     auc = float(roc_auc(labels, predicted, sample_weight=sample_weight))
     return GuardResult(applied=auc < raw_auc, raw_auc=raw_auc, auc=auc)

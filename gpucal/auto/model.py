@@ -434,7 +434,10 @@ class AutoCalibrator(Calibrator):
         self.auc_guard_: dict[str, Any] = {"applied": False, "raw_auc": None, "auc": None}
         if self.auc_guard:
             guard = order_guard(
-                to_numpy(split.score)[crossed], predicted, host_labels[crossed], host_weights[crossed]
+                to_numpy(split.score)[crossed],
+                predicted,
+                host_labels[crossed],
+                None if weights is None else host_weights[crossed],
             )
             self.auc_guard_ = guard.report()
             if guard.applied and platt is None:
@@ -491,17 +494,21 @@ class AutoCalibrator(Calibrator):
         racing = list(range(len(candidates)))
         self.rungs_: list[dict[str, int]] = []
         folds = np.empty(0, dtype=np.int64)
+        # Column-major: each candidate's held-out predictions and losses are written and read column by
+        # column. Allocated once and blanked at each later rung (a fresh array of every row per rung is
+        # paid again in page faults).
+        self.oof_predictions_ = np.full((host_labels.shape[0], len(candidates)), np.nan, order="F")
+        row_losses = (
+            np.full(self.oof_predictions_.shape, np.nan, order="F") if self.scoring in ROW_LOSSES else None
+        )
         for number, rung in enumerate(plan.rungs):
             if number > 0 and self._budget_spent(started):
                 break
+            if number > 0:
+                self.oof_predictions_.fill(np.nan)
+                if row_losses is not None:
+                    row_losses.fill(np.nan)
             folds = self._folds(X, groups, host_labels, host_weights, rung)
-            self.oof_predictions_ = np.full((host_labels.shape[0], len(candidates)), np.nan)
-            # Column-major: each candidate's held-out losses are written and compared column by column.
-            row_losses = (
-                np.full(self.oof_predictions_.shape, np.nan, order="F")
-                if self.scoring in ROW_LOSSES
-                else None
-            )
             self.n_folds_, self.cv_rows_ = rung.n_folds, rung.rows
             self.rungs_.append({"rows": rung.rows, "n_folds": rung.n_folds, "candidates": len(racing)})
             if self.verbose and len(plan.rungs) > 1:
