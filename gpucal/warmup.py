@@ -11,8 +11,13 @@ cannot drift from them: every calibrator of ``gpucal demo`` is fitted and applie
 :func:`gpucal.evaluate` and the reliability curve is computed, on a few thousand ``make_ctr`` rows in
 float64 and in float32 scores (the two score dtypes the kernels are compiled for), once with the row
 kernels' serial twins and once with their parallel ones (:func:`gpucal.kernels.jit.parallel_rows`: inputs of
-:data:`~gpucal.kernels.jit.PARALLEL_MIN_ROWS` rows or more run the parallel twin). The neural calibrators
-run on PyTorch and compile nothing, so they are left out.
+:data:`~gpucal.kernels.jit.PARALLEL_MIN_ROWS` rows or more run the parallel twin). In each of those four
+passes the automatic calibrator is also fitted, without weights and with them, and applied, on
+:data:`WARM_UP_AUTO_ROWS` rows: a large set, the fewest rows that take its large-data paths (the
+second-order feature-aware Platt candidates and their crosses, the compiled design loop and score
+passes, two-byte category codes); the parallel pass reaches the parallel twins on those rows, below
+``PARALLEL_MIN_ROWS``. The neural calibrators run on PyTorch and compile nothing, so
+they are left out.
 """
 
 from __future__ import annotations
@@ -20,12 +25,20 @@ from __future__ import annotations
 import contextlib
 import sys
 import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
 #: Rows of the warm-up data: enough that every code path (several tree levels, every bin) runs.
 WARM_UP_ROWS = 20_000
 #: Score dtypes the kernels get compiled for.
 WARM_UP_DTYPES = ("float64", "float32")
+#: Rows of the automatic calibrator's warm-up fits: the fewest that take every one of its large-data
+#: paths. Above ``gpucal.auto.sizing.LARGE_ROWS`` (100,000) the set is large (rungs of 8,000, 32,000 and
+#: every row; second-order feature-aware Platt with its crosses; folds and refits above
+#: ``DESIGN_NUMBA_MIN_ROWS``, 32,768); from ``gpucal.calibrators._logistic_kernels.NUMBA_MIN_ROWS`` the
+#: refits on every row run the compiled score passes. ``make_ctr``'s site_id has about 18,000 levels
+#: in these rows (two-byte codes). Below ``PARALLEL_MIN_ROWS``: the parallel pass forces the twins.
+WARM_UP_AUTO_ROWS = 131_072
 #: Calibrators fitted on the score alone, and those that also read the categorical fields.
 ONE_DIM_CALIBRATORS = ("platt", "temperature", "beta", "histogram", "isotonic", "scaling_binning", "sir")
 FEATURE_CALIBRATORS = ("feature_platt", "mbct", "hc")
@@ -40,7 +53,8 @@ def warm_up(*, verbose: bool = False) -> float:
     Parameters
     ----------
     verbose : bool, default False
-        Write one progress line per step to stderr.
+        Write one progress line per step to stderr, and one per kernel that numba compiles (a cache miss)
+        in this process, with its argument types.
 
     Returns
     -------
@@ -62,12 +76,16 @@ def warm_up(*, verbose: bool = False) -> float:
     started = time.perf_counter()
     scenario = "mixed"
     fields = list(datasets.ctr_scenario(scenario)["fields"])
-    for dtype in WARM_UP_DTYPES:
-        for twins, context in (("serial", contextlib.nullcontext()), ("parallel", parallel_twins_only())):
-            tick = time.perf_counter()
-            with context:
-                _warm_pass(datasets.make_ctr(WARM_UP_ROWS, scenario, seed=0, dtype=dtype), fields)
-            say(f"  {dtype} scores, {twins} kernels: {time.perf_counter() - tick:.1f} s")
+    naming = _naming_kernels(say) if verbose else contextlib.nullcontext()
+    with naming:
+        for dtype in WARM_UP_DTYPES:
+            for twins, context in (("serial", contextlib.nullcontext()), ("parallel", parallel_twins_only())):
+                tick = time.perf_counter()
+                with context:
+                    _warm_pass(datasets.make_ctr(WARM_UP_ROWS, scenario, seed=0, dtype=dtype), fields)
+                    auto_rows = datasets.make_ctr(WARM_UP_AUTO_ROWS, scenario, seed=0, dtype=dtype)
+                    _warm_auto(auto_rows, fields)
+                say(f"  {dtype} scores, {twins} kernels: {time.perf_counter() - tick:.1f} s")
     seconds = time.perf_counter() - started
     say(f"warm-up done in {seconds:.1f} s")
     return seconds
@@ -101,3 +119,48 @@ def _warm_pass(frame: Any, fields: list[str]) -> None:
     )
     segment_report(y, predictions["mbct"], frame[fields])
     reliability_curve(y, predictions["isotonic"], n_bootstrap=8)
+
+
+def _warm_auto(frame: Any, fields: list[str]) -> None:
+    """Fit the automatic calibrator on ``frame`` (``make_ctr`` rows of a large set) without weights and
+    with them, and apply it; fit and apply each of its candidates on every row too.
+
+    The search's rungs and folds do not depend on which candidates win; its refits on every row do (only
+    the chosen ones and the blend's members are refitted), so every candidate of a large set is fitted
+    on every row as a refit would be.
+    """
+    import numpy as np
+
+    from gpucal.auto.candidates import column_params, default_candidates
+    from gpucal.factory import make_calibrator
+
+    rows, label = frame[["score", *fields]], frame["label"]
+    weights = 1.0 + np.arange(len(frame), dtype=frame["score"].dtype) % 3
+    columns = column_params("score", fields, fields, "probability")
+    for sample_weight in (None, weights):
+        model = make_calibrator("auto", feature_cols=fields, categorical_cols=fields)
+        model.fit(rows, label, sample_weight=sample_weight).predict(rows)
+        for candidate in default_candidates(columns, with_features=True, with_torch=False, large=True):
+            candidate.estimator.fit(rows, label, sample_weight=sample_weight).predict(rows)
+
+
+@contextlib.contextmanager
+def _naming_kernels(say: Callable[[str], None]) -> Iterator[None]:
+    """Pass ``say`` one line per kernel of gpucal's that numba compiles (a cache miss) in the block."""
+    from numba.core import event
+
+    from gpucal.kernels.numba_cache import ANNOUNCED_PACKAGE
+
+    class NameKernel(event.Listener):
+        def on_start(self, ev: event.Event) -> None:
+            kernel = getattr(ev.data.get("dispatcher"), "py_func", None)
+            module = getattr(kernel, "__module__", "") or ""
+            if kernel is not None and module.partition(".")[0] == ANNOUNCED_PACKAGE:
+                types = ", ".join(str(arg) for arg in ev.data.get("args", ()))
+                say(f"    compiling {module}.{kernel.__qualname__}({types})")
+
+        def on_end(self, ev: event.Event) -> None:
+            pass
+
+    with event.install_listener("numba:compile", NameKernel()):
+        yield

@@ -122,6 +122,42 @@ def test_after_warm_up_the_demo_compiles_nothing(fresh_env: dict[str, str]):
     assert NOTICE not in demo.stderr
 
 
+# AutoCalibrator on a user's larger data: a large set (its second-order candidates, the design loop of
+# 32,768 rows and more) on the serial twins, then on the parallel ones (PARALLEL_MIN_ROWS rows), with and
+# without weights, the fields categorical and two of them numeric; each fitted and applied.
+FIT_AUTO_ON_LARGE_SETS = """
+import numpy as np
+from gpucal.datasets import make_ctr
+from gpucal.factory import make_calibrator
+fields = ['site_id', 'ad_category', 'region', 'hour', 'user_segment', 'device']
+some_numeric = ['site_id', 'ad_category', 'user_segment', 'device']  # region and hour: numbers
+for n_rows, categorical in ((150_000, fields), (150_000, some_numeric), (300_000, fields)):
+    frame = make_ctr(2 * n_rows, 'mixed', seed=3)
+    fit, held_out = frame.iloc[:n_rows], frame.iloc[n_rows:]
+    for weights in (None, np.linspace(0.5, 2.0, n_rows)):
+        model = make_calibrator('auto', feature_cols=fields, categorical_cols=categorical)
+        model.fit(fit[['score', *fields]], fit['label'], sample_weight=weights)
+        model.predict(held_out[['score', *fields]])
+"""
+
+
+def test_the_auto_warm_up_fits_the_fewest_rows_of_a_large_set_with_compiled_passes():
+    from gpucal.auto.sizing import LARGE_ROWS
+    from gpucal.calibrators._logistic_kernels import DESIGN_NUMBA_MIN_ROWS, NUMBA_MIN_ROWS
+    from gpucal.kernels.jit import PARALLEL_MIN_ROWS
+    from gpucal.warmup import WARM_UP_AUTO_ROWS
+
+    assert WARM_UP_AUTO_ROWS == max(LARGE_ROWS + 1, NUMBA_MIN_ROWS, DESIGN_NUMBA_MIN_ROWS)
+    assert WARM_UP_AUTO_ROWS < PARALLEL_MIN_ROWS  # the parallel pass forces the twins on fewer
+
+
+@pytest.mark.slow
+def test_after_warm_up_a_first_auto_fit_on_large_sets_compiles_nothing(fresh_env: dict[str, str]):
+    run_python("from gpucal.warmup import warm_up\nwarm_up()\n", fresh_env)
+    auto = run_python(FIT_AUTO_ON_LARGE_SETS, fresh_env)
+    assert NOTICE not in auto.stderr, auto.stderr
+
+
 def test_import_gpucal_changes_nothing_in_the_process(fresh_env: dict[str, str]):
     """A library does not change its process on import: the environment and the import system stay."""
     code = (

@@ -757,7 +757,8 @@ def run_warmup(args: argparse.Namespace) -> int:
     The demo's kernels first, in the demo's parallel warm-up processes on its default data; then
     :func:`gpucal.warmup.warm_up` here, which loads those from the cache and compiles the rest (float32
     scores, the reliability curve's bootstrap, the row kernels' parallel twins that inputs of
-    ``PARALLEL_MIN_ROWS`` rows or more run) one by one.
+    ``PARALLEL_MIN_ROWS`` rows or more run, the automatic calibrator's paths on a large set, with
+    weights and without) one by one.
     """
     from gpucal.warmup import warm_up
 
