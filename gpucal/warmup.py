@@ -11,13 +11,13 @@ cannot drift from them: every calibrator of ``gpucal demo`` is fitted and applie
 :func:`gpucal.evaluate` and the reliability curve is computed, on a few thousand ``make_ctr`` rows in
 float64 and in float32 scores (the two score dtypes the kernels are compiled for), once with the row
 kernels' serial twins and once with their parallel ones (:func:`gpucal.kernels.jit.parallel_rows`: inputs of
-:data:`~gpucal.kernels.jit.PARALLEL_MIN_ROWS` rows or more run the parallel twin). In each of those four
-passes the automatic calibrator is also fitted, without weights and with them, and applied, on
-:data:`WARM_UP_AUTO_ROWS` rows: a large set, the fewest rows that take its large-data paths (the
-second-order feature-aware Platt candidates and their crosses, the compiled design loop and score
-passes, two-byte category codes); the parallel pass reaches the parallel twins on those rows, below
-``PARALLEL_MIN_ROWS``. The neural calibrators run on PyTorch and compile nothing, so
-they are left out.
+:data:`~gpucal.kernels.jit.PARALLEL_MIN_ROWS` rows or more run the parallel twin). In the two float64
+passes (serial and parallel twins) the automatic calibrator is also fitted, without weights and with
+them, and applied, on :data:`WARM_UP_AUTO_ROWS` rows: a large set, the fewest rows that take its
+large-data paths (the second-order feature-aware Platt candidates and their crosses, the compiled design
+loop and score passes, two-byte category codes); the parallel pass reaches the parallel twins on those
+rows, below ``PARALLEL_MIN_ROWS``; its kernels read float64 whatever the score's dtype, so float32 scores
+would add nothing. The neural calibrators run on PyTorch and compile nothing, so they are left out.
 """
 
 from __future__ import annotations
@@ -39,6 +39,9 @@ WARM_UP_DTYPES = ("float64", "float32")
 #: refits on every row run the compiled score passes. ``make_ctr``'s site_id has about 18,000 levels
 #: in these rows (two-byte codes). Below ``PARALLEL_MIN_ROWS``: the parallel pass forces the twins.
 WARM_UP_AUTO_ROWS = 131_072
+#: The score dtype of the automatic calibrator's warm-up fits: its kernels read float64 whatever the
+#: score's dtype, so fits on float32 scores would compile nothing more.
+AUTO_DTYPE = "float64"
 #: Calibrators fitted on the score alone, and those that also read the categorical fields.
 ONE_DIM_CALIBRATORS = ("platt", "temperature", "beta", "histogram", "isotonic", "scaling_binning", "sir")
 FEATURE_CALIBRATORS = ("feature_platt", "mbct", "hc")
@@ -83,8 +86,8 @@ def warm_up(*, verbose: bool = False) -> float:
                 tick = time.perf_counter()
                 with context:
                     _warm_pass(datasets.make_ctr(WARM_UP_ROWS, scenario, seed=0, dtype=dtype), fields)
-                    auto_rows = datasets.make_ctr(WARM_UP_AUTO_ROWS, scenario, seed=0, dtype=dtype)
-                    _warm_auto(auto_rows, fields)
+                    if dtype == AUTO_DTYPE:
+                        _warm_auto(datasets.make_ctr(WARM_UP_AUTO_ROWS, scenario, seed=0), fields)
                 say(f"  {dtype} scores, {twins} kernels: {time.perf_counter() - tick:.1f} s")
     seconds = time.perf_counter() - started
     say(f"warm-up done in {seconds:.1f} s")
