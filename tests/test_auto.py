@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from contextlib import nullcontext
 from typing import Any
 
 import numpy as np
@@ -18,9 +19,11 @@ from gpucal.auto import AutoCalibrator, sizing
 from gpucal.auto import candidates as candidates_module
 from gpucal.auto.blend import MIN_MEMBER_WEIGHT, fit_blend, logits, loss_and_gradient, mean_log_loss
 from gpucal.auto.candidates import FEATURE_CANDIDATES, Candidate
+from gpucal.auto.cross_fit import CrossFitting
 from gpucal.auto.folds import grouped_folds, stratified_folds, subsample_rows, without_attrs
 from gpucal.auto.guard import order_guard
 from gpucal.auto.report import ROW_LOSSES, fold_scores
+from gpucal.calibrators import _feature_platt_solver as feature_platt_solver
 from gpucal.calibrators.hinge_platt import HingePlattCalibrator
 from gpucal.datasets import make_ctr
 from gpucal.factory import make_calibrator
@@ -727,3 +730,32 @@ def test_search_leaves_the_frame_attrs() -> None:
     assert X.attrs
     without = AutoCalibrator(**params).fit(plain, y)
     assert_array_equal(with_attrs.predict(X), without.predict(plain))
+
+
+def test_fold_fits_share_their_encodings_and_match_unshared_ones(
+    ctr: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    X, y, held_out = ctr
+    grid = [
+        make_calibrator("feature_platt", l2=l2, **extra)
+        for l2, extra in [
+            (1.0, {}),
+            (10.0, {"screen_fields": True}),
+            (10.0, {"screen_fields": True, "interactions": "auto", "l2_cross": 10.0}),
+            (10.0, {"screen_fields": True, "interactions": "auto", "l2_cross": 100.0}),
+        ]
+    ]
+    encodings: list[Any] = []
+    real = feature_platt_solver._encoded
+    monkeypatch.setattr(
+        feature_platt_solver, "_encoded", lambda *a, **k: encodings.append(a) or real(*a, **k)
+    )
+    shared = auto(candidates=grid, drop_threshold=None).fit(X, y)
+    n_shared = len(encodings)
+    monkeypatch.setattr(CrossFitting, "sharing", lambda self, fold: nullcontext())
+    alone = auto(candidates=grid, drop_threshold=None).fit(X, y)
+    n_alone = len(encodings) - n_shared
+    assert n_alone - n_shared == 2 * shared.n_folds_  # per fold two encodings of four (one rung)
+    assert_array_equal(shared.oof_predictions_, alone.oof_predictions_)
+    assert shared.best_index_ == alone.best_index_
+    assert_array_equal(shared.predict(held_out), alone.predict(held_out))

@@ -1,18 +1,22 @@
 """Feature-aware Platt's ``screen_fields``: the fields kept against Platt scaling, checked against the
-explicit fit on those fields, scikit-learn's Platt fit, and the held-out log-loss of the unscreened fit."""
+explicit fit on those fields, scikit-learn's Platt fit, and the held-out log-loss of the unscreened fit;
+the fits of a search's settings inside ``sharing_fits`` against the same fits alone."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import numpy as np
 import pandas as pd
 import pytest
-from numpy.testing import assert_allclose
+from numpy.testing import assert_allclose, assert_array_equal
 from scipy.special import expit, logit
 from sklearn.linear_model import LogisticRegression
 
+from gpucal.calibrators import _feature_platt_solver as solver
 from gpucal.calibrators._feature_platt_rows import PlattBlock
 from gpucal.calibrators._feature_platt_solver import _score_only
-from gpucal.calibrators.feature_platt import FeatureAwarePlattCalibrator
+from gpucal.calibrators.feature_platt import FeatureAwarePlattCalibrator, sharing_fits
 from gpucal.metrics import log_loss
 from gpucal.rows.local import LocalRows
 
@@ -104,3 +108,56 @@ def test_score_only_fit_equals_sklearn(l2: float) -> None:
     a, b = _score_only(rows, float(logit(y.mean())), l2, 100)
     ref = LogisticRegression(C=1.0 / l2, tol=1e-12, max_iter=1000).fit(x[:, None], y)
     assert_allclose([a, b], [ref.coef_[0, 0], ref.intercept_[0]], atol=1e-7)
+
+
+# The settings of AutoCalibrator's feature-aware Platt candidates on a large set: three share the
+# first-order encoder, two the encoder with every pair crossed, three the score-only model of the screen.
+SEARCH = [
+    {"l2": 1.0},
+    {"l2": 10.0, "screen_fields": True},
+    {"l2": 100.0},
+    {"l2": 10.0, "screen_fields": True, "interactions": "auto", "l2_cross": 10.0},
+    {"l2": 10.0, "screen_fields": True, "interactions": "auto", "l2_cross": 100.0},
+]
+
+
+def fitted_state(cal: FeatureAwarePlattCalibrator) -> tuple[Any, ...]:
+    return (cal.encoder_, cal.interactions_, cal.coef_score_, cal.intercept_, cal.coef_.tolist(), cal.n_iter_)
+
+
+def test_shared_fits_equal_unshared_ones(monkeypatch: pytest.MonkeyPatch) -> None:
+    X, y = cross_only(5_000, 8)
+    w = np.random.default_rng(9).uniform(0.5, 2.0, len(y))
+    params = {"categorical_cols": ["site", "device", "hour"], "tol": 1e-5}
+    alone = [FeatureAwarePlattCalibrator(**params, **p).fit(X, y, sample_weight=w) for p in SEARCH]
+    assert alone[3].interactions_ == [["device", "hour"]]
+    encodings: list[Any] = []
+    real = solver._encoded
+    monkeypatch.setattr(solver, "_encoded", lambda *a, **k: encodings.append(a) or real(*a, **k))
+    memo: dict[Any, Any] = {}
+    with sharing_fits(memo):
+        shared = [FeatureAwarePlattCalibrator(**params, **p).fit(X, y, sample_weight=w) for p in SEARCH]
+        other = X.copy()  # another object: its own encodings, never those of X
+        again = FeatureAwarePlattCalibrator(**params, **SEARCH[3]).fit(other, y, sample_weight=w)
+    assert len(encodings) == 3  # two encoders on X, one on its copy
+    assert len(memo) == 2
+    for one, two in zip(alone, shared, strict=True):
+        assert fitted_state(one) == fitted_state(two)
+        assert_array_equal(one.predict(X), two.predict(X))
+    assert fitted_state(again) == fitted_state(alone[3])
+
+
+def test_nothing_is_kept_outside_sharing(monkeypatch: pytest.MonkeyPatch) -> None:
+    X, y = cross_only(3_000, 10)
+    params = {"categorical_cols": ["site", "device", "hour"], **SEARCH[3]}
+    encodings: list[Any] = []
+    real = solver._encoded
+    monkeypatch.setattr(solver, "_encoded", lambda *a, **k: encodings.append(a) or real(*a, **k))
+    with sharing_fits({}):
+        FeatureAwarePlattCalibrator(**params).fit(X, y)
+    assert solver._SHARED_FITS.get() is None
+    X["hour"] = (X["hour"].to_numpy() + 1) % 6  # the same object, changed between two fits outside
+    refit = FeatureAwarePlattCalibrator(**params).fit(X, y)
+    assert len(encodings) == 2
+    fresh = FeatureAwarePlattCalibrator(**params).fit(X.copy(), y)
+    assert fitted_state(refit) == fitted_state(fresh)

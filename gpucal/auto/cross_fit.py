@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import sys
 import time
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,6 +20,7 @@ from gpucal.auto.blend import logits
 from gpucal.auto.candidates import Candidate, takes_param
 from gpucal.auto.folds import select_rows
 from gpucal.auto.report import METRICS, ROW_LOSSES, fold_scores, report_row, trailing_reason
+from gpucal.calibrators.feature_platt import sharing_fits
 
 #: Errors of a candidate's fit that mark it failed in the report instead of stopping the search.
 CANDIDATE_ERRORS = (ValueError, KeyError, ArithmeticError, ImportError, NotImplementedError)
@@ -107,6 +109,8 @@ class CrossFitting:
         large set, where each is a Newton over many rows.
     fold_cache : dict
         The rows of each fold already cut (:meth:`fold_rows`), shared by the rung's candidates.
+    fit_memos : dict
+        Per fold of ``fold_cache``, what the candidates' fits on its rows share (:meth:`sharing`).
     """
 
     X: Any
@@ -121,6 +125,7 @@ class CrossFitting:
     verbose: int
     loose: bool = False
     fold_cache: dict[int, FoldRows] = field(default_factory=dict)
+    fit_memos: dict[int, dict[Any, Any]] = field(default_factory=dict)
 
     def fold_rows(self, fold: int) -> FoldRows:
         """The training and held-out rows of ``fold``; cut once and kept for the rung's other candidates
@@ -141,6 +146,14 @@ class CrossFitting:
         if train.shape[0] + test.shape[0] <= SHARED_FOLD_ROWS:
             self.fold_cache[fold] = cut
         return cut
+
+    def sharing(self, fold: int) -> AbstractContextManager[None]:
+        """The context of a candidate's fit on ``fold``'s rows: where the rung keeps them
+        (:meth:`fold_rows`), feature-aware Platt fits on them share their encoding and screens
+        (``gpucal.calibrators.feature_platt.sharing_fits``), kept as long as the rows are."""
+        if fold not in self.fold_cache:
+            return nullcontext()
+        return sharing_fits(self.fit_memos.setdefault(fold, {}))
 
 
 def cross_fit_candidate(
@@ -164,7 +177,8 @@ def cross_fit_candidate(
         test = cut.test
         try:
             model = fold_estimator(candidate.estimator) if search.loose else fresh(candidate.estimator)
-            model.fit(cut.X_train, cut.y_train, sample_weight=cut.w_train)
+            with search.sharing(fold):
+                model.fit(cut.X_train, cut.y_train, sample_weight=cut.w_train)
             predicted = as_host_array(model.predict(cut.X_test))
         except CANDIDATE_ERRORS as error:
             status = f"error: {type(error).__name__}: {error}"

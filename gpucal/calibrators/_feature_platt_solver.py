@@ -29,9 +29,11 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 from scipy import sparse
@@ -133,24 +135,132 @@ class FeaturePlattState:
     fit: FeaturePlattFit
 
 
-def fit_feature_platt(rows: Rows, params: FeaturePlattParams) -> FeaturePlattState:
+def fit_feature_platt(
+    rows: Rows, params: FeaturePlattParams, *, source: tuple[Any, ...] | None = None
+) -> FeaturePlattState:
     """Fit the feature-aware Platt model on the rows of ``X, y, sample_weight`` (``gpucal.rows.as_rows``).
+
+    ``source``: the objects ``X, y, sample_weight`` the rows were read from; inside :func:`sharing_fits`
+    fits given the same objects (and local rows) share their encoding and screens.
 
     Raises
     ------
     ValueError
         No rows, all weights zero, or one class only (with non-zero weight); the blocks' own checks.
     """
-    encoder, encoded, n_rows, theta = _encoded(rows, params)
+    memo = _shared_memo(source, rows)
+    encoding = _encoding_key(params)
+    if encoding is None:
+        memo = None
+    encoder, encoded, n_rows, theta = _recalled(memo, ("encoded", encoding), lambda: _encoded(rows, params))
+    theta = theta.copy()
+    narrowed: tuple[Hashable, ...] | None = None
     if params.screen_fields:
-        kept = kept_fields(encoder, encoded, theta, params)
+        judged = (encoding, params.l2, params.max_iter, params.interactions == "auto", params.array_code)
+        kept = _recalled(memo, ("kept", judged), lambda: kept_fields(encoder, encoded, theta, params))
         if len(kept) < len(encoder.feature_names_):
-            encoder, encoded, theta = _kept_fields(encoder, encoded, theta, kept)
+            narrowed = tuple(kept)
+            start = theta
+            encoder, encoded, theta = _recalled(
+                memo, ("narrowed", encoding, narrowed), lambda: _kept_fields(encoder, encoded, start, kept)
+            )
+            theta = theta.copy()
     if params.interactions == "auto" and encoder.interactions_:
-        encoder, encoded, theta = _screened(encoder, encoded, theta, params, n_rows)
+        first = (
+            encoding,
+            narrowed,
+            params.l2,
+            params.max_iter,
+            params.warm_start_min_rows,
+            params.warm_start_rows,
+            params.array_code,
+        )
+        encoder, encoded, theta = _screened(encoder, encoded, theta, params, n_rows, memo, first)
     theta = np.r_[theta, np.zeros(2 + int(np.sum(encoder.n_codes_)) - theta.shape[0])]  # crosses start at 0
     fit = _fit_rows(encoded, encoder.n_codes_, encoder.crosses_, theta, params, n_rows, final=True)
     return FeaturePlattState(encoder, fit)
+
+
+#: The memo of the fits run inside :func:`sharing_fits` (None outside one): per ``source`` of rows,
+#: its objects and what the fits on them share.
+_SHARED_FITS: ContextVar[dict[tuple[int, ...], tuple[tuple[Any, ...], dict[Any, Any]]] | None] = ContextVar(
+    "feature_platt_shared_fits", default=None
+)
+
+_T = TypeVar("_T")
+
+
+@contextmanager
+def sharing_fits(memo: dict[Any, Any]) -> Iterator[None]:
+    """Within the block, feature-aware Platt fits on the same ``X``, ``y`` and ``sample_weight`` objects
+    (local rows) share what depends on those rows and the encoder's parameters alone, kept in ``memo``:
+    the fitted first-order encoder (every pair crossed, with ``interactions="auto"``) and its encoded
+    rows; the columns ``screen_fields`` keeps (per ``l2``); the first-order fit that the cross screen
+    starts from and that screen's level sums (per ``l2``; ``l2_cross`` only weighs them). Each fit takes
+    the same steps as alone, so its result is the same to the last bit. Outside the block nothing is kept.
+
+    ``memo`` holds the rows' objects and their encodings while it lives: the caller keeps one per set
+    of rows that is not changed while it is (one fold of a search) and drops it with them.
+    """
+    token = _SHARED_FITS.set(memo)
+    try:
+        yield
+    finally:
+        _SHARED_FITS.reset(token)
+
+
+def _shared_memo(source: tuple[Any, ...] | None, rows: Rows) -> dict[Any, Any] | None:
+    """The memo of the fits on ``source`` inside :func:`sharing_fits`; None outside one, without a
+    ``source``, or for rows in more than one block."""
+    shared = _SHARED_FITS.get()
+    if shared is None or source is None or rows.single_block() is None:
+        return None
+    key = tuple(id(s) for s in source)
+    entry = shared.get(key)
+    # The entry holds its objects, so their ids are not reused while it lives; checked all the same.
+    if entry is None or any(kept is not given for kept, given in zip(entry[0], source, strict=True)):
+        entry = (source, {})
+        shared[key] = entry
+    return entry[1]
+
+
+def _recalled(memo: dict[Any, Any] | None, key: Hashable, compute: Callable[[], _T]) -> _T:
+    """``compute()``, kept in ``memo`` under ``key`` and read back from it when there (no memo: computed)."""
+    if memo is None:
+        return compute()
+    if key not in memo:
+        memo[key] = compute()
+    return memo[key]
+
+
+def _encoding_key(params: FeaturePlattParams) -> Hashable | None:
+    """The parameters :func:`_encoded` reads, as a hashable key (None when one of them is not hashable)."""
+    screen = params.interactions == "auto"
+    key = _frozen(
+        (
+            params.score_col,
+            params.feature_cols,
+            params.categorical_cols,
+            params.n_bins,
+            params.score_kind,
+            params.device,
+            "all" if screen else params.interactions,
+            params.min_cross_count,
+            params.max_cross_levels,
+        )
+    )
+    try:
+        hash(key)
+    except TypeError:
+        return None
+    return key
+
+
+def _frozen(value: Any) -> Any:
+    """``value`` with its lists and tuples (at any depth) as tuples, tagged by their type."""
+    if isinstance(value, list | tuple):
+        return (type(value).__name__, *(_frozen(v) for v in value))
+    return value
 
 
 def screen_interactions(rows: Rows, params: FeaturePlattParams) -> list[tuple[Any, Any]]:
@@ -268,16 +378,28 @@ def _encoded(
 
 
 def _screened(
-    encoder: FeatureEncoder, encoded: Rows, theta: np.ndarray, params: FeaturePlattParams, n_rows: int
+    encoder: FeatureEncoder,
+    encoded: Rows,
+    theta: np.ndarray,
+    params: FeaturePlattParams,
+    n_rows: int,
+    memo: dict[Any, Any] | None = None,
+    first_key: Hashable = None,
 ) -> tuple[FeatureEncoder, Rows, np.ndarray]:
     """Fit the first-order model from ``theta``, keep the crosses :func:`screen_crosses` keeps: the
-    encoder and rows with those crosses only, and the first-order coefficients."""
+    encoder and rows with those crosses only, and the first-order coefficients. The first-order fit and
+    the screen's level sums are kept in ``memo`` under ``first_key`` (what they depend on)."""
     n_first = len(encoder.feature_names_)
-    first = encoded.map(select_columns, np.arange(n_first))
-    theta = _fit_rows(first, encoder.n_values_, (), theta, params, n_rows, final=False).theta
-    kept = screen_crosses(encoded, theta, encoder.n_codes_, n_first, params.l2_cross, params.array_code)
+
+    def first_order() -> tuple[np.ndarray, np.ndarray]:
+        first = encoded.map(select_columns, np.arange(n_first))
+        fitted = _fit_rows(first, encoder.n_values_, (), theta, params, n_rows, final=False).theta
+        return fitted, cross_level_sums(encoded, fitted, encoder.n_codes_, params.array_code)
+
+    fitted, sums = _recalled(memo, ("first", first_key), first_order)
+    kept = screened_crosses(sums, encoder.n_codes_, n_first, params.l2_cross)
     columns = np.r_[np.arange(n_first), n_first + np.asarray(kept, dtype=np.int64)]
-    return encoder.keep_crosses(kept), encoded.map(select_columns, columns), theta
+    return encoder.keep_crosses(kept), encoded.map(select_columns, columns), fitted.copy()
 
 
 def screen_crosses(
@@ -304,8 +426,17 @@ def screen_crosses(
     model's fixed), one Newton step in place of its gradient descent and the held-out split replaced by
     its expectation.
     """
+    return screened_crosses(cross_level_sums(rows, theta, n_codes, array_code), n_codes, n_first, l2_cross)
+
+
+def cross_level_sums(rows: Rows, theta: np.ndarray, n_codes: np.ndarray, array_code: bool) -> np.ndarray:
+    """Per code, the gradient and curvature sums of :func:`screen_crosses` at the first-order ``theta``."""
     full = np.r_[theta, np.zeros(2 + int(np.sum(n_codes)) - theta.shape[0])]
-    sums = rows.sum(level_sums, full, n_codes, array_code)
+    return np.asarray(rows.sum(level_sums, full, n_codes, array_code))
+
+
+def screened_crosses(sums: np.ndarray, n_codes: np.ndarray, n_first: int, l2_cross: float) -> list[int]:
+    """The crosses :func:`screen_crosses` keeps, from its level sums (:func:`cross_level_sums`)."""
     gains = expected_gains(sums[:, 0], sums[:, 1], l2_cross, n_codes)
     return [c - n_first for c in range(n_first, len(n_codes)) if gains[c] > 0.0]
 
@@ -626,4 +757,5 @@ __all__ = [
     "fit_feature_platt",
     "null_directions",
     "screen_interactions",
+    "sharing_fits",
 ]

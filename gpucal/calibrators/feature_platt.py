@@ -38,6 +38,7 @@ from gpucal.calibrators._feature_platt_solver import (
     FeaturePlattState,
     fit_feature_platt,
     screen_interactions,
+    sharing_fits,
 )
 from gpucal.calibrators.base import (
     OUTPUT_TYPE_OPTIONS,
@@ -331,7 +332,7 @@ class FeatureAwarePlattCalibrator(EncodedFeatureCalibrator):
         feature_cols = resolve_feature_cols(
             rows, X, y, sample_weight, score_col=self.score_col, feature_cols=self.feature_cols
         )
-        state = fit_feature_platt(rows, self._fit_params(feature_cols))
+        state = fit_feature_platt(rows, self._fit_params(feature_cols), source=(X, y, sample_weight))
         return self._set_fitted(state)
 
     def _fit_params(self, feature_cols: Any) -> FeaturePlattParams:
@@ -446,4 +447,5 @@ __all__ = [
     "predict_feature_platt",
     "resolve_interactions",
     "score_feature",
+    "sharing_fits",
 ]
