@@ -426,6 +426,7 @@ class Fitter(NamedTuple):
 def feature_aware_cases() -> list[Case]:
     """The feature-aware calibrators: fit and predict on the ``dict`` frame of cupy or numpy columns."""
     from gpucal import MBCT, ClusteredCalibrator, HeterogeneousCalibrator
+    from gpucal.auto import AutoCalibrator
     from gpucal.calibrators import FeatureAwarePlattCalibrator
     from gpucal.neural import FieldAwareCalibrator
 
@@ -446,6 +447,12 @@ def feature_aware_cases() -> list[Case]:
     def fit_feature_platt(rows: Rows, state: Any) -> Any:
         return FeatureAwarePlattCalibrator(**features).fit(frame(rows), rows["label"])
 
+    def fit_feature_platt_crosses(rows: Rows, state: Any) -> Any:
+        return FeatureAwarePlattCalibrator(**features, interactions="auto").fit(frame(rows), rows["label"])
+
+    def fit_auto_features(rows: Rows, state: Any) -> Any:
+        return AutoCalibrator(**features).fit(frame(rows), rows["label"])
+
     def fit_neucalib(rows: Rows, state: Any) -> Any:
         return FieldAwareCalibrator(**features, max_epochs=3, n_threads=CPU_THREADS).fit(
             frame(rows), rows["label"]
@@ -459,6 +466,24 @@ def feature_aware_cases() -> list[Case]:
             "device",
             "Newton-CG on device rows (xp array code)",
             "encoder lookups, then the linear logit (xp array code)",
+        ),
+        Fitter(
+            "feature_platt_crosses",
+            fit_feature_platt_crosses,
+            "partly",
+            "interactions='auto': the field pairs' codes and key counts on the host (lookup_pairs, "
+            "pair_tables), then Newton-CG on device rows",
+            "encoder lookups with the crosses' codes, then the linear logit",
+            predict_runs_on="partly",
+        ),
+        Fitter(
+            "auto_features",
+            fit_auto_features,
+            "partly",
+            "AutoCalibrator with the eight fields: cross-fitted candidates (feature-aware Platt with and "
+            "without crosses, MBCT, the 1-D maps) on a row subsample, then the refit on every row",
+            None,
+            max_rows=10_000_000,
         ),
         Fitter(
             "mbct",
