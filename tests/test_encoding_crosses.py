@@ -8,6 +8,10 @@ seen at fit time) reads as ``m``.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -190,3 +194,39 @@ def test_files_without_crosses_load_as_before() -> None:
     assert "crosses" not in data
     assert set(data["params"]) == {"n_bins", "categorical_cols", "handle_unseen"}
     assert FeatureEncoder.from_dict(data).interactions_ == []
+
+
+#: A process in which dask and distributed cannot be imported, as on an install without the dask extra.
+_WITHOUT_DASK = """
+import importlib.abc, sys
+
+class Refuse(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("dask", "distributed"):
+            raise ModuleNotFoundError(f"No module named {name!r}")
+        return None
+
+sys.meta_path.insert(0, Refuse())
+"""
+
+
+def test_crosses_fit_without_dask_installed() -> None:
+    """Dask is an optional extra: counting the crosses' keys on one machine must not import it."""
+    code = _WITHOUT_DASK + (
+        "import numpy as np, pandas as pd\n"
+        "from gpucal.encoding import FeatureEncoder\n"
+        "rng = np.random.default_rng(0)\n"
+        "X = pd.DataFrame({'site': rng.integers(0, 4, 500), 'hour': rng.integers(0, 6, 500)})\n"
+        "enc = FeatureEncoder(categorical_cols=['site', 'hour'], interactions=[('site', 'hour')]).fit(X)\n"
+        "assert enc.transform(X).shape == (500, 3)\n"
+        "assert 'dask' not in sys.modules\n"
+    )
+    subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=Path(__file__).resolve().parent.parent,
+        env=os.environ,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=300,
+    )

@@ -35,9 +35,14 @@ MAX_DISTINCT_KEYS = 10_000_000
 
 
 def max_distinct_keys() -> int:
-    """Return the limit on keyed tables: ``dask.config`` key ``gpucal.max-distinct-keys`` or the default."""
-    import dask
+    """Return the limit on keyed tables: ``dask.config`` key ``gpucal.max-distinct-keys`` or the default.
 
+    Dask is an optional extra: without it (one machine's fits) the default holds.
+    """
+    try:
+        import dask
+    except ImportError:
+        return MAX_DISTINCT_KEYS
     return int(dask.config.get("gpucal.max-distinct-keys", MAX_DISTINCT_KEYS))
 
 
