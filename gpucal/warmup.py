@@ -47,7 +47,7 @@ ONE_DIM_CALIBRATORS = ("platt", "temperature", "beta", "histogram", "isotonic", 
 FEATURE_CALIBRATORS = ("feature_platt", "mbct", "hc")
 
 
-def warm_up(*, verbose: bool = False) -> float:
+def warm_up(*, verbose: bool = False, automatic: bool = True) -> float:
     """Compile every CPU kernel gpucal uses into numba's cache; return the seconds it took.
 
     A second call, in this process or a later one with the same cache directory, loads instead of
@@ -58,6 +58,10 @@ def warm_up(*, verbose: bool = False) -> float:
     verbose : bool, default False
         Write one progress line per step to stderr, and one per kernel that numba compiles (a cache miss)
         in this process, with its argument types.
+    automatic : bool, default True
+        Also fit the automatic calibrator and each of its large-set candidates on
+        ``WARM_UP_AUTO_ROWS`` rows: about two thirds of the time. False compiles what the single
+        calibrators, the metrics and the plots use.
 
     Returns
     -------
@@ -86,7 +90,7 @@ def warm_up(*, verbose: bool = False) -> float:
                 tick = time.perf_counter()
                 with context:
                     _warm_pass(datasets.make_ctr(WARM_UP_ROWS, scenario, seed=0, dtype=dtype), fields)
-                    if dtype == AUTO_DTYPE:
+                    if automatic and dtype == AUTO_DTYPE:
                         _warm_auto(datasets.make_ctr(WARM_UP_AUTO_ROWS, scenario, seed=0), fields)
                 say(f"  {dtype} scores, {twins} kernels: {time.perf_counter() - tick:.1f} s")
     seconds = time.perf_counter() - started

@@ -170,3 +170,19 @@ def test_import_gpucal_changes_nothing_in_the_process(fresh_env: dict[str, str])
     )
     fresh_env.pop("OMP_WAIT_POLICY", None)
     run_python(code, fresh_env)
+
+
+def test_warm_up_without_the_automatic_calibrator_skips_its_fits(monkeypatch: pytest.MonkeyPatch):
+    """``automatic=False`` runs the single calibrators' passes only (both dtypes, both kinds of twin)."""
+    import gpucal.warmup as warmup
+
+    calls: list[str] = []
+    monkeypatch.setattr(warmup, "_warm_pass", lambda frame, fields: calls.append("pass"))
+    monkeypatch.setattr(warmup, "_warm_auto", lambda frame, fields: calls.append("auto"))
+    monkeypatch.setattr("gpucal.datasets.make_ctr", lambda *args, **kwargs: None)
+    warmup.warm_up(automatic=False)
+    assert calls == ["pass"] * 2 * len(warmup.WARM_UP_DTYPES)
+    calls.clear()
+    warmup.warm_up()
+    assert calls.count("auto") == 2
+    assert calls.count("pass") == 2 * len(warmup.WARM_UP_DTYPES)
