@@ -28,17 +28,18 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-#: Rows of the warm-up data: enough that every code path (several tree levels, every bin) runs.
-WARM_UP_ROWS = 20_000
+#: Rows of the warm-up data: enough that every code path (several tree levels, every bin) runs, the
+#: logistic fits' compiled passes included (from ``gpucal.calibrators._logistic_kernels.NUMBA_MIN_ROWS``).
+WARM_UP_ROWS = 1 << 15
 #: Score dtypes the kernels get compiled for.
 WARM_UP_DTYPES = ("float64", "float32")
 #: Rows of the automatic calibrator's warm-up fits: the fewest that take every one of its large-data
 #: paths. Above ``gpucal.auto.sizing.LARGE_ROWS`` (100,000) the set is large (rungs of 8,000, 32,000 and
 #: every row; second-order feature-aware Platt with its crosses; folds and refits above
-#: ``DESIGN_NUMBA_MIN_ROWS``, 32,768); from ``gpucal.calibrators._logistic_kernels.NUMBA_MIN_ROWS`` the
-#: refits on every row run the compiled score passes. ``make_ctr``'s site_id has about 18,000 levels
-#: in these rows (two-byte codes). Below ``PARALLEL_MIN_ROWS``: the parallel pass forces the twins.
-WARM_UP_AUTO_ROWS = 131_072
+#: ``gpucal.calibrators._logistic_kernels.NUMBA_MIN_ROWS``, 32,768, run the compiled passes).
+#: ``make_ctr``'s site_id has about 15,000 levels in these rows (two-byte codes). Below
+#: ``PARALLEL_MIN_ROWS``: the parallel pass forces the twins.
+WARM_UP_AUTO_ROWS = 100_001
 #: The score dtype of the automatic calibrator's warm-up fits: its kernels read float64 whatever the
 #: score's dtype, so fits on float32 scores would compile nothing more.
 AUTO_DTYPE = "float64"

@@ -143,11 +143,11 @@ for n_rows, categorical in ((150_000, fields), (150_000, some_numeric), (300_000
 
 def test_the_auto_warm_up_fits_the_fewest_rows_of_a_large_set_with_compiled_passes():
     from gpucal.auto.sizing import LARGE_ROWS
-    from gpucal.calibrators._logistic_kernels import DESIGN_NUMBA_MIN_ROWS, NUMBA_MIN_ROWS
+    from gpucal.calibrators._logistic_kernels import NUMBA_MIN_ROWS
     from gpucal.kernels.jit import PARALLEL_MIN_ROWS
     from gpucal.warmup import WARM_UP_AUTO_ROWS
 
-    assert WARM_UP_AUTO_ROWS == max(LARGE_ROWS + 1, NUMBA_MIN_ROWS, DESIGN_NUMBA_MIN_ROWS)
+    assert WARM_UP_AUTO_ROWS == max(LARGE_ROWS + 1, NUMBA_MIN_ROWS)
     assert WARM_UP_AUTO_ROWS < PARALLEL_MIN_ROWS  # the parallel pass forces the twins on fewer
 
 

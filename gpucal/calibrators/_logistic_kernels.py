@@ -33,8 +33,13 @@ LN2 = math.log(2.0)
 # Rows per partial sum of the numba kernel. Fixed, so the summation order (and so every bit of the
 # result) does not depend on the number of threads.
 CHUNK_ROWS = 1 << 15
-# Below this many rows, "auto" runs the numpy array code instead of the numba loop.
-NUMBA_MIN_ROWS = 1 << 17
+#: Below this many rows, "auto" runs the numpy array code instead of the numba loops: their first call
+#: compiles (once per machine), so a small fit stays free of it. Above it the compiled pass is the
+#: cheaper: below ``PARALLEL_MIN_ROWS`` it runs serially and wakes no thread pool. One score column,
+#: one thread: 16,000 rows 0.33 ms against 0.61 for numpy, 37,500 rows 0.77 against 1.86, 100,000 rows
+#: 2.1 against 4.9; a design of four columns: 32,768 rows 1.2 against 2.0, 75,000 rows 2.7 against 4.9
+#: (``benchmarks/results/auto_cost_encoder.md``).
+NUMBA_MIN_ROWS = 1 << 15
 
 
 # --------------------------------------------------------------------------------------------------
@@ -173,13 +178,6 @@ def _logistic_sums_cpu(X, mode, y, t_neg, t_pos, w, c0, c1, c2, with_loss):
 #: beyond :data:`NUMBA_MAX_FEATURES` (Platt scaling on logit hinges: the logit and three hinges). Its
 #: sums live in small arrays instead of scalars; wider designs take the array path.
 NUMBA_MAX_DESIGN = 8
-#: From this many rows "auto" runs a design of :data:`NUMBA_MAX_FEATURES` + 1 to :data:`NUMBA_MAX_DESIGN`
-#: columns through :func:`_design_sums_cpu` (serial below ``PARALLEL_MIN_ROWS``). The array path copies
-#: the design twice per pass (the intercept's column, the curvature-weighted rows): cheaper while those
-#: copies stay in cache, dearer beyond. On four columns, one thread: 16,000 rows 0.57 ms compiled
-#: against 0.46, 32,768 rows 1.2 against 2.0, 75,000 rows 2.7 against 4.9
-#: (``benchmarks/results/auto_cost_encoder.md``).
-DESIGN_NUMBA_MIN_ROWS = 1 << 15
 
 
 @parallel_rows("y")
@@ -401,7 +399,7 @@ def logistic_sums(
         and the GPU path); ``"auto"``: numba for numpy arrays of at least ``NUMBA_MIN_ROWS`` rows,
         array code otherwise. The numba loop handles at most ``NUMBA_MAX_FEATURES`` features; a design
         (``FEATURES_COLUMNS``, every column: ``cols`` None) of up to ``NUMBA_MAX_DESIGN`` columns has a
-        loop of its own, which ``"auto"`` takes from ``DESIGN_NUMBA_MIN_ROWS`` rows; others always take
+        loop of its own, which ``"auto"`` takes from ``NUMBA_MIN_ROWS`` rows too; others always take
         the array path.
     with_loss : bool, default=True
         False: the numba loop skips the loss, a logarithm per row, and returns NaN for it (the array
@@ -440,7 +438,7 @@ def logistic_sums(
         hess = np.array([[s[4], s[5], s[6]], [s[5], s[7], s[8]], [s[6], s[8], s[9]]])
         return float(s[0]), grad[used], hess[np.ix_(used, used)]
     wide = mode == FEATURES_COLUMNS and cols is None and NUMBA_MAX_FEATURES < width <= NUMBA_MAX_DESIGN
-    if wide and use_numba(backend, X2, y, w, min_rows=DESIGN_NUMBA_MIN_ROWS):
+    if wide and use_numba(backend, X2, y, w):
         s = _design_sums_cpu(
             readonly(np.ascontiguousarray(X2, dtype=np.float64)),
             readonly(np.ascontiguousarray(y, dtype=np.float64)),
@@ -466,12 +464,10 @@ def logistic_sums(
     return float(loss), to_numpy(grad), to_numpy(hess)
 
 
-def use_numba(backend: str, *arrays: Any, min_rows: int = NUMBA_MIN_ROWS) -> bool:
+def use_numba(backend: str, *arrays: Any) -> bool:
     """Resolve ``backend`` for these arrays: True for the numba loop, False for array code.
 
-    ``"auto"`` takes numba for numpy arrays of at least ``min_rows`` rows (``NUMBA_MIN_ROWS`` by
-    default: below that, waking the thread pool costs more than the vectorised numpy code, and much
-    more on a busy machine).
+    ``"auto"`` takes numba for numpy arrays of at least ``NUMBA_MIN_ROWS`` rows.
     """
     if backend not in ("auto", "numba", "array"):
         msg = f"backend must be one of ('auto', 'numba', 'array'); got {backend!r}"
@@ -480,7 +476,7 @@ def use_numba(backend: str, *arrays: Any, min_rows: int = NUMBA_MIN_ROWS) -> boo
     if backend == "numba" and on_gpu:
         msg = "backend='numba' runs on the CPU; the arrays are cupy"
         raise TypeError(msg)
-    large = int(arrays[0].shape[0]) >= min_rows
+    large = int(arrays[0].shape[0]) >= NUMBA_MIN_ROWS
     return backend == "numba" or (backend == "auto" and not on_gpu and large)
 
 
@@ -580,7 +576,6 @@ def sigmoid(z: Any) -> Any:
 
 __all__ = [
     "CHUNK_ROWS",
-    "DESIGN_NUMBA_MIN_ROWS",
     "EPS",
     "FEATURES_BETA",
     "FEATURES_BETA_AB",

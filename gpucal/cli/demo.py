@@ -69,7 +69,7 @@ DEMO_SEED = 0
 #: Rows the warm-up lanes fit the feature-aware calibrators and compute the metrics on: their kernels
 #: compile for the same dtypes and code paths on these as on the demo's rows (checked with numba's compile
 #: events), and CCL's k-means and the metrics run a seventh of the time they would on 150,000 rows. The
-#: one-dimensional maps fit on every row: the logistic fits' numba passes start at 131,072 rows
+#: one-dimensional maps fit on every row: the logistic fits' numba passes start at 32,768 rows
 #: (``gpucal.calibrators._logistic_kernels.NUMBA_MIN_ROWS``) and cost little more. A path taken only on
 #: more rows compiles during a timed fit, which is then repeated.
 DEMO_WARMUP_ROWS = 20_000
