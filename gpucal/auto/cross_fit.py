@@ -255,7 +255,7 @@ TWIN_LOGIT_TOL = 1e-6
 
 def grows_with_rows(candidate: Candidate) -> bool:
     """Whether ``candidate`` chooses its crosses on the rows it is fitted on (``interactions="auto"``)."""
-    return bool(candidate.estimator.get_params().get("interactions") == "auto")
+    return bool(getattr(candidate.estimator, "interactions", None) == "auto")
 
 
 def _twins(a: np.ndarray, b: np.ndarray) -> bool:
