@@ -283,6 +283,23 @@ def test_path_problems_are_one_line_errors_before_the_data_are_read(case, files,
     assert re.search(expected, err), err
 
 
+def test_plot_without_matplotlib_is_one_line_before_the_data_are_read(files, monkeypatch, capsys):
+    """A default install has no matplotlib: ``evaluate --plot`` says what to install, and computes nothing."""
+    import importlib.util
+
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        "importlib.util.find_spec", lambda name, *a: None if name == "matplotlib" else find_spec(name, *a)
+    )
+    monkeypatch.setattr("gpucal._files.read_table", _fail_if_read)
+    capsys.readouterr()
+    assert main(["evaluate", files["data"], "--plot", f"{files['dir']}/p.png"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert err.startswith("gpucal: error: --plot: the reliability diagram needs matplotlib"), err
+    assert "pip install 'gpucal[plot]'" in err
+
+
 def test_an_os_error_while_writing_is_one_line(files, monkeypatch, capsys):
     def refuse(self, path):
         raise PermissionError(13, "Permission denied", str(path))

@@ -9,6 +9,7 @@ traceback after minutes of reading.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import inspect
 import json
 import os
@@ -60,6 +61,16 @@ def _check_input_file(argument: str, path: str, suffixes: tuple[str, ...] | None
     else:
         return
     raise ValueError(msg)
+
+
+def _check_matplotlib() -> None:
+    """Refuse ``--plot`` before any work when matplotlib is not installed, saying what to install."""
+    if importlib.util.find_spec("matplotlib") is None:
+        msg = (
+            "--plot: the reliability diagram needs matplotlib, not installed: pip install 'gpucal[plot]' "
+            "(or pip install matplotlib), or leave --plot out"
+        )
+        raise ValueError(msg)
 
 
 def _check_output_file(argument: str, path: str, suffixes: tuple[str, ...] | None = None) -> None:
@@ -332,6 +343,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
         _check_output_file("--json", args.json)
     if args.plot:
         _check_output_file("--plot", args.plot, (".png",))
+        _check_matplotlib()
     predictions = _columns(args.pred_cols)
     if not predictions:
         msg = "--pred-cols names no column"
