@@ -245,8 +245,8 @@ def one_dimensional_cases() -> list[Case]:
         ),
         "isotonic": (
             cal.IsotonicCalibrator,
-            "host",
-            "fit_isotonic copies the rows to the host (PAV in numba)",
+            "partly",
+            "the sort on the device (cupy sort / argsort), the pooling walk on the host (PAV in numba)",
         ),
         "sir": (cal.SIRCalibrator, "host", "equal-mass bins on the host (mass_bin_stats)"),
         "scaling_binning": (
@@ -681,8 +681,8 @@ def all_cases() -> list[Case]:
 
 #: GPU paths the issue names that gpucal does not have (or has only in part), said plainly in the report.
 NOT_ON_GPU = [
-    "Isotonic regression's fit: `fit_isotonic` copies the rows to the host and runs PAV in numba "
-    "(the case is timed with cupy input, marked `host`); its predict runs on the device.",
+    "Isotonic regression's pooling walk (PAV, one pass in numba) runs on the host after the device's "
+    "sort (the case is marked `partly`); its predict runs on the device.",
     "Equal-mass binning (`mass_bin_stats`): SIR's fit, quantile histogram binning and scaling-binning's "
     "bins sort on the host.",
     "CCL's k-means and projection (`gpucal.ccl.clustering`) run on the host, on numpy, whatever the "

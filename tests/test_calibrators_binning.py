@@ -139,6 +139,44 @@ def test_counting_path_equals_argsort_path(decimals: int | None) -> None:
             assert_allclose(a, b, rtol=1e-12, atol=0)
 
 
+@pytest.mark.parametrize("weights", ["unit", "weighted", "zeros", "soft_labels"])
+@pytest.mark.parametrize("exact_means", [True, False])
+def test_device_sort_blocks_equal_the_host_paths(weights: str, exact_means: bool) -> None:
+    """The GPU fit's entry (sort where the arrays are, walk on the host), run here on numpy arrays: the
+    blocks of the host path, bit for bit on the counting path, to rounding on the argsort path."""
+    s, y = make_data(20_000, 8, decimals=3)
+    rng = np.random.default_rng(8)
+    w = np.ones(s.shape[0]) if weights in ("unit", "soft_labels") else rng.random(s.shape[0]) + 0.5
+    if weights == "zeros":
+        w[::7] = 0.0
+    if weights == "soft_labels":
+        y = np.clip(y * 0.9 + 0.05 * rng.random(y.shape[0]), 0.0, 1.0)
+    host = pav.scanned_isotonic_blocks(s, y, w, "probability", exact_means=exact_means)
+    device = pav.device_sort_isotonic_blocks(s, y, w, "probability", exact_means=exact_means)
+    assert host is not None
+    assert device is not None
+    for field in ("x_first", "x_last", "weight", "value", "mean_x"):
+        if weights == "unit":
+            assert_array_equal(getattr(device, field), getattr(host, field), err_msg=field)
+        else:
+            assert_allclose(getattr(device, field), getattr(host, field), rtol=1e-12, atol=0, err_msg=field)
+
+
+@pytest.mark.parametrize("bad", ["score_above_one", "score_nan", "label_above_one"])
+@pytest.mark.parametrize("unit", [True, False])
+def test_device_sort_blocks_refuse_what_the_scan_refuses(bad: str, unit: bool) -> None:
+    s, y = make_data(2_000, 9)
+    w = np.ones(s.shape[0]) if unit else np.full(s.shape[0], 2.0)
+    if bad == "score_above_one":
+        s[17] = 1.5
+    elif bad == "score_nan":
+        s[17] = np.nan
+    else:
+        y[17] = 1.5
+    assert pav.scanned_isotonic_blocks(s, y, w, "probability") is None
+    assert pav.device_sort_isotonic_blocks(s, y, w, "probability") is None
+
+
 @pytest.mark.parametrize("case", ["distinct", "rounded", "near_ties", "one_class"])
 def test_isotonic_runs_walk_equals_group_walk(case: str) -> None:
     # exact_means=False adds each run of label-0 rows at once: the same blocks, mean_x to rounding.

@@ -35,10 +35,11 @@ References
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import cast
+from typing import Any, cast
 
 import numpy as np
 
+from gpucal._backend import array_namespace, to_numpy
 from gpucal.calibrators._sorted import next_row, open_cursor, sorted_positives, sorted_runs
 from gpucal.kernels.jit import numba
 from gpucal.kernels.value_range import value_range
@@ -313,14 +314,7 @@ def scanned_isotonic_blocks(
     """
     positives = None if force_argsort else sorted_positives(score, y, w)
     if positives is not None:
-        xs = np.sort(score)
-        if scan_kind is not None and not accepted_range(float(xs[0]), float(xs[-1]), scan_kind):
-            return None
-        if not exact_means:
-            blocks = _isotonic_distinct(xs, positives, TIE_EPS)
-            if blocks.shape[0]:
-                return PavBlocks.from_stats(blocks)
-        return PavBlocks.from_stats(_isotonic_counts(xs, positives, TIE_EPS))
+        return _counted_blocks(np.sort(score), positives, scan_kind, exact_means)
     if scan_kind is not None and not accepted_range(*value_range(y), "probability"):
         return None
     order, bounds = sorted_runs(score)
@@ -330,6 +324,46 @@ def scanned_isotonic_blocks(
         if not accepted_range(float(firsts.min()), float(np.max(lasts)), scan_kind):
             return None
     return PavBlocks.from_stats(_isotonic_walk(score, y, w, order, bounds, TIE_EPS))
+
+
+def _counted_blocks(
+    xs: np.ndarray, positives: np.ndarray, scan_kind: str | None, exact_means: bool
+) -> PavBlocks | None:
+    """The counting path's blocks from the sorted scores ``xs`` and the positives' sorted scores."""
+    if scan_kind is not None and not accepted_range(float(xs[0]), float(xs[-1]), scan_kind):
+        return None
+    if not exact_means:
+        blocks = _isotonic_distinct(xs, positives, TIE_EPS)
+        if blocks.shape[0]:
+            return PavBlocks.from_stats(blocks)
+    return PavBlocks.from_stats(_isotonic_counts(xs, positives, TIE_EPS))
+
+
+def device_sort_isotonic_blocks(
+    score: Any, y: Any, w: Any, scan_kind: str | None, *, exact_means: bool = True
+) -> PavBlocks | None:
+    """:func:`scanned_isotonic_blocks` of device arrays (cupy; numpy works too, for tests): the sort, the
+    one O(n log n) step, runs on the device; the pooling walk, one pass, on the host.
+
+    Unit weights and 0/1 labels (checked where the arrays are) take the counting path on two sorts of
+    scores, with no index; other rows are ordered by ``argsort`` and gathered in score order, and the
+    walk reads them as one sorted run. The blocks are the host path's: the same groups and the same
+    pooling, only the order of the additions inside a tie group may differ (bit for bit on the
+    counting path).
+    """
+    xp = array_namespace(score, y, w)
+    if bool(xp.all(w == 1.0)) and bool(xp.all((y == 0.0) | (y == 1.0))):
+        xs, positives = to_numpy(xp.sort(score)), to_numpy(xp.sort(score[y == 1.0]))
+        return _counted_blocks(xs, positives, scan_kind, exact_means)
+    if scan_kind is not None and not accepted_range(float(xp.min(y)), float(xp.max(y)), "probability"):
+        return None
+    order = xp.argsort(score)
+    s, t, v = (np.ascontiguousarray(to_numpy(a[order]), dtype=np.float64) for a in (score, y, w))
+    if scan_kind is not None and not accepted_range(float(s[0]), float(s[-1]), scan_kind):
+        return None
+    n = s.shape[0]
+    run = np.arange(n, dtype=np.int64)
+    return PavBlocks.from_stats(_isotonic_walk(s, t, v, run, np.array([0, n], dtype=np.int64), TIE_EPS))
 
 
 def accepted_range(low: float, high: float, scan_kind: str) -> bool:
