@@ -1181,8 +1181,8 @@ def run(args: argparse.Namespace, after_each_case: Callable[[dict[str, Any]], No
 def warm_up_cpu_kernels(automatic: bool) -> float:
     """Compile gpucal's CPU kernels into numba's cache (:func:`gpucal.warmup.warm_up`); return the seconds.
 
-    The automatic calibrator's paths are compiled only when an ``auto`` case runs: on an H200's host they
-    took most of the 255 s the whole warm-up took (2026-11-27), a quarter of a call.
+    The automatic calibrator's paths are compiled only when an ``auto`` case runs: the whole warm-up took
+    255 s on an H200's host (2026-11-27), two fifths of a call, and those paths are about half of it.
     """
     from gpucal.warmup import warm_up
 

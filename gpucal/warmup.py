@@ -61,8 +61,8 @@ def warm_up(*, verbose: bool = False, automatic: bool = True) -> float:
         in this process, with its argument types.
     automatic : bool, default True
         Also fit the automatic calibrator and each of its large-set candidates on
-        ``WARM_UP_AUTO_ROWS`` rows: about two thirds of the time. False compiles what the single
-        calibrators, the metrics and the plots use.
+        ``WARM_UP_AUTO_ROWS`` rows: about half of the time. False compiles what the single calibrators,
+        the metrics and the plots use.
 
     Returns
     -------

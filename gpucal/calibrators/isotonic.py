@@ -148,10 +148,9 @@ def isotonic_rows(rows: Rows, *, exact_means: bool = True, scan_kind: str | None
     a group differs, so the two agree to rounding (bit for bit with unit weights and 0/1 labels).
     ``exact_means=False`` lets the walk add each run of label-0 rows at once, which leaves ``mean_x``
     exact only to rounding (``isotonic_blocks``). One block on the GPU is sorted there and walked on
-    the host (:func:`~gpucal.calibrators.pav.device_sort_isotonic_blocks`). ``scan_kind``: the one block
-    was read unscanned and
-    its sort scans it (:func:`~gpucal.calibrators.pav.scanned_isotonic_blocks`; None when it refuses a
-    value).
+    the host (:func:`~gpucal.calibrators.pav.device_sort_isotonic_blocks`). ``scan_kind``: the one
+    block was read unscanned and its sort scans it
+    (:func:`~gpucal.calibrators.pav.scanned_isotonic_blocks`; None when it refuses a value).
     """
     whole = rows.single_block()
     if whole is not None and is_cupy_array(whole.score):
