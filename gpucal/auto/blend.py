@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gpucal.calibrators.logistic import EPS
+from gpucal.calibrators.logistic import EPS, sigmoid_softplus
 from gpucal.kernels.jit import numba
 
 #: Weights below this are set to 0 (and the rest renormalised): a step halved short of a bound leaves
@@ -75,29 +75,20 @@ def blend_logit(member_logits: np.ndarray, weights: np.ndarray, intercept: float
     return intercept + member_logits @ weights
 
 
-@numba.njit(cache=True, inline="always")
-def _sigmoid_softplus(z):  # pragma: no cover - compiled
-    """``sigmoid(z)``, ``log(1 + e^z)`` and ``e^-|z|``, from the one exponential, without overflow."""
-    e = np.exp(-abs(z))
-    if z >= 0.0:
-        return 1.0 / (1.0 + e), z + np.log1p(e), e
-    return e / (1.0 + e), np.log1p(e), e
-
-
 @numba.njit(cache=True)
 def _loss_gradient_cpu(
     member_logits: np.ndarray, y: np.ndarray, w: np.ndarray, theta: np.ndarray, out: np.ndarray
 ) -> None:  # pragma: no cover - compiled; tested through loss_and_gradient
     """``out[:k]``: ``sum_i w_i (p_i - y_i) l_ik``, ``out[k]``: ``sum_i w_i (p_i - y_i)``, ``out[k + 1]``:
     ``sum_i w_i (log(1 + e^z_i) - y_i z_i)``, with ``z = theta[k] + l @ theta[:k]`` and ``p = sigmoid(z)``;
-    each row's ``e^-|z|`` gives both (:func:`_sigmoid_softplus`)."""
+    each row's ``e^-|z|`` gives both (:func:`sigmoid_softplus`)."""
     n_rows, n_members = member_logits.shape
     out[:] = 0.0
     for i in range(n_rows):
         z = theta[n_members]
         for k in range(n_members):
             z += member_logits[i, k] * theta[k]
-        p, softplus, _ = _sigmoid_softplus(z)
+        p, softplus, _ = sigmoid_softplus(z)
         out[n_members + 1] += w[i] * (softplus - y[i] * z)
         residual = w[i] * (p - y[i])
         for k in range(n_members):
@@ -187,7 +178,7 @@ def _newton_sums_cpu(
         for k in range(n_members):
             x[k] = member_logits[i, k]
             z += x[k] * theta[k]
-        p, softplus, e = _sigmoid_softplus(z)
+        p, softplus, e = sigmoid_softplus(z)
         out[0] += w[i] * (softplus - y[i] * z)
         residual = w[i] * (p - y[i])
         curvature = w[i] * e / ((1.0 + e) * (1.0 + e))

@@ -8,13 +8,12 @@ function reads one block's arrays; the solver (``_feature_platt_solver``) adds t
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
 
 from gpucal._backend import array_namespace, is_cupy_array, to_numpy
-from gpucal.calibrators.logistic import EPS, sigmoid
+from gpucal.calibrators.logistic import EPS, sigmoid, sigmoid_softplus
 from gpucal.kernels import STAT_WF, STAT_WY, group_sums, value_offsets
 from gpucal.kernels.jit import numba, parallel_rows
 
@@ -108,9 +107,8 @@ def _curved_rows_cpu(z, dz, scale, x, y, w, codes, offsets, n_codes, n_chunks, z
         for i in range(c * per_chunk, min(n_rows, (c + 1) * per_chunk)):
             zi = z[i] + scale * dz[i] if stepping else z[i]
             z_out[i] = zi
-            e = math.exp(-abs(zi))
-            loss += w[i] * (max(zi, 0.0) + math.log1p(e) - y[i] * zi)
-            pi = 1.0 / (1.0 + e) if zi >= 0.0 else e / (1.0 + e)
+            pi, softplus, _ = sigmoid_softplus(zi)
+            loss += w[i] * (softplus - y[i] * zi)
             r = w[i] * (pi - y[i])
             d = w[i] * pi * (1.0 - pi)
             curvature[i] = d

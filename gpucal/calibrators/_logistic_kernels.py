@@ -113,6 +113,16 @@ NUMBA_MAX_FEATURES = 2
 
 
 @numba.njit(cache=True, inline="always")
+def sigmoid_softplus(z):  # pragma: no cover - compiled
+    """``sigmoid(z)``, ``log(1 + e^z)`` and ``e^-|z|``, from the one exponential, without overflow; the
+    softplus by ``log1p`` (:func:`_sigmoid_and_loss` takes the faster ``log(1 + e)``)."""
+    e = math.exp(-abs(z))
+    if z >= 0.0:
+        return 1.0 / (1.0 + e), z + math.log1p(e), e
+    return e / (1.0 + e), math.log1p(e), e
+
+
+@numba.njit(cache=True, inline="always")
 def _sigmoid_and_loss(z, t, with_loss):  # pragma: no cover - compiled
     """``sigmoid(z)`` and the row's loss ``log(1 + e^z) - t z`` (0.0 without ``with_loss``), from one exp
     and one log: ``e = exp(-|z|)`` gives both."""
@@ -596,5 +606,6 @@ __all__ = [
     "predict_logistic",
     "predict_logistic_and_refused",
     "sigmoid",
+    "sigmoid_softplus",
     "use_numba",
 ]

@@ -56,6 +56,7 @@ from gpucal.calibrators._logistic_kernels import (
     predict_logistic,
     predict_logistic_and_refused,
     sigmoid,
+    sigmoid_softplus,
     use_numba,
 )
 from gpucal.calibrators._newton import WARM_ERROR_TOL, NewtonResult, SumsFunction, newton_minimize
@@ -660,6 +661,7 @@ __all__ = [
     "predict_logistic_and_refused",
     "pseudo_rows",
     "sigmoid",
+    "sigmoid_softplus",
     "strided",
     "use_numba",
     "weight_sum",
