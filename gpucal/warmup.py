@@ -8,7 +8,7 @@ the first fit of a process looks slow. :func:`warm_up` pays it once, up front: i
 
 It takes the same code paths as real use rather than listing kernels and signatures by hand, so it
 cannot drift from them: every calibrator of ``gpucal demo`` is fitted and applied, and every metric of
-:func:`gpucal.evaluate` and the reliability curve is computed, on a few thousand ``make_ctr`` rows in
+:func:`gpucal.evaluate` and the reliability curve is computed, on :data:`WARM_UP_ROWS` ``make_ctr`` rows in
 float64 and in float32 scores (the two score dtypes the kernels are compiled for), once with the row
 kernels' serial twins and once with their parallel ones (:func:`gpucal.kernels.jit.parallel_rows`: inputs of
 :data:`~gpucal.kernels.jit.PARALLEL_MIN_ROWS` rows or more run the parallel twin). In the two float64

@@ -41,6 +41,7 @@ import numpy as np
 
 from gpucal._backend import array_namespace, to_numpy
 from gpucal.calibrators._sorted import next_row, open_cursor, sorted_positives, sorted_runs
+from gpucal.calibrators.bins import unit_weights
 from gpucal.kernels.jit import numba
 from gpucal.kernels.value_range import value_range
 
@@ -352,7 +353,7 @@ def device_sort_isotonic_blocks(
     counting path).
     """
     xp = array_namespace(score, y, w)
-    if bool(xp.all(w == 1.0)) and bool(xp.all((y == 0.0) | (y == 1.0))):
+    if (unit_weights(w) or bool(xp.all(w == 1.0))) and bool(xp.all((y == 0.0) | (y == 1.0))):
         xs, positives = to_numpy(xp.sort(score)), to_numpy(xp.sort(score[y == 1.0]))
         return _counted_blocks(xs, positives, scan_kind, exact_means)
     if scan_kind is not None and not accepted_range(float(xp.min(y)), float(xp.max(y)), "probability"):
