@@ -405,3 +405,36 @@ def test_weights_zero_on_all_but_two_rows_give_finite_predictions(kept: tuple[in
     assert ((pred > 0) & (pred < 1)).all()
     # The held-out rows (or the training rows) weigh nothing: no early stopping, every epoch trains.
     assert cal.n_epochs_ == cal.best_epoch_ == 5
+
+
+def test_read_only_inputs_are_copied_for_torch() -> None:
+    """torch has no read-only tensor: a read-only array (a pandas column's view, checked labels) is
+    copied, a writable one of the right dtype is shared, and a fit on read-only float labels runs
+    without torch's warning (in a fresh process: torch warns once per process)."""
+    import torch
+
+    from gpucal.neural._torch import as_tensor
+
+    writable = np.linspace(0.0, 1.0, 50)
+    shared = as_tensor(writable, "cpu", "float64")
+    assert shared.data_ptr() == writable.ctypes.data
+    read_only = writable.copy()
+    read_only.flags.writeable = False
+    copied = as_tensor(read_only, "cpu", "float64")
+    assert copied.data_ptr() != read_only.ctypes.data
+    assert torch.equal(copied, shared)
+    script = """
+import warnings
+import numpy as np, pandas as pd
+from gpucal.neural import FieldAwareCalibrator
+warnings.simplefilter("error")
+rng = np.random.default_rng(0)
+X = pd.DataFrame({"score": rng.uniform(0.05, 0.95, 2_000), "field": rng.integers(0, 3, 2_000)})
+y = (rng.uniform(size=2_000) < X["score"]).to_numpy(dtype=np.float64)
+y.flags.writeable = False
+FieldAwareCalibrator(max_epochs=2).fit(X, y)
+print("ok")
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=False)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "ok"

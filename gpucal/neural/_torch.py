@@ -65,9 +65,10 @@ def torch_device(device: str, *arrays: Any) -> str:
 def as_tensor(a: Any, device: str, dtype: str) -> Any:
     """Return array ``a`` as a torch tensor of ``dtype`` (a torch dtype's name) on ``device``.
 
-    numpy: ``torch.from_numpy`` (no copy for a C-contiguous array of the right dtype); cupy: DLPack
-    (``torch.from_dlpack``: the same device buffer, no host copy). A copy happens only to change the
-    dtype or the device.
+    numpy: ``torch.from_numpy`` (no copy for a C-contiguous, writable array of the right dtype); cupy:
+    DLPack (``torch.from_dlpack``: the same device buffer, no host copy). A copy happens only to change
+    the dtype or the device, or for read-only memory (a pandas column's view, checked labels): torch has
+    no read-only tensor, and ``from_numpy`` of one warns that a write through it would be undefined.
     """
     torch = require_torch("a neural calibrator")
     if is_cupy_array(a):
@@ -75,7 +76,8 @@ def as_tensor(a: Any, device: str, dtype: str) -> Any:
 
         tensor = torch.from_dlpack(cupy.ascontiguousarray(a))
     else:
-        tensor = torch.from_numpy(np.ascontiguousarray(a))
+        host = np.ascontiguousarray(a, dtype=np.dtype(dtype))
+        tensor = torch.from_numpy(host if host.flags.writeable else host.copy())
     return tensor.to(device=device, dtype=getattr(torch, dtype))
 
 
