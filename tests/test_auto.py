@@ -17,7 +17,14 @@ from sklearn.base import BaseEstimator, clone
 import gpucal
 from gpucal.auto import AutoCalibrator, sizing
 from gpucal.auto import candidates as candidates_module
-from gpucal.auto.blend import MIN_MEMBER_WEIGHT, fit_blend, logits, loss_and_gradient, mean_log_loss
+from gpucal.auto.blend import (
+    MIN_MEMBER_WEIGHT,
+    fit_blend,
+    logits,
+    loss_and_gradient,
+    mean_log_loss,
+    member_losses,
+)
 from gpucal.auto.candidates import FEATURE_CANDIDATES, Candidate
 from gpucal.auto.cross_fit import CrossFitting
 from gpucal.auto.folds import grouped_folds, stratified_folds, subsample_rows, without_attrs
@@ -498,6 +505,19 @@ def test_blend_loss_and_gradient_match_numpy() -> None:
         loss, gradient = loss_and_gradient(member_logits, y, w, theta)
         assert loss == pytest.approx(mean_log_loss(z, y, w), rel=1e-12)
         assert_allclose(gradient, np.r_[member_logits.T @ residual, residual.sum()], rtol=1e-10, atol=1e-15)
+
+
+def test_member_losses_equal_the_blend_at_each_member() -> None:
+    """Each member's loss from the one pass equals the blend's loss with that member alone (weights
+    e_k, intercept 0), bit for bit: the blend's start compares them."""
+    rng = np.random.default_rng(5)
+    n_rows = 2_000
+    member_logits = np.ascontiguousarray(rng.normal(scale=3.0, size=(n_rows, 4)))
+    member_logits[:3] = [[36.0, -36.0, 0.0, -0.0]] * 3
+    y = (rng.uniform(size=n_rows) < 0.3).astype(float)
+    w = rng.uniform(0.0, 2.0, size=n_rows)
+    alone = [loss_and_gradient(member_logits, y, w, np.eye(1, 5, k)[0])[0] for k in range(4)]
+    assert member_losses(member_logits, y, w).tolist() == alone
 
 
 def test_blend_drops_light_members() -> None:

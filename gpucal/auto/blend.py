@@ -113,6 +113,30 @@ def loss_and_gradient(
     return float(out[-1]) / total, out[:-1] / total
 
 
+@numba.njit(cache=True)
+def _member_losses_cpu(
+    member_logits: np.ndarray, y: np.ndarray, w: np.ndarray, out: np.ndarray
+) -> None:  # pragma: no cover - compiled; tested through member_losses
+    """``out[k]``: ``sum_i w_i (log(1 + e^l_ik) - y_i l_ik)``, each member alone, row by row in order:
+    the same additions as :func:`_loss_gradient_cpu` at ``theta = e_k`` (whose ``z`` is ``l_ik``
+    exactly)."""
+    n_rows, n_members = member_logits.shape
+    out[:] = 0.0
+    for i in range(n_rows):
+        for k in range(n_members):
+            z = member_logits[i, k]
+            _, softplus, _ = sigmoid_softplus(z)
+            out[k] += w[i] * (softplus - y[i] * z)
+
+
+def member_losses(member_logits: np.ndarray, y: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """Each member's weighted mean log-loss alone, from one compiled pass over the ``(n, k)`` logits
+    (float64, C order): :func:`loss_and_gradient`'s loss at ``theta = e_k``, to the last bit."""
+    out = np.empty(member_logits.shape[1])
+    _member_losses_cpu(member_logits, y, w, out)
+    return out / float(w.sum())
+
+
 def fit_blend(
     member_logits: np.ndarray, y: np.ndarray, w: np.ndarray, *, min_member_weight: float = 0.0
 ) -> BlendFit:
@@ -142,19 +166,15 @@ def fit_blend(
     BlendFit
     """
     member_logits, y, w = (np.ascontiguousarray(a, dtype=np.float64) for a in (member_logits, y, w))
-    n_members = member_logits.shape[1]
-    # Member k alone is the blend with weights e_k and intercept 0.
-    member_losses = np.array(
-        [loss_and_gradient(member_logits, y, w, np.eye(1, n_members + 1, k)[0])[0] for k in range(n_members)]
-    )
-    fit = _fit_simplex(member_logits, y, w, member_losses)
+    losses = member_losses(member_logits, y, w)
+    fit = _fit_simplex(member_logits, y, w, losses)
     light = (fit.weights > 0) & (fit.weights < min_member_weight)
     if not light.any():
         return fit
     # The best member alone stays a feasible start, so the refitted blend is never worse than it.
-    best = int(np.argmin(member_losses))
+    best = int(np.argmin(losses))
     kept = np.union1d(np.flatnonzero(fit.weights >= min_member_weight), [best])
-    refit = _fit_simplex(np.ascontiguousarray(member_logits[:, kept]), y, w, member_losses[kept])
+    refit = _fit_simplex(np.ascontiguousarray(member_logits[:, kept]), y, w, losses[kept])
     weights = np.zeros(member_logits.shape[1])
     weights[kept] = refit.weights
     return BlendFit(weights, refit.intercept, refit.loss)
@@ -275,11 +295,9 @@ def simplex_qp(hessian: np.ndarray, linear: np.ndarray, start: np.ndarray) -> np
     return x
 
 
-def _fit_simplex(
-    member_logits: np.ndarray, y: np.ndarray, w: np.ndarray, member_losses: np.ndarray
-) -> BlendFit:
+def _fit_simplex(member_logits: np.ndarray, y: np.ndarray, w: np.ndarray, losses: np.ndarray) -> BlendFit:
     r"""One fit of the weights on the simplex and the intercept by Newton's method, never worse than the
-    best member (``member_losses``: each member's :func:`mean_log_loss`, by :func:`loss_and_gradient`);
+    best member (``losses``: each member's :func:`mean_log_loss`, by :func:`member_losses`);
     the arrays are float64 and C-ordered.
 
     Each step minimises the loss's second-order model :math:`g^\top d + d^\top H d / 2` over the
@@ -290,7 +308,7 @@ def _fit_simplex(
     fixed point is the constrained minimum whatever the ridge.
     """
     n_members = member_logits.shape[1]
-    best = int(np.argmin(member_losses))
+    best = int(np.argmin(losses))
     start = np.zeros(n_members + 1)
     start[best] = 1.0
     theta = start
@@ -318,8 +336,8 @@ def _fit_simplex(
         weights = weights / weights.sum()
     intercept = float(theta[n_members])
     loss = loss_and_gradient(member_logits, y, w, np.r_[weights, intercept])[0]
-    if not np.isfinite(loss) or weights.sum() == 0 or loss > member_losses[best]:
-        return BlendFit(start[:n_members], 0.0, float(member_losses[best]))
+    if not np.isfinite(loss) or weights.sum() == 0 or loss > losses[best]:
+        return BlendFit(start[:n_members], 0.0, float(losses[best]))
     return BlendFit(weights, intercept, loss)
 
 
@@ -336,6 +354,7 @@ __all__ = [
     "logits",
     "loss_and_gradient",
     "mean_log_loss",
+    "member_losses",
     "newton_sums",
     "simplex_qp",
 ]

@@ -77,14 +77,16 @@ SHARED_FOLD_ROWS = 200_000
 
 @dataclass(frozen=True)
 class FoldRows:
-    """One fold's rows: the training rows' ``X``, labels and weights; the held-out rows' ``X`` and
-    positions."""
+    """One fold's rows: the training rows' ``X``, labels and weights; the held-out rows' ``X``, positions,
+    and labels and weights on the host (``w_test`` None: unit weights)."""
 
     X_train: Any
     y_train: Any
     w_train: Any
     X_test: Any
     test: np.ndarray
+    y_test: np.ndarray
+    w_test: np.ndarray | None
 
 
 @dataclass(frozen=True)
@@ -111,6 +113,8 @@ class CrossFitting:
         The rows of each fold already cut (:meth:`fold_rows`), shared by the rung's candidates.
     fit_memos : dict
         Per fold of ``fold_cache``, what the candidates' fits on its rows share (:meth:`sharing`).
+    done_cache : dict
+        Per number of folds, the positions of the rows they hold out (:meth:`done_rows`).
     """
 
     X: Any
@@ -126,6 +130,7 @@ class CrossFitting:
     loose: bool = False
     fold_cache: dict[int, FoldRows] = field(default_factory=dict)
     fit_memos: dict[int, dict[Any, Any]] = field(default_factory=dict)
+    done_cache: dict[int, np.ndarray] = field(default_factory=dict)
 
     def fold_rows(self, fold: int) -> FoldRows:
         """The training and held-out rows of ``fold``; cut once and kept for the rung's other candidates
@@ -142,10 +147,21 @@ class CrossFitting:
             w_train=entries_at(self.weights, train),
             X_test=select_rows(self.X, test),
             test=test,
+            y_test=to_numpy(entries_at(self.labels, test)),
+            w_test=None if self.weights is None else to_numpy(entries_at(self.weights, test)),
         )
         if train.shape[0] + test.shape[0] <= SHARED_FOLD_ROWS:
             self.fold_cache[fold] = cut
         return cut
+
+    def done_rows(self, n_done: int) -> np.ndarray:
+        """The positions, increasing, of the rows folds ``0 .. n_done - 1`` hold out; found once per
+        rung and kept (racing compares the candidates on them after each fold)."""
+        rows = self.done_cache.get(n_done)
+        if rows is None:
+            rows = np.flatnonzero((self.folds >= 0) & (self.folds < n_done))
+            self.done_cache[n_done] = rows
+        return rows
 
     def sharing(self, fold: int) -> AbstractContextManager[None]:
         """The context of a candidate's fit on ``fold``'s rows: where the rung keeps them
@@ -164,13 +180,12 @@ def cross_fit_candidate(
 
     Stops early (``search.drop_threshold``) when it trails candidate ``reference``, the best so far.
     """
-    labels, weights, folds = search.labels, search.weights, search.folds
+    weights = search.weights
     oof_predictions, n_folds, scoring = search.oof_predictions, search.n_folds, search.scoring
     row_losses = search.row_losses
     verbose, n_candidates = search.verbose, oof_predictions.shape[1]
     per_fold: dict[str, list[float]] = {name: [] for name in METRICS}
     seconds = 0.0
-    host_labels = to_numpy(labels)
     for fold in range(n_folds):
         fold_started = time.perf_counter()
         cut = search.fold_rows(fold)
@@ -190,13 +205,12 @@ def cross_fit_candidate(
             )
             return failed
         seconds += time.perf_counter() - fold_started
-        oof_predictions[test, index] = predicted
-        test_weights = None if weights is None else to_numpy(entries_at(weights, test))
-        y_test = host_labels[test]
-        losses = {name: loss(y_test, predicted) for name, loss in ROW_LOSSES.items()}
+        # Through the candidate's column, contiguous in the column-major tables.
+        oof_predictions[:, index][test] = predicted
+        losses = {name: loss(cut.y_test, predicted) for name, loss in ROW_LOSSES.items()}
         if row_losses is not None:
-            row_losses[test, index] = losses[scoring]
-        for name, value in fold_scores(y_test, predicted, test_weights, losses).items():
+            row_losses[:, index][test] = losses[scoring]
+        for name, value in fold_scores(cut.y_test, predicted, cut.w_test, losses).items():
             per_fold[name].append(value)
         if verbose >= 2:
             log(
@@ -205,9 +219,8 @@ def cross_fit_candidate(
                 f"({time.perf_counter() - fold_started:.1f} s)"
             )
         n_done = fold + 1
-        done = (folds >= 0) & (folds < n_done)
         trailing = trailing_reason(
-            scoring, search.drop_threshold, row_losses, index, reference, done, weights
+            scoring, search.drop_threshold, row_losses, index, reference, search.done_rows(n_done), weights
         )
         if n_done < n_folds and trailing is not None:
             _forget(search, index)

@@ -496,7 +496,7 @@ class AutoCalibrator(Calibrator):
         folds = np.empty(0, dtype=np.int64)
         # Column-major: each candidate's held-out predictions and losses are written and read column by
         # column. Allocated once and blanked at each later rung (a fresh array of every row per rung is
-        # paid again in page faults).
+        # paid again in page faults): only the last rung's rows hold values.
         self.oof_predictions_ = np.full((host_labels.shape[0], len(candidates)), np.nan, order="F")
         row_losses = (
             np.full(self.oof_predictions_.shape, np.nan, order="F") if self.scoring in ROW_LOSSES else None
@@ -505,9 +505,10 @@ class AutoCalibrator(Calibrator):
             if number > 0 and self._budget_spent(started):
                 break
             if number > 0:
-                self.oof_predictions_.fill(np.nan)
+                written = np.flatnonzero(folds >= 0)
+                self.oof_predictions_[written] = np.nan
                 if row_losses is not None:
-                    row_losses.fill(np.nan)
+                    row_losses[written] = np.nan
             folds = self._folds(X, groups, host_labels, host_weights, rung)
             self.n_folds_, self.cv_rows_ = rung.n_folds, rung.rows
             self.rungs_.append({"rows": rung.rows, "n_folds": rung.n_folds, "candidates": len(racing)})
@@ -608,7 +609,8 @@ class AutoCalibrator(Calibrator):
         if not featured:  # nothing cheap to judge the features by
             return None
         best = min(featured, key=lambda i: scores[i])
-        beats = trailing_reason(self.scoring, DOMINATED_SE, row_losses, platt, best, folds >= 0, weights)
+        crossed = np.flatnonzero(folds >= 0)
+        beats = trailing_reason(self.scoring, DOMINATED_SE, row_losses, platt, best, crossed, weights)
         if beats is not None:
             return None
         return f"{candidates[best].label}, the best feature-aware fit, beats Platt by <= {DOMINATED_SE:g} SE"
@@ -652,11 +654,10 @@ class AutoCalibrator(Calibrator):
         if not usable:
             return []
         ranked = sorted(usable, key=lambda i: scores[i])
-        done = folds >= 0
+        crossed = np.flatnonzero(folds >= 0)
         # The share is of the candidates in the race: one that was not screened does not narrow it.
         kept = set(ranked[: survivors_wanted(len(racing))])
         if self.ensemble and len(usable) > 1:
-            crossed = np.flatnonzero(done)
             w = np.ones(labels.shape[0]) if weights is None else weights
             fit = fit_blend(
                 logits(self.oof_predictions_[np.ix_(crossed, np.asarray(usable))]),
@@ -666,14 +667,14 @@ class AutoCalibrator(Calibrator):
             )
             kept.update(i for i, weight in zip(usable, fit.weights, strict=True) if weight > 0)
         if large:
-            kept = growing_stand_ins(kept, usable, self.oof_predictions_, np.flatnonzero(done), candidates)
+            kept = growing_stand_ins(kept, usable, self.oof_predictions_, crossed, candidates)
         kept = {
             i
             for i in kept
             if i == ranked[0]
             or (
                 not candidates[i].expensive
-                and trailing_reason(self.scoring, DOMINATED_SE, row_losses, i, ranked[0], done, weights)
+                and trailing_reason(self.scoring, DOMINATED_SE, row_losses, i, ranked[0], crossed, weights)
                 is None
             )
         }
@@ -683,7 +684,7 @@ class AutoCalibrator(Calibrator):
         if large:
             # A second-order candidate's screens keep more crosses on more rows: what it is worth shows
             # only there, and its fit is one Newton over sums. Of its twins (no pair kept) one goes on.
-            growing = distinct_growing(usable, self.oof_predictions_, np.flatnonzero(done), candidates)
+            growing = distinct_growing(usable, self.oof_predictions_, crossed, candidates)
             kept = {i for i in kept if not grows_with_rows(candidates[i])}
             kept.update(growing)
         return [i for i in racing if i in kept]

@@ -77,19 +77,20 @@ def trailing_reason(
     row_losses: np.ndarray | None,
     index: int,
     reference: int | None,
-    done: np.ndarray,
+    rows: np.ndarray,
     weights: Any,
 ) -> str | None:
-    """Why candidate ``index`` trails ``reference`` on rows ``done`` (``drop_threshold``), or None.
+    """Why candidate ``index`` trails ``reference`` on the rows at positions ``rows`` (increasing), by
+    ``drop_threshold``, or None.
 
     ``row_losses`` holds each candidate's held-out per-row ``scoring`` loss (:data:`ROW_LOSSES`) in its
     column; None when ``scoring`` has none.
     """
     if reference is None or drop_threshold is None or row_losses is None:
         return None
-    rows = np.flatnonzero(done)
     w = np.ones(rows.shape[0]) if weights is None else to_numpy(weights)[rows]
-    diff = row_losses[rows, index] - row_losses[rows, reference]
+    # One column at a time: a column of the column-major table is contiguous.
+    diff = row_losses[:, index][rows] - row_losses[:, reference][rows]
     total = w.sum()
     if total <= 0:
         return None
