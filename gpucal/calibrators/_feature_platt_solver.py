@@ -157,14 +157,19 @@ def fit_feature_platt(
     narrowed: tuple[Hashable, ...] | None = None
     if params.screen_fields:
         judged = (encoding, params.l2, params.max_iter, params.interactions == "auto", params.array_code)
-        kept = _recalled(memo, ("kept", judged), lambda: kept_fields(encoder, encoded, theta, params))
-        if len(kept) < len(encoder.feature_names_):
-            narrowed = tuple(kept)
+        screen = _recalled(memo, ("kept", judged), lambda: kept_fields(encoder, encoded, theta, params))
+        if len(screen.kept) < len(encoder.feature_names_):
+            narrowed = tuple(screen.kept)
             start = theta
             encoder, encoded, theta = _recalled(
-                memo, ("narrowed", encoding, narrowed), lambda: _kept_fields(encoder, encoded, start, kept)
+                memo,
+                ("narrowed", encoding, narrowed),
+                lambda: _kept_fields(encoder, encoded, start, screen.kept),
             )
             theta = theta.copy()
+        # Start at the screen's Platt scaling, the offsets at 0: Newton then has only the offsets to find
+        # (on make_ctr's cross scenarios, 3-5 steps instead of 5-7).
+        theta[0], theta[1] = screen.score_fit
     if params.interactions == "auto" and encoder.interactions_:
         first = (
             encoding,
@@ -176,7 +181,8 @@ def fit_feature_platt(
             params.array_code,
         )
         encoder, encoded, theta = _screened(encoder, encoded, theta, params, n_rows, memo, first)
-    theta = np.r_[theta, np.zeros(2 + int(np.sum(encoder.n_codes_)) - theta.shape[0])]  # crosses start at 0
+    # Listed crosses start at 0 (screened ones at their one-step fit, from _screened).
+    theta = np.r_[theta, np.zeros(2 + int(np.sum(encoder.n_codes_)) - theta.shape[0])]
     fit = _fit_rows(encoded, encoder.n_codes_, encoder.crosses_, theta, params, n_rows, final=True)
     return FeaturePlattState(encoder, fit)
 
@@ -272,12 +278,22 @@ def screen_interactions(rows: Rows, params: FeaturePlattParams) -> list[tuple[An
     return list(_screened(encoder, encoded, theta, params, n_rows)[0].interactions_)
 
 
+@dataclass(frozen=True)
+class FieldScreen:
+    """What :func:`kept_fields` finds: the columns kept and the score-only model ``(a, b)`` it judged
+    them against, where the first-order fit starts."""
+
+    kept: list[Hashable]
+    score_fit: tuple[float, float]
+
+
 def kept_fields(
     encoder: FeatureEncoder, encoded: Rows, theta: np.ndarray, params: FeaturePlattParams
-) -> list[Hashable]:
-    r"""The feature columns ``screen_fields`` keeps: those whose offsets are expected to lower the held-out
-    loss of the score-only model :math:`\sigma(a x + b)` (Platt scaling, with the score's ridge ``l2``),
-    and those of a pair whose cross is expected to lower it by more than its two columns do alone.
+) -> FieldScreen:
+    r"""The feature columns ``screen_fields`` keeps, with the score-only fit (:class:`FieldScreen`): those
+    whose offsets are expected to lower the held-out loss of the score-only model :math:`\sigma(a x + b)`
+    (Platt scaling, with the score's ridge ``l2``), and those of a pair whose cross is expected to lower
+    it by more than its two columns do alone.
 
     Each column is judged alone against that model by the expected held-out gain of one ridge-damped
     Newton step on its offsets (:func:`expected_gains`, penalty ``l2``): the cross screen applied to the
@@ -312,7 +328,7 @@ def kept_fields(
         for (left, right), gain in zip(encoder.interactions_, cross_gains, strict=True):
             if gain > alone_of[left] + alone_of[right]:
                 kept |= {left, right}
-    return [n for n in names if n in kept] or [names[int(np.argmax(gains))]]
+    return FieldScreen([n for n in names if n in kept] or [names[int(np.argmax(gains))]], (a, b))
 
 
 def _score_only(rows: Rows, intercept: float, l2: float, max_iter: int) -> tuple[float, float]:
@@ -387,7 +403,8 @@ def _screened(
     first_key: Hashable = None,
 ) -> tuple[FeatureEncoder, Rows, np.ndarray]:
     """Fit the first-order model from ``theta``, keep the crosses :func:`screen_crosses` keeps: the
-    encoder and rows with those crosses only, and the first-order coefficients. The first-order fit and
+    encoder and rows with those crosses only, and the start of the second-order fit, the first-order
+    coefficients and each kept cross level's one-step fit (:func:`cross_steps`). The first-order fit and
     the screen's level sums are kept in ``memo`` under ``first_key`` (what they depend on)."""
     n_first = len(encoder.feature_names_)
 
@@ -399,7 +416,8 @@ def _screened(
     fitted, sums = _recalled(memo, ("first", first_key), first_order)
     kept = screened_crosses(sums, encoder.n_codes_, n_first, params.l2_cross)
     columns = np.r_[np.arange(n_first), n_first + np.asarray(kept, dtype=np.int64)]
-    return encoder.keep_crosses(kept), encoded.map(select_columns, columns), fitted.copy()
+    start = np.r_[fitted, cross_steps(sums, encoder.n_codes_, n_first, kept, params.l2_cross)]
+    return encoder.keep_crosses(kept), encoded.map(select_columns, columns), start
 
 
 def screen_crosses(
@@ -439,6 +457,19 @@ def screened_crosses(sums: np.ndarray, n_codes: np.ndarray, n_first: int, l2_cro
     """The crosses :func:`screen_crosses` keeps, from its level sums (:func:`cross_level_sums`)."""
     gains = expected_gains(sums[:, 0], sums[:, 1], l2_cross, n_codes)
     return [c - n_first for c in range(n_first, len(n_codes)) if gains[c] > 0.0]
+
+
+def cross_steps(
+    sums: np.ndarray, n_codes: np.ndarray, n_first: int, kept: Sequence[int], l2_cross: float
+) -> np.ndarray:
+    r"""The one ridge-damped Newton step of :func:`screen_crosses`, :math:`\delta_l = -g_l / (h_l +
+    \lambda)`, of every level of the ``kept`` crosses, in order: where the second-order fit starts them
+    (from 0, it takes one more Newton step on make_ctr's cross scenarios, a pass over the rows each).
+    ``sums``: :func:`cross_level_sums` at the first-order fit; ``l2_cross`` > 0."""
+    offsets = value_offsets(n_codes)
+    levels = [np.arange(offsets[n_first + c], offsets[n_first + c] + n_codes[n_first + c]) for c in kept]
+    at = np.concatenate(levels) if levels else np.zeros(0, dtype=np.int64)
+    return -sums[at, 0] / (sums[at, 1] + l2_cross)
 
 
 def expected_gains(g: np.ndarray, h: np.ndarray, l2: float, n_codes: np.ndarray) -> np.ndarray:
