@@ -418,10 +418,10 @@ def test_fit_logistic_numba_equals_array(mode: int, cols: Any, fit_intercept: bo
 
 
 def test_warm_start_does_not_change_the_fit(monkeypatch: pytest.MonkeyPatch) -> None:
-    n = logistic.WARM_START_MIN_ROWS + 7
+    n = logistic.SERIES_MIN_ROWS + 7
     p, y = binary_data(n, seed=20)
     warm = BetaCalibrator().fit(p, y)
-    monkeypatch.setattr(logistic, "WARM_START_MIN_ROWS", 10 * n)
+    monkeypatch.setattr(logistic, "SERIES_MIN_ROWS", 10 * n)
     cold = BetaCalibrator().fit(p, y)
     assert_params_close([warm.a_, warm.b_, warm.c_], [cold.a_, cold.b_, cold.c_], rtol=1e-9)
 
@@ -439,7 +439,7 @@ def test_series_fit_equals_the_fit_on_rows(
 ) -> None:
     """The one-pass fit on each bin's moments finds the optimum the Newton passes over the rows find,
     to rounding (a few ulps), and its predictions differ by about 1e-15."""
-    n = logistic.WARM_START_MIN_ROWS + 7
+    n = logistic.SERIES_MIN_ROWS + 7
     p, y = binary_data(n, seed=21)
     p[:3] = [0.0, 1.0, 0.5]  # clipped ends widen the bins
     series = make().fit(p, y)
@@ -452,7 +452,7 @@ def test_series_fit_equals_the_fit_on_rows(
 def test_series_fit_refuses_steep_maps(monkeypatch: pytest.MonkeyPatch) -> None:
     """Where the slope times half a bin is above SERIES_MAX_REACH the series are not trusted: the fit
     reads the rows (here raw margins over a wide range)."""
-    n = logistic.WARM_START_MIN_ROWS + 7
+    n = logistic.SERIES_MIN_ROWS + 7
     rng = np.random.default_rng(22)
     margin = rng.normal(size=n) * 3.0
     margin[0] = 5000.0  # half a bin of 0.6: any slope above 1/60 is steep

@@ -31,6 +31,7 @@ import pytest
 
 from gpucal import MBCT, PlattCalibrator
 from gpucal.calibrators.feature_platt import FeatureAwarePlattCalibrator
+from gpucal.calibrators.logistic import SERIES_MIN_ROWS
 from gpucal.datasets import make_ctr
 from gpucal.rows import PassTimeoutError, WorkerLostError
 from gpucal.rows._faults import NO_WORKERS_KEY, PASS_TIMEOUT_KEY
@@ -44,6 +45,9 @@ N_ROWS = 24_000
 N_PARTS = 4
 FEATURES = ["score", "region", "user_segment", "device"]
 MBCT_PARAMS = {"max_trees": 2, "max_depth": 3, "leaf_map": "platt"}
+#: Rows of the Platt scaling fits that lose a worker in a Newton step: from ``SERIES_MIN_ROWS`` rows one
+#: pass of bin moments fits Platt scaling, and there is no Newton step to lose it in.
+PLATT_ROWS = 12_000
 PLATT_PARAMS = {"categorical_cols": ["device"], "n_bins": 8}
 
 
@@ -125,6 +129,14 @@ def _dask(X: pd.DataFrame, y: pd.Series, w: np.ndarray) -> tuple[Any, Any, Any]:
 
 
 @pytest.fixture(scope="module")
+def platt_ctr(ctr: tuple[pd.DataFrame, pd.Series, np.ndarray]) -> tuple[pd.DataFrame, pd.Series, np.ndarray]:
+    """The first ``PLATT_ROWS`` rows of ``ctr``: Platt scaling fits them by Newton passes."""
+    assert PLATT_ROWS < SERIES_MIN_ROWS
+    X, y, w = ctr
+    return X.iloc[:PLATT_ROWS], y.iloc[:PLATT_ROWS], w[:PLATT_ROWS]
+
+
+@pytest.fixture(scope="module")
 def mbct_one(ctr: tuple[pd.DataFrame, pd.Series, np.ndarray]) -> MBCT:
     X, y, w = ctr
     return MBCT(**MBCT_PARAMS).fit(X, y, sample_weight=w)
@@ -203,8 +215,8 @@ def test_feature_platt_fit_survives_lost_workers(client, plan, ctr, platt_one) -
     np.testing.assert_allclose(np.r_[two.coef_score_, two.intercept_, two.coef_], expected, rtol=1e-8)
 
 
-def test_platt_fit_survives_a_lost_worker(client, plan, ctr) -> None:  # type: ignore[no-untyped-def]
-    X, y, w = ctr
+def test_platt_fit_survives_a_lost_worker(client, plan, platt_ctr) -> None:  # type: ignore[no-untyped-def]
+    X, y, w = platt_ctr
     dX, dy, dw = _dask(X, y, w)
     one = PlattCalibrator().fit(X["score"].to_numpy(), y.to_numpy(), sample_weight=w)
     kills = [("logistic_vector", 3)]
@@ -214,11 +226,11 @@ def test_platt_fit_survives_a_lost_worker(client, plan, ctr) -> None:  # type: i
     np.testing.assert_allclose([two.a_, two.b_], [one.a_, one.b_], rtol=1e-9)
 
 
-def test_a_task_that_kills_its_workers_fails_clearly(cluster, client, plan, ctr) -> None:  # type: ignore[no-untyped-def]
+def test_a_task_that_kills_its_workers_fails_clearly(cluster, client, plan, platt_ctr) -> None:  # type: ignore[no-untyped-def]
     """A task that kills every worker it runs on (``allowed-failures`` deaths: here the first) is not
     recomputed again: the fit stops with the lost worker's address and what to do."""
     scheduler = cluster[0].scheduler
-    X, y, w = ctr
+    X, y, w = platt_ctr
     dX, dy, dw = _dask(X, y, w)
     kills = [("logistic_vector", 3)]
     kills_done = _arm(plan, kills)
@@ -243,13 +255,13 @@ def test_a_pass_longer_than_the_pass_timeout_fails(client, ctr) -> None:  # type
         PlattCalibrator().fit(dX["score"], dy, sample_weight=dw)
 
 
-def test_the_last_worker_lost_fails_within_the_no_workers_timeout(plan, ctr) -> None:  # type: ignore[no-untyped-def]
+def test_the_last_worker_lost_fails_within_the_no_workers_timeout(plan, platt_ctr) -> None:  # type: ignore[no-untyped-def]
     """The one worker of a cluster, started without a nanny, killed during a Newton step: no worker is
     left to recompute the rows, and the fit fails once ``gpucal.no-workers-timeout`` has passed."""
     from gpucal.distributed.cluster import worker_env
     from tests._worker_faults import KillAtTask
 
-    X, y, w = ctr
+    X, y, w = platt_ctr
     dX, dy, dw = _dask(X, y, w)
     root = Path(__file__).resolve().parents[1]
     env = {**os.environ, **worker_env(1), "PYTHONPATH": str(root)}

@@ -229,7 +229,10 @@ def test_integer_weights_equal_repeated_rows_and_aggregation_is_lossless() -> No
     merged = MBCT(**base, aggregate=True).fit(repeated_df, repeated_df.label)
     for other in (repeated, merged):
         assert_array_equal(weighted.ensemble_.node_feature, other.ensemble_.node_feature)
-        assert_allclose(weighted.ensemble_.node_value, other.ensemble_.node_value, rtol=1e-10, atol=1e-12)
+        # To the fits' tolerance, not to rounding: a Platt fit of 16,384 rows or more reads its bins'
+        # moments, one of fewer takes Newton passes, and the weighted, repeated and merged rows of one
+        # node need not fall on the same side of that count.
+        assert_allclose(weighted.ensemble_.node_value, other.ensemble_.node_value, rtol=1e-10, atol=1e-11)
 
 
 def test_save_load_round_trip_and_a_corrupt_file_fails_clearly(tmp_path) -> None:

@@ -63,10 +63,14 @@ from gpucal.calibrators._newton import WARM_ERROR_TOL, NewtonResult, SumsFunctio
 from gpucal.rows import LocalRows, Rows, strided_rows
 from gpucal.rows.block import check_class_weights
 
-# Fits on at least WARM_START_MIN_ROWS rows start from a fit on a summary of the rows: one-score designs
-# from the binned fit (BINNED_START_BINS bins, :func:`binned_start`), which lets the first full Newton
-# step of relative size at most BINNED_STEP_TOL end the fit; wider designs from the fit on about
-# WARM_START_ROWS strided rows.
+# Fits start from a fit on a summary of the rows: one-score designs on at least SERIES_MIN_ROWS rows
+# from the series or binned fit (BINNED_START_BINS bins, :func:`series_fit`, :func:`binned_start`), which
+# lets the first full Newton step of relative size at most BINNED_STEP_TOL end the fit; wider designs on
+# at least WARM_START_MIN_ROWS rows from the fit on about WARM_START_ROWS strided rows. The binned pass
+# and the bins' solve cost about two Newton passes over 16,384 rows: below that Newton's five or six
+# passes over the rows are cheaper (Platt scaling and temperature: 1.5 against 1.7 ms at 10,000 rows,
+# 2.3 against 1.9 ms at 16,000, 14 against 5 ms at 150,000 on make_ctr; beta gains from 8,000 rows).
+SERIES_MIN_ROWS = 1 << 14
 WARM_START_MIN_ROWS = 1 << 18
 WARM_START_ROWS = 1 << 15
 BINNED_START_BINS = 4096
@@ -513,17 +517,17 @@ def fit_logistic_rows(
     ``bounds`` is passed to :func:`newton_minimize` (one-parameter fits only). ``score_range`` is the
     smallest and largest score of a one-score design (None: unknown).
 
-    On at least ``WARM_START_MIN_ROWS`` rows, a one-feature design (Platt's logit, temperature's,
-    a raw margin) with a known ``score_range`` is fitted on its bins' moments (:func:`series_fit`, one
-    pass, no Newton pass over the rows) where the fitted slope keeps the series accurate; otherwise
-    Newton starts from a fit on a summary of the rows. A
+    On at least ``SERIES_MIN_ROWS`` rows, a one-feature design (Platt's logit, temperature's, a raw
+    margin) with a known ``score_range`` is fitted on its bins' moments (:func:`series_fit`, one pass,
+    no Newton pass over the rows) where the fitted slope keeps the series accurate; otherwise a
     one-score design with a known ``score_range`` starts from :func:`binned_start` (one pass), close
     enough that the first full pass usually ends the fit (its step is taken when its relative size is
     at most ``BINNED_STEP_TOL``; more passes follow otherwise); that pass sums no loss, which only the
-    line search of the further steps reads. Other designs start from the fit on the
-    rows whose *global* index is a multiple of ``n_rows // WARM_START_ROWS`` (the same subsample on one
-    machine and over any partitioning), and take about three full passes instead of six. The objective
-    is convex, so the start changes only how many full passes are needed, not the answer.
+    line search of the further steps reads. Other designs on at least ``WARM_START_MIN_ROWS`` rows
+    start from the fit on the rows whose *global* index is a multiple of ``n_rows // WARM_START_ROWS``
+    (the same subsample on one machine and over any partitioning), and take about three full passes
+    instead of six. The objective is convex, so the start changes only how many full passes are
+    needed, not the answer.
 
     Returns
     -------
@@ -539,7 +543,7 @@ def fit_logistic_rows(
     span = None if score_range is None else one_variable_span(*score_range, mode)
     one_score = mode != FEATURES_COLUMNS or n_columns == 1
     start_tol = 0.0
-    if n_rows >= WARM_START_MIN_ROWS and one_score and span is not None and math.isfinite(span[1] - span[0]):
+    if n_rows >= SERIES_MIN_ROWS and one_score and span is not None and math.isfinite(span[1] - span[0]):
         series = None
         if width == 1 and cols is None:
             series = series_fit(
@@ -638,6 +642,7 @@ __all__ = [
     "FEATURES_COLUMNS",
     "FEATURES_LOGIT",
     "LN2",
+    "SERIES_MIN_ROWS",
     "WARM_ERROR_TOL",
     "WARM_START_MIN_ROWS",
     "WARM_START_ROWS",
