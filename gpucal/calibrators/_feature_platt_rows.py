@@ -43,7 +43,7 @@ from gpucal.calibrators._feature_platt_kernels import (
     on_device,
     score_feature,
 )
-from gpucal.calibrators._logistic_kernels import logistic_sums
+from gpucal.calibrators.logistic import ScoreBlock
 from gpucal.encoding import FeatureEncoder
 from gpucal.encoding.crosses import Cross
 from gpucal.kernels import value_offsets
@@ -204,14 +204,9 @@ def level_sums(block: PlattBlock, theta: np.ndarray, n_values: np.ndarray, array
     return sums[N_ROW_SUMS:].reshape(-1, 2)
 
 
-def score_sums(block: PlattBlock, a: float, b: float) -> np.ndarray:
-    """Newton's sums of the score-only model :math:`\\sigma(z)`, :math:`z = a x + b`, on the block: the
-    loss :math:`\\sum w (\\log(1 + e^z) - y z)`, ``sum r x``, ``sum r``, ``sum D x^2``, ``sum D x``,
-    ``sum D`` with :math:`r = w (p - y)`, :math:`D = w p (1 - p)`: Platt scaling's pass
-    (``logistic_sums``; its compiled loop on numpy, whatever the rows, its array code on cupy)."""
-    backend = "numba" if array_namespace(block.x) is np else "array"
-    loss, grad, hess = logistic_sums(block.x, block.y, block.w, np.array([a, b]), backend=backend)
-    return np.array([loss, grad[0], grad[1], hess[0, 0], hess[0, 1], hess[1, 1]])
+def score_block(block: PlattBlock) -> ScoreBlock:
+    """The block's score feature, labels and weights: the rows of Platt scaling on the score alone."""
+    return ScoreBlock(block.x, block.y, block.w)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -282,7 +277,7 @@ __all__ = [
     "pooled_levels",
     "predicted",
     "read_block",
-    "score_sums",
+    "score_block",
     "select_columns",
     "stepped",
     "strided",

@@ -52,13 +52,14 @@ from gpucal.calibrators._feature_platt_rows import (
     pooled_levels,
     predicted,
     read_block,
-    score_sums,
+    score_block,
     select_columns,
     stepped,
     strided,
     trial_curved,
 )
-from gpucal.calibrators._newton import MAX_HALVINGS, armijo_backtrack, newton_minimize, warn_not_converged
+from gpucal.calibrators._newton import MAX_HALVINGS, armijo_backtrack, warn_not_converged
+from gpucal.calibrators.score_rows import ScoreRows
 from gpucal.encoding import FeatureEncoder
 from gpucal.encoding.crosses import Cross
 from gpucal.encoding.encoder import MAX_CROSS_LEVELS, MIN_CROSS_COUNT
@@ -309,7 +310,7 @@ def kept_fields(
     crossed = params.interactions == "auto" and len(encoder.n_codes_) > n_first
     n_codes = encoder.n_codes_ if crossed else encoder.n_values_
     judged = encoded if crossed else encoded.map(select_columns, np.arange(n_first))
-    a, b = _score_only(judged, float(theta[1]), params.l2, params.max_iter)
+    a, b = _score_only(judged, params.l2)
     start = np.zeros(2 + int(np.sum(n_codes)))
     start[0], start[1] = a, b
     sums = judged.sum(level_sums, start, n_codes, params.array_code)
@@ -331,24 +332,15 @@ def kept_fields(
     return FieldScreen([n for n in names if n in kept] or [names[int(np.argmax(gains))]], (a, b))
 
 
-def _score_only(rows: Rows, intercept: float, l2: float, max_iter: int) -> tuple[float, float]:
-    """Platt scaling on the encoded rows' score feature by :func:`newton_minimize`: ``(a, b)`` minimising
-    the loss sum plus ``l2 a^2 / 2``, from ``a = 0`` and the constant model's intercept."""
-
-    def sums(theta: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
-        s = rows.sum(score_sums, float(theta[0]), float(theta[1]))
-        return s[0], s[1:3], np.array([[s[3], s[4]], [s[4], s[5]]])
-
-    # total_weight 1: newton_minimize then minimises the loss sum itself, with the ridge l2 on a
-    theta = newton_minimize(
-        sums,
-        np.array([0.0, intercept]),
-        total_weight=1.0,
-        l2=np.array([l2, 0.0]),
-        max_iter=max_iter,
-        warn=False,
-    ).theta
-    return float(theta[0]), float(theta[1])
+def _score_only(rows: Rows, l2: float) -> tuple[float, float]:
+    """Platt scaling on the encoded rows' score feature: ``(a, b)`` minimising the loss sum plus
+    ``l2 a^2 / 2``. Fitted by :func:`~gpucal.calibrators.logistic.fit_logistic_rows`, which minimises the
+    weighted mean loss (its ridge is ``l2`` over the total weight): one summary pass, then on
+    ``SERIES_MIN_ROWS`` rows or more one pass of the bins' moments instead of Newton's five or six."""
+    scores = ScoreRows.of_blocks(rows.map(score_block))
+    total_weight, _ = scores.label_sums()
+    fit = scores.fit(l2=l2 / total_weight, what="feature-aware Platt's score-only fit")
+    return float(fit.coef[0]), float(fit.intercept)
 
 
 def _kept_fields(
