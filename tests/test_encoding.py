@@ -18,7 +18,7 @@ from sklearn.exceptions import NotFittedError
 
 from gpucal._frames import parse_input
 from gpucal.encoding import FeatureEncoder
-from gpucal.encoding.summaries import inverted_cdf
+from gpucal.encoding.summaries import as_codes, inverted_cdf, observed_categories, observed_values
 from gpucal.rows import LocalRows, RowBlock
 
 
@@ -542,3 +542,28 @@ def test_integer_lookup_path_names_an_unseen_value():
         ValueError, match=r"X\['id'\]: 1 row\(s\) hold values not seen at fit time \(e.g. 9\)"
     ):
         enc.transform(pd.DataFrame({"id": [1, 9, 2]}))
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        np.array([5, -3, 5, 120, -3], dtype=np.int8),
+        np.array([-128, 127, 0], dtype=np.int8),
+        np.array([7, 2**63 + 5, 7], dtype=np.uint64),  # a span past the counted range: hashed
+        np.array([0, 3, 3, 9], dtype=np.uint16),
+        np.array([40_000, -2, 40_000], dtype=np.int32),
+        pd.array([3, None, 1], dtype="Int64"),
+        np.array([1.5, np.nan, 1.5]),
+        np.array(["b", "a", "b"], dtype=object),
+    ],
+)
+def test_observed_values_are_the_factorised_ones(values: object) -> None:
+    """The distinct values an integer column holds, counted by value, are those its factorisation finds,
+    as Python ints in order; other columns take the factorisation."""
+    col = parse_input(
+        pd.DataFrame({"score": np.zeros(len(values)), "f": values}), feature_cols=["f"]
+    ).features["f"]
+    expected = observed_categories(as_codes(col))
+    got = observed_values(col)
+    assert got.tolist() == expected.tolist()
+    assert [type(v) for v in got] == [type(v) for v in expected]

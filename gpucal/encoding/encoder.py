@@ -104,6 +104,7 @@ from gpucal.encoding.summaries import (
     max_auto_values,
     merge_summaries,
     observed_categories,
+    observed_values,
     read_block,
     summarise_block,
 )
@@ -317,9 +318,9 @@ class FeatureEncoder(BaseEstimator):
         codings = []
         for name, col in columns.items():
             if not col.is_numeric or name in categorical:
-                cats = observed_categories(as_codes(col))
+                cats = observed_values(col)
             elif self.categorical_cols is None and is_integer_column(col):
-                cats = observed_categories(as_codes(col))
+                cats = observed_values(col)
                 if len(cats) > max_auto_values(n_rows):
                     cats = None
                 else:

@@ -95,6 +95,27 @@ def observed_categories(codes_cats: tuple[Any, np.ndarray]) -> np.ndarray:
     return out
 
 
+#: An integer column whose values span at most this many is counted into a table of every value of its
+#: range (one ``bincount`` pass) to find the values it holds, instead of being factorised by hashing (on
+#: make_ctr's fields of 150,000 rows 0.2 against 0.9 ms a column).
+MAX_COUNTED_SPAN = 1 << 20
+
+
+def observed_values(col: Column) -> np.ndarray:
+    """:func:`observed_categories` of :func:`as_codes` of ``col``: the distinct values some row holds,
+    sorted. A numpy integer column spanning at most :data:`MAX_COUNTED_SPAN` values is counted by value."""
+    v = col.values
+    if col.is_numeric and isinstance(v, np.ndarray) and v.dtype.kind in "iu" and v.size:
+        low, high = int(v.min()), int(v.max())
+        if high - low < MAX_COUNTED_SPAN:
+            offsets = v if low == 0 and np.can_cast(v.dtype, np.intp) else np.subtract(v, low, dtype=np.int64)
+            present = np.flatnonzero(np.bincount(offsets, minlength=high - low + 1)) + low
+            out = np.empty(present.shape[0], dtype=object)
+            out[:] = present.tolist()
+            return out
+    return observed_categories(as_codes(col))
+
+
 def plain_value(v: Any) -> Any:
     return v.item() if isinstance(v, np.generic) else v
 
