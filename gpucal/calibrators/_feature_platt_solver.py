@@ -157,7 +157,7 @@ def fit_feature_platt(
     theta = theta.copy()
     narrowed: tuple[Hashable, ...] | None = None
     if params.screen_fields:
-        judged = (encoding, params.l2, params.max_iter, params.interactions == "auto", params.array_code)
+        judged = (encoding, params.l2, params.interactions == "auto", params.array_code)
         screen = _recalled(memo, ("kept", judged), lambda: kept_fields(encoder, encoded, theta, params))
         if len(screen.kept) < len(encoder.feature_names_):
             narrowed = tuple(screen.kept)
