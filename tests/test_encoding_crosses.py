@@ -230,3 +230,21 @@ def test_crosses_fit_without_dask_installed() -> None:
         check=True,
         timeout=300,
     )
+
+
+def test_unweighted_pair_counts_equal_the_weighted_ones() -> None:
+    """Without weights the pairs of more keys than rows sort their keys alone; their counts are the
+    sums of unit weights, key for key (the dense, table-of-every-key and sorted paths all met)."""
+    from gpucal.encoding.crosses import count_pairs
+
+    rng = np.random.default_rng(8)
+    n_values = [3_000, 700, 40, 6]
+    codes = np.column_stack([rng.integers(0, k, 5_000) for k in n_values]).astype(np.int16)
+    pairs = [(a, b, n_values[a], n_values[b]) for a in range(4) for b in range(a + 1, 4)]
+    spans = [n_left * n_right for _, _, n_left, n_right in pairs]
+    assert min(spans) <= 5_000 < max(spans)  # dense pairs and pairs of more keys than rows
+    for plain, weighted in zip(
+        count_pairs(codes, None, pairs, 10**7), count_pairs(codes, np.ones(5_000), pairs, 10**7), strict=True
+    ):
+        assert_array_equal(plain.keys[0], weighted.keys[0])
+        assert_array_equal(plain.stats, weighted.stats)
