@@ -547,11 +547,11 @@ def test_integer_lookup_path_names_an_unseen_value():
 @pytest.mark.parametrize(
     "values",
     [
-        np.array([5, -3, 5, 120, -3], dtype=np.int8),
-        np.array([-128, 127, 0], dtype=np.int8),
+        np.tile(np.array([5, -3, 5, 120, -3], dtype=np.int8), 40),  # counted
+        np.tile(np.array([-128, 127, 0], dtype=np.int8), 100),  # counted
         np.array([7, 2**63 + 5, 7], dtype=np.uint64),  # a span past the counted range: hashed
-        np.array([0, 3, 3, 9], dtype=np.uint16),
-        np.array([40_000, -2, 40_000], dtype=np.int32),
+        np.array([0, 3, 3, 9], dtype=np.uint16),  # counted
+        np.array([40_000, -2, 40_000], dtype=np.int32),  # a span wide for its rows: hashed
         pd.array([3, None, 1], dtype="Int64"),
         np.array([1.5, np.nan, 1.5]),
         np.array(["b", "a", "b"], dtype=object),

@@ -248,3 +248,21 @@ def test_unweighted_pair_counts_equal_the_weighted_ones() -> None:
     ):
         assert_array_equal(plain.keys[0], weighted.keys[0])
         assert_array_equal(plain.stats, weighted.stats)
+
+
+def test_group_sorted_without_weights_counts_the_keys() -> None:
+    """No weights: each key's sum is its count, read off the keys sorted alone (one key on numpy); the
+    same keys and sums as unit weights through the argsort, and the same for two keys."""
+    from gpucal.rows.reduce import group_sorted
+
+    rng = np.random.default_rng(9)
+    keys = rng.integers(-50, 5_000, 3_000)
+    other = rng.integers(0, 3, 3_000)
+    for columns in [(keys,), (keys, other), (keys[:0],)]:
+        n = columns[0].shape[0]
+        counted_keys, counts = group_sorted(columns, None)
+        weighted_keys, sums = group_sorted(columns, np.ones((n, 1)))
+        for a, b in zip(counted_keys, weighted_keys, strict=True):
+            assert_array_equal(a, b)
+        assert_array_equal(counts, sums)
+        assert counts.shape == (len(np.unique(np.column_stack(columns), axis=0)), 1)

@@ -120,17 +120,6 @@ def pair_keys(codes: Any, left: int, right: int, n_right: int) -> Any:
     return codes[:, left].astype(xp.int64) * n_right + codes[:, right]
 
 
-def sorted_key_counts(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The distinct ``keys`` (numpy) in increasing order and how many rows have each, as float64: one sort
-    of the keys alone, about half the cost of ``group_sorted``'s ``argsort`` and gather of the weights."""
-    ordered = np.sort(keys)
-    new = np.empty(ordered.shape[0], dtype=bool)
-    new[:1] = True
-    np.not_equal(ordered[1:], ordered[:-1], out=new[1:])
-    starts = np.flatnonzero(new)
-    return ordered[starts], np.diff(np.append(starts, ordered.shape[0])).astype(np.float64)
-
-
 def count_pairs(
     codes: Any, w: Any, pairs: Sequence[tuple[int, int, int, int]], limit: int
 ) -> list[KeyedTable]:
@@ -140,9 +129,9 @@ def count_pairs(
     as many keys as rows fill their tables together, in one compiled pass of
     :func:`~gpucal.kernels.lookup.pair_tables` per ``PAIR_TABLE_ENTRIES`` entries; the others, and
     every pair on cupy, take two ``bincount`` passes (a table larger than the rows costs more to clear
-    and scan than the rows to count). Without weights, numpy's other pairs sort their keys alone
-    (:func:`sorted_key_counts`; a field of thousands of values crossed with four others, 150,000 rows:
-    5 ms against 11)."""
+    and scan than the rows to count). Without weights, numpy's other pairs count their keys sorted alone
+    (:func:`~gpucal.rows.reduce.group_sorted` of no weights; a field of thousands of values crossed with
+    four others, 150,000 rows: 5 ms against 11)."""
     xp = array_namespace(codes)
     n_rows = int(codes.shape[0])
     weight = xp.ones((n_rows, 1), dtype=xp.float64) if w is None else xp.asarray(w, dtype=xp.float64)[:, None]
@@ -169,8 +158,7 @@ def count_pairs(
             present = np.flatnonzero(counts)
             found, summed = (present,), sums[present][:, None]
         elif xp is np and w is None:  # unit weights: a key's weight is its count
-            keys, counted = sorted_key_counts(pair_keys(codes, left, right, n_right))
-            found, summed = (keys,), counted[:, None]
+            found, summed = group_sorted((pair_keys(codes, left, right, n_right),), None)
         elif span <= MAX_LOOKUP_SPAN:
             keys = pair_keys(codes, left, right, n_right)
             present = xp.flatnonzero(xp.bincount(keys, minlength=span))
@@ -265,6 +253,5 @@ __all__ = [
     "merge_pair_counts",
     "pair_keys",
     "select_crosses",
-    "sorted_key_counts",
     "transform_crosses",
 ]

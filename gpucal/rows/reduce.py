@@ -108,23 +108,35 @@ def check_table_size(n_keys: int, limit: int, what: str) -> None:
 
 
 def group_sorted(keys: Sequence[Any], stats: Any, xp: Any = np) -> tuple[tuple[Any, ...], Any]:
-    """Sort rows by ``keys`` (first key first) and add up ``stats`` of equal keys (numpy or cupy)."""
-    n = int(stats.shape[0])
+    """Sort rows by ``keys`` (first key first) and add up ``stats`` of equal keys (numpy or cupy).
+
+    ``stats`` None: one per row, so each key's sum is its count. With one key on numpy that is read off
+    the keys sorted alone, about half the cost of an ``argsort`` and the gather of the rows' ones.
+    """
+    n = int(keys[0].shape[0])
+    counting = stats is None and len(keys) == 1 and xp is np
+    if stats is None and not counting:
+        stats = xp.ones((n, 1))
     if n == 0:
-        return tuple(k[:0] for k in keys), stats[:0]
-    if len(keys) == 1:
-        order = xp.argsort(keys[0])  # equal keys are summed, so their order does not matter
-    elif xp is np:
-        order = np.lexsort(tuple(keys[::-1]))
-    else:  # cupy's lexsort takes one 2-D array; the keys are codes and scores, exact in float64
-        order = xp.lexsort(xp.stack([xp.asarray(k, dtype=xp.float64) for k in keys[::-1]]))
-    sorted_keys = [k[order] for k in keys]
+        return tuple(k[:0] for k in keys), np.zeros((0, 1)) if counting else stats[:0]
+    if counting:
+        sorted_keys = [np.sort(keys[0])]
+    else:
+        if len(keys) == 1:
+            order = xp.argsort(keys[0])  # equal keys are summed, so their order does not matter
+        elif xp is np:
+            order = np.lexsort(tuple(keys[::-1]))
+        else:  # cupy's lexsort takes one 2-D array; the keys are codes and scores, exact in float64
+            order = xp.lexsort(xp.stack([xp.asarray(k, dtype=xp.float64) for k in keys[::-1]]))
+        sorted_keys = [k[order] for k in keys]
     new = xp.zeros(n, dtype=bool)
     new[0] = True
     for k in sorted_keys:
         new[1:] |= k[1:] != k[:-1]
     starts = xp.flatnonzero(new)
-    if xp is np:
+    if counting:
+        summed = np.diff(np.append(starts, n)).astype(np.float64)[:, None]
+    elif xp is np:
         summed = np.add.reduceat(stats[order], starts, axis=0)
     else:
         ids = xp.cumsum(new) - 1
