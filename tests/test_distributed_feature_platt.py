@@ -18,6 +18,7 @@ from gpucal.calibrators import feature_platt
 from gpucal.calibrators.feature_platt import FeatureAwarePlattCalibrator
 from gpucal.datasets import make_ctr
 from gpucal.distributed import DISTRIBUTED_FITS
+from gpucal.encoding import FeatureEncoder
 
 RTOL = 1e-8
 N_ROWS = 24_000
@@ -119,6 +120,20 @@ def test_dask_fit_with_crosses_is_the_single_machine_fit(
     np.testing.assert_allclose(
         two.predict(dX).compute().to_numpy(), np.asarray(one.predict(X)), rtol=RTOL, atol=0.0
     )
+
+
+def test_dask_fit_with_smoothing_is_the_single_machine_fit(client, ctr) -> None:  # type: ignore[no-untyped-def]
+    """``l2_smooth`` with the integer rule: the partitions' summaries mark the same columns ordered (the
+    integers read by value, the binned number), and the chains link the same used codes."""
+    X, y, w = ctr
+    params = {"n_bins": 16, "l2_smooth": 20.0}
+    one = FeatureAwarePlattCalibrator(**params).fit(X, y, sample_weight=w)
+    assert FeatureEncoder.from_dict(one.encoder_).ordered_ == [False, True, True, True, True]
+    dX, dy, dw = _dask(X, y, w, 8)
+    two = FeatureAwarePlattCalibrator(**params).fit(dX, dy, sample_weight=dw)
+    _assert_same_fit(two, one)
+    plain = FeatureAwarePlattCalibrator(n_bins=16).fit(X, y, sample_weight=w)
+    assert not np.allclose(_coefficients(one), _coefficients(plain), rtol=1e-3, atol=0.0)
 
 
 def test_warm_start_samples_the_single_machine_rows(client, ctr, monkeypatch) -> None:  # type: ignore[no-untyped-def]

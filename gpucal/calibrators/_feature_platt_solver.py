@@ -126,6 +126,7 @@ class FeaturePlattParams:
     array_code: bool = False
     what: str = "FeatureAwarePlattCalibrator"
     screen_fields: bool = False
+    l2_smooth: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -176,6 +177,7 @@ def fit_feature_platt(
             encoding,
             narrowed,
             params.l2,
+            params.l2_smooth,
             params.max_iter,
             params.warm_start_min_rows,
             params.warm_start_rows,
@@ -184,7 +186,9 @@ def fit_feature_platt(
         encoder, encoded, theta = _screened(encoder, encoded, theta, params, n_rows, memo, first)
     # Listed crosses start at 0 (screened ones at their one-step fit, from _screened).
     theta = np.r_[theta, np.zeros(2 + int(np.sum(encoder.n_codes_)) - theta.shape[0])]
-    fit = _fit_rows(encoded, encoder.n_codes_, encoder.crosses_, theta, params, n_rows, final=True)
+    fit = _fit_rows(
+        encoded, encoder.n_codes_, encoder.crosses_, _chained(encoder), theta, params, n_rows, final=True
+    )
     return FeaturePlattState(encoder, fit)
 
 
@@ -402,7 +406,8 @@ def _screened(
 
     def first_order() -> tuple[np.ndarray, np.ndarray]:
         first = encoded.map(select_columns, np.arange(n_first))
-        fitted = _fit_rows(first, encoder.n_values_, (), theta, params, n_rows, final=False).theta
+        chained = _chained(encoder)
+        fitted = _fit_rows(first, encoder.n_values_, (), chained, theta, params, n_rows, final=False).theta
         return fitted, cross_level_sums(encoded, fitted, encoder.n_codes_, params.array_code)
 
     fitted, sums = _recalled(memo, ("first", first_key), first_order)
@@ -477,6 +482,7 @@ def _fit_rows(
     encoded: Rows,
     n_values: np.ndarray,
     crosses: Sequence[Cross],
+    chained: np.ndarray,
     theta: np.ndarray,
     params: FeaturePlattParams,
     n_rows: int,
@@ -486,9 +492,12 @@ def _fit_rows(
     """Newton-CG from ``theta`` on the encoded rows (the last ``len(crosses)`` columns are those crosses,
     penalised by ``l2_cross``), warm-started on strided rows when there are many; ``final``: the fit
     returned to the user (to ``tol``, warning when it stops early), else a start for it (to ``WARM_TOL``,
-    silently)."""
+    silently). ``chained``: per first-order column, how many of its first codes ``l2_smooth`` chains
+    (:func:`_chained`)."""
     n_first = len(n_values) - len(crosses)
     penalties = np.r_[np.full(n_first, params.l2), np.full(len(crosses), params.l2_cross)]
+    chains = np.r_[chained, np.zeros(len(crosses), dtype=np.int64)] if params.l2_smooth > 0.0 else None
+    smoothing = (params.l2_smooth, chains) if chains is not None and chains.any() else None
     if n_rows >= params.warm_start_min_rows:
         # Start from the fit on evenly strided rows. The penalty is not scaled down to their share of the
         # weight: a value with a handful of sampled rows would get an extreme offset, a far worse start than
@@ -496,13 +505,13 @@ def _fit_rows(
         # needed, not the answer.
         sample = encoded.map(strided, n_rows // params.warm_start_rows, offsets=True)
         if LabelSummary.of(sample.sum(block_summary)).weight > 0.0:
-            sub = _Problem(sample, n_values, crosses, penalties, params.l2, params.array_code)
+            sub = _Problem(sample, n_values, crosses, penalties, params.l2, params.array_code, smoothing)
             warm = _newton_cg(
                 sub, theta, max_iter=params.max_iter, tol=WARM_TOL, what=params.what, warn=False
             )
             if warm.converged:
                 theta = warm.theta
-    problem = _Problem(encoded, n_values, crosses, penalties, params.l2, params.array_code)
+    problem = _Problem(encoded, n_values, crosses, penalties, params.l2, params.array_code, smoothing)
     tol = params.tol if final else WARM_TOL
     return _newton_cg(problem, theta, max_iter=params.max_iter, tol=tol, what=params.what, warn=final)
 
@@ -523,6 +532,7 @@ class _Problem:
         penalties: np.ndarray,
         l2_score: float,
         array_code: bool,
+        smoothing: tuple[float, np.ndarray] | None = None,
     ) -> None:
         self.rows = rows
         self.array_code = array_code
@@ -536,15 +546,27 @@ class _Problem:
         # Codes some row of non-zero weight has; the others keep offset 0 (their gradient and Hessian are
         # the penalty's alone), and no row changes when they are left out.
         self.used = np.concatenate([[True, True], rows.sum(code_weights, self.n_values) > 0.0])
+        # The penalty's matrix is diag(ridge) plus, with smoothing, the chains' difference penalty.
+        self.chain = None if smoothing is None else chain_penalty(self.n_values, self.used, *smoothing)
         n_first = len(self.n_values) - len(crosses)
         pooled = rows.sum(pooled_levels, crosses, n_first) if crosses else np.zeros(0)
         self.null = null_directions(self.n_values, self.used, crosses, pooled)
         self.null_t = self.null.T  # built once: the conjugate gradient applies it twice per step
         # W' Lambda W (H W = Lambda W): factored once, with a relative jitter that only W's own null space
         # feels (W x = 0 there), so that dependent directions need no care.
-        coarse = (self.null_t @ sparse.diags(self.ridge) @ self.null).tocsc()
+        coarse = (self.null_t @ self._penalty_matrix() @ self.null).tocsc()
         jitter = COARSE_JITTER * max(float(coarse.diagonal().max(initial=0.0)), 1.0)
         self.coarse_lu = splu(coarse + jitter * sparse.identity(coarse.shape[0], format="csc"))
+
+    def _penalty_matrix(self) -> sparse.csr_matrix:
+        r""":math:`\Lambda` as a sparse matrix: the ridge's diagonal plus the chains' penalty."""
+        ridge = sparse.diags(self.ridge)
+        return ridge if self.chain is None else ridge + self.chain
+
+    def penalized(self, v: np.ndarray) -> np.ndarray:
+        r"""Return :math:`\Lambda v`."""
+        out = self.ridge * v
+        return out if self.chain is None else out + self.chain @ v
 
     def blocks(self) -> list[slice]:
         """The slices of ``theta`` holding each feature's offsets."""
@@ -600,7 +622,14 @@ class _Problem:
         diag[0], diag[1] = dxx, d_sum
         diag[2:] = stats[:, 1]
         penalty = 0.5 * float(self.ridge @ (theta * theta))
-        return float(loss) + penalty, grad + self.ridge * theta, diag + self.ridge, float(dx)
+        grad += self.ridge * theta
+        diag += self.ridge
+        if self.chain is not None:
+            chained = self.chain @ theta
+            penalty += 0.5 * float(theta @ chained)
+            grad += chained
+            diag += self.chain.diagonal()
+        return float(loss) + penalty, grad, diag, float(dx)
 
     def coarse(self, v: np.ndarray) -> np.ndarray:
         """Return :math:`W (W^\\top \\Lambda W)^{-1} W^\\top v` (:func:`null_directions`' ``W``)."""
@@ -613,7 +642,7 @@ class _Problem:
         out[0] = sums[0]  # sum D u x
         out[1] = sums[1:][self.first].sum()  # sum D u, over the values of feature 0
         out[2:] = sums[1:]
-        return out + self.ridge * v
+        return out + self.penalized(v)
 
 
 def null_directions(
@@ -660,6 +689,33 @@ def null_directions(
     return sparse.csr_matrix((np.concatenate(signs), (np.concatenate(vectors), columns)), shape=shape)
 
 
+def _chained(encoder: FeatureEncoder) -> np.ndarray:
+    """Per feature column of ``encoder``, the number of its first codes that ``l2_smooth`` chains: its
+    regular codes when they are ordered (``FeatureEncoder.ordered_``: a number's bins, an integer's
+    values), else 0. The missing and unseen codes are never chained."""
+    return np.where(encoder.ordered_, encoder.missing_codes_, 0).astype(np.int64)
+
+
+def chain_penalty(n_values: np.ndarray, used: np.ndarray, l2_smooth: float, chained: np.ndarray) -> Any:
+    r"""The difference penalty of ordered columns, :math:`l_s \sum_j \sum_t (\beta_{j,t+1} - \beta_{j,t})^2`
+    as the matrix :math:`l_s D^\top D` over ``theta`` (``[a, b, beta]``): per column ``j``, the first
+    ``chained[j]`` codes that some row uses, in code order, each linked to the next (a first-order
+    random-walk prior on a number's bins or an integer's values, the zeroth-degree P-spline of Eilers and
+    Marx, 1996). A code no row uses is skipped, so its offset stays 0 and its neighbours are linked
+    across it. ``D`` sums to zero along each column's codes, so the penalty does not move the intercept
+    and :meth:`_Problem.center` still holds; ``X W = 0`` still gives ``H W = \Lambda W``."""
+    offsets = value_offsets(n_values)
+    left: list[np.ndarray] = []
+    for o, k in zip(offsets, chained, strict=True):
+        codes = 2 + o + np.flatnonzero(used[2 + o : 2 + o + int(k)])
+        left.append(np.column_stack([codes[:-1], codes[1:]]))
+    links = np.concatenate(left) if left else np.zeros((0, 2), dtype=np.int64)
+    rows = np.repeat(np.arange(links.shape[0]), 2)
+    signs = np.tile([-1.0, 1.0], links.shape[0])
+    diff = sparse.csr_matrix((signs, (rows, links.ravel())), shape=(links.shape[0], used.shape[0]))
+    return (l2_smooth * (diff.T @ diff)).tocsr()
+
+
 def block_preconditioner(used: np.ndarray, diag: np.ndarray, coupling: float) -> Any:
     r"""The preconditioner :math:`M^{-1}` of :func:`_conjugate_gradient`, as a function of a vector:
     :math:`M` is the Hessian's diagonal with its block of the score's coefficient and the intercept
@@ -703,9 +759,9 @@ def _conjugate_gradient(
     precond = block_preconditioner(problem.used, diag, coupling)
     rhs = -grad
     step = problem.coarse(rhs)
-    residual = rhs - problem.ridge * step
+    residual = rhs - problem.penalized(step)
     z = precond(residual)
-    direction = z - problem.coarse(problem.ridge * z)
+    direction = z - problem.coarse(problem.penalized(z))
     rz = float(residual @ z)
     # The residual is measured in the preconditioned norm |r|_{M^-1}: the plain norm is dominated by the
     # score's entry, whose gradient grows with the rows, while an offset's scales with its value's rows.
@@ -722,7 +778,7 @@ def _conjugate_gradient(
         residual -= alpha * h_dir
         z = precond(residual)
         rz_next = float(residual @ z)
-        direction = z - problem.coarse(problem.ridge * z) + (rz_next / rz) * direction
+        direction = z - problem.coarse(problem.penalized(z)) + (rz_next / rz) * direction
         rz = rz_next
     return step
 

@@ -4,11 +4,13 @@ r"""Feature-aware Platt scaling: a logistic regression on the score's logit and 
 
     \hat p_i = \sigma\Big(b + a\, x_i + \sum_j \beta_{o_j + c_{ij}}\Big), \qquad
     \min_{a, b, \beta}\; \sum_i w_i \big[\log(1 + e^{z_i}) - y_i z_i\big]
-        + \frac{l_2}{2}\big(a^2 + \lVert\beta\rVert^2\big),
+        + \frac{l_2}{2}\big(a^2 + \lVert\beta\rVert^2\big)
+        + \frac{l_s}{2} \sum_{j \text{ ordered}} \sum_t (\beta_{o_j + t + 1} - \beta_{o_j + t})^2,
 
 with :math:`x_i` the logit of the score (or the raw margin), :math:`c_{ij}` the code of row ``i`` in
 feature ``j`` (``gpucal.encoding.FeatureEncoder``) and :math:`o_j` the first code of feature ``j`` in the
-flat coefficient vector (``gpucal.kernels.value_offsets``). The linear special case of NeuCalib
+flat coefficient vector (``gpucal.kernels.value_offsets``); :math:`l_s` (``l2_smooth``, default 0) links
+the neighbouring codes of an ordered column (a number's bins, an integer's values). The linear special case of NeuCalib
 (one-dimensional
 field embeddings, no MLP), and a strong simple baseline.
 
@@ -114,7 +116,8 @@ class FeatureAwarePlattCalibrator(EncodedFeatureCalibrator):
     The design is ``[x, one-hot of every feature column's codes, one-hot of every cross's codes]`` plus an
     intercept; the fit minimises the weighted log-loss summed over rows plus
     :math:`\tfrac{l_2}{2}(a^2 + \lVert c\rVert^2) + \tfrac{l_{2,\times}}{2} \lVert d\rVert^2`
-    (scikit-learn's convention: ``LogisticRegression(C=1/l2)``). Numeric features are cut into quantile
+    (scikit-learn's convention: ``LogisticRegression(C=1/l2)``), and with ``l2_smooth`` the differences
+    of neighbouring offsets along each ordered column. Numeric features are cut into quantile
     bins, everything else is read by value (:class:`~gpucal.encoding.FeatureEncoder`). Without
     ``interactions`` (the default) there are no cross terms: the linear special case of NeuCalib, and the
     baseline a feature-aware calibrator has to beat. With them it is the degree-2 polynomial model
@@ -146,6 +149,15 @@ class FeatureAwarePlattCalibrator(EncodedFeatureCalibrator):
         shrunk as if it had about :math:`l_2 / (p(1-p))` (4 to 20) extra rows at the global fit, so only
         rare values are pulled toward the average. Must be positive: the one-hot columns of a feature sum
         to the intercept's column, so without a penalty the offsets are not identified.
+    l2_smooth : float, default=0.0
+        Penalty on the differences between neighbouring offsets of an ordered column (the encoder's
+        ``ordered_``: a number's quantile bins, and the values of an integer column read by value by the
+        integer rule, such as an age or a tenure in months; not a column named in ``categorical_cols``),
+        :math:`\tfrac{l_s}{2} \sum_t (c_j[t+1] - c_j[t])^2`: a first-order random-walk prior along the
+        column (the zeroth-degree P-spline of Eilers and Marx [5]), on top of ``l2``. A value or bin with few
+        rows then borrows from its neighbours rather than only from the average, so a number can keep fine
+        bins on a small calibration set. 0 (the default): offsets shrunk by ``l2`` alone. The missing and
+        unseen codes are not chained.
     interactions : list of pairs of feature columns, "auto", "all" or None, default=None
         Pairs of features whose combinations get an offset of their own (crosses, one more coded field each:
         :mod:`gpucal.encoding.crosses`; numeric features cross through their bins):
@@ -241,6 +253,8 @@ class FeatureAwarePlattCalibrator(EncodedFeatureCalibrator):
     .. [4] Y. Luo et al., "AutoCross: automatic feature crossing for tabular data in real-world
        applications", KDD 2019 (crosses of fields; candidates judged with the current model's weights
        fixed).
+    .. [5] P. H. C. Eilers and B. D. Marx, "Flexible smoothing with B-splines and penalties", Statistical
+       Science 11 (1996), pp. 89-121.
 
     Examples
     --------
@@ -255,6 +269,7 @@ class FeatureAwarePlattCalibrator(EncodedFeatureCalibrator):
         "n_bins": Interval(int, 1, None),
         "score_kind": SCORE_KIND_OPTIONS,
         "l2": Interval(float, 0, None, closed="neither"),
+        "l2_smooth": Interval(float, 0, None),
         "l2_cross": Interval(float, 0, None, closed="neither"),
         "min_cross_count": Interval(float, 0, None),
         "max_cross_levels": Interval(int, 1, None),
@@ -282,6 +297,7 @@ class FeatureAwarePlattCalibrator(EncodedFeatureCalibrator):
         n_bins: int = 32,
         score_kind: str = "probability",
         l2: float = 1.0,
+        l2_smooth: float = 0.0,
         interactions: Sequence[Sequence[Hashable]] | str | None = None,
         l2_cross: float = L2_CROSS,
         min_cross_count: float = MIN_CROSS_COUNT,
@@ -298,6 +314,7 @@ class FeatureAwarePlattCalibrator(EncodedFeatureCalibrator):
         self.n_bins = n_bins
         self.score_kind = score_kind
         self.l2 = l2
+        self.l2_smooth = l2_smooth
         self.interactions = interactions
         self.l2_cross = l2_cross
         self.min_cross_count = min_cross_count

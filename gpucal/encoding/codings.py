@@ -34,6 +34,15 @@ class Coding:
     edges: np.ndarray | None = None  # float64 cut points (KIND_BINS)
     categories: np.ndarray | None = None  # object array of distinct values (KIND_VALUES)
     has_unseen_code: bool = False
+    # KIND_VALUES: the values are numbers read by value by the integer rule (not named in categorical_cols),
+    # so their sorted order means something (an age, a tenure in months).
+    numeric_values: bool = False
+
+    @property
+    def ordered(self) -> bool:
+        """Whether the regular codes are in the order of the values they stand for: bins of a number, or
+        the sorted values of an integer column read by value by the encoder's integer rule."""
+        return self.kind == KIND_BINS or self.numeric_values
 
     @property
     def n_regular(self) -> int:
@@ -82,9 +91,17 @@ def coding_from_dict(c: Any, where: str, separate: bool) -> Coding:
     if len(set(raw)) != len(raw):
         msg = f"{where}['categories']: values must be distinct"
         raise ValueError(msg)
+    numeric = c.get("numeric_values", False)
+    if not isinstance(numeric, bool) or (numeric and not all(_is_int(v) for v in raw)):
+        msg = f"{where}['numeric_values']: expected a bool, true only for integer categories"
+        raise ValueError(msg)
     cats = np.empty(len(raw), dtype=object)
     cats[:] = raw
-    return Coding(name, KIND_VALUES, categories=cats, has_unseen_code=separate)
+    return Coding(name, KIND_VALUES, categories=cats, has_unseen_code=separate, numeric_values=numeric)
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
 
 
 def transform_bins(coding: Coding, col: Column, code_map: np.ndarray | None, out: Any, j: int) -> None:

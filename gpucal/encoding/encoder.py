@@ -57,7 +57,7 @@ from __future__ import annotations
 
 import functools
 import itertools
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Collection, Hashable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, ClassVar
 
@@ -164,6 +164,10 @@ class FeatureEncoder(BaseEstimator):
         The encoded columns, in output order.
     kinds_ : list of {"bins", "values"}
         How each column is encoded.
+    ordered_ : list of bool
+        Per column, whether its regular codes follow the order of what they stand for: a number's bins,
+        or an integer column's values read by value by the integer rule (not those of a column named in
+        ``categorical_cols``, nor categories). Feature-aware Platt's ``l2_smooth`` reads it.
     n_values_ : numpy.ndarray of int64, shape (n_features,)
         Number of codes per column of ``X``, missing (and unseen) codes included.
     interactions_ : list of tuples
@@ -256,6 +260,7 @@ class FeatureEncoder(BaseEstimator):
         self._crosses = list(crosses)
         self.feature_names_ = [c.name for c in codings]
         self.kinds_ = [c.kind for c in codings]
+        self.ordered_ = [c.ordered for c in codings]
         self.n_values_ = np.array([c.n_values for c in codings], dtype=np.int64)
         self.missing_codes_ = np.array([c.missing_code for c in codings], dtype=np.int64)
         self.unseen_codes_ = np.array([c.unseen_code for c in codings], dtype=np.int64)
@@ -330,7 +335,16 @@ class FeatureEncoder(BaseEstimator):
             if cats is None:
                 codings.append(Coding(name, KIND_BINS, edges=fit_bins(col.values, w, int(self.n_bins))))
             else:
-                codings.append(Coding(name, KIND_VALUES, categories=cats, has_unseen_code=self._separate))
+                numeric = col.is_numeric and name not in categorical
+                codings.append(
+                    Coding(
+                        name,
+                        KIND_VALUES,
+                        categories=cats,
+                        has_unseen_code=self._separate,
+                        numeric_values=numeric,
+                    )
+                )
         self._set_fitted(codings)
         pairs = self._cross_pairs()
         if pairs:
@@ -391,16 +405,17 @@ class FeatureEncoder(BaseEstimator):
         check_not_empty(n_rows, "X")
         names = list(summaries)
         self._check_columns(names)
-        value_weights, categories = {}, {}
+        value_weights, categories, numeric = {}, {}, set()
         for name, (kind, summary) in summaries.items():
             if kind == VALUES:
                 categories[name] = summary
             elif kind == INTEGERS and summary.keys[0].shape[0] <= max_auto_values(n_rows):
                 categories[name] = integer_categories(summary.keys[0])
+                numeric.add(name)
             else:  # BINS, or INTEGERS with too many values: the values of positive weight
                 weighted = summary.stats[:, 0] > 0
                 value_weights[name] = (summary.keys[0][weighted], summary.stats[weighted, 0])
-        self.fit_summaries(names, value_weights=value_weights, categories=categories)
+        self.fit_summaries(names, value_weights=value_weights, categories=categories, numeric_values=numeric)
         pairs = self._cross_pairs()
         if pairs:
             merge = functools.partial(merge_pair_counts, limit=limit)
@@ -421,6 +436,7 @@ class FeatureEncoder(BaseEstimator):
         *,
         value_weights: Mapping[Hashable, tuple[np.ndarray, np.ndarray]],
         categories: Mapping[Hashable, np.ndarray],
+        numeric_values: Collection[Hashable] = (),
     ) -> FeatureEncoder:
         """Fit from per-column summaries instead of rows: what :meth:`fit_rows` gathers over blocks.
 
@@ -433,6 +449,8 @@ class FeatureEncoder(BaseEstimator):
             increasing, and the total weight (or row count) of each.
         categories : mapping
             Value columns: every category value some row uses (any order, repeats allowed).
+        numeric_values : collection of hashable, default=()
+            The value columns that are integers read by value by the integer rule (``Coding.ordered``).
 
         Returns
         -------
@@ -450,7 +468,15 @@ class FeatureEncoder(BaseEstimator):
             else:
                 cats = np.asarray(categories[name], dtype=object)
                 observed = observed_categories((np.arange(len(cats)), cats))
-                codings.append(Coding(name, KIND_VALUES, categories=observed, has_unseen_code=self._separate))
+                codings.append(
+                    Coding(
+                        name,
+                        KIND_VALUES,
+                        categories=observed,
+                        has_unseen_code=self._separate,
+                        numeric_values=name in numeric_values,
+                    )
+                )
         if not codings:
             msg = "X: no feature columns to encode"
             raise ValueError(msg)
@@ -736,7 +762,10 @@ class FeatureEncoder(BaseEstimator):
                 columns.append({"name": plain_column_name(c.name), "kind": c.kind, "bin_edges": edges})
             else:
                 cats = plain_categories(c.categories, f"X[{c.name!r}]")
-                columns.append({"name": plain_column_name(c.name), "kind": c.kind, "categories": cats})
+                column = {"name": plain_column_name(c.name), "kind": c.kind, "categories": cats}
+                if c.numeric_values:
+                    column["numeric_values"] = True
+                columns.append(column)
         params: dict[str, Any] = {
             "n_bins": int(self.n_bins),
             "categorical_cols": None if self.categorical_cols is None else self._check_params(),
