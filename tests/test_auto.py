@@ -15,6 +15,7 @@ from scipy.special import expit
 from sklearn.base import BaseEstimator, clone
 
 import gpucal
+from gpucal._frames import frame_columns
 from gpucal.auto import AutoCalibrator, sizing
 from gpucal.auto import candidates as candidates_module
 from gpucal.auto.blend import (
@@ -25,7 +26,7 @@ from gpucal.auto.blend import (
     mean_log_loss,
     member_losses,
 )
-from gpucal.auto.candidates import FEATURE_CANDIDATES, Candidate
+from gpucal.auto.candidates import FEATURE_CANDIDATES, SMOOTH_CANDIDATES, Candidate, has_ordered_column
 from gpucal.auto.cross_fit import CrossFitting
 from gpucal.auto.folds import grouped_folds, stratified_folds, subsample_rows, without_attrs
 from gpucal.auto.guard import order_guard
@@ -473,9 +474,29 @@ def test_default_candidates_are_one_list_at_every_size() -> None:
     screened = [c.label for c in large if c.estimator.get_params().get("screen_fields")]
     tens = [label for label in expected if label.startswith("feature_platt(l2=10.0")]
     assert screened == [label[:-1] + ", screen_fields=True)" for label in tens]
-    assert len(screened) == 3
+    assert len(screened) == 4
     small = AutoCalibrator()._resolve_candidates(has_features=True)
     assert [c.name for c in large] == [c.name for c in small]
+
+
+def test_smoothed_candidates_only_with_an_ordered_column() -> None:
+    listed = AutoCalibrator()._resolve_candidates(has_features=True, ordered=True)
+    smoothed = [c.label for c in listed if c.params.get("l2_smooth")]
+    assert len(smoothed) == len(SMOOTH_CANDIDATES)
+    unordered = AutoCalibrator()._resolve_candidates(has_features=True, ordered=False)
+    assert [c.label for c in unordered] == [c.label for c in listed if c.label not in smoothed]
+    # A number is ordered unless named in categorical_cols; strings never are.
+    X = pd.DataFrame({"site": ["a", "b", "a"], "hour": [1, 2, 3]})
+    assert has_ordered_column(frame_columns(X), None)
+    assert not has_ordered_column(frame_columns(X), ["hour"])
+    assert not has_ordered_column(frame_columns(X), "hour")
+    assert not has_ordered_column(frame_columns(X[["site"]]), None)
+    # The fit reads its input: make_ctr's fields named categorical leave the smoothed settings out.
+    ctr = make_ctr(3_000, "mixed", seed=0)
+    fields = ["region", "device"]
+    fitted = AutoCalibrator(candidates=None, categorical_cols=fields, ensemble=False, feature_cols=fields)
+    fitted.fit(ctr[["score", *fields]], ctr["label"])
+    assert not any("l2_smooth" in label for label in fitted.cv_results_["candidate"])
 
 
 def test_large_data_blend_takes_one_setting_per_method(ctr: Any, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -22,7 +22,13 @@ from gpucal._frames import InputInfo, describe_input, parse_input
 from gpucal._params import AnyOf
 from gpucal._validation import check_consistent_length, check_labels, check_sample_weight
 from gpucal.auto.blend import MIN_MEMBER_WEIGHT, blend_logit, fit_blend, logits
-from gpucal.auto.candidates import Candidate, column_params, default_candidates, resolve_candidates
+from gpucal.auto.candidates import (
+    Candidate,
+    column_params,
+    default_candidates,
+    has_ordered_column,
+    resolve_candidates,
+)
 from gpucal.auto.cross_fit import (
     CANDIDATE_ERRORS,
     CrossFitting,
@@ -124,7 +130,8 @@ class AutoCalibrator(Calibrator):
         below), gpucal estimators (used as given, cloned), or ``{"class": ..., "params": ...}`` dicts.
         None: the default list of :mod:`gpucal.auto.candidates` (Platt, beta, Platt on logit hinges,
         centred isotonic; when ``X`` has feature columns, feature-aware Platt with ``l2`` in 1, 10, 100,
-        second-order feature-aware Platt (``interactions="auto"``, ``l2_cross`` 10 and 100), three MBCT
+        second-order feature-aware Platt (``interactions="auto"``, ``l2_cross`` 10 and 100), two settings
+        of it smoothed along ordered columns (``l2_smooth``, when a feature column is a number), three MBCT
         settings, boosted heterogeneous calibration, and NeuCalib when PyTorch imports). Every candidate
         takes the column parameters below (``score_col``, ``feature_cols``, ``categorical_cols``,
         ``score_kind``) that its class has, except where a given estimator was set otherwise.
@@ -326,17 +333,21 @@ class AutoCalibrator(Calibrator):
     # Fit
 
     def _resolve_candidates(
-        self, has_features: bool, feature_cols: Any = None, large: bool = False
+        self, has_features: bool, feature_cols: Any = None, large: bool = False, ordered: bool = True
     ) -> list[Candidate]:
         """The candidates, reading ``feature_cols`` (the resolved features; None: the parameter);
-        ``large``: the calibration set is (``default_candidates``)."""
+        ``large``: the calibration set is, ``ordered``: some feature column is (``default_candidates``)."""
         features = self.feature_cols if feature_cols is None else feature_cols
         columns = column_params(self.score_col, features, self.categorical_cols, self.score_kind)
         if self.candidates is None:
             from gpucal.neural import torch_available
 
             return default_candidates(
-                columns, with_features=has_features, with_torch=torch_available(), large=large
+                columns,
+                with_features=has_features,
+                with_torch=torch_available(),
+                large=large,
+                ordered=ordered,
             )
         if isinstance(self.candidates, str | dict) or not isinstance(self.candidates, Sequence):
             msg = f"candidates: expected a list of names or estimators, got {self.candidates!r}"
@@ -400,7 +411,8 @@ class AutoCalibrator(Calibrator):
             else check_sample_weight(sample_weight, n_rows, xp=array_namespace(labels))
         )
         plan = plan_search(n_rows, self.n_folds, self.cv_rows)
-        candidates = self._resolve_candidates(bool(split.features), list(split.features), plan.large)
+        ordered = has_ordered_column(split.features, self.categorical_cols)
+        candidates = self._resolve_candidates(bool(split.features), list(split.features), plan.large, ordered)
         if self.verbose and split.features:
             encoder = FeatureEncoder(categorical_cols=self.categorical_cols).fit(split.features)
             log(f"features {encoder.describe_columns()}")
