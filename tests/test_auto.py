@@ -32,6 +32,7 @@ from gpucal.auto.folds import grouped_folds, stratified_folds, subsample_rows, w
 from gpucal.auto.guard import order_guard
 from gpucal.auto.report import ROW_LOSSES, fold_scores
 from gpucal.calibrators import _feature_platt_solver as feature_platt_solver
+from gpucal.calibrators.feature_platt import L2_SMOOTH
 from gpucal.calibrators.hinge_platt import HingePlattCalibrator
 from gpucal.datasets import make_ctr
 from gpucal.factory import make_calibrator
@@ -464,27 +465,41 @@ def test_large_data_compares_its_finalists_on_every_row(ctr: Any, monkeypatch: p
 
 
 def test_default_candidates_are_one_list_at_every_size() -> None:
-    labels = [c.label for c in AutoCalibrator(categorical_cols=FIELDS)._resolve_candidates(has_features=True)]
+    # make_ctr's fields named categorical: no ordered column.
+    resolve = AutoCalibrator(categorical_cols=FIELDS)._resolve_candidates
+    labels = [c.label for c in resolve(has_features=True, ordered=False)]
     expected = ["platt", "beta", "platt_hinge", "centered_isotonic"]
-    expected += [Candidate(name, None, params).label for name, params in FEATURE_CANDIDATES]
+    expected += [
+        Candidate(name, None, params).label
+        for name, params in FEATURE_CANDIDATES
+        if (name, params) not in SMOOTH_CANDIDATES
+    ]
     assert labels == [*expected, "neucalib"]
     assert "feature_platt(l2=1.0)" in labels
     # On a large set the same list, the l2 = 10 feature-aware Platt settings screening their fields.
-    large = AutoCalibrator(categorical_cols=FIELDS)._resolve_candidates(has_features=True, large=True)
+    large = resolve(has_features=True, large=True, ordered=False)
     screened = [c.label for c in large if c.estimator.get_params().get("screen_fields")]
     tens = [label for label in expected if label.startswith("feature_platt(l2=10.0")]
     assert screened == [label[:-1] + ", screen_fields=True)" for label in tens]
-    assert len(screened) == 4
-    small = AutoCalibrator()._resolve_candidates(has_features=True)
+    assert len(screened) == 3
+    small = AutoCalibrator()._resolve_candidates(has_features=True, ordered=False)
     assert [c.name for c in large] == [c.name for c in small]
+    assert len(resolve(has_features=True, large=True)) == len(large) + len(SMOOTH_CANDIDATES)
 
 
 def test_smoothed_candidates_only_with_an_ordered_column() -> None:
     listed = AutoCalibrator()._resolve_candidates(has_features=True, ordered=True)
     smoothed = [c.label for c in listed if c.params.get("l2_smooth")]
     assert len(smoothed) == len(SMOOTH_CANDIDATES)
+    # With an ordered column the other feature-aware Platt settings are the plain ridge, named so.
+    plain = [c for c in listed if c.name == "feature_platt" and c.label not in smoothed]
+    assert len(plain) == len(FEATURE_CANDIDATES) - len(SMOOTH_CANDIDATES) - 4  # less MBCT's three and HC
+    assert all(c.params["l2_smooth"] == 0.0 == c.estimator.l2_smooth for c in plain)
     unordered = AutoCalibrator()._resolve_candidates(has_features=True, ordered=False)
-    assert [c.label for c in unordered] == [c.label for c in listed if c.label not in smoothed]
+    assert [c.label for c in unordered] == [
+        c.label.replace(", l2_smooth=0.0", "") for c in listed if c.label not in smoothed
+    ]
+    assert all(c.estimator.l2_smooth == L2_SMOOTH for c in unordered if c.name == "feature_platt")
     # A number is ordered unless named in categorical_cols; strings never are.
     X = pd.DataFrame({"site": ["a", "b", "a"], "hour": [1, 2, 3]})
     assert has_ordered_column(frame_columns(X), None)

@@ -15,19 +15,24 @@ feature_platt     the same, ``l2=10``, second order: ``interactions="auto"``,   
                   ``l2_cross`` in 10, 100
 feature_platt     smoothed along ordered columns (``l2_smooth=30``): ``l2=1``;    score + features
                   second order with ``l2=10, l2_cross=100``; only when a feature
-                  column is ordered (a number not named in ``categorical_cols``)
+                  column is ordered (the five above then ``l2_smooth=0``)
 mbct              ``MBCT()``; ``min_child_size=100``; the same, ``leaf_penalty=300``  score + features
 hc                ``HeterogeneousCalibrator(mode="boosted")``                   score + features
 neucalib          ``FieldAwareCalibrator()`` (when PyTorch imports)              score + features
 ================= ============================================================== ==================
 
-The smoothed feature-aware Platt settings (:data:`SMOOTH_CANDIDATES`) chain each ordered column's
-offsets, a number's bins or an integer's values (``FeatureAwarePlattCalibrator``'s ``l2_smooth``); without
-such a column they are the unsmoothed fits and are left out. On the small real sets of ``bench_auto.py``
-(three seeds each; ``benchmarks/results/feature_platt_smooth.md``) the first-order one is the best
-first-order setting on churn (a tenure in months and monthly charges: 0.002-0.004 below scikit-learn's
-logistic baseline, where the unsmoothed settings trail it by 0.004-0.006), tv16, gss and adult (an age
-read by value), and trails ``l2=1`` on default and ``l2=10`` on loans, so both stay: the folds choose.
+Where a feature column is ordered (a number not named in ``categorical_cols``: its bins, or an integer's
+values, are in order), the five feature-aware Platt settings above are the plain ridge
+(``l2_smooth=0``, shown in their labels), and two settings smoothed along those columns are added
+(:data:`SMOOTH_CANDIDATES`, ``l2_smooth=30``: ``FeatureAwarePlattCalibrator``'s difference penalty on
+neighbouring offsets); without such a column ``l2_smooth`` changes nothing, and the list is the five at
+the estimator's defaults. In ``benchmarks/results/auto_0127q.md`` this list made AutoCalibrator no worse
+than the best peer on 33 of 35 sets (28 of 35 with the plain ridge alone, ``auto_0127p.md``): the
+smoothed settings are chosen on churn (a tenure in months: 0.002-0.003 below scikit-learn's logistic
+baseline, 0.0035-0.004 above it before), tv16, gss and adult (an age read by value), while the plain
+ridge stays the choice on default and loans. Every setting at the estimator's default smoothing instead
+(``l2_smooth=10``, no added setting) did worse (``auto_0127r.md``: 32 of 35; churn 0.001 below the
+baseline).
 
 The feature-aware ones are left out when ``X`` has no feature column, and with ``score_kind="logit"``
 (margins, not probabilities) those that read probabilities only (beta, MBCT, HC). The list is the same
@@ -194,12 +199,17 @@ def default_candidates(
         The calibration set is large: feature-aware Platt's :data:`SCREENED_L2` settings screen their
         fields.
     ordered : bool, default=True
-        Some feature column is ordered (:func:`has_ordered_column`); else :data:`SMOOTH_CANDIDATES`, the
-        same fits as their unsmoothed settings there, are left out.
+        Some feature column is ordered (:func:`has_ordered_column`): the feature-aware Platt settings
+        not in :data:`SMOOTH_CANDIDATES` are the plain ridge (``l2_smooth=0``); else
+        :data:`SMOOTH_CANDIDATES`, the same fits as the estimator's defaults there, are left out.
     """
     out = [Candidate(name, _with_columns(name, columns)) for name in SCORE_CANDIDATES]
     if with_features:
-        listed = [c for c in FEATURE_CANDIDATES if ordered or c not in SMOOTH_CANDIDATES]
+        listed = [
+            _plain_ridge(name, params, ordered)
+            for name, params in FEATURE_CANDIDATES
+            if ordered or (name, params) not in SMOOTH_CANDIDATES
+        ]
         out += [
             Candidate(name, _with_columns(name, columns, **params), params)
             for name, params in (_screened(name, params, large) for name, params in listed)
@@ -209,6 +219,14 @@ def default_candidates(
     if columns.get("score_kind", "probability") != "probability":  # margins: only the maps that take them
         out = [c for c in out if takes_param(c.estimator, "score_kind")]
     return out
+
+
+def _plain_ridge(name: str, params: dict[str, Any], ordered: bool) -> tuple[str, dict[str, Any]]:
+    """``(name, params)``, a feature-aware Platt setting without its own ``l2_smooth`` set to the plain
+    ridge (``l2_smooth=0``) where some column is ordered."""
+    if ordered and name == "feature_platt" and "l2_smooth" not in params:
+        return name, {**params, "l2_smooth": 0.0}
+    return name, params
 
 
 def has_ordered_column(features: Mapping[Hashable, Column], categorical_cols: Any) -> bool:
