@@ -24,6 +24,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_auto
+from _settings_report import dataset_cells, summarise
 
 RESULTS = Path(__file__).resolve().parent / "results"
 SECOND_ORDER = {"l2": 10.0, "interactions": "auto", "l2_cross": 100.0}
@@ -87,24 +88,18 @@ def write_report(table: dict[str, dict[str, list[float]]]) -> None:
         "| setting | mean diff x 1e-5 | better | worse | best | worst (x 1e-5, dataset) | fit CPU s |",
         "|---|---|---|---|---|---|---|",
     ]
+    labels = [label for label, _ in SETTINGS]
     first = [label for label, params in SETTINGS if "interactions" not in params]
-    for label, _ in SETTINGS:
-        rows = {name: table[name][label] for name in table}
-        diffs = {name: r[0] for name, r in rows.items()}
-        kind = first if label in first else [lab for lab, _ in SETTINGS if lab not in first]
+    for label in labels:
+        kind = first if label in first else [lab for lab in labels if lab not in first]
         best = sum(min(kind, key=lambda lab, n=name: table[n][lab][0]) == label for name in table)
-        better = sum(r[0] < -2 * r[1] for r in rows.values())
-        worse = sum(r[0] > 2 * r[1] for r in rows.values())
-        worst = max(diffs, key=lambda n: diffs[n])
-        lines.append(
-            f"| {label} | {1e5 * np.mean(list(diffs.values())):+.1f} | {better} | {worse} | {best} | "
-            f"{1e5 * diffs[worst]:+.1f} ({worst}) | {sum(r[2] for r in rows.values()):.2f} |"
-        )
-    lines += ["", "| dataset | rows | " + " | ".join(label for label, _ in SETTINGS) + " |"]
+        mean, better, worse, worst, cpu = summarise(table, label).cells()
+        lines.append(f"| {label} | {mean} | {better} | {worse} | {best} | {worst} | {cpu} |")
+    lines += ["", "| dataset | rows | " + " | ".join(labels) + " |"]
     lines.append("|---" * (len(SETTINGS) + 2) + "|")
     for name, row in table.items():
-        cells = [f"{1e5 * row[label][0]:+.0f} ({1e5 * row[label][1]:.0f})" for label, _ in SETTINGS]
-        lines.append(f"| {name} | {int(next(iter(row.values()))[3]):,} | " + " | ".join(cells) + " |")
+        n_rows = int(next(iter(row.values()))[3])
+        lines.append(f"| {name} | {n_rows:,} | " + " | ".join(dataset_cells(row, labels)) + " |")
     (RESULTS / "feature_platt_smooth.md").write_text("\n".join(lines) + "\n")
 
 

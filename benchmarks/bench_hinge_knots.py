@@ -23,6 +23,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_auto
+from _settings_report import dataset_cells, summarise
 
 RESULTS = Path(__file__).resolve().parent / "results"
 #: (label, HingePlattCalibrator parameters).
@@ -81,21 +82,13 @@ def write_report(table: dict[str, dict[str, list[float]]]) -> None:
         "| setting | mean diff x 1e-5 | better | worse | worst (x 1e-5, dataset) | fit CPU s, summed |",
         "|---|---|---|---|---|---|",
     ]
-    for label, _ in SETTINGS:
-        rows = {name: table[name][label] for name in table}
-        diffs = {name: r[0] for name, r in rows.items()}
-        better = sum(r[0] < -2 * r[1] for r in rows.values())
-        worse = sum(r[0] > 2 * r[1] for r in rows.values())
-        worst = max(diffs, key=diffs.get)
-        lines.append(
-            f"| {label} | {1e5 * np.mean(list(diffs.values())):+.1f} | {better} | {worse} | "
-            f"{1e5 * diffs[worst]:+.1f} ({worst}) | {sum(r[2] for r in rows.values()):.2f} |"
-        )
-    lines += ["", "| dataset | " + " | ".join(label for label, _ in SETTINGS) + " |"]
+    labels = [label for label, _ in SETTINGS]
+    for label in labels:
+        lines.append(f"| {label} | " + " | ".join(summarise(table, label).cells()) + " |")
+    lines += ["", "| dataset | " + " | ".join(labels) + " |"]
     lines.append("|---" * (len(SETTINGS) + 1) + "|")
     for name, row in table.items():
-        cells = [f"{1e5 * row[label][0]:+.0f} ({1e5 * row[label][1]:.0f})" for label, _ in SETTINGS]
-        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+        lines.append(f"| {name} | " + " | ".join(dataset_cells(row, labels)) + " |")
     (RESULTS / "auto_hinge_knots.md").write_text("\n".join(lines) + "\n")
 
 
