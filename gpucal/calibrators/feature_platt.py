@@ -10,9 +10,8 @@ r"""Feature-aware Platt scaling: a logistic regression on the score's logit and 
 with :math:`x_i` the logit of the score (or the raw margin), :math:`c_{ij}` the code of row ``i`` in
 feature ``j`` (``gpucal.encoding.FeatureEncoder``) and :math:`o_j` the first code of feature ``j`` in the
 flat coefficient vector (``gpucal.kernels.value_offsets``); :math:`l_s` (``l2_smooth``, default 10) links
-the neighbouring codes of an ordered column (a number's bins, an integer's values). The linear special case of NeuCalib
-(one-dimensional
-field embeddings, no MLP), and a strong simple baseline.
+the neighbouring codes of an ordered column (a number's bins, an integer's values). The linear special
+case of NeuCalib (one-dimensional field embeddings, no MLP), and a strong simple baseline.
 
 This module is the estimator: it validates its parameters, turns its input into
 :class:`~gpucal.rows.Rows` (``gpucal.rows.as_rows``: local arrays, or dask partitions) and calls
