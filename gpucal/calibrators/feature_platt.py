@@ -145,10 +145,11 @@ class FeatureAwarePlattCalibrator(EncodedFeatureCalibrator):
     l2 : float, default=1.0
         Ridge strength on every coefficient except the intercept, against the *summed* weighted loss
         (scikit-learn's ``C = 1 / l2``). 1.0 is scikit-learn's default ``C=1``, so results match what
-        users get there; it keeps the fit finite when a feature value has only one class (a separable
-        value), and since the loss is a sum its effect fades as a value gathers rows: a value's offset is
-        shrunk as if it had about :math:`l_2 / (p(1-p))` (4 to 20) extra rows at the global fit, so only
-        rare values are pulled toward the average. Must be positive: the one-hot columns of a feature sum
+        users get there (where no column is ordered, or with ``l2_smooth=0``); it keeps the fit finite
+        when a feature value has only one class (a separable value), and since the loss is a sum its
+        effect fades as a value gathers rows: a value's offset is shrunk as if it had about
+        :math:`l_2 / (p(1-p))` (4 to 20) extra rows at the global fit, so only rare values are pulled
+        toward the average. Must be positive: the one-hot columns of a feature sum
         to the intercept's column, so without a penalty the offsets are not identified.
     l2_smooth : float, default=10.0
         Penalty on the differences between neighbouring offsets of an ordered column (the encoder's
