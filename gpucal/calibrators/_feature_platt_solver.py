@@ -20,6 +20,11 @@ order of the additions:
 - which levels of a crossed column have rows in the cross's pooled code (``pooled_levels``, once per fit):
   the null directions of the design (:func:`null_directions`) that deflate CG.
 
+The penalty :math:`\tfrac12 \theta^\top \Lambda \theta` is a ridge (diagonal :math:`\Lambda`) plus, with
+``l2_smooth``, the difference penalty along ordered columns (:func:`chain_penalty`, a sparse matrix on the
+host): it adds to the gradient, the Hessian products and the preconditioner's diagonal, and no pass over
+the rows.
+
 References: S. G. Nash, "A survey of truncated-Newton methods", J. Comput. Appl. Math. 124 (2000), 45-59;
 Y. Saad, M. Yeung, J. Erhel and F. Guyomarc'h, "A deflated version of the conjugate gradient algorithm",
 SIAM J. Sci. Comput. 21 (2000), 1909-1926.
@@ -833,6 +838,7 @@ __all__ = [
     "FeaturePlattFit",
     "FeaturePlattParams",
     "FeaturePlattState",
+    "chain_penalty",
     "fit_feature_platt",
     "null_directions",
     "screen_interactions",
