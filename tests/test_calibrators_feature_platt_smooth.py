@@ -11,6 +11,7 @@ import pytest
 from numpy.testing import assert_allclose, assert_array_equal
 from scipy.special import expit, logit
 
+from gpucal.calibrators import feature_platt
 from gpucal.calibrators.feature_platt import FeatureAwarePlattCalibrator
 from gpucal.encoding import FeatureEncoder
 from gpucal.kernels import value_offsets
@@ -140,6 +141,19 @@ def test_ordered_survives_saving_and_is_checked_on_load() -> None:
     data["columns"][2]["numeric_values"] = True  # string categories
     with pytest.raises(ValueError, match=r"\[2\]\['numeric_values'\]"):
         FeatureEncoder.from_dict(data)
+
+
+def test_array_path_equals_the_numba_loops(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The array code (the GPU path's, on numpy here) reads the same chains: the penalty is host data."""
+    X, y = ordered_data(n=2000, seed=8)
+    fast = FeatureAwarePlattCalibrator(l2_smooth=20.0).fit(X, y)
+    monkeypatch.setattr(feature_platt, "FORCE_ARRAY_PATH", True)
+    array = FeatureAwarePlattCalibrator(l2_smooth=20.0).fit(X, y)
+    assert_allclose(
+        np.r_[array.coef_score_, array.intercept_, array.coef_],
+        np.r_[fast.coef_score_, fast.intercept_, fast.coef_],
+        atol=1e-9,
+    )
 
 
 def test_rejects_a_negative_penalty() -> None:
