@@ -26,7 +26,7 @@ from gpucal.auto.blend import (
     mean_log_loss,
     member_losses,
 )
-from gpucal.auto.candidates import FEATURE_CANDIDATES, SMOOTH_CANDIDATES, Candidate, has_ordered_column
+from gpucal.auto.candidates import FEATURE_CANDIDATES, SMOOTH_CANDIDATES, Candidate
 from gpucal.auto.cross_fit import CrossFitting
 from gpucal.auto.folds import grouped_folds, stratified_folds, subsample_rows, without_attrs
 from gpucal.auto.guard import order_guard
@@ -35,6 +35,7 @@ from gpucal.calibrators import _feature_platt_solver as feature_platt_solver
 from gpucal.calibrators.feature_platt import L2_SMOOTH
 from gpucal.calibrators.hinge_platt import HingePlattCalibrator
 from gpucal.datasets import make_ctr
+from gpucal.encoding import FeatureEncoder
 from gpucal.factory import make_calibrator
 from gpucal.persistence import ModelFileError, from_dict, to_dict
 
@@ -487,6 +488,17 @@ def test_default_candidates_are_one_list_at_every_size() -> None:
     assert len(resolve(has_features=True, large=True)) == len(large) + len(SMOOTH_CANDIDATES)
 
 
+def test_bad_categorical_cols_are_refused_before_the_search() -> None:
+    """Not left to each feature-aware candidate's encoder, whose error the search would record and pass
+    over (an unknown column once fell back to the score-only maps without a word)."""
+    X = pd.DataFrame({"score": np.linspace(0.1, 0.9, 200), "a": np.arange(200) % 3})
+    y = (np.arange(200) % 2).astype(np.float64)
+    with pytest.raises(KeyError, match=r"categorical_cols: column\(s\) \['nope'\] are not columns of X"):
+        AutoCalibrator(categorical_cols=["nope"]).fit(X, y)
+    with pytest.raises(TypeError, match="'categorical_cols' parameter of FeatureEncoder must be a list"):
+        AutoCalibrator(categorical_cols=5).fit(X, y)
+
+
 def test_smoothed_candidates_only_with_an_ordered_column() -> None:
     listed = AutoCalibrator()._resolve_candidates(has_features=True, ordered=True)
     smoothed = [c.label for c in listed if c.params.get("l2_smooth")]
@@ -502,10 +514,10 @@ def test_smoothed_candidates_only_with_an_ordered_column() -> None:
     assert all(c.estimator.l2_smooth == L2_SMOOTH for c in unordered if c.name == "feature_platt")
     # A number is ordered unless named in categorical_cols; strings never are.
     X = pd.DataFrame({"site": ["a", "b", "a"], "hour": [1, 2, 3]})
-    assert has_ordered_column(frame_columns(X), None)
-    assert not has_ordered_column(frame_columns(X), ["hour"])
-    assert not has_ordered_column(frame_columns(X), "hour")
-    assert not has_ordered_column(frame_columns(X[["site"]]), None)
+    assert FeatureEncoder().ordered_columns(frame_columns(X)) == ["hour"]
+    assert FeatureEncoder(categorical_cols=["hour"]).ordered_columns(frame_columns(X)) == []
+    assert FeatureEncoder(categorical_cols="hour").ordered_columns(frame_columns(X)) == []
+    assert FeatureEncoder().ordered_columns(frame_columns(X[["site"]])) == []
     # The fit reads its input: make_ctr's fields named categorical leave the smoothed settings out.
     ctr = make_ctr(3_000, "mixed", seed=0)
     fields = ["region", "device"]

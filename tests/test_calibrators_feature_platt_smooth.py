@@ -11,6 +11,7 @@ import pytest
 from numpy.testing import assert_allclose, assert_array_equal
 from scipy.special import expit, logit
 
+from gpucal._frames import frame_columns
 from gpucal.calibrators import feature_platt
 from gpucal.calibrators.feature_platt import FeatureAwarePlattCalibrator
 from gpucal.encoding import FeatureEncoder
@@ -93,6 +94,10 @@ def test_chains_only_ordered_columns() -> None:
     assert encoder.ordered_ == [True, True, False]
     named = FeatureEncoder(categorical_cols=["age"]).fit(X[["age", "income", "group"]])
     assert named.ordered_ == [False, True, False]
+    # Found before fitting, as the fit finds them.
+    columns = frame_columns(X[["age", "income", "group"]])
+    assert FeatureEncoder().ordered_columns(columns) == ["age", "income"]
+    assert FeatureEncoder(categorical_cols=["age"]).ordered_columns(columns) == ["income"]
     # The string column and a column named in categorical_cols are not chained: with nothing else
     # ordered, the fit is the fit without smoothing, bit for bit.
     only_categories = X[["score", "age", "group"]]

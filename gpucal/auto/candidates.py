@@ -73,13 +73,12 @@ Venn-Abers is better than isotonic on 9 and worse on 2, but Platt scaling, a can
 from __future__ import annotations
 
 import inspect
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from sklearn.base import clone
 
-from gpucal._frames import Column
 from gpucal.catalogue import METHODS, build
 
 #: The maps of the score alone, cheapest first (module docstring: why centred isotonic regression).
@@ -199,7 +198,7 @@ def default_candidates(
         The calibration set is large: feature-aware Platt's :data:`SCREENED_L2` settings screen their
         fields.
     ordered : bool, default=True
-        Some feature column is ordered (:func:`has_ordered_column`): the feature-aware Platt settings
+        Some feature column is ordered (``FeatureEncoder.ordered_columns``): the feature-aware Platt settings
         not in :data:`SMOOTH_CANDIDATES` are the plain ridge (``l2_smooth=0``); else
         :data:`SMOOTH_CANDIDATES`, the same fits as the estimator's defaults there, are left out.
     """
@@ -227,14 +226,6 @@ def _plain_ridge(name: str, params: dict[str, Any], ordered: bool) -> tuple[str,
     if ordered and name == "feature_platt" and "l2_smooth" not in params:
         return name, {**params, "l2_smooth": 0.0}
     return name, params
-
-
-def has_ordered_column(features: Mapping[Hashable, Column], categorical_cols: Any) -> bool:
-    """Whether the encoder reads some feature column in order (``FeatureEncoder.ordered_``): a numeric
-    column not named in ``categorical_cols`` is binned, or read by value as an integer by the integer
-    rule; either way its codes follow its values."""
-    named = {categorical_cols} if isinstance(categorical_cols, str) else set(categorical_cols or ())
-    return any(col.is_numeric and name not in named for name, col in features.items())
 
 
 def _screened(name: str, params: dict[str, Any], large: bool) -> tuple[str, dict[str, Any]]:
@@ -344,7 +335,6 @@ __all__ = [
     "Candidate",
     "column_params",
     "default_candidates",
-    "has_ordered_column",
     "resolve_candidates",
     "takes_param",
 ]

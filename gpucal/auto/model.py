@@ -26,7 +26,6 @@ from gpucal.auto.candidates import (
     Candidate,
     column_params,
     default_candidates,
-    has_ordered_column,
     resolve_candidates,
 )
 from gpucal.auto.cross_fit import (
@@ -411,11 +410,12 @@ class AutoCalibrator(Calibrator):
             else check_sample_weight(sample_weight, n_rows, xp=array_namespace(labels))
         )
         plan = plan_search(n_rows, self.n_folds, self.cv_rows)
-        ordered = has_ordered_column(split.features, self.categorical_cols)
+        # categorical_cols checked here, as the encoder of every feature-aware candidate would check it.
+        encoder = FeatureEncoder(categorical_cols=self.categorical_cols)
+        ordered = bool(split.features) and bool(encoder.ordered_columns(split.features))
         candidates = self._resolve_candidates(bool(split.features), list(split.features), plan.large, ordered)
         if self.verbose and split.features:
-            encoder = FeatureEncoder(categorical_cols=self.categorical_cols).fit(split.features)
-            log(f"features {encoder.describe_columns()}")
+            log(f"features {encoder.fit(split.features).describe_columns()}")
         host_labels = to_numpy(labels)
         host_weights = np.ones(n_rows) if weights is None else to_numpy(weights)
         started = time.perf_counter()

@@ -312,10 +312,7 @@ class FeatureEncoder(BaseEstimator):
         if not columns:
             msg = "X: no feature columns to encode"
             raise ValueError(msg)
-        unknown = [c for c in categorical if c not in columns]
-        if unknown:
-            msg = f"categorical_cols: column(s) {unknown} are not columns of X; columns: {list(columns)}"
-            raise KeyError(msg)
+        self._check_columns(list(columns))
         n_rows = check_consistent_length(**{repr(k): c.values for k, c in columns.items()})
         check_not_empty(n_rows, "X")
         xp = array_namespace(*(c.values for c in columns.values()))
@@ -422,6 +419,15 @@ class FeatureEncoder(BaseEstimator):
             tables = rows.reduce(_count_block_pairs, merge, read, args, self, pairs, limit)
             self._fit_crosses(self._codings, tables)
         return self
+
+    def ordered_columns(self, columns: Mapping[Hashable, Column]) -> list[Hashable]:
+        """The columns a fit on ``columns`` (``frame_columns``' ``Column``) reads in order (``ordered_``),
+        found without fitting: the numeric ones not named in ``categorical_cols``, binned or read by value
+        by the integer rule. ``categorical_cols`` is checked as :meth:`fit` checks it (``TypeError``;
+        ``KeyError`` naming the columns ``X`` lacks)."""
+        self._check_columns(list(columns))
+        named = set(self._check_params())
+        return [name for name, col in columns.items() if col.is_numeric and name not in named]
 
     def _check_columns(self, names: list[Hashable]) -> None:
         """Raise ``KeyError`` for ``categorical_cols`` that are not among the columns ``names``."""
