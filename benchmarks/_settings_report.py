@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import bench_auto
 import numpy as np
 
 Table = dict[str, dict[str, list[float]]]
@@ -49,3 +50,12 @@ def summarise(table: Table, label: str) -> SettingSummary:
 def dataset_cells(row: dict[str, list[float]], labels: list[str]) -> list[str]:
     """One dataset's cells, ``mean (standard error)`` x 1e-5 per setting of ``labels``."""
     return [f"{1e5 * row[label][0]:+.0f} ({1e5 * row[label][1]:.0f})" for label in labels]
+
+
+def difference_cell(
+    y_test: np.ndarray, predicted: np.ndarray, reference: np.ndarray, cpu: float
+) -> list[float]:
+    """``[mean, standard error, cpu]`` of the held-out row log-loss of ``predicted`` minus ``reference``
+    (the reference's row losses), paired row by row."""
+    diff = bench_auto.row_log_loss(y_test, predicted) - reference
+    return [float(diff.mean()), float(diff.std() / np.sqrt(diff.size)), cpu]

@@ -20,11 +20,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_auto
-from _settings_report import dataset_cells, summarise
+from _settings_report import dataset_cells, difference_cell, summarise
 
 RESULTS = Path(__file__).resolve().parent / "results"
 SECOND_ORDER = {"l2": 10.0, "interactions": "auto", "l2_cross": 100.0}
@@ -68,8 +66,7 @@ def main() -> None:
             started = time.process_time()
             model.fit(X, y)
             cpu = time.process_time() - started
-            diff = bench_auto.row_log_loss(y_test, model.predict(T)) - reference
-            table[name][label] = [float(diff.mean()), float(diff.std() / np.sqrt(diff.size)), cpu, len(y)]
+            table[name][label] = [*difference_cell(y_test, model.predict(T), reference, cpu), len(y)]
         print(name, {k: round(v[0] * 1e5) for k, v in table[name].items()}, file=sys.stderr, flush=True)
         write_report(table)
 

@@ -19,11 +19,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_auto
-from _settings_report import dataset_cells, summarise
+from _settings_report import dataset_cells, difference_cell, summarise
 
 RESULTS = Path(__file__).resolve().parent / "results"
 #: (label, HingePlattCalibrator parameters).
@@ -63,8 +61,7 @@ def main() -> None:
             started = time.process_time()
             model = make_calibrator("platt_hinge", output_type="numpy", **params).fit(X, y)
             cpu = time.process_time() - started
-            diff = bench_auto.row_log_loss(y_test, model.predict(T)) - reference
-            table[name][label] = [float(diff.mean()), float(diff.std() / np.sqrt(diff.size)), cpu]
+            table[name][label] = difference_cell(y_test, model.predict(T), reference, cpu)
         print(name, {k: round(v[0] * 1e5, 1) for k, v in table[name].items()}, file=sys.stderr, flush=True)
         write_report(table)
 
