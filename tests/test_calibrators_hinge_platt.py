@@ -18,8 +18,19 @@ from numpy.testing import assert_allclose
 from sklearn.linear_model import LogisticRegression
 
 import gpucal
-from gpucal.calibrators.hinge_platt import HingePlattCalibrator, hinge_design
+from gpucal.calibrators import hinge_platt
+from gpucal.calibrators._logistic_kernels import logistic_sums
+from gpucal.calibrators.hinge_platt import (
+    DEFAULT_QUANTILES,
+    HingePlattCalibrator,
+    hinge_design,
+    hinge_knots,
+    variable_block,
+)
+from gpucal.calibrators.hinge_series import HingeSeries, hinge_moments
+from gpucal.calibrators.logistic import SERIES_MAX_REACH, ScoreBlock
 from gpucal.calibrators.spline import HISTOGRAM_BINS
+from gpucal.rows import LocalRows
 
 #: The scale of the logit column in the reference design: its penalty is l2 / SCALE**2, negligible.
 SCALE = 1e4
@@ -65,6 +76,66 @@ def test_fit_is_scikit_learns_logistic_regression_on_the_hinge_design(smoothing:
     x = np.log(test / (1 - test))
     expected = 1 / (1 + np.exp(-(hinge_design(x, cal.knots_) @ coef + intercept)))
     assert_allclose(cal.predict(test), expected, rtol=1e-6, atol=0)
+
+
+def test_series_sums_are_the_row_sums() -> None:
+    """The loss, gradient and Hessian of the bins' series equal those of the rows (module
+    ``hinge_series``), at the start and away from the optimum, with weights and smoothed targets."""
+    p, y, w = make_data(40_000, 5)
+    variable = LocalRows((variable_block(ScoreBlock(p, y, w), "probability"),))
+    knots, span = hinge_knots(variable, np.array(DEFAULT_QUANTILES))
+    targets = (0.01, 0.98)
+    series = HingeSeries(variable.sum(hinge_moments, span), span, knots, targets)
+    x = np.log(p / (1 - p))
+    design = hinge_design(x, knots)
+    for theta in (np.array([1.0, 0.0, 0.0, 0.0, 0.0]), np.array([0.7, 0.4, -0.3, 0.2, -0.5])):
+        loss, grad, hess = series.sums(theta)
+        row_loss, row_grad, row_hess = logistic_sums(design, y, w, theta, targets=targets, backend="array")
+        assert abs(loss - row_loss) <= 1e-11 * abs(row_loss)
+        assert_allclose(grad, row_grad, rtol=1e-10, atol=1e-10 * np.abs(row_grad).max())
+        assert_allclose(hess, row_hess, rtol=1e-10, atol=1e-10 * np.abs(row_hess).max())
+    assert series.reach(theta) <= SERIES_MAX_REACH
+
+
+@pytest.mark.parametrize("smoothing", [True, False])
+def test_large_fit_from_the_series_is_the_row_fit(monkeypatch, smoothing: bool) -> None:  # type: ignore[no-untyped-def]
+    """From SERIES_MIN_ROWS rows the series answer stands, without a pass of Newton over the rows: the
+    same coefficients as the row fit and scikit-learn's."""
+    p, y, w = make_data(40_000, 6)
+    passes: list[int] = []
+    row_fit = hinge_platt.fit_logistic_rows
+    monkeypatch.setattr(
+        hinge_platt, "fit_logistic_rows", lambda *a, **k: passes.append(1) or row_fit(*a, **k)
+    )
+    cal = HingePlattCalibrator(target_smoothing=smoothing).fit(p, y, sample_weight=w)
+    assert passes == []
+    monkeypatch.setattr(hinge_platt, "SERIES_MIN_ROWS", 10**9)
+    rows = HingePlattCalibrator(target_smoothing=smoothing).fit(p, y, sample_weight=w)
+    assert passes == [1]
+    assert_allclose(cal.knots_, rows.knots_, rtol=0, atol=0)
+    assert_allclose(cal.coef_, rows.coef_, rtol=0, atol=1e-9)
+    assert abs(cal.intercept_ - rows.intercept_) < 1e-9
+    coef, intercept = sklearn_hinge_fit(p, y, w, cal.knots_, 1.0, smoothing)
+    assert_allclose(cal.coef_, coef, rtol=0, atol=1e-6)
+    assert abs(cal.intercept_ - intercept) < 1e-6
+
+
+def test_series_out_of_reach_start_the_row_fit(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A few scores at the ends of the probability scale stretch the logit's bins until the largest
+    slope times half a bin passes SERIES_MAX_REACH: the series answer then starts the row fit."""
+    p, y, w = make_data(40_000, 7)
+    p[:20], p[20:40] = 1e-15, 1 - 1e-15
+    starts: list[object] = []
+    row_fit = hinge_platt.fit_logistic_rows
+    monkeypatch.setattr(
+        hinge_platt, "fit_logistic_rows", lambda *a, **k: starts.append(k["theta0"]) or row_fit(*a, **k)
+    )
+    cal = HingePlattCalibrator().fit(p, y, sample_weight=w)
+    assert len(starts) == 1
+    assert starts[0] is not None
+    coef, intercept = sklearn_hinge_fit(p, y, w, cal.knots_, 1.0, True)
+    assert_allclose(cal.coef_, coef, rtol=0, atol=1e-6)
+    assert abs(cal.intercept_ - intercept) < 1e-6
 
 
 def test_knots_are_weighted_quantiles_of_the_logit() -> None:

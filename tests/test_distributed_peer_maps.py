@@ -72,8 +72,9 @@ def test_spline_dask_fit_is_the_one_machine_fit(client) -> None:  # type: ignore
     assert_allclose(dist.predict(test), local.predict(test), rtol=RTOL, atol=0)
 
 
-def test_hinge_platt_dask_fit_is_the_one_machine_fit(client) -> None:  # type: ignore[no-untyped-def]
-    frame = _frame(1000)
+@pytest.mark.parametrize("n", [1000, 40_000])  # 40,000: the fit on the series of the logit's bins
+def test_hinge_platt_dask_fit_is_the_one_machine_fit(client, n: int) -> None:  # type: ignore[no-untyped-def]
+    frame = _frame(n)
     ddf = dd.from_pandas(frame, npartitions=4)
     local = make_calibrator("platt_hinge").fit(frame[["score"]], frame.y, sample_weight=frame.w)
     dist = make_calibrator("platt_hinge").fit(ddf[["score"]], ddf.y, sample_weight=ddf.w)

@@ -7,7 +7,9 @@ r"""Platt scaling on logit hinges: a continuous piecewise-linear map of the logi
 
 with the knots :math:`t_k` at fixed weighted quantiles of the calibration rows' :math:`x`. The design
 ``[x, (x - t_1)_+, ..., (x - t_K)_+]`` is a small matrix, so the fit is the Newton fit over row sums of
-every scaling calibrator (:func:`gpucal.calibrators.logistic.fit_logistic_rows`).
+every scaling calibrator (:func:`gpucal.calibrators.logistic.fit_logistic_rows`); on many rows it is
+solved from one pass, on the series of the loss over bins of :math:`x`
+(``gpucal.calibrators.hinge_series``), as Platt scaling's.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from gpucal._backend import array_namespace
+from gpucal.calibrators._logistic_kernels import NUMBA_MIN_ROWS
 from gpucal.calibrators.base import (
     OUTPUT_TYPE_OPTIONS,
     SCORE_KIND_OPTIONS,
@@ -25,7 +28,14 @@ from gpucal.calibrators.base import (
     Interval,
     Options,
 )
-from gpucal.calibrators.logistic import EPS, ScoreBlock, fit_logistic_rows, sigmoid
+from gpucal.calibrators.hinge_series import HingeSeries, fit_hinge_series, hinge_moments
+from gpucal.calibrators.logistic import (
+    EPS,
+    ScoreBlock,
+    fit_logistic_rows,
+    newton_start,
+    sigmoid,
+)
 from gpucal.calibrators.platt import platt_targets_from_sums
 from gpucal.calibrators.score_rows import COUNT, ScoreRows
 from gpucal.calibrators.spline import block_histogram, transform_scores, weighted_range, widest
@@ -34,6 +44,12 @@ from gpucal.rows import Rows
 
 #: Default knot levels: weighted quantiles of the calibration logit (the class docstring says why).
 DEFAULT_QUANTILES = (0.5, 0.8, 0.95)
+#: From this many rows the fit is solved on the series of the bins of the logit (one compiled pass over
+#: the rows, ``gpucal.calibrators.hinge_series``). Below it the bins' moments are numpy's bincounts and
+#: the 5 to 9 Newton passes over the rows cost less: 16,000 rows of make_ctr's cross400 scenario 6.2
+#: against 7.4 ms, of kdd 7.6 against 16.6 ms; at 32,768 rows 10.5 against 5.8 and 11.6 against 10.0 ms;
+#: at 150,000 rows of the first 45 against 9 ms.
+SERIES_MIN_ROWS = NUMBA_MIN_ROWS
 
 
 def hinge_variable(score: Any, score_kind: str) -> Any:
@@ -52,9 +68,15 @@ def hinge_design(x: Any, knots: np.ndarray) -> Any:
     return out
 
 
-def design_block(block: ScoreBlock, knots: np.ndarray, score_kind: str) -> ScoreBlock:
-    """One block of scores as its hinge design (:func:`hinge_design`)."""
-    return ScoreBlock(hinge_design(hinge_variable(block.score, score_kind), knots), block.y, block.w)
+def design_block(block: ScoreBlock, knots: np.ndarray) -> ScoreBlock:
+    """One block of the variable :math:`x` (:func:`variable_block`) as its design (:func:`hinge_design`)."""
+    return ScoreBlock(hinge_design(block.score, knots), block.y, block.w)
+
+
+def variable_block(block: ScoreBlock, score_kind: str) -> ScoreBlock:
+    """One block of scores as the map's variable :math:`x` (:func:`hinge_variable`), computed once for
+    every pass of the fit."""
+    return ScoreBlock(hinge_variable(block.score, score_kind), block.y, block.w)
 
 
 def histogram_quantiles(histogram: np.ndarray, low: float, high: float, levels: np.ndarray) -> np.ndarray:
@@ -66,18 +88,18 @@ def histogram_quantiles(histogram: np.ndarray, low: float, high: float, levels: 
     return low + (high - low) / histogram.shape[0] * (cells + 1)
 
 
-def hinge_knots(scores: ScoreRows, quantiles: np.ndarray, score_kind: str) -> np.ndarray:
-    """The knots: weighted quantiles of :math:`x` at ``quantiles``, strictly inside the range of the
-    :math:`x` of the rows of positive weight (a knot at or beyond an end carries no row), ties merged."""
-    span = scores.rows.reduce(weighted_range, widest)
-    low, high = (float(v) for v in hinge_variable(span, score_kind))
+def hinge_knots(variable: Rows, quantiles: np.ndarray) -> tuple[np.ndarray, tuple[float, float]]:
+    """The knots: weighted quantiles of :math:`x` at ``quantiles`` (rows of :func:`variable_block`),
+    strictly inside the range of the :math:`x` of the rows of positive weight (a knot at or beyond an end
+    carries no row), ties merged; and that range. The knots lie on edges of the range's
+    ``HISTOGRAM_BINS`` equal bins."""
+    low, high = (float(v) for v in variable.reduce(weighted_range, widest))
     if not high > low:
         msg = "X: every score is equal; Platt scaling on hinges needs at least two distinct scores"
         raise ValueError(msg)
-    # block_histogram clips at its eps before the logit: EPS gives x exactly as hinge_variable does.
-    histogram = scores.rows.sum(block_histogram, low, high, EPS, score_kind)
+    histogram = variable.sum(block_histogram, low, high, EPS, "logit")
     knots = np.unique(histogram_quantiles(histogram, low, high, quantiles))
-    return knots[(knots > low) & (knots < high)]
+    return knots[(knots > low) & (knots < high)], (low, high)
 
 
 def fit_hinge_platt_rows(
@@ -89,21 +111,42 @@ def fit_hinge_platt_rows(
     target_smoothing: bool = True,
 ) -> tuple[np.ndarray, np.ndarray, float]:
     """Return the knots, the coefficients ``[a, c_1, ..., c_K]`` and the intercept ``b`` of the hinge map
-    on rows held anywhere (see :class:`HingePlattCalibrator`)."""
+    on rows held anywhere (see :class:`HingePlattCalibrator`).
+
+    From :data:`SERIES_MIN_ROWS` rows the fit is first solved on the series of the bins of :math:`x`
+    (``gpucal.calibrators.hinge_series``: one pass over the rows); where the series are not accurate
+    enough its answer starts the Newton passes over the rows.
+    """
     scores.check_two_classes()
-    knots = hinge_knots(scores, quantiles, score_kind)
+    variable = scores.rows.map(variable_block, score_kind)
+    knots, span = hinge_knots(variable, quantiles)
     total_weight, label_sum = scores.label_sums()
     targets = platt_targets_from_sums(total_weight, label_sum) if target_smoothing else (0.0, 1.0)
     # l2 is on the summed loss (scikit-learn's 1 / C); the Newton driver's ridge is on the mean loss.
-    ridge = np.r_[0.0, np.full(knots.shape[0], l2 / total_weight)]
+    penalties = np.r_[0.0, np.full(knots.shape[0], l2 / total_weight)]
+    n_rows = int(scores.summary[COUNT])
+    theta0 = None
+    if n_rows >= SERIES_MIN_ROWS:
+        # From the identity map sigma(x), the score read as calibrated: 5-7 Newton steps on the series of
+        # make_ctr's and the real sets' scores instead of 7-11 from the best constant.
+        identity = np.r_[1.0, np.zeros(knots.shape[0]), 0.0]
+        start, ridge = newton_start(
+            1 + knots.shape[0], total_weight, label_sum, targets=targets, l2=penalties, theta0=identity
+        )
+        series = HingeSeries(variable.sum(hinge_moments, span), span, knots, targets)
+        result, stands = fit_hinge_series(series, start, total_weight=total_weight, ridge=ridge)
+        if stands:
+            return knots, result.theta[:-1].copy(), float(result.theta[-1])
+        theta0 = result.theta if result.converged else None
     fit = fit_logistic_rows(
-        scores.rows.map(design_block, knots, score_kind),
-        n_rows=int(scores.summary[COUNT]),
+        variable.map(design_block, knots),
+        n_rows=n_rows,
         n_columns=1 + knots.shape[0],
         total_weight=total_weight,
         label_sum=label_sum,
         targets=targets,
-        l2=ridge,
+        l2=penalties,
+        theta0=theta0,
         what="HingePlattCalibrator",
     )
     return knots, fit.coef, fit.intercept
@@ -192,8 +235,9 @@ class HingePlattCalibrator(Calibrator):
     practically unpenalised) and the smoothed targets written as two weighted rows per row. The map is
     increasing wherever every partial slope :math:`a + c_1 + \dots + c_k` is positive (the fit does not
     force it; on the benchmarks' sets it always was). Sample weights are row multiplicities: integer
-    weights equal repeated rows. The fit costs a few passes over a ``(n, K + 1)`` design: about the cost
-    of beta calibration, far below the spline's.
+    weights equal repeated rows. The fit costs a few passes over a ``(n, K + 1)`` design, and from
+    :data:`SERIES_MIN_ROWS` rows one pass over :math:`x` (the bins' moments) where the series are
+    accurate: at 150,000 rows about 9 ms against 45 ms for the passes, far below the spline's.
 
     References
     ----------

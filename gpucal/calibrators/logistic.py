@@ -343,6 +343,25 @@ def sigmoid_derivatives(z: np.ndarray, count: int) -> list[np.ndarray]:
     return every[:count]
 
 
+def series_terms(z: np.ndarray, scale: list[Any], m: np.ndarray) -> tuple[np.ndarray, ...]:
+    r"""Per bin, the series of :func:`_series_sums` for a linear predictor :math:`z_c + a d` in the bin:
+    ``z`` the predictor at the bins' centres, ``scale[k]`` :math:`= a^k / k!` (one slope, or one per
+    bin), ``m`` the moments :math:`M_k` (``SERIES_MOMENTS`` rows, one column per bin).
+
+    Returns the bins' :math:`\sum w \log(1 + e^z)`, :math:`S_j = \sum w \sigma(z) d^j` (:math:`j = 0,
+    1`) and :math:`Q_j = \sum w \sigma'(z) d^j` (:math:`j = 0, 1, 2`), each to ``SERIES_ORDER``."""
+    order = SERIES_ORDER
+    derivative = sigmoid_derivatives(z, order + 2)
+    loss_terms = (np.maximum(z, 0.0) + np.log1p(np.exp(-np.abs(z)))) * m[0]
+    s0 = s1 = q0 = q1 = q2 = np.zeros_like(z)
+    for k in range(order + 1):
+        loss_terms = loss_terms + derivative[k] * (scale[k + 1] * m[k + 1])
+        sig, curv = derivative[k] * scale[k], derivative[k + 1] * scale[k]
+        s0, s1 = s0 + sig * m[k], s1 + sig * m[k + 1]
+        q0, q1, q2 = q0 + curv * m[k], q1 + curv * m[k + 1], q2 + curv * m[k + 2]
+    return loss_terms, s0, s1, q0, q1, q2
+
+
 def _series_sums(moments: np.ndarray, span: tuple[float, float], options: dict[str, Any]) -> SumsFunction:
     r"""``theta -> (loss, gradient, Hessian)`` of a one-feature fit (the feature is the one variable
     :math:`u`) from ``SERIES_MOMENTS`` moments :math:`M_k = \sum w d^k` per bin of centre :math:`c`.
@@ -367,15 +386,8 @@ def _series_sums(moments: np.ndarray, span: tuple[float, float], options: dict[s
     def sums(theta: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
         a = float(theta[0])
         z = a * c + (float(theta[1]) if fit_intercept else 0.0)
-        derivative = sigmoid_derivatives(z, order + 2)
         scale = [a**k / math.factorial(k) for k in range(order + 2)]
-        loss_terms = (np.maximum(z, 0.0) + np.log1p(np.exp(-np.abs(z)))) * m[0]
-        s0 = s1 = q0 = q1 = q2 = np.zeros_like(c)
-        for k in range(order + 1):
-            loss_terms = loss_terms + derivative[k] * (scale[k + 1] * m[k + 1])
-            sig, curv = derivative[k] * scale[k], derivative[k + 1] * scale[k]
-            s0, s1 = s0 + sig * m[k], s1 + sig * m[k + 1]
-            q0, q1, q2 = q0 + curv * m[k], q1 + curv * m[k + 1], q2 + curv * m[k + 2]
+        loss_terms, s0, s1, q0, q1, q2 = series_terms(z, scale, m)
         grad_x, grad_1 = float(np.sum(c * s0 + s1)), float(np.sum(s0))
         h_xx = float(np.sum(c * c * q0 + 2.0 * c * q1 + q2))
         h_x1, h_11 = float(np.sum(c * q0 + q1)), float(np.sum(q0))
