@@ -78,14 +78,15 @@ def test_fit_is_scikit_learns_logistic_regression_on_the_hinge_design(smoothing:
     assert_allclose(cal.predict(test), expected, rtol=1e-6, atol=0)
 
 
-def test_series_sums_are_the_row_sums() -> None:
+@pytest.mark.parametrize("backend", ["numba", "array"])  # array: the GPU path's code, on numpy
+def test_series_sums_are_the_row_sums(backend: str) -> None:
     """The loss, gradient and Hessian of the bins' series equal those of the rows (module
     ``hinge_series``), at the start and away from the optimum, with weights and smoothed targets."""
     p, y, w = make_data(40_000, 5)
     variable = LocalRows((variable_block(ScoreBlock(p, y, w), "probability"),))
     knots, span = hinge_knots(variable, np.array(DEFAULT_QUANTILES))
     targets = (0.01, 0.98)
-    series = HingeSeries(variable.sum(hinge_moments, span), span, knots, targets)
+    series = HingeSeries(variable.sum(hinge_moments, span, backend), span, knots, targets)
     x = np.log(p / (1 - p))
     design = hinge_design(x, knots)
     for theta in (np.array([1.0, 0.0, 0.0, 0.0, 0.0]), np.array([0.7, 0.4, -0.3, 0.2, -0.5])):

@@ -19,6 +19,8 @@ starts the Newton passes over the rows.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from gpucal.calibrators._logistic_kernels import FEATURES_COLUMNS, binned_moments
@@ -41,27 +43,20 @@ def hinge_moments(block: ScoreBlock, span: tuple[float, float], backend: str = "
     (``HISTOGRAM_BINS`` equal bins): ``SERIES_MOMENTS`` sums :math:`\sum w d^k` of every row, then
     :math:`\sum w y` and :math:`\sum w y d`; flat, bin by bin (:func:`binned_moments`)."""
     n_bins = HISTOGRAM_BINS
-    every = binned_moments(
-        block.score,
-        block.y,
-        block.w,
-        mode=FEATURES_COLUMNS,
-        span=span,
-        n_bins=n_bins,
-        backend=backend,
-        n_moments=SERIES_MOMENTS,
-    )
-    labelled = binned_moments(
-        block.score,
-        block.y,
-        block.w * block.y,
-        mode=FEATURES_COLUMNS,
-        span=span,
-        n_bins=n_bins,
-        backend=backend,
-        n_moments=LABEL_MOMENTS,
-    )
-    return np.concatenate([every[: n_bins * SERIES_MOMENTS], labelled[: n_bins * LABEL_MOMENTS]])
+
+    def binned(weights: Any, n_moments: int) -> np.ndarray:
+        return binned_moments(
+            block.score,
+            block.y,
+            weights,
+            mode=FEATURES_COLUMNS,
+            span=span,
+            n_bins=n_bins,
+            backend=backend,
+            n_moments=n_moments,
+        )[: n_bins * n_moments]
+
+    return np.concatenate([binned(block.w, SERIES_MOMENTS), binned(block.w * block.y, LABEL_MOMENTS)])
 
 
 class HingeSeries:
