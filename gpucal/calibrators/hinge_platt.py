@@ -46,9 +46,9 @@ from gpucal.rows import Rows
 DEFAULT_QUANTILES = (0.5, 0.8, 0.95)
 #: From this many rows the fit is solved on the series of the bins of the logit (one compiled pass over
 #: the rows, ``gpucal.calibrators.hinge_series``). Below it the bins' moments are numpy's bincounts and
-#: the 5 to 9 Newton passes over the rows cost less: 16,000 rows of make_ctr's cross400 scenario 6.2
-#: against 7.4 ms, of kdd 7.6 against 16.6 ms; at 32,768 rows 10.5 against 5.8 and 11.6 against 10.0 ms;
-#: at 150,000 rows of the first 45 against 9 ms.
+#: the 5 to 9 Newton passes over the rows cost less (row passes against series, CPU ms): 16,000 rows of
+#: make_ctr's cross400 scenario 6.2 against 7.4, of kdd 7.6 against 16.6; 32,768 rows 10.5 against 5.8
+#: and 11.6 against 10.0; 150,000 rows of cross400 45 against 9 (``benchmarks/results/hinge_fit.md``).
 SERIES_MIN_ROWS = NUMBA_MIN_ROWS
 
 
@@ -127,8 +127,8 @@ def fit_hinge_platt_rows(
     n_rows = int(scores.summary[COUNT])
     theta0 = None
     if n_rows >= SERIES_MIN_ROWS:
-        # From the identity map sigma(x), the score read as calibrated: 5-7 Newton steps on the series of
-        # make_ctr's and the real sets' scores instead of 7-11 from the best constant.
+        # From the identity map sigma(x), the score read as calibrated: 5-9 Newton steps on the series of
+        # make_ctr's, kdd's, flights' and acs' scores instead of 7-11 from the best constant.
         identity = np.r_[1.0, np.zeros(knots.shape[0]), 0.0]
         start, ridge = newton_start(
             1 + knots.shape[0], total_weight, label_sum, targets=targets, l2=penalties, theta0=identity

@@ -69,8 +69,9 @@ class HingeSeries:
         every = moments[: n_bins * SERIES_MOMENTS].reshape(n_bins, SERIES_MOMENTS)
         labelled = moments[n_bins * SERIES_MOMENTS :].reshape(n_bins, LABEL_MOMENTS)
         keep = every[:, 0] > 0
-        self.half_width = 0.5 * (span[1] - span[0]) / n_bins
-        self.centre = span[0] + (2 * np.flatnonzero(keep) + 1) * self.half_width
+        width = (span[1] - span[0]) / n_bins
+        self.half_width = 0.5 * width
+        self.centre = span[0] + (np.flatnonzero(keep) + 0.5) * width  # as binned_moments places them
         self.moments = every[keep].T
         above = (self.centre[:, None] > knots[None, :]).astype(np.float64)
         ones, zeros = np.ones_like(self.centre), np.zeros_like(self.centre)
