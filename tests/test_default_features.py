@@ -16,7 +16,7 @@ from numpy.testing import assert_allclose
 from scipy.special import expit, logit
 
 import gpucal
-from gpucal.encoding import resolve_feature_cols
+from gpucal.encoding import features, resolve_feature_cols, trusting_feature_cols
 from gpucal.rows import as_rows
 
 FEATURES = ["region", "device"]
@@ -90,6 +90,39 @@ def test_weights_and_p_true_are_never_default_features() -> None:
         rows, df, df["clicked"], df["w"], score_col="score", feature_cols=["region", "w"]
     )
     assert explicit == ["region", "w"]
+
+
+def test_auto_compares_its_columns_with_the_labels_once(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """AutoCalibrator compares X's columns with the labels on every row; its candidates' fits in the
+    folds and the refit, on rows of that X, check their feature_cols by name only."""
+    compared: list[int] = []
+    compare = features._rows_differing
+    monkeypatch.setattr(features, "_rows_differing", lambda *a: compared.append(1) or compare(*a))
+    df = table()
+    model = _fit("auto", df, df["clicked"])
+    assert len(compared) == 1
+    assert model.cv_results_["status"].tolist() == ["ok", "ok"]
+
+
+def test_trusted_feature_cols_are_checked_by_name_only() -> None:
+    df = table()
+    df["clicked_copy"] = df["clicked"]
+    rows = as_rows(X=df, y=df["clicked"])
+    explicit = ["region", "clicked_copy"]
+    with pytest.raises(ValueError, match="'clicked_copy' holds the same values as y"):
+        resolve_feature_cols(rows, df, df["clicked"], score_col="score", feature_cols=explicit)
+    with trusting_feature_cols():
+        assert (
+            resolve_feature_cols(rows, df, df["clicked"], score_col="score", feature_cols=explicit)
+            == explicit
+        )
+        with pytest.raises(KeyError, match="'nowhere'"):
+            resolve_feature_cols(rows, df, df["clicked"], score_col="score", feature_cols=["nowhere"])
+        # The default features are still found against the labels.
+        default = resolve_feature_cols(rows, df, df["clicked"], score_col="score", feature_cols=None)
+        assert default == [*FEATURES, "w"]
+    with pytest.raises(ValueError, match="holds the same values as y"):  # the context is left behind
+        resolve_feature_cols(rows, df, df["clicked"], score_col="score", feature_cols=explicit)
 
 
 def test_make_ctr_defaults_leave_out_label_and_p_true() -> None:

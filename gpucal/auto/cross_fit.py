@@ -21,6 +21,7 @@ from gpucal.auto.candidates import Candidate, takes_param
 from gpucal.auto.folds import select_rows
 from gpucal.auto.report import METRICS, ROW_LOSSES, fold_scores, report_row, trailing_reason
 from gpucal.calibrators.feature_platt import sharing_fits
+from gpucal.encoding import trusting_feature_cols
 
 #: Errors of a candidate's fit that mark it failed in the report instead of stopping the search.
 CANDIDATE_ERRORS = (ValueError, KeyError, ArithmeticError, ImportError, NotImplementedError)
@@ -192,7 +193,9 @@ def cross_fit_candidate(
         test = cut.test
         try:
             model = fold_estimator(candidate.estimator) if search.loose else fresh(candidate.estimator)
-            with search.sharing(fold):
+            # The fold's rows are rows of the X whose feature columns AutoCalibrator.fit checked against
+            # the labels on every row: the fit checks its feature_cols by name only.
+            with search.sharing(fold), trusting_feature_cols():
                 model.fit(cut.X_train, cut.y_train, sample_weight=cut.w_train)
             predicted = as_host_array(model.predict(cut.X_test))
         except CANDIDATE_ERRORS as error:

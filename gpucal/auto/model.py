@@ -70,7 +70,7 @@ from gpucal.calibrators.base import (
     Options,
 )
 from gpucal.calibrators.logistic import sigmoid
-from gpucal.encoding import FeatureEncoder, resolve_feature_cols
+from gpucal.encoding import FeatureEncoder, resolve_feature_cols, trusting_feature_cols
 from gpucal.registry import calibration_method, dask_fitting_names, fits_on_dask
 from gpucal.rows import as_rows
 from gpucal.rows.collections import any_dask
@@ -811,7 +811,8 @@ class AutoCalibrator(Calibrator):
         for i in members:
             member_started = time.perf_counter()
             model = fresh(candidates[i].estimator)
-            self.estimators_.append(model.fit(X, labels, sample_weight=weights))
+            with trusting_feature_cols():  # X's feature columns were checked against the labels in fit
+                self.estimators_.append(model.fit(X, labels, sample_weight=weights))
             rows[i]["refit_seconds"] = time.perf_counter() - member_started
         self.refit_seconds_ = time.perf_counter() - started
         blend_weights = np.zeros(len(candidates))

@@ -10,6 +10,6 @@
 
 from gpucal.encoding.codings import KIND_BINS
 from gpucal.encoding.encoder import FeatureEncoder
-from gpucal.encoding.features import resolve_feature_cols
+from gpucal.encoding.features import resolve_feature_cols, trusting_feature_cols
 
-__all__ = ["KIND_BINS", "FeatureEncoder", "resolve_feature_cols"]
+__all__ = ["KIND_BINS", "FeatureEncoder", "resolve_feature_cols", "trusting_feature_cols"]
