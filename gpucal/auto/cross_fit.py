@@ -193,8 +193,8 @@ def cross_fit_candidate(
         test = cut.test
         try:
             model = fold_estimator(candidate.estimator) if search.loose else fresh(candidate.estimator)
-            # The fold's rows are rows of the X whose feature columns AutoCalibrator.fit checked against
-            # the labels on every row: the fit checks its feature_cols by name only.
+            # The fold's rows are rows of the X whose feature columns AutoCalibrator.fit compared with the
+            # labels on every row: the fit does not compare them again.
             with search.sharing(fold), trusting_feature_cols():
                 model.fit(cut.X_train, cut.y_train, sample_weight=cut.w_train)
             predicted = as_host_array(model.predict(cut.X_test))

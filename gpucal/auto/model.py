@@ -811,7 +811,7 @@ class AutoCalibrator(Calibrator):
         for i in members:
             member_started = time.perf_counter()
             model = fresh(candidates[i].estimator)
-            with trusting_feature_cols():  # X's feature columns were checked against the labels in fit
+            with trusting_feature_cols():  # fit compared X's feature columns with the labels
                 self.estimators_.append(model.fit(X, labels, sample_weight=weights))
             rows[i]["refit_seconds"] = time.perf_counter() - member_started
         self.refit_seconds_ = time.perf_counter() - started

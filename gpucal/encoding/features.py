@@ -21,10 +21,11 @@ Values are compared row by row as numbers (booleans as 0 and 1; NaN equals nothi
 strings or categories never equals a label. Over many blocks (dask) the comparison is one pass of
 counts added over the blocks (:meth:`gpucal.rows.Rows.sum`), so every partition reads the same features.
 
-Inside :func:`trusting_feature_cols` an explicit ``feature_cols`` is checked by name only: the
-automatic calibrator compares its columns with the labels once, on every row, and then fits its
-candidates on subsets of those rows, where the comparison would only be repeated (about 4% of its fit
-on 150,000 rows) or, on a small fold, refuse a column that equals the label there by chance.
+Inside :func:`trusting_feature_cols` an explicit ``feature_cols`` is only checked to name distinct
+columns of ``X`` other than the score, not compared with the label and the weights: the automatic
+calibrator compares its columns with the labels once, on every row, and then fits its candidates on
+subsets of those rows, where the comparison would only be repeated (about 4% of its fit on 150,000
+rows) or, on a small fold, refuse a column that equals the label there by chance.
 """
 
 from __future__ import annotations
@@ -46,9 +47,10 @@ _TRUSTED: ContextVar[bool] = ContextVar("gpucal_trusted_feature_cols", default=F
 
 @contextmanager
 def trusting_feature_cols() -> Iterator[None]:
-    """Within the block, :func:`resolve_feature_cols` checks an explicit ``feature_cols`` by name only,
-    not against the labels and weights (module docstring): for fits on row subsets of an ``X`` whose
-    columns the caller checked on every row."""
+    """Within the block, :func:`resolve_feature_cols` checks that an explicit ``feature_cols`` names
+    distinct columns of ``X`` other than the score, and does not compare them with the labels and weights
+    (module docstring): for fits on row subsets of an ``X`` whose columns the caller compared on every
+    row."""
     token = _TRUSTED.set(True)
     try:
         yield
