@@ -121,7 +121,7 @@ def test_large_fit_from_the_series_is_the_row_fit(monkeypatch, smoothing: bool) 
     assert abs(cal.intercept_ - intercept) < 1e-6
 
 
-def test_series_out_of_reach_start_the_row_fit(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_series_out_of_reach_starts_the_row_fit(monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """A few scores at the ends of the probability scale stretch the logit's bins until the largest
     slope times half a bin passes SERIES_MAX_REACH: the series answer then starts the row fit."""
     p, y, w = make_data(40_000, 7)
