@@ -701,7 +701,9 @@ def _chained(encoder: FeatureEncoder) -> np.ndarray:
     return np.where(encoder.ordered_, encoder.missing_codes_, 0).astype(np.int64)
 
 
-def chain_penalty(n_values: np.ndarray, used: np.ndarray, l2_smooth: float, chained: np.ndarray) -> Any:
+def chain_penalty(
+    n_values: np.ndarray, used: np.ndarray, l2_smooth: float, chained: np.ndarray
+) -> sparse.csr_matrix:
     r"""The difference penalty of ordered columns, :math:`l_s \sum_j \sum_t (\beta_{j,t+1} - \beta_{j,t})^2`
     as the matrix :math:`l_s D^\top D` over ``theta`` (``[a, b, beta]``): per column ``j``, the first
     ``chained[j]`` codes that some row uses, in code order, each linked to the next (a first-order

@@ -29,13 +29,7 @@ from gpucal.calibrators.base import (
     Options,
 )
 from gpucal.calibrators.hinge_series import HingeSeries, fit_hinge_series, hinge_moments
-from gpucal.calibrators.logistic import (
-    EPS,
-    ScoreBlock,
-    fit_logistic_rows,
-    newton_start,
-    sigmoid,
-)
+from gpucal.calibrators.logistic import EPS, ScoreBlock, fit_logistic_rows, sigmoid
 from gpucal.calibrators.platt import platt_targets_from_sums
 from gpucal.calibrators.score_rows import COUNT, ScoreRows
 from gpucal.calibrators.spline import block_histogram, transform_scores, weighted_range, widest
@@ -130,11 +124,9 @@ def fit_hinge_platt_rows(
         # From the identity map sigma(x), the score read as calibrated: 5-9 Newton steps on the series of
         # make_ctr's, kdd's, flights' and acs' scores instead of 7-11 from the best constant.
         identity = np.r_[1.0, np.zeros(knots.shape[0]), 0.0]
-        start, ridge = newton_start(
-            1 + knots.shape[0], total_weight, label_sum, targets=targets, l2=penalties, theta0=identity
-        )
         series = HingeSeries(variable.sum(hinge_moments, span), span, knots, targets)
-        result, stands = fit_hinge_series(series, start, total_weight=total_weight, ridge=ridge)
+        ridge = np.r_[penalties, 0.0]  # the intercept, last, is not penalised
+        result, stands = fit_hinge_series(series, identity, total_weight=total_weight, ridge=ridge)
         if stands:
             return knots, result.theta[:-1].copy(), float(result.theta[-1])
         theta0 = result.theta if result.converged else None

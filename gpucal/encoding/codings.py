@@ -101,6 +101,7 @@ def coding_from_dict(c: Any, where: str, separate: bool) -> Coding:
 
 
 def _is_int(v: Any) -> bool:
+    """Whether a loaded category is an integer (JSON's ``true`` is a bool, not an integer category)."""
     return isinstance(v, int) and not isinstance(v, bool)
 
 
