@@ -391,7 +391,7 @@ def quality(args: argparse.Namespace) -> None:
 
 
 def _machine() -> dict[str, Any]:
-    return {"cpus": os.cpu_count(), "python": platform.python_version(), "note": "shared, loaded machine"}
+    return {"cpus": os.cpu_count(), "python": platform.python_version(), "note": "shared machine"}
 
 
 NOTES = """## Reading the numbers
@@ -403,28 +403,29 @@ NOTES = """## Reading the numbers
   kept keys and a count of the pooled rows per level; their part of each Newton step is solved from the
   penalty alone, no pass over rows) and Jacobi-preconditioned on the rest: at 300,000 rows the
   Hessian-vector passes per fit fell from 291 to 117 (about 7 per Newton step instead of 18), at 10^6 rows
-  156 passes for the `tol=1e-8` fit. Each Hessian-vector pass is one fused numba loop (predictor, times
-  the curvature, scatter into per-chunk tables): about 0.1 CPU s per pass at 10^6 rows x 36 code columns.
+  116 for the `tol=1e-8` fit (75 over every row in its 10 Newton steps, 41 over the warm start's 66,667
+  rows; the last three steps take 54 of the 75, at forcing terms of 0.06 to 0.002). Each Hessian-vector
+  pass is one fused numba loop (predictor, times the curvature, scatter into per-chunk tables): about
+  0.06 s of wall and 0.1 CPU s per pass at 10^6 rows x 36 code columns, 4.2 of the fit's 7.5 s.
   The encoder counts the pairs' keys with `bincount` (it sorted them: 2.8 of 34 CPU s at 10^6 rows).
   Before this work `gpucal_loose` took 304.9 s at 10^6 rows (9 Newton steps, about 25 Hessian-vector
   passes each) and scikit-learn 187.7 s in the same run.
-- **Against scikit-learn: time, memory, loss.** At 10^6 rows scikit-learn's lbfgs, at its default `tol=1e-4`,
-  stops at a training log-loss of 0.104972, 0.0024 above the optimum of the objective both minimise
-  (0.102617: `gpucal` at `tol=1e-8`; `gpucal_loose` stops within 1e-8 of it), and takes 1.54x `gpucal`'s
-  CPU time (2.02x `gpucal_loose`'s) and 1.46x its peak memory (1.39x, 1.95x and 1.41x in an earlier run whose
-  encoder still sorted the keys). An lbfgs stopped early at a worse training loss is not a faster
-  fit of the same model; it is a cheaper, less converged one: gpucal is both faster and at the optimum.
-  Held-out, scikit-learn's early stop scores 0.115895 against 0.116092: stopping early shrinks the fit
-  further, which helps a model this large (every pair crossed, 46,451 coefficients; `all` loses to first
+- **Against scikit-learn: time, memory, loss.** Measured on 2026-11-28, 00:33-00:41 UTC (scikit-learn's
+  10^7-row fit in a second run, minutes after the others). At 10^6 rows scikit-learn's lbfgs, at its default
+  `tol=1e-4`, stops at a training log-loss of 0.104834, 0.0022 above the optimum of the objective both
+  minimise (0.102617: `gpucal` at `tol=1e-8`; `gpucal_loose` stops within 1e-8 of it), and takes 3.9x
+  `gpucal`'s CPU time (5.0x `gpucal_loose`'s) and 1.6x its peak memory. At 10^7 rows it stops after 66
+  iterations at 0.111421, 0.0016 above gpucal's 0.109817, and takes 1.6x gpucal's CPU time, 2.3x its wall
+  time (gpucal's passes use both cores) and 3.0x its peak memory (5.9 GB: its design alone is 37 non-zeros x
+  12 bytes per row, 4.4 GB; gpucal's peak is 2.0 GB, 36 int16 code columns and a few float64 row vectors).
+  An lbfgs stopped early at a worse training loss is not a faster fit of the same model; it is a cheaper,
+  less converged one: gpucal is both faster and at the optimum. Held-out, scikit-learn's early stop scores
+  0.115939 against 0.116091 at 10^6 rows and 0.108153 against 0.108889 at 10^7: stopping early shrinks the
+  fit further, which helps a model this large (every pair crossed, 46,451 coefficients; `all` loses to first
   order in the quality section too). That is a reason to choose the crosses and penalties
-  (`interactions="auto"`, larger `l2_cross`), not to stop the solver early. At 10^7 rows gpucal's fit took
-  240 CPU s (11 Newton steps, 47,693 coefficients, peak RSS 2.3 GB: 36 int16 code columns and a few
-  float64 row vectors); scikit-learn's process (data, one-hot design, fit) was not done in 600 s of wall
-  time on the loaded machine, so its 10^7-row fit is not measured. The largest it finished is the 10^6-row
-  fit. Scaled from it (each lbfgs iteration is a pass over the CSR design, linear in the rows; 126
-  iterations at 10^6 rows, 203 in the run before this work), it needs 430-510 CPU s at 10^7 rows (it took
-  43 and 51 s in two runs at 10^6), 1.8-2.1x gpucal's, and its design alone is 37 non-zeros x 12 bytes per
-  row, 4.4 GB, about 1.9x gpucal's peak memory.
+  (`interactions="auto"`, larger `l2_cross`), not to stop the solver early. An earlier run of both on a
+  loaded machine took 33 and 51 CPU s at 10^6 rows, and 240 CPU s (1,213 s of wall) for gpucal at 10^7,
+  where scikit-learn was not done in 600 s of wall.
 - **Defaults.** `l2` stays 1.0 (the first-order default, chosen over 24 datasets in `auto_l2_sweep.md`;
   with crosses off nothing changes) and `l2_cross` is 10.0. On the grid above, with crosses the best pair
   is `l2=10, l2_cross=10` (mean excess 0.19%, worst 0.68%), and at `l2=1` the three cross penalties are
