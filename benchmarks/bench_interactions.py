@@ -410,7 +410,7 @@ NOTES = """## Reading the numbers
   The encoder counts the pairs' keys with `bincount` (it sorted them: 2.8 of 34 CPU s at 10^6 rows).
   Before this work `gpucal_loose` took 304.9 s at 10^6 rows (9 Newton steps, about 25 Hessian-vector
   passes each) and scikit-learn 187.7 s in the same run.
-- **Against scikit-learn: time, memory, loss.** Measured on 2026-11-28, 00:33-00:41 UTC (scikit-learn's
+- **Against scikit-learn: time, memory, loss.** Measured on 2026-11-28, 00:33-00:39 UTC (scikit-learn's
   10^7-row fit in a second run, minutes after the others). At 10^6 rows scikit-learn's lbfgs, at its default
   `tol=1e-4`, stops at a training log-loss of 0.104834, 0.0022 above the optimum of the objective both
   minimise (0.102617: `gpucal` at `tol=1e-8`; `gpucal_loose` stops within 1e-8 of it), and takes 3.9x
