@@ -21,6 +21,7 @@ from sklearn.linear_model import LogisticRegression
 
 import gpucal
 from gpucal.calibrators import _feature_platt_solver as solver
+from gpucal.calibrators._feature_platt_kernels import NOT_NESTED, merge_nested_codes, nested_codes
 from gpucal.calibrators._feature_platt_rows import PlattBlock, code_weights, pooled_levels
 from gpucal.calibrators._feature_platt_solver import null_directions
 from gpucal.calibrators.feature_platt import FeatureAwarePlattCalibrator
@@ -103,6 +104,100 @@ def test_null_directions_change_no_row_of_positive_weight() -> None:
     # Ignoring the pooled rows gives directions that do change rows: the count is what makes them null.
     wrong = null_directions(n_codes, used, encoder.crosses_, np.zeros_like(pooled)).toarray()
     assert np.abs(design[w > 0] @ wrong).max() > 0
+
+
+def user_crossed_data(n: int = 2000, seed: int = 3) -> tuple[pd.DataFrame, np.ndarray, np.ndarray]:
+    """``device``, ``hour``, their cross as the user computed it (``device_hour``) and an unrelated
+    ``site``; weights with zeros, and a zero-weight row whose ``device_hour`` breaks the nesting."""
+    rng = np.random.default_rng(seed)
+    device, hour, site = rng.integers(0, 4, n), rng.integers(0, 6, n), rng.integers(0, 5, n)
+    X = pd.DataFrame({"score": rng.beta(2.0, 3.0, n), "device": device, "hour": hour})
+    X["device_hour"] = device * 6 + hour
+    X["site"] = site
+    X.loc[0, "device_hour"] = (device[0] + 1) % 4 * 6 + (hour[0] + 1) % 6  # another device and hour
+    w = rng.integers(0, 3, n).astype(np.float64)
+    w[0] = 0.0
+    z = logit(X["score"].to_numpy()) + 0.5 * np.random.default_rng(7).normal(size=24)[X["device_hour"]]
+    return X, (rng.random(n) < expit(z)).astype(np.float64), w
+
+
+def nested_pairs(table: np.ndarray, n_values: np.ndarray, names: list[str]) -> set[tuple[str, str]]:
+    """The ``(child, parent)`` column pairs whose block of ``nested_codes``' table holds no NOT_NESTED."""
+    offsets = np.r_[value_offsets(n_values), table.shape[0]]
+    return {
+        (names[k], names[j])
+        for k in range(len(names))
+        for j in range(len(names))
+        if j != k and not np.any(table[offsets[k] : offsets[k + 1], j] == NOT_NESTED)
+    }
+
+
+def test_nested_codes_find_the_cross_the_user_computed() -> None:
+    X, _, w = user_crossed_data()
+    names = ["device", "hour", "device_hour", "site"]
+    encoder = FeatureEncoder(categorical_cols=names).fit(X[names])
+    codes, n_values = encoder.transform(X), encoder.n_values_
+    table = nested_codes(codes, w, n_values)
+    assert_array_equal(table, nested_codes(codes, w, n_values, array_code=True))
+    assert nested_pairs(table, n_values, names) == {("device_hour", "device"), ("device_hour", "hour")}
+    # The first columns of wider codes (the crosses come after the first-order columns).
+    first = nested_codes(np.ascontiguousarray(codes[:, :3]), w, n_values[:3])
+    assert_array_equal(nested_codes(codes, w, n_values[:3]), first)
+    assert_array_equal(nested_codes(codes, w, n_values[:3], array_code=True), first)
+    # Each code of device_hour records its device; the codes no row of positive weight has, none.
+    offsets = value_offsets(n_values)
+    recorded = table[offsets[2] : offsets[2] + n_values[2], 0]
+    assert_array_equal(recorded[:24], np.arange(24) // 6)
+    assert_array_equal(recorded[24:], -1)  # the missing and unseen codes
+    # The broken row counts once its weight is positive.
+    w[0] = 1.0
+    assert nested_pairs(nested_codes(codes, w, n_values), n_values, names) == set()
+
+
+def test_nested_codes_merge_over_blocks_like_one_pass() -> None:
+    X, _, w = user_crossed_data()
+    names = ["device", "hour", "device_hour"]
+    encoder = FeatureEncoder(categorical_cols=names).fit(X[names])
+    codes, n_values = encoder.transform(X), encoder.n_values_
+    halves = [nested_codes(codes[part], w[part], n_values) for part in (slice(0, 700), slice(700, None))]
+    assert_array_equal(merge_nested_codes(*halves), nested_codes(codes, w, n_values))
+    # Nested in each block, but a code of device_hour with one device in the first and another in the
+    # second: not nested over both.
+    moved = codes.copy()
+    moved[700:, 2] = np.where(moved[700:, 2] < 24, (moved[700:, 2] + 6) % 24, moved[700:, 2])
+    split = [nested_codes(moved[part], w[part], n_values) for part in (slice(0, 700), slice(700, None))]
+    assert {("device_hour", "device"), ("device_hour", "hour")} <= nested_pairs(split[1], n_values, names)
+    assert nested_pairs(merge_nested_codes(*split), n_values, names) == {("device_hour", "hour")}
+
+
+def test_null_directions_of_a_nested_column_change_no_row() -> None:
+    X, y, w = user_crossed_data()
+    names = ["device", "hour", "device_hour", "site"]
+    encoder = FeatureEncoder(categorical_cols=names).fit(X[names])
+    codes, n_codes = encoder.transform(X), encoder.n_codes_
+    block = PlattBlock(np.zeros(len(y)), codes, y, w)
+    used = np.r_[True, True, code_weights(block, n_codes) > 0]
+    design = np.column_stack([np.zeros(len(y)), np.ones(len(y)), crossed_design_codes(encoder, codes)])
+    plain = null_directions(n_codes, used, [], np.zeros(0)).toarray()
+    null = null_directions(n_codes, used, [], np.zeros(0), nested_codes(codes, w, n_codes)).toarray()
+    assert null.shape[1] == plain.shape[1] + 4 + 6  # one per device and per hour
+    assert_allclose(design[w > 0] @ null, 0.0, atol=0)
+    assert np.abs(design @ null).max() > 0  # the zero-weight row that breaks the nesting is not counted
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+def test_fit_with_a_cross_the_user_computed_equals_sklearn(weighted: bool) -> None:
+    X, y, w = user_crossed_data()
+    w = w if weighted else None
+    names = ["device", "hour", "device_hour", "site"]
+    cal = FeatureAwarePlattCalibrator(feature_cols=names, categorical_cols=names, l2=2.0, tol=1e-10)
+    cal.fit(X, y, sample_weight=w)
+    encoder = FeatureEncoder.from_dict(cal.encoder_)
+    score = logit(np.clip(X["score"].to_numpy(), EPS, 1 - EPS))
+    design = np.column_stack([score, crossed_design_codes(encoder, encoder.transform(X))])
+    ref = LogisticRegression(C=0.5, solver="newton-cholesky", tol=1e-12, max_iter=1000)
+    ref.fit(design, y, sample_weight=w)
+    assert_allclose(cal.predict(X).to_numpy(), ref.predict_proba(design)[:, 1], rtol=0, atol=1e-8)
 
 
 def crossed_design_codes(encoder: FeatureEncoder, codes: np.ndarray) -> np.ndarray:

@@ -267,6 +267,111 @@ def curved_rows(
     return z_out, curvature, np.concatenate([row_sums, stats.ravel()])
 
 
+#: :func:`nested_codes`' entry for a code that no row of positive weight has.
+NO_ROWS = -1
+#: :func:`nested_codes`' entries of a pair of columns that is not nested (its whole column block).
+NOT_NESTED = -2
+
+
+@numba.njit(cache=True)
+def _nested_codes_cpu(codes, positive, offsets, n_values, table):  # pragma: no cover - compiled
+    """Fill ``table`` (:func:`nested_codes`' layout, :data:`NO_ROWS` throughout) in one pass over the rows
+    of positive weight (``positive``): a pair of columns leaves the pass at its first row whose code of
+    the parent column differs from the one recorded for its code of the child, so the rows cost only the
+    pairs that are still nested."""
+    n_rows = codes.shape[0]
+    n_columns = n_values.shape[0]
+    children = np.empty(n_columns * n_columns, dtype=np.int64)
+    parents = np.empty(n_columns * n_columns, dtype=np.int64)
+    n_pairs = 0
+    for k in range(n_columns):
+        for j in range(n_columns):
+            if j != k:
+                children[n_pairs] = k
+                parents[n_pairs] = j
+                n_pairs += 1
+    alive = n_pairs  # pairs [0, alive) are nested so far
+    for i in range(n_rows):
+        if alive == 0:
+            break
+        if not positive[i]:
+            continue
+        p = 0
+        while p < alive:
+            k = children[p]
+            j = parents[p]
+            entry = offsets[k] + codes[i, k]
+            code = np.int64(codes[i, j])
+            seen = table[entry, j]
+            if seen == NO_ROWS:
+                table[entry, j] = code
+                p += 1
+            elif seen == code:
+                p += 1
+            else:  # not nested: swap the pair out of the live ones
+                alive -= 1
+                children[p], children[alive] = children[alive], children[p]
+                parents[p], parents[alive] = parents[alive], parents[p]
+    for p in range(alive, n_pairs):
+        k = children[p]
+        table[offsets[k] : offsets[k] + n_values[k], parents[p]] = NOT_NESTED
+    for k in range(n_columns):
+        table[offsets[k] : offsets[k] + n_values[k], k] = NOT_NESTED
+    return table
+
+
+def nested_codes(codes: Any, w: Any, n_values: np.ndarray, *, array_code: bool = False) -> np.ndarray:
+    r"""Which code columns nest in which: for columns :math:`k \ne j` of the first ``len(n_values)`` of
+    ``codes`` and each code :math:`v` of :math:`k`, the one code of :math:`j` that every row of positive
+    weight with code :math:`v` has.
+
+    Returns the host table ``T`` of shape ``(sum(n_values), n_columns)``, int64: ``T[o_k + v, j]`` is that
+    code of :math:`j` (``o_k`` the offset of column :math:`k`'s codes), :data:`NO_ROWS` where no such row
+    has :math:`v`, and :data:`NOT_NESTED` throughout the block ``T[o_k : o_k + n_k, j]`` when two rows
+    of one code of :math:`k` have different codes of :math:`j` (and for :math:`j = k`). A column
+    :math:`k` nested in :math:`j` (a pre-computed cross of :math:`j` and another column, a site within
+    its publisher) makes directions that change no row's predictor: :math:`j`'s code :math:`u` up, the
+    codes of :math:`k` within :math:`u` down (``_feature_platt_solver.null_directions``). Blocks combine
+    by :func:`merge_nested_codes`.
+
+    numpy: one pass that drops each pair at its first conflicting row (:func:`_nested_codes_cpu`); cupy
+    (or ``array_code``): per pair, one code of :math:`j` recorded per code of :math:`k` (any row's) and
+    every row compared with it.
+    """
+    n_values = np.asarray(n_values, dtype=np.int64)
+    offsets = value_offsets(n_values)
+    n_columns = n_values.shape[0]
+    xp = array_namespace(codes)
+    if xp is np and not array_code:
+        table = np.full((int(n_values.sum()), n_columns), NO_ROWS, dtype=np.int64)
+        # The whole C-ordered codes and a fresh mask: one compiled signature per code width.
+        return _nested_codes_cpu(codes, np.asarray(w > 0), offsets, n_values, table)
+    table = np.full((int(n_values.sum()), n_columns), NOT_NESTED, dtype=np.int64)
+    kept = codes[w > 0][:, :n_columns].astype(xp.int64)
+    for k in range(n_columns):
+        block = slice(int(offsets[k]), int(offsets[k] + n_values[k]))
+        for j in range(n_columns):
+            if j == k:
+                continue
+            recorded = xp.full(int(n_values[k]), NO_ROWS, dtype=xp.int64)
+            recorded[kept[:, k]] = kept[:, j]
+            if not bool(xp.any(recorded[kept[:, k]] != kept[:, j])):
+                table[block, j] = to_numpy(recorded)
+    return table
+
+
+def merge_nested_codes(*tables: np.ndarray) -> np.ndarray:
+    """:func:`nested_codes` over the rows of several blocks from each block's table: a code's entry is the
+    one block's code where the others have no row of it, :data:`NOT_NESTED` where two blocks differ
+    (which the caller reads as the pair not nested)."""
+    merged = tables[0]
+    for other in tables[1:]:
+        merged = np.where(
+            merged == NO_ROWS, other, np.where((other == NO_ROWS) | (other == merged), merged, NOT_NESTED)
+        )
+    return merged
+
+
 def score_feature(score: Any, score_kind: str) -> Any:
     """Return the model's score feature: ``logit(clip(p, eps, 1 - eps))`` or the raw margin."""
     if score_kind == "logit":
@@ -303,10 +408,14 @@ def on_device(a: Any, device: str) -> Any:
 
 
 __all__ = [
+    "NOT_NESTED",
+    "NO_ROWS",
     "code_sums",
     "curved_rows",
     "hessian_rows",
     "linear_predictor",
+    "merge_nested_codes",
+    "nested_codes",
     "on_device",
     "predict_feature_platt",
     "score_feature",

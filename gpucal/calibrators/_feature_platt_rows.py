@@ -16,6 +16,9 @@ Hessian-vector product                      :func:`hessian_sums`: ``sum D u x`` 
                                             (``u = X v``)
 levels a cross pools (the null directions)  :func:`pooled_levels`: rows with the pooled code, per level of
                                             each of the pair's columns
+columns nested in others (the null          :func:`nested_code_table`: per code of a first-order column,
+directions)                                 the one code of each other column its rows have (combined
+                                            by ``merge_nested_codes``)
 a cross's score test (``"auto"``)           :func:`level_sums`: ``sum w (p - y)``, ``sum w p (1 - p)``
                                             per code
 ==========================================  ==================================================
@@ -40,6 +43,7 @@ from gpucal.calibrators._feature_platt_kernels import (
     curved_rows,
     hessian_rows,
     linear_predictor,
+    nested_codes,
     on_device,
     score_feature,
 )
@@ -193,6 +197,12 @@ def pooled_levels(block: PlattBlock, crosses: Sequence[Cross], n_first: int) -> 
     return np.concatenate(counts) if counts else np.zeros(0)
 
 
+def nested_code_table(block: PlattBlock, n_values: np.ndarray, n_first: int, array_code: bool) -> np.ndarray:
+    """:func:`~gpucal.calibrators._feature_platt_kernels.nested_codes` of the block's first ``n_first``
+    code columns (the first-order ones; ``n_values`` of every column)."""
+    return nested_codes(block.codes, block.w, n_values[:n_first], array_code=array_code)
+
+
 def level_sums(block: PlattBlock, theta: np.ndarray, n_values: np.ndarray, array_code: bool) -> np.ndarray:
     """Per code, at the model ``theta`` (zero on the codes it does not fit): ``sum w (p - y)`` and
     ``sum w p (1 - p)``, shape ``(sum(n_values), 2)``: the code sums of the gradient pass
@@ -274,6 +284,7 @@ __all__ = [
     "encoder_inputs",
     "hessian_sums",
     "level_sums",
+    "nested_code_table",
     "pooled_levels",
     "predicted",
     "read_block",

@@ -44,6 +44,7 @@ import numpy as np
 from scipy import sparse
 from scipy.sparse.linalg import splu
 
+from gpucal.calibrators._feature_platt_kernels import NOT_NESTED, merge_nested_codes
 from gpucal.calibrators._feature_platt_rows import (
     N_ROW_SUMS,
     block_summary,
@@ -54,6 +55,7 @@ from gpucal.calibrators._feature_platt_rows import (
     encoder_inputs,
     hessian_sums,
     level_sums,
+    nested_code_table,
     pooled_levels,
     predicted,
     read_block,
@@ -555,7 +557,12 @@ class _Problem:
         self.chain = None if smoothing is None else chain_penalty(self.n_values, self.used, *smoothing)
         n_first = len(self.n_values) - len(crosses)
         pooled = rows.sum(pooled_levels, crosses, n_first) if crosses else np.zeros(0)
-        self.null = null_directions(self.n_values, self.used, crosses, pooled)
+        nested = (
+            rows.reduce(nested_code_table, merge_nested_codes, self.n_values, n_first, array_code)
+            if n_first > 1
+            else None
+        )
+        self.null = null_directions(self.n_values, self.used, crosses, pooled, nested)
         self.null_t = self.null.T  # built once: the conjugate gradient applies it twice per step
         # W' Lambda W (H W = Lambda W): factored once, with a relative jitter that only W's own null space
         # feels (W x = 0 there), so that dependent directions need no care.
@@ -651,7 +658,11 @@ class _Problem:
 
 
 def null_directions(
-    n_values: np.ndarray, used: np.ndarray, crosses: Sequence[Cross], pooled: np.ndarray
+    n_values: np.ndarray,
+    used: np.ndarray,
+    crosses: Sequence[Cross],
+    pooled: np.ndarray,
+    nested: np.ndarray | None = None,
 ) -> sparse.csr_matrix:
     r"""The directions :math:`W` of ``theta`` (``[a, b, beta]``, one column each) that change no row's
     predictor: :math:`X W = 0` on every row of positive weight. Over used codes only:
@@ -660,7 +671,11 @@ def null_directions(
     - per cross of columns ``j`` and ``k`` and level ``v`` of ``j`` that no row of the cross's pooled code
       has (``pooled``, :func:`~gpucal.calibrators._feature_platt_rows.pooled_levels`): ``j``'s offset of
       ``v`` up, the cross's codes of the pairs ``(v, .)`` down (a row with ``v`` has one of them, and no
-      other row does); the same per level of ``k``.
+      other row does); the same per level of ``k``;
+    - per first-order column ``k`` nested in another, ``j`` (``nested``, the table of
+      :func:`~gpucal.calibrators._feature_platt_kernels.nested_codes` over the first-order columns: a
+      cross the user computed, a site within its publisher), and per code ``u`` of ``j``: ``u`` up, the
+      codes of ``k`` whose rows all have ``u`` down.
 
     Along them :math:`H W = \Lambda W`: only the penalties curve the objective there, far less than
     the data curve every other direction, and the near-collinear directions that slow CG (a main
@@ -688,10 +703,33 @@ def null_directions(
                 main = 2 + offsets[column] + level
                 if used[main]:
                     vectors.append(np.r_[main, codes[levels == level]])
+    if nested is not None:
+        vectors += nested_vectors(nested, offsets, used)
     signs = [np.r_[1.0, -np.ones(v.shape[0] - 1)] for v in vectors]
     columns = np.repeat(np.arange(len(vectors)), [v.shape[0] for v in vectors])
     shape = (used.shape[0], len(vectors))
     return sparse.csr_matrix((np.concatenate(signs), (np.concatenate(vectors), columns)), shape=shape)
+
+
+def nested_vectors(nested: np.ndarray, offsets: np.ndarray, used: np.ndarray) -> list[np.ndarray]:
+    """:func:`null_directions`' directions of the first-order columns nested in others: per pair of
+    ``nested`` (:func:`~gpucal.calibrators._feature_platt_kernels.nested_codes`' table) with no
+    ``NOT_NESTED`` entry and per used code ``u`` of the parent, ``[u, the used codes of the child
+    within u]`` as indices of ``theta``."""
+    vectors: list[np.ndarray] = []
+    n_columns = nested.shape[1]
+    bounds = np.r_[offsets[:n_columns], nested.shape[0]]
+    for k in range(n_columns):
+        block = nested[bounds[k] : bounds[k + 1]]
+        child_used = used[2 + bounds[k] : 2 + bounds[k + 1]]
+        for j in range(n_columns):
+            parents = block[:, j]
+            if j == k or np.any(parents == NOT_NESTED):
+                continue
+            for u in np.unique(parents[child_used & (parents >= 0)]):
+                children = np.flatnonzero(child_used & (parents == u))
+                vectors.append(np.r_[2 + offsets[j] + u, 2 + bounds[k] + children])
+    return vectors
 
 
 def _chained(encoder: FeatureEncoder) -> np.ndarray:
