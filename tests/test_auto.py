@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from contextlib import nullcontext
 from typing import Any
@@ -28,7 +29,13 @@ from gpucal.auto.blend import (
 )
 from gpucal.auto.candidates import FEATURE_CANDIDATES, SMOOTH_CANDIDATES, Candidate
 from gpucal.auto.cross_fit import CrossFitting
-from gpucal.auto.folds import grouped_folds, stratified_folds, subsample_rows, without_attrs
+from gpucal.auto.folds import (
+    grouped_folds,
+    nested_subsamples,
+    stratified_folds,
+    subsample_rows,
+    without_attrs,
+)
 from gpucal.auto.guard import order_guard
 from gpucal.auto.report import ROW_LOSSES, fold_scores
 from gpucal.calibrators import _feature_platt_solver as feature_platt_solver
@@ -343,6 +350,17 @@ def test_subsample_rows_is_seeded_sorted_and_stratified() -> None:
     assert_array_equal(subsample_rows(labels, 20_000, seed=4), np.arange(10_000))
 
 
+@pytest.mark.parametrize("rate", [0.03, 0.5, 0.999])
+def test_nested_subsamples_are_subsample_rows_each_within_the_next(rate: float) -> None:
+    labels = (np.random.default_rng(2).random(10_000) < rate).astype(np.float64)
+    sizes = [7, 500, 2_000, 8_000, 10_000]
+    samples = nested_subsamples(labels, sizes, seed=3)
+    for size, sample in zip(sizes, samples, strict=True):
+        assert_array_equal(sample, subsample_rows(labels, size, seed=3))
+    for smaller, larger in itertools.pairwise(samples):
+        assert np.isin(smaller, larger).all()
+
+
 def test_plan_grows_the_rows_rung_by_rung() -> None:
     first, growth = sizing.FIRST_RUNG_ROWS, sizing.GROWTH
     small = sizing.plan_search(first, "auto", "auto")
@@ -423,8 +441,9 @@ def test_large_data_cross_fits_a_subsample_and_refits_on_every_row(
     model = auto(candidates=["platt", "feature_platt"]).fit(X, y)
     assert (model.n_folds_, model.cv_rows_) == (sizing.SMALL_N_FOLDS, 1_200)
     assert [rung["rows"] for rung in model.rungs_] == [500, 1_200]
-    crossed = np.isfinite(model.oof_predictions_[:, 0])
-    assert_array_equal(np.flatnonzero(crossed), subsample_rows(y, 1_200, seed=0))
+    assert_array_equal(model.cv_index_, subsample_rows(y, 1_200, seed=0))
+    assert model.oof_predictions_.shape == (1_200, 2)  # the subsample's rows only
+    assert np.isfinite(model.oof_predictions_[:, 0]).all()
     assert model.cv_results_["n_folds_fitted"].max() == sizing.SMALL_N_FOLDS
     again = auto(candidates=["platt", "feature_platt"]).fit(X, y)
     assert_array_equal(again.oof_predictions_, model.oof_predictions_)

@@ -14,7 +14,7 @@ On large calibration sets the folds cover a seeded, stratified subsample of the 
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping
+from collections.abc import Hashable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -68,16 +68,30 @@ def subsample_rows(labels: np.ndarray, n_rows: int, seed: int) -> np.ndarray:
     -------
     numpy.ndarray of int64, shape (min(n_rows, n),)
     """
+    return nested_subsamples(labels, [n_rows], seed)[0]
+
+
+def nested_subsamples(labels: np.ndarray, sizes: Sequence[int], seed: int) -> list[np.ndarray]:
+    """:func:`subsample_rows` for each of ``sizes`` from one seeded order of the rows: the same rows as
+    a call per size, and each sample within every larger one (each class gives a prefix of its rows in
+    that order, and a class's share never shrinks as the sample grows)."""
     n = labels.shape[0]
-    if n_rows >= n:
-        return np.arange(n, dtype=np.int64)
+    if all(n_rows >= n for n_rows in sizes):
+        return [np.arange(n, dtype=np.int64) for _ in sizes]
     order = np.random.default_rng(seed).permutation(n)
     positive = labels[order] >= 0.5
-    n_positive = int(positive.sum())
-    wanted_positive = min(n_positive, max(int(n_positive > 0), round(n_rows * n_positive / n)))
-    wanted_positive = max(wanted_positive, n_rows - (n - n_positive))  # enough negatives must exist
-    taken = np.concatenate([order[positive][:wanted_positive], order[~positive][: n_rows - wanted_positive]])
-    return np.sort(taken).astype(np.int64)
+    positives, negatives = order[positive], order[~positive]
+    n_positive = positives.shape[0]
+    samples = []
+    for n_rows in sizes:
+        if n_rows >= n:
+            samples.append(np.arange(n, dtype=np.int64))
+            continue
+        wanted_positive = min(n_positive, max(int(n_positive > 0), round(n_rows * n_positive / n)))
+        wanted_positive = max(wanted_positive, n_rows - (n - n_positive))  # enough negatives must exist
+        taken = np.concatenate([positives[:wanted_positive], negatives[: n_rows - wanted_positive]])
+        samples.append(np.sort(taken).astype(np.int64))
+    return samples
 
 
 def grouped_folds(groups: np.ndarray, n_folds: int, seed: int, weights: np.ndarray | None) -> np.ndarray:
@@ -184,6 +198,7 @@ def without_attrs(X: Any) -> Any:
 __all__ = [
     "group_values",
     "grouped_folds",
+    "nested_subsamples",
     "select_rows",
     "stratified_folds",
     "subsample_rows",

@@ -41,7 +41,14 @@ from gpucal.auto.cross_fit import (
     grows_with_rows,
     log,
 )
-from gpucal.auto.folds import group_values, grouped_folds, stratified_folds, subsample_rows, without_attrs
+from gpucal.auto.folds import (
+    group_values,
+    grouped_folds,
+    nested_subsamples,
+    select_rows,
+    stratified_folds,
+    without_attrs,
+)
 from gpucal.auto.guard import blend_probabilities, order_guard, paired_gain
 from gpucal.auto.report import (
     METRICS,
@@ -204,9 +211,14 @@ class AutoCalibrator(Calibrator):
         there), ``fit_seconds`` (all its folds of every rung), ``n_folds_fitted``,
         ``blend_weight``, ``refit_seconds`` and ``rank_test_score`` (by ``scoring``; candidates not
         ``ok`` rank last).
-    oof_predictions_ : numpy.ndarray of shape (n_rows, n_candidates)
-        Every candidate's out-of-fold prediction on the last rung (NaN for a candidate that did not
-        reach it or failed, and on the rows left out of its subsample). Not saved.
+    oof_predictions_ : numpy.ndarray of shape (len(cv_index_), n_candidates)
+        Every candidate's out-of-fold prediction on the last rung, on the rows ``cv_index_`` (NaN for a
+        candidate that did not reach it or failed, and on rows a rung cut short by ``time_budget`` did not
+        cross-fit). Not saved.
+    cv_index_ : numpy.ndarray of shape (cv_rows_,)
+        Positions in ``X``, increasing, of the rows the search cross-fits: every row, or the last rung's
+        stratified subsample when it has fewer (``cv_rows``); the earlier rungs' subsamples are drawn
+        from them. Not saved.
     n_folds_, cv_rows_ : int
         The folds and the number of rows of the last rung (``n_folds`` and ``cv_rows`` resolved).
     rungs_ : list of dict
@@ -418,8 +430,24 @@ class AutoCalibrator(Calibrator):
             log(f"features {encoder.fit(split.features).describe_columns()}")
         host_labels = to_numpy(labels)
         host_weights = np.ones(n_rows) if weights is None else to_numpy(weights)
+        # The search reads the last rung's rows only: on a large set, tables and folds of every row (two
+        # tables of 1.9 GB, rows x candidates, at 1e7 rows) held NaN but for its subsample. Each rung's
+        # rows lie within it, at these positions.
+        samples = nested_subsamples(host_labels, [rung.rows for rung in plan.rungs], self.random_state)
+        self.cv_index_ = samples[-1]
+        rung_rows = [np.searchsorted(self.cv_index_, sample) for sample in samples]
+        search_X, search_labels, search_weights, search_groups = X, labels, weights, groups
+        if self.cv_index_.shape[0] < n_rows:
+            search_X = select_rows(X, self.cv_index_)
+            on_device = array_namespace(labels).asarray(self.cv_index_)
+            search_labels = labels[on_device]
+            search_weights = None if weights is None else weights[on_device]
+            search_groups = None if groups is None else group_values(X, groups, n_rows)[self.cv_index_]
+            host_labels, host_weights = host_labels[self.cv_index_], host_weights[self.cv_index_]
         started = time.perf_counter()
-        rows, folds = self._search(X, labels, weights, groups, candidates, plan, started)
+        rows, folds = self._search(
+            search_X, search_labels, search_weights, search_groups, candidates, plan, rung_rows, started
+        )
         self.cv_seconds_ = time.perf_counter() - started
         scores = np.array(
             [row[f"mean_test_{self.scoring}"] if row["status"] == "ok" else np.nan for row in rows],
@@ -446,7 +474,7 @@ class AutoCalibrator(Calibrator):
         self.auc_guard_: dict[str, Any] = {"applied": False, "raw_auc": None, "auc": None}
         if self.auc_guard:
             guard = order_guard(
-                to_numpy(split.score)[crossed],
+                to_numpy(split.score)[self.cv_index_][crossed],
                 predicted,
                 host_labels[crossed],
                 None if weights is None else host_weights[crossed],
@@ -490,9 +518,11 @@ class AutoCalibrator(Calibrator):
         groups: Any,
         candidates: list[Candidate],
         plan: SearchPlan,
+        rung_rows: list[np.ndarray],
         started: float,
     ) -> tuple[list[dict[str, Any]], np.ndarray]:
-        """Successive halving over the rungs of ``plan``; the report rows and the last rung's folds.
+        """Successive halving over the rungs of ``plan`` (rung ``i`` on the rows at positions
+        ``rung_rows[i]``); the report rows and the last rung's folds.
 
         Each rung cross-fits the candidates still in the race (:func:`cross_fit_candidate`, with racing
         inside the rung) on its rows and passes the best on (:meth:`_survivors`); a candidate left
@@ -521,7 +551,7 @@ class AutoCalibrator(Calibrator):
                 self.oof_predictions_[written] = np.nan
                 if row_losses is not None:
                     row_losses[written] = np.nan
-            folds = self._folds(X, groups, host_labels, host_weights, rung)
+            folds = self._folds(X, groups, host_labels, host_weights, rung, rung_rows[number])
             self.n_folds_, self.cv_rows_ = rung.n_folds, rung.rows
             self.rungs_.append({"rows": rung.rows, "n_folds": rung.n_folds, "candidates": len(racing)})
             if self.verbose and len(plan.rungs) > 1:
@@ -722,10 +752,11 @@ class AutoCalibrator(Calibrator):
         labels: np.ndarray,
         weights: np.ndarray | None,
         rung: Rung,
+        crossed: np.ndarray,
     ) -> np.ndarray:
-        """The fold of every row: 0 .. n_folds - 1 on the rung's rows, -1 on the others."""
+        """The fold of every row: 0 .. n_folds - 1 on the rung's rows (at positions ``crossed``), -1 on
+        the others."""
         n_rows = labels.shape[0]
-        crossed = subsample_rows(labels, rung.rows, self.random_state)
         folds = np.full(n_rows, -1, dtype=np.int64)
         if groups is None:
             folds[crossed] = stratified_folds(labels[crossed], rung.n_folds, self.random_state)
