@@ -122,6 +122,17 @@ def test_dask_fit_with_crosses_is_the_single_machine_fit(
     )
 
 
+def test_dask_fit_with_a_cross_the_user_computed_is_the_single_machine_fit(client, ctr) -> None:  # type: ignore[no-untyped-def]
+    """A column nested in two others (device x hour computed beforehand): the nesting is found per
+    partition and merged, so the deflated conjugate gradient takes the single machine's steps."""
+    X, y, w = ctr
+    X = X.assign(device_hour=X["device"] * 24 + X["hour"])
+    params = {**PARAMS, "categorical_cols": ["hour", "device_hour"], "tol": 1e-10}
+    one = FeatureAwarePlattCalibrator(**params).fit(X, y, sample_weight=w)
+    two = FeatureAwarePlattCalibrator(**params).fit(*_dask(X, y, w, 8))
+    _assert_same_fit(two, one)
+
+
 def test_dask_fit_with_smoothing_is_the_single_machine_fit(client, ctr) -> None:  # type: ignore[no-untyped-def]
     """``l2_smooth`` with the integer rule: the partitions' summaries mark the same columns ordered (the
     integers read by value, the binned number), and the chains link the same used codes."""
