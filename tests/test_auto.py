@@ -33,7 +33,6 @@ from gpucal.auto.folds import (
     grouped_folds,
     nested_subsamples,
     stratified_folds,
-    subsample_rows,
     without_attrs,
 )
 from gpucal.auto.guard import order_guard
@@ -339,6 +338,11 @@ def test_dask_is_refused(ctr: Any) -> None:
 # The rungs of the search: successive halving over growing subsamples (gpucal.auto.sizing)
 
 
+def subsample_rows(labels: np.ndarray, n_rows: int, seed: int) -> np.ndarray:
+    """One stratified subsample of ``n_rows`` rows (``nested_subsamples`` of one size)."""
+    return nested_subsamples(labels, [n_rows], seed)[0]
+
+
 def test_subsample_rows_is_seeded_sorted_and_stratified() -> None:
     labels = np.r_[np.ones(300), np.zeros(9_700)]
     rows = subsample_rows(labels, 1_000, seed=4)
@@ -351,7 +355,7 @@ def test_subsample_rows_is_seeded_sorted_and_stratified() -> None:
 
 
 @pytest.mark.parametrize("rate", [0.03, 0.5, 0.999])
-def test_nested_subsamples_are_subsample_rows_each_within_the_next(rate: float) -> None:
+def test_nested_subsamples_are_those_of_one_size_each_within_the_next(rate: float) -> None:
     labels = (np.random.default_rng(2).random(10_000) < rate).astype(np.float64)
     sizes = [7, 500, 2_000, 8_000, 10_000]
     samples = nested_subsamples(labels, sizes, seed=3)

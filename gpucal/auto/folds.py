@@ -9,7 +9,7 @@ goes to the fold with the least weight so far (ties to the lower fold), which ba
 groups; a group without weight changes no other group's fold.
 
 On large calibration sets the folds cover a seeded, stratified subsample of the rows
-(:func:`subsample_rows`), again a pure function of the labels and the seed.
+(:func:`nested_subsamples`), again a pure function of the labels and the seed.
 """
 
 from __future__ import annotations
@@ -48,33 +48,28 @@ def stratified_folds(labels: np.ndarray, n_folds: int, seed: int) -> np.ndarray:
     return folds
 
 
-def subsample_rows(labels: np.ndarray, n_rows: int, seed: int) -> np.ndarray:
-    """Return the sorted positions of ``n_rows`` rows drawn without replacement, stratified by label.
+def nested_subsamples(labels: np.ndarray, sizes: Sequence[int], seed: int) -> list[np.ndarray]:
+    """Return, for each of ``sizes``, the sorted positions of that many rows drawn without replacement,
+    stratified by label, each sample within every larger one.
 
-    Each class (label rounded to 0 or 1) gives its share of ``n_rows`` (rounded, at least one row when
-    the class is present), its rows taken in a seeded random order; so the sample's positive rate is the
-    data's, and the same labels and seed give the same rows.
+    Each class (label rounded to 0 or 1) gives its share of a sample (rounded, at least one row when the
+    class is present), its rows taken in one seeded random order; so a sample's positive rate is the
+    data's, a class's share never shrinks as the sample grows (each sample holds a prefix of each class's
+    rows), and the same labels and seed give the same rows, whatever the other sizes asked for.
 
     Parameters
     ----------
     labels : numpy.ndarray of shape (n,)
         Labels in [0, 1].
-    n_rows : int
-        Rows wanted; all ``n`` rows when ``n_rows >= n``.
+    sizes : sequence of int
+        Rows wanted per sample; all ``n`` rows for a size of at least ``n``.
     seed : int
         Seed of the row order.
 
     Returns
     -------
-    numpy.ndarray of int64, shape (min(n_rows, n),)
+    list of numpy.ndarray of int64, shapes (min(size, n),)
     """
-    return nested_subsamples(labels, [n_rows], seed)[0]
-
-
-def nested_subsamples(labels: np.ndarray, sizes: Sequence[int], seed: int) -> list[np.ndarray]:
-    """:func:`subsample_rows` for each of ``sizes`` from one seeded order of the rows: the same rows as
-    a call per size, and each sample within every larger one (each class gives a prefix of its rows in
-    that order, and a class's share never shrinks as the sample grows)."""
     n = labels.shape[0]
     if all(n_rows >= n for n_rows in sizes):
         return [np.arange(n, dtype=np.int64) for _ in sizes]
@@ -201,6 +196,5 @@ __all__ = [
     "nested_subsamples",
     "select_rows",
     "stratified_folds",
-    "subsample_rows",
     "without_attrs",
 ]

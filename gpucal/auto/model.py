@@ -474,7 +474,7 @@ class AutoCalibrator(Calibrator):
         self.auc_guard_: dict[str, Any] = {"applied": False, "raw_auc": None, "auc": None}
         if self.auc_guard:
             guard = order_guard(
-                to_numpy(split.score)[self.cv_index_][crossed],
+                to_numpy(split.score)[self.cv_index_[crossed]],
                 predicted,
                 host_labels[crossed],
                 None if weights is None else host_weights[crossed],
