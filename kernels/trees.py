@@ -27,6 +27,7 @@ from gpucal.kernels._dispatch import (
     resolve_backend,
     to_host,
 )
+from gpucal.kernels.jit import empty_rows
 from gpucal.kernels.trees_cpu import (
     chain_start_cpu,
     predict_leaves_cpu,
@@ -272,7 +273,7 @@ def predict_trees(
     chain = (*((1.0, 0.0) if init is None else init), init is not None, bool(finish))
     if backend == "cpu":
         f = readonly(np.ascontiguousarray(f, dtype=np.float64))
-        out = np.empty(codes.shape[0], dtype=np.float64)
+        out = empty_rows(codes.shape[0])
         table, shift, depths = _walk_table(nodes, starts, codes.shape[1])
         args = (nodes.child_table, starts, values, depths, leaf_map, *chain, out)
         return predict_trees_cpu(codes, f, table, shift, *args)
@@ -291,7 +292,7 @@ def chain_start(f: Any, init: tuple[float, float], leaf_map: int, *, backend: st
         return chain_start_oracle(to_host(f), a, b, int(leaf_map))
     if backend == "cpu":
         f = readonly(np.ascontiguousarray(to_host(f), dtype=np.float64))
-        return chain_start_cpu(f, a, b, int(leaf_map), np.empty(f.shape[0], dtype=np.float64))
+        return chain_start_cpu(f, a, b, int(leaf_map), empty_rows(f.shape[0]))
     from gpucal.kernels.trees_cuda import launch_chain_start
 
     dev = _Device(f)

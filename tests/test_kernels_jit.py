@@ -140,3 +140,49 @@ def test_map_design_in_row_chunks_is_one_calls_bits(monkeypatch: pytest.MonkeyPa
         for g, w in zip(got, want, strict=True):
             assert g.dtype == w.dtype
             np.testing.assert_array_equal(g, w)
+
+
+def _vm_flags(address: int) -> list[str] | None:
+    """The ``VmFlags`` of the mapping of this process that holds ``address`` (None off Linux)."""
+    try:
+        with open("/proc/self/smaps") as smaps:
+            lines = smaps.read().splitlines()
+    except OSError:
+        return None
+    inside = False
+    for line in lines:
+        head = line.split()[0]
+        if "-" in head and ":" not in head:  # a mapping's first line: "start-end perms ..."
+            start, end = (int(part, 16) for part in head.split("-"))
+            inside = start <= address < end
+        elif inside and head == "VmFlags:":
+            return line.split()[1:]
+    return None
+
+
+def test_empty_rows_is_a_fresh_float64_output_not_advised_for_huge_pages() -> None:
+    # 64 MB: above numpy's 4 MB threshold for huge-page advice, and above the 32 MB from which malloc
+    # maps every request afresh (a smaller one can reuse heap memory numpy advised before).
+    n = 1 << 23
+    out = jit.empty_rows(n)
+    other = jit.empty_rows(n)
+    assert out.dtype == np.float64
+    assert out.shape == (n,)
+    assert out.flags.c_contiguous
+    assert out.flags.writeable
+    out[:] = 1.0
+    other[:] = 2.0
+    assert (out == 1.0).all()
+    assert jit.empty_rows(0).shape == (0,)
+    # The middle of the array: numpy advises from the first 2 MB boundary inside it on, a mapping of its own.
+    middle = n * 8 // 2
+    flags = _vm_flags(out.ctypes.data + middle)
+    if flags is None:
+        pytest.skip("no /proc/self/smaps")
+    # The check can see the advice: numpy's own array of that size carries it where numpy gives it.
+    control = np.empty(n)
+    control[:] = 0.0
+    control_flags = _vm_flags(control.ctypes.data + middle)
+    if control_flags is None or "hg" not in control_flags:
+        pytest.skip("numpy advises no huge pages here")
+    assert "hg" not in flags

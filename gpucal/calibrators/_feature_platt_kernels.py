@@ -15,7 +15,7 @@ import numpy as np
 from gpucal._backend import array_namespace, is_cupy_array, to_numpy
 from gpucal.calibrators.logistic import EPS, sigmoid, sigmoid_softplus
 from gpucal.kernels import STAT_WF, STAT_WY, group_sums, value_offsets
-from gpucal.kernels.jit import numba, parallel_rows
+from gpucal.kernels.jit import empty_rows, numba, parallel_rows
 
 # Private per-code tables of :func:`code_sums`: at most this many, each of at least CODE_CHUNK_ROWS rows, and
 # all of them within CODE_TABLE_BYTES (their count depends on the sizes only, never on the thread count).
@@ -176,7 +176,7 @@ def linear_predictor(
     """
     xp = array_namespace(x, codes)
     if xp is np and not array_code:
-        out = np.empty(x.shape[0], dtype=np.float64)
+        out = empty_rows(x.shape[0])
         coef = np.ascontiguousarray(coef, dtype=np.float64)
         return _linear_cpu(x, float(a), float(b), coef, codes, offsets, out)
     coef = xp.asarray(coef, dtype=xp.float64)

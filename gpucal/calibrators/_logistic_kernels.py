@@ -16,7 +16,7 @@ import numpy as np
 
 from gpucal._backend import array_namespace, to_numpy
 from gpucal.kernels import readonly
-from gpucal.kernels.jit import numba, parallel_rows
+from gpucal.kernels.jit import empty_rows, numba, parallel_rows
 
 # How a kernel reads the features of row i from its input X (a 2-D float64 array).
 FEATURES_COLUMNS = 0  # X is the design matrix: x_i = X[i, :] (a raw margin is one column)
@@ -556,7 +556,7 @@ def _predict_logistic(
     if width <= NUMBA_MAX_FEATURES and use_numba(backend, X2):
         full = np.zeros(2)
         full[col_idx] = coef
-        out = np.empty(X2.shape[0], dtype=np.float64)
+        out = empty_rows(X2.shape[0])
         n_refused = _predict_cpu(
             readonly(np.ascontiguousarray(X2, dtype=np.float64)),
             mode,

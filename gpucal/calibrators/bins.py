@@ -33,7 +33,7 @@ from gpucal.calibrators._sorted import (
     sorted_runs,
 )
 from gpucal.kernels import readonly
-from gpucal.kernels.jit import numba, parallel_rows
+from gpucal.kernels.jit import empty_rows, numba, parallel_rows
 
 # Columns of the per-bin sums (:func:`bin_sums` gives the first N_WEIGHT_SUMS).
 BIN_W = 0
@@ -338,9 +338,8 @@ def _lookup_bins(
     interior = np.ascontiguousarray(interior, dtype=np.float64)
     values = np.ascontiguousarray(values, dtype=np.float64)
     if xp is np:
-        # np.empty, first written by the parallel loop: the page faults of a fresh output are taken
-        # on every thread.
-        out = np.empty(p.shape[0], dtype=np.float64)
+        # First written by the parallel loop: the page faults of a fresh output are taken on every thread.
+        out = empty_rows(p.shape[0])
         n_outside = _lookup_cpu(readonly(p), bounds_of(interior, uniform), values, uniform, out)
         return out, int(n_outside)
     out = xp.asarray(values)[xp.searchsorted(xp.asarray(interior), p, side="left")]
@@ -501,7 +500,7 @@ def _interp_clipped(
     if xp is np:
         table, key0, shift = _key_table(knots_x)
         x = readonly(np.ascontiguousarray(x))
-        out = np.empty(x.shape[0], dtype=np.float64)
+        out = empty_rows(x.shape[0])
         rule = scan_rule(scan_kind)
         return out, int(_interp_cpu(x, x.view(np.int64), knots_x, knots_y, table, key0, shift, rule, out))
     kx, ky = xp.asarray(knots_x), xp.asarray(knots_y)

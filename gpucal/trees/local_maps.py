@@ -49,7 +49,7 @@ import numpy as np
 
 from gpucal._backend import array_namespace, to_numpy
 from gpucal.kernels import STAT_W, STAT_WF, STAT_WY, group_sums
-from gpucal.kernels.jit import numba, numpy_row_chunks, parallel_rows
+from gpucal.kernels.jit import empty_rows, numba, numpy_row_chunks, parallel_rows
 from gpucal.kernels.trees_oracle import EPS  # probabilities clipped to [EPS, 1 - EPS], as the trees clip them
 
 LOCAL_MAP_KINDS = ("constant", "scale", "shift", "temperature", "platt", "beta")
@@ -404,7 +404,7 @@ def probabilities(logit: Any) -> Any:
     xp = array_namespace(logit)
     if xp is not np:
         return _sigmoid(logit)
-    out = np.empty(logit.shape[0], dtype=np.float64)
+    out = empty_rows(logit.shape[0])
 
     def rows(start: int, stop: int) -> None:
         out[start:stop] = _sigmoid(logit[start:stop])
