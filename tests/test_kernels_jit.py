@@ -7,6 +7,10 @@ thread schedule's order (the recalibration sums).
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from typing import Any
 
 import numpy as np
@@ -142,47 +146,56 @@ def test_map_design_in_row_chunks_is_one_calls_bits(monkeypatch: pytest.MonkeyPa
             np.testing.assert_array_equal(g, w)
 
 
-def _vm_flags(address: int) -> list[str] | None:
-    """The ``VmFlags`` of the mapping of this process that holds ``address`` (None off Linux)."""
-    try:
-        with open("/proc/self/smaps") as smaps:
-            lines = smaps.read().splitlines()
-    except OSError:
-        return None
+# Run in a fresh process: in a long-lived one malloc may serve a request from heap memory numpy advised
+# earlier (after a library raised malloc's threshold for mapping afresh), which says nothing of empty_rows.
+# It prints the VmFlags of the mappings holding the middle of a 64 MB empty_rows array and of numpy's own
+# array of that size (numpy advises from the first 2 MB boundary inside an array on, a mapping of its own).
+VM_FLAGS_OF_OUTPUTS = """
+import json
+import numpy as np
+from gpucal.kernels.jit import empty_rows
+
+def vm_flags(address):
     inside = False
-    for line in lines:
-        head = line.split()[0]
-        if "-" in head and ":" not in head:  # a mapping's first line: "start-end perms ..."
-            start, end = (int(part, 16) for part in head.split("-"))
-            inside = start <= address < end
-        elif inside and head == "VmFlags:":
-            return line.split()[1:]
+    with open("/proc/self/smaps") as smaps:
+        for line in smaps:
+            head = line.split()[0]
+            if "-" in head and ":" not in head:
+                start, end = (int(part, 16) for part in head.split("-"))
+                inside = start <= address < end
+            elif inside and head == "VmFlags:":
+                return line.split()[1:]
     return None
 
+n = 1 << 23
+out, control = empty_rows(n), np.empty(n)
+out[:] = 1.0
+control[:] = 0.0
+print(json.dumps([vm_flags(out.ctypes.data + 4 * n), vm_flags(control.ctypes.data + 4 * n)]))
+"""
 
-def test_empty_rows_is_a_fresh_float64_output_not_advised_for_huge_pages() -> None:
-    # 64 MB: above numpy's 4 MB threshold for huge-page advice, and above the 32 MB from which malloc
-    # maps every request afresh (a smaller one can reuse heap memory numpy advised before).
-    n = 1 << 23
-    out = jit.empty_rows(n)
-    other = jit.empty_rows(n)
+
+def test_empty_rows_is_a_fresh_float64_output() -> None:
+    out = jit.empty_rows(1000)
+    other = jit.empty_rows(1000)
     assert out.dtype == np.float64
-    assert out.shape == (n,)
+    assert out.shape == (1000,)
     assert out.flags.c_contiguous
     assert out.flags.writeable
     out[:] = 1.0
     other[:] = 2.0
     assert (out == 1.0).all()
     assert jit.empty_rows(0).shape == (0,)
-    # The middle of the array: numpy advises from the first 2 MB boundary inside it on, a mapping of its own.
-    middle = n * 8 // 2
-    flags = _vm_flags(out.ctypes.data + middle)
-    if flags is None:
+
+
+def test_empty_rows_is_not_advised_for_huge_pages() -> None:
+    if not os.path.exists("/proc/self/smaps"):
         pytest.skip("no /proc/self/smaps")
-    # The check can see the advice: numpy's own array of that size carries it where numpy gives it.
-    control = np.empty(n)
-    control[:] = 0.0
-    control_flags = _vm_flags(control.ctypes.data + middle)
+    done = subprocess.run(
+        [sys.executable, "-c", VM_FLAGS_OF_OUTPUTS], capture_output=True, text=True, check=True, timeout=300
+    )
+    flags, control_flags = json.loads(done.stdout.strip().splitlines()[-1])
+    # The check can see the advice: numpy's own array carries it where numpy gives it.
     if control_flags is None or "hg" not in control_flags:
         pytest.skip("numpy advises no huge pages here")
     assert "hg" not in flags
