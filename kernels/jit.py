@@ -43,6 +43,7 @@ __all__ = [
     "PARALLEL_MIN_ROWS",
     "ParallelRows",
     "empty_rows",
+    "map_row_chunks",
     "njit",
     "numba",
     "numpy_row_chunks",
@@ -170,3 +171,27 @@ def numpy_row_chunks(work: Callable[[int, int], None], n_rows: int) -> None:
     with ThreadPoolExecutor(max_workers=n_threads) as pool:
         for done in [pool.submit(work, a, min(n_rows, a + size)) for a in range(0, n_rows, size)]:
             done.result()
+
+
+def map_row_chunks(function: Callable[..., np.ndarray], *arrays: np.ndarray) -> Any:
+    """``function(*arrays)`` for an elementwise numpy ``function`` of float64 vectors of one length,
+    computed over row chunks by :func:`numpy_row_chunks` into one fresh output (:func:`empty_rows`).
+
+    The numbers of one call over all the rows, on every core, without that call's temporaries of every
+    row (each 80 MB at 1e7 rows, written for the first time). Anything else (fewer rows than a parallel
+    kernel takes, other dtypes or shapes, cupy) is one call.
+    """
+    n_rows = arrays[0].shape[0]
+    vectors = all(
+        isinstance(a, np.ndarray) and a.ndim == 1 and a.dtype == np.float64 and a.shape[0] == n_rows
+        for a in arrays
+    )
+    if not vectors or not runs_parallel(n_rows):
+        return function(*arrays)
+    out = empty_rows(n_rows)
+
+    def rows(start: int, stop: int) -> None:
+        out[start:stop] = function(*(a[start:stop] for a in arrays))
+
+    numpy_row_chunks(rows, n_rows)
+    return out

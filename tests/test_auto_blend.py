@@ -177,3 +177,20 @@ def test_fit_blend_with_identical_members_reaches_the_same_blend() -> None:
     assert fit.loss == pytest.approx(alone.loss, abs=1e-13)
     assert_allclose(fit.weights[[0, 1]] + fit.weights[[2, 3]], alone.weights, atol=1e-7)
     assert np.all(alone.weights > 0.1)  # both columns weigh in the blend
+
+
+def test_blend_predictions_in_row_chunks_are_one_calls_bits(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gpucal.auto.blend import blend_logit, blend_predictions, logits
+    from gpucal.calibrators.logistic import sigmoid
+    from gpucal.kernels import jit
+
+    monkeypatch.setattr(jit, "PARALLEL_MIN_ROWS", 10)
+    monkeypatch.setattr(jit, "MAX_CHUNK_ROWS", 1)  # many chunks of CHUNK_ALIGN rows
+    rng = np.random.default_rng(4)
+    n = 5 * jit.CHUNK_ALIGN + 13
+    edges = np.r_[0.0, 1.0, rng.uniform(size=n - 2)]  # 0 and 1 clipped by the logit
+    stacked = np.column_stack([rng.uniform(size=n), rng.uniform(size=n), edges])
+    weights, intercept = np.array([0.5, 0.3, 0.2]), -0.25
+    want = sigmoid(blend_logit(logits(stacked), weights, intercept))
+    got = blend_predictions([stacked[:, k] for k in range(3)], weights, intercept)
+    np.testing.assert_array_equal(got, want)

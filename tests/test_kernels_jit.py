@@ -199,3 +199,15 @@ def test_empty_rows_is_not_advised_for_huge_pages() -> None:
     if control_flags is None or "hg" not in control_flags:
         pytest.skip("numpy advises no huge pages here")
     assert "hg" not in flags
+
+
+def test_sigmoid_in_row_chunks_is_one_calls_bits(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gpucal.calibrators._logistic_kernels import _sigmoid_in_one_call, sigmoid
+
+    monkeypatch.setattr(jit, "PARALLEL_MIN_ROWS", 10)
+    monkeypatch.setattr(jit, "MAX_CHUNK_ROWS", 1)  # many chunks of CHUNK_ALIGN rows
+    z = np.random.default_rng(6).normal(scale=20.0, size=5 * jit.CHUNK_ALIGN + 13)
+    z[:3] = (0.0, -800.0, 800.0)
+    np.testing.assert_array_equal(sigmoid(z), _sigmoid_in_one_call(z))
+    assert sigmoid(z[:9]).dtype == np.float64  # below the size: one call
+    assert sigmoid(z.astype(np.float32)).dtype == np.float32  # not float64: one call, numpy's dtype

@@ -30,8 +30,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gpucal.calibrators.logistic import EPS, sigmoid_softplus
-from gpucal.kernels.jit import numba
+from gpucal.calibrators.logistic import EPS, sigmoid, sigmoid_softplus
+from gpucal.kernels.jit import map_row_chunks, numba
 
 #: Weights below this are set to 0 (and the rest renormalised): a step halved short of a bound leaves
 #: dust there.
@@ -73,6 +73,21 @@ def mean_log_loss(z: np.ndarray, y: np.ndarray, w: np.ndarray) -> float:
 def blend_logit(member_logits: np.ndarray, weights: np.ndarray, intercept: float) -> np.ndarray:
     """``intercept + member_logits @ weights``: the blend's logit per row."""
     return intercept + member_logits @ weights
+
+
+def blend_predictions(members: list[np.ndarray], weights: np.ndarray, intercept: float) -> np.ndarray:
+    r"""The blend's probability :math:`\sigma(b + \sum_k w_k \operatorname{logit} p_k)` per row, from
+    the members' probabilities ``members`` (float64 host arrays, one per member).
+
+    Over row chunks on every core (``gpucal.kernels.jit.map_row_chunks``): the numbers of
+    ``sigmoid(blend_logit(logits(P), weights, intercept))`` on the stacked ``P`` in one call, without
+    its temporaries of every row (at 1e7 rows and two members, 0.5 s of a predict's 2.3-2.8).
+    """
+
+    def blend(*chunk: np.ndarray) -> np.ndarray:
+        return sigmoid(blend_logit(np.column_stack([logits(p) for p in chunk]), weights, intercept))
+
+    return np.asarray(map_row_chunks(blend, *members))
 
 
 @numba.njit(cache=True)
@@ -350,6 +365,7 @@ __all__ = [
     "NEWTON_DECREASE_TOL",
     "BlendFit",
     "blend_logit",
+    "blend_predictions",
     "fit_blend",
     "logits",
     "loss_and_gradient",

@@ -30,8 +30,7 @@ from typing import Any
 import numpy as np
 from scipy.stats import rankdata
 
-from gpucal.auto.blend import blend_logit, logits
-from gpucal.calibrators.logistic import sigmoid
+from gpucal.auto.blend import blend_predictions
 from gpucal.metrics import roc_auc
 
 
@@ -60,7 +59,8 @@ def blend_probabilities(member_predictions: np.ndarray, weights: np.ndarray, int
     """The prediction of a blend from its members' probabilities; one member alone: its own."""
     if member_predictions.shape[1] == 1 and weights[0] == 1.0 and intercept == 0.0:
         return np.asarray(member_predictions[:, 0])  # not re-clipped through the logit
-    return np.asarray(sigmoid(blend_logit(logits(member_predictions), weights, intercept)))
+    members = [member_predictions[:, k] for k in range(member_predictions.shape[1])]
+    return blend_predictions(members, weights, intercept)
 
 
 def order_guard(

@@ -21,7 +21,7 @@ from gpucal._backend import array_namespace, to_numpy
 from gpucal._frames import InputInfo, describe_input, parse_input
 from gpucal._params import AnyOf
 from gpucal._validation import check_consistent_length, check_labels, check_sample_weight
-from gpucal.auto.blend import MIN_MEMBER_WEIGHT, blend_logit, fit_blend, logits
+from gpucal.auto.blend import MIN_MEMBER_WEIGHT, blend_predictions, fit_blend, logits
 from gpucal.auto.candidates import (
     Candidate,
     column_params,
@@ -76,7 +76,6 @@ from gpucal.calibrators.base import (
     Interval,
     Options,
 )
-from gpucal.calibrators.logistic import sigmoid
 from gpucal.encoding import FeatureEncoder, resolve_feature_cols, trusting_feature_cols
 from gpucal.registry import calibration_method, dask_fitting_names, fits_on_dask
 from gpucal.rows import as_rows
@@ -871,8 +870,8 @@ class AutoCalibrator(Calibrator):
             calibrated = as_host_array(estimators[0].predict(X))
         else:
             used = [k for k, weight in enumerate(self.weights_) if weight > 0]
-            member_logits = np.column_stack([logits(as_host_array(estimators[k].predict(X))) for k in used])
-            calibrated = sigmoid(blend_logit(member_logits, np.asarray(self.weights_)[used], self.intercept_))
+            members = [as_host_array(estimators[k].predict(X)) for k in used]
+            calibrated = blend_predictions(members, np.asarray(self.weights_)[used], self.intercept_)
         return calibrated, info
 
     def export_rules(self, format: str = "text", **options: Any) -> str:

@@ -33,6 +33,7 @@ from gpucal.calibrators.logistic import EPS, ScoreBlock, fit_logistic_rows, sigm
 from gpucal.calibrators.platt import platt_targets_from_sums
 from gpucal.calibrators.score_rows import COUNT, ScoreRows
 from gpucal.calibrators.spline import block_histogram, transform_scores, weighted_range, widest
+from gpucal.kernels.jit import map_row_chunks
 from gpucal.registry import calibration_method
 from gpucal.rows import Rows
 
@@ -147,7 +148,17 @@ def fit_hinge_platt_rows(
 def predict_hinge_platt(
     score: Any, knots: np.ndarray, coef: np.ndarray, intercept: float, *, score_kind: str = "probability"
 ) -> Any:
-    r""":math:`\sigma(a x + b + \sum_k c_k (x - t_k)_+)` per row (numpy or cupy, float64)."""
+    r""":math:`\sigma(a x + b + \sum_k c_k (x - t_k)_+)` per row (numpy or cupy, float64).
+
+    Over row chunks on every core for a large float64 vector (``gpucal.kernels.jit.map_row_chunks``),
+    the numbers of one call over all the rows without its temporaries of every row (nine at three knots).
+    """
+    return map_row_chunks(lambda s: _hinge_probabilities(s, knots, coef, intercept, score_kind), score)
+
+
+def _hinge_probabilities(
+    score: Any, knots: np.ndarray, coef: np.ndarray, intercept: float, score_kind: str
+) -> Any:
     xp = array_namespace(score)
     x = hinge_variable(score, score_kind)
     z = float(coef[0]) * x + float(intercept)
