@@ -66,6 +66,7 @@ PEERS: dict[str, dict[str, str]] = {
         "uncertainty-calibration": "import calibration as c; model = c.PlattBinnerCalibrator(NUM_ROWS, 10)",
     },
     "sir": {"gpucal": "from gpucal.calibrators import SIRCalibrator as C; model = C()"},
+    "platt_hinge": {"gpucal": "from gpucal.calibrators import HingePlattCalibrator as C; model = C()"},
 }
 
 CELL = r"""
