@@ -211,3 +211,19 @@ def test_sigmoid_in_row_chunks_is_one_calls_bits(monkeypatch: pytest.MonkeyPatch
     np.testing.assert_array_equal(sigmoid(z), _sigmoid_in_one_call(z))
     assert sigmoid(z[:9]).dtype == np.float64  # below the size: one call
     assert sigmoid(z.astype(np.float32)).dtype == np.float32  # not float64: one call, numpy's dtype
+
+
+def test_clipped_logits_in_row_chunks_are_one_calls_bits(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gpucal.calibrators._feature_platt_kernels import EPS, score_feature
+    from gpucal.calibrators.spline import transform_scores
+
+    monkeypatch.setattr(jit, "PARALLEL_MIN_ROWS", 10)
+    monkeypatch.setattr(jit, "MAX_CHUNK_ROWS", 1)  # many chunks of CHUNK_ALIGN rows
+    score = np.random.default_rng(7).uniform(size=5 * jit.CHUNK_ALIGN + 13)
+    score[:2] = (0.0, 1.0)
+    for eps, got in (
+        (1e-9, transform_scores(score, 1e-9, "probability")),
+        (EPS, score_feature(score, "probability")),
+    ):
+        clipped = np.clip(score, eps, 1.0 - eps)
+        np.testing.assert_array_equal(got, np.log(clipped / (1.0 - clipped)))

@@ -20,7 +20,7 @@ from gpucal.calibrators._newton import WARM_ERROR_TOL, newton_minimize
 from gpucal.calibrators.base import Calibrator, Constraint, Interval, Options
 from gpucal.calibrators.logistic import ScoreBlock
 from gpucal.calibrators.score_rows import ScoreRows
-from gpucal.kernels.jit import numba
+from gpucal.kernels.jit import map_row_chunks, numba
 from gpucal.registry import calibration_method
 from gpucal.rows import Rows, row_uniforms
 
@@ -67,12 +67,17 @@ def logit_eps(closest: float) -> float:
 
 
 def transform_scores(score: Any, eps: float, score_kind: str) -> Any:
-    """The spline's variable: the logit of the score clipped to ``[eps, 1 - eps]``, or a margin as given."""
+    """The spline's variable: the logit of the score clipped to ``[eps, 1 - eps]``, or a margin as given
+    (over row chunks on every core for a large float64 vector, ``gpucal.kernels.jit.map_row_chunks``)."""
     if score_kind == "logit":
         return score
-    xp = array_namespace(score)
-    clipped = xp.clip(score, eps, 1.0 - eps)
-    return xp.log(clipped / (1.0 - clipped))
+
+    def clipped_logit(chunk: Any) -> Any:
+        xp = array_namespace(chunk)
+        clipped = xp.clip(chunk, eps, 1.0 - eps)
+        return xp.log(clipped / (1.0 - clipped))
+
+    return map_row_chunks(clipped_logit, score)
 
 
 def natural_spline_basis(t: Any, knots: np.ndarray) -> Any:
