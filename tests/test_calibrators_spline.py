@@ -22,6 +22,7 @@ from gpucal.calibrators.spline import (
     natural_spline_basis,
     transform_scores,
 )
+from gpucal.kernels.jit import parallel_twins_only
 
 
 def make_data(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -161,3 +162,17 @@ def test_round_trip_and_hostile_state(tmp_path) -> None:  # type: ignore[no-unty
     (tmp_path / "bad.json").write_text(json.dumps(document))
     with pytest.raises(gpucal.ModelFileError, match="coef_"):
         gpucal.load(tmp_path / "bad.json")
+
+
+@pytest.mark.parametrize("n_knots", [2, 3, 12])
+def test_predict_is_the_basis_times_the_coefficients(n_knots: int) -> None:
+    s, y = make_data(5000, 3)
+    cal = SplineCalibrator(n_knots=n_knots).fit(s, y)
+    # Every interval, both tails, the knots themselves and the clipped ends 0 and 1.
+    t_knots = cal.knots_
+    test = np.concatenate([np.linspace(0.0, 1.0, 2001), 1.0 / (1.0 + np.exp(-t_knots))])
+    eta = natural_spline_basis(transform_scores(test, cal.logit_eps_, "probability"), cal.knots_) @ cal.coef_
+    serial = cal.predict(test)
+    assert_allclose(serial, 1.0 / (1.0 + np.exp(-eta)), rtol=1e-12, atol=1e-300)
+    with parallel_twins_only():  # the large inputs' twin: the same numbers
+        np.testing.assert_array_equal(cal.predict(test), serial)

@@ -20,7 +20,7 @@ from gpucal.calibrators._newton import WARM_ERROR_TOL, newton_minimize
 from gpucal.calibrators.base import Calibrator, Constraint, Interval, Options
 from gpucal.calibrators.logistic import ScoreBlock
 from gpucal.calibrators.score_rows import ScoreRows
-from gpucal.kernels.jit import map_row_chunks, numba
+from gpucal.kernels.jit import empty_rows, map_row_chunks, numba, parallel_rows
 from gpucal.registry import calibration_method
 from gpucal.rows import Rows, row_uniforms
 
@@ -161,6 +161,35 @@ def piecewise_basis(knots: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return origins, coef
 
 
+@numba.njit(cache=True, inline="always")
+def _interval_eta(ti, knots, origins, eta_coef):  # pragma: no cover - compiled
+    """``(I, s, eta)`` of one ``t``: its interval of :func:`piecewise_basis` (the number of knots at or
+    below it, by binary search), its local variable and the spline's value there (Horner)."""
+    lo = 0
+    hi = knots.shape[0]
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if knots[mid] <= ti:
+            lo = mid + 1
+        else:
+            hi = mid
+    s = ti - origins[lo]
+    return lo, s, eta_coef[lo, 0] + s * (eta_coef[lo, 1] + s * (eta_coef[lo, 2] + s * eta_coef[lo, 3]))
+
+
+@parallel_rows("t")
+def _predict_cpu(t, knots, origins, eta_coef, out):  # pragma: no cover - compiled; tested vs the basis
+    """``out[i] = sigmoid(eta(t[i]))`` on the piecewise cubic of :func:`piecewise_basis` (the fit's own
+    ``eta``, :func:`_moment_sums_cpu`), with the fit's overflow-free sigmoid."""
+    n = t.shape[0]
+    for c in numba.prange((n + KERNEL_CHUNK - 1) // KERNEL_CHUNK):
+        for i in range(c * KERNEL_CHUNK, min(n, (c + 1) * KERNEL_CHUNK)):
+            eta = _interval_eta(t[i], knots, origins, eta_coef)[2]
+            e = math.exp(-abs(eta))
+            out[i] = 1.0 / (1.0 + e) if eta >= 0.0 else e / (1.0 + e)
+    return out
+
+
 @numba.njit(parallel=True, cache=True)
 def _moment_sums_cpu(t, y, w, knots, origins, eta_coef, hessian):  # pragma: no cover - compiled; tested
     """Per interval of :func:`piecewise_basis`: ``[loss, sum r s^p (p < 4), sum v s^p (p < 7)]``, with
@@ -176,17 +205,7 @@ def _moment_sums_cpu(t, y, w, knots, origins, eta_coef, hessian):  # pragma: no 
             wi = w[i]
             if wi == 0.0:
                 continue
-            ti = t[i]
-            lo = 0  # the number of knots at or below ti: its interval
-            hi = k
-            while lo < hi:
-                mid = (lo + hi) // 2
-                if knots[mid] <= ti:
-                    lo = mid + 1
-                else:
-                    hi = mid
-            s = ti - origins[lo]
-            eta = eta_coef[lo, 0] + s * (eta_coef[lo, 1] + s * (eta_coef[lo, 2] + s * eta_coef[lo, 3]))
+            lo, s, eta = _interval_eta(t[i], knots, origins, eta_coef)
             e = math.exp(-abs(eta))
             p = 1.0 / (1.0 + e) if eta >= 0.0 else e / (1.0 + e)
             acc[lo, 0] += wi * (max(eta, 0.0) + math.log1p(e) - y[i] * eta)
@@ -596,6 +615,12 @@ class SplineCalibrator(Calibrator):
     def _predict_scores(self, score: Any) -> Any:
         xp = array_namespace(score)
         t = transform_scores(score, self.logit_eps_, self.score_kind)
+        if xp is np:
+            knots = np.ascontiguousarray(self.knots_, dtype=np.float64)
+            origins, coef = piecewise_basis(knots)
+            eta_coef = np.ascontiguousarray(np.einsum("ijp,j->ip", coef, self.coef_))
+            t = np.ascontiguousarray(t, dtype=np.float64)
+            return _predict_cpu(t, knots, origins, eta_coef, empty_rows(t.shape[0]))
         out = xp.empty(t.shape[0], dtype=np.float64)
         coef = xp.asarray(self.coef_)
         for start in range(0, t.shape[0], CHUNK_ROWS):
