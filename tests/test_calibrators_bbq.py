@@ -114,3 +114,22 @@ def test_round_trip_and_hostile_state(tmp_path) -> None:  # type: ignore[no-unty
     (tmp_path / "bad.json").write_text(json.dumps(document))
     with pytest.raises(gpucal.ModelFileError, match="values_"):
         gpucal.load(tmp_path / "bad.json")
+
+
+def test_step_map_is_searchsorted_on_the_right_in_both_twins() -> None:
+    from gpucal.calibrators.bbq import _step_map_cpu
+    from gpucal.kernels.jit import parallel_twins_only
+
+    rng = np.random.default_rng(8)
+    edges = np.unique(rng.uniform(size=300))
+    values = rng.uniform(size=edges.shape[0] + 1)
+    s = np.concatenate([rng.uniform(-0.1, 1.1, size=5000), edges, [np.nan, -np.inf, np.inf]])
+    want = values[np.searchsorted(edges, s, side="right")]
+    np.testing.assert_array_equal(_step_map_cpu(s, edges, values, np.empty(s.shape[0])), want)
+    with parallel_twins_only():
+        np.testing.assert_array_equal(_step_map_cpu(s, edges, values, np.empty(s.shape[0])), want)
+    cal = BBQCalibrator().fit(rng.uniform(size=2000), (rng.uniform(size=2000) < 0.3).astype(float))
+    probe = np.concatenate([cal.edges_, rng.uniform(size=100)])
+    np.testing.assert_array_equal(
+        cal.predict(probe), cal.values_[np.searchsorted(cal.edges_, probe, side="right")]
+    )

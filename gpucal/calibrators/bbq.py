@@ -17,6 +17,7 @@ from gpucal._backend import array_namespace
 from gpucal.calibrators._sorted import host_float64
 from gpucal.calibrators.base import Calibrator, Constraint, Interval, Options
 from gpucal.calibrators.score_rows import read_distinct_score_sums
+from gpucal.kernels.jit import empty_rows, numba, parallel_rows
 from gpucal.registry import calibration_method
 from gpucal.rows import Rows
 
@@ -115,6 +116,32 @@ def bbq_step_map(
     steps = np.add.reduceat(jumps, starts) if jumps.shape[0] else jumps
     values = np.clip(base + np.concatenate([[0.0], np.cumsum(steps)]), 0.0, 1.0)
     return distinct, values, posterior
+
+
+# Rows per task of the step map's parallel loop.
+STEP_CHUNK_ROWS = 1 << 14
+
+
+@parallel_rows("s")
+def _step_map_cpu(s, edges, values, out):  # pragma: no cover - compiled; tested vs searchsorted
+    """``out[i] = values[searchsorted(edges, s[i], side="right")]``: the value of the step holding
+    ``s[i]``, found by binary search (a NaN reads the last step, as numpy sorts it)."""
+    n = s.shape[0]
+    for c in numba.prange((n + STEP_CHUNK_ROWS - 1) // STEP_CHUNK_ROWS):
+        for i in range(c * STEP_CHUNK_ROWS, min(n, (c + 1) * STEP_CHUNK_ROWS)):
+            x = s[i]
+            lo = 0
+            hi = edges.shape[0]
+            if x != x:
+                lo = hi
+            while lo < hi:
+                mid = (lo + hi) >> 1
+                if edges[mid] <= x:
+                    lo = mid + 1
+                else:
+                    hi = mid
+            out[i] = values[lo]
+    return out
 
 
 @calibration_method("bbq", fits_on_dask=True)
@@ -243,8 +270,8 @@ class BBQCalibrator(Calibrator):
         self.edges_, self.values_, self.posterior_ = edges, values, posterior
 
     def _predict_scores(self, score: Any) -> Any:
-        s = host_float64(score)
-        out = self.values_[np.searchsorted(self.edges_, s, side="right")]
+        s = np.ascontiguousarray(host_float64(score))
+        out = _step_map_cpu(s, self.edges_, self.values_, empty_rows(s.shape[0]))
         return array_namespace(score).asarray(out)
 
     def _check_state(self) -> None:
