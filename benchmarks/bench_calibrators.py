@@ -67,6 +67,14 @@ PEERS: dict[str, dict[str, str]] = {
     },
     "sir": {"gpucal": "from gpucal.calibrators import SIRCalibrator as C; model = C()"},
     "platt_hinge": {"gpucal": "from gpucal.calibrators import HingePlattCalibrator as C; model = C()"},
+    "spline": {
+        "gpucal": "from gpucal.calibrators import SplineCalibrator as C; model = C()",
+        "ml_insights": "from ml_insights import SplineCalib as C; model = C()",
+    },
+    "bbq": {
+        "gpucal": "from gpucal.calibrators import BBQCalibrator as C; model = C()",
+        "netcal": "from netcal.binning import BBQ as C; model = C()",
+    },
 }
 
 CELL = r"""
