@@ -184,13 +184,13 @@ def test_blend_predictions_in_row_chunks_are_one_calls_bits(monkeypatch: pytest.
     from gpucal.calibrators.logistic import sigmoid
     from gpucal.kernels import jit
 
-    monkeypatch.setattr(jit, "PARALLEL_MIN_ROWS", 10)
-    monkeypatch.setattr(jit, "MAX_CHUNK_ROWS", 1)  # many chunks of CHUNK_ALIGN rows
     rng = np.random.default_rng(4)
     n = 5 * jit.CHUNK_ALIGN + 13
     edges = np.r_[0.0, 1.0, rng.uniform(size=n - 2)]  # 0 and 1 clipped by the logit
     stacked = np.column_stack([rng.uniform(size=n), rng.uniform(size=n), edges])
     weights, intercept = np.array([0.5, 0.3, 0.2]), -0.25
-    want = sigmoid(blend_logit(logits(stacked), weights, intercept))
+    want = sigmoid(blend_logit(logits(stacked), weights, intercept))  # one call: below PARALLEL_MIN_ROWS
+    monkeypatch.setattr(jit, "PARALLEL_MIN_ROWS", 10)
+    monkeypatch.setattr(jit, "MAX_CHUNK_ROWS", 1)  # many chunks of CHUNK_ALIGN rows
     got = blend_predictions([stacked[:, k] for k in range(3)], weights, intercept)
     np.testing.assert_array_equal(got, want)

@@ -234,13 +234,13 @@ def test_predict_in_row_chunks_is_one_calls_bits(monkeypatch: pytest.MonkeyPatch
     from gpucal.calibrators.hinge_platt import _hinge_probabilities
     from gpucal.kernels import jit
 
-    monkeypatch.setattr(jit, "PARALLEL_MIN_ROWS", 10)
-    monkeypatch.setattr(jit, "MAX_CHUNK_ROWS", 1)  # many chunks of CHUNK_ALIGN rows
     rng = np.random.default_rng(5)
     n = 5 * jit.CHUNK_ALIGN + 13
     score = rng.uniform(size=n) if score_kind == "probability" else rng.normal(scale=3.0, size=n)
     score[:2] = (0.0, 1.0) if score_kind == "probability" else (-40.0, 40.0)
     knots, coef = np.array([-2.0, 0.5, 1.5]), np.array([0.9, 0.2, -0.3, 0.4])
-    want = _hinge_probabilities(score, knots, coef, -0.1, score_kind)
+    want = _hinge_probabilities(score, knots, coef, -0.1, score_kind)  # one call: below PARALLEL_MIN_ROWS
+    monkeypatch.setattr(jit, "PARALLEL_MIN_ROWS", 10)
+    monkeypatch.setattr(jit, "MAX_CHUNK_ROWS", 1)  # many chunks of CHUNK_ALIGN rows
     got = predict_hinge_platt(score, knots, coef, -0.1, score_kind=score_kind)
     np.testing.assert_array_equal(got, want)
