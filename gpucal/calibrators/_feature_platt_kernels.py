@@ -14,8 +14,9 @@ import numpy as np
 
 from gpucal._backend import array_namespace, is_cupy_array, to_numpy
 from gpucal.calibrators.logistic import EPS, sigmoid, sigmoid_softplus
+from gpucal.calibrators.spline import transform_scores
 from gpucal.kernels import STAT_WF, STAT_WY, group_sums, value_offsets
-from gpucal.kernels.jit import empty_rows, map_row_chunks, numba, parallel_rows
+from gpucal.kernels.jit import empty_rows, numba, parallel_rows
 
 # Private per-code tables of :func:`code_sums`: at most this many, each of at least CODE_CHUNK_ROWS rows, and
 # all of them within CODE_TABLE_BYTES (their count depends on the sizes only, never on the thread count).
@@ -373,17 +374,9 @@ def merge_nested_codes(*tables: np.ndarray) -> np.ndarray:
 
 
 def score_feature(score: Any, score_kind: str) -> Any:
-    """Return the model's score feature: ``logit(clip(p, eps, 1 - eps))`` or the raw margin (over row
-    chunks on every core for a large float64 vector, ``gpucal.kernels.jit.map_row_chunks``)."""
-    if score_kind == "logit":
-        return score
-    return map_row_chunks(_clipped_logit, score)
-
-
-def _clipped_logit(score: Any) -> Any:
-    xp = array_namespace(score)
-    p = xp.clip(score, EPS, 1.0 - EPS)
-    return xp.log(p / (1.0 - p))
+    """Return the model's score feature: ``logit(clip(p, EPS, 1 - EPS))`` or the raw margin
+    (``gpucal.calibrators.spline.transform_scores`` at ``EPS``)."""
+    return transform_scores(score, EPS, score_kind)
 
 
 def predict_feature_platt(

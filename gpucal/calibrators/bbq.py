@@ -16,6 +16,7 @@ from scipy.special import gammaln
 from gpucal._backend import array_namespace
 from gpucal.calibrators._sorted import host_float64
 from gpucal.calibrators.base import Calibrator, Constraint, Interval, Options
+from gpucal.calibrators.bins import count_not_above
 from gpucal.calibrators.score_rows import read_distinct_score_sums
 from gpucal.kernels.jit import empty_rows, numba, parallel_rows
 from gpucal.registry import calibration_method
@@ -130,17 +131,7 @@ def _step_map_cpu(s, edges, values, out):  # pragma: no cover - compiled; tested
     for c in numba.prange((n + STEP_CHUNK_ROWS - 1) // STEP_CHUNK_ROWS):
         for i in range(c * STEP_CHUNK_ROWS, min(n, (c + 1) * STEP_CHUNK_ROWS)):
             x = s[i]
-            lo = 0
-            hi = edges.shape[0]
-            if x != x:
-                lo = hi
-            while lo < hi:
-                mid = (lo + hi) >> 1
-                if edges[mid] <= x:
-                    lo = mid + 1
-                else:
-                    hi = mid
-            out[i] = values[lo]
+            out[i] = values[edges.shape[0] if x != x else count_not_above(edges, x)]
     return out
 
 

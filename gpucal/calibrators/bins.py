@@ -59,6 +59,21 @@ def _first_not_below(a, lo, hi, x):  # pragma: no cover - compiled
 
 
 @numba.njit(cache=True, inline="always")
+def count_not_above(a, x):  # pragma: no cover - compiled
+    """The number of entries of the increasing ``a`` at or below ``x``: ``searchsorted(a, x,
+    side="right")`` for every ``x`` but NaN (0 here; numpy sorts NaN last)."""
+    lo = 0
+    hi = a.shape[0]
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if a[mid] <= x:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+@numba.njit(cache=True, inline="always")
 def _uniform_bin_of(x, bounds):  # pragma: no cover - compiled
     """:func:`_search_bounds` for equal-width edges, without a search: ``bounds`` is
     ``linspace(0, 1, B + 1)`` with its ends replaced by ``-inf`` and ``+inf`` (:func:`uniform_bounds`).

@@ -18,6 +18,7 @@ import numpy as np
 from gpucal._backend import array_namespace, to_numpy
 from gpucal.calibrators._newton import WARM_ERROR_TOL, newton_minimize
 from gpucal.calibrators.base import Calibrator, Constraint, Interval, Options
+from gpucal.calibrators.bins import count_not_above
 from gpucal.calibrators.logistic import ScoreBlock
 from gpucal.calibrators.score_rows import ScoreRows
 from gpucal.kernels.jit import empty_rows, map_row_chunks, numba, parallel_rows
@@ -165,14 +166,7 @@ def piecewise_basis(knots: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def _interval_eta(ti, knots, origins, eta_coef):  # pragma: no cover - compiled
     """``(I, s, eta)`` of one ``t``: its interval of :func:`piecewise_basis` (the number of knots at or
     below it, by binary search), its local variable and the spline's value there (Horner)."""
-    lo = 0
-    hi = knots.shape[0]
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if knots[mid] <= ti:
-            lo = mid + 1
-        else:
-            hi = mid
+    lo = count_not_above(knots, ti)
     s = ti - origins[lo]
     return lo, s, eta_coef[lo, 0] + s * (eta_coef[lo, 1] + s * (eta_coef[lo, 2] + s * eta_coef[lo, 3]))
 

@@ -49,7 +49,7 @@ import numpy as np
 
 from gpucal._backend import array_namespace, to_numpy
 from gpucal.kernels import STAT_W, STAT_WF, STAT_WY, group_sums
-from gpucal.kernels.jit import empty_rows, numba, numpy_row_chunks, parallel_rows
+from gpucal.kernels.jit import map_row_chunks, numba, numpy_row_chunks, parallel_rows
 from gpucal.kernels.trees_oracle import EPS  # probabilities clipped to [EPS, 1 - EPS], as the trees clip them
 
 LOCAL_MAP_KINDS = ("constant", "scale", "shift", "temperature", "platt", "beta")
@@ -400,17 +400,9 @@ def logit_design(logit: Any, kind: str) -> tuple[Any, Any]:
 
 
 def probabilities(logit: Any) -> Any:
-    """:math:`\\sigma(l)` of every row (``_sigmoid``), over row chunks on every core on numpy."""
-    xp = array_namespace(logit)
-    if xp is not np:
-        return _sigmoid(logit)
-    out = empty_rows(logit.shape[0])
-
-    def rows(start: int, stop: int) -> None:
-        out[start:stop] = _sigmoid(logit[start:stop])
-
-    numpy_row_chunks(rows, logit.shape[0])
-    return out
+    """:math:`\\sigma(l)` of every row (``_sigmoid``), over row chunks on every core for a large float64
+    vector (``gpucal.kernels.jit.map_row_chunks``)."""
+    return map_row_chunks(_sigmoid, logit)
 
 
 def _map_design(score: Any, kind: str) -> tuple[Any, Any]:
