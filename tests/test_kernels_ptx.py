@@ -24,6 +24,7 @@ def test_every_kernel_compiles_without_spills():
         "view_sums[shared]",
         "view_sums[global]",
         "view_bins",
+        "code_range",
         "route_rows",
         "tree_leaves",
         "predict_trees",
