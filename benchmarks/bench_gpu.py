@@ -246,7 +246,8 @@ def one_dimensional_cases() -> list[Case]:
         "isotonic": (
             cal.IsotonicCalibrator,
             "partly",
-            "the sort on the device (cupy sort / argsort), the pooling walk on the host (PAV in numba)",
+            "argsort and PAV per chunk of 256 sorted rows on the device (chunk_blocks kernel); the chunks' "
+            "blocks pooled on the host",
         ),
         "sir": (cal.SIRCalibrator, "host", "equal-mass bins on the host (mass_bin_stats)"),
         "scaling_binning": (
@@ -681,8 +682,8 @@ def all_cases() -> list[Case]:
 
 #: GPU paths the issue names that gpucal does not have (or has only in part), said plainly in the report.
 NOT_ON_GPU = [
-    "Isotonic regression's pooling walk (PAV, one pass in numba) runs on the host after the device's "
-    "sort (the case is marked `partly`); its predict runs on the device.",
+    "Isotonic regression pools each chunk of sorted rows on the device and the chunks' blocks (far "
+    "fewer than the rows) on the host (the case is marked `partly`); its predict runs on the device.",
     "Equal-mass binning (`mass_bin_stats`): SIR's fit, quantile histogram binning and scaling-binning's "
     "bins sort on the host.",
     "CCL's k-means and projection (`gpucal.ccl.clustering`) run on the host, on numpy, whatever the "

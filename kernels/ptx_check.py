@@ -141,6 +141,18 @@ def kernel_signatures() -> Iterator[tuple[str, str, Callable[..., Any], tuple[An
             yield "predict_trees", f"{ctype}, {ftype}", predict_trees_kernel.py_func, predict_args
     start_args = (f64_1d, types.float64, types.float64, i64, f64_1d)
     yield "chain_start", "float64", chain_start_kernel.py_func, start_args
+    from gpucal.kernels.pav_chunks_cuda import chunk_blocks_kernel
+
+    chunk_args = (
+        f64_1d,
+        f64_1d,
+        f64_1d,
+        types.int64[::1],
+        types.float64,
+        types.float64[:, ::1],
+        types.int64[::1],
+    )
+    yield "chunk_blocks", "float64", chunk_blocks_kernel.py_func, chunk_args
 
 
 def _parse(kernel: str, dtypes: str, cc: tuple[int, int], log: str) -> PtxReport:

@@ -147,14 +147,16 @@ def isotonic_rows(rows: Rows, *, exact_means: bool = True, scan_kind: str | None
     each group and pools the groups by the same ``_push_block``; only the order of the additions inside
     a group differs, so the two agree to rounding (bit for bit with unit weights and 0/1 labels).
     ``exact_means=False`` lets the walk add each run of label-0 rows at once, which leaves ``mean_x``
-    exact only to rounding (``isotonic_blocks``). One block on the GPU is sorted there and walked on
-    the host (:func:`~gpucal.calibrators.pav.device_sort_isotonic_blocks`). ``scan_kind``: the one
+    exact only to rounding (``isotonic_blocks``); on many cores the walk runs over chunks of the sorted
+    rows in threads (:func:`~gpucal.calibrators.pav.pool_chunk_blocks`). One block on the GPU is sorted
+    and pooled there, chunk by chunk, and only the chunks' blocks are pooled on the host
+    (:func:`~gpucal.calibrators.pav.device_sort_isotonic_blocks`). ``scan_kind``: the one
     block was read unscanned and its sort scans it
     (:func:`~gpucal.calibrators.pav.scanned_isotonic_blocks`; None when it refuses a value).
     """
     whole = rows.single_block()
     if whole is not None and is_cupy_array(whole.score):
-        return device_sort_isotonic_blocks(whole.score, whole.y, whole.w, scan_kind, exact_means=exact_means)
+        return device_sort_isotonic_blocks(whole.score, whole.y, whole.w, scan_kind)
     if whole is not None:
         s, t, w = host_float64(whole.score), host_float64(whole.y), host_weights(whole.w)
         return scanned_isotonic_blocks(s, t, w, scan_kind, exact_means=exact_means)

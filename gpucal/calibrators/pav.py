@@ -20,8 +20,13 @@ the score the group keeps. Pooling equal means (``>=``) rather than only violato
 it only makes adjacent blocks strictly increasing.
 
 Each block carries five sums (:data:`SUM_W`, :data:`SUM_WY`, :data:`SUM_WX`, :data:`X_FIRST`,
-:data:`X_LAST`); the block's fitted value is ``SUM_WY / SUM_W`` and its weighted mean score
-``SUM_WX / SUM_W`` (used by the rank-preserving interpolation and by SIR).
+:data:`X_LAST`, laid out by ``gpucal.kernels.pav_walk``); the block's fitted value is
+``SUM_WY / SUM_W`` and its weighted mean score ``SUM_WX / SUM_W`` (used by the rank-preserving
+interpolation and by SIR).
+
+Sorted rows may be walked in chunks, each from the start of a tie group, and the chunks' blocks then
+pooled in order (:func:`pool_chunk_blocks`): the host's counting path does so in threads, the GPU in a
+thread per chunk (``gpucal.kernels.pav_chunks``).
 
 References
 ----------
@@ -34,34 +39,34 @@ References
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, cast
 
 import numpy as np
 
 from gpucal._backend import array_namespace, to_numpy
-from gpucal.calibrators._sorted import next_row, open_cursor, sorted_positives, sorted_runs
-from gpucal.calibrators.bins import unit_weights
+from gpucal.calibrators._sorted import next_row, open_cursor, sorted_positives, sorted_runs, thread_count
 from gpucal.kernels.jit import numba
+from gpucal.kernels.pav_chunks import DEVICE_CHUNK_ROWS, chunk_blocks, chunk_bounds, compact_chunk_blocks
+from gpucal.kernels.pav_walk import N_BLOCK_STATS, SUM_W, SUM_WX, SUM_WY, X_FIRST, X_LAST
 from gpucal.kernels.value_range import value_range
 
 # scikit-learn's tie tolerance in _make_unique (float64): scores closer than this to a group's first
 # score belong to the group.
 TIE_EPS = float(np.finfo(np.float64).resolution)
 
-# Columns of a block row.
-SUM_W = 0
-SUM_WY = 1
-SUM_WX = 2
-X_FIRST = 3
-X_LAST = 4
-N_BLOCK_STATS = 5
 
 # Blocks allocated at first; the stack doubles when full (binary labels rarely need more).
 INITIAL_BLOCKS = 1024
+#: Sorted rows per chunk of the host's chunked walk (:func:`~gpucal.kernels.pav_chunks.chunk_bounds`).
+#: The chunks depend on the rows only, not on the thread count: the same sums on every machine.
+WALK_CHUNK_ROWS = 1 << 18
 
 
-@numba.njit(cache=True)
+# Inlined: a call per pushed group, returning the stack, cost the walks about 40% of their time.
+@numba.njit(cache=True, inline="always")
 def _push_block(blocks, top, sw, swy, swx, x_first, x_last):  # pragma: no cover - compiled
     """Push one group as a block on the stack ``blocks[:top + 1]`` and pool violators.
 
@@ -129,7 +134,7 @@ def _isotonic_walk(score, y, w, order, bounds, tie_eps):  # pragma: no cover - c
     return blocks[: top + 1].copy()
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _isotonic_counts(xs, positives, tie_eps):  # pragma: no cover - compiled
     """:func:`_isotonic_walk` for unit weights and 0/1 labels, from sorted scores and sorted positives.
 
@@ -165,7 +170,7 @@ def _isotonic_counts(xs, positives, tie_eps):  # pragma: no cover - compiled
     return blocks[: top + 1].copy()
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _isotonic_distinct(xs, positives, tie_eps):  # pragma: no cover - compiled
     """:func:`_isotonic_counts` with each run of label-0 rows between two positives added to the top
     block at once; an empty array where a tie (scores closer than ``tie_eps``) would make a difference.
@@ -232,6 +237,30 @@ def _pool_groups(stats):  # pragma: no cover - compiled
             stats[j, X_LAST],
         )
     return blocks[: top + 1].copy()
+
+
+def walk_in_chunks(n_chunks: int, walk: Callable[[int], np.ndarray]) -> list[np.ndarray]:
+    """``[walk(0), ..., walk(n_chunks - 1)]``, the block sums of each chunk of sorted rows
+    (:func:`~gpucal.kernels.pav_chunks.chunk_bounds`), computed in numba's threads (``walk`` calls a
+    compiled walk that releases the GIL). :func:`pool_chunk_blocks` joins them."""
+    if n_chunks == 1:
+        return [walk(0)]
+    with ThreadPoolExecutor(max_workers=max(1, min(thread_count(), n_chunks))) as pool:
+        return list(pool.map(walk, range(n_chunks)))
+
+
+def pool_chunk_blocks(parts: list[np.ndarray]) -> np.ndarray:
+    """The blocks of one walk over all the rows, from the blocks of its chunks (:func:`walk_in_chunks`).
+
+    The chunks' blocks are pooled in order (:func:`_pool_groups`). A pooling of adjacent violators
+    inside a chunk is one the whole walk may make, and pool-adjacent-violators reaches the same fit
+    whatever the order of its poolings (Best & Chakravarti 1990, section 3; Spark MLlib fits isotonic
+    regression over partitions so). Only the order of the additions in a block's sums differs: with
+    unit weights and 0/1 labels every sum but ``SUM_WX`` is a count, the same.
+    """
+    if len(parts) == 1:
+        return parts[0]
+    return cast(np.ndarray, _pool_groups(np.concatenate(parts)))
 
 
 @dataclass(frozen=True)
@@ -333,38 +362,45 @@ def _counted_blocks(
     """The counting path's blocks from the sorted scores ``xs`` and the positives' sorted scores."""
     if scan_kind is not None and not accepted_range(float(xs[0]), float(xs[-1]), scan_kind):
         return None
+    bounds = chunk_bounds(xs, WALK_CHUNK_ROWS, TIE_EPS)
+    # A chunk's positives are those up to its last score: every positive score is one of xs.
+    cuts = np.searchsorted(positives, xs[bounds[1:-1]], side="left")
+    positive_bounds = np.concatenate([[0], cuts, [positives.shape[0]]])
+
+    def chunks(walk: Callable[..., np.ndarray]) -> list[np.ndarray]:
+        def chunk(c: int) -> np.ndarray:
+            rows, hits = slice(bounds[c], bounds[c + 1]), slice(positive_bounds[c], positive_bounds[c + 1])
+            return walk(xs[rows], positives[hits], TIE_EPS)
+
+        return walk_in_chunks(bounds.shape[0] - 1, chunk)
+
     if not exact_means:
-        blocks = _isotonic_distinct(xs, positives, TIE_EPS)
-        if blocks.shape[0]:
-            return PavBlocks.from_stats(blocks)
-    return PavBlocks.from_stats(_isotonic_counts(xs, positives, TIE_EPS))
+        parts = chunks(_isotonic_distinct)
+        if all(part.shape[0] for part in parts):  # an empty part: a tie the run walk cannot take
+            return PavBlocks.from_stats(pool_chunk_blocks(parts))
+    return PavBlocks.from_stats(pool_chunk_blocks(chunks(_isotonic_counts)))
 
 
-def device_sort_isotonic_blocks(
-    score: Any, y: Any, w: Any, scan_kind: str | None, *, exact_means: bool = True
-) -> PavBlocks | None:
-    """:func:`scanned_isotonic_blocks` of device arrays (cupy; numpy works too, for tests): the sort, the
-    one O(n log n) step, runs on the device; the pooling walk, one pass, on the host.
-
-    Unit weights and 0/1 labels (checked where the arrays are) take the counting path on two sorts of
-    scores, with no index; other rows are ordered by ``argsort`` and gathered in score order, and the
-    walk reads them as one sorted run. The blocks are the host path's: the same groups and the same
-    pooling, only the order of the additions inside a tie group may differ (bit for bit on the
-    counting path).
+def device_sort_isotonic_blocks(score: Any, y: Any, w: Any, scan_kind: str | None) -> PavBlocks | None:
+    """:func:`scanned_isotonic_blocks` of device arrays (cupy; numpy works too, for tests), pooled where
+    the rows are: ``argsort`` and three gathers put the rows in score order, every chunk of
+    :data:`~gpucal.kernels.pav_chunks.DEVICE_CHUNK_ROWS` rows is pooled by its own GPU thread
+    (:func:`~gpucal.kernels.pav_chunks.chunk_blocks`), and only the chunks' blocks come to the host, to
+    be pooled in order (:func:`pool_chunk_blocks`'s reasoning). The blocks are the host path's: the same
+    groups and the same fit, only the order of the additions in a block's sums differs (every sum but
+    the score sums a count, the same, with unit weights and 0/1 labels).
     """
     xp = array_namespace(score, y, w)
-    if (unit_weights(w) or bool(xp.all(w == 1.0))) and bool(xp.all((y == 0.0) | (y == 1.0))):
-        xs, positives = to_numpy(xp.sort(score)), to_numpy(xp.sort(score[y == 1.0]))
-        return _counted_blocks(xs, positives, scan_kind, exact_means)
     if scan_kind is not None and not accepted_range(float(xp.min(y)), float(xp.max(y)), "probability"):
         return None
     order = xp.argsort(score)
-    s, t, v = (np.ascontiguousarray(to_numpy(a[order]), dtype=np.float64) for a in (score, y, w))
+    s, t, v = (xp.ascontiguousarray(a[order], dtype=xp.float64) for a in (score, y, w))
     if scan_kind is not None and not accepted_range(float(s[0]), float(s[-1]), scan_kind):
         return None
-    n = s.shape[0]
-    run = np.arange(n, dtype=np.int64)
-    return PavBlocks.from_stats(_isotonic_walk(s, t, v, run, np.array([0, n], dtype=np.int64), TIE_EPS))
+    bounds = chunk_bounds(s, DEVICE_CHUNK_ROWS, TIE_EPS)
+    blocks, counts = chunk_blocks(s, t, v, bounds, tie_eps=TIE_EPS)
+    stats = np.ascontiguousarray(to_numpy(compact_chunk_blocks(blocks, counts, bounds)))
+    return PavBlocks.from_stats(_pool_groups(stats))
 
 
 def accepted_range(low: float, high: float, scan_kind: str) -> bool:

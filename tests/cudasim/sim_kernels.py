@@ -16,6 +16,7 @@ from numba import cuda
 from numpy.testing import assert_allclose, assert_array_equal
 
 from gpucal.kernels import N_STATS, group_sums, view_bins, view_sums
+from gpucal.kernels.pav_chunks import chunk_blocks, chunk_bounds
 
 if os.environ.get("NUMBA_ENABLE_CUDASIM") != "1" and not cuda.is_available():
     msg = "run this file with NUMBA_ENABLE_CUDASIM=1 (tests/test_kernels_cudasim.py does) or on a CUDA GPU"
@@ -151,3 +152,22 @@ def test_sim_view_bins_same_on_every_backend():
     assert_array_equal(got, view_bins(1000, backend="oracle", **kwargs))
     assert_array_equal(got, view_bins(1000, backend="cpu", **kwargs))
     assert view_bins(1000, backend="cuda", n_views=2, bin_size=3, seed=0, rows=rows[:0]).shape == (2, 0)
+
+
+@pytest.mark.parametrize(("n_rows", "chunk_rows"), [(0, 4), (1, 4), (300, 9)])
+def test_sim_chunk_blocks_matches_oracle(n_rows, chunk_rows):
+    """Isotonic chunks: 34 chunks over 32 threads (two grid strides), ties and zero weights."""
+    rng = np.random.default_rng(n_rows)
+    x = np.sort(np.round(rng.random(n_rows), 2))
+    x[1::5] = np.nextafter(x[:-1:5], 1.0)  # near ties, one group with their neighbour
+    x = np.sort(x)
+    y = (rng.random(n_rows) < x).astype(np.float64)
+    w = np.where(rng.random(n_rows) < 0.1, 0.0, rng.random(n_rows) + 0.5)
+    bounds = chunk_bounds(x, chunk_rows, 1e-15)
+    got_blocks, got_counts = chunk_blocks(
+        x, y, w, bounds, tie_eps=1e-15, backend="cuda", n_blocks=1, threads_per_block=32
+    )
+    blocks, counts = chunk_blocks(x, y, w, bounds, tie_eps=1e-15, backend="oracle")
+    assert_array_equal(got_counts, counts)
+    for start, count in zip(bounds[:-1], counts, strict=True):
+        assert_allclose(got_blocks[start : start + count], blocks[start : start + count], rtol=1e-14, atol=0)
