@@ -172,6 +172,33 @@ def test_device_sort_blocks_equal_the_host_paths(weights: str, exact_means: bool
 
 
 @pytest.mark.parametrize("data", ["distinct", "ties", "near_ties"])
+def test_merged_runs_walk_in_chunks_equal_one_walk(monkeypatch: pytest.MonkeyPatch, data: str) -> None:
+    """The argsort path's runs (5 here), cut into chunks of about 97 rows that each open a tie group in
+    merged order, walked in threads and pooled: the fit of one walk."""
+    s, y = make_data(6000, 10, decimals=3 if data == "ties" else None)
+    if data == "near_ties":  # clusters of scores within 1e-15, spread over the runs
+        s[::3] = np.round(s[::3], 2) + np.random.default_rng(10).integers(0, 4, s[::3].shape[0]) * 3e-16
+    w = np.random.default_rng(11).random(s.shape[0]) + 0.5
+    w[::11] = 0.0
+    one = pav.isotonic_blocks(s, y, w)
+    monkeypatch.setattr(_sorted, "MIN_RUN_ROWS", 64)
+    monkeypatch.setattr(_sorted, "thread_count", lambda: 5)
+    monkeypatch.setattr(pav, "WALK_CHUNK_ROWS", 97)
+    order, bounds = _sorted.sorted_runs(s)
+    cuts = _sorted.tie_group_cuts(s, order, bounds, 6000 // 97, pav.TIE_EPS)
+    assert np.all(np.diff(cuts, axis=0) >= 0)
+    # Each chunk's rows, merged, start with a row that opens a tie group of all the rows merged.
+    xs = np.sort(s)
+    opens = pav._tie_group_starts(xs, pav.TIE_EPS)
+    first_rows = np.sum(cuts - bounds[:-1], axis=1)[:-1]
+    assert np.all(opens[first_rows[first_rows < xs.shape[0]]])
+    assert np.unique(first_rows).shape[0] > 30
+    chunked = pav.isotonic_blocks(s, y, w)
+    assert_allclose(fitted_steps(chunked, s), fitted_steps(one, s), rtol=1e-14, atol=0)
+    assert_allclose(chunked.weight.sum(), one.weight.sum(), rtol=1e-13)
+
+
+@pytest.mark.parametrize("data", ["distinct", "ties", "near_ties"])
 @pytest.mark.parametrize("exact_means", [True, False])
 def test_chunked_walks_equal_one_walk(monkeypatch: pytest.MonkeyPatch, data: str, exact_means: bool) -> None:
     """The counting path's walks over chunks of 97 sorted rows, in threads and pooled, give the blocks
@@ -726,7 +753,7 @@ def test_the_pav_walks_inline_the_block_push():
     stats = np.array([[1.0, 0.0, 0.2, 0.2, 0.2], [1.0, 1.0, 0.5, 0.5, 0.5]])
     calls = (
         (pav._isotonic_counts, (xs, positives, pav.TIE_EPS)),
-        (pav._isotonic_walk, (p, y, w, order, bounds, pav.TIE_EPS)),
+        (pav._isotonic_walk, (p, y, w, order, bounds[:-1], bounds[1:], pav.TIE_EPS)),
         (pav._pool_groups, (stats,)),
     )
     for caller, args in calls:

@@ -10,7 +10,8 @@ slower than ``numpy.sort``; it is the one O(n log n) step of isotonic regression
 rows are cut into one contiguous run per thread, each run is argsorted in its own thread (numpy
 releases the GIL while sorting), and the numba loops that consume the rows walk the runs in merged
 order (:func:`next_row`): no merged index array is ever built, so the extra memory is one int64
-per row plus a small buffer per run.
+per row plus a small buffer per run. Isotonic regression's walk reads the merged runs in chunks, in
+threads, cut where a tie group opens (:func:`tie_group_cuts`).
 """
 
 from __future__ import annotations
@@ -73,15 +74,68 @@ def _refill(r, score, y, w, order, heads, ends, buf, fill, pos):  # pragma: no c
 
 
 @numba.njit(cache=True)
-def open_cursor(bounds):  # pragma: no cover - compiled
-    """Return the state ``(heads, ends, buf, fill, pos)`` that :func:`next_row` advances."""
-    n_runs = bounds.shape[0] - 1
-    heads = bounds[:-1].copy()
-    ends = bounds[1:].copy()
+def open_cursor(starts, stops):  # pragma: no cover - compiled
+    """Return the state ``(heads, ends, buf, fill, pos)`` that :func:`next_row` advances over the rows
+    ``order[starts[r]:stops[r]]`` of each run ``r``."""
+    n_runs = starts.shape[0]
+    heads = starts.copy()
+    ends = stops.copy()
     buf = np.empty((n_runs, 3, GATHER_ROWS))
     fill = np.zeros(n_runs, dtype=np.int64)
     pos = np.zeros(n_runs, dtype=np.int64)
     return heads, ends, buf, fill, pos
+
+
+@numba.njit(cache=True)
+def _first_not_below(score, order, lo, hi, value):  # pragma: no cover - compiled
+    """The first position in ``[lo, hi)`` of a run whose score is not below ``value`` (``hi``: none)."""
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if score[order[mid]] < value:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+@numba.njit(cache=True)
+def tie_group_cuts(score, order, bounds, n_chunks, tie_eps):  # pragma: no cover - compiled
+    """Cut sorted runs into ``n_chunks`` chunks of about equal rows whose rows in merged order each
+    start a tie group: ``cuts[k, r]:cuts[k + 1, r]`` are run ``r``'s positions in chunk ``k``.
+
+    Chunk ``k`` holds the rows whose score is at least its cut score ``a`` and below the next cut's.
+    ``a`` is first the score at fraction ``k / n_chunks`` of the longest run; while some row scores less
+    than ``tie_eps`` below it, it moves to the next larger score. Then every row before the chunk scores
+    at least ``tie_eps`` less than ``a``, and so does the first score of the group open before it: the
+    chunk's first row opens a group whatever came before (scikit-learn's rule, the same as in one walk).
+    Chunks may be empty (their cut moved past the next one's).
+    """
+    n_runs = bounds.shape[0] - 1
+    cuts = np.empty((n_chunks + 1, n_runs), dtype=np.int64)
+    cuts[0] = bounds[:-1]
+    cuts[n_chunks] = bounds[1:]
+    longest = np.argmax(bounds[1:] - bounds[:-1])
+    length = bounds[longest + 1] - bounds[longest]
+    cut = -np.inf
+    for k in range(1, n_chunks):
+        a = max(cut, score[order[bounds[longest] + length * k // n_chunks]])
+        while a < np.inf:
+            below = -np.inf  # the largest score below a
+            above = np.inf  # the smallest score above a
+            for r in range(n_runs):
+                p = _first_not_below(score, order, bounds[r], bounds[r + 1], a)
+                if p > bounds[r]:
+                    below = max(below, score[order[p - 1]])
+                q = _first_not_below(score, order, p, bounds[r + 1], np.nextafter(a, np.inf))
+                if q < bounds[r + 1]:
+                    above = min(above, score[order[q]])
+            if a - below >= tie_eps:
+                break
+            a = above
+        cut = a
+        for r in range(n_runs):
+            cuts[k, r] = _first_not_below(score, order, bounds[r], bounds[r + 1], a)
+    return cuts
 
 
 @numba.njit(cache=True, inline="always")

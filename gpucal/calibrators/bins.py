@@ -529,7 +529,7 @@ def _interp_clipped(
 @numba.njit(cache=True)
 def _mass_walk(p, y, w, order, bounds, n_bins, total_w):  # pragma: no cover - compiled
     """Equal-mass bins in one pass over the rows in score order; see :func:`mass_bin_stats`."""
-    heads, ends, buf, fill, pos = open_cursor(bounds)
+    heads, ends, buf, fill, pos = open_cursor(bounds[:-1], bounds[1:])
     stats = np.zeros((n_bins, N_BIN_STATS))
     lows = np.full(n_bins, np.inf)
     highs = np.full(n_bins, -np.inf)

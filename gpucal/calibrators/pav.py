@@ -25,8 +25,8 @@ Each block carries five sums (:data:`SUM_W`, :data:`SUM_WY`, :data:`SUM_WX`, :da
 interpolation and by SIR).
 
 Sorted rows may be walked in chunks, each from the start of a tie group, and the chunks' blocks then
-pooled in order (:func:`pool_chunk_blocks`): the host's counting path does so in threads, the GPU in a
-thread per chunk (``gpucal.kernels.pav_chunks``).
+pooled in order (:func:`pool_chunk_blocks`): the host does so in threads, the GPU in a thread per chunk
+(``gpucal.kernels.pav_chunks``).
 
 References
 ----------
@@ -47,7 +47,14 @@ from typing import Any, cast
 import numpy as np
 
 from gpucal._backend import array_namespace, to_numpy
-from gpucal.calibrators._sorted import next_row, open_cursor, sorted_positives, sorted_runs, thread_count
+from gpucal.calibrators._sorted import (
+    next_row,
+    open_cursor,
+    sorted_positives,
+    sorted_runs,
+    thread_count,
+    tie_group_cuts,
+)
 from gpucal.kernels.jit import numba
 from gpucal.kernels.pav_chunks import DEVICE_CHUNK_ROWS, chunk_blocks, chunk_bounds, compact_chunk_blocks
 from gpucal.kernels.pav_walk import N_BLOCK_STATS, SUM_W, SUM_WX, SUM_WY, X_FIRST, X_LAST
@@ -60,8 +67,9 @@ TIE_EPS = float(np.finfo(np.float64).resolution)
 
 # Blocks allocated at first; the stack doubles when full (binary labels rarely need more).
 INITIAL_BLOCKS = 1024
-#: Sorted rows per chunk of the host's chunked walk (:func:`~gpucal.kernels.pav_chunks.chunk_bounds`).
-#: The chunks depend on the rows only, not on the thread count: the same sums on every machine.
+#: Sorted rows per chunk of the host's chunked walks, about. The counting path's chunks depend on the
+#: rows only (:func:`~gpucal.kernels.pav_chunks.chunk_bounds`), so its sums are the same on every
+#: machine; the argsort path's on its sorted runs too (:func:`~gpucal.calibrators._sorted.tie_group_cuts`).
 WALK_CHUNK_ROWS = 1 << 18
 
 
@@ -104,13 +112,14 @@ def _pool_top(blocks, top):  # pragma: no cover - compiled
     return top
 
 
-@numba.njit(cache=True)
-def _isotonic_walk(score, y, w, order, bounds, tie_eps):  # pragma: no cover - compiled
-    """Group tied scores (scikit-learn's rule) in merged run order and pool them: one pass."""
-    heads, ends, buf, fill, pos = open_cursor(bounds)
+@numba.njit(cache=True, nogil=True)
+def _isotonic_walk(score, y, w, order, starts, stops, tie_eps):  # pragma: no cover - compiled
+    """Group tied scores (scikit-learn's rule) in merged order of the runs' rows
+    ``order[starts[r]:stops[r]]`` and pool them: one pass."""
+    heads, ends, buf, fill, pos = open_cursor(starts, stops)
     blocks = np.empty((INITIAL_BLOCKS, N_BLOCK_STATS))
     top = np.int64(-1)  # int64, not the literal -1: one specialisation of _push_block for every caller
-    n = order.shape[0]
+    n = np.sum(stops - starts)
     have_group = False
     g_x = 0.0
     g_w = 0.0
@@ -353,7 +362,13 @@ def scanned_isotonic_blocks(
         firsts, lasts = score[order[bounds[:-1]]], score[order[bounds[1:] - 1]]
         if not accepted_range(float(firsts.min()), float(np.max(lasts)), scan_kind):
             return None
-    return PavBlocks.from_stats(_isotonic_walk(score, y, w, order, bounds, TIE_EPS))
+    # Chunks of the merged runs, walked in threads (the cuts depend on the rows and the runs).
+    cuts = tie_group_cuts(score, order, bounds, max(1, score.shape[0] // WALK_CHUNK_ROWS), TIE_EPS)
+
+    def chunk(k: int) -> np.ndarray:
+        return _isotonic_walk(score, y, w, order, cuts[k], cuts[k + 1], TIE_EPS)
+
+    return PavBlocks.from_stats(pool_chunk_blocks(walk_in_chunks(cuts.shape[0] - 1, chunk)))
 
 
 def _counted_blocks(
