@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+from contextlib import nullcontext
 from typing import Any
 
 import numpy as np
@@ -20,7 +21,8 @@ from sklearn.linear_model import LogisticRegression
 import gpucal
 from gpucal._backend import gpu_available
 from gpucal.calibrators import feature_platt
-from gpucal.calibrators._feature_platt_kernels import code_sums, curved_rows
+from gpucal.calibrators._feature_platt_kernels import code_sums, curved_rows, select_code_columns
+from gpucal.calibrators._feature_platt_rows import PlattBlock, code_weights
 from gpucal.calibrators._feature_platt_solver import block_preconditioner
 from gpucal.calibrators.feature_platt import FeatureAwarePlattCalibrator
 from gpucal.calibrators.platt import PlattCalibrator
@@ -353,6 +355,28 @@ def test_curved_pass_equals_the_separate_passes(n_rows: int, stepping: bool) -> 
     array = curved_rows(z, step, scale, x, y, w, codes, n_values, array_code=True)
     assert_allclose(array[2], sums, rtol=1e-12, atol=1e-10)
     assert_allclose(array[1], curvature, rtol=1e-12, atol=1e-300)
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.int32])
+def test_selected_code_columns_and_code_weights(dtype: type) -> None:
+    """The compiled column gather (both twins) equals numpy's ``codes[:, columns]``, C-contiguous; the
+    per-code weights of one pass equal a weighted ``bincount`` per column."""
+    rng = np.random.default_rng(6)
+    n_values = np.array([3, 40, 7, 5])
+    codes = np.column_stack([rng.integers(0, k, 5000) for k in n_values]).astype(dtype)
+    columns = np.array([3, 0, 2])
+    for twins in (nullcontext(), parallel_twins_only()):
+        with twins:
+            picked = select_code_columns(codes, columns)
+        assert picked.flags.c_contiguous
+        assert picked.dtype == codes.dtype
+        assert_array_equal(picked, codes[:, columns])
+    w = rng.uniform(0.0, 2.0, 5000)
+    block = PlattBlock(np.zeros(5000), codes, np.zeros(5000), w)
+    expected = np.concatenate(
+        [np.bincount(codes[:, j], weights=w, minlength=k) for j, k in enumerate(n_values)]
+    )
+    assert_allclose(code_weights(block, n_values), expected, rtol=1e-12)
 
 
 def test_block_preconditioner_inverts_the_score_intercept_block() -> None:

@@ -40,12 +40,14 @@ from gpucal._backend import array_namespace, resolve_device, to_numpy
 from gpucal._frames import ParsedInput, parse_input
 from gpucal._validation import check_consistent_length, check_labels, check_same_index, check_sample_weight
 from gpucal.calibrators._feature_platt_kernels import (
+    code_sums,
     curved_rows,
     hessian_rows,
     linear_predictor,
     nested_codes,
     on_device,
     score_feature,
+    select_code_columns,
 )
 from gpucal.calibrators.logistic import ScoreBlock
 from gpucal.encoding import FeatureEncoder
@@ -171,18 +173,13 @@ def strided(block: PlattBlock, stride: int, *, row_offset: int) -> PlattBlock:
 
 def select_columns(block: PlattBlock, columns: np.ndarray) -> PlattBlock:
     """The block with the code columns ``columns`` only (C-contiguous, for the kernels)."""
-    xp = array_namespace(block.codes)
-    return PlattBlock(block.x, xp.ascontiguousarray(block.codes[:, columns]), block.y, block.w)
+    return PlattBlock(block.x, select_code_columns(block.codes, columns), block.y, block.w)
 
 
 def code_weights(block: PlattBlock, n_values: np.ndarray) -> np.ndarray:
-    """``sum w`` per code, features in order (flat, ``sum(n_values)`` entries)."""
-    xp = array_namespace(block.x)
-    counts = [
-        to_numpy(xp.bincount(block.codes[:, j], weights=block.w, minlength=int(k)))
-        for j, k in enumerate(n_values)
-    ]
-    return np.concatenate(counts)
+    """``sum w`` per code, features in order (flat, ``sum(n_values)`` entries): one pass over the codes
+    (:func:`~gpucal.calibrators._feature_platt_kernels.code_sums`), not a ``bincount`` per column."""
+    return code_sums(block.codes, n_values, block.w)[:, 0]
 
 
 def pooled_levels(block: PlattBlock, crosses: Sequence[Cross], n_first: int) -> np.ndarray:
