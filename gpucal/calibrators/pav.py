@@ -64,7 +64,6 @@ from gpucal.kernels.value_range import value_range
 # score belong to the group.
 TIE_EPS = float(np.finfo(np.float64).resolution)
 
-
 # Blocks allocated at first; the stack doubles when full (binary labels rarely need more).
 INITIAL_BLOCKS = 1024
 #: Sorted rows per chunk of the host's chunked walks, about. The counting path's chunks depend on the
@@ -118,7 +117,7 @@ def _isotonic_walk(score, y, w, order, starts, stops, tie_eps):  # pragma: no co
     ``order[starts[r]:stops[r]]`` and pool them: one pass."""
     heads, ends, buf, fill, pos = open_cursor(starts, stops)
     blocks = np.empty((INITIAL_BLOCKS, N_BLOCK_STATS))
-    top = np.int64(-1)  # int64, not the literal -1: one specialisation of _push_block for every caller
+    top = np.int64(-1)  # int64, not the literal -1: the stack top keeps one type through the walk
     n = np.sum(stops - starts)
     have_group = False
     g_x = 0.0
@@ -151,7 +150,7 @@ def _isotonic_counts(xs, positives, tie_eps):  # pragma: no cover - compiled
     group's last score (``positives`` is a sub-multiset of ``xs``, so the merge walk is exact).
     """
     blocks = np.empty((INITIAL_BLOCKS, N_BLOCK_STATS))
-    top = np.int64(-1)  # int64, not the literal -1: one specialisation of _push_block for every caller
+    top = np.int64(-1)  # int64, not the literal -1: the stack top keeps one type through the walk
     n = xs.shape[0]
     n_pos = positives.shape[0]
     i = 0
@@ -196,7 +195,7 @@ def _isotonic_distinct(xs, positives, tie_eps):  # pragma: no cover - compiled
     n = xs.shape[0]
     m = positives.shape[0]
     blocks = np.empty((INITIAL_BLOCKS, N_BLOCK_STATS))
-    top = np.int64(-1)  # int64, not the literal -1: one specialisation of _push_block for every caller
+    top = np.int64(-1)  # int64, not the literal -1: the stack top keeps one type through the walk
     start = 0  # first row of the pending run of label-0 rows
     for j in range(m + 1):
         # The run ends at the first row of the next positive's score (every positive score is in xs).
@@ -232,7 +231,7 @@ def _isotonic_distinct(xs, positives, tie_eps):  # pragma: no cover - compiled
 def _pool_groups(stats):  # pragma: no cover - compiled
     """Pool-adjacent-violators over already aggregated groups ``stats`` (rows in score order)."""
     blocks = np.empty((max(stats.shape[0], 1), N_BLOCK_STATS))
-    top = np.int64(-1)  # int64, not the literal -1: one specialisation of _push_block for every caller
+    top = np.int64(-1)  # int64, not the literal -1: the stack top keeps one type through the walk
     for j in range(stats.shape[0]):
         if stats[j, SUM_W] <= 0.0:
             continue
