@@ -13,6 +13,7 @@ from numpy.testing import assert_allclose
 
 import gpucal
 from gpucal import metrics
+from gpucal.metrics import binning, score_table
 
 RTOL = 1e-12
 
@@ -109,6 +110,28 @@ def test_hand_computed_quantile_bins_and_ties() -> None:
     assert metrics.ece(y, p, sample_weight=w, n_bins=2, strategy="quantile") == pytest.approx(expected)
     # Three bins: the tie group (mass 0 to 0.5) starts in bin 0 and is never split.
     assert metrics.ece(y, p, sample_weight=w, n_bins=3, strategy="quantile") == pytest.approx(expected)
+
+
+@pytest.mark.parametrize("case", ["binary_unit", "soft_unit", "weighted", "zero_weights", "no_ties"])
+def test_compiled_score_table_and_mass_bins_equal_the_array_code(case: str) -> None:
+    """The host's table of distinct scores (one compiled pass in score order) equals the array code the
+    GPU runs, and the equal-mass bin sums of one compiled pass equal ``table_mass_bins`` and
+    ``sum_by_id``: bit for bit (the same additions in the same order)."""
+    rng = np.random.default_rng(3)
+    n = 5000
+    p = rng.random(n) if case == "no_ties" else np.round(rng.random(n), 2)
+    y = rng.random(n) if case == "soft_unit" else (rng.random(n) < p).astype(np.float64)
+    w = None if case in ("binary_unit", "soft_unit", "no_ties") else rng.random(n) + 0.5
+    if case == "zero_weights":
+        w[::4] = 0.0
+    host, array = score_table._host_score_table(y, p, w), score_table._array_score_table(y, p, w)
+    for name, a, b in zip(score_table.ScoreTable._fields, host, array, strict=True):
+        np.testing.assert_array_equal(a, b, err_msg=name)
+    stats = np.stack([host.n_rows, host.weight, host.keys * host.weight, host.weight_y], axis=1)
+    for n_bins in (1, 7, 15):
+        two_steps = binning.sum_by_id(binning.table_mass_bins(host.weight, n_bins), stats, n_bins)
+        fused = binning.table_mass_bin_sums(host.keys, host.n_rows, host.weight, host.weight_y, n_bins)
+        np.testing.assert_array_equal(fused, two_steps)
 
 
 def test_hand_computed_auc_with_ties() -> None:

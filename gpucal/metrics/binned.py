@@ -25,7 +25,7 @@ import numpy as np
 
 from gpucal._params import Interval, Options, validate_params
 from gpucal.metrics._reduce import bin_gaps, lp_average, ratio_error
-from gpucal.metrics.binning import sum_by_id, table_mass_bins, uniform_bin_ids
+from gpucal.metrics.binning import table_mass_bin_sums, uniform_bin_ids
 from gpucal.metrics.inputs import CheckedRows, check_total, key_limit, metric_rows
 from gpucal.metrics.score_table import ScoreTable, merge_score_tables, score_table
 from gpucal.metrics.sums import COUNT, WP, WY, W, group_stats
@@ -56,17 +56,23 @@ def _merge_scores(*tables: ScoreTable, limit: int) -> ScoreTable:
     return merged
 
 
-def score_sums(rows: Rows) -> KeyedTable:
-    """Return the sums ``count, w, w*p, w*y`` per distinct score of all blocks, scores increasing,
-    after the whole-data checks.
-
-    Exact: tied scores are one key, never split; ``w*p`` is the score times its weight. Over several
-    blocks the table is capped by :func:`~gpucal.metrics.inputs.key_limit` keys.
-    """
+def distinct_scores(rows: Rows) -> ScoreTable:
+    """Return the :class:`~gpucal.metrics.score_table.ScoreTable` of all blocks, after the whole-data
+    checks. Over several blocks it is capped by :func:`~gpucal.metrics.inputs.key_limit` keys."""
     limit = key_limit(rows)
     # The rows may hand back a plain tuple (results are brought to the host field by field).
     table = ScoreTable(*rows.reduce(block_scores, functools.partial(_merge_scores, limit=limit), limit))
     check_total(float(table.n_rows.sum()), float(table.weight.sum()))
+    return table
+
+
+def score_sums(rows: Rows) -> KeyedTable:
+    """Return the sums ``count, w, w*p, w*y`` per distinct score of all blocks, scores increasing,
+    after the whole-data checks.
+
+    Exact: tied scores are one key, never split; ``w*p`` is the score times its weight.
+    """
+    table = distinct_scores(rows)
     stats = np.stack([table.n_rows, table.weight, table.keys * table.weight, table.weight_y], axis=1)
     return KeyedTable((table.keys,), stats)
 
@@ -76,14 +82,15 @@ def binned_stats(rows: Rows, n_bins: int, strategy: str) -> np.ndarray:
     :func:`~gpucal.metrics.inputs.metric_rows`, after the whole-data checks.
 
     Equal-width bins are summed per block; equal-mass bins are cut on the table of sums per distinct
-    score (:func:`score_sums`), so tie groups are never split.
+    score (:func:`distinct_scores`, :func:`~gpucal.metrics.binning.table_mass_bin_sums`), so tie groups
+    are never split.
     """
     if strategy == "uniform":
         stats = rows.sum(uniform_bin_sums, n_bins)
         check_total(stats[:, COUNT].sum(), stats[:, W].sum())
         return stats
-    table = score_sums(rows)
-    return sum_by_id(table_mass_bins(table.stats[:, W], n_bins), table.stats, n_bins)
+    table = distinct_scores(rows)
+    return table_mass_bin_sums(table.keys, table.n_rows, table.weight, table.weight_y, n_bins)
 
 
 def totals(block: CheckedRows) -> np.ndarray:

@@ -16,14 +16,14 @@ not depend on row order and integer weights equal repeated rows; heavy ties can 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
 from gpucal._backend import array_namespace
 from gpucal.kernels import readonly
 from gpucal.kernels.jit import numba, parallel_rows
-from gpucal.metrics.sums import code_dtype
+from gpucal.metrics.sums import COUNT, WP, WY, W, code_dtype
 
 
 def uniform_edges(n_bins: int) -> np.ndarray:
@@ -121,6 +121,36 @@ def table_mass_bins(weight: np.ndarray, n_bins: int, group_start: np.ndarray | N
     total = (prefix[bounds[1:]] - prefix[bounds[:-1]])[group_id]
     safe_total = np.where(total > 0, total, 1.0)
     return np.minimum(np.floor(n_bins * below / safe_total), n_bins - 1).astype(np.int64)
+
+
+@numba.njit(cache=True)
+def _table_mass_bin_sums(keys, n_rows, weight, weight_y, n_bins):  # pragma: no cover - compiled
+    """``(n_bins, 4)`` sums ``count, w, w*p, w*y`` of a table's keys in their equal-mass bins: the rule
+    and the arithmetic of :func:`table_mass_bins` (one group) and :func:`sum_by_id`, in one pass."""
+    out = np.zeros((n_bins, 4))
+    total = 0.0
+    for j in range(weight.shape[0]):
+        total += weight[j]
+    safe_total = total if total > 0 else 1.0
+    below = 0.0
+    for j in range(weight.shape[0]):
+        b = np.int64(min(np.floor(n_bins * below / safe_total), n_bins - 1))
+        out[b, COUNT] += n_rows[j]
+        out[b, W] += weight[j]
+        out[b, WP] += keys[j] * weight[j]
+        out[b, WY] += weight_y[j]
+        below += weight[j]
+    return out
+
+
+def table_mass_bin_sums(
+    keys: np.ndarray, n_rows: np.ndarray, weight: np.ndarray, weight_y: np.ndarray, n_bins: int
+) -> np.ndarray:
+    """``(n_bins, 4)`` sums ``count, w, w*p, w*y`` (the ``gpucal.metrics.sums`` columns) of the
+    equal-mass bins of a table of distinct scores, in one compiled pass: the numbers of
+    ``sum_by_id(table_mass_bins(weight, n_bins), stats, n_bins)``, without the ``(n, 4)`` table of
+    statistics and a ``bincount`` per column (2.6 s for 1e7 distinct scores)."""
+    return cast(np.ndarray, _table_mass_bin_sums(keys, n_rows, weight, weight_y, n_bins))
 
 
 def sum_by_id(ids: np.ndarray, stats: np.ndarray, n_ids: int) -> np.ndarray:

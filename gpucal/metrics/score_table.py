@@ -22,6 +22,7 @@ import numpy as np
 
 from gpucal._backend import array_namespace, to_numpy
 from gpucal._validation import check_not_empty
+from gpucal.kernels.jit import numba
 from gpucal.metrics.inputs import check_partition_rows
 from gpucal.rows import RowBlock, as_rows
 
@@ -73,18 +74,57 @@ def _add_by_key(ids: Any, n_keys: int, values: Any) -> Any:
     return array_namespace(values).bincount(ids, weights=values, minlength=n_keys)
 
 
+@numba.njit(cache=True)
+def _sorted_key_sums(p, y, w, order):  # pragma: no cover - compiled
+    """One pass over the rows in score order (``order``; empty: the rows are sorted already): the
+    distinct scores and, per score, the row count and the sums ``w``, ``w y``, ``w**2`` (``w`` empty:
+    unit weights, and only the count and ``sum y``). Each sum adds its rows in score order, as
+    ``bincount`` over the sorted rows does: the same bits."""
+    n = p.shape[0]
+    gathered = order.shape[0] > 0
+    weighted = w.shape[0] > 0
+    keys = np.empty(n)
+    count = np.zeros(n)
+    weight = np.zeros(n if weighted else 0)
+    weight_y = np.zeros(n)
+    weight_sq = np.zeros(n if weighted else 0)
+    k = -1
+    for i in range(n):
+        r = order[i] if gathered else i
+        x = p[r]
+        if k < 0 or x != keys[k]:
+            k += 1
+            keys[k] = x
+        count[k] += 1.0
+        if weighted:
+            wi = w[r]
+            weight[k] += wi
+            weight_y[k] += wi * y[r]
+            weight_sq[k] += wi * wi
+        else:
+            weight_y[k] += y[r]
+    m = k + 1
+    if m == n:
+        return keys, count, weight, weight_y, weight_sq
+    return keys[:m].copy(), count[:m].copy(), weight[:m].copy(), weight_y[:m].copy(), weight_sq[:m].copy()
+
+
 def score_table(y: Any, p: Any, w: Any) -> ScoreTable:
     """Return the :class:`ScoreTable` of checked rows (numpy or cupy; ``w`` None: unit weights)."""
-    xp = array_namespace(p)
     if p.shape[0] == 0:
         return _empty_table()
-    if w is None and xp is np and bool(((y == 0) | (y == 1)).all()):
-        ps, ys = _sorted_binary_unit(p, y)
-        ws = None
-    else:
-        order = xp.argsort(p, kind="stable")
-        ps, ys = p[order], y[order]
-        ws = None if w is None else w[order]
+    if array_namespace(p) is np:
+        return _host_score_table(y, p, w)
+    return _array_score_table(y, p, w)
+
+
+def _array_score_table(y: Any, p: Any, w: Any) -> ScoreTable:
+    """:func:`score_table` in array code (cupy; numpy for the tests): a stable argsort, the gathers, then
+    the sums per distinct score by ``bincount`` over the ids of the sorted rows."""
+    xp = array_namespace(p)
+    order = xp.argsort(p, kind="stable")
+    ps, ys = p[order], y[order]
+    ws = None if w is None else w[order]
     first = xp.empty(ps.shape[0], dtype=bool)
     first[0] = True
     xp.not_equal(ps[1:], ps[:-1], out=first[1:])
@@ -101,6 +141,25 @@ def score_table(y: Any, p: Any, w: Any) -> ScoreTable:
             weight_y, weight_sq = _add_by_key(ids, m, ws * ys), _add_by_key(ids, m, ws * ws)
             columns = (ps[first], count, _add_by_key(ids, m, ws), weight_y, weight_sq)
     return ScoreTable(*(to_numpy(c) for c in columns))
+
+
+def _host_score_table(y: np.ndarray, p: np.ndarray, w: np.ndarray | None) -> ScoreTable:
+    """:func:`score_table` on the host: one sort (of bit patterns, for 0/1 labels and unit weights; else
+    a stable argsort), then one compiled pass in score order (:func:`_sorted_key_sums`), where gathers,
+    a cumulative sum and a ``bincount`` per column each took a pass of their own (3.9 s against about
+    1.5 s for 1e7 weighted rows)."""
+    if w is None and bool(((y == 0) | (y == 1)).all()):
+        ps, ys = _sorted_binary_unit(p, y)
+        if bool((ps[1:] != ps[:-1]).all()):  # no ties: the sorted rows are the table
+            ones = np.ones(ps.shape[0])
+            return ScoreTable(ps, ones, ones, ys, ones)
+        keys, count, _, weight_y, _ = _sorted_key_sums(ps, ys, np.empty(0), np.empty(0, dtype=np.int64))
+        return ScoreTable(keys, count, count, weight_y, count)
+    order = np.argsort(p, kind="stable")
+    if w is None:
+        keys, count, _, weight_y, _ = _sorted_key_sums(p, y, np.empty(0), order)
+        return ScoreTable(keys, count, count, weight_y, count)
+    return ScoreTable(*_sorted_key_sums(p, y, w, order))
 
 
 def block_score_table(block: RowBlock) -> ScoreTable:
