@@ -146,8 +146,8 @@ def _array_score_table(y: Any, p: Any, w: Any) -> ScoreTable:
 def _host_score_table(y: np.ndarray, p: np.ndarray, w: np.ndarray | None) -> ScoreTable:
     """:func:`score_table` on the host: one sort (of bit patterns, for 0/1 labels and unit weights; else
     a stable argsort), then one compiled pass in score order (:func:`_sorted_key_sums`), where gathers,
-    a cumulative sum and a ``bincount`` per column each took a pass of their own (3.9 s against about
-    1.5 s for 1e7 weighted rows)."""
+    a cumulative sum and a ``bincount`` per column each took a pass of their own (1e7 weighted rows: 3.9 s
+    against 2.1 s, 1.5 s of it numpy's stable argsort)."""
     if w is None and bool(((y == 0) | (y == 1)).all()):
         ps, ys = _sorted_binary_unit(p, y)
         if bool((ps[1:] != ps[:-1]).all()):  # no ties: the sorted rows are the table
