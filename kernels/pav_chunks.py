@@ -25,8 +25,8 @@ from gpucal.kernels.pav_walk import N_BLOCK_STATS
 
 __all__ = ["DEVICE_CHUNK_ROWS", "chunk_blocks", "chunk_bounds", "compact_chunk_blocks"]
 
-#: Rows per chunk on the GPU: enough threads to fill the device from a few million rows, and chunks
-#: long enough that their blocks are far fewer than their rows.
+#: Rows per chunk on the GPU: a thread per chunk (39,000 threads for 1e7 rows), chunks long enough that
+#: their blocks are far fewer than their rows. Chosen without a GPU; the blocks take ``(n, 5)`` float64.
 DEVICE_CHUNK_ROWS = 256
 
 

@@ -1,8 +1,9 @@
 """The CUDA kernel of :func:`gpucal.kernels.pav_chunks.chunk_blocks`: one thread per chunk of sorted rows.
 
 Each thread walks its chunk alone (:func:`~gpucal.kernels.pav_walk.walk_chunk`), its block stack in the
-chunk's own rows of ``blocks``: a few hundred rows read in order and a stack that stays in L1 and L2.
-Chunks of :data:`~gpucal.kernels.pav_chunks.DEVICE_CHUNK_ROWS` rows give 1e7 rows some 39,000 threads.
+chunk's own rows of ``blocks``. Chunks of :data:`~gpucal.kernels.pav_chunks.DEVICE_CHUNK_ROWS` rows give
+1e7 rows some 39,000 threads. Not yet timed on a GPU: the threads of a warp read 32 chunks apart, so the
+loads are not coalesced, and a layout that reads them together may pay.
 """
 
 from __future__ import annotations

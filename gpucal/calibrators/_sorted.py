@@ -87,8 +87,9 @@ def open_cursor(starts, stops):  # pragma: no cover - compiled
 
 
 @numba.njit(cache=True)
-def _first_not_below(score, order, lo, hi, value):  # pragma: no cover - compiled
-    """The first position in ``[lo, hi)`` of a run whose score is not below ``value`` (``hi``: none)."""
+def _first_in_run_not_below(score, order, lo, hi, value):  # pragma: no cover - compiled
+    """The first position in ``[lo, hi)`` of a run (rows ``order[lo:hi]``, sorted by score) whose score
+    is not below ``value`` (``hi``: none): ``gpucal.calibrators.bins``' search, read through ``order``."""
     while lo < hi:
         mid = (lo + hi) // 2
         if score[order[mid]] < value:
@@ -123,10 +124,10 @@ def tie_group_cuts(score, order, bounds, n_chunks, tie_eps):  # pragma: no cover
             below = -np.inf  # the largest score below a
             above = np.inf  # the smallest score above a
             for r in range(n_runs):
-                p = _first_not_below(score, order, bounds[r], bounds[r + 1], a)
+                p = _first_in_run_not_below(score, order, bounds[r], bounds[r + 1], a)
                 if p > bounds[r]:
                     below = max(below, score[order[p - 1]])
-                q = _first_not_below(score, order, p, bounds[r + 1], np.nextafter(a, np.inf))
+                q = _first_in_run_not_below(score, order, p, bounds[r + 1], np.nextafter(a, np.inf))
                 if q < bounds[r + 1]:
                     above = min(above, score[order[q]])
             if a - below >= tie_eps:
@@ -134,7 +135,7 @@ def tie_group_cuts(score, order, bounds, n_chunks, tie_eps):  # pragma: no cover
             a = above
         cut = a
         for r in range(n_runs):
-            cuts[k, r] = _first_not_below(score, order, bounds[r], bounds[r + 1], a)
+            cuts[k, r] = _first_in_run_not_below(score, order, bounds[r], bounds[r + 1], a)
     return cuts
 
 
