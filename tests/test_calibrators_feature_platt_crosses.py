@@ -21,6 +21,7 @@ from sklearn.linear_model import LogisticRegression
 
 import gpucal
 from gpucal.calibrators import _feature_platt_solver as solver
+from gpucal.calibrators import feature_platt
 from gpucal.calibrators._feature_platt_kernels import NOT_NESTED, merge_nested_codes, nested_codes
 from gpucal.calibrators._feature_platt_rows import PlattBlock, code_weights, pooled_levels
 from gpucal.calibrators._feature_platt_solver import null_directions
@@ -257,6 +258,39 @@ def test_screened_crosses_start_at_their_one_step_fit(monkeypatch: pytest.Monkey
     assert stepped.interactions_ == from_zero.interactions_ == [["device", "hour"]]
     assert_allclose(stepped.predict(X), from_zero.predict(X), atol=1e-8)
     assert stepped.n_iter_ < from_zero.n_iter_
+
+
+@pytest.mark.parametrize("strength", [1.2, 0.0])
+def test_screened_fit_starts_from_the_first_order_fit_not_strided_rows(
+    monkeypatch: pytest.MonkeyPatch, strength: float
+) -> None:
+    """On many rows the first-order fit the screen reads is warm-started on strided rows; the second-order
+    fit then starts from it (the fit on every row) and takes no strided fit of its own, which would move
+    it away: the same optimum in fewer Newton steps, with a cross kept or none."""
+    X, y = crossed_data(n=20_000, seed=5, strength=strength)
+    monkeypatch.setattr(feature_platt, "WARM_START_MIN_ROWS", 10_000)
+    monkeypatch.setattr(feature_platt, "WARM_START_ROWS", 2_000)
+    strided_fits: list[int] = []
+    sample = solver.strided
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        strided_fits.append(1)
+        return sample(*args, **kwargs)
+
+    monkeypatch.setattr(solver, "strided", counted)
+    fitted = FeatureAwarePlattCalibrator(interactions="auto", **PARAMS).fit(X, y)
+    assert len(strided_fits) == 1  # the first-order fit's warm start only
+    fit_rows = solver._fit_rows
+
+    def rewarming(*args: Any, **kwargs: Any) -> Any:
+        return fit_rows(*args, **{**kwargs, "strided_start": True})
+
+    monkeypatch.setattr(solver, "_fit_rows", rewarming)
+    rewarmed = FeatureAwarePlattCalibrator(interactions="auto", **PARAMS).fit(X, y)
+    assert len(strided_fits) == 3
+    assert fitted.interactions_ == rewarmed.interactions_ == ([["device", "hour"]] if strength else [])
+    assert_allclose(fitted.predict(X), rewarmed.predict(X), atol=1e-8)
+    assert fitted.n_iter_ < rewarmed.n_iter_
 
 
 def test_save_load_round_trip(tmp_path: Any) -> None:

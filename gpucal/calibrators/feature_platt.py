@@ -58,7 +58,8 @@ from gpucal.rows import Rows, as_rows
 # Test-only switch: take the array code (the GPU path) on numpy arrays too, instead of the numba loops.
 FORCE_ARRAY_PATH = False
 # Fits on at least WARM_START_MIN_ROWS rows start from the fit on about WARM_START_ROWS strided rows (read
-# at each fit, so tests can lower them).
+# at each fit, so tests can lower them); with interactions="auto", only the first-order fit the screen
+# reads, which the second-order fit then starts from.
 WARM_START_MIN_ROWS = 1 << 18
 WARM_START_ROWS = 1 << 16
 #: Default penalty of the cross effects (the main effects' ``l2`` is 1.0): see the class docstring.
