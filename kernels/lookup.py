@@ -386,13 +386,18 @@ def _lookup_pairs_cpu(out, first, layout, tables, runs, right_codes):
 
 
 def pair_tables(
-    codes: np.ndarray, w: np.ndarray, pairs: Sequence[tuple[int, int, int, int]]
-) -> list[tuple[np.ndarray, np.ndarray]]:
+    codes: np.ndarray, w: np.ndarray | None, pairs: Sequence[tuple[int, int, int, int]]
+) -> list[tuple[np.ndarray, np.ndarray | None]]:
     r"""For each ``(left, right, n_left, n_right)`` of ``pairs``, the rows of ``codes`` (numpy, ``(n, d)``)
     and their sum of ``w`` per key :math:`c_l n_r + c_r`, as two tables of :math:`n_l n_r` entries (the
-    sums added in row order, as ``bincount`` adds them).
+    sums added in row order, as ``bincount`` adds them; ``w`` None: unit weights, whose sums are the
+    counts, None, no weight read and no second table).
 
-    One compiled pass over the rows fills the tables of every pair: no key per row is built.
+    One compiled pass over the rows fills the tables of every pair: no key per row is built. On many rows
+    the pairs are dealt to the threads, each pair's table filled by one thread in row order, so the
+    numbers do not depend on the thread count: each thread reads every row and adds into its own
+    tables only (a pass with one table per pair and row chunk would add the chunks' sums in another
+    order, and hold a copy of every table per chunk).
     """
     n_pairs = len(pairs)
     layout = np.zeros((n_pairs, 4), dtype=np.int64)  # left, right, n_right, where the pair's tables start
@@ -400,24 +405,45 @@ def pair_tables(
     for c, (left, right, n_left, n_right) in enumerate(pairs):
         layout[c] = left, right, n_right, n_table
         n_table += n_left * n_right
-    counts, sums = _pair_tables_cpu(codes, np.asarray(w, dtype=np.float64), layout, np.int64(n_table))
+    weighted = w is not None
+    weights = np.asarray(w, dtype=np.float64) if weighted else np.zeros(0)
+    counts, sums = _pair_tables_cpu(codes, weights, layout, np.int64(n_table), pair_groups(pairs), weighted)
     bounds = [*layout[:, 3].tolist(), n_table]
-    return [(counts[a:b], sums[a:b]) for a, b in itertools.pairwise(bounds)]
+    return [(counts[a:b], sums[a:b] if weighted else None) for a, b in itertools.pairwise(bounds)]
 
 
-@numba.njit(cache=True)
-def _pair_tables_cpu(codes, w, layout, n_table):
+def pair_groups(pairs: Sequence[tuple[int, int, int, int]]) -> np.ndarray:
+    """The pairs of each thread of :func:`pair_tables`' pass, ``-1``-padded rows of pair indices: dealt
+    in turn by decreasing table size (a large table's adds miss the cache more often), one group per
+    thread and at most one per pair."""
+    n_groups = max(1, min(numba.get_num_threads(), len(pairs)))
+    by_size = sorted(range(len(pairs)), key=lambda c: -pairs[c][2] * pairs[c][3])
+    dealt = [by_size[g::n_groups] for g in range(n_groups)]
+    groups = np.full((n_groups, max(len(d) for d in dealt)), -1, dtype=np.int64)
+    for g, members in enumerate(dealt):
+        groups[g, : len(members)] = members
+    return groups
+
+
+@parallel_rows("codes")
+def _pair_tables_cpu(codes, w, layout, n_table, groups, weighted):
     counts = np.zeros(n_table, dtype=np.int64)
-    sums = np.zeros(n_table)
-    for i in range(codes.shape[0]):
-        for c in range(layout.shape[0]):
-            k = (
-                layout[c, 3]
-                + np.int64(codes[i, layout[c, 0]]) * layout[c, 2]
-                + np.int64(codes[i, layout[c, 1]])
-            )
-            counts[k] += 1
-            sums[k] += w[i]
+    sums = np.zeros(n_table if weighted else 0)
+    for g in numba.prange(groups.shape[0]):
+        members = groups[g]
+        for i in range(codes.shape[0]):
+            for m in range(members.shape[0]):
+                c = members[m]
+                if c < 0:
+                    break
+                k = (
+                    layout[c, 3]
+                    + np.int64(codes[i, layout[c, 0]]) * layout[c, 2]
+                    + np.int64(codes[i, layout[c, 1]])
+                )
+                counts[k] += 1
+                if weighted:
+                    sums[k] += w[i]
     return counts, sums
 
 

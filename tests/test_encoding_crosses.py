@@ -250,6 +250,28 @@ def test_unweighted_pair_counts_equal_the_weighted_ones() -> None:
         assert_array_equal(plain.stats, weighted.stats)
 
 
+@pytest.mark.parametrize("weighted", [False, True])
+def test_pair_counts_equal_numpys_on_every_path(weighted: bool) -> None:
+    """Pairs of at most as many keys as rows in a table of every key, the others by ``bincount`` or by
+    sorting their keys: every path gives the keys some row has and their weight summed in row order, as
+    ``np.unique`` and ``bincount`` find them."""
+    from gpucal.encoding.crosses import count_pairs
+
+    rng = np.random.default_rng(9)
+    n_rows = 4_000
+    n_values = [3_000, 150, 50, 4]
+    codes = np.column_stack([rng.integers(0, k, n_rows) for k in n_values]).astype(np.int16)
+    w = rng.uniform(0.0, 2.0, n_rows) if weighted else None
+    pairs = [(a, b, n_values[a], n_values[b]) for a in range(4) for b in range(a + 1, 4)]
+    spans = [n_left * n_right for _, _, n_left, n_right in pairs]
+    assert min(spans) <= n_rows < max(spans)
+    for (left, right, _, n_right), table in zip(pairs, count_pairs(codes, w, pairs, 10**7), strict=True):
+        keys = codes[:, left].astype(np.int64) * n_right + codes[:, right]
+        present = np.unique(keys)
+        assert_array_equal(table.keys[0], present)
+        assert_array_equal(table.stats[:, 0], np.bincount(keys, weights=w)[present])
+
+
 def test_group_sorted_without_weights_counts_the_keys() -> None:
     """No weights: each key's sum is its count, read off the keys sorted alone (one key on numpy); the
     same keys and sums as unit weights through the argsort, and the same for two keys."""

@@ -299,3 +299,30 @@ def test_pair_tables_equal_bincount() -> None:
         keys = codes[:, left].astype(np.int64) * n_right + codes[:, right]
         np.testing.assert_array_equal(counts, np.bincount(keys, minlength=n_left * n_right))
         np.testing.assert_array_equal(sums, np.bincount(keys, weights=w, minlength=n_left * n_right))
+
+
+def test_pair_tables_do_not_depend_on_the_threads() -> None:
+    """The parallel pass deals the pairs to the threads, each table filled by one thread in row order:
+    the serial pass's very counts and sums on one thread or two. Without weights only the counts."""
+    import numba
+
+    rng = np.random.default_rng(13)
+    n_values = [40, 9, 300, 4]
+    codes = np.column_stack([rng.integers(0, k, 3_000) for k in n_values]).astype(np.int16)
+    w = rng.uniform(0.0, 3.0, 3_000)
+    pairs = [(0, 1, 40, 9), (2, 0, 300, 40), (1, 3, 9, 4), (3, 2, 4, 300), (0, 3, 40, 4)]
+    serial = pair_tables(codes, w, pairs)
+    before = numba.get_num_threads()
+    try:
+        for threads in range(1, before + 1):
+            numba.set_num_threads(threads)
+            with parallel_twins_only():
+                parallel = pair_tables(codes, w, pairs)
+            for (counts, sums), (want_counts, want_sums) in zip(parallel, serial, strict=True):
+                np.testing.assert_array_equal(counts, want_counts)
+                np.testing.assert_array_equal(sums, want_sums)
+    finally:
+        numba.set_num_threads(before)
+    for (counts, sums), (want_counts, _) in zip(pair_tables(codes, None, pairs), serial, strict=True):
+        np.testing.assert_array_equal(counts, want_counts)
+        assert sums is None
