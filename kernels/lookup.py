@@ -391,7 +391,7 @@ def pair_tables(
     r"""For each ``(left, right, n_left, n_right)`` of ``pairs``, the rows of ``codes`` (numpy, ``(n, d)``)
     and their sum of ``w`` per key :math:`c_l n_r + c_r`, as two tables of :math:`n_l n_r` entries (the
     sums added in row order, as ``bincount`` adds them; ``w`` None: unit weights, whose sums are the
-    counts, None, no weight read and no second table).
+    counts: no weight is read and the second table is None).
 
     One compiled pass over the rows fills the tables of every pair: no key per row is built. On many rows
     the pairs are dealt to the threads, each pair's table filled by one thread in row order, so the
@@ -407,16 +407,19 @@ def pair_tables(
         n_table += n_left * n_right
     weighted = w is not None
     weights = np.asarray(w, dtype=np.float64) if weighted else np.zeros(0)
-    counts, sums = _pair_tables_cpu(codes, weights, layout, np.int64(n_table), pair_groups(pairs), weighted)
+    # The serial twin (few rows) walks the groups one after another: one group, one walk over the rows.
+    n_groups = numba.get_num_threads() if runs_parallel(codes.shape[0]) else 1
+    groups = pair_groups(pairs, n_groups)
+    counts, sums = _pair_tables_cpu(codes, weights, layout, np.int64(n_table), groups, weighted)
     bounds = [*layout[:, 3].tolist(), n_table]
     return [(counts[a:b], sums[a:b] if weighted else None) for a, b in itertools.pairwise(bounds)]
 
 
-def pair_groups(pairs: Sequence[tuple[int, int, int, int]]) -> np.ndarray:
+def pair_groups(pairs: Sequence[tuple[int, int, int, int]], n_groups: int) -> np.ndarray:
     """The pairs of each thread of :func:`pair_tables`' pass, ``-1``-padded rows of pair indices: dealt
-    in turn by decreasing table size (a large table's adds miss the cache more often), one group per
-    thread and at most one per pair."""
-    n_groups = max(1, min(numba.get_num_threads(), len(pairs)))
+    in turn by decreasing table size (a large table's adds miss the cache more often), ``n_groups`` of
+    them (at most one per pair)."""
+    n_groups = max(1, min(n_groups, len(pairs)))
     by_size = sorted(range(len(pairs)), key=lambda c: -pairs[c][2] * pairs[c][3])
     dealt = [by_size[g::n_groups] for g in range(n_groups)]
     groups = np.full((n_groups, max(len(d) for d in dealt)), -1, dtype=np.int64)
