@@ -92,6 +92,25 @@ def test_weights_and_p_true_are_never_default_features() -> None:
     assert explicit == ["region", "w"]
 
 
+@pytest.mark.parametrize("weighted", [False, True])
+def test_a_column_like_the_label_on_its_first_rows_only_stays_a_feature(weighted: bool) -> None:
+    """Columns are compared on a block's first ``HEAD_ROWS`` rows first, and on every row when they agree
+    there: one that equals the label (or the weights) there and differs later is a feature; one that
+    equals it everywhere is not."""
+    df = table(n=3 * features.HEAD_ROWS)
+    target = df["w"] if weighted else df["clicked"]
+    df["copy"] = target.to_numpy(np.float64)
+    df["late"] = target.to_numpy(np.float64)
+    df.loc[len(df) - 1, "late"] = -1.0
+    weights = df["w"] if weighted else None
+    rows = as_rows(X=df, y=df["clicked"], sample_weight=weights)
+    chosen = resolve_feature_cols(rows, df, df["clicked"], weights, score_col="score", feature_cols=None)
+    assert chosen == [*FEATURES, *([] if weighted else ["w"]), "late"]
+    if not weighted:
+        with pytest.raises(ValueError, match="'copy' holds the same values as y"):
+            resolve_feature_cols(rows, df, df["clicked"], score_col="score", feature_cols=["copy"])
+
+
 def test_auto_compares_its_columns_with_the_labels_once(monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """AutoCalibrator compares X's columns with the labels on every row; its candidates' fits in the
     folds and the refit, on rows of that X, check their feature_cols by name only."""

@@ -37,7 +37,14 @@ from typing import Any
 
 import numpy as np
 
-from gpucal._frames import as_column, column_names, frame_columns, numeric_values, resolve_feature_names
+from gpucal._frames import (
+    Column,
+    as_column,
+    column_names,
+    frame_columns,
+    numeric_values,
+    resolve_feature_names,
+)
 from gpucal.rows import RowBlock, Rows
 from gpucal.rows.collections import any_dask
 
@@ -130,19 +137,37 @@ def _series_name(x: Any) -> Hashable | None:
     return name if isinstance(name, Hashable) and name not in (None, "") else None
 
 
+#: Rows of a block a candidate column is compared on first: one that differs from the label (or the
+#: weights) there is not read further. A column equal to it there is compared on every row.
+HEAD_ROWS = 1024
+
+
 def _rows_differing(block: RowBlock, candidates: list[Hashable], weighted: bool) -> np.ndarray:
-    """``[[rows where column j != y], [rows where column j != sample_weight]]`` of one block (float64)."""
+    """``[[d_y(j)], [d_w(j)]]`` of one block (float64): the rows where column ``j`` differs from ``y``
+    (``sample_weight``), over the block's first ``HEAD_ROWS`` rows when some differ there, else over all
+    of them. So ``d`` is 0 exactly when the column holds the target on every row, which is all the
+    caller reads of it (summed over blocks); a column that differs early is converted to numbers on its
+    first rows only (8 integer columns of 1e7 rows: 0.7 s of an automatic fit on every row)."""
     X, y, w = block["X"], block.columns.get("y"), block.columns.get("sample_weight")
     targets = [_numeric_target(y), _numeric_target(w) if weighted else None]
     out = np.full((2, len(candidates)), float(len(block)))
     for j, name in enumerate(candidates):
         try:
-            values = numeric_values(frame_columns(X, [name])[name])
+            column = frame_columns(X, [name])[name]
         except TypeError:  # a dtype no feature may have (dates, nested): not the label; the fit says why
             continue
+        head = numeric_values(Column(column.values[:HEAD_ROWS], column.categories, column.dtype))
+        if head is None:  # strings or categories: never the label
+            continue
+        values = None
         for i, target in enumerate(targets):
-            if values is not None and target is not None and target.shape == values.shape:
-                out[i, j] = float(int((values != target).sum()))
+            if target is None or target.shape != column.values.shape:
+                continue
+            differing = int((head != target[:HEAD_ROWS]).sum())
+            if differing == 0:
+                values = numeric_values(column) if values is None else values
+                differing = int((values != target).sum())
+            out[i, j] = float(differing)
     return out
 
 
