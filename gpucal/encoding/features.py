@@ -24,8 +24,8 @@ counts added over the blocks (:meth:`gpucal.rows.Rows.sum`), so every partition 
 Inside :func:`trusting_feature_cols` an explicit ``feature_cols`` is only checked to name distinct
 columns of ``X`` other than the score, not compared with the label and the weights: the automatic
 calibrator compares its columns with the labels once, on every row, and then fits its candidates on
-subsets of those rows, where the comparison would only be repeated (about 4% of its fit on 150,000
-rows) or, on a small fold, refuse a column that equals the label there by chance.
+subsets of those rows, where the comparison would only be repeated or, on a small fold, refuse a
+column that equals the label there by chance.
 """
 
 from __future__ import annotations
