@@ -147,7 +147,7 @@ def _rows_differing(block: RowBlock, candidates: list[Hashable], weighted: bool)
     (``sample_weight``), over the block's first ``HEAD_ROWS`` rows when some differ there, else over all
     of them. So ``d`` is 0 exactly when the column holds the target on every row, which is all the
     caller reads of it (summed over blocks); a column that differs early is converted to numbers on its
-    first rows only (8 integer columns of 1e7 rows: 0.7 s of an automatic fit on every row)."""
+    first rows only (converting every row of 8 integer columns of 1e7 rows took 0.3-0.7 s)."""
     X, y, w = block["X"], block.columns.get("y"), block.columns.get("sample_weight")
     targets = [_numeric_target(y), _numeric_target(w) if weighted else None]
     out = np.full((2, len(candidates)), float(len(block)))
