@@ -36,6 +36,16 @@ MIN_SHARED_SLOTS = 256
 THREADS_PER_BLOCK = 256
 # Enough blocks to fill an H100 (132 SMs x 8 blocks of 256 threads); the grid-stride loop does the rest.
 MAX_BLOCKS = 1024
+
+
+def grid_blocks(n_items: int, n_blocks: int | None, threads_per_block: int) -> int:
+    """``n_blocks``, or by default one block per ``threads_per_block`` items, at most ``MAX_BLOCKS`` (the
+    kernels' grid-stride loops do the rest)."""
+    if n_blocks is None:
+        n_blocks = min(MAX_BLOCKS, max(1, -(-n_items // threads_per_block)))
+    return n_blocks
+
+
 # The code range kernel gives each feature ``THREADS_PER_BLOCK // d`` threads of a block, so it takes
 # up to this many features; wider code matrices are reduced by the array library.
 MAX_RANGE_FEATURES = THREADS_PER_BLOCK
@@ -138,8 +148,7 @@ def launch_group_sums(
     slots = 0 if force_global else shared_slots_for(out.shape[0])
     kernel = make_group_sums_kernel(slots > 0, slots)
     n_pairs = codes.shape[0] * codes.shape[1]
-    if n_blocks is None:
-        n_blocks = min(MAX_BLOCKS, max(1, -(-n_pairs // threads_per_block)))
+    n_blocks = grid_blocks(n_pairs, n_blocks, threads_per_block)
     kernel[n_blocks, threads_per_block](codes, f, y, w, node_idx, offsets, np.int64(n_bins), out)
 
 
@@ -188,8 +197,7 @@ def launch_code_range(codes: Any, *, n_blocks: int | None = None) -> tuple[np.nd
     if d > MAX_RANGE_FEATURES:
         return to_host(codes.min(axis=0)).astype(np.int64), to_host(codes.max(axis=0)).astype(np.int64)
     threads = d * (THREADS_PER_BLOCK // d)
-    if n_blocks is None:
-        n_blocks = min(MAX_BLOCKS, max(1, -(-n // (threads // d))))
+    n_blocks = grid_blocks(n, n_blocks, threads // d)
     low = xp.asarray(codes[0], dtype=np.int64).copy()
     high = low.copy()
     code_range_kernel[n_blocks, threads](codes, low, high)

@@ -41,6 +41,6 @@ def launch_chunk_blocks(
     threads_per_block: int = THREADS_PER_BLOCK,
 ) -> None:
     """Launch :func:`chunk_blocks_kernel` with a thread per chunk (``n_blocks``: fewer, grid-striding)."""
-    if n_blocks is None:
+    if n_blocks is None:  # not capped like group_sums_cuda.grid_blocks: a chunk's walk is long, one each
         n_blocks = max(1, -(-counts.shape[0] // threads_per_block))
     chunk_blocks_kernel[n_blocks, threads_per_block](x, y, w, bounds, tie_eps, blocks, counts)

@@ -22,7 +22,7 @@ import numpy as np
 from numba import cuda
 
 from gpucal.kernels._feistel import row_bin, view_keys
-from gpucal.kernels.group_sums_cuda import MAX_BLOCKS, THREADS_PER_BLOCK
+from gpucal.kernels.group_sums_cuda import THREADS_PER_BLOCK, grid_blocks
 from gpucal.kernels.trees_row import apply_map, finish_value, start_value
 
 # gridDim.y limit on every cc >= 3.0.
@@ -111,9 +111,7 @@ def launch_mvce_split_sums(
     y extent is ``min(n_views, MAX_GRID_Y)``.
     """
     n_rows = codes.shape[0]
-    if n_blocks is None:
-        n_blocks = min(MAX_BLOCKS, max(1, -(-n_rows // threads_per_block)))
-    grid = (n_blocks, max(1, min(n_views, MAX_GRID_Y)))
+    grid = (grid_blocks(n_rows, n_blocks, threads_per_block), max(1, min(n_views, MAX_GRID_Y)))
     mvce_split_sums_kernel[grid, threads_per_block](
         codes,
         f,

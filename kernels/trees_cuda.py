@@ -18,7 +18,7 @@ import numpy as np
 from numba import cuda
 
 from gpucal.kernels import trees_row
-from gpucal.kernels.group_sums_cuda import MAX_BLOCKS, THREADS_PER_BLOCK
+from gpucal.kernels.group_sums_cuda import THREADS_PER_BLOCK, grid_blocks
 
 # Device functions compiled from the Python source of the CPU twin's per-row functions (the simulator
 # cannot hand its arrays to an njit function; a device function works on the GPU and in the simulator).
@@ -80,13 +80,6 @@ def chain_start_kernel(f, a, b, leaf_map, out):
         out[i] = start_value(f[i], a, b, leaf_map)
 
 
-def _blocks(n_rows: int, n_blocks: int | None, threads_per_block: int) -> int:
-    """One block per ``threads_per_block`` rows, at most ``MAX_BLOCKS`` (a grid-stride loop does the rest)."""
-    if n_blocks is None:
-        n_blocks = min(MAX_BLOCKS, max(1, -(-n_rows // threads_per_block)))
-    return n_blocks
-
-
 def launch_route_rows(
     codes: Any,
     node_idx: Any,
@@ -99,7 +92,7 @@ def launch_route_rows(
     threads_per_block: int = THREADS_PER_BLOCK,
 ) -> None:
     """Launch ``route_rows_kernel`` on device arrays (``out`` int32 of shape ``(n,)``)."""
-    grid = _blocks(codes.shape[0], n_blocks, threads_per_block)
+    grid = grid_blocks(codes.shape[0], n_blocks, threads_per_block)
     route_rows_kernel[grid, threads_per_block](
         codes, node_idx, node_feature, node_child_base, child_table, out
     )
@@ -117,7 +110,7 @@ def launch_tree_leaves(
     threads_per_block: int = THREADS_PER_BLOCK,
 ) -> None:
     """Launch ``tree_leaves_kernel`` on device arrays (``out`` int32 of shape ``(n, n_trees)``)."""
-    grid = _blocks(codes.shape[0], n_blocks, threads_per_block)
+    grid = grid_blocks(codes.shape[0], n_blocks, threads_per_block)
     tree_leaves_kernel[grid, threads_per_block](
         codes, node_feature, node_child_base, child_table, tree_start, out
     )
@@ -142,7 +135,7 @@ def launch_predict_trees(
     threads_per_block: int = THREADS_PER_BLOCK,
 ) -> None:
     """Launch ``predict_trees_kernel`` on device arrays (``out`` float64 of shape ``(n,)``)."""
-    grid = _blocks(codes.shape[0], n_blocks, threads_per_block)
+    grid = grid_blocks(codes.shape[0], n_blocks, threads_per_block)
     predict_trees_kernel[grid, threads_per_block](
         codes,
         f,
@@ -162,5 +155,5 @@ def launch_predict_trees(
 
 def launch_chain_start(f: Any, a: float, b: float, leaf_map: int, out: Any) -> None:
     """Launch ``chain_start_kernel`` on device arrays (``f`` and ``out`` float64 of shape ``(n,)``)."""
-    grid = _blocks(f.shape[0], None, THREADS_PER_BLOCK)
+    grid = grid_blocks(f.shape[0], None, THREADS_PER_BLOCK)
     chain_start_kernel[grid, THREADS_PER_BLOCK](f, np.float64(a), np.float64(b), np.int64(leaf_map), out)

@@ -17,7 +17,7 @@ from numba import cuda
 
 from gpucal.kernels._feistel import row_bin, view_keys
 from gpucal.kernels._rowmath import view_row_stats
-from gpucal.kernels.group_sums_cuda import MAX_BLOCKS, THREADS_PER_BLOCK, shared_slots_for
+from gpucal.kernels.group_sums_cuda import THREADS_PER_BLOCK, grid_blocks, shared_slots_for
 
 N_VIEW_STATS = 4
 # gridDim.y limit on every cc >= 3.0.
@@ -86,9 +86,7 @@ def view_bins_kernel(rows, n_total, n_bins, seed, right_bits, n_left, out):
 
 
 def _grid(n_rows: int, n_views: int, n_blocks: int | None, threads_per_block: int) -> tuple[int, int]:
-    if n_blocks is None:
-        n_blocks = min(MAX_BLOCKS, max(1, -(-n_rows // threads_per_block)))
-    return n_blocks, max(1, min(n_views, MAX_GRID_Y))
+    return grid_blocks(n_rows, n_blocks, threads_per_block), max(1, min(n_views, MAX_GRID_Y))
 
 
 def launch_view_sums(
