@@ -27,9 +27,9 @@ the most, always go on (below). The rungs of a calibration set of ``n`` rows:
   difference) and the expensive ones (``gpucal.auto.candidates.EXPENSIVE_CLASSES``: NeuCalib) unless
   best; and always Platt scaling, and on a large set every second-order feature-aware Platt candidate
   (``interactions="auto"``: its screens keep more crosses on more rows, and its fit is one Newton over
-  sums, about 0.6 CPU s on 150,000 rows), which is not raced on a screening rung there (on 4,000
-  training rows the 400-cell crosses of ``make_ctr``'s cross400 scenario trailed by more than
-  ``drop_threshold`` after one fold; chosen on every row, 0.81% from the oracle against 1.67%)
+  sums, about 0.15 CPU s on 150,000 rows of ``make_ctr``'s cross400 scenario), which is not raced on a
+  screening rung there (on 4,000 training rows the 400-cell crosses of that scenario trailed by more
+  than ``drop_threshold`` after one fold; chosen on every row, 0.81% from the oracle against 1.67%)
   (``AutoCalibrator._survivors``); of second-order candidates that are twins on a rung (their screens
   kept no pair, so ``l2_cross`` does not part them) only the first listed, the least shrunk, goes on
   (``gpucal.auto.cross_fit.distinct_growing``): on ``make_ctr``'s calibrated and mixed scenarios at
@@ -51,15 +51,16 @@ the held-out log-loss the same to 1e-7.
 Every rule is a function of the seeded folds and the held-out losses, never of the clock, so a fit is
 repeatable; ``time_budget`` is the only clock-driven stop.
 
-The cost that is left on a large set (``benchmarks/results/auto_search_cost.md``, 150,000 rows of the
-``make_ctr`` cross, cross400, mixed and calibrated scenarios): 2.3-4.4 CPU s, 2.1-8.8x cheaper than
-MCGrad's default in the same process (5x met on 3 of 8). Of it, about 0.8 CPU s are the two screening
-rungs; the last rung cross-fits Platt scaling, the leader and the second-order candidates over every row
-(second-order feature-aware Platt: about 0.45 CPU s per fit on 150,000 rows, its ``l2_cross=100``
-setting stopped by racing after one fold); the refit of the choice and the blend members on every row
-is 0.5-1.0 CPU s. Where MCGrad's default is cheap (cross400, calibrated: 5-9 CPU s) the one candidate
-that brings the cross400 sets near the Bayes floor already costs about 1 CPU s cross-fitted and refitted,
-so 5x there needs a cheaper second-order fit, not a smaller search.
+The cost that is left on a large set (``benchmarks/results/auto_1128a.md``, 150,000 rows, the medians
+of three alternated fits): 0.5-1.5 CPU s, 4.96-18.5x cheaper than MCGrad's default in the same process
+(5x on 13 of 14). On a busier machine (``auto_1128b.md``) 0.9-2.5 CPU s and 4.0-13.3x: this search's
+CPU seconds grew more under load than MCGrad's. The nearest to 5x is ``make_ctr``'s cross400 scenario
+(about 1 CPU s; shares measured by the candidates' fit clocks): each screening rung about a quarter,
+the last rung about a quarter to a third (the second-order candidate's two fold fits on 75,000 rows most
+of it), the refit of the blend's members on every row about a sixth, and the blend, folds and reports
+the rest. No part is most of it, and within a second-order fit the Newton passes are about a third
+(the rest is encoding the crosses, the field and cross screens and the solver's set-up), so a cut
+there is a cut of the many small costs, not of one.
 
 On a large set the prediction must also beat Platt scaling on the last rung's rows by more than
 :data:`PLATT_MARGIN` standard errors of the per-row difference, else Platt scaling predicts: where the
