@@ -147,6 +147,31 @@ def test_shared_fits_equal_unshared_ones(monkeypatch: pytest.MonkeyPatch) -> Non
     assert fitted_state(again) == fitted_state(alone[3])
 
 
+def test_shared_second_order_fits_with_and_without_the_field_screen_equal_unshared_ones() -> None:
+    # Where the screen narrows nothing, the two settings share an encoding and a column list, but their
+    # first-order fits start apart (the screen's Platt scaling, the constant model) and stop at a
+    # tolerance: each must take its own.
+    rng = np.random.default_rng(3)
+    n_rows = 4_000
+    X = pd.DataFrame(
+        {
+            "score": rng.uniform(0.05, 0.95, n_rows),
+            "a": rng.choice(list("pqrst"), n_rows),
+            "b": rng.choice(list("xyz"), n_rows),
+        }
+    )
+    effect = 1.0 * ((X["a"] == "p") & (X["b"] == "x")) + 0.8 * (X["a"] == "q") + 0.7 * (X["b"] == "y")
+    y = (rng.random(n_rows) < expit(0.5 * logit(X["score"]) + effect)).astype(np.float64).to_numpy()
+    params = {"l2": 10.0, "interactions": "auto"}
+    settings = [{}, {"screen_fields": True}]
+    alone = [FeatureAwarePlattCalibrator(**params, **p).fit(X, y) for p in settings]
+    for order in (settings, settings[::-1]):
+        with sharing_fits({}):
+            shared = {id(p): FeatureAwarePlattCalibrator(**params, **p).fit(X, y) for p in order}
+        for p, one in zip(settings, alone, strict=True):
+            assert fitted_state(shared[id(p)]) == fitted_state(one)
+
+
 def test_nothing_is_kept_outside_sharing(monkeypatch: pytest.MonkeyPatch) -> None:
     X, y = cross_only(3_000, 10)
     params = {"categorical_cols": ["site", "device", "hour"], **SEARCH[3]}

@@ -121,19 +121,19 @@ class FeaturePlattParams:
     n_bins: int
     score_kind: str
     l2: float
+    l2_smooth: float
+    interactions: Any
+    l2_cross: float
+    screen_fields: bool
     max_iter: int
     tol: float
     device: str
     warm_start_min_rows: int
     warm_start_rows: int
-    interactions: Any = None
-    l2_cross: float = 1.0
     min_cross_count: float = MIN_CROSS_COUNT
     max_cross_levels: int = MAX_CROSS_LEVELS
     array_code: bool = False
     what: str = "FeatureAwarePlattCalibrator"
-    screen_fields: bool = False
-    l2_smooth: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -181,9 +181,12 @@ def fit_feature_platt(
         theta[0], theta[1] = screen.score_fit
     screened = params.interactions == "auto" and bool(encoder.interactions_)
     if screened:
+        # screen_fields is where the first-order fit starts (the screen's Platt scaling, else the
+        # constant model), even where the screen narrows nothing.
         first = (
             encoding,
             narrowed,
+            params.screen_fields,
             params.l2,
             params.l2_smooth,
             params.max_iter,
@@ -225,7 +228,8 @@ def sharing_fits(memo: dict[Any, Any]) -> Iterator[None]:
     (local rows) share what depends on those rows and the encoder's parameters alone, kept in ``memo``:
     the fitted first-order encoder (every pair crossed, with ``interactions="auto"``) and its encoded
     rows; the columns ``screen_fields`` keeps (per ``l2``); the first-order fit that the cross screen
-    starts from and that screen's level sums (per ``l2``; ``l2_cross`` only weighs them). Each fit takes
+    starts from and that screen's level sums (per ``l2``, ``l2_smooth`` and ``screen_fields``, which sets
+    where that fit starts; ``l2_cross`` only weighs them). Each fit takes
     the same steps as alone, so its result is the same to the last bit. Outside the block nothing is kept.
 
     ``memo`` holds the rows' objects and their encodings while it lives: the caller keeps one per set
