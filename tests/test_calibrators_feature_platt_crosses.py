@@ -330,6 +330,7 @@ def test_load_rejects_inconsistent_crosses(tmp_path: Any) -> None:
         ([("hour",)], ValueError, r"\('hour',\) is not a pair of columns"),
         ("pairs", ValueError, "'interactions' parameter of FeatureAwarePlattCalibrator must be None, 'auto'"),
         (3, ValueError, "'interactions' parameter of FeatureAwarePlattCalibrator"),
+        (np.array([["device", "hour"]]), ValueError, r"list of column pairs \(tuples of two column names\)"),
     ],
 )
 def test_bad_interactions(interactions: Any, error: type, match: str) -> None:

@@ -200,6 +200,20 @@ def test_integer_rule_same_over_blocks(categorical_cols):
     assert merged.kinds_ == (["values", "bins", "bins"] if categorical_cols is None else ["bins"] * 3)
 
 
+def test_a_numeric_column_past_the_key_limit_is_named_with_advice_for_it() -> None:
+    dask = pytest.importorskip("dask")
+    values = np.random.default_rng(4).normal(size=400)
+    blocks = LocalRows(
+        tuple(
+            RowBlock({"X": pd.DataFrame({"c": values[lo:hi]}), "sample_weight": None})
+            for lo, hi in [(0, 200), (200, 400)]
+        )
+    )
+    said = r"X\['c'\] distinct values: 400 distinct keys .* Round the values of X\['c'\]"
+    with dask.config.set({"gpucal.max-distinct-keys": 300}), pytest.raises(ValueError, match=said):
+        FeatureEncoder().fit_rows(blocks)
+
+
 def test_out_of_range_and_infinite_values_go_to_end_bins():
     enc = FeatureEncoder(n_bins=4).fit({"x": np.arange(100.0)})
     edges = enc.bin_edges_["x"]

@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -19,6 +20,7 @@ import pytest
 from numpy.testing import assert_array_equal
 
 from gpucal.encoding import FeatureEncoder
+from gpucal.rows import LocalRows, RowBlock
 
 
 def _frame(n: int = 2000, seed: int = 0) -> pd.DataFrame:
@@ -151,9 +153,10 @@ def test_bad_interactions_name_the_entry(interactions: list, match: str) -> None
         FeatureEncoder(interactions=interactions).fit(_frame(50))
 
 
-def test_interactions_must_be_a_list() -> None:
+@pytest.mark.parametrize("interactions", ["auto", np.array([["site", "hour"]])])
+def test_interactions_must_be_a_list(interactions: Any) -> None:
     with pytest.raises(TypeError, match="expected None, 'all' or a list of column pairs"):
-        FeatureEncoder(interactions="auto").fit(_frame(50))
+        FeatureEncoder(interactions=interactions).fit(_frame(50))
 
 
 def test_code_maps_map_the_crosses_too() -> None:
@@ -172,6 +175,8 @@ def test_code_maps_map_the_crosses_too() -> None:
     [
         (lambda d: d["crosses"][0].update(keys=[3, 2]), r"\['keys'\]: expected strictly increasing"),
         (lambda d: d["crosses"][0].update(keys=[10**6]), r"\['keys'\]: expected strictly increasing"),
+        (lambda d: d["crosses"][0]["keys"].append(2**64), r"\['keys'\]: expected strictly increasing"),
+        (lambda d: d["crosses"][0].update(keys=[-(2**70), 0]), r"\['keys'\]: expected strictly increasing"),
         (lambda d: d["crosses"][0].update(columns=["site", "site"]), r"\['columns'\]: expected two distinct"),
         (lambda d: d["crosses"][0].update(columns=["site", "zzz"]), r"\['columns'\]: expected two distinct"),
         (lambda d: d["params"].update(interactions=[["hour", "x"]]), "differ from data"),
@@ -186,6 +191,28 @@ def test_from_dict_checks_the_crosses(corrupt, match: str) -> None:
     corrupt(data)
     with pytest.raises(ValueError, match=match):
         FeatureEncoder.from_dict(data)
+
+
+def _site_ad(ads: range, n: int = 2_000) -> pd.DataFrame:
+    rng = np.random.default_rng(ads.start)
+    ad = rng.integers(ads.start, ads.stop, n)
+    return pd.DataFrame({"site": rng.integers(0, 10, n).astype(str), "ad": ad.astype(str)})
+
+
+def test_a_cross_past_the_key_limit_is_named_with_advice_for_crosses() -> None:
+    dask = pytest.importorskip("dask")
+    X = _site_ad(range(0, 20))  # 200 keys
+    halves = (_site_ad(range(0, 10)), _site_ad(range(10, 20)))  # 100 keys in each
+    blocks = LocalRows(tuple(RowBlock({"X": half, "sample_weight": None}) for half in halves))
+    said = r"the cross of 'site' and 'ad': 200 distinct keys .* Leave the pair out of interactions"
+    with dask.config.set({"gpucal.max-distinct-keys": 150}):
+        with pytest.raises(ValueError, match=said):  # one block
+            FeatureEncoder(interactions=[("site", "ad")]).fit(X)
+        with pytest.raises(ValueError, match=said):  # the blocks' tables merged
+            FeatureEncoder(interactions=[("site", "ad")]).fit_rows(blocks)
+    with dask.config.set({"gpucal.max-distinct-keys": 200}):
+        fitted = FeatureEncoder(interactions=[("site", "ad")]).fit_rows(blocks)
+    assert fitted.interactions_ == [("site", "ad")]
 
 
 def test_files_without_crosses_load_as_before() -> None:

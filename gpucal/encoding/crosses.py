@@ -36,6 +36,8 @@ from gpucal.rows.reduce import KeyedTable, check_table_size, group_sorted, merge
 #: Most table entries (int64 count and float64 sum each) one pass of ``pair_tables`` fills for
 #: :func:`count_pairs`: 32 MiB.
 PAIR_TABLE_ENTRIES = 1 << 21
+#: What the table-size check advises when a cross has more keys than the limit.
+FEWER_CROSS_KEYS = "Leave the pair out of interactions (or give its columns fewer values)"
 
 
 @dataclass(frozen=True)
@@ -63,12 +65,13 @@ def interactions_param(value: Any, owner: str) -> Any:
     """An estimator's ``interactions`` parameter checked for its form: None, ``"auto"``, ``"all"`` or a
     list of pairs (each a tuple; their columns are checked against the data by the encoder's fit,
     :func:`check_interactions`). Raises ``ValueError`` naming ``owner`` for anything else."""
-    if value is None or value in ("auto", "all"):
+    if value is None or (isinstance(value, str) and value in ("auto", "all")):
         return value
+    # An array is no list: ``in`` and ``==`` on it compare element by element.
     if isinstance(value, str) or not isinstance(value, Sequence):
         msg = (
             f"The 'interactions' parameter of {owner} must be None, 'auto', 'all' or a list of column "
-            f"pairs. Got {value!r} instead."
+            f"pairs (tuples of two column names). Got {value!r} instead."
         )
         raise ValueError(msg)
     return [tuple(pair) if isinstance(pair, list) else pair for pair in value]
@@ -82,7 +85,7 @@ def check_interactions(interactions: Any, columns: Sequence[Hashable], where: st
     """
     if interactions is None:
         return []
-    if interactions == "all":
+    if isinstance(interactions, str) and interactions == "all":
         return all_pairs(columns)
     if isinstance(interactions, str) or not isinstance(interactions, Sequence):
         msg = f"{where}: expected None, 'all' or a list of column pairs, got {interactions!r}"
@@ -91,7 +94,10 @@ def check_interactions(interactions: Any, columns: Sequence[Hashable], where: st
     seen: set[frozenset[Any]] = set()
     for entry in interactions:
         if isinstance(entry, str) or not isinstance(entry, Sequence) or len(entry) != 2:
-            msg = f"{where}: {entry!r} is not a pair of columns; each interaction is two column names"
+            msg = (
+                f"{where}: {entry!r} is not a pair of columns; each interaction is a tuple (or list) of "
+                "two column names"
+            )
             raise ValueError(msg)
         left, right = entry
         unknown = [c for c in (left, right) if c not in columns]
@@ -120,12 +126,23 @@ def pair_keys(codes: Any, left: int, right: int, n_right: int) -> Any:
     return codes[:, left].astype(xp.int64) * n_right + codes[:, right]
 
 
+def pair_labels(pairs: Sequence[tuple[int, int, int, int]], names: Sequence[Hashable]) -> list[str]:
+    """How an error names each cross of ``pairs`` (``(left, right, ...)`` indices of ``names``)."""
+    return [f"the cross of {names[left]!r} and {names[right]!r}" for left, right, *_ in pairs]
+
+
 def count_pairs(
-    codes: Any, w: Any, pairs: Sequence[tuple[int, int, int, int]], limit: int
+    codes: Any,
+    w: Any,
+    pairs: Sequence[tuple[int, int, int, int]],
+    limit: int,
+    labels: Sequence[str] | None = None,
 ) -> list[KeyedTable]:
     """One block's weight per pair key, for each ``(left, right, n_left, n_right)``: keyed tables on the
-    host, the keys that some row has in increasing order. A pair of at most ``MAX_LOOKUP_SPAN`` keys is
-    counted into a table of every key, a larger one by sorting its keys. On numpy the pairs of at most
+    host, the keys that some row has in increasing order; a pair with more than ``limit`` keys raises
+    ``ValueError`` naming it by ``labels`` (:func:`pair_labels`; None: by its columns' indices). A pair
+    of at most ``MAX_LOOKUP_SPAN`` keys is counted into a table of every key, a larger one by sorting
+    its keys. On numpy the pairs of at most
     as many keys as rows fill their tables together, in one compiled pass of
     :func:`~gpucal.kernels.lookup.pair_tables` per ``PAIR_TABLE_ENTRIES`` entries (the pairs dealt to
     the threads; without weights, counts alone); the others, and every pair on cupy, take two
@@ -171,14 +188,18 @@ def count_pairs(
             found = (present,)
         else:
             found, summed = group_sorted((pair_keys(codes, left, right, n_right),), weight, xp)
-        check_table_size(int(summed.shape[0]), limit, f"cross of columns {left} and {right}")
+        label = f"the cross of columns {left} and {right}" if labels is None else labels[p]
+        check_table_size(int(summed.shape[0]), limit, label, FEWER_CROSS_KEYS)
         tables.append(KeyedTable((to_numpy(found[0]).astype(np.int64),), to_numpy(summed)))
     return tables
 
 
-def merge_pair_counts(*parts: list[KeyedTable], limit: int) -> list[KeyedTable]:
-    """Merge blocks' :func:`count_pairs` tables, pair by pair."""
-    return [merge_tables(*tables, limit=limit, what="cross levels") for tables in zip(*parts, strict=True)]
+def merge_pair_counts(*parts: list[KeyedTable], limit: int, labels: Sequence[str]) -> list[KeyedTable]:
+    """Merge blocks' :func:`count_pairs` tables, pair by pair (``labels``: :func:`pair_labels`)."""
+    return [
+        merge_tables(*tables, limit=limit, what=label, advice=FEWER_CROSS_KEYS)
+        for label, tables in zip(labels, zip(*parts, strict=True), strict=True)
+    ]
 
 
 def select_crosses(
@@ -239,10 +260,14 @@ def cross_from_dict(data: Any, names: Sequence[Hashable], n_values: np.ndarray, 
     left, right = (list(names).index(c) for c in pair)
     n_left, n_right = int(n_values[left]), int(n_values[right])
     raw = data["keys"]
-    ok = isinstance(raw, list) and all(isinstance(k, int) and not isinstance(k, bool) for k in raw)
+    span = n_left * n_right
+    # Each key is checked against the span as a Python int first: a file's integer may not fit int64.
+    ok = isinstance(raw, list) and all(
+        isinstance(k, int) and not isinstance(k, bool) and 0 <= k < span for k in raw
+    )
     keys = np.asarray(raw if ok else [], dtype=np.int64)
-    if not ok or (keys.size and (keys[0] < 0 or keys[-1] >= n_left * n_right)) or (np.diff(keys) <= 0).any():
-        msg = f"{where}['keys']: expected strictly increasing integers in [0, {n_left * n_right})"
+    if not ok or (np.diff(keys) <= 0).any():
+        msg = f"{where}['keys']: expected strictly increasing integers in [0, {span})"
         raise ValueError(msg)
     return Cross(left, right, n_left, n_right, keys)
 
@@ -257,6 +282,7 @@ __all__ = [
     "interactions_param",
     "merge_pair_counts",
     "pair_keys",
+    "pair_labels",
     "select_crosses",
     "transform_crosses",
 ]

@@ -90,6 +90,7 @@ from gpucal.encoding.crosses import (
     cross_from_dict,
     cross_to_dict,
     merge_pair_counts,
+    pair_labels,
     select_crosses,
     transform_crosses,
 )
@@ -347,7 +348,8 @@ class FeatureEncoder(BaseEstimator):
         if pairs:
             from gpucal.rows.reduce import max_distinct_keys
 
-            tables = count_pairs(self.transform(columns), w, pairs, max_distinct_keys())
+            labels = pair_labels(pairs, self.feature_names_)
+            tables = count_pairs(self.transform(columns), w, pairs, max_distinct_keys(), labels)
             self._fit_crosses(codings, tables)
         return self
 
@@ -415,8 +417,9 @@ class FeatureEncoder(BaseEstimator):
         self.fit_summaries(names, value_weights=value_weights, categories=categories, numeric_values=numeric)
         pairs = self._cross_pairs()
         if pairs:
-            merge = functools.partial(merge_pair_counts, limit=limit)
-            tables = rows.reduce(_count_block_pairs, merge, read, args, self, pairs, limit)
+            labels = pair_labels(pairs, self.feature_names_)
+            merge = functools.partial(merge_pair_counts, limit=limit, labels=labels)
+            tables = rows.reduce(_count_block_pairs, merge, read, args, self, pairs, limit, labels)
             self._fit_crosses(self._codings, tables)
         return self
 
@@ -854,9 +857,10 @@ def _count_block_pairs(
     encoder: FeatureEncoder,
     pairs: list[tuple[int, int, int, int]],
     limit: int,
+    labels: list[str],
 ) -> list[Any]:
     """One block's weight per pair key of each cross (``crosses.count_pairs`` of the block's codes)."""
     X, w = read(block, *args)
     codes = encoder.transform(X)
     weight = None if w is None else check_partition_weight(w, int(codes.shape[0]), array_namespace(codes))
-    return count_pairs(codes, weight, pairs, limit)
+    return count_pairs(codes, weight, pairs, limit, labels)

@@ -153,11 +153,16 @@ def block_summaries(
             weight = xp.ones(n_rows, dtype=xp.float64) if w is None else check_partition_weight(w, n_rows, xp)
             keep = xp.isfinite(v) if kind == INTEGERS else xp.isfinite(v) & (weight > 0)
             keys, sums = group_sorted((v[keep],), weight[keep][:, None], xp)
-            check_table_size(int(sums.shape[0]), limit, f"X[{name!r}] distinct values")
+            check_table_size(int(sums.shape[0]), limit, f"X[{name!r}] distinct values", _round_values(name))
             out[name] = (kind, KeyedTable((to_numpy(keys[0]),), to_numpy(sums)))
         else:
             out[name] = (VALUES, observed_categories(as_codes(col)))
     return n_rows, out
+
+
+def _round_values(name: Hashable) -> str:
+    """What the table-size check advises for a numeric feature column of too many distinct values."""
+    return f"Round the values of X[{name!r}]"
 
 
 def merge_summaries(*parts: tuple[int, dict[Hashable, Any]], limit: int) -> tuple[int, dict[Hashable, Any]]:
@@ -167,7 +172,8 @@ def merge_summaries(*parts: tuple[int, dict[Hashable, Any]], limit: int) -> tupl
     for name, (kind, _) in parts[0][1].items():
         pieces = [p[1][name][1] for p in parts]
         if kind in (BINS, INTEGERS):
-            merged[name] = (kind, merge_tables(*pieces, limit=limit, what=f"X[{name!r}] distinct values"))
+            what, advice = f"X[{name!r}] distinct values", _round_values(name)
+            merged[name] = (kind, merge_tables(*pieces, limit=limit, what=what, advice=advice))
         else:
             merged[name] = (VALUES, merge_uniques(*pieces))
     return n_rows, merged

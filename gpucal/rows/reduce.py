@@ -95,14 +95,18 @@ class KeyedTable:
         return int(self.stats.shape[0])
 
 
-def check_table_size(n_keys: int, limit: int, what: str) -> None:
-    """Raise ``ValueError`` when a keyed table would exceed ``limit`` keys (never collect silently)."""
+#: What :func:`check_table_size` advises for a table keyed by scores.
+ROUND_THE_SCORES = "Round the scores (e.g. to 6 decimals: at most 1e6 + 1 keys)"
+
+
+def check_table_size(n_keys: int, limit: int, what: str, advice: str = ROUND_THE_SCORES) -> None:
+    """Raise ``ValueError`` when a keyed table would exceed ``limit`` keys (never collect silently); the
+    message names the table (``what``) and says what would make it smaller (``advice``)."""
     if n_keys > limit:
         msg = (
             f"{what}: {n_keys} distinct keys exceed the limit of {limit} "
             "(dask.config 'gpucal.max-distinct-keys'); the exact distributed computation keeps one row of "
-            "sums per distinct score on one worker. Round the scores (e.g. to 6 decimals: at most 1e6 + 1 "
-            "keys) or raise the limit if that worker has the memory"
+            f"sums per distinct key on one worker. {advice} or raise the limit if that worker has the memory"
         )
         raise ValueError(msg)
 
@@ -148,13 +152,19 @@ def group_sorted(keys: Sequence[Any], stats: Any, xp: Any = np) -> tuple[tuple[A
     return tuple(k[starts] for k in sorted_keys), summed
 
 
-def merge_tables(*tables: KeyedTable, limit: int = MAX_DISTINCT_KEYS, what: str = "keyed sums") -> KeyedTable:
-    """Merge keyed tables: concatenate and add the sums of equal keys (the ``combine`` of the tree)."""
+def merge_tables(
+    *tables: KeyedTable,
+    limit: int = MAX_DISTINCT_KEYS,
+    what: str = "keyed sums",
+    advice: str = ROUND_THE_SCORES,
+) -> KeyedTable:
+    """Merge keyed tables: concatenate and add the sums of equal keys (the ``combine`` of the tree);
+    ``limit``, ``what`` and ``advice`` as in :func:`check_table_size`."""
     n_key_cols = len(tables[0].keys)
     keys = [np.concatenate([t.keys[j] for t in tables]) for j in range(n_key_cols)]
     stats = np.concatenate([t.stats for t in tables])
     merged_keys, merged = group_sorted(keys, stats)
-    check_table_size(int(merged.shape[0]), limit, what)
+    check_table_size(int(merged.shape[0]), limit, what, advice)
     return KeyedTable(merged_keys, merged)
 
 
