@@ -119,9 +119,21 @@ def to_dict(model: Any) -> dict[str, Any]:
         "schema_version": SCHEMA_VERSION,
         "gpucal_version": __version__,
         "class": type(model).__name__,
-        "params": model.get_params(deep=False),
+        "params": {name: _plain(value) for name, value in model.get_params(deep=False).items()},
         "state": state,
     }
+
+
+def _plain(value: Any) -> Any:
+    """A parameter's value with numpy scalars as Python's (at any depth of lists and tuples), which
+    ``json`` writes: a column named by ``np.int64(0)`` saves as ``0``, and reads back equal."""
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    if isinstance(value, tuple):
+        return tuple(_plain(v) for v in value)
+    return value
 
 
 def save(model: Any, path: str | os.PathLike[str]) -> None:

@@ -304,6 +304,17 @@ def test_save_load_round_trip(tmp_path: Any) -> None:
     assert_array_equal(loaded.predict(X).to_numpy(), cal.predict(X).to_numpy())
 
 
+def test_parameters_holding_numpy_scalars_save_and_load(tmp_path: Any) -> None:
+    X, y = crossed_data(n=1500, seed=11)
+    X = X.rename(columns={"device": 1, "hour": 2})  # columns named by integers, given as numpy's
+    pair = (np.int64(1), np.int64(2))
+    cal = FeatureAwarePlattCalibrator(interactions=[pair], categorical_cols=[1, 2], l2=np.float64(3.0))
+    cal.fit(X, y).save(tmp_path / "m.json")
+    loaded = gpucal.load(tmp_path / "m.json")
+    assert loaded.get_params() == {**cal.get_params(), "interactions": [[1, 2]]}  # JSON has no tuples
+    assert_array_equal(loaded.predict(X).to_numpy(), cal.predict(X).to_numpy())
+
+
 def test_load_rejects_inconsistent_crosses(tmp_path: Any) -> None:
     X, y = crossed_data(n=1500, seed=10)
     FeatureAwarePlattCalibrator(interactions=[("device", "hour")], **PARAMS).fit(X, y).save(
