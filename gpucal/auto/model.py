@@ -119,14 +119,15 @@ class AutoCalibrator(Calibrator):
     their refits or their noise.
 
     The search is successive halving over growing stratified subsamples (:mod:`gpucal.auto.sizing`):
-    on more than 8,000 rows every candidate is first cross-fitted on 8,000 of them, and only the best
-    (and the members of that rung's blend, less the dominated ones and NeuCalib unless it is the best,
-    and Platt scaling; on more than 100,000 rows the second-order feature-aware Platt settings too) go on
-    to a rung with four times the rows, up to every row (up to 1,000,000; on more than 100,000 rows the
-    blend also takes the best setting of each method and no member lighter than 5%). The candidates are
-    the same at every size (over 100,000 rows the ``l2 = 10`` feature-aware Platt settings screen their
-    fields, ``screen_fields``); on a screening rung NeuCalib runs only when a cheaper feature-aware
-    candidate beats Platt scaling by 2 standard errors.
+    from 12,000 rows (1.5 times 8,000; a smaller set is cross-fitted in one rung) every candidate is
+    first cross-fitted on 8,000 of them, and only the best (and the members of that rung's blend, less
+    the dominated ones and NeuCalib unless it is the best, and Platt scaling; on more than 100,000 rows
+    the second-order feature-aware Platt settings too) go on to a rung with four times the rows, up to
+    every row (up to 1,000,000; on more than 100,000 rows the blend also takes the best setting of each
+    method and no member lighter than 5%). The candidates are the same at every size (over 100,000 rows
+    the ``l2 = 10`` feature-aware Platt settings screen their fields, ``screen_fields``); on a screening
+    rung NeuCalib runs only when a cheaper feature-aware candidate beats Platt scaling by 2 standard
+    errors.
 
     Parameters
     ----------
@@ -135,8 +136,9 @@ class AutoCalibrator(Calibrator):
         below), gpucal estimators (used as given, cloned), or ``{"class": ..., "params": ...}`` dicts.
         None: the default list of :mod:`gpucal.auto.candidates` (Platt, beta, Platt on logit hinges,
         centred isotonic; when ``X`` has feature columns, feature-aware Platt with ``l2`` in 1, 10, 100,
-        second-order feature-aware Platt (``interactions="auto"``, ``l2_cross`` 10 and 100), two settings
-        of it smoothed along ordered columns (``l2_smooth``, when a feature column is a number), three MBCT
+        second-order feature-aware Platt (``interactions="auto"``, ``l2_cross`` 10 and 100), a first- and
+        a second-order setting smoothed along ordered columns (``l2_smooth``, when some feature column is
+        ordered: a number not named in ``categorical_cols``, binned or read by value), three MBCT
         settings, boosted heterogeneous calibration, and NeuCalib when PyTorch imports). Every candidate
         takes the column parameters below (``score_col``, ``feature_cols``, ``categorical_cols``,
         ``score_kind``) that its class has, except where a given estimator was set otherwise.

@@ -38,10 +38,12 @@ the most, always go on (below). The rungs of a calibration set of ``n`` rows:
 - on a screening rung an expensive candidate is cross-fitted only when the rung's best cheap
   feature-aware candidate beats Platt scaling by more than :data:`DOMINATED_SE` standard errors (the
   features pay), and stops after its first fold unless it leads there (:data:`SCREEN_EXPENSIVE_SE`).
-  Candidates that predict alike on a rung (second-order feature-aware Platt whose screen keeps no
-  pair, MBCT's settings on 8,000 rows) all stay in the race: on more rows they part (the screen keeps
-  pairs, MBCT grows deeper), and stopping them as twins lost 0.0006 of held-out log-loss on
-  ``make_ctr``'s mixed scenario (``benchmarks/results/auto.md``).
+  Other candidates that predict alike on a rung (MBCT's settings on 8,000 rows; on a set of up to
+  100,000 rows, second-order feature-aware Platt whose screen keeps no pair and its first-order twin)
+  all stay in the race: on more rows they part (the screen keeps pairs, MBCT grows deeper), and
+  stopping them as twins lost 0.0006 of held-out log-loss on ``make_ctr``'s mixed scenario
+  (``benchmarks/results/auto.md``). Only a large set's second-order twins are cut, by the rules above
+  and the stand-in below.
 
 On a large set the fold fits of feature-aware Platt stop at a Newton tolerance of
 ``gpucal.auto.cross_fit.FOLD_TOL`` (1e-5; the refit on every row keeps ``tol=1e-8``): the folds only
