@@ -153,6 +153,37 @@ def test_groups_by_column_name(ctr: Any) -> None:
     assert_array_equal(by_name.oof_predictions_, by_array.oof_predictions_)
 
 
+def test_a_groups_series_must_share_the_index_of_x(ctr: Any) -> None:
+    X, y, _ = ctr
+    groups = pd.Series(X["site_id"].to_numpy() % 7, index=X.index)
+    auto(candidates=["platt"]).fit(X, y, groups=groups)  # the same index: paired by label
+    with pytest.raises(ValueError, match="X and groups have different indexes"):
+        auto(candidates=["platt"]).fit(X, y, groups=groups.sample(frac=1.0, random_state=0))
+
+
+@pytest.mark.parametrize("missing", [None, np.nan])
+def test_rows_without_a_group_are_refused(ctr: Any, missing: Any) -> None:
+    X, y, _ = ctr
+    groups = np.array([f"u{i % 7}" for i in range(len(y))], dtype=object)
+    groups[[5, 9]] = missing
+    with pytest.raises(ValueError, match=r"groups: 2 row\(s\) have no group .*first at row 5"):
+        auto(candidates=["platt"]).fit(X, y, groups=groups)
+    named = X.assign(user=pd.Series(groups, index=X.index, dtype="category"))
+    with pytest.raises(ValueError, match=r"groups: 2 row\(s\) have no group"):
+        auto(candidates=["platt"], feature_cols=FIELDS).fit(named, y, groups="user")
+
+
+def test_folds_without_rows_of_positive_weight_are_refused(ctr: Any) -> None:
+    X, y, _ = ctr
+    n_folds = int(max(np.sum(y >= 0.5), np.sum(y < 0.5))) + 1
+    with pytest.raises(ValueError, match=rf"n_folds={n_folds}: 1 of the folds .* the larger class leave"):
+        auto(candidates=["platt"], n_folds=n_folds).fit(X, y)
+    groups = np.arange(len(y)) % 10
+    weights = np.isin(groups, [0, 1, 2]).astype(float)  # three groups carry weight, five folds
+    with pytest.raises(ValueError, match=r"n_folds=5: 2 of the folds .* fewer groups of positive weight"):
+        auto(candidates=["platt"], n_folds=5).fit(X, y, sample_weight=weights, groups=groups)
+
+
 def test_integer_weights_equal_repeated_rows(ctr: Any) -> None:
     X, y, held_out = ctr
     weights = np.random.default_rng(0).integers(0, 4, len(y))

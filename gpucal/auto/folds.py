@@ -48,6 +48,25 @@ def stratified_folds(labels: np.ndarray, n_folds: int, seed: int) -> np.ndarray:
     return folds
 
 
+def check_held_out(folds: np.ndarray, n_folds: int, weights: np.ndarray | None, grouped: bool) -> None:
+    """Refuse folds (``folds``: one per cross-fitted row) of which one holds no row of positive weight:
+    its held-out scores would have no rows. ``ValueError`` says why (more folds than the rows of the
+    larger class, or than the groups that carry weight) and to ask for fewer."""
+    held = np.bincount(folds, weights=weights, minlength=n_folds)
+    empty = np.flatnonzero(held <= 0.0)
+    if empty.size == 0:
+        return
+    if grouped:
+        held_by = "whole groups: fewer groups of positive weight than folds"
+    else:
+        held_by = "each class dealt evenly: more folds than the rows of the larger class leave some empty"
+    msg = (
+        f"n_folds={n_folds}: {empty.size} of the folds of {folds.shape[0]:,} rows would hold no row of "
+        f"positive weight (rows cut into {held_by}); ask for fewer folds"
+    )
+    raise ValueError(msg)
+
+
 def nested_subsamples(labels: np.ndarray, sizes: Sequence[int], seed: int) -> list[np.ndarray]:
     """Return, for each of ``sizes``, the sorted positions of that many rows drawn without replacement,
     stratified by label, each sample within every larger one.
@@ -138,16 +157,28 @@ def group_values(X: Any, groups: Any, n_rows: int) -> np.ndarray:
     Raises
     ------
     ValueError
-        ``groups`` does not have one value per row.
+        ``groups`` does not have one value per row, or a row's is missing (None, NaN).
     """
+    import pandas as pd
+
     if isinstance(groups, Hashable) and not isinstance(groups, tuple) and _is_frame(X):
         column = frame_columns(X, [groups], name="X")[groups]
         values = to_numpy(column.values)
+        # a column read by value holds codes, -1 where the value is missing
+        absent = values < 0 if column.categories is not None else pd.isna(values)
     else:
         values = to_numpy(groups.to_numpy() if hasattr(groups, "to_numpy") else groups)
         values = np.asarray(values)
+        absent = pd.isna(values)
     if values.ndim != 1 or values.shape[0] != n_rows:
         msg = f"groups: expected one value per row ({n_rows}), got shape {values.shape}"
+        raise ValueError(msg)
+    missing = np.flatnonzero(absent)
+    if missing.size:
+        msg = (
+            f"groups: {missing.size} row(s) have no group (missing value, first at row {int(missing[0])}); "
+            "give every row a group"
+        )
         raise ValueError(msg)
     return values
 
@@ -191,6 +222,7 @@ def without_attrs(X: Any) -> Any:
 
 
 __all__ = [
+    "check_held_out",
     "group_values",
     "grouped_folds",
     "nested_subsamples",

@@ -42,6 +42,7 @@ from gpucal.auto.cross_fit import (
     log,
 )
 from gpucal.auto.folds import (
+    check_held_out,
     group_values,
     grouped_folds,
     nested_subsamples,
@@ -384,7 +385,8 @@ class AutoCalibrator(Calibrator):
             Non-negative row weights, passed to every candidate and to the held-out metrics.
         groups : array-like of shape (n,), column name, or None, default=None
             Group of each row (or the column of ``X`` holding it): every row of a group lands in the
-            same fold. None: folds stratified by label.
+            same fold. None: folds stratified by label. A pandas Series shares ``X``'s index, as ``y``
+            does; a row without a group (None, NaN) is refused.
 
         Returns
         -------
@@ -765,6 +767,9 @@ class AutoCalibrator(Calibrator):
             values = group_values(X, groups, n_rows)[crossed]
             crossed_weights = None if weights is None else weights[crossed]
             folds[crossed] = grouped_folds(values, rung.n_folds, self.random_state, crossed_weights)
+        check_held_out(
+            folds[crossed], rung.n_folds, None if weights is None else weights[crossed], groups is not None
+        )
         return folds
 
     def _choose(

@@ -53,9 +53,10 @@ Constraint = Interval | Options | AnyOf
 SCORE_KIND_OPTIONS = Options("probability", "logit")
 OUTPUT_TYPE_OPTIONS = Options("input", "numpy", "cupy", "pandas", "cudf", "polars", "pyarrow")
 
-#: The arguments of ``fit`` that hold one value per row, checked together for index alignment; a
-#: calibrator that takes a second set of rows names them with the suffix ``_tree`` (``X_tree``, ...).
-ROW_ARGUMENTS = ("X", "y", "sample_weight")
+#: The arguments of ``fit`` that hold one value per row, checked together for index alignment (``groups``:
+#: AutoCalibrator's folds; a column name there has no index); a calibrator that takes a second set of
+#: rows names them with the suffix ``_tree`` (``X_tree``, ...).
+ROW_ARGUMENTS = ("X", "y", "sample_weight", "groups")
 #: A fit's parameter record (a dataclass, :meth:`Calibrator._params_as`).
 P = TypeVar("P")
 ROW_ARGUMENT_SUFFIXES = ("", "_tree")
