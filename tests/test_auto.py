@@ -459,6 +459,9 @@ def test_successive_halving_leaves_the_worst_behind(ctr: Any, monkeypatch: pytes
     unpaid = AutoCalibrator(candidates=late, categorical_cols=["noise"], drop_threshold=None).fit(noise, y)
     assert unpaid.cv_results_["status"][2].startswith("not screened: feature_platt, the best")
     assert unpaid.cv_results_["n_folds_fitted"][2] == 0
+    # The ECE has no per-row loss to measure the features' gain by: the expensive candidate is screened.
+    by_ece = AutoCalibrator(candidates=late, categorical_cols=["noise"], scoring="ece").fit(noise, y)
+    assert by_ece.cv_results_["n_folds_fitted"][2] > 0
     monkeypatch.setattr(sizing, "MIN_SURVIVORS", 4)
     assert (
         auto(candidates=candidates, drop_threshold=None, ensemble=False).fit(X, y).rungs_[1]["candidates"]

@@ -640,8 +640,11 @@ class AutoCalibrator(Calibrator):
         It is when the best cheap feature-aware candidate of ``done`` (those cross-fitted on this rung)
         beats the best Platt candidate by more than :data:`~gpucal.auto.sizing.DOMINATED_SE` standard
         errors of the per-row difference: features that no cheap candidate can use are not worth a
-        network's fits. Without a Platt candidate or a cheap feature-aware one, it is screened.
+        network's fits. Without a Platt candidate or a cheap feature-aware one, or without per-row losses
+        to measure that by (``scoring="ece"``), it is screened.
         """
+        if row_losses is None:
+            return None
         scores = np.full(len(candidates), np.nan)
         for i in done:
             row = rows[i]
