@@ -119,27 +119,30 @@ def to_dict(model: Any) -> dict[str, Any]:
         "schema_version": SCHEMA_VERSION,
         "gpucal_version": __version__,
         "class": type(model).__name__,
-        "params": {name: _plain(value) for name, value in model.get_params(deep=False).items()},
+        "params": model.get_params(deep=False),
         "state": state,
     }
 
 
-def _plain(value: Any) -> Any:
-    """A parameter's value with numpy scalars as Python's (at any depth of lists and tuples), which
-    ``json`` writes: a column named by ``np.int64(0)`` saves as ``0``, and reads back equal."""
+def _numpy_scalar(value: Any) -> Any:
+    """``json``'s ``default``: a numpy scalar anywhere in a document (a parameter ``np.int64(0)`` naming a
+    column, one in a candidate's parameters) is written as Python's number; anything else is refused as
+    ``json`` refuses it."""
     if isinstance(value, np.generic):
         return value.item()
-    if isinstance(value, list):
-        return [_plain(v) for v in value]
-    if isinstance(value, tuple):
-        return tuple(_plain(v) for v in value)
-    return value
+    msg = f"Object of type {type(value).__name__} is not JSON serializable"
+    raise TypeError(msg)
+
+
+def document_text(document: dict[str, Any]) -> str:
+    """A model's document (:func:`to_dict`) as the JSON text :func:`save` writes (``allow_nan=False``: a
+    non-finite number is a bug, not data)."""
+    return json.dumps(document, allow_nan=False, indent=1, default=_numpy_scalar)
 
 
 def save(model: Any, path: str | os.PathLike[str]) -> None:
-    """Write ``model`` to ``path`` as JSON (``allow_nan=False``: a non-finite number is a bug, not data)."""
-    document = to_dict(model)
-    text = json.dumps(document, allow_nan=False, indent=1)
+    """Write ``model`` to ``path`` as JSON (:func:`document_text`)."""
+    text = document_text(to_dict(model))
     with open(path, "w", encoding="utf-8") as handle:
         handle.write(text)
 

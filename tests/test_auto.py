@@ -196,6 +196,14 @@ def test_integer_weights_equal_repeated_rows(ctr: Any) -> None:
     assert_allclose(weighted.predict(held_out), repeated.predict(held_out), rtol=1e-6, atol=1e-9)
 
 
+def test_candidates_with_numpy_scalar_parameters_save_and_load(ctr: Any, tmp_path: Any) -> None:
+    X, y, held_out = ctr
+    candidates = ["platt", make_calibrator("mbct", max_depth=np.int64(3), categorical_cols=FIELDS)]
+    model = auto(candidates=candidates, drop_threshold=None).fit(X, y)
+    model.save(tmp_path / "auto.json")
+    assert_array_equal(gpucal.load(tmp_path / "auto.json").predict(held_out), model.predict(held_out))
+
+
 @pytest.mark.parametrize("ensemble", [False, True])
 def test_save_load_equal(ctr: Any, tmp_path: Any, ensemble: bool) -> None:
     X, y, held_out = ctr

@@ -8,7 +8,6 @@ docstring.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Hashable, Sequence
 from typing import Any, ClassVar
@@ -25,7 +24,7 @@ from gpucal.ccl.clustering import CLUSTERINGS, assign_clusters, project
 from gpucal.ccl.embeddings import EMBEDDINGS, LEAF_ENCODINGS, TreeEmbedding, make_embedding
 from gpucal.ccl.fit import CCLParams, CCLState, fit_ccl, is_multiclass, read_scores
 from gpucal.encoding import resolve_feature_cols
-from gpucal.persistence import rebuilt_object, to_dict
+from gpucal.persistence import document_text, rebuilt_object, to_dict
 from gpucal.registry import calibration_method
 from gpucal.rows import any_dask, as_rows
 from gpucal.rows.checks import check_all_dask
@@ -461,7 +460,7 @@ class ClusteredCalibrator(Calibrator):
         document["params"]["embedding_model"] = (
             os.fspath(model) if isinstance(model, str | os.PathLike) else None
         )
-        text = json.dumps(document, allow_nan=False, indent=1)
+        text = document_text(document)
         with open(os.fspath(path), "w", encoding="utf-8") as handle:
             handle.write(text)
 
