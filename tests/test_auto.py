@@ -346,6 +346,18 @@ def test_export_rules_follows_the_winner(ctr: Any) -> None:
     assert mbct.export_rules() == mbct.best_estimator_.export_rules()
     with pytest.raises(TypeError, match="PlattCalibrator, which has no rules"):
         auto(candidates=["platt"]).fit(X, y).export_rules()
+    # One member left in the blend, its logit shifted by the intercept: its rules are not the prediction.
+    rng = np.random.default_rng(0)
+    score, field, number = rng.uniform(0.02, 0.98, 400), rng.integers(0, 4, 400), rng.normal(size=400)
+    truth = expit(np.log(score / (1 - score)) + 0.5 * (field == 1) - 0.3 * number)
+    labels = (rng.random(400) < truth).astype(float)
+    small = pd.DataFrame({"score": score, "field": field, "number": number})
+    trees = [make_calibrator("mbct", min_node_size=80.0), make_calibrator("mbct", min_node_size=300.0)]
+    shifted = AutoCalibrator(candidates=trees, auc_guard=False).fit(small, labels)
+    assert shifted.weights_.tolist() == [1.0]
+    assert shifted.intercept_ != 0.0
+    with pytest.raises(TypeError, match=r"predicts a blend \(weights \[1.0\], intercept"):
+        shifted.export_rules()
 
 
 def test_registry_params_and_errors(ctr: Any) -> None:

@@ -890,12 +890,21 @@ class AutoCalibrator(Calibrator):
         Raises
         ------
         TypeError
-            The chosen calibrator has no rules, or the prediction is a blend of several calibrators.
+            The chosen calibrator has no rules, or the prediction is not its own: a blend of several
+            calibrators, or of one whose logit the blend scales or shifts (weight not 1, intercept not 0).
         """
         estimators = self._fitted_estimators()
-        blended = self.ensemble and int(np.count_nonzero(np.asarray(self.weights_) > 0)) > 1
-        if blended or not hasattr(estimators[0], "export_rules"):
-            what = "a blend of several calibrators" if blended else type(estimators[0]).__name__
+        weights = np.asarray(self.weights_)
+        own = weights.shape[0] == 1 and float(weights[0]) == 1.0 and self.intercept_ == 0.0
+        if not own:
+            msg = (
+                f"AutoCalibrator predicts a blend (weights {weights.round(4).tolist()}, intercept "
+                f"{self.intercept_:.4g}) of its calibrators, not one calibrator's own prediction: no rules "
+                "reproduce it; fit with ensemble=False for the chosen calibrator's rules"
+            )
+            raise TypeError(msg)
+        if not hasattr(estimators[0], "export_rules"):
+            what = type(estimators[0]).__name__
             msg = f"AutoCalibrator chose {what}, which has no rules to export; rules come from MBCT and HC"
             raise TypeError(msg)
         rules: str = estimators[0].export_rules(format=format, **options)
