@@ -183,7 +183,7 @@ class AutoCalibrator(Calibrator):
         (``FeatureEncoder``); ``[]``: every number binned.
     score_kind : {"probability", "logit"}, default="probability"
         Probabilities, or raw margins: then the default candidates are those that take margins (Platt,
-        centred isotonic, feature-aware Platt, NeuCalib).
+        Platt on logit hinges, centred isotonic, feature-aware Platt, NeuCalib).
     random_state : int, default=0
         Seed of the folds.
     verbose : int, default=0
@@ -246,10 +246,10 @@ class AutoCalibrator(Calibrator):
     Notes
     -----
     The fold assignment (and the subsample of a large set) depends only on the rows' positions, labels
-    (or groups) and ``random_state``, so the same call gives the same folds and report. Integer weights
-    equal repeated rows when the repeats share a group (``groups=``), no subsample is drawn, and every
-    candidate honours weights that way (MBCT's and NeuCalib's own validation splits do not: they draw
-    rows).
+    (or groups, and the weights that balance them across folds) and ``random_state``, so the same call
+    gives the same folds and report. Integer weights equal repeated rows when the repeats share a group
+    (``groups=``), no subsample is drawn, and every candidate honours weights that way (the validation
+    splits of MBCT, HC and NeuCalib do not: they draw rows).
 
     The fit runs BLAS on one thread (``threadpoolctl``), the candidates' fits included: the search's
     products are of a few thousand rows, where BLAS's threads cost more CPU than they save.
@@ -386,7 +386,10 @@ class AutoCalibrator(Calibrator):
         groups : array-like of shape (n,), column name, or None, default=None
             Group of each row (or the column of ``X`` holding it): every row of a group lands in the
             same fold. None: folds stratified by label. A pandas Series shares ``X``'s index, as ``y``
-            does; a row without a group (None, NaN) is refused.
+            does; a row without a group (None, NaN) is refused. A column named here stays a default
+            feature, as every column does (``feature_cols=None``); leave it out of ``feature_cols``
+            when it is only an id: a held-out fold never sees its values, so the folds cannot judge
+            what a candidate learns from them, and the refit on every row still learns it.
 
         Returns
         -------

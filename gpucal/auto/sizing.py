@@ -112,7 +112,7 @@ PLATT_MARGIN = 2.0
 #: Folds of the last rung (the one that chooses) up to :data:`SMALL_ROWS` rows: on small sets each
 #: fold's training rows count.
 SMALL_N_FOLDS = 5
-#: A last rung with more rows than this has :data:`SCREEN_N_FOLDS` folds (up to :data:`MID_ROWS`): five
+#: A last rung with more rows than this has :data:`MID_N_FOLDS` folds (up to :data:`MID_ROWS`): five
 #: folds over 10,000-20,000 rows made the search cost 15-27 CPU seconds on make_ctr data.
 SMALL_ROWS = 5_000
 #: Folds of a screening rung (one that passes candidates on): it ranks, the last rung chooses.
