@@ -83,6 +83,23 @@ def auto(**params: Any) -> AutoCalibrator:
     return AutoCalibrator(categorical_cols=FIELDS, **{"candidates": FAST, **params})
 
 
+class PredictsNaN(ConstantHalf):
+    """A calibrator whose predictions are not probabilities."""
+
+    def predict(self, X: Any) -> np.ndarray:
+        return np.full(len(X), np.nan)
+
+
+def test_a_candidate_predicting_nan_fails_alone(ctr: Any) -> None:
+    X, y, _ = ctr
+    model = auto(candidates=[PredictsNaN(), "platt"]).fit(X, y)
+    status = model.cv_results_["status"].tolist()
+    assert status[0].startswith("error: ValueError: the candidate's held-out predictions: ")
+    assert "NaN" in status[0]
+    assert status[1] == "ok"
+    assert model.best_index_ == 1
+
+
 def test_losing_candidate_is_never_picked(ctr: Any) -> None:
     X, y, _ = ctr
     raced = auto(candidates=[ConstantHalf(), "platt", "isotonic"]).fit(X, y)

@@ -16,6 +16,7 @@ import numpy as np
 from sklearn.base import clone
 
 from gpucal._backend import array_namespace, to_numpy
+from gpucal._validation import check_probabilities
 from gpucal.auto.blend import logits
 from gpucal.auto.candidates import Candidate, takes_param
 from gpucal.auto.folds import select_rows
@@ -68,6 +69,17 @@ def as_host_array(predicted: Any) -> np.ndarray:
     if hasattr(predicted, "to_numpy"):
         predicted = predicted.to_numpy()
     return np.asarray(to_numpy(predicted), dtype=np.float64)
+
+
+def held_out_probabilities(predicted: Any, n_rows: int) -> np.ndarray:
+    """A candidate's prediction of a held-out fold as a float64 host array, checked: one probability
+    per row, finite and in [0, 1]. ``ValueError`` otherwise, which fails that candidate alone (a
+    custom estimator predicting NaN once ended the whole search in the held-out metric)."""
+    values = check_probabilities(as_host_array(predicted), "the candidate's held-out predictions")
+    if values.shape[0] != n_rows:
+        msg = f"the candidate predicted {values.shape[0]} values for {n_rows} held-out rows"
+        raise ValueError(msg)
+    return values
 
 
 #: A rung of at most this many rows cuts each fold's rows once for all its candidates, which then hold
@@ -197,7 +209,7 @@ def cross_fit_candidate(
             # labels on every row: the fit does not compare them again.
             with search.sharing(fold), trusting_feature_cols():
                 model.fit(cut.X_train, cut.y_train, sample_weight=cut.w_train)
-            predicted = as_host_array(model.predict(cut.X_test))
+            predicted = held_out_probabilities(model.predict(cut.X_test), test.shape[0])
         except CANDIDATE_ERRORS as error:
             status = f"error: {type(error).__name__}: {error}"
             _forget(search, index)
@@ -370,5 +382,6 @@ __all__ = [
     "growing_stand_ins",
     "growing_twins",
     "grows_with_rows",
+    "held_out_probabilities",
     "log",
 ]
