@@ -680,6 +680,10 @@ def test_bad_binary_inputs(make: Any) -> None:
     if make is not BetaCalibrator:
         with pytest.raises(ValueError, match=f"The 'score_kind' parameter of {make.__name__}"):
             make(score_kind="margin").fit(p, y)
+    if make is not TemperatureCalibrator:  # a temperature is identified on one score; slopes are not
+        one_score = r"X: every score is 0\.3; .* needs at least two distinct scores"
+        with pytest.raises(ValueError, match=one_score):
+            make().fit(np.full(50, 0.3), y)
 
 
 def test_bad_parameters() -> None:

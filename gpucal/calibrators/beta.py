@@ -43,6 +43,12 @@ def fit_beta(score: Any, y: Any, w: Any, *, parameters: str = "abm") -> tuple[fl
 def fit_beta_rows(rows: ScoreRows, *, parameters: str = "abm") -> tuple[float, float, float]:
     """:func:`fit_beta` on rows held anywhere (arrays on one device, or any ``gpucal.rows``)."""
     rows.check_two_classes()
+    low, high = rows.score_range()
+    if low == high:
+        # As for Platt scaling: on one score the slopes are not identified (any of them fits as well),
+        # and the map they would give other scores is arbitrary.
+        msg = f"X: every score is {low!r}; beta calibration needs at least two distinct scores"
+        raise ValueError(msg)
     if parameters == "am":
         fit = rows.fit(mode=FEATURES_LOGIT, what="BetaCalibrator")
         slope = float(fit.coef[0])
