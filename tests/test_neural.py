@@ -223,6 +223,27 @@ def test_fit_restores_the_thread_count_and_leaves_the_global_rng_alone() -> None
     assert torch.equal(torch.rand(3), expected)
 
 
+@pytest.mark.parametrize("mode", ["no_grad", "inference_mode", "float64_default"])
+def test_the_callers_torch_modes_do_not_change_the_fit(mode: str) -> None:
+    import torch
+
+    X, y, _ = _fields(3_000, seed=14, bias=np.array([-0.5, 0.5]))
+    plain = FieldAwareCalibrator(max_epochs=3).fit(X, y).predict(X).to_numpy()
+    alone = PiecewiseLogitCalibrator().fit(X["score"].to_numpy(), y).knots_y_
+    before = torch.get_default_dtype()
+    if mode == "float64_default":
+        torch.set_default_dtype(torch.float64)
+    block = {"no_grad": torch.no_grad, "inference_mode": torch.inference_mode}.get(mode, torch.enable_grad)
+    try:
+        with block():
+            inside = FieldAwareCalibrator(max_epochs=3).fit(X, y).predict(X).to_numpy()
+            eta = PiecewiseLogitCalibrator().fit(X["score"].to_numpy(), y).knots_y_
+    finally:
+        torch.set_default_dtype(before)
+    np.testing.assert_array_equal(inside, plain)
+    np.testing.assert_array_equal(eta, alone)
+
+
 def test_sample_weights_weight_the_log_loss() -> None:
     score, y = _one_dim(30_000, seed=12)
     w = np.where(np.arange(y.shape[0]) % 2 == 0, 3.0, 1.0)

@@ -82,17 +82,21 @@ def as_tensor(a: Any, device: str, dtype: str) -> Any:
 
 
 @contextlib.contextmanager
-def torch_threads(n_threads: int) -> Iterator[None]:
-    """Run the block with ``torch.set_num_threads(n_threads)``, then restore the caller's setting.
+def training_torch(n_threads: int) -> Iterator[None]:
+    """Run a fit's block with ``torch.set_num_threads(n_threads)`` and autograd on, then restore the
+    caller's settings.
 
     The CPU kernels split their reductions by thread, so the thread count is part of what makes two fits
-    give the same bits; it is fixed for the fit and put back afterwards.
+    give the same bits; it is fixed for the fit and put back afterwards. Training needs gradients: a fit
+    called inside the caller's ``torch.no_grad()`` or ``torch.inference_mode()`` trains as outside it
+    (it raised "element 0 of tensors does not require grad").
     """
     torch = require_torch("a neural calibrator")
     before = torch.get_num_threads()
     torch.set_num_threads(n_threads)
     try:
-        yield
+        with torch.inference_mode(False), torch.enable_grad():
+            yield
     finally:
         torch.set_num_threads(before)
 
@@ -104,5 +108,5 @@ __all__ = [
     "require_torch",
     "torch_available",
     "torch_device",
-    "torch_threads",
+    "training_torch",
 ]

@@ -26,6 +26,7 @@ weights are returned. :math:`\eta` alone is solved by full-batch L-BFGS instead 
 from __future__ import annotations
 
 import copy
+import functools
 import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -80,13 +81,15 @@ class NeuCalibNet(nn.Module):
         self.spec = spec
         if spec is None:
             return
-        self.embedding = nn.Embedding(spec.n_rows, spec.dim)
+        # float32 whatever torch's default dtype: the caller's set_default_dtype would change the draws
+        # below and the precision of every step.
+        self.embedding = nn.Embedding(spec.n_rows, spec.dim, dtype=torch.float32)
         width = spec.n_fields * spec.dim
         layers: list[nn.Module] = []
         if spec.hidden_units > 0:
-            layers += [nn.Linear(width, spec.hidden_units), nn.ReLU()]
+            layers += [nn.Linear(width, spec.hidden_units, dtype=torch.float32), nn.ReLU()]
             width = spec.hidden_units
-        self.output = nn.Linear(width, 1)
+        self.output = nn.Linear(width, 1, dtype=torch.float32)
         self.hidden = nn.Sequential(*layers)
         self._initialise(generator)
 
@@ -94,12 +97,13 @@ class NeuCalibNet(nn.Module):
     def _initialise(self, generator: torch.Generator) -> None:
         """Seeded initialisation; the output layer starts at zero, so training starts from ``g = 0``."""
         weight = self.embedding.weight
-        weight.copy_(torch.randn(weight.shape, generator=generator) * EMBEDDING_INIT_SD)
+        weight.copy_(torch.randn(weight.shape, generator=generator, dtype=torch.float32) * EMBEDDING_INIT_SD)
         for layer in self.hidden:
             if isinstance(layer, nn.Linear):  # PyTorch's default: uniform(+-1/sqrt(fan_in))
                 bound = 1.0 / math.sqrt(layer.in_features)
-                layer.weight.copy_((torch.rand(layer.weight.shape, generator=generator) * 2 - 1) * bound)
-                layer.bias.copy_((torch.rand(layer.bias.shape, generator=generator) * 2 - 1) * bound)
+                uniform = functools.partial(torch.rand, generator=generator, dtype=torch.float32)
+                layer.weight.copy_((uniform(layer.weight.shape) * 2 - 1) * bound)
+                layer.bias.copy_((uniform(layer.bias.shape) * 2 - 1) * bound)
         self.output.weight.zero_()
         self.output.bias.zero_()
 

@@ -35,7 +35,7 @@ from gpucal.calibrators.logistic import sigmoid
 from gpucal.encoding import FeatureEncoder, resolve_feature_cols
 from gpucal.encoding.encoder import MAX_CROSS_LEVELS, MIN_CROSS_COUNT
 from gpucal.kernels import value_offsets
-from gpucal.neural._torch import as_tensor, load_training, require_torch, torch_device, torch_threads
+from gpucal.neural._torch import as_tensor, load_training, require_torch, torch_device, training_torch
 from gpucal.neural.piecewise import check_knots, eta_logit, finish_eta, fit_eta, knot_coordinates
 from gpucal.registry import calibration_method
 from gpucal.rows import as_rows, reject_dask
@@ -482,7 +482,7 @@ class FieldAwareCalibrator(EncodedFeatureCalibrator):
         )
         x = score_feature(split.score, self.score_kind)
         held_out = validation_mask(n_rows, float(self.validation_fraction), int(self.seed), weights)
-        with torch_threads(int(self.n_threads)):
+        with training_torch(int(self.n_threads)):
             eta, result = self._train(x, labels, weights, rows, held_out, spec)
         self.encoder_ = encoder.to_dict()
         self._encoder = encoder

@@ -35,7 +35,7 @@ from gpucal.calibrators.bins import interp_clipped
 from gpucal.calibrators.feature_platt import score_feature
 from gpucal.calibrators.logistic import EPS, check_two_classes, sigmoid
 from gpucal.calibrators.platt import fit_platt
-from gpucal.neural._torch import as_tensor, load_training, require_torch, torch_device, torch_threads
+from gpucal.neural._torch import as_tensor, load_training, require_torch, torch_device, training_torch
 from gpucal.registry import calibration_method
 
 
@@ -328,7 +328,7 @@ class PiecewiseLogitCalibrator(Calibrator):
 
     def _fit_scores(self, score: Any, y: Any, sample_weight: Any) -> None:
         require_torch(type(self).__name__)  # the install hint names this class
-        with torch_threads(int(self.n_threads)):
+        with training_torch(int(self.n_threads)):
             fit = fit_eta(
                 score_feature(score, self.score_kind),
                 y,
