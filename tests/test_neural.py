@@ -244,6 +244,24 @@ def test_the_callers_torch_modes_do_not_change_the_fit(mode: str) -> None:
     np.testing.assert_array_equal(eta, alone)
 
 
+def test_a_class_the_held_out_or_start_rows_miss_still_trains() -> None:
+    from gpucal.neural.field_aware import START_ROWS, start_rows, validation_mask
+
+    X, _, _ = _fields(3_000, seed=15, bias=np.array([-0.5, 0.5]))
+    held = validation_mask(3_000, 0.1, 0)
+    y = np.zeros(3_000)
+    y[np.flatnonzero(held)[:5]] = 1.0  # every positive in the held-out rows
+    assert validation_mask(3_000, 0.1, 0, None, y) is None  # so every row trains
+    assert np.isfinite(FieldAwareCalibrator(max_epochs=2).fit(X, y).predict(X).to_numpy()).all()
+    n_rows = 4 * START_ROWS
+    drawn = start_rows(n_rows, None, 0)
+    labels = np.zeros(n_rows)
+    labels[np.setdiff1d(np.arange(n_rows), drawn)[:10]] = 1.0  # ten positives, none in the draw
+    assert start_rows(n_rows, None, 0, labels).shape[0] == n_rows
+    labels[drawn[0]] = 1.0
+    np.testing.assert_array_equal(start_rows(n_rows, None, 0, labels), drawn)
+
+
 def test_sample_weights_weight_the_log_loss() -> None:
     score, y = _one_dim(30_000, seed=12)
     w = np.where(np.arange(y.shape[0]) % 2 == 0, 3.0, 1.0)
