@@ -275,6 +275,15 @@ def test_sample_weights_weight_the_log_loss() -> None:
     assert abs(np.average(y, weights=w) - y.mean()) > 0.05
 
 
+@pytest.mark.parametrize("scale", [1e39, 1e-46])
+def test_weights_scaled_alike_give_the_same_fit(scale: float) -> None:
+    X, y, _ = _fields(3_000, seed=16, bias=np.array([-0.5, 0.5]))
+    w = np.random.default_rng(16).uniform(0.5, 2.0, y.shape[0])
+    plain = FieldAwareCalibrator(max_epochs=3).fit(X, y, sample_weight=w).predict(X).to_numpy()
+    scaled = FieldAwareCalibrator(max_epochs=3).fit(X, y, sample_weight=w * scale).predict(X).to_numpy()
+    np.testing.assert_allclose(scaled, plain, atol=1e-5)
+
+
 def test_early_stopping_keeps_the_best_epoch() -> None:
     X, y, _ = _fields(20_000, seed=13, bias=np.array([-0.5, 0.5]))
     cal = FieldAwareCalibrator(max_epochs=200, patience=3).fit(X, y)

@@ -539,12 +539,15 @@ class FieldAwareCalibrator(EncodedFeatureCalibrator):
         )
         k, t = knot_coordinates(x, start.knots_x)
         device = torch_device(self.device, x)
+        # The loss is a weighted mean: weights scaled to a mean of 1 give the same fit and stay inside
+        # float32's range (weights of 1e39 overflowed to inf, of 1e-46 to 0).
+        unit_mean = w / float(w.mean())
         result = training.train(
             k=as_tensor(k, device, "int64"),
             t=as_tensor(t, device, "float32"),
             rows=as_tensor(rows, device, "int64"),
             y=as_tensor(y, device, "float32"),
-            w=as_tensor(w, device, "float32"),
+            w=as_tensor(unit_mean, device, "float32"),
             validation=None if held_out is None else as_tensor(held_out, device, "bool"),
             init_knots=start.knots_y,
             spec=spec,
