@@ -197,6 +197,22 @@ def test_rare_and_unseen_values_share_the_unknown_embedding() -> None:
     assert cal.embedding_.shape[0] == 2 + 1 + 3 + 1  # site: 2 own + unknown; colour: 3 own + unknown
 
 
+def test_an_unknown_row_only_weightless_rows_reached_is_filled_as_one_none_reached() -> None:
+    X, y, _ = _fields(3_000, seed=17, bias=np.array([-0.5, 0.5]))
+    X["colour"] = X["colour"].astype(object)
+    X.loc[:19, "colour"] = "violet"  # 20 rare rows
+    w = np.ones(y.shape[0])
+    w[:20] = 0.0  # that weigh nothing
+    weightless = FieldAwareCalibrator(max_epochs=3).fit(X, y, sample_weight=w)
+    # Nothing trained colour's unknown row (the last; colour's three own rows before it): it is filled
+    # with their weighted mean, a convex combination of them, not left at its random start.
+    own, unknown = weightless.embedding_[-4:-1], weightless.embedding_[-1]
+    system = np.vstack([own.T, np.ones(3)])
+    mix = np.linalg.lstsq(system, np.r_[unknown, 1.0], rcond=None)[0]
+    np.testing.assert_allclose(system @ mix, np.r_[unknown, 1.0], atol=1e-5)
+    assert (mix > 0.0).all()
+
+
 # --------------------------------------------------------------------------------------------------
 # Training: reproducible, weighted, early-stopped
 

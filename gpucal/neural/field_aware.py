@@ -177,13 +177,30 @@ def _on_device_of(reference: Any, a: np.ndarray) -> Any:
     return a
 
 
+def trained_counts(
+    codes: Any, n_values: np.ndarray, held_out: np.ndarray | None, weights: Any
+) -> list[np.ndarray]:
+    """Per field, the rows of each code that train the network: not held out, of positive weight."""
+    trains = to_numpy(weights) > 0.0
+    if held_out is not None:
+        trains &= ~held_out
+    host = to_numpy(codes)[trains]
+    return [np.bincount(host[:, j].astype(np.int64), minlength=int(n)) for j, n in enumerate(n_values)]
+
+
 def fill_unknown_rows(
-    embedding: np.ndarray, code_rows: np.ndarray, n_values: np.ndarray, counts: list[np.ndarray]
+    embedding: np.ndarray,
+    code_rows: np.ndarray,
+    n_values: np.ndarray,
+    counts: list[np.ndarray],
+    trained: list[np.ndarray],
 ) -> np.ndarray:
-    """Give each field whose unknown row no fit row reached the row-weighted mean of its own rows.
+    """Give each field whose unknown row no training row reached (``trained``: :func:`trained_counts`)
+    the row-weighted mean (``counts``: :func:`field_vocabulary`'s) of its own rows.
 
     Without rare values nothing trains the unknown row; an unseen value then gets the average value's
-    embedding rather than its random initialisation.
+    embedding rather than its random initialisation. Nor does a rare value whose rows were all held out
+    or weigh nothing.
     """
     embedding = embedding.copy()
     offsets = value_offsets(np.asarray(n_values, dtype=np.int64))
@@ -191,7 +208,7 @@ def fill_unknown_rows(
         rows = code_rows[offsets[j] : offsets[j] + int(n)]
         unknown = int(rows.max())
         own = rows != unknown
-        if counts[j][~own].sum() > 0 or not own.any():
+        if trained[j][~own].sum() > 0 or not own.any():
             continue
         w = counts[j][own].astype(np.float64)
         embedding[unknown] = (w[:, None] * embedding[rows[own]]).sum(axis=0) / w.sum()
@@ -512,7 +529,8 @@ class FieldAwareCalibrator(EncodedFeatureCalibrator):
         self.monotone_violation_ = eta.violation
         self.n_epochs_ = result.n_epochs
         self.best_epoch_ = result.best_epoch
-        self.embedding_ = fill_unknown_rows(result.embedding, code_rows, encoder.n_codes_, counts)
+        trained = trained_counts(codes, encoder.n_codes_, held_out, weights)
+        self.embedding_ = fill_unknown_rows(result.embedding, code_rows, encoder.n_codes_, counts, trained)
         self.interactions_ = [list(pair) for pair in encoder.interactions_]
         self.layers_ = [{"weight": w.tolist(), "bias": b.tolist()} for w, b in result.layers]
         self._layers = result.layers
