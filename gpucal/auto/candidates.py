@@ -18,7 +18,7 @@ feature_platt     smoothed along ordered columns (``l2_smooth=30``): ``l2=1``;  
                   column is ordered (the five above then ``l2_smooth=0``)
 mbct              ``MBCT()``; ``min_child_size=100``; the same, ``leaf_penalty=300``  score + features
 hc                ``HeterogeneousCalibrator(mode="boosted")``                   score + features
-neucalib          ``FieldAwareCalibrator()`` (when PyTorch imports)              score + features
+neucalib          ``FieldAwareCalibrator()`` (PyTorch installed)                 score + features
 ================= ============================================================== ==================
 
 Where a feature column is ordered (a number not named in ``categorical_cols``: its bins, or an integer's
@@ -106,7 +106,7 @@ MBCT_GRID: tuple[dict[str, Any], ...] = (
 #: its ``interactions="auto"`` screen): as strong as the main effects', and ten times stronger.
 CROSS_L2 = (10.0, 100.0)
 #: The feature-aware candidates, cheapest first: (name, parameters), one line each; NeuCalib's is
-#: added when PyTorch imports (:func:`default_candidates`).
+#: added when PyTorch is installed (:func:`default_candidates`).
 FEATURE_CANDIDATES: tuple[tuple[str, dict[str, Any]], ...] = (
     *(("feature_platt", {"l2": l2}) for l2 in FEATURE_PLATT_L2),
     *(("feature_platt", {"l2": 10.0, "interactions": "auto", "l2_cross": c}) for c in CROSS_L2),

@@ -140,7 +140,7 @@ class AutoCalibrator(Calibrator):
         second-order feature-aware Platt (``interactions="auto"``, ``l2_cross`` 10 and 100), a first- and
         a second-order setting smoothed along ordered columns (``l2_smooth``, when some feature column is
         ordered: a number not named in ``categorical_cols``, binned or read by value), three MBCT
-        settings, boosted heterogeneous calibration, and NeuCalib when PyTorch imports). Every candidate
+        settings, boosted heterogeneous calibration, and NeuCalib when PyTorch is installed). Every candidate
         takes the column parameters below (``score_col``, ``feature_cols``, ``categorical_cols``,
         ``score_kind``) that its class has, except where a given estimator was set otherwise.
     n_folds : int or "auto", default="auto"
@@ -249,7 +249,8 @@ class AutoCalibrator(Calibrator):
     (or groups, and the weights that balance them across folds) and ``random_state``, so the same call
     gives the same folds and report. Integer weights equal repeated rows when the repeats share a group
     (``groups=``), no subsample is drawn, and every candidate honours weights that way (the validation
-    splits of MBCT, HC and NeuCalib do not: they draw rows).
+    splits of MBCT, HC and NeuCalib do not: they draw rows; nor do NeuCalib's mini-batches and the row
+    counts that give a value its own embedding).
 
     The fit runs BLAS on one thread (``threadpoolctl``), the candidates' fits included: the search's
     products are of a few thousand rows, where BLAS's threads cost more CPU than they save.

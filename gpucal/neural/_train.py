@@ -6,8 +6,8 @@ r"""The NeuCalib network and its training loop (PyTorch; reached only through ``
     \mathcal{L} = \frac{\sum_i w_i\, \ell\big(y_i, \eta(l_i) + g(x_i)\big)}{\sum_i w_i}
         + \lambda \sum_k (b_k - b_{k+1})_+
 
-(the ILPS loss of the field-aware calibration paper, Sec. "解决方案", plus the field term), with
-:math:`\ell` the log-loss on the logit and :math:`\eta` the piecewise-linear map through the knots
+(the ILPS loss of the field-aware calibration notes, section "解决方案", the solution, plus the field
+term), with :math:`\ell` the log-loss on the logit and :math:`\eta` the piecewise-linear map through the knots
 :math:`(a_k, b_k)`: a row in bin :math:`k` at fraction :math:`t = (l - a_k) / (a_{k+1} - a_k)` (clipped to
 [0, 1], which makes :math:`\eta` constant beyond the end knots) gets :math:`b_k + t\,(b_{k+1} - b_k)`.
 The knot values :math:`b_k` are the parameters themselves, so the penalty is the paper's, term for term.

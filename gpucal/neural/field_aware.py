@@ -6,7 +6,7 @@ r"""Field-aware neural calibration (NeuCalib): a monotone map of the logit plus 
     g(x) = w_2^\top \mathrm{ReLU}\big(W_1 [e_1(x_1); \dots; e_F(x_F)] + c_1\big) + c_2,
 
 with :math:`\eta` the piecewise-linear logit map of :mod:`gpucal.neural.piecewise` and :math:`e_j` an
-embedding table per field (field-aware calibration paper, Sec. "解决方案"). The
+embedding table per field (the field-aware calibration notes, section "解决方案", the solution). The
 training code is in ``_train``; this module holds the estimator, the field vocabulary (which values get
 an embedding of their own) and the forward pass used at prediction, in plain numpy / cupy.
 """

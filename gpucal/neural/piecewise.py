@@ -7,7 +7,7 @@ r"""The logit map :math:`\eta` of NeuCalib on its own: a monotone piecewise-line
 
 with :math:`l` the score's logit, knots :math:`a_0 < \dots < a_K` at quantiles of the calibration logits,
 :math:`\eta = b_0` below :math:`a_0` and :math:`b_K` above :math:`a_K`, and knot values :math:`b_k` fitted
-by the ILPS loss (field-aware calibration paper, Sec. "解决方案"):
+by the ILPS loss (the field-aware calibration notes, section "解决方案", the solution):
 :math:`\text{LogLoss} + \lambda \sum_k (b_k - b_{k+1})_+`.
 
 The helpers here (knots, the row coordinates ``(k, t)``, the L-BFGS fit, the knot masses, the final
@@ -259,8 +259,9 @@ class PiecewiseLogitCalibrator(Calibrator):
     :math:`\lambda \sum_k (b_k - b_{k+1})_+` on them, not a monotone reparametrisation. An optimiser stops
     near, not on, the penalty's kink, so a small violation can remain (recorded in
     ``monotone_violation_``); with ``monotone_penalty > 0`` a weighted pool-adjacent-violators pass over
-    the knot values (weights: each knot's share of the rows) removes it, moving no knot by more than that
-    violation. The map is then non-decreasing, bit for bit.
+    the knot values (weights: each knot's share of the rows) removes it. A run of several decreasing knots
+    can move one by more than the largest single violation (the run is pooled to its mean). The map is
+    then non-decreasing, bit for bit.
 
     *Training.* :math:`\eta` alone has ``K + 1`` parameters and a convex loss, so it is solved, not
     early-stopped: full-batch L-BFGS (PyTorch, float64, strong-Wolfe line search) from Platt scaling,
