@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -211,6 +212,20 @@ def test_an_unknown_row_only_weightless_rows_reached_is_filled_as_one_none_reach
     mix = np.linalg.lstsq(system, np.r_[unknown, 1.0], rcond=None)[0]
     np.testing.assert_allclose(system @ mix, np.r_[unknown, 1.0], atol=1e-5)
     assert (mix > 0.0).all()
+
+
+def test_auto_crosses_are_screened_on_the_training_rows(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gpucal.neural import field_aware
+    from gpucal.neural.field_aware import validation_mask
+
+    X, y, _ = _fields(3_000, seed=18, bias=np.array([-0.5, 0.5]))
+    screened: list[Any] = []
+    real = field_aware.encoder_params
+    monkeypatch.setattr(field_aware, "encoder_params", lambda *a, **k: screened.append(a[2]) or real(*a, **k))
+    FieldAwareCalibrator(max_epochs=2, interactions="auto").fit(X, y)
+    weights = np.asarray(screened[0].single_block()["sample_weight"])
+    held = validation_mask(3_000, 0.1, 0)
+    np.testing.assert_array_equal(weights, np.where(held, 0.0, 1.0))
 
 
 # --------------------------------------------------------------------------------------------------

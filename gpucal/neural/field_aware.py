@@ -258,7 +258,8 @@ class FieldAwareCalibrator(EncodedFeatureCalibrator):
         - ``"all"``: every pair of features;
         - ``"auto"``: the pairs feature-aware Platt's ``interactions="auto"`` keeps (every pair screened by
           the expected held-out gain of a one-step fit of its cross on the first-order feature-aware Platt
-          model: :func:`~gpucal.calibrators.feature_platt.resolve_interactions`; one first-order fit).
+          model: :func:`~gpucal.calibrators.feature_platt.resolve_interactions`; one first-order fit),
+          screened on the training rows alone (the held-out rows judge the network, its crosses too).
 
         The pairs crossed are ``interactions_``.
     min_cross_count : float, default=10.0
@@ -504,6 +505,12 @@ class FieldAwareCalibrator(EncodedFeatureCalibrator):
         labels = check_labels(y, "y")
         n_rows = check_consistent_length(X=split.score, y=labels)
         weights = check_sample_weight(sample_weight, n_rows, xp=array_namespace(labels))
+        held_out = validation_mask(n_rows, float(self.validation_fraction), int(self.seed), weights, labels)
+        if held_out is not None and self.interactions == "auto":
+            # The crosses are chosen on the training rows: the held-out rows judge the network, the
+            # structure included (rows of zero weight take no part in the screen's fit).
+            kept = array_namespace(weights).asarray(~held_out)
+            given = as_rows(X=X, y=y, sample_weight=weights * kept)
         encoding = encoder_params(
             self, type(self).__name__, given, list(split.features), score_kind=self.score_kind
         )
@@ -518,7 +525,6 @@ class FieldAwareCalibrator(EncodedFeatureCalibrator):
             hidden_units=int(self.hidden_units),
         )
         x = score_feature(split.score, self.score_kind)
-        held_out = validation_mask(n_rows, float(self.validation_fraction), int(self.seed), weights, labels)
         with training_torch(int(self.n_threads)):
             eta, result = self._train(x, labels, weights, rows, held_out, spec)
         self.encoder_ = encoder.to_dict()
