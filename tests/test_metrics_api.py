@@ -13,7 +13,7 @@ from numpy.testing import assert_allclose
 
 import gpucal
 from gpucal import metrics
-from gpucal.metrics import binning, score_table
+from gpucal.metrics import binned, binning, score_table
 
 RTOL = 1e-12
 
@@ -368,6 +368,24 @@ def test_ece_sweep_stops_once_every_tied_group_has_its_bin() -> None:
     assert metrics.ece_sweep(y3, p3) == pytest.approx(
         metrics.ece(y3, p3, n_bins=3, strategy="quantile"), rel=1e-9
     )
+
+
+def test_ece_sweep_reads_integer_weights_as_repeated_rows_and_zero_weights_as_absent() -> None:
+    y, p, w = np.array([0.0, 1.0, 1.0]), np.array([0.2, 0.5, 0.9]), np.array([1.0, 1.0, 10.0])
+    repeated = metrics.ece_sweep(np.repeat(y, [1, 1, 10]), np.repeat(p, [1, 1, 10]))
+    assert metrics.ece_sweep(y, p, sample_weight=w) == pytest.approx(repeated, rel=1e-12)
+    # A score whose one row weighs nothing: the sweep stops where it stops without that row.
+    rng = np.random.default_rng(6)
+    p0 = np.r_[0.9, np.full(20_000, 0.3)]
+    y0 = np.r_[1.0, (rng.random(20_000) < 0.3).astype(float)]
+    w0 = np.r_[0.0, np.ones(20_000)]
+    calls: list[int] = []
+    real = binned._sweep_bins
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(binned, "_sweep_bins", lambda n_bins, *a: calls.append(n_bins) or real(n_bins, *a))
+        weighted = metrics.ece_sweep(y0, p0, sample_weight=w0)
+    assert calls == [1]
+    assert weighted == pytest.approx(metrics.ece_sweep(y0[1:], p0[1:]), rel=1e-12)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -423,7 +423,8 @@ def ece_sweep(
     weighting : {"mass", "equal"}, default "mass"
         Bin weighting, as in :func:`ece`.
     max_bins : int, optional
-        Largest bin count tried; default: the number of rows.
+        Largest bin count tried; default: the number of rows, or the total weight when larger (integer
+        weights count as repeated rows).
 
     Returns
     -------
@@ -450,8 +451,12 @@ def ece_sweep(
     prefix_w, prefix_wp, prefix_wy = (
         np.concatenate([zero, np.cumsum(table.stats[:, j])]) for j in (W, WP, WY)
     )
-    limit = n_rows if max_bins is None else min(max_bins, n_rows)
-    tie_start = np.arange(table.n_keys)
+    # Integer weights count as repeated rows, whose sweep may need as many bins as their number.
+    limit = max(n_rows, math.ceil(float(prefix_w[-1]))) if max_bins is None else int(max_bins)
+    # Bins start at scores of positive weight only: a score whose rows weigh nothing adds nothing to
+    # the bin it falls in, and as a group of its own it would never get a bin (the sweep would try
+    # every count up to the limit).
+    tie_start = np.flatnonzero(table.stats[:, W] > 0.0)
     return sweep_from_prefix(tie_start, prefix_w, prefix_wp, prefix_wy, limit=limit, p=p, weighting=weighting)
 
 

@@ -92,7 +92,9 @@ def ece_debiased(y_true: Any, y_prob: Any, *, sample_weight: Any = None, n_bins:
     y_prob : array-like of shape (n,)
         Predicted probabilities of the positive class.
     sample_weight : array-like of shape (n,), optional
-        Non-negative row weights, counted as repeated rows; None means 1 for every row.
+        Non-negative row weights, counted as repeated rows (frequencies, not importances: whether every
+        distinct score is a bin depends on the total weight, so weights rescaled to sum to 1 give another
+        value); None means 1 for every row.
     n_bins : int, default=15
         Number of equal-count bins for continuous scores (the reference's fixed 15).
 

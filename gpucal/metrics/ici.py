@@ -169,7 +169,8 @@ _PARAMETERS = """
     y_prob : array-like of shape (n,)
         Predicted probabilities of the positive class.
     sample_weight : array-like of shape (n,), optional
-        Non-negative row weights, counted as repeated rows; None means 1 for every row.
+        Non-negative row weights, counted as repeated rows (frequencies, not importances: weights
+        rescaled to sum to 1 give another value); None means 1 for every row.
     frac : float, default=0.75
         Share of the rows in each LOESS window (Austin & Steyerberg's span).
     grid_size : int or None, default=512

@@ -49,7 +49,8 @@ def log_loss(y_true: Any, y_prob: Any, *, sample_weight: Any = None) -> float:
         \mathrm{LL} = -\frac{1}{W} \sum_i w_i \big( y_i \log \tilde p_i + (1 - y_i) \log(1 - \tilde p_i) \big)
         \qquad \tilde p_i = \min(\max(p_i, \varepsilon), 1 - \varepsilon)
 
-    with :math:`\varepsilon` the float64 machine epsilon, as ``sklearn.metrics.log_loss``. Bins nothing: a
+    with :math:`\varepsilon` the float64 machine epsilon, as ``sklearn.metrics.log_loss`` on float64 input
+    (every input is read as float64 here; scikit-learn clips float32 input at float32's). Bins nothing: a
     proper scoring rule that rewards calibration and discrimination together. Soft labels are allowed.
 
     Parameters
