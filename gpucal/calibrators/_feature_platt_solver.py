@@ -229,8 +229,8 @@ def sharing_fits(memo: dict[Any, Any]) -> Iterator[None]:
     the fitted first-order encoder (every pair crossed, with ``interactions="auto"``) and its encoded
     rows; the columns ``screen_fields`` keeps (per ``l2``); the first-order fit that the cross screen
     starts from and that screen's level sums (per ``l2``, ``l2_smooth`` and ``screen_fields``, which sets
-    where that fit starts; ``l2_cross`` only weighs them). Each fit takes
-    the same steps as alone, so its result is the same to the last bit. Outside the block nothing is kept.
+    where that fit starts; ``l2_cross`` only weighs them). Each fit takes the same steps as alone, so its
+    result is the same to the last bit. Outside the block nothing is kept.
 
     ``memo`` holds the rows' objects and their encodings while it lives: the caller keeps one per set
     of rows that is not changed while it is (one fold of a search) and drops it with them.

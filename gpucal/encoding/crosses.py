@@ -142,11 +142,10 @@ def count_pairs(
     host, the keys that some row has in increasing order; a pair with more than ``limit`` keys raises
     ``ValueError`` naming it by ``labels`` (:func:`pair_labels`; None: by its columns' indices). A pair
     of at most ``MAX_LOOKUP_SPAN`` keys is counted into a table of every key, a larger one by sorting
-    its keys. On numpy the pairs of at most
-    as many keys as rows fill their tables together, in one compiled pass of
-    :func:`~gpucal.kernels.lookup.pair_tables` per ``PAIR_TABLE_ENTRIES`` entries (the pairs dealt to
-    the threads; without weights, counts alone); the others, and every pair on cupy, take two
-    ``bincount`` passes (a table larger than the rows costs more to clear and scan than the rows to
+    its keys. On numpy the pairs of at most as many keys as rows fill their tables together, in one
+    compiled pass of :func:`~gpucal.kernels.lookup.pair_tables` per ``PAIR_TABLE_ENTRIES`` entries (the
+    pairs dealt to the threads; without weights, counts alone); the others, and every pair on cupy, take
+    two ``bincount`` passes (a table larger than the rows costs more to clear and scan than the rows to
     count). Without weights, numpy's other pairs count their keys sorted alone
     (:func:`~gpucal.rows.reduce.group_sorted` of no weights; a field of thousands of values crossed with
     four others, 150,000 rows: 5 ms against 11). Tables of every key for the pairs of up to one or two keys
