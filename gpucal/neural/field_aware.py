@@ -506,7 +506,7 @@ class FieldAwareCalibrator(EncodedFeatureCalibrator):
         n_rows = check_consistent_length(X=split.score, y=labels)
         weights = check_sample_weight(sample_weight, n_rows, xp=array_namespace(labels))
         held_out = validation_mask(n_rows, float(self.validation_fraction), int(self.seed), weights, labels)
-        if held_out is not None and self.interactions == "auto":
+        if held_out is not None and isinstance(self.interactions, str) and self.interactions == "auto":
             # The crosses are chosen on the training rows: the held-out rows judge the network, the
             # structure included (rows of zero weight take no part in the screen's fit).
             kept = array_namespace(weights).asarray(~held_out)
