@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import csv
 import os
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -20,6 +21,8 @@ if TYPE_CHECKING:
     import pandas as pd
 
 TABLE_SUFFIXES = (".csv", ".parquet", ".pq")
+#: A column pandas writes to Parquet for an index level without a name.
+_UNNAMED_INDEX = re.compile(r"__index_level_\d+__")
 
 
 def _suffix(path: str | os.PathLike[str], argument: str) -> str:
@@ -60,7 +63,17 @@ def read_table(
 
     if suffix == ".csv":
         return pd.read_csv(path, usecols=columns)
-    return pd.read_parquet(path, columns=columns)
+    return _index_as_columns(pd.read_parquet(path, columns=columns))
+
+
+def _index_as_columns(frame: pd.DataFrame) -> pd.DataFrame:
+    """A frame read from Parquet with the pandas index stored in the file as plain columns: a named
+    level becomes the column of its name (as :func:`table_columns` lists it), an unnamed one (pandas'
+    own row labels, which :func:`table_columns` leaves out) is dropped."""
+    named = [name for name in frame.index.names if name is not None]
+    if named:
+        frame = frame.reset_index(level=named)
+    return frame.reset_index(drop=True)
 
 
 def table_columns(path: str | os.PathLike[str]) -> list[str]:
@@ -75,7 +88,8 @@ def table_columns(path: str | os.PathLike[str]) -> list[str]:
     _check_pyarrow(path, "data")
     import pyarrow.parquet as pq
 
-    return list(pq.read_schema(path).names)
+    # pandas writes an index without a name as "__index_level_<i>__": row labels, not data.
+    return [name for name in pq.read_schema(path).names if not _UNNAMED_INDEX.fullmatch(name)]
 
 
 def write_table(frame: pd.DataFrame, path: str | os.PathLike[str], *, argument: str = "output") -> None:

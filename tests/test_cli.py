@@ -129,6 +129,46 @@ def test_fit_then_predict_round_trip(tmp_path, scored, suffix):
     np.testing.assert_allclose(result["calibrated"], reference.predict(scored["score"]), atol=1e-10)
 
 
+@pytest.mark.parametrize("index", ["named", "unnamed"])
+def test_a_parquet_files_pandas_index_reads_as_a_column_or_not_at_all(tmp_path, scored, index):
+    data = tmp_path / "data.parquet"
+    shuffled = scored.sample(frac=1.0, random_state=0)
+    (shuffled.rename_axis("uid") if index == "named" else shuffled).to_parquet(data)
+    model, out = tmp_path / "m.json", tmp_path / "out.parquet"
+    assert main(["fit", str(data), "--method", "mbct", "--model", str(model)]) == 0
+    features = gpucal.load(model).get_params()["feature_cols"]
+    assert features == (["segment", "uid"] if index == "named" else ["segment"])
+    assert main(["predict", str(data), "--model", str(model), "--output", str(out)]) == 0
+    result = pd.read_parquet(out)
+    assert len(result) == len(scored)
+    if index == "named":
+        assert result["uid"].tolist() == shuffled.index.tolist()
+    else:
+        assert "uid" not in result
+
+
+def test_column_parameters_come_through_their_options(tmp_path, scored, capsys):
+    data = tmp_path / "data.csv"
+    scored.to_csv(data, index=False)
+    model = str(tmp_path / "m.json")
+    for name, option in (("feature_cols", "--feature-cols"), ("score_col", "--score-col")):
+        given = ["--param", f"{name}=segment"]
+        assert main(["fit", str(data), "--method", "mbct", "--model", model, *given]) == 2
+        assert f"--param {name}: give it as {option}" in capsys.readouterr().err
+    assert main(["fit", str(data), "--method", "platt", "--model", str(data)]) == 2  # not a model file
+    assert "--model: " in capsys.readouterr().err
+    assert pd.read_csv(data).equals(scored)
+
+
+def test_predict_writes_host_numbers_whatever_family_the_model_was_saved_for(tmp_path, scored):
+    data, model, out = tmp_path / "data.csv", tmp_path / "m.json", tmp_path / "out.csv"
+    scored.to_csv(data, index=False)
+    gpucal.make_calibrator("platt", output_type="cupy").fit(scored["score"], scored["label"]).save(model)
+    assert main(["predict", str(data), "--model", str(model), "--output", str(out)]) == 0
+    expected = gpucal.make_calibrator("platt").fit(scored["score"], scored["label"]).predict(scored["score"])
+    np.testing.assert_allclose(pd.read_csv(out)["calibrated"], expected, rtol=1e-12)
+
+
 def test_errors_name_the_problem(tmp_path, scored, capsys):
     data = tmp_path / "data.parquet"
     scored.to_parquet(data)

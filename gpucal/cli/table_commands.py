@@ -27,6 +27,9 @@ PARAMETER_OPTIONS = {
     "categorical_cols": "--categorical-cols",
     "verbose": "--verbose",
 }
+#: The parameters naming the columns the command reads: given only through their options
+#: (``PARAMETER_OPTIONS``).
+COLUMN_PARAMETERS = ("score_col", "feature_cols")
 
 
 def _columns(text: str | None) -> list[str]:
@@ -77,10 +80,10 @@ def _check_output_file(argument: str, path: str, suffixes: tuple[str, ...] | Non
     """Raise ``ValueError`` unless ``path`` can be written: its folder exists, it is no folder itself."""
     target = Path(path)
     folder = target.parent
-    if suffixes is not None and target.suffix.lower() not in suffixes:
-        msg = f"{argument}: {path!r} must end in one of {suffixes}"
-    elif target.is_dir():
+    if target.is_dir():
         msg = f"{argument}: {path!r} is a directory; give a file name"
+    elif suffixes is not None and target.suffix.lower() not in suffixes:
+        msg = f"{argument}: {path!r} must end in one of {suffixes}"
     elif not folder.is_dir():
         msg = f"{argument}: the folder {os.fspath(folder)!r} of {path!r} does not exist"
     else:
@@ -177,6 +180,13 @@ def _fit_params(args: argparse.Namespace, parameters: set[str]) -> dict[str, Any
             msg = f"{typed}: --method {args.method} takes no {PARAMETER_OPTIONS[name]}"
             raise ValueError(msg)
     params = _method_params(args.param)
+    # The command reads the file's columns by these options: a --param of the same name would be
+    # handed to the calibrator while the command read other columns.
+    for name in COLUMN_PARAMETERS:
+        if name in params and name not in chosen:
+            option = PARAMETER_OPTIONS[name]
+            msg = f"--param {name}: give it as {option}, by which the command reads the file"
+            raise ValueError(msg)
     both = sorted(set(chosen) & set(params))
     if both:
         msg = f"--param {both[0]}=... and {PARAMETER_OPTIONS[both[0]]} are mutually exclusive; give one"
@@ -254,7 +264,7 @@ def run_fit(args: argparse.Namespace) -> int:
     from gpucal._files import TABLE_SUFFIXES, read_table
 
     _check_input_file("data", args.data, TABLE_SUFFIXES)
-    _check_output_file("--model", args.model)
+    _check_output_file("--model", args.model, (".json",))
     _check_columns(
         args.data,
         {
@@ -310,6 +320,9 @@ def run_predict(args: argparse.Namespace) -> int:
     from gpucal.loading import load  # imports every calibrator: after the cheap checks
 
     calibrator = load(args.model)
+    if "output_type" in calibrator.get_params():
+        # The predictions go into a pandas frame on this machine, whatever family the model was saved for.
+        calibrator.set_params(output_type="numpy")
     log_progress(f"reading {args.data} ...")
     frame = read_table(args.data)
     log_progress(f"predicting {len(frame):,} rows with {type(calibrator).__name__} ...")
