@@ -121,7 +121,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--verbose",
         action="count",
         default=0,
-        help="progress of the fit, -vv for more; passed to the methods with a verbose parameter (mbct, hc)",
+        help="progress of the fit, -vv for more; passed to the methods that log (mbct, hc, auto)",
     )
     fit.set_defaults(handler=run_fit)
 
