@@ -201,7 +201,7 @@ def test_integer_rule_same_over_blocks(categorical_cols):
 
 
 def test_a_numeric_column_past_the_key_limit_is_named_with_advice_for_it() -> None:
-    dask = pytest.importorskip("dask")
+    dask = pytest.importorskip("dask", reason="the distinct-key limit is set through dask.config")
     values = np.random.default_rng(4).normal(size=400)
     blocks = LocalRows(
         tuple(

@@ -200,7 +200,7 @@ def _site_ad(ads: range, n: int = 2_000) -> pd.DataFrame:
 
 
 def test_a_cross_past_the_key_limit_is_named_with_advice_for_crosses() -> None:
-    dask = pytest.importorskip("dask")
+    dask = pytest.importorskip("dask", reason="the distinct-key limit is set through dask.config")
     X = _site_ad(range(0, 20))  # 200 keys
     halves = (_site_ad(range(0, 10)), _site_ad(range(10, 20)))  # 100 keys in each
     blocks = LocalRows(tuple(RowBlock({"X": half, "sample_weight": None}) for half in halves))

@@ -632,15 +632,21 @@ def fit_logistic(X: Any, y: Any, w: Any, **options: Any) -> LogisticFit:
     )
 
 
+def class_weights_present(y: Any, w: Any) -> tuple[bool, bool]:
+    """Whether some positive label (``y > 0``) and some negative one (``y < 1``) carry weight."""
+    xp = array_namespace(y, w)
+    weighted = w > 0
+    return bool(xp.any(weighted & (y > 0))), bool(xp.any(weighted & (y < 1)))
+
+
 def check_two_classes(y: Any, w: Any, name: str = "y") -> None:
-    """Raise ``ValueError`` unless both classes carry weight: the likelihood has no finite maximiser.
+    """Raise ``ValueError`` unless both classes carry weight (:func:`class_weights_present`): the
+    likelihood has no finite maximiser.
 
     With one class only, the best logistic map sends every score to that class: the slope or the
     intercept runs to infinity, so the fit would return whatever the last iterate happened to be.
     """
-    xp = array_namespace(y, w)
-    weighted = w > 0
-    check_class_weights(bool(xp.any(weighted & (y > 0))), bool(xp.any(weighted & (y < 1))), name)
+    check_class_weights(*class_weights_present(y, w), name)
 
 
 # Importers read these from here: the scaling calibrators, MBCT, the models above the calibrators.
@@ -666,6 +672,7 @@ __all__ = [
     "block_moments",
     "check_class_weights",
     "check_two_classes",
+    "class_weights_present",
     "features_cpu",
     "fit_logistic",
     "fit_logistic_rows",

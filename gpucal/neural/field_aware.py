@@ -31,7 +31,7 @@ from gpucal.calibrators.base import (
     Options,
 )
 from gpucal.calibrators.feature_platt import EncodedFeatureCalibrator, encoder_params, score_feature
-from gpucal.calibrators.logistic import sigmoid
+from gpucal.calibrators.logistic import class_weights_present, sigmoid
 from gpucal.encoding import FeatureEncoder, resolve_feature_cols
 from gpucal.encoding.encoder import MAX_CROSS_LEVELS, MIN_CROSS_COUNT
 from gpucal.kernels import value_offsets
@@ -94,9 +94,9 @@ def start_rows(
 
 
 def _two_classes(y: np.ndarray, w: np.ndarray | None, rows: np.ndarray) -> bool:
-    """Whether ``rows`` hold label weight on both sides: some ``w y`` and some ``w (1 - y)``."""
+    """Whether both classes carry weight on ``rows`` (the rule of the fits' ``check_two_classes``)."""
     weight = np.ones(rows.shape[0]) if w is None else w[rows]
-    return bool(np.dot(weight, y[rows]) > 0.0 and np.dot(weight, 1.0 - y[rows]) > 0.0)
+    return all(class_weights_present(y[rows], weight))
 
 
 @dataclass(frozen=True)
