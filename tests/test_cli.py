@@ -238,6 +238,22 @@ def test_a_parameter_the_method_lacks_is_named(tmp_path, scored, capsys):
     assert "BetaCalibrator has no parameter(s) ['n_bins']" in capsys.readouterr().err
 
 
+def test_methods_the_command_cannot_fit_are_refused_before_the_read(tmp_path, scored, capsys):
+    """A method reading one column per class, or one with a parameter without a default, is refused
+    with what to do before the file is read."""
+    model = str(tmp_path / "m.json")
+    data = tmp_path / "data.parquet"
+    scored.to_parquet(data)
+    assert main(["fit", str(data), "--method", "dirichlet", "--model", model]) == 2
+    assert "DirichletCalibrator fits one probability column per class" in capsys.readouterr().err
+    assert main(["fit", str(data), "--method", "downsampling", "--model", model]) == 2
+    err = capsys.readouterr().err
+    assert "--method downsampling needs --param rate=VALUE" in err
+    assert "reading" not in err
+    assert main(["fit", str(data), "--method", "downsampling", "--model", model, "--param", "rate=0.5"]) == 0
+    assert "dirichlet: DirichletCalibrator (from Python only)" in gpucal.cli.table_commands.method_list()
+
+
 def test_option_errors_read_as_options_not_python(tmp_path, scored, capsys):
     """Issue 18: errors say ``--score-kind logit``, not ``score_kind='logit'``."""
     data = tmp_path / "data.parquet"

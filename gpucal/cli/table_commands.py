@@ -140,14 +140,19 @@ def _calibrator_class(method: str) -> type:
 
 
 def method_list() -> str:
-    """Return every method of :mod:`gpucal.registry`, one line each, its aliases beside its name."""
+    """Return every method of :mod:`gpucal.registry`, one line each, its aliases beside its name.
+
+    A method without a score column (one probability column per class) is marked: the command reads
+    one score column.
+    """
     from gpucal.registry import complete, methods
 
     complete()
     lines = []
     for method in sorted({m.name: m for m in methods().values()}.values(), key=lambda m: m.name):
         alias = f" (alias {', '.join(method.aliases)})" if method.aliases else ""
-        lines.append(f"  {method.name}{alias}: {method.cls.__name__}")
+        reads = "" if "score_col" in inspect.signature(method.cls).parameters else " (from Python only)"
+        lines.append(f"  {method.name}{alias}: {method.cls.__name__}{reads}")
     return "\n".join(lines)
 
 
@@ -276,7 +281,20 @@ def run_fit(args: argparse.Namespace) -> int:
         },
     )
     cls = _calibrator_class(args.method)  # imports every calibrator: after the cheap checks
-    params = _fit_params(args, set(inspect.signature(cls).parameters))
+    signature = inspect.signature(cls).parameters
+    if "score_col" not in signature:
+        msg = (
+            f"--method {args.method}: {cls.__name__} fits one probability column per class, and the "
+            "command reads one score column; fit it from Python"
+        )
+        raise ValueError(msg)
+    params = _fit_params(args, set(signature))
+    required = [name for name, parameter in signature.items() if parameter.default is parameter.empty]
+    missing = [name for name in required if name not in params]
+    if missing:
+        needed = " ".join(f"--param {name}=VALUE" for name in missing)
+        msg = f"--method {args.method} needs {needed}: {cls.__name__} has no default for {', '.join(missing)}"
+        raise ValueError(msg)
     from gpucal.factory import make_calibrator
 
     calibrator = make_calibrator(args.method, **params)
