@@ -591,6 +591,25 @@ def test_rejection_curve_rejects_bad_thresholds():
         rejection_curve([0, 1], [0.2, 0.7], thresholds=[0.5, 1.5])
 
 
+def test_rejection_curve_checks_a_probability_matrix_as_it_checks_scores():
+    """NaN or out-of-range probabilities, zero weights, no rows and misaligned indexes are refused on
+    the matrix path as on the binary one, not turned into a table or a NaN."""
+    matrix = np.array([[0.2, 0.8], [0.6, 0.4], [0.5, 0.5]])
+    labels = np.array([1, 0, 1])
+    for bad in (np.nan, -0.1, 1.5):
+        corrupt = matrix.copy()
+        corrupt[1, 0] = bad
+        with pytest.raises(ValueError, match="row 1, column 0"):
+            rejection_curve(labels, corrupt)
+    with pytest.raises(ValueError, match="all weights are zero"):
+        rejection_curve(labels, matrix, sample_weight=np.zeros(3))
+    with pytest.raises(ValueError, match="no rows"):
+        rejection_curve(np.array([], dtype=int), np.empty((0, 2)))
+    frame = pd.DataFrame(matrix, index=[5, 6, 7])
+    with pytest.raises(ValueError, match="different indexes"):
+        rejection_curve(pd.Series(labels, index=[7, 6, 5]), frame)
+
+
 # --------------------------------------------------------------------------------------------------
 # Saving, cloning, bad input
 

@@ -13,7 +13,12 @@ import numpy as np
 import pandas as pd
 
 from gpucal._backend import to_numpy
-from gpucal._validation import check_class_labels
+from gpucal._validation import (
+    check_class_labels,
+    check_not_empty,
+    check_same_index,
+    check_sample_weight,
+)
 from gpucal.metrics.inputs import CheckedRows, check_total, metric_rows
 from gpucal.rows import is_dask_collection
 
@@ -35,13 +40,18 @@ def check_thresholds(thresholds: Any) -> np.ndarray:
 
 def _matrix_confidence_and_error(y_true: Any, prob: Any, sample_weight: Any) -> tuple[np.ndarray, ...]:
     """Per row of a probability matrix: confidence, error of the arg-max class, weight (host float64)."""
+    check_same_index(y_true=y_true, y_prob=prob, sample_weight=sample_weight)
     matrix = np.asarray(to_numpy(prob), dtype=np.float64)
     n = matrix.shape[0]
-    labels = to_numpy(check_class_labels(y_true, n, matrix.shape[1], name="y_true"))
-    w = np.ones(n) if sample_weight is None else np.asarray(to_numpy(sample_weight), dtype=np.float64)
-    if w.shape != (n,) or not np.isfinite(w).all() or (w < 0).any():
-        msg = f"sample_weight: expected {n} finite non-negative weights"
+    check_not_empty(n, "y_prob")
+    outside = ~((matrix >= 0) & (matrix <= 1))  # NaN compares false: outside too
+    if outside.any():
+        row, column = np.argwhere(outside)[0]
+        value = float(matrix[row, column])
+        msg = f"y_prob: probabilities must be finite and in [0, 1]; row {row}, column {column} holds {value}"
         raise ValueError(msg)
+    labels = to_numpy(check_class_labels(y_true, n, matrix.shape[1], name="y_true"))
+    w = np.asarray(to_numpy(check_sample_weight(sample_weight, n)), dtype=np.float64)
     predicted = np.argmax(matrix, axis=1)
     return matrix.max(axis=1), (predicted != labels).astype(np.float64), w
 
