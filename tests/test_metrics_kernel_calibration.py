@@ -81,6 +81,26 @@ def test_skce_test_equals_probcal_on_its_pairing() -> None:
     assert skce_test(y, p).bandwidth == probcal_test(y, p, method="asymptotic").bandwidth
 
 
+def test_skce_test_reads_weights_as_importances() -> None:
+    """Scaling every weight leaves the test as it is (the effective number of pairs, not the weights'
+    total, sets its spread), and rows of weight 0 do not move the median-heuristic bandwidth."""
+    y, p = make_data(1000, 4)
+    y = (np.random.default_rng(5).random(y.shape[0]) < np.clip(p + 0.1, 0, 1)).astype(np.float64)
+    w = np.random.default_rng(6).uniform(0.5, 2.0, y.shape[0])
+    base = skce_test(y, p, sample_weight=w)
+    assert 1e-12 < base.p_value < 0.5
+    for scale in (1e-4, 1.0 / w.sum(), 4.0):
+        scaled = skce_test(y, p, sample_weight=w * scale)
+        assert_allclose(scaled.p_value, base.p_value, rtol=1e-9)
+        assert_allclose(scaled.p_value_bound, base.p_value_bound, rtol=1e-9)
+    padded_p = np.concatenate([p, np.full(3000, 0.999)])
+    padded_y = np.concatenate([y, np.zeros(3000)])
+    padded_w = np.concatenate([np.ones(y.shape[0]), np.zeros(3000)])
+    assert skce(padded_y, padded_p, sample_weight=padded_w).bandwidth == skce(y, p).bandwidth
+    with pytest.raises(ValueError, match="one pair of rows carries all the weight"):
+        skce_test(y[:4], p[:4], sample_weight=[1.0, 1.0, 0.0, 0.0])
+
+
 @pytest.mark.parametrize(
     ("call", "match"),
     [

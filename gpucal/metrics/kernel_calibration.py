@@ -67,7 +67,9 @@ def _kernel(d: Any, kernel: str, bandwidth: float) -> Any:
 def _strided_scores(block: CheckedRows, stride: int, *, row_offset: int) -> np.ndarray:
     """The block's scores at global rows that are multiples of ``stride``, in row order."""
     first = (-row_offset) % stride
-    return to_numpy(block.p[first::stride]).astype(np.float64)
+    # A row of weight 0 is not in the data: it must not move the bandwidth.
+    weighted = to_numpy(block.weights()[first::stride]) > 0
+    return to_numpy(block.p[first::stride]).astype(np.float64)[weighted]
 
 
 def _concatenate(*parts: np.ndarray) -> np.ndarray:
@@ -125,8 +127,8 @@ def _median_distance(s: np.ndarray) -> float:
 
 
 def _resolve_bandwidth(rows: Any, n: int, scale: str, bandwidth: float | None) -> float:
-    """``bandwidth``, or the median pairwise distance of the kernel inputs of rows ``0, c, 2c, ...``,
-    :math:`c = \\lceil n / 4096 \\rceil` (the mean when the median is 0)."""
+    """``bandwidth``, or the median pairwise distance of the kernel inputs of rows ``0, c, 2c, ...``
+    of positive weight, :math:`c = \\lceil n / 4096 \\rceil` (the mean when the median is 0)."""
     if bandwidth is not None:
         return float(bandwidth)
     stride = max(1, math.ceil(n / MAX_MEDIAN_POINTS))
@@ -283,8 +285,8 @@ def skce(
 # ------------------------------------------------------------------------------------------------
 # The linear estimator and the asymptotic test
 
-# Pair sums of the linear estimator: sum omega, sum omega t, sum omega t^2, pairs.
-_PAIR_SUMS = 4
+# Pair sums of the linear estimator: sum omega, sum omega t, sum omega t^2, pairs, sum omega^2.
+_PAIR_SUMS = 5
 
 
 @dataclass(frozen=True)
@@ -304,7 +306,7 @@ def _pair_terms(s: np.ndarray, r: np.ndarray, w: np.ndarray, kernel: str, bandwi
     """Sums of the pair terms :math:`t = 2 k(s_a, s_b) r_a r_b` with weights :math:`w_a w_b`."""
     t = 2.0 * _kernel(np.abs(s[0::2] - s[1::2]), kernel, bandwidth) * r[0::2] * r[1::2]
     omega = w[0::2] * w[1::2]
-    return np.array([omega.sum(), omega @ t, omega @ (t * t), float(t.shape[0])])
+    return np.array([omega.sum(), omega @ t, omega @ (t * t), float(t.shape[0]), omega @ omega])
 
 
 def _block_pairs(block: CheckedRows, scale: str, kernel: str, bandwidth: float, *, row_offset: int) -> _Pairs:
@@ -352,8 +354,9 @@ class SKCETestResult:
     p_value : float
         One-sided normal p-value of :math:`\\sqrt{m}\\,\\hat S / \\hat\\sigma`.
     p_value_bound : float
-        The distribution-free bound :math:`\\min(1, e^{-\\lfloor n/2 \\rfloor \\hat S^2 / 8})`
-        (Widmann et al. 2019, theorems H.3-H.4), 1 when :math:`\\hat S \\le 0`.
+        The distribution-free bound :math:`\\min(1, e^{-m \\hat S^2 / 8})` over the :math:`m`
+        (effective) pairs, :math:`\\lfloor n/2 \\rfloor` under unit weights (Widmann et al. 2019,
+        theorems H.3-H.4), 1 when :math:`\\hat S \\le 0`.
     bandwidth : float
         The kernel bandwidth used.
     n_boot : None
@@ -384,9 +387,11 @@ def skce_test(
     Rows :math:`2k` and :math:`2k + 1` (global row order) form pair :math:`k` with term
     :math:`t_k = h_{2k, 2k+1}` and weight :math:`\omega_k = w_{2k} w_{2k+1}` (a last odd row is
     left out). The statistic is :math:`\hat S = \sum \omega_k t_k / \Omega`, :math:`\Omega =
-    \sum \omega_k`, its spread :math:`\hat\sigma^2 = \sum \omega_k (t_k - \hat S)^2 / (\Omega - 1)`,
-    and under calibration :math:`z = \sqrt{\Omega}\,\hat S / \hat\sigma` is asymptotically standard
-    normal (Corollary G.3): the p-value is :math:`1 - \Phi(z)`. O(n), one pass.
+    \sum \omega_k`; with the effective number of pairs :math:`m = \Omega^2 / \sum \omega_k^2`
+    (Kish; the number of pairs under unit weights) its spread is :math:`\hat\sigma^2 = \frac{m}{m - 1}
+    \sum \omega_k (t_k - \hat S)^2 / \Omega`, and under calibration :math:`z = \sqrt{m}\,\hat S /
+    \hat\sigma` is asymptotically standard normal (Corollary G.3): the p-value is :math:`1 - \Phi(z)`.
+    Weights are importances: scaling them all leaves the test as it is. O(n), one pass.
 
     Parameters
     ----------
@@ -394,7 +399,8 @@ def skce_test(
         Labels in [0, 1] and predicted probabilities; the rows are paired in their order, so rows
         sorted by score must be shuffled first (neighbours would pair).
     sample_weight : array-like of shape (n,), optional
-        Weights; a pair weighs the product of its rows' weights (unit weights: probcal's test).
+        Weights; a pair weighs the product of its rows' weights (unit weights: probcal's test). One
+        pair carrying all the weight is refused: the test needs a spread.
     kernel, bandwidth, scale
         As in :func:`skce`.
 
@@ -423,17 +429,22 @@ def skce_test(
     h = _resolve_bandwidth(rows, int(counts[0]), scale, bandwidth)
     join = functools.partial(_join_pairs, kernel, h)
     pairs = rows.reduce(_block_pairs, join, scale, kernel, h, offsets=True)
-    omega, weighted_t, weighted_t2, _ = pairs.sums
+    omega, weighted_t, weighted_t2, _, omega_squares = pairs.sums
     if not omega > 0:
         msg = "sample_weight: no pair of rows with positive weight"
         raise ValueError(msg)
     stat = float(weighted_t / omega)
-    variance = float(max(weighted_t2 - omega * stat * stat, 0.0) / (omega - 1.0)) if omega > 1 else 0.0
+    effective_pairs = float(omega * omega / omega_squares)
+    if not effective_pairs > 1.0 + 1e-9:
+        msg = "sample_weight: one pair of rows carries all the weight; the test needs the spread of two"
+        raise ValueError(msg)
+    spread = max(weighted_t2 / omega - stat * stat, 0.0)
+    variance = float(spread * effective_pairs / (effective_pairs - 1.0))
     if variance == 0.0:
         p_value = 1.0 if stat <= 0.0 else 0.0
     else:
-        p_value = float(stats.norm.sf(math.sqrt(omega) * stat / math.sqrt(variance)))
-    bound = 1.0 if stat <= 0.0 else float(min(1.0, math.exp(-(counts[1] // 2) * stat * stat / 8.0)))
+        p_value = float(stats.norm.sf(math.sqrt(effective_pairs) * stat / math.sqrt(variance)))
+    bound = 1.0 if stat <= 0.0 else float(min(1.0, math.exp(-effective_pairs * stat * stat / 8.0)))
     return SKCETestResult(
         statistic=stat,
         estimator="ul",
