@@ -172,6 +172,30 @@ def test_bad_input_is_refused_by_name() -> None:
         metrics.jeffreys_grade_test(y, p, grades, order=["A", "B"])
 
 
+def test_separated_classes_have_no_slope() -> None:
+    """The score separating the classes (completely, or but for tied rows) leaves the logistic
+    recalibration without a finite maximum: an error, not a finite slope with an SE of 1e15 or 1e41."""
+    p = np.array([0.1, 0.2, 0.3, 0.6, 0.7, 0.8])
+    with pytest.raises(ValueError, match="separated by the score"):
+        metrics.calibration_slope(np.array([0.0, 0, 0, 1, 1, 1]), p)
+    quasi = np.array([0.1, 0.2, 0.5, 0.6, 0.7, 0.5])
+    with pytest.raises(ValueError, match="separated by the score"):
+        metrics.calibration_slope(np.array([0.0, 0, 1, 1, 1, 0]), quasi)
+    y, p, _ = make_data(n=100)
+    assert np.isfinite(metrics.calibration_slope(y, p).slope_se)
+    with pytest.raises(ValueError, match="separated by the score"):
+        metrics.calibration_belt(np.array([0.0, 0, 0, 1, 1, 1]), np.array([0.1, 0.2, 0.3, 0.6, 0.7, 0.8]))
+
+
+def test_hosmer_lemeshow_group_predicted_at_zero_with_events_is_infinitely_off() -> None:
+    y, p, _ = make_data(n=400)
+    p = np.concatenate([p, np.zeros(100)])
+    agreeing = metrics.hosmer_lemeshow(np.concatenate([y, np.zeros(100)]), p)
+    assert np.isfinite(agreeing.statistic)
+    contradicting = metrics.hosmer_lemeshow(np.concatenate([y, np.ones(100)]), p)
+    assert (contradicting.statistic, contradicting.p_value) == (np.inf, 0.0)
+
+
 def test_documented_results() -> None:
     y, p, grades = make_data(n=200)
     # One distinct score: one group, so ddof=2 leaves no degrees of freedom.

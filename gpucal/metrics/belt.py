@@ -27,7 +27,7 @@ from scipy import integrate, optimize, special, stats
 
 from gpucal._params import Interval, validate_params
 from gpucal.kernels.jit import numba
-from gpucal.metrics.calibration_tests import _recalibration_rows
+from gpucal.metrics.calibration_tests import _recalibration_rows, ill_conditioned, separated_fit
 from gpucal.metrics.inputs import CheckedRows
 from gpucal.rows import Rows
 
@@ -251,12 +251,6 @@ def _unpack(sums: np.ndarray, d: int) -> tuple[np.ndarray, np.ndarray, np.ndarra
     return sums[:, 0], sums[:, 1 : 1 + d], -hankel[:, index]
 
 
-def _ill_conditioned(hess: np.ndarray) -> bool:
-    """Whether the Hessian, scaled to a unit diagonal, is numerically singular."""
-    scale = np.sqrt(np.abs(np.diag(hess)))
-    return not np.all(scale > 0) or bool(np.linalg.cond(hess / np.outer(scale, scale)) > 1e12)
-
-
 class _PolynomialFit:
     r"""The rows of the belt's regressions, on the scaled logit :math:`u = z / \text{scale}`, compressed.
 
@@ -325,18 +319,20 @@ class _PolynomialFit:
         """Maximum likelihood from ``gamma`` by damped Newton: ``(estimate, log-likelihood, Hessian)``,
         or None when the Hessian is singular (the degree is not identified by the distinct scores)."""
         loglik, grad, hess = (a[0] for a in self.evaluate(gamma[None, :]))
-        if _ill_conditioned(hess):
+        if ill_conditioned(hess):
             return None
         separated = (
             "y_true: the polynomial logistic fit of the belt has no finite maximum "
             "(the classes are separated by the score)"
         )
         for _ in range(NEWTON_MAX_ITER):
-            if _ill_conditioned(hess):  # mu -> 0 or 1 on every row: coefficients running off
+            if ill_conditioned(hess):  # mu -> 0 or 1 on every row: coefficients running off
                 raise ValueError(separated)
             step = np.linalg.solve(-hess, grad)
             gamma, loglik, grad, hess, converged = self.damped_step(gamma, step, loglik)
             if converged:
+                if separated_fit(hess, loglik, float(self.w.sum())):
+                    raise ValueError(separated)
                 self.check_resolved(gamma[None, :])
                 return gamma, float(loglik), hess
         raise ValueError(separated)

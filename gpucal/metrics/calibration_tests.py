@@ -157,7 +157,9 @@ def hosmer_lemeshow(
 
     (Hosmer & Lemeshow 1980; Hosmer, Lemeshow & Sturdivant 2013, section 5.2.2). ``ddof=0`` is for
     scores fixed before the labels were seen (external validation), ``ddof=2`` for a logistic model
-    fitted on the same rows. Groups whose denominator is 0 add nothing but count in :math:`G`.
+    fitted on the same rows. Groups whose denominator is 0 (mean prediction 0 or 1) add nothing when
+    their labels agree (:math:`O_g = E_g`) and make the statistic infinite (p-value 0) when they do not;
+    they count in :math:`G`.
 
     Parameters
     ----------
@@ -194,6 +196,10 @@ def hosmer_lemeshow(
     denominator = stats_[:, WP] * (1.0 - stats_[:, WP] / stats_[:, W])
     ok = denominator > 0
     statistic = float(np.sum((stats_[ok, WY] - stats_[ok, WP]) ** 2 / denominator[ok]))
+    # A group predicted at exactly 0 (or 1) with an event (a non-event) in it: the test's variance
+    # says the gap cannot happen, so it is infinitely far from calibrated, not silently left out.
+    if np.any(~ok & (np.abs(stats_[:, WY] - stats_[:, WP]) > 1e-12 * stats_[:, W])):
+        statistic = math.inf
     df = max(stats_.shape[0] - ddof, 0)
     p_value = float(stats.chi2.sf(statistic, df)) if df > 0 else math.nan
     return HosmerLemeshowResult(statistic=statistic, df=df, p_value=p_value)
@@ -501,10 +507,33 @@ def _recalibration_rows(y_true: Any, y_prob: Any, sample_weight: Any) -> Rows:
     return rows
 
 
+def ill_conditioned(hess: np.ndarray) -> bool:
+    """Whether the Hessian, scaled to a unit diagonal, is numerically singular."""
+    scale = np.sqrt(np.abs(np.diag(hess)))
+    return not np.all(scale > 0) or bool(np.linalg.cond(hess / np.outer(scale, scale)) > 1e12)
+
+
+def separated_fit(
+    hess: np.ndarray, loglik: float, total_weight: float, start_hess: np.ndarray | None = None
+) -> bool:
+    """Whether a converged logistic fit ran off to infinite coefficients (no finite maximum).
+
+    Classes separated by the score drive the fitted probabilities to 0 or 1 and Newton stops where its
+    steps vanish, at finite but meaningless coefficients. Complete separation sends the log-likelihood
+    to 0; quasi-complete separation (the classes meet only at tied scores) leaves curvature on the tied
+    rows alone, so the Hessian turns singular, or (its diagonal rescaled) its entries fall by orders
+    of magnitude from where the fit started (``start_hess``).
+    """
+    if ill_conditioned(hess) or loglik >= -1e-9 * total_weight:
+        return True
+    return start_hess is not None and bool(np.any(np.diag(hess) < 1e-10 * np.diag(start_hess)))
+
+
 def _newton(rows: Rows, a: float, b: float, *, fit_slope: bool) -> tuple[float, float, np.ndarray, float]:
     """Maximise the log-likelihood from ``(a, b)`` (``b`` fixed unless ``fit_slope``); return the
     estimate, the inverse Hessian (the covariance) and the log-likelihood."""
     sums = rows.sum(_recalibration_sums, a, b)
+    start_hessian = np.array([[sums[6], sums[7]], [sums[7], sums[8]]])
     for _ in range(NEWTON_MAX_ITER):
         gradient = sums[4:6] if fit_slope else sums[4:5]
         hessian = np.array([[sums[6], sums[7]], [sums[7], sums[8]]]) if fit_slope else sums[6:7].reshape(1, 1)
@@ -522,6 +551,12 @@ def _newton(rows: Rows, a: float, b: float, *, fit_slope: bool) -> tuple[float, 
         if np.max(np.abs(scale * step)) <= NEWTON_TOL * (1.0 + max(abs(a), abs(b))):
             break
     hessian = np.array([[sums[6], sums[7]], [sums[7], sums[8]]]) if fit_slope else sums[6:7].reshape(1, 1)
+    if fit_slope and separated_fit(hessian, float(sums[3]), float(sums[1]), start_hessian):
+        msg = (
+            "y_true: the logistic recalibration has no finite maximum "
+            "(the classes are separated by the score)"
+        )
+        raise ValueError(msg)
     return float(a), float(b), np.linalg.inv(hessian), float(sums[3])
 
 
