@@ -164,3 +164,19 @@ def test_dask_fit_partitions_are_checked_like_whole_inputs(make: Callable[[], An
     moved = y.set_axis(y.index + 10_000)
     with pytest.raises(ValueError, match="X and y have different indexes"):
         make().fit(dd.from_pandas(X, npartitions=2), dd.from_pandas(moved, npartitions=2))
+
+
+@pytest.mark.parametrize("make", [PlattCalibrator, lambda: MBCT(max_trees=2)], ids=["platt", "mbct"])
+def test_dask_columns_of_one_frame_changed_apart_are_still_checked(make: Callable[[], Any]) -> None:
+    """X filtered, or y reordered inside its partitions, against columns of the same dask frame: both
+    are co-aligned with X, but not X's columns, so their rows are not joined by index label (which
+    would drop y's extra rows, or put them back in order, silently): the index rule refuses them."""
+    dd = pytest.importorskip("dask.dataframe")
+    X, y = _data()
+    frame = dd.from_pandas(pd.concat([X, y.rename("label")], axis=1), npartitions=2)
+    columns = list(X.columns)
+    make().fit(frame[columns], frame.label)
+    with pytest.raises(ValueError, match="X and y have"):
+        make().fit(frame[columns].map_partitions(lambda part: part.iloc[::2]), frame.label)
+    with pytest.raises(ValueError, match="X and y have different indexes"):
+        make().fit(frame[columns], frame.label.map_partitions(lambda part: part.iloc[::-1]))

@@ -119,19 +119,23 @@ def _joined_frame_parts(given: dict[str, Any]) -> dict[str, list[Any]] | None:
     the same partitions; listed apart, a pass needing both computes each partition twice (two reads of
     every Parquet file). Joined with ``assign`` (a blockwise operation for co-aligned expressions) they
     are computed once per pass, and each input's partition is a cheap task on the joined one. Returns
-    None (list them apart) unless there are several frame inputs, all co-aligned, at most one of them
-    a DataFrame and the others Series.
+    None (list them apart) unless there are several frame inputs, all the frame itself or columns of
+    it, at most one of them a DataFrame and the others Series.
     """
     frames = {k: v for k, v in given.items() if collection_kind(v) == "frame"}
     if len(frames) < 2 or len(frames) != len(given):
         return None
     try:
-        from dask.dataframe.dask_expr._expr import are_co_aligned
+        from dask.dataframe.dask_expr._expr import Projection
     except ImportError:  # pragma: no cover - another dask-expr layout: no joining, same results
         return None
-    if not all(hasattr(v, "expr") for v in frames.values()) or not are_co_aligned(
-        *(v.expr for v in frames.values())
-    ):
+    if not all(hasattr(v, "expr") for v in frames.values()):
+        return None
+    # Only columns of one frame are aligned by construction: ``assign`` pairs other co-aligned
+    # expressions (a filtered X, a y reordered in its partitions) by index label, which would hide
+    # the mismatch that the per-partition index check refuses when they are listed apart.
+    roots = {(v.expr.frame if isinstance(v.expr, Projection) else v.expr)._name for v in frames.values()}
+    if len(roots) > 1:
         return None
     tables = [k for k, v in frames.items() if v.ndim == 2]
     if len(tables) > 1:
