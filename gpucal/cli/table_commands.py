@@ -292,8 +292,8 @@ def run_fit(args: argparse.Namespace) -> int:
     required = [name for name, parameter in signature.items() if parameter.default is parameter.empty]
     missing = [name for name in required if name not in params]
     if missing:
-        needed = " ".join(f"--param {name}=VALUE" for name in missing)
-        msg = f"--method {args.method} needs {needed}: {cls.__name__} has no default for {', '.join(missing)}"
+        options = " ".join(f"--param {name}=VALUE" for name in missing)
+        msg = f"--method {args.method} needs {options}: {cls.__name__} has no default for {', '.join(missing)}"
         raise ValueError(msg)
     from gpucal.factory import make_calibrator
 
