@@ -441,6 +441,20 @@ def test_save_load_round_trip_predicts_the_same(tmp_path, mode, local_map) -> No
         gpucal.load(path)
 
 
+def test_a_forest_of_huge_beta_maps_is_refused_at_load(tmp_path) -> None:
+    """A forest's beta maps are no chain the ensemble's check bounds: parameters of 1e308 would
+    predict NaN (an infinite log term minus another), so their size is checked on load."""
+    X, y = threshold_frame()
+    model = HeterogeneousCalibrator(mode="forest", local_map="beta", n_trees=2, n_bins=20).fit(X, y)
+    path = tmp_path / "hc.json"
+    model.save(path)
+    document = json.loads(path.read_text())
+    document["state"]["node_params_"] = [[1e308, 1e308, 0.0] for _ in document["state"]["node_params_"]]
+    path.write_text(json.dumps(document))
+    with pytest.raises(gpucal.ModelFileError, match="node_params_: a node map's parameter is larger"):
+        gpucal.load(path)
+
+
 def test_parameters_clone_and_bad_input() -> None:
     X, y = threshold_frame(600)
     model = HeterogeneousCalibrator(max_depth=2, criterion="gini")

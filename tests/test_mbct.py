@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import warnings
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -249,6 +250,31 @@ def test_save_load_round_trip_and_a_corrupt_file_fails_clearly(tmp_path) -> None
     bad.write_text(json.dumps(doc))
     with pytest.raises(ModelFileError, match="child_table"):
         gpucal.load(bad)
+
+
+@pytest.mark.parametrize(
+    ("leaf_map", "edit", "match"),
+    [
+        # n_values near 2**63 wrapped base + width below the table's end: rows read past it.
+        ("platt", lambda e: e["n_values"].__setitem__(2, 2**63 - 1), "node_child_base"),
+        # A negative scale factor predicted below 0; a slope of 1e308 then 0 predicted NaN.
+        ("scale", lambda e: e["node_value"].__setitem__(0, [-2.0, 0.0]), "scale map's factor is negative"),
+        ("platt", lambda e: e.__setitem__("node_value", [[1e308, 0.0]] * len(e["node_value"])), "logit"),
+        # numpy reads true as 1.0 and "1.0" as 1.0: the file format allows neither.
+        ("platt", lambda e: e["node_value"].__setitem__(0, [True, 0.0]), "list of numbers"),
+        ("platt", lambda e: e["node_value"].__setitem__(0, ["1.0", 0.0]), "list of numbers"),
+    ],
+)
+def test_hostile_ensembles_are_refused_at_load(leaf_map: str, edit: Any, match: str, tmp_path) -> None:
+    df = make_ctr(6_000, "mixed", seed=2)
+    feats = ["region", "device"]
+    fitted = MBCT(feature_cols=feats, categorical_cols=feats, leaf_map=leaf_map, max_trees=2).fit(
+        df, df.label
+    )
+    doc = json.loads(json.dumps(gpucal.persistence.to_dict(fitted)))
+    edit(doc["state"]["ensemble_"])
+    with pytest.raises(ModelFileError, match=match):
+        gpucal.persistence.from_dict(doc)
 
 
 def test_pandas_in_pandas_out_and_polars_in() -> None:

@@ -38,6 +38,9 @@ from gpucal.trees.ensemble import (
 from gpucal.trees.local_maps import LOCAL_MAP_KINDS, n_map_params
 
 MODES = ("tree", "forest", "boosted")
+#: A loaded node map's parameters must be below this in size: far above any fit, far from overflowing
+#: a map's logit (a forest averages maps applied to the score, each finite below it).
+MAX_NODE_PARAM = 1e100
 # The record of each tree in ``history_`` (checked when a model file is loaded).
 HISTORY_FIELDS: dict[str, tuple[type, ...]] = {
     "tree": (int,),
@@ -399,6 +402,9 @@ class HeterogeneousCalibrator(Calibrator):
         expected = (self.ensemble_.n_nodes, n_map_params(self.local_map))
         if self.node_params_.shape != expected:
             msg = f"node_params_: expected shape {expected}, got {self.node_params_.shape}"
+            raise ValueError(msg)
+        if not (np.abs(self.node_params_) <= MAX_NODE_PARAM).all():
+            msg = f"node_params_: a node map's parameter is larger than {MAX_NODE_PARAM:g} in size"
             raise ValueError(msg)
         if self.ensemble_.leaf_map != ("scale" if self.local_map == "scale" else "platt"):
             msg = (

@@ -28,12 +28,15 @@ import numpy as np
 
 from gpucal._backend import array_namespace, to_numpy
 from gpucal.kernels import lookup_codes, predict_trees, tree_leaves
+from gpucal.kernels.trees_oracle import LOGIT_HIGH, LOGIT_LOW
 
 if TYPE_CHECKING:
     from gpucal.trees.grow import TreeNodes
 
 LEAF_MAPS = ("scale", "shift", "platt")
 LEAF_SCALE, LEAF_SHIFT, LEAF_PLATT = range(3)
+#: A loaded chain of logit maps must keep every row's logit below this (far from float overflow).
+MAX_CHAIN_LOGIT = 1e300
 
 
 @dataclass(frozen=True)
@@ -203,6 +206,7 @@ class TreeEnsemble:
                 _fail(name, f"expected {n_nodes} entries")
         if self.node_value.shape != (n_nodes, 2) or not np.isfinite(self.node_value).all():
             _fail("node_value", f"expected ({n_nodes}, 2) finite numbers")
+        self._check_map_range()
         if len(self.code_maps) != d or self.rare_codes.shape != (d,):
             _fail("code_maps", f"expected one map and one rare code per feature ({d})")
         for j, (cmap, k) in enumerate(zip(self.code_maps, self.n_values.tolist(), strict=True)):
@@ -219,7 +223,9 @@ class TreeEnsemble:
             _fail("node_feature", f"features must lie in [-1, {d})")
         base = self.node_child_base[split]
         width = self.n_values[self.node_feature[split]]
-        if (base < 0).any() or (base + width > self.child_table.shape[0]).any():
+        n_table = self.child_table.shape[0]
+        # Compared without adding: a file's n_values near 2**63 would wrap base + width below the end.
+        if (base < 0).any() or (width > n_table).any() or (base > n_table - width).any():
             _fail("node_child_base", "a split node's children lie outside child_table")
         for m, b, k in zip(np.flatnonzero(split).tolist(), base.tolist(), width.tolist(), strict=True):
             kids = self.child_table[b : b + k]
@@ -229,6 +235,26 @@ class TreeEnsemble:
                 _fail("child_table", f"node {m} has a child outside its tree or before it")
             if (self.child_table[b : b + k] < -1).any():
                 _fail("child_table", f"node {m} has a child id below -1")
+
+    def _check_map_range(self) -> None:
+        """Raise unless every row's chain of maps stays a probability (scale) or a finite logit.
+
+        A scale map :math:`\\min(a x, 1)` keeps :math:`x \\in [0, 1]` when :math:`a \\ge 0`. A logit
+        map :math:`a x + b` takes :math:`|x| \\le B` to :math:`|x| \\le \\max|a| B + \\max|b|` (over the
+        tree's nodes), from the clipped start :math:`B_0`; a chain whose bound overflows could reach
+        an infinite logit, and then ``0 * inf`` (NaN) in the next tree. Fitted maps stay far inside.
+        """
+        a, b = self.node_value[:, 0], self.node_value[:, 1]
+        if self.leaf_map == "scale":
+            if (a < 0).any():
+                _fail("node_value", "a scale map's factor is negative (it would predict below 0)")
+            return
+        bound = max(-LOGIT_LOW, LOGIT_HIGH)
+        with np.errstate(over="ignore"):
+            for start, stop in zip(self.tree_start[:-1].tolist(), self.tree_start[1:].tolist(), strict=True):
+                bound = float(np.abs(a[start:stop]).max()) * bound + float(np.abs(b[start:stop]).max())
+        if not bound < MAX_CHAIN_LOGIT:
+            _fail("node_value", "the maps' slopes and shifts could take a row's logit past any float")
 
 
 def tree_code_dtype(n_values: np.ndarray) -> np.dtype:
@@ -263,7 +289,17 @@ def _code_maps(data: dict[str, Any]) -> list[np.ndarray]:
     return [_int_array({"code_maps": m}, "code_maps", np.int32) for m in maps]
 
 
+def _plain_numbers(value: Any, depth: int) -> bool:
+    """Whether ``value`` is a ``depth``-deep list of ints and floats: never a bool, a string or null,
+    which numpy would read as 1, a parsed number or NaN."""
+    if depth == 0:
+        return type(value) is int or type(value) is float
+    return isinstance(value, list) and all(_plain_numbers(v, depth - 1) for v in value)
+
+
 def _float_array(data: dict[str, Any], name: str, ndim: int) -> np.ndarray:
+    if not _plain_numbers(data[name], ndim):
+        _fail(name, f"expected a {ndim}-D list of numbers")
     try:
         arr = np.asarray(data[name], dtype=np.float64)
     except (TypeError, ValueError):
