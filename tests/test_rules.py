@@ -350,6 +350,20 @@ def test_sql_precision_rounds_literals():
     assert f"{float(ens.node_value[3, 0]):.4g}" in expr
 
 
+@pytest.mark.parametrize("leaf_map", ["shift", "platt"])
+def test_sql_precision_keeps_a_score_of_one_a_number(leaf_map):
+    """Rounded to 12 digits, the clip's 1 - eps read as 1.0 and a score of 1 divided by zero in the
+    logit (NULL in SQLite): the clip's bounds are written exactly whatever the precision."""
+    enc, ens, rows, codes = setup(leaf_map, seed=3)
+    rows = rows.assign(score=np.where(np.arange(len(rows)) % 3 == 0, 1.0, rows["score"]))
+    sql = export_rules(
+        ens, enc, score_col="score", score_bins=SCORE_BINS, format="sql", table="events", precision=12
+    )
+    got = run_sqlite(sql, rows)
+    expected = reference_predict(ens, codes, rows["score"].to_numpy())
+    np.testing.assert_allclose(got, expected, rtol=0, atol=1e-9)
+
+
 # --- JSON ------------------------------------------------------------------------------------------
 
 

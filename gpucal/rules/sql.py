@@ -116,8 +116,12 @@ class SqlWriter:
         return sql_float(x, self.precision)
 
     def clip(self, x: str) -> str:
-        """``clip(x, eps, 1 - eps)`` (``x`` is repeated: pass a column)."""
-        lo, hi = self.num(EPS), self.num(1.0 - EPS)
+        """``clip(x, eps, 1 - eps)`` (``x`` is repeated: pass a column).
+
+        The bounds are written exactly whatever ``precision``: rounded, ``1 - eps`` reads as 1.0 and a
+        score of 1 would divide by zero in the logit (NULL in SQL).
+        """
+        lo, hi = sql_float(EPS, None), sql_float(1.0 - EPS, None)
         return f"CASE WHEN {x} < {lo} THEN {lo} WHEN {x} > {hi} THEN {hi} ELSE {x} END"
 
     def logit_clip(self, x: str) -> str:
@@ -162,7 +166,7 @@ class SqlWriter:
         source = ""
         if platt_init:
             z0 = f"{self.num(a0)} * {self.logit_clip(score)} + {self.num(b0)}"
-            lo, hi, z = self.num(LOGIT_LOW), self.num(LOGIT_HIGH), f"{p}f.{p}z0"
+            lo, hi, z = sql_float(LOGIT_LOW, None), sql_float(LOGIT_HIGH, None), f"{p}f.{p}z0"
             cols.append(f"CASE WHEN {z} < {lo} THEN {lo} WHEN {z} > {hi} THEN {hi} ELSE {z} END AS {p}l0")
             source = f" FROM (SELECT {z0} AS {p}z0) AS {p}f"
         else:
