@@ -713,12 +713,20 @@ def test_corrupt_file_is_refused(tabular, tree_models, tmp_path):
         ("elbow_", {"k": [2, 3], "inertia": [1.0, None]}, "elbow_"),
         ("n_classes_", 10**6, "binary scores have 2 classes"),
         ("projection_", document["state"]["projection_"] * 2, "projection_ has"),
+        # A Platt map has two parameters: one per cluster was broadcast into wrong predictions.
+        ("global_params_", [0.5], r"expected \(2,\) for calibrator='platt'"),
+        ("cluster_weight_", [1.0], "cluster_weight_ has shape"),
     ]:
         broken = json.loads(json.dumps(document))
         broken["state"][key] = bad
         (tmp_path / "bad.json").write_text(json.dumps(broken))
         with pytest.raises(ModelFileError, match=match):
             gpucal.load(tmp_path / "bad.json")
+    renamed = json.loads(json.dumps(document))
+    renamed["params"]["calibrator"] = "temperature"
+    (tmp_path / "bad.json").write_text(json.dumps(renamed))
+    with pytest.raises(ModelFileError, match=r"expected \(1,\) for calibrator='temperature'"):
+        gpucal.load(tmp_path / "bad.json")
 
 
 TREE_LIBRARIES = ("xgboost", "lightgbm")

@@ -28,6 +28,7 @@ from gpucal.persistence import document_text, rebuilt_object, to_dict
 from gpucal.registry import calibration_method
 from gpucal.rows import any_dask, as_rows
 from gpucal.rows.checks import check_all_dask
+from gpucal.trees.local_maps import n_map_params
 
 #: Maps fitted by grouped Newton steps (``gpucal.trees.local_maps``) and the per-cluster Dirichlet fit.
 LOCAL_MAPS = ("platt", "temperature", "beta")
@@ -474,7 +475,21 @@ class ClusteredCalibrator(Calibrator):
             )
             raise ValueError(msg)
         k = self.n_clusters_
-        n_params = self.global_params_.shape[0]
+        if self._multiclass and self.n_classes_ != len(self.score_col):
+            msg = f"n_classes_ = {self.n_classes_}, but score_col names {len(self.score_col)} class columns"
+            raise ValueError(msg)
+        n_classes = self.n_classes_
+        dirichlet = self.calibrator == "dirichlet"
+        n_params = n_classes * n_classes + n_classes if dirichlet else n_map_params(self.calibrator)
+        if self.global_params_.shape != (n_params,):
+            msg = (
+                f"global_params_ has shape {self.global_params_.shape}, expected ({n_params},) for "
+                f"calibrator={self.calibrator!r}"
+            )
+            raise ValueError(msg)
+        if self.cluster_weight_.shape != (k,):
+            msg = f"cluster_weight_ has shape {self.cluster_weight_.shape}, expected ({k},)"
+            raise ValueError(msg)
         if self.centroids_.shape != (k, self.projection_.shape[1]) or self.params_.shape != (k, n_params):
             msg = (
                 f"centroids_ {self.centroids_.shape}, params_ {self.params_.shape} do not fit n_clusters_={k}"
