@@ -56,7 +56,7 @@ def goes_left(x, decision, threshold, missing, default_left, cat_values, cat_sta
             return True
         return not _in_set(cat_values, cat_start, cat_stop, np.int64(x))
     if decision == DECISION_CAT_LEFT:
-        if math.isnan(x) or x < 0.0 or x >= MAX_LIGHTGBM_CATEGORY:
+        if math.isnan(x) or x <= -1.0 or x >= MAX_LIGHTGBM_CATEGORY:
             return False
         return _in_set(cat_values, cat_start, cat_stop, np.int64(x))
     if math.isnan(x):

@@ -20,8 +20,9 @@ The rules, as each library's prediction code applies them (LightGBM ``Tree::Nume
   side; otherwise left iff :math:`x \le t`.
 - ``DECISION_LT`` (XGBoost numbers, inputs rounded to float32): NaN takes the default side; else left
   iff :math:`x < t`.
-- ``DECISION_CAT_LEFT`` (LightGBM categories): NaN or a negative value goes right; else left iff
-  :math:`\lfloor x \rfloor` is in the set.
+- ``DECISION_CAT_LEFT`` (LightGBM categories): NaN or a value whose C int cast (truncation toward 0)
+  is negative, :math:`x \le -1`, goes right; else left iff that integer is in the set (-0.5 reads
+  as category 0).
 - ``DECISION_CAT_RIGHT`` (XGBoost categories): NaN takes the default side; a negative value or one at
   or above :math:`2^{24}` goes left; else right iff :math:`\lfloor x \rfloor` is in the set.
 
@@ -87,7 +88,8 @@ def goes_left(trees: SplitTrees, m: int, x: float) -> bool:
             return True
         return int(x) not in categories
     if decision == DECISION_CAT_LEFT:
-        if math.isnan(x) or x < 0 or x >= MAX_LIGHTGBM_CATEGORY:
+        # LightGBM casts to a C int first, truncating toward 0: -0.5 is category 0, -1 is negative.
+        if math.isnan(x) or x <= -1 or x >= MAX_LIGHTGBM_CATEGORY:
             return False
         return int(x) in categories
     missing = int(trees.node_missing[m])

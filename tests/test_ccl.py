@@ -448,6 +448,22 @@ def test_tree_tables_give_the_libraries_leaves_and_shap(name):
     np.testing.assert_allclose(shap, contribs, **SHAP_TOLERANCE[library])
 
 
+def test_lightgbm_numeric_categories_truncate_as_lightgbm_does():
+    """A number in a LightGBM categorical column is cast to a C int: -0.5 is category 0, not negative."""
+    from gpucal.ccl.embeddings import make_embedding
+
+    rng = np.random.default_rng(0)
+    n = 3000
+    X = pd.DataFrame({"c": rng.integers(0, 6, n).astype(float), "x": rng.normal(size=n)})
+    y = (X["c"].isin([0, 2, 5]) ^ (X["x"] > 0.3)).astype(int)
+    model = lgb.LGBMClassifier(n_estimators=5, num_leaves=6, verbose=-1, n_jobs=1, min_data_per_group=5)
+    model.fit(X, y, categorical_feature=["c"])
+    probe = [np.nan, -0.5, -0.99, -1.0, -0.0, 0.0, 0.5, 2.7, 5.99, 6.0, 2.0**31, -np.inf, np.inf]
+    rows = pd.DataFrame({"c": np.repeat(probe, 2), "x": np.tile([0.0, 1.0], len(probe))})
+    leaves = make_embedding(model, "leaves", "index", None, []).transform(rows)
+    np.testing.assert_array_equal(leaves, model.booster_.predict(rows, pred_leaf=True))
+
+
 def test_linear_trees_give_leaves_but_no_shap():
     from gpucal.ccl.embeddings import make_embedding
 
