@@ -293,7 +293,8 @@ def run_fit(args: argparse.Namespace) -> int:
     missing = [name for name in required if name not in params]
     if missing:
         options = " ".join(f"--param {name}=VALUE" for name in missing)
-        msg = f"--method {args.method} needs {options}: {cls.__name__} has no default for {', '.join(missing)}"
+        names = ", ".join(missing)
+        msg = f"--method {args.method} needs {options}: {cls.__name__} has no default for {names}"
         raise ValueError(msg)
     from gpucal.factory import make_calibrator
 
