@@ -219,11 +219,19 @@ class TreeEmbedding:
         """The feature columns the XGBoost / LightGBM model reads, as a pandas frame."""
         frame = _as_pandas(X)
         names = self.feature_names
-        missing = [c for c in names if c not in frame.columns] if names is not None else []
+        if names is None:
+            return frame
+        # The names are saved as text: a frame's labels are matched by their text (column 0 is "0").
+        by_text: dict[str, Any] = {}
+        for column in frame.columns:
+            if by_text.setdefault(str(column), column) is not column:
+                msg = f"X: columns {by_text[str(column)]!r} and {column!r} have the same name as text"
+                raise ValueError(msg)
+        missing = [c for c in names if c not in by_text]
         if missing:
             msg = f"X: the embedding model's column(s) {missing} not found; available: {list(frame.columns)}"
             raise KeyError(msg)
-        return frame if names is None else frame[names]
+        return frame[[by_text[c] for c in names]]
 
     def _raw(self, X: Any, what: str) -> np.ndarray:
         """Leaf indices ``(n, n_trees)`` or SHAP values ``(n, n_features * n_classes)`` (bias dropped)."""
@@ -435,7 +443,15 @@ def make_embedding(
         raise ValueError(msg)
     if library == "gpucal":
         return TreeEmbedding(library, booster, embedding, leaf_encoding, None)
-    chosen = model_feature_names(library, booster) if feature_cols is None else list(feature_cols)
+    known = model_feature_names(library, booster)
+    if feature_cols is not None and known is not None and [str(c) for c in feature_cols] != known:
+        # The model reads its columns by position: another order would send every row down wrong paths.
+        msg = (
+            f"feature_cols: {list(feature_cols)} are not the columns the {library} model was trained on, "
+            f"in its order: {known}; pass feature_cols={known} (or leave it None)"
+        )
+        raise ValueError(msg)
+    chosen = known if feature_cols is None else list(feature_cols)
     names = [str(c) for c in (other_cols if chosen is None else chosen)]
     tables = from_model(library, booster, shap=embedding == "shap")
     return TreeEmbedding(library, tables, embedding, leaf_encoding, names)
