@@ -464,6 +464,36 @@ def test_lightgbm_numeric_categories_truncate_as_lightgbm_does():
     np.testing.assert_array_equal(leaves, model.booster_.predict(rows, pred_leaf=True))
 
 
+def test_feature_cols_must_be_the_models_own_and_integer_labels_are_read():
+    """The model reads its columns by position: feature_cols in another order than the model's names is
+    refused. A frame of integer labels (a numpy-trained model's) is read by the labels' text."""
+    rng = np.random.default_rng(1)
+    values = rng.normal(size=(1500, 3))
+    y = (values[:, 0] + values[:, 1] > 0).astype(int)
+    named = pd.DataFrame(values, columns=["a", "b", "c"])
+    model = lgb.LGBMClassifier(n_estimators=4, num_leaves=4, verbose=-1, n_jobs=1).fit(named, y)
+    frame = named.assign(score=model.predict_proba(named)[:, 1])
+    with pytest.raises(ValueError, match=r"in its order: \['a', 'b', 'c'\]"):
+        ClusteredCalibrator(embedding_model=model, n_clusters=3, feature_cols=["c", "b", "a"]).fit(frame, y)
+    plain = lgb.LGBMClassifier(n_estimators=4, num_leaves=4, verbose=-1, n_jobs=1).fit(values, y)
+    numbered = pd.DataFrame(values).assign(score=plain.predict_proba(values)[:, 1])
+    leaves = plain.booster_.predict(values, pred_leaf=True)
+    for features in (None, [0, 1, 2]):
+        fitted = ClusteredCalibrator(
+            embedding_model=plain, n_clusters=3, leaf_encoding="index", feature_cols=features
+        ).fit(numbered, y)
+        np.testing.assert_array_equal(fitted.embedding_.transform(numbered), leaves)
+
+
+def test_seeds_past_scikit_learns_range_fit(tabular, tree_models):
+    """The seed parameter takes any non-negative int; scikit-learn's projection takes it modulo 2**32."""
+    frame, y = _calibration_frame(tabular, tree_models["lightgbm"])
+    model = tree_models["lightgbm"]
+    big = ClusteredCalibrator(embedding_model=model, n_clusters=3, n_components=2, seed=2**40).fit(frame, y)
+    small = ClusteredCalibrator(embedding_model=model, n_clusters=3, n_components=2, seed=0).fit(frame, y)
+    np.testing.assert_array_equal(big.projection_, small.projection_)
+
+
 def test_linear_trees_give_leaves_but_no_shap():
     from gpucal.ccl.embeddings import make_embedding
 

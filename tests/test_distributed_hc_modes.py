@@ -47,6 +47,8 @@ def test_row_draws_are_splitmix64_and_poisson_quantiles() -> None:
     rows = np.array([0, 1, 2, 17, 123_456_789, 2**40 + 3])
     expected = [_splitmix_uniform(5, 3, int(r)) for r in rows]
     np.testing.assert_array_equal(row_uniforms(5, 3, rows), expected)
+    # Seeds are any non-negative int: the formula's arithmetic is modulo 2**64, so 2**64 + 5 is 5.
+    np.testing.assert_array_equal(row_uniforms(2**64 + 5, 3, rows), expected)
     u = row_uniforms(1, 0, np.arange(200_000))
     np.testing.assert_array_equal(poisson_one(u), poisson.ppf(u, 1.0))
     counts = poisson_one(u)

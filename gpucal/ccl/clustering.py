@@ -152,7 +152,8 @@ def fit_projection(E: Any, n_components: int, seed: int) -> np.ndarray:
     from sklearn.decomposition import TruncatedSVD
 
     # Two power iterations: the clusters need the leading subspace roughly, not to machine precision.
-    svd = TruncatedSVD(n_components=n_components, algorithm="randomized", n_iter=2, random_state=seed)
+    # scikit-learn takes seeds below 2**32; ``seed`` is any non-negative int.
+    svd = TruncatedSVD(n_components=n_components, algorithm="randomized", n_iter=2, random_state=seed % 2**32)
     svd.fit(E)
     return np.ascontiguousarray(svd.components_.T, dtype=np.float64)
 

@@ -40,7 +40,8 @@ def _mix(z: np.ndarray) -> np.ndarray:
 
 def row_uniforms(seed: int, stream: int, rows: np.ndarray) -> np.ndarray:
     """Return the uniform in [0, 1) of every global row index in ``rows`` for ``(seed, stream)``."""
-    seed_key = _mix(np.array([seed], dtype=np.uint64) + _GOLDEN)
+    # Seeds are any non-negative int (as numpy's default_rng takes): those of 2**64 and more wrap.
+    seed_key = _mix(np.array([seed % 2**64], dtype=np.uint64) + _GOLDEN)
     key = _mix(seed_key + np.array([stream], dtype=np.uint64))
     counter = np.asarray(rows, dtype=np.int64).astype(np.uint64) + np.uint64(1)
     z = _mix(key + counter * _GOLDEN)
