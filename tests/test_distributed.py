@@ -444,6 +444,12 @@ def test_hash_codes_are_stable_and_partition_free() -> None:
     assert hash_codes(np.array(["gpucal"]), 1_000_003).tolist() == [GPUCAL_BUCKET]
     with pytest.raises(ValueError, match="n_buckets"):
         hash_codes(values, 0)
+    # A list is hashed like an array (its .index is a method, not an index); values by their text.
+    text = hash_codes(["7", 7, None, "None", 7.0], 1_000_003)
+    assert isinstance(text, np.ndarray)
+    assert text[0] == text[1]
+    assert text[2] == text[3]
+    assert text[4] != text[1]
 
 
 # --------------------------------------------------------------------------------------------------

@@ -64,8 +64,10 @@ def hash_codes(values: Any, n_buckets: int, *, seed: int = 0) -> Any:
 
     The bucket depends only on the value, ``n_buckets`` and ``seed``: the same on every partition,
     process and machine (``pandas.util.hash_array`` with a key made from ``seed``). Values are hashed
-    as Python objects (the string ``"7"`` and the number 7 differ); missing values (None, NaN) hash
-    like any value. cudf columns and cupy arrays are copied to the host first. Map it over a dask Series with
+    by their text, ``str(value)``: the number 7 and the string ``"7"`` share a bucket, as do None and
+    ``"None"``, NaN and ``"nan"`` (7.0 reads ``"7.0"``, another bucket than 7); give a column one type
+    to keep such values apart. cudf columns and cupy arrays are copied to the host first. Map it over a
+    dask Series with
     ``series.map_partitions(hash_codes, n_buckets, meta=("bucket", "int64"))``.
 
     Parameters
@@ -94,7 +96,7 @@ def hash_codes(values: Any, n_buckets: int, *, seed: int = 0) -> Any:
         values = values.to_pandas()
     elif is_cupy_array(values):
         values = to_numpy(values)
-    index = getattr(values, "index", None)
+    index = values.index if isinstance(values, pd.Series) else None  # a list's .index is a method
     raw = np.asarray(values.to_numpy() if hasattr(values, "to_numpy") else values, dtype=object)
     hashed = pd.util.hash_array(raw, hash_key=f"{int(seed):016d}", categorize=False)
     codes = (hashed % np.uint64(n_buckets)).astype(np.int64)
