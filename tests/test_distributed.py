@@ -512,3 +512,8 @@ def test_batch_job_fits_writes_and_reports(client, tmp_path, monkeypatch) -> Non
     summary = batch.summary_metrics(frame.clicked, written["calibrated"])
     assert summary["ece_15_uniform"] < metrics.ece(frame.clicked, frame.score)
     assert json.loads(json.dumps(summary)) == summary
+    # A second run of fewer partitions into the same directory leaves none of the first's rows behind.
+    for extra in data.glob("part[1-9]*.parquet"):
+        extra.unlink()
+    assert batch.main(argv) == 0
+    assert len(pd.read_parquet(out)) == 700

@@ -63,13 +63,19 @@ def write_partitions(frame: Any, directory: str) -> int:
     """Write each partition of ``frame`` to ``directory/part.<i>.parquet`` (pandas or cudf); return rows.
 
     Each partition writes its own file with its own library's writer (no dask writer in between, whose
-    pandas 3.1 path currently warns about a deprecated ``inplace``).
+    pandas 3.1 path currently warns about a deprecated ``inplace``). The ``part.<i>.parquet`` files of
+    an earlier run are removed first: a run of fewer partitions would leave the old rows beside the
+    new ones, read back as one dataset. Other files in ``directory`` are left alone.
     """
     import os
+    import re
 
     import dask
 
     os.makedirs(directory, exist_ok=True)
+    for name in os.listdir(directory):
+        if re.fullmatch(r"part\.\d+\.parquet", name):
+            os.remove(os.path.join(directory, name))
     tasks = [
         dask.delayed(_write_partition)(part, os.path.join(directory, f"part.{i}.parquet"))
         for i, part in enumerate(frame.to_delayed())
