@@ -86,6 +86,12 @@ def test_passes_equal_one_machine(client: Any, kind: str) -> None:
     np.testing.assert_allclose(doubled.sum(_block_sums)[[0, 1]], [N_ROWS, 2 * frame["w"].sum()], rtol=1e-12)
     joined = rows.per_worker(_joined)
     np.testing.assert_array_equal(np.sort(joined.reduce(_values, _concat)), np.sort(frame["p"].to_numpy()))
+    assert joined.offsets()[1] == N_ROWS
+    if kind == "dask":  # a worker's partitions interleave with the others': no global row index
+        with pytest.raises(ValueError, match="not defined after per_worker"):
+            joined.sum(_held, offsets=True)
+    else:
+        assert joined.sum(_held, offsets=True)[0] == held_out_mask(N_ROWS, 0.3, 7).sum()
     counts = joined.sum_in_shares(_histogram, _finish, 10, 10)
     np.testing.assert_array_equal(counts, np.histogram(frame["p"], bins=10, range=(0, 1))[0])
 

@@ -71,6 +71,9 @@ class DaskRows:
     parts: list[Any]
     #: Results combined in one task of the reduction tree (at least 2).
     split_every: int = SPLIT_EVERY
+    #: Whether the blocks follow the rows' order. After :meth:`per_worker` a block joins one worker's
+    #: partitions, which interleave with the other workers': no block starts at a global row index.
+    in_row_order: bool = True
     # Looked up once: [(offsets, n_rows)] and [holders(parts)].
     _offsets: list[tuple[np.ndarray, int]] = field(default_factory=list, compare=False, repr=False)
     _placed: list[Any] = field(default_factory=list, compare=False, repr=False)
@@ -88,10 +91,10 @@ class DaskRows:
 
     def map(self, fn: Callable[..., Any], *args: Any, offsets: bool = False) -> DaskRows:
         if not offsets:
-            return DaskRows(map_persisted(fn, self.parts, *args), self.split_every)
+            return DaskRows(map_persisted(fn, self.parts, *args), self.split_every, self.in_row_order)
         import dask
 
-        starts, _ = self.offsets()
+        starts = self._row_starts()
         task = dask.delayed(_with_offset, pure=False)
         tasks = [task(part, fn, int(o), args) for part, o in zip(self.parts, starts, strict=True)]
         return DaskRows(list(dask.persist(*tasks)), self.split_every)
@@ -104,7 +107,7 @@ class DaskRows:
     ) -> Any:
         import dask
 
-        starts = self.offsets()[0] if offsets else None
+        starts = self._row_starts() if offsets else None
         # Fresh keys for every pass: dask does not hash the arguments (histogram batches, Newton thetas,
         # models), and two passes with equal arguments never share a key.
         call = dask.delayed(_call, pure=False)
@@ -116,7 +119,17 @@ class DaskRows:
         return result
 
     def per_worker(self, fn: Callable[..., Any], *args: Any) -> DaskRows:
-        return DaskRows(per_worker(fn, self.parts, *args), self.split_every)
+        return DaskRows(per_worker(fn, self.parts, *args), self.split_every, in_row_order=False)
+
+    def _row_starts(self) -> np.ndarray:
+        """The global row index of each block's first row; refused once blocks join several workers'."""
+        if not self.in_row_order:
+            msg = (
+                "row offsets are not defined after per_worker (a block joins partitions that interleave "
+                "with other workers'): draw what depends on the global row index before joining"
+            )
+            raise ValueError(msg)
+        return self.offsets()[0]
 
     def sum_in_shares(
         self, fn: Callable[..., Any], finish: Callable[..., list[Any]], n_items: int, *args: Any
@@ -163,6 +176,8 @@ class DaskRows:
         return self._placed[0] or []
 
     def offsets(self) -> tuple[np.ndarray, int]:
+        """:meth:`Rows.offsets`; after :meth:`per_worker` only the number of rows holds (the blocks' starts
+        are in the joined blocks' order, no global row index), and passes with ``offsets=True`` refuse."""
         if not self._offsets:
             import dask
 

@@ -58,7 +58,9 @@ class Rows(Protocol):
     def per_worker(self, fn: Callable[..., Any], *args: Any) -> Rows:
         """Return the rows with one block per machine: ``fn(blocks, indices, *args)`` of the blocks each
         holds (in block order, with their indices), computed and kept there. Later passes then ship one
-        result per machine whatever the number of blocks."""
+        result per machine whatever the number of blocks. A machine's partitions interleave with the
+        others', so the joined blocks may leave the rows' order: passes with ``offsets=True`` are
+        refused after it on dask (the number of rows of :meth:`offsets` still holds)."""
 
     def sum_in_shares(
         self, fn: Callable[..., Any], finish: Callable[..., list[Any]], n_items: int, *args: Any
