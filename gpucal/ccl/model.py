@@ -475,8 +475,9 @@ class ClusteredCalibrator(Calibrator):
             )
             raise ValueError(msg)
         k = self.n_clusters_
-        if self._multiclass and self.n_classes_ != len(self.score_col):
-            msg = f"n_classes_ = {self.n_classes_}, but score_col names {len(self.score_col)} class columns"
+        n_columns = len(self.score_col) if isinstance(self.score_col, Sequence) else 1
+        if self._multiclass and self.n_classes_ != n_columns:
+            msg = f"n_classes_ = {self.n_classes_}, but score_col names {n_columns} class columns"
             raise ValueError(msg)
         n_classes = self.n_classes_
         dirichlet = self.calibrator == "dirichlet"
