@@ -38,6 +38,7 @@ from gpucal.calibrators.score_rows import ScoreRows
 from gpucal.calibrators.sir import SIRCalibrator
 from gpucal.kernels.jit import parallel_twins_only
 from gpucal.kernels.pav_chunks import chunk_bounds
+from gpucal.metrics.binning import mass_bin_ids
 from gpucal.rows import LocalRows, RowBlock
 
 ISOTONIC_ATOL = 1e-10
@@ -760,3 +761,26 @@ def test_the_pav_walks_inline_the_block_push():
         fresh = numba.njit(caller.py_func)
         assert_array_equal(fresh(*args), caller(*args))
     assert pav._push_block.signatures == []
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: SIRCalibrator(),
+        lambda: HistogramCalibrator(n_bins=100, strategy="quantile"),
+        lambda: ScalingBinningCalibrator(),
+    ],
+    ids=["sir", "histogram", "scaling_binning"],
+)
+@pytest.mark.parametrize("weight", [0.1, 1e-8, 3.0])
+def test_constant_weights_give_the_unweighted_equal_mass_bins(make: Any, weight: float) -> None:
+    """0.1 added 30 times is 2.9999999999999996: the weight below a bin edge read just under it, and
+    the row fell into the bin below. Positions within 1e-11 of a whole number are that number."""
+    rng = np.random.default_rng(0)
+    p = np.sort(rng.uniform(0.01, 0.99, 300))
+    y = (rng.random(300) < p).astype(np.float64)
+    plain = make().fit(p, y).predict(p)
+    weighted = make().fit(p, y, sample_weight=np.full(300, weight)).predict(p)
+    assert_allclose(weighted, plain, rtol=0, atol=1e-14)
+    ids = mass_bin_ids(p, np.full(300, weight), 100)
+    assert_array_equal(ids, mass_bin_ids(p, None, 100))

@@ -34,6 +34,7 @@ from gpucal.calibrators._sorted import (
 )
 from gpucal.kernels import readonly
 from gpucal.kernels.jit import empty_rows, numba, parallel_rows
+from gpucal.metrics.binning import mass_bin_of, mass_positions
 
 # Columns of the per-bin sums (:func:`bin_sums` gives the first N_WEIGHT_SUMS).
 BIN_W = 0
@@ -544,7 +545,7 @@ def _mass_walk(p, y, w, order, bounds, n_bins, total_w):  # pragma: no cover - c
             continue
         if not have or x != prev:
             below = run_w
-            b = min(n_bins - 1, int(np.floor(n_bins * below / total_w)))
+            b = mass_bin_of(below, total_w, n_bins)
             have = True
             prev = x
         run_w += wi
@@ -632,7 +633,7 @@ def mass_bin_stats_from_groups(
     """
     weight = stats[:, BIN_W]
     below = np.concatenate([[0.0], np.cumsum(weight)[:-1]])
-    ids = np.minimum(np.floor(n_bins * below / weight.sum()), n_bins - 1).astype(np.int64)
+    ids = np.minimum(np.floor(mass_positions(below, weight.sum(), n_bins)), n_bins - 1).astype(np.int64)
     binned = np.stack(
         [np.bincount(ids, weights=stats[:, j], minlength=n_bins) for j in range(N_BIN_STATS)], 1
     )
