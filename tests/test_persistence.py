@@ -48,6 +48,24 @@ def test_round_trip_predicts_bit_for_bit(name, data, tmp_path):
     np.testing.assert_array_equal(loaded.predict(new), model.predict(new))
 
 
+@pytest.mark.parametrize(
+    ("name", "params"),
+    [
+        ("spline", {"knots": np.linspace(0.1, 0.9, 5)}),
+        ("spline", {"reg_params": np.array([0.1, 1.0, 10.0])}),
+        ("platt_hinge", {"quantiles": np.array([0.25, 0.5, 0.75])}),
+    ],
+)
+def test_array_parameters_save_as_lists(name, params, data, tmp_path):
+    """Array-like parameters given as numpy arrays fit, so they must save (as lists)."""
+    score, y, w = data
+    model = gpucal.make_calibrator(name, **params).fit(score, y, sample_weight=w)
+    model.save(tmp_path / "model.json")
+    loaded = gpucal.load(tmp_path / "model.json")
+    new = np.linspace(0, 1, 101)
+    np.testing.assert_array_equal(loaded.predict(new), model.predict(new))
+
+
 def test_dirichlet_round_trip(tmp_path):
     rng = np.random.default_rng(0)
     probs = rng.dirichlet([1.0, 2.0, 3.0], 600)
