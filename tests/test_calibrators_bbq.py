@@ -103,6 +103,18 @@ def test_one_class_is_defined_and_bad_input() -> None:
         BBQCalibrator(spread=0.5).fit(s, np.zeros(200))
 
 
+def test_bin_counts_stop_at_the_distinct_scores() -> None:
+    """The total weight sets the bin counts; scaled-up weights asked for tens of thousands of models
+    (and one weight of 1e300 for an array too large to build): the counts stop at the distinct scores."""
+    s, y = make_data(300, 5)
+    plain = BBQCalibrator().fit(s, y)
+    assert_allclose(BBQCalibrator().fit(s, y, sample_weight=np.ones(300)).predict(s), plain.predict(s))
+    for weight in (np.full(300, 1e8), np.where(np.arange(300) == 7, 1e300, 1.0)):
+        scaled = BBQCalibrator().fit(s, y, sample_weight=weight)
+        assert 1 <= scaled.posterior_.shape[0] <= np.unique(s).shape[0]
+        assert np.isfinite(scaled.predict(s)).all()
+
+
 def test_round_trip_and_hostile_state(tmp_path) -> None:  # type: ignore[no-untyped-def]
     s, y = make_data(300, 4)
     cal = BBQCalibrator().fit(s, y)

@@ -69,11 +69,17 @@ def _model(
     return log_evidence, interior, (m + alpha) / (n + a)
 
 
-def bin_counts_searched(total_weight: float, spread: float) -> np.ndarray:
-    """The bin counts :math:`B` averaged over: the integers in :math:`[N^{1/3}/C, C N^{1/3}]`, at least 1."""
+def bin_counts_searched(total_weight: float, spread: float, n_distinct: int) -> np.ndarray:
+    """The bin counts :math:`B` averaged over: the integers in :math:`[N^{1/3}/C, C N^{1/3}]`, at least 1
+    and at most ``n_distinct``, the distinct scores.
+
+    :math:`N` is the total weight (weights count as repeated rows), so scaled-up weights ask for more
+    bins; bins past the distinct scores would only split no score further, and each is a model to
+    fit, so the count stops there (weights of 1e8 on 300 rows asked for 30,000 models).
+    """
     root = total_weight ** (1.0 / 3.0)
-    low = max(1, math.floor(root / spread))
-    high = max(low, math.ceil(root * spread))
+    high = max(1, min(n_distinct, math.ceil(root * spread)))
+    low = max(1, min(high, math.floor(root / spread)))
     return np.arange(low, high + 1)
 
 
@@ -99,7 +105,7 @@ def bbq_step_map(
     posterior : numpy.ndarray
         The models' posterior weights, one per bin count of :func:`bin_counts_searched`.
     """
-    counts = bin_counts_searched(float(weight.sum()), spread)
+    counts = bin_counts_searched(float(weight.sum()), spread, xs.shape[0])
     c_w = np.concatenate([[0.0], np.cumsum(weight)])
     cumulative = (c_w, np.concatenate([[0.0], np.cumsum(weighted_y)]), c_w[1:] - 0.5 * weight)
     models = [_model(cumulative, xs, int(b), prior_size, logit) for b in counts]
@@ -158,8 +164,8 @@ class BBQCalibrator(Calibrator):
         \frac{\Gamma(n_b - m_b + \beta_b)}{\Gamma(\beta_b)}.
 
     The calibrated probability averages the models over every :math:`B` in
-    :math:`[N^{1/3}/C, C N^{1/3}]` (:math:`N` the total weight, :math:`C` ``spread``) with weights
-    proportional to their evidence (a uniform prior over :math:`B`).
+    :math:`[N^{1/3}/C, C N^{1/3}]` (:math:`N` the total weight, :math:`C` ``spread``; no more bins than
+    distinct scores) with weights proportional to their evidence (a uniform prior over :math:`B`).
 
     Parameters
     ----------
