@@ -162,6 +162,16 @@ def test_bad_scores(score: np.ndarray, match: str) -> None:
         VennAbersCalibrator().fit(score, np.array([0.0, 1.0, 1.0]))
 
 
+def test_weights_lost_in_the_sums_are_refused() -> None:
+    """A weight below the float spacing of the sum before it makes a zero gap in the cumulative
+    weights, which the hulls' slopes divide by: a clear error, not numba's ZeroDivisionError."""
+    s = np.array([0.1, 0.4, 0.6, 0.9])
+    y = np.array([0.0, 1.0, 0.0, 1.0])
+    VennAbersCalibrator().fit(s, y, sample_weight=[1e15, 1.0, 1.0, 1.0])
+    with pytest.raises(ValueError, match="lost in the sum of the weights before it"):
+        VennAbersCalibrator().fit(s, y, sample_weight=[1e17, 1.0, 1.0, 1.0])
+
+
 def test_a_fold_without_rows_is_an_error() -> None:
     with pytest.raises(ValueError, match="fold"):
         VennAbersCalibrator(n_folds=2).fit(np.array([0.5]), np.array([1.0]))

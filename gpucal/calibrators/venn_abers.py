@@ -246,6 +246,14 @@ def venn_abers_tables(weight: np.ndarray, weighted_y: np.ndarray) -> tuple[np.nd
     """
     c = np.concatenate([[0.0], np.cumsum(weight)])
     z = np.concatenate([[0.0], np.cumsum(weighted_y)])
+    if not (np.diff(c) > 0).all():
+        # The hulls' slopes divide by gaps in c: a weight below the float spacing of the weight
+        # before it (about 1e-16 of it) adds nothing to the sum, and the gap is zero.
+        msg = (
+            "sample_weight: a score's weight is lost in the sum of the weights before it (weights "
+            "spanning about 16 orders of magnitude or more); Venn-Abers needs every weight to count"
+        )
+        raise ValueError(msg)
     f0, f1 = np.clip(_query_fit_sweep(c, z), 0.0, 1.0)
     return f0, f1
 
