@@ -124,6 +124,20 @@ def to_dict(model: Any) -> dict[str, Any]:
     }
 
 
+#: A loaded model's coefficients, knots and map parameters must be below this in size: far above what
+#: any fit makes, and far enough below float64's limit that a map summing or interpolating them (a slope
+#: across knots, terms of coefficients times a basis) stays finite instead of reaching inf - inf.
+MAX_LOADED_MAGNITUDE = 1e100
+
+
+def check_magnitude(values: np.ndarray, name: str) -> None:
+    """Raise ``ValueError`` unless every entry of ``values`` is at most :data:`MAX_LOADED_MAGNITUDE` in
+    size (a model file's state, checked on load)."""
+    if not (np.abs(values) <= MAX_LOADED_MAGNITUDE).all():
+        msg = f"{name}: an entry is larger than {MAX_LOADED_MAGNITUDE:g} in size (no fit makes one)"
+        raise ValueError(msg)
+
+
 def _numpy_scalar(value: Any) -> Any:
     """``json``'s ``default``: a numpy scalar anywhere in a document (a parameter ``np.int64(0)`` naming a
     column, one in a candidate's parameters) is written as Python's number, and a numpy array (an

@@ -75,9 +75,9 @@ def test_dirichlet_round_trip(tmp_path):
     np.testing.assert_array_equal(gpucal.load(tmp_path / "d.json").predict(probs), model.predict(probs))
 
 
-def _document(data, tmp_path):
+def _document(data, tmp_path, name="isotonic"):
     path = tmp_path / "model.json"
-    _fitted("isotonic", data).save(path)
+    _fitted(name, data).save(path)
     return json.loads(path.read_text()), path
 
 
@@ -138,6 +138,37 @@ def test_corrupt_state(data, tmp_path, change, match):
     document, path = _document(data, tmp_path)
     change(document["state"])
     with pytest.raises(ModelFileError, match=match):
+        gpucal.load(_write(path, document))
+
+
+@pytest.mark.parametrize(
+    ("name", "params", "key"),
+    [
+        ("platt_hinge", {}, "coef_"),
+        ("spline", {}, "coef_"),
+        ("isotonic", {"score_kind": "logit"}, "X_thresholds_"),
+        ("sir", {"score_kind": "logit"}, "X_knots_"),
+    ],
+)
+def test_huge_finite_numbers_that_would_predict_nan_are_refused(name, params, key, data, tmp_path):
+    """Coefficients of +-1e308 summed (inf - inf), or knots 1e308 apart interpolated (0 * inf), loaded
+    and predicted NaN: a model's numbers are bounded on load."""
+    score, y, w = data
+    scores = np.log(score / (1 - score)) if params else score
+    model = gpucal.make_calibrator(name, **params).fit(scores, y, sample_weight=w)
+    path = tmp_path / "model.json"
+    model.save(path)
+    document = json.loads(path.read_text())
+    values = document["state"][key]
+    document["state"][key] = [-1e308] + [1e308 * (i / len(values)) for i in range(1, len(values))]
+    with pytest.raises(ModelFileError, match=f"{key}: an entry is larger than 1e\\+100"):
+        gpucal.load(_write(path, document))
+
+
+def test_histogram_bins_must_fit_n_bins(data, tmp_path):
+    document, path = _document(data, tmp_path, name="histogram")
+    document["params"]["n_bins"] = 3
+    with pytest.raises(ModelFileError, match="fitted bins do not fit n_bins=3"):
         gpucal.load(_write(path, document))
 
 

@@ -261,7 +261,12 @@ class HistogramCalibrator(Calibrator):
     def _check_state(self) -> None:
         """Raise ``ValueError`` unless edges, values and weights fit together."""
         check_bin_state(self.bin_edges_, self.bin_values_)
-        uniform = np.linspace(0.0, 1.0, self.bin_values_.shape[0] + 1)
+        n_fitted = self.bin_values_.shape[0]
+        # Equal width keeps every bin; equal mass merges the bins that tied scores would split.
+        if n_fitted > self.n_bins or (self.strategy == "uniform" and n_fitted != self.n_bins):
+            msg = f"{n_fitted} fitted bins do not fit n_bins={self.n_bins} with strategy={self.strategy!r}"
+            raise ValueError(msg)
+        uniform = np.linspace(0.0, 1.0, n_fitted + 1)
         if self.strategy == "uniform" and not np.array_equal(self.bin_edges_, uniform):
             msg = "strategy='uniform' needs bin_edges_ equal to np.linspace(0, 1, n_bins + 1)"
             raise ValueError(msg)

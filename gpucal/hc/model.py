@@ -26,7 +26,7 @@ from gpucal.hc.node_maps import (
     apply_chain,
     ensemble_values,
 )
-from gpucal.persistence import check_records, rebuilt_object
+from gpucal.persistence import check_magnitude, check_records, rebuilt_object
 from gpucal.registry import calibration_method
 from gpucal.rows import any_dask, as_rows
 from gpucal.rows.checks import check_all_dask
@@ -38,9 +38,6 @@ from gpucal.trees.ensemble import (
 from gpucal.trees.local_maps import LOCAL_MAP_KINDS, n_map_params
 
 MODES = ("tree", "forest", "boosted")
-#: A loaded node map's parameters must be below this in size: far above any fit, far from overflowing
-#: a map's logit (a forest averages maps applied to the score, each finite below it).
-MAX_NODE_PARAM = 1e100
 # The record of each tree in ``history_`` (checked when a model file is loaded).
 HISTORY_FIELDS: dict[str, tuple[type, ...]] = {
     "tree": (int,),
@@ -403,9 +400,7 @@ class HeterogeneousCalibrator(Calibrator):
         if self.node_params_.shape != expected:
             msg = f"node_params_: expected shape {expected}, got {self.node_params_.shape}"
             raise ValueError(msg)
-        if not (np.abs(self.node_params_) <= MAX_NODE_PARAM).all():
-            msg = f"node_params_: a node map's parameter is larger than {MAX_NODE_PARAM:g} in size"
-            raise ValueError(msg)
+        check_magnitude(self.node_params_, "node_params_")
         if self.ensemble_.leaf_map != ("scale" if self.local_map == "scale" else "platt"):
             msg = (
                 f"ensemble_ has leaf_map {self.ensemble_.leaf_map!r}, not the one of {self.local_map!r} maps"
