@@ -150,6 +150,11 @@ def ecce_sigma(y_true: Any, y_prob: Any, *, sample_weight: Any = None) -> float:
     under perfect calibration (Arrieta-Ibarra et al. 2022, Sec. 3.2). Values above about 3 are unlikely
     under calibration. ``inf`` when every ``p`` is 0 or 1 and ECCE is not 0; 0 when both are 0. Equal to
     ``mcgrad.metrics.ecce_sigma``. Parameters as :func:`ecce`.
+
+    Weights are importances here, as in MCGrad (:math:`\sum w^2` in :math:`\sigma`): scaling them all
+    leaves the ratio as it is, and a row of weight 3 is not three rows (three rows give a
+    :math:`\sqrt 3` larger ratio). The classical tests (:func:`spiegelhalter_z`, Hosmer-Lemeshow) read
+    weights as repeated rows.
     """
     return float(sigma_ratio(*ecce_and_std(table_of(y_true, y_prob, sample_weight))))
 
@@ -158,6 +163,7 @@ def ecce_pvalue(y_true: Any, y_prob: Any, *, sample_weight: Any = None) -> float
     """P-value of the test of perfect calibration by ECCE (Kuiper-type; range of Brownian motion).
 
     ``1 - F(ecce_sigma)``, ``F`` the CDF of the range of standard Brownian motion on [0, 1]
-    (:func:`range_cdf`). Equal to ``mcgrad.metrics.ecce_pvalue``. Parameters as :func:`ecce`.
+    (:func:`range_cdf`). Equal to ``mcgrad.metrics.ecce_pvalue``. Parameters as :func:`ecce`; weights
+    are importances (:func:`ecce_sigma`).
     """
     return float(ecce_pvalue_from_sigma(ecce_sigma(y_true, y_prob, sample_weight=sample_weight)))

@@ -369,6 +369,8 @@ def multicalibration_error(
         The segment columns (pandas, polars or dask DataFrame, or a dict of columns).
     sample_weight : array-like of shape (n,), optional
         Non-negative row weights (they weight the walks and sigmas; segments are chosen on row counts).
+        Importances, as in MCGrad: the sigmas sum :math:`w^2` (:func:`ecce_sigma`), so a row of weight 3
+        is not three rows.
     numerical_columns : sequence of str, default=()
         Columns cut into quantile bins; the others are categorical.
     max_depth : int or None, default=3
