@@ -196,6 +196,25 @@ def test_hosmer_lemeshow_group_predicted_at_zero_with_events_is_infinitely_off()
     assert (contradicting.statistic, contradicting.p_value) == (np.inf, 0.0)
 
 
+def test_weights_summing_below_two_rows_are_refused_where_they_count_rows() -> None:
+    """Weights normalised to sum to 1 are one row to the metrics that read weights as repeated rows:
+    every quantile edge fell on the lowest score and the ICI's window held one; now an error."""
+    y, p, _ = make_data(n=400)
+    w = np.full(400, 1 / 400)
+    for call in (
+        lambda: metrics.hosmer_lemeshow(y, p, sample_weight=w),
+        lambda: metrics.murphy_decomposition(y, p, sample_weight=w),
+        lambda: metrics.ici(y, p, sample_weight=w),
+        lambda: metrics.ece_debiased(y, p, sample_weight=w),
+    ):
+        with pytest.raises(ValueError, match="reads weights as repeated rows"):
+            call()
+    # Equal width groups do not count rows: the Murphy decomposition of any weight scale stands.
+    uniform = metrics.murphy_decomposition(y, p, sample_weight=w, strategy="uniform")
+    plain = metrics.murphy_decomposition(y, p, strategy="uniform")
+    assert_allclose(dataclasses.astuple(uniform), dataclasses.astuple(plain), rtol=1e-12)
+
+
 def test_documented_results() -> None:
     y, p, grades = make_data(n=200)
     # One distinct score: one group, so ddof=2 leaves no degrees of freedom.

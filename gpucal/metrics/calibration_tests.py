@@ -9,6 +9,8 @@ partitions with the one-machine value.
 
 *Weights* are frequency weights: a row of weight 2 counts as two rows, so integer weights give what
 repeated rows give (the null variances are :math:`\sum w\,v_i`, not probcal's :math:`\sum w^2 v_i`).
+Weights adding up to less than two rows (normalised to sum to 1) are refused where rows are counted:
+the equal-mass groups and Hosmer-Lemeshow.
 With unit weights every test equals probcal 0.4 (and statsmodels for the slope and intercept).
 """
 
@@ -26,6 +28,7 @@ from gpucal.kernels.jit import numba, parallel_rows
 from gpucal.metrics.grouped import field_value_sums
 from gpucal.metrics.inputs import (
     CheckedRows,
+    check_repeated_rows,
     check_total,
     keyed_score_table,
     metric_rows,
@@ -73,6 +76,7 @@ def _group_edges(rows: Rows, n_bins: int, strategy: str) -> np.ndarray:
             return np.unique(np.quantile(block.p, qs))  # a selection, no sort: the common case
     table = keyed_score_table(rows)
     kept = table.stats[:, W] > 0
+    check_repeated_rows(float(table.stats[kept, W].sum()), "the equal-mass grouping")
     return np.unique(_quantile_edges(table.keys[0][kept], table.stats[kept, W], qs))
 
 
@@ -193,6 +197,7 @@ def hosmer_lemeshow(
     (2.0357, 2)
     """
     stats_ = _grouped(y_true, y_prob, sample_weight, n_bins, strategy)
+    check_repeated_rows(float(stats_[:, W].sum()), "the Hosmer-Lemeshow test")
     denominator = stats_[:, WP] * (1.0 - stats_[:, WP] / stats_[:, W])
     ok = denominator > 0
     statistic = float(np.sum((stats_[ok, WY] - stats_[ok, WP]) ** 2 / denominator[ok]))

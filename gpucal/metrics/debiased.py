@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from gpucal._params import Interval, validate_params
+from gpucal.metrics.inputs import check_repeated_rows
 from gpucal.metrics.score_table import ScoreTable, table_of
 
 N_BINS = Interval(int, 1, None)
@@ -93,8 +94,8 @@ def ece_debiased(y_true: Any, y_prob: Any, *, sample_weight: Any = None, n_bins:
         Predicted probabilities of the positive class.
     sample_weight : array-like of shape (n,), optional
         Non-negative row weights, counted as repeated rows (frequencies, not importances: whether every
-        distinct score is a bin depends on the total weight, so weights rescaled to sum to 1 give another
-        value); None means 1 for every row.
+        distinct score is a bin depends on the total weight; weights rescaled to sum to 1 are one row,
+        refused below two); None means 1 for every row.
     n_bins : int, default=15
         Number of equal-count bins for continuous scores (the reference's fixed 15).
 
@@ -103,4 +104,6 @@ def ece_debiased(y_true: Any, y_prob: Any, *, sample_weight: Any = None, n_bins:
     float
         The debiased l2 calibration error, in [0, 1].
     """
-    return debiased_of_table(table_of(y_true, y_prob, sample_weight), n_bins)
+    table = table_of(y_true, y_prob, sample_weight)
+    check_repeated_rows(float(table.weight.sum()), "the debiased ECE")
+    return debiased_of_table(table, n_bins)

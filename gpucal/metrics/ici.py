@@ -33,6 +33,7 @@ import numpy as np
 
 from gpucal._params import Interval, validate_params
 from gpucal.kernels.jit import numba
+from gpucal.metrics.inputs import check_repeated_rows
 from gpucal.metrics.score_table import ScoreTable, table_of
 
 FRAC = Interval(float, 0, 1, closed="right")
@@ -151,6 +152,7 @@ def ici_family(
 ) -> dict[str, float]:
     """Return ``{"ici", "e50", "e90", "emax"}`` off one LOESS fit (one read of the rows)."""
     table = table_of(y_true, y_prob, sample_weight)
+    check_repeated_rows(float(table.weight.sum()), "the ICI's LOESS")
     d = loess_distances(table, frac, grid_size)
     weight = table.weight
     return {
@@ -170,7 +172,7 @@ _PARAMETERS = """
         Predicted probabilities of the positive class.
     sample_weight : array-like of shape (n,), optional
         Non-negative row weights, counted as repeated rows (frequencies, not importances: weights
-        rescaled to sum to 1 give another value); None means 1 for every row.
+        rescaled to sum to 1 are one row, refused below two); None means 1 for every row.
     frac : float, default=0.75
         Share of the rows in each LOESS window (Austin & Steyerberg's span).
     grid_size : int or None, default=512

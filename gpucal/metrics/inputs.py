@@ -184,6 +184,20 @@ def check_total(count: float, weight: float, label_name: str = "y_true") -> None
         raise ValueError(msg)
 
 
+def check_repeated_rows(total_weight: float, what: str) -> None:
+    """Refuse weights adding up to less than two rows where ``what`` reads weights as repeated rows.
+
+    Its windows, quantile ranks or bins count rows; weights normalised to sum to 1 would be one row,
+    and the result nonsense rather than an error.
+    """
+    if total_weight < 2.0:
+        msg = (
+            f"sample_weight: {what} reads weights as repeated rows, and these add up to {total_weight:g}, "
+            "less than two rows; pass frequencies (counts), not weights normalised to sum to 1"
+        )
+        raise ValueError(msg)
+
+
 def read_block(
     block: RowBlock, label_name: str, allow_soft: bool, field_names: tuple[str, ...]
 ) -> CheckedRows:
