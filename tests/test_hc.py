@@ -455,6 +455,20 @@ def test_a_forest_of_huge_beta_maps_is_refused_at_load(tmp_path) -> None:
         gpucal.load(path)
 
 
+def test_feature_cols_must_be_the_encoders_at_load(tmp_path) -> None:
+    """A file naming fewer or other features than its encoder loaded and failed at predict with a
+    KeyError; MBCT's check is the same."""
+    X, y = threshold_frame()
+    for model in (HeterogeneousCalibrator(n_bins=20), gpucal.MBCT(max_trees=1)):
+        path = tmp_path / "model.json"
+        model.fit(X, y).save(path)
+        document = json.loads(path.read_text())
+        document["state"]["feature_cols_"] = [*document["state"]["feature_cols_"][::-1], "other"]
+        path.write_text(json.dumps(document))
+        with pytest.raises(gpucal.ModelFileError, match="are not the encoder's features"):
+            gpucal.load(path)
+
+
 def test_parameters_clone_and_bad_input() -> None:
     X, y = threshold_frame(600)
     model = HeterogeneousCalibrator(max_depth=2, criterion="gini")

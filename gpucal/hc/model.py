@@ -393,8 +393,9 @@ class HeterogeneousCalibrator(Calibrator):
         self.ensemble_ = rebuilt_object(self.ensemble_, TreeEnsemble, "ensemble_", "ensemble")
         # The crosses are the encoder's: derived, not saved.
         self.interactions_ = [list(pair) for pair in self.encoder_.interactions_]
-        if not isinstance(self.feature_cols_, list):
-            msg = "feature_cols_: expected a list"
+        encoded = list(self.encoder_.feature_names_)
+        if self.feature_cols_ != encoded:
+            msg = f"feature_cols_ {self.feature_cols_!r} are not the encoder's features {encoded!r}"
             raise ValueError(msg)
         expected = (self.ensemble_.n_nodes, n_map_params(self.local_map))
         if self.node_params_.shape != expected:

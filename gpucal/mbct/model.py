@@ -443,8 +443,9 @@ class MBCT(Calibrator):
         self.ensemble_ = rebuilt_object(self.ensemble_, TreeEnsemble, "ensemble_", "ensemble")
         # The crosses are the encoder's: derived, not saved.
         self.interactions_ = [] if self.encoder_ is None else [list(p) for p in self.encoder_.interactions_]
-        if not isinstance(self.feature_cols_, list):
-            msg = "feature_cols_: expected a list"
+        encoded = [] if self.encoder_ is None else list(self.encoder_.feature_names_)
+        if self.feature_cols_ != encoded:
+            msg = f"feature_cols_ {self.feature_cols_!r} are not the encoder's features {encoded!r}"
             raise ValueError(msg)
         # One record per tree tried: the kept ones and the one dropped when the fit stopped.
         check_records(self.history_, "history_", HISTORY_FIELDS, self.ensemble_.n_trees + 1)
