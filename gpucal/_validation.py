@@ -14,7 +14,7 @@ when it flags one, calls the same check again with ``scan=True``, which raises t
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -271,7 +271,21 @@ def check_consistent_length(**arrays: Any) -> int:
 
 
 def _row_index(x: Any) -> Any:
-    """Return the index of a pandas or cudf Series / DataFrame, else None (rows are paired by position)."""
+    """Return the index of a pandas or cudf Series / DataFrame, else None (rows are paired by position).
+
+    A dict of columns carries the index of its Series: they must share one (a dict's columns are
+    paired with each other by position too, so their labels must agree as a frame's would).
+    """
+    if isinstance(x, Mapping):
+        indexed = [(key, index) for key, value in x.items() if (index := _row_index(value)) is not None]
+        for key, index in indexed[1:]:
+            if not index.equals(indexed[0][1]):
+                msg = (
+                    f"X[{indexed[0][0]!r}] and X[{key!r}] have different indexes; rows are paired by "
+                    "index label, never by position: align them first or pass a DataFrame"
+                )
+                raise ValueError(msg)
+        return indexed[0][1] if indexed else None
     if type(x).__module__.split(".")[0] not in ("pandas", "cudf") or type(x).__name__ not in (
         "Series",
         "DataFrame",

@@ -180,3 +180,16 @@ def test_dask_columns_of_one_frame_changed_apart_are_still_checked(make: Callabl
         make().fit(frame[columns].map_partitions(lambda part: part.iloc[::2]), frame.label)
     with pytest.raises(ValueError, match="X and y have different indexes"):
         make().fit(frame[columns], frame.label.map_partitions(lambda part: part.iloc[::-1]))
+
+
+def test_a_dict_of_series_is_checked_like_a_frame() -> None:
+    """A dict's Series carry their index: it is checked against y's (and against each other), where
+    the dict's columns used to be taken as arrays and paired with y by position."""
+    X, y = _data()
+    shuffled = X["score"].sample(frac=1.0, random_state=0)
+    with pytest.raises(ValueError, match="X and y have different indexes"):
+        PlattCalibrator().fit({"score": shuffled}, y)
+    PlattCalibrator().fit({"score": X["score"]}, y)
+    columns = {"score": X["score"], "site": X["site"].sample(frac=1.0, random_state=1)}
+    with pytest.raises(ValueError, match=r"X\['score'\] and X\['site'\] have different indexes"):
+        FeatureAwarePlattCalibrator(feature_cols=["site"]).fit(columns, y)
