@@ -494,11 +494,24 @@ def numeric_values(col: Column) -> Any:
     return None
 
 
+def named_columns(value: Any, names: Sequence[Hashable]) -> list[Hashable]:
+    """A parameter naming one column or several (``score_col``, ``feature_cols``), as a list of names.
+
+    A tuple that is a column's name (MultiIndex columns name their columns by tuples) is one name, as
+    is any other hashable value (a string, a number); a list, another tuple or an array lists several.
+    """
+    if isinstance(value, tuple):
+        return [value] if value in names else list(value)
+    if isinstance(value, Hashable):
+        return [value]
+    return list(value)
+
+
 def default_feature_names(names: Sequence[Hashable], score_col: Any) -> list[Hashable]:
     """Every column of ``names`` but the score (a name, or a list of them) and :data:`ORACLE_COLUMNS`: the
     candidates for default features, before a fit takes the label and weight columns out
     (``gpucal.encoding.features``)."""
-    scores = list(score_col) if isinstance(score_col, list | tuple) else [score_col]
+    scores = named_columns(score_col, names)
     return [c for c in names if c not in scores and c not in ORACLE_COLUMNS]
 
 
@@ -512,9 +525,9 @@ def resolve_feature_names(
     """
     if feature_cols is None:
         return default_feature_names(names, score_col)
-    cols = [feature_cols] if isinstance(feature_cols, str) else list(feature_cols)
+    cols = named_columns(feature_cols, names)
     _check_unique_names(cols, "feature_cols")
-    scores = list(score_col) if isinstance(score_col, list | tuple) else [score_col]
+    scores = named_columns(score_col, names)
     listed = [c for c in scores if c in cols]
     if listed:
         msg = f"feature_cols: lists the score column {listed[0]!r}; the score cannot also be a feature"

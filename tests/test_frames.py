@@ -17,10 +17,12 @@ from gpucal._frames import (
     Column,
     InputInfo,
     as_column,
+    default_feature_names,
     describe_input,
     frame_columns,
     input_family,
     parse_input,
+    resolve_feature_names,
     wrap_output,
 )
 from gpucal._validation import check_invariant, check_labels, check_sample_weight
@@ -557,3 +559,16 @@ def test_scikit_learn_inputs_are_named():
         ValueError, match=r"X: 0 feature\(s\) \(shape=\(4, 0\)\) while a minimum of 1 is required"
     ):
         parse_input(np.empty((4, 0)))
+
+
+def test_a_tuple_naming_a_multiindex_column_is_one_name() -> None:
+    """With MultiIndex columns, score_col=("m", "score") names one column: it is left out of the default
+    features and refused in feature_cols, where it was read as two names and became a feature."""
+    columns = pd.MultiIndex.from_tuples([("m", "score"), ("f", "site")])
+    names = list(columns)
+    assert default_feature_names(names, ("m", "score")) == [("f", "site")]
+    with pytest.raises(ValueError, match="lists the score column"):
+        resolve_feature_names(names, ("m", "score"), [("m", "score"), ("f", "site")])
+    # A single name of any hashable kind is one feature; a list or another tuple lists several.
+    assert resolve_feature_names([0, 1, 2], 0, 1) == [1]
+    assert resolve_feature_names(["score", "a", "b"], "score", ("a", "b")) == ["a", "b"]
