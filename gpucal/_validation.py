@@ -33,13 +33,20 @@ def as_1d_array(x: Any, name: str) -> Any:
     nulls) are named, not read as numbers.
     """
     module = type(x).__module__.split(".")[0]
+    if module in ("pandas", "polars", "cudf") and len(getattr(x, "shape", (0,))) != 1:
+        msg = (
+            f"{name}: expected one column, got a {type(x).__name__} of shape {tuple(x.shape)}; pass a Series"
+        )
+        raise ValueError(msg)
     if is_cupy_array(x):
         arr = x
     elif module == "cudf":
         arr = x.to_cupy()
     elif module == "pandas":
+        # A Series, or a pandas array or Index (whose isna is numpy and which have no iloc).
         numpy_numbers = isinstance(x.dtype, np.dtype) and x.dtype.kind != "O"
-        _check_no_missing(None if numpy_numbers else x.isna().to_numpy(), lambda row: repr(x.iloc[row]), name)
+        at = x.iloc if hasattr(x, "iloc") else x
+        _check_no_missing(None if numpy_numbers else np.asarray(x.isna()), lambda row: repr(at[row]), name)
         arr = x.to_numpy()
     elif module == "polars":
         _check_no_missing(x.is_null().to_numpy() if x.null_count() else None, lambda row: "null", name)

@@ -572,3 +572,17 @@ def test_a_tuple_naming_a_multiindex_column_is_one_name() -> None:
     # A single name of any hashable kind is one feature; a list or another tuple lists several.
     assert resolve_feature_names([0, 1, 2], 0, 1) == [1]
     assert resolve_feature_names(["score", "a", "b"], "score", ("a", "b")) == ["a", "b"]
+
+
+def test_one_column_inputs_refuse_frames_and_read_pandas_arrays() -> None:
+    """y or weights given as a one-column frame get a clear error (pandas said 'no attribute dtype',
+    polars 'truth value of a DataFrame is ambiguous'); pandas arrays and Indexes read as columns."""
+    pl = pytest.importorskip("polars")
+    labels = [0, 1, 1, 0]
+    for frame in (pd.DataFrame({"y": labels}), pl.DataFrame({"y": labels})):
+        with pytest.raises(ValueError, match="expected one column, got a DataFrame of shape"):
+            check_labels(frame)
+    np.testing.assert_array_equal(check_labels(pd.array(labels, dtype="Int64")), labels)
+    np.testing.assert_array_equal(check_labels(pd.Index(labels, dtype="Float64")), labels)
+    with pytest.raises(ValueError, match="missing"):
+        check_labels(pd.array([0, None, 1], dtype="Int64"))
