@@ -14,7 +14,7 @@ when it flags one, calls the same check again with ``scan=True``, which raises t
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import numpy as np
@@ -66,6 +66,20 @@ def as_1d_array(x: Any, name: str) -> Any:
         msg = f"{name}: expected numbers, got dtype {arr.dtype}"
         raise TypeError(msg)
     return arr
+
+
+def text_keyed(items: Iterable[tuple[Any, Any]], name: str) -> dict[str, Any]:
+    """Key ``(label, value)`` pairs by the labels' text (report rows, legends). Labels of one text
+    (the columns ``0`` and ``"0"``) are refused by name: keyed, one would silently replace the other."""
+    keyed: dict[str, Any] = {}
+    labels: dict[str, Any] = {}
+    for label, value in items:
+        text = str(label)
+        if text in keyed:
+            msg = f"{name}: the labels {labels[text]!r} and {label!r} read the same as text; rename one"
+            raise ValueError(msg)
+        keyed[text], labels[text] = value, label
+    return keyed
 
 
 def _object_numbers(arr: np.ndarray, name: str) -> np.ndarray:

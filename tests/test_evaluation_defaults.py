@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 
 import gpucal
@@ -75,3 +76,19 @@ def test_evaluate_computes_only_the_metrics_included(monkeypatch: pytest.MonkeyP
     assert part["raw"].to_dict() == full["raw"][part.index].to_dict()
     with pytest.raises(ValueError, match=r"unknown metrics \['ece'\]"):
         gpucal.evaluate(y, {"raw": p}, include=["log_loss", "ece"])
+
+
+def test_fields_and_predictions_whose_labels_read_alike_are_refused() -> None:
+    """The columns 0 and "0" of one frame were keyed by their text and one was dropped without a word
+    (evaluate's fields, the reliability plot's curves): refused, naming both."""
+    rng = np.random.default_rng(0)
+    y = rng.integers(0, 2, 200)
+    p = rng.uniform(0.05, 0.95, 200)
+    fields = pd.DataFrame({0: rng.integers(0, 2, 200), "0": rng.integers(0, 3, 200)})
+    with pytest.raises(ValueError, match="the labels 0 and '0' read the same as text"):
+        gpucal.evaluate(y, {"raw": p}, fields=fields)
+    pytest.importorskip("matplotlib", reason="the reliability plot needs matplotlib (the plot extra)")
+    from gpucal.plot import plot_reliability
+
+    with pytest.raises(ValueError, match="the labels 0 and '0' read the same as text"):
+        plot_reliability(y, pd.DataFrame({0: p, "0": p}))

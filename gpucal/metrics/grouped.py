@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from gpucal._params import Interval, Options, validate_params
-from gpucal._validation import check_not_class_labels
+from gpucal._validation import check_not_class_labels, text_keyed
 from gpucal.metrics._reduce import bin_gaps, lp_average, pcoc_ratio
 from gpucal.metrics.binned import N_BINS, STRATEGY, cal_n_per_group, totals
 from gpucal.metrics.binning import sum_by_id, table_mass_bins, uniform_bin_ids
@@ -388,11 +388,11 @@ def report_columns(features: Any, name: str = "features") -> dict[str, Any]:
     naming it (``ValueError`` / ``TypeError``).
     """
     if hasattr(features, "column_names"):  # a pyarrow Table or RecordBatch: .columns holds the arrays
-        columns = {str(name): features.column(name) for name in features.column_names}
+        columns = text_keyed(((c, features.column(c)) for c in features.column_names), name)
     elif hasattr(features, "columns"):
-        columns = {str(name): features[name] for name in features.columns}
+        columns = text_keyed(((c, features[c]) for c in features.columns), name)
     elif isinstance(features, Mapping):
-        columns = {str(name): values for name, values in features.items()}
+        columns = text_keyed(features.items(), name)
     else:
         kind = type(features).__name__
         msg = f"features: expected a DataFrame or a mapping of column name to values, got {kind}"

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from gpucal._backend import to_numpy
-from gpucal._validation import as_1d_array, check_probabilities, check_same_index
+from gpucal._validation import as_1d_array, check_probabilities, check_same_index, text_keyed
 from gpucal.metrics import ece
 from gpucal.plot.curve import ReliabilityCurve, check_curve_params, reliability_curve
 
@@ -60,11 +60,11 @@ def axes_figure(ax: Axes) -> Figure:
 def _named_predictions(predictions: Any) -> dict[str, Any]:
     """Return ``{name: 1-D predictions}`` from a mapping, a DataFrame or a single array."""
     if isinstance(predictions, Mapping):
-        named = {str(name): values for name, values in predictions.items()}
+        named = text_keyed(predictions.items(), "predictions")
     elif type(predictions).__module__.split(".")[0] in ("pandas", "polars", "cudf") and hasattr(
         predictions, "columns"
     ):
-        named = {str(name): predictions[name] for name in predictions.columns}
+        named = text_keyed(((c, predictions[c]) for c in predictions.columns), "predictions")
     else:
         named = {"y_prob": predictions}
     if not named:
