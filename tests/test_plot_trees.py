@@ -163,6 +163,22 @@ def test_plot_feature_calibration_artists():
     assert len(ax.patches) == 3 * 4
 
 
+def test_a_value_of_zero_weight_is_not_drawn_as_rate_zero():
+    """A value whose rows all weigh 0 has no rate (NaN): it was drawn as three bars at 0 with its label
+    at y=NaN, and its zero-weight rows counted; now it is left out and counts no rows."""
+    y, score, calibrated, site = make_segments()
+    w = np.where(site == "c", 0.0, 1.0)
+    table = feature_calibration(y, score, calibrated, site, sample_weight=w)
+    assert table.count[table.values.index("c")] == 0
+    fig = plot_feature_calibration(
+        y, score, calibrated, pd.Series(site), feature_name="site", sample_weight=w
+    )
+    texts = render(fig)
+    assert [t.get_text() for t in fig.axes[0].get_xticklabels()] == ["a", "b", "missing"]
+    assert len(texts) == 3
+    assert len(fig.axes[0].patches) == 3 * 3
+
+
 def test_plot_feature_calibration_keeps_heaviest_values():
     rng = np.random.default_rng(2)
     n = 3000

@@ -244,7 +244,8 @@ def _draw_box(ax: Any, box: _Box) -> None:
 
 @dataclass(frozen=True)
 class FeatureCalibration:
-    """Per value of a feature (heaviest first): weight, rows, observed rate, mean predictions before/after."""
+    """Per value of a feature (heaviest first): weight, rows of positive weight, observed rate, mean
+    predictions before/after (NaN for a value whose rows all weigh 0)."""
 
     values: list[Any]
     weight: np.ndarray
@@ -287,7 +288,7 @@ def feature_calibration(
         labels.append("missing")
     k = len(labels)
     weight = np.bincount(codes, weights=w, minlength=k)
-    count = np.bincount(codes, minlength=k)
+    count = np.bincount(codes[w > 0], minlength=k)  # a row of weight 0 is an absent row
     with np.errstate(invalid="ignore", divide="ignore"):
         observed = np.bincount(codes, weights=w * y, minlength=k) / weight
         before = np.bincount(codes, weights=w * s, minlength=k) / weight
@@ -376,7 +377,8 @@ def plot_feature_calibration(
     filled = table.weight > 0
     gap_before = float(np.sum(table.weight[filled] * np.abs(table.before - table.observed)[filled]) / total)
     gap_after = float(np.sum(table.weight[filled] * np.abs(table.after - table.observed)[filled]) / total)
-    k = min(max_values, len(table.values))
+    # Values whose rows all weigh 0 have no rate to draw (NaN); heaviest first, they come last.
+    k = min(max_values, int(filled.sum()))
 
     if ax is None:
         fig = Figure(figsize=(max(6.4, 0.55 * k + 2.0), 4.8), layout="constrained")
