@@ -483,15 +483,18 @@ def column_names(X: Any, name: str = "X") -> list[Hashable] | None:
 def numeric_values(col: Column) -> Any:
     """A :class:`Column`'s values as float64 numbers (NaN: missing), or None when it holds none.
 
-    Booleans read as 0 and 1; a column of strings or categories has no numeric values (None).
+    A column read by value whose values are all numbers (booleans as 0 and 1, the Python ints of an
+    object column) gives them; a column of strings or other categories has no numeric values (None).
     """
     xp = array_namespace(col.values)
     if col.is_numeric:
         return xp.asarray(col.values, dtype=xp.float64)
-    if col.categories is not None and len(col.categories) == 2 and list(col.categories) == [False, True]:
-        codes = xp.asarray(col.values, dtype=xp.float64)
-        return xp.where(codes < 0, xp.nan, codes)
-    return None
+    categories = col.categories
+    if categories is None or not all(isinstance(c, int | float | np.number | np.bool_) for c in categories):
+        return None
+    table = xp.asarray(np.array([float(c) for c in categories] + [np.nan]))
+    codes = xp.asarray(col.values, dtype=xp.int64)
+    return table[xp.where(codes < 0, len(categories), codes)]
 
 
 def named_columns(value: Any, names: Sequence[Hashable]) -> list[Hashable]:

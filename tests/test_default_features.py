@@ -63,11 +63,14 @@ def test_label_is_never_a_default_feature(method: str, label: str) -> None:
 
 
 @pytest.mark.parametrize("method", list(METHODS))
-@pytest.mark.parametrize("by", ["name", "values"])
+@pytest.mark.parametrize("by", ["name", "values", "objects"])
 def test_naming_the_label_as_a_feature_is_refused(method: str, by: str) -> None:
     df = table()
     if by == "values":
         df["clicked_copy"] = df["clicked"].astype(bool)  # the label again, as booleans
+    if by == "objects":  # the label again, as Python ints in an object column (read by value)
+        df = df.sort_values("clicked", ascending=False, kind="stable")  # categories in order [1, 0]
+        df["clicked_copy"] = df["clicked"].astype(object)
     column = "clicked" if by == "name" else "clicked_copy"
     how = "has the name of y" if by == "name" else "holds the same values as y"
     with pytest.raises(ValueError, match=f"feature_cols: column '{column}' {how}.*it is the label"):
