@@ -581,3 +581,24 @@ def test_observed_values_are_the_factorised_ones(values: object) -> None:
     got = observed_values(col)
     assert got.tolist() == expected.tolist()
     assert [type(v) for v in got] == [type(v) for v in expected]
+
+
+def test_integers_past_int64_are_read_by_value_without_overflow() -> None:
+    """A uint64 column above 2**63 - 1 overflowed the int64 offsets of the counting path, and a Python
+    int category past int64 the integer lookup table (OverflowError); both take the general path."""
+    big = np.array([2**63, 2**63 + 5, 2**63], dtype=np.uint64)
+    encoder = FeatureEncoder(categorical_cols=["id"]).fit(pd.DataFrame({"id": big}))
+    np.testing.assert_array_equal(encoder.transform(pd.DataFrame({"id": big}))[:, 0], [0, 1, 0])
+    objects = pd.DataFrame({"id": pd.Series([1, 2, 10**20], dtype=object)})
+    encoder = FeatureEncoder(categorical_cols=["id"]).fit(objects)
+    codes = encoder.transform(pd.DataFrame({"id": np.array([2, 1], dtype=np.int64)}))
+    np.testing.assert_array_equal(codes[:, 0], [1, 0])
+
+
+def test_non_finite_categories_are_refused_on_load() -> None:
+    encoder = FeatureEncoder(categorical_cols=["c"]).fit(pd.DataFrame({"c": [0.5, 1.5]}))
+    for bad in (float("nan"), float("inf")):
+        data = encoder.to_dict()
+        data["columns"][0]["categories"][0] = bad
+        with pytest.raises(ValueError, match="finite float"):
+            FeatureEncoder.from_dict(data)

@@ -8,6 +8,7 @@ the missing code and the unseen code); this module also holds its plain-data for
 
 from __future__ import annotations
 
+import math
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -85,8 +86,10 @@ def coding_from_dict(c: Any, where: str, separate: bool) -> Coding:
             raise ValueError(msg)
         return Coding(name, KIND_BINS, edges=edges)
     raw = c.get("categories")
-    if not isinstance(raw, list) or not all(isinstance(v, str | int | float) for v in raw):
-        msg = f"{where}['categories']: expected a list of str, int, float or bool values"
+    if not isinstance(raw, list) or not all(
+        isinstance(v, str | int) or (isinstance(v, float) and math.isfinite(v)) for v in raw
+    ):
+        msg = f"{where}['categories']: expected a list of str, int, finite float or bool values"
         raise ValueError(msg)
     if len(set(raw)) != len(raw):
         msg = f"{where}['categories']: values must be distinct"

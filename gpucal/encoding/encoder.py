@@ -700,6 +700,8 @@ class FeatureEncoder(BaseEstimator):
         kinds = set(map(type, cats))  # one check per type, not per category
         if not all(issubclass(k, int | np.integer) and not issubclass(k, bool | np.bool_) for k in kinds):
             return None
+        if min(cats) < -(2**63) or max(cats) >= 2**63:  # integers past int64: the general path
+            return None
         ints = np.asarray(cats, dtype=np.int64)
         low, high = int(ints.min()), int(ints.max())
         if high - low >= MAX_LOOKUP_SPAN:

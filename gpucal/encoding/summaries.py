@@ -112,7 +112,8 @@ def observed_values(col: Column) -> np.ndarray:
     v = col.values
     if col.is_numeric and isinstance(v, np.ndarray) and v.dtype.kind in "iu" and v.size:
         low, high = int(v.min()), int(v.max())
-        if high - low < min(MAX_COUNTED_SPAN, COUNTED_SPAN_PER_ROW * v.size):
+        # Offsets are int64: a uint64 column above 2**63 - 1 is hashed instead.
+        if high < 2**63 and high - low < min(MAX_COUNTED_SPAN, COUNTED_SPAN_PER_ROW * v.size):
             offsets = v if low == 0 and np.can_cast(v.dtype, np.intp) else np.subtract(v, low, dtype=np.int64)
             present = np.flatnonzero(np.bincount(offsets, minlength=high - low + 1)) + low
             out = np.empty(present.shape[0], dtype=object)
