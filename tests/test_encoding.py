@@ -200,6 +200,20 @@ def test_integer_rule_same_over_blocks(categorical_cols):
     assert merged.kinds_ == (["values", "bins", "bins"] if categorical_cols is None else ["bins"] * 3)
 
 
+def test_integer_ids_past_2_53_stay_apart_over_blocks() -> None:
+    """Block summaries grouped integer columns through float64, merging ids past 2**53 that the fit on
+    all rows keeps apart."""
+    ids = np.array([2**53, 2**53 + 1] * 50, dtype=np.int64)
+    X = pd.DataFrame({"id": ids})
+    whole = FeatureEncoder().fit(X)
+    blocks = LocalRows(
+        tuple(RowBlock({"X": X.iloc[lo:hi], "sample_weight": None}) for lo, hi in [(0, 60), (60, 100)])
+    )
+    merged = FeatureEncoder().fit_rows(blocks)
+    assert merged.to_dict() == whole.to_dict()
+    assert merged.kinds_ == ["values"]
+
+
 def test_a_numeric_column_past_the_key_limit_is_named_with_advice_for_it() -> None:
     dask = pytest.importorskip("dask", reason="the distinct-key limit is set through dask.config")
     values = np.random.default_rng(4).normal(size=400)

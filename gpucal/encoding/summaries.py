@@ -9,7 +9,10 @@ every block summarises each column (:func:`block_summaries`): a categorical colu
 its rows use, a numeric column by the weight of every distinct finite value of positive weight (a keyed
 table); the summaries are merged over blocks (:func:`merge_summaries`: categories united, tables merged
 by value), and :meth:`~gpucal.encoding.FeatureEncoder.fit_summaries` reads the inverted-CDF quantile
-cuts off the merged tables: exactly those of ``FeatureEncoder.fit`` on all the rows. A numeric
+cuts off the merged tables: exactly those of ``FeatureEncoder.fit`` on all the rows when the weights
+are whole numbers (or absent). Fractional weights add per value and block here, row by row there, so
+where the cumulative weight lands on a level (weights of 0.1: 30 of 300 rows is 0.1 of the total) the
+two roundings can put the cut on neighbouring values. A numeric
 column's table has one row per distinct value, capped by ``dask.config`` ``gpucal.max-distinct-keys``:
 round a continuous column first (or bin it yourself) when it has more distinct values than that.
 """
@@ -150,9 +153,14 @@ def block_summaries(
         if col.is_numeric and name not in categorical:
             kind = INTEGERS if auto_integers and is_integer_column(col) else BINS
             xp = array_namespace(col.values)
-            v = xp.asarray(col.values, dtype=xp.float64)
             weight = xp.ones(n_rows, dtype=xp.float64) if w is None else check_partition_weight(w, n_rows, xp)
-            keep = xp.isfinite(v) if kind == INTEGERS else xp.isfinite(v) & (weight > 0)
+            if kind == INTEGERS and col.values.dtype.kind in "iu":
+                # Grouped as integers: through float64, ids past 2**53 would merge (the local fit
+                # factorises the integers themselves).
+                v, keep = col.values, xp.ones(n_rows, dtype=bool)
+            else:
+                v = xp.asarray(col.values, dtype=xp.float64)
+                keep = xp.isfinite(v) if kind == INTEGERS else xp.isfinite(v) & (weight > 0)
             keys, sums = group_sorted((v[keep],), weight[keep][:, None], xp)
             check_table_size(int(sums.shape[0]), limit, f"X[{name!r}] distinct values", _round_values(name))
             out[name] = (kind, KeyedTable((to_numpy(keys[0]),), to_numpy(sums)))
