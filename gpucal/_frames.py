@@ -99,11 +99,15 @@ class Column:
         Host array of the values the codes stand for (may hold values no row uses, and repeats).
     dtype : str
         The column's dtype in the caller's library, for error messages.
+    rounded : bool
+        Integers with missing values, read as float64, some past 2**53 and so not held exactly: fine to
+        bin, refused where they are read by value (``gpucal.encoding``), where ids would merge.
     """
 
     values: Any
     categories: np.ndarray | None
     dtype: str
+    rounded: bool = False
 
     @property
     def is_numeric(self) -> bool:
@@ -353,9 +357,9 @@ def _pandas_column(s: Any, name: str) -> Column:
     if pd.api.types.is_numeric_dtype(dtype):
         # numpy integers hold no NaN: pandas would still write and scan a mask of the rows to say so
         if not (isinstance(dtype, np.dtype) and dtype.kind in "iu") and s.hasnans:
-            if pd.api.types.is_integer_dtype(dtype):
-                _check_exact_in_float(s.min(), s.max(), name)
-            return Column(s.to_numpy(dtype=np.float64, na_value=np.nan), None, str(dtype))
+            integers = pd.api.types.is_integer_dtype(dtype) and bool(s.notna().any())
+            rounded = integers and _past_float_exact(s.min(), s.max())
+            return Column(s.to_numpy(dtype=np.float64, na_value=np.nan), None, str(dtype), rounded)
         return Column(s.to_numpy(dtype=getattr(dtype, "numpy_dtype", dtype)), None, str(dtype))
     if pd.api.types.is_string_dtype(dtype) or pd.api.types.is_object_dtype(dtype):
         return _factorize_objects(s, name)
@@ -366,15 +370,11 @@ def _pandas_column(s: Any, name: str) -> Column:
 MAX_EXACT_INTEGER = 2**53
 
 
-def _check_exact_in_float(low: Any, high: Any, name: str) -> None:
-    """Refuse an integer column with missing values whose values float64 cannot hold exactly (ids past
-    2**53 would merge, and be read into another id's code)."""
-    if low is not None and max(abs(int(low)), abs(int(high))) > MAX_EXACT_INTEGER:
-        msg = (
-            f"{name}: integers beyond 2**53 with missing values, which gpucal reads as float64 "
-            "and cannot hold exactly; fill the missing values (e.g. with -1) or pass the ids as strings"
-        )
-        raise ValueError(msg)
+def _past_float_exact(low: Any, high: Any) -> bool:
+    """Whether integers from ``low`` to ``high`` (None: no value) leave float64's exact range."""
+    if low is None or high is None:
+        return False
+    return max(abs(int(low)), abs(int(high))) > MAX_EXACT_INTEGER
 
 
 def _polars_column(s: Any, name: str) -> Column:
@@ -384,9 +384,8 @@ def _polars_column(s: Any, name: str) -> Column:
     if dtype == pl.Boolean:
         return Column(s.cast(pl.Int8).fill_null(-1).to_numpy(), np.array([False, True]), str(dtype))
     if dtype.is_integer() or dtype.is_float():
-        if dtype.is_integer() and s.null_count():
-            _check_exact_in_float(s.min(), s.max(), name)
-        return Column(s.to_numpy(), None, str(dtype))  # nulls become NaN
+        rounded = dtype.is_integer() and s.null_count() > 0 and _past_float_exact(s.min(), s.max())
+        return Column(s.to_numpy(), None, str(dtype), rounded)  # nulls become NaN
     if dtype == pl.Decimal:
         return Column(s.cast(pl.Float64).to_numpy(), None, str(dtype))
     if dtype in (pl.String, pl.Categorical, pl.Enum, pl.Null):
@@ -406,12 +405,14 @@ def _arrow_column(a: Any, name: str) -> Column:
         codes = pc.fill_null(pc.cast(a, pa.int8()), -1)
         return Column(codes.to_numpy(), np.array([False, True]), str(t))
     if pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_decimal(t):
+        rounded = False
         if pa.types.is_decimal(t) or a.null_count:
             if pa.types.is_integer(t):
                 bounds = pc.min_max(a)
-                _check_exact_in_float(bounds["min"].as_py(), bounds["max"].as_py(), name)
-            a = pc.cast(a, pa.float64())  # nulls become NaN below
-        return Column(a.to_numpy(zero_copy_only=False), None, str(t))
+                rounded = _past_float_exact(bounds["min"].as_py(), bounds["max"].as_py())
+            # Unsafe: ids past 2**53 round (marked ``rounded``) rather than fail in Arrow's cast.
+            a = pc.cast(a, pa.float64(), safe=False)  # nulls become NaN below
+        return Column(a.to_numpy(zero_copy_only=False), None, str(t), rounded)
     if not pa.types.is_dictionary(t):
         if not (pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t)):
             raise _unsupported_dtype(name, t)

@@ -588,19 +588,29 @@ def test_one_column_inputs_refuse_frames_and_read_pandas_arrays() -> None:
         check_labels(pd.array([0, None, 1], dtype="Int64"))
 
 
-def test_integer_ids_past_2_53_with_missing_values_are_refused() -> None:
+def test_integers_past_2_53_with_missing_values_are_refused_where_read_by_value() -> None:
     """An integer column with a missing value is read as float64: ids past 2**53 merged silently, and a
-    fitted id took another's code whenever its batch held a missing value. Refused, naming the column;
-    without missing values (int64 kept) or below 2**53 they read as before."""
+    fitted id took another's code whenever its batch held a missing value. Such a column is marked
+    rounded (any family) and refused where it is read by value; binned, or all missing, it reads."""
     pl = pytest.importorskip("polars")
     pa = pytest.importorskip("pyarrow")
+    from gpucal.encoding import FeatureEncoder
+
     big = 2**53 + 1
     for column in (
         pd.Series([big, None], dtype="Int64"),
         pl.Series([big, None], dtype=pl.Int64),
         pa.array([big, None], type=pa.int64()),
     ):
-        with pytest.raises(ValueError, match=r"X\['id'\]: integers beyond 2\*\*53 with missing values"):
-            as_column(column, "X['id']")
-    assert as_column(pd.Series([big, 3], dtype="Int64"), "id").values.dtype == np.int64
-    np.testing.assert_array_equal(as_column(pd.Series([7, None], dtype="Int64"), "id").values, [7.0, np.nan])
+        assert as_column(column, "id").rounded
+    assert not as_column(pd.Series([None, None], dtype="Int64"), "id").rounded
+    assert not as_column(pd.Series([7, None], dtype="Int64"), "id").rounded
+    ids = pd.DataFrame({"id": pd.Series([big, big + 2, None] * 100, dtype="Int64")})
+    with pytest.raises(ValueError, match=r"X\['id'\]: integers beyond 2\*\*53 with missing values"):
+        FeatureEncoder().fit(ids)
+    exact = pd.DataFrame({"id": pd.Series([big, big + 2] * 100, dtype="Int64")})
+    with pytest.raises(ValueError, match="read by value"):  # fitted exactly, a batch with a gap
+        FeatureEncoder().fit(exact).transform(ids)
+    stamps = pd.Series(np.arange(300, dtype=np.int64) * 10**9 + 1_700_000_000 * 10**9, dtype="Int64")
+    stamps[5] = None
+    assert FeatureEncoder().fit(pd.DataFrame({"t": stamps})).kinds_ == ["bins"]

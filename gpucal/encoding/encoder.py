@@ -99,6 +99,7 @@ from gpucal.encoding.summaries import (
     VALUES,
     as_codes,
     bin_edges_from_values,
+    check_exact_values,
     fit_bins,
     integer_categories,
     is_integer_column,
@@ -321,12 +322,14 @@ class FeatureEncoder(BaseEstimator):
         codings = []
         for name, col in columns.items():
             if not col.is_numeric or name in categorical:
+                check_exact_values(col, name)
                 cats = observed_values(col)
             elif self.categorical_cols is None and is_integer_column(col):
                 cats = observed_values(col)
                 if len(cats) > max_auto_values(n_rows):
                     cats = None
                 else:
+                    check_exact_values(col, name)
                     cats = integer_categories(cats)
             else:
                 cats = None
@@ -602,6 +605,7 @@ class FeatureEncoder(BaseEstimator):
             if coding.kind == KIND_BINS:
                 transform_bins(coding, col, code_map, out, j)
                 continue
+            check_exact_values(col, coding.name)
             found = self._small_int_lookup(j, col, code_map)
             if found is not None:
                 lookups.append((j, col.values, found))

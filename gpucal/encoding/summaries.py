@@ -108,6 +108,18 @@ MAX_COUNTED_SPAN = 1 << 20
 COUNTED_SPAN_PER_ROW = 32
 
 
+def check_exact_values(col: Column, name: Hashable) -> None:
+    """Refuse to read by value a column whose integers float64 rounded (:attr:`Column.rounded`): ids
+    past 2**53 would merge, or be read into another id's code. Binned, such a column is fine."""
+    if col.rounded:
+        msg = (
+            f"X[{name!r}]: integers beyond 2**53 with missing values are read as float64, which cannot "
+            "hold them exactly, and this column is read by value (ids would merge); fill the missing "
+            "values (e.g. with -1) or pass the ids as strings"
+        )
+        raise ValueError(msg)
+
+
 def observed_values(col: Column) -> np.ndarray:
     """:func:`observed_categories` of :func:`as_codes` of ``col``: the distinct values some row holds,
     sorted. A numpy integer column spanning few enough values (:data:`MAX_COUNTED_SPAN`) is counted by
@@ -152,6 +164,8 @@ def block_summaries(
     for name, col in columns.items():
         if col.is_numeric and name not in categorical:
             kind = INTEGERS if auto_integers and is_integer_column(col) else BINS
+            if kind == INTEGERS:
+                check_exact_values(col, name)
             xp = array_namespace(col.values)
             weight = xp.ones(n_rows, dtype=xp.float64) if w is None else check_partition_weight(w, n_rows, xp)
             if kind == INTEGERS and col.values.dtype.kind in "iu":
@@ -165,6 +179,7 @@ def block_summaries(
             check_table_size(int(sums.shape[0]), limit, f"X[{name!r}] distinct values", _round_values(name))
             out[name] = (kind, KeyedTable((to_numpy(keys[0]),), to_numpy(sums)))
         else:
+            check_exact_values(col, name)
             out[name] = (VALUES, observed_categories(as_codes(col)))
     return n_rows, out
 
@@ -269,6 +284,7 @@ __all__ = [
     "as_codes",
     "bin_edges_from_values",
     "block_summaries",
+    "check_exact_values",
     "fit_bins",
     "integer_categories",
     "inverted_cdf",
