@@ -441,7 +441,9 @@ def _cudf_column(s: Any, name: str) -> Column:
         return _bool_column(s.to_cupy(), str(dtype))
     if kind in "iuf" and kind:
         if s.has_nulls:
-            return Column(s.astype("float64").to_cupy(na_value=np.nan), None, str(dtype))
+            present = s.null_count < len(s)  # an all-null column has no min to read
+            rounded = kind in "iu" and present and _past_float_exact(s.min(), s.max())
+            return Column(s.astype("float64").to_cupy(na_value=np.nan), None, str(dtype), rounded)
         return Column(s.to_cupy(), None, str(dtype))
     if str(dtype) in ("object", "str", "string") or str(dtype) == "category":
         cat = s if str(dtype) == "category" else s.astype("category")
