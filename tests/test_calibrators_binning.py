@@ -784,3 +784,25 @@ def test_constant_weights_give_the_unweighted_equal_mass_bins(make: Any, weight:
     assert_allclose(weighted, plain, rtol=0, atol=1e-14)
     ids = mass_bin_ids(p, np.full(300, weight), 100)
     assert_array_equal(ids, mass_bin_ids(p, None, 100))
+
+
+def test_the_sweeps_bins_snap_as_mass_bin_ids_do() -> None:
+    """ece_sweep's bins (from prefix sums) follow mass_bin_ids' rule, its snap included: with weights
+    of 0.1 a bin edge read a hair low and its first row went to the bin before."""
+    from gpucal.metrics.binned import _sweep_bins
+
+    rng = np.random.default_rng(1)
+    p = np.sort(rng.random(300))
+    y = (rng.random(300) < p).astype(np.float64)
+    rows = np.arange(300)
+
+    def prefix(values: np.ndarray) -> np.ndarray:
+        return np.concatenate([[0.0], np.cumsum(values)])
+
+    w = np.full(300, 0.1)
+    for n_bins in (3, 10, 30):
+        weighted = _sweep_bins(
+            n_bins, prefix(w)[rows], rows, float(w.sum()), 300, prefix(w), prefix(w * p), prefix(w * y)
+        )
+        ids = mass_bin_ids(p, w, n_bins)
+        assert_allclose(weighted[:, 0], np.bincount(ids, weights=w, minlength=n_bins), rtol=1e-12)

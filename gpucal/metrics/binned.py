@@ -25,7 +25,7 @@ import numpy as np
 
 from gpucal._params import Interval, Options, validate_params
 from gpucal.metrics._reduce import bin_gaps, lp_average, ratio_error
-from gpucal.metrics.binning import table_mass_bin_sums, uniform_bin_ids
+from gpucal.metrics.binning import mass_positions, table_mass_bin_sums, uniform_bin_ids
 from gpucal.metrics.inputs import CheckedRows, check_total, key_limit, metric_rows
 from gpucal.metrics.score_table import ScoreTable, merge_score_tables, score_table
 from gpucal.metrics.sums import COUNT, WP, WY, W, group_stats
@@ -507,15 +507,16 @@ def _sweep_bins(
     """Return ``(n_bins, 3)`` sums ``w, w*p, w*y`` of the equal-mass bins, from the prefix sums.
 
     Bin ``k`` starts at the first tie group with ``floor(n_bins * below / total) >= k`` (the bin-id rule of
-    ``mass_bin_ids``); a binary search for ``k * total / n_bins`` finds it up to rounding, and one step
-    each way on the exact rule settles it.
+    ``mass_bin_ids``, its snap to whole positions included); a binary search for ``k * total / n_bins``
+    finds it up to rounding, and one step each way on the exact rule settles it.
     """
     k = np.arange(1, n_bins)
     group = np.searchsorted(below, k * (total / n_bins), side="left")
     n_groups = below.shape[0]
 
     def bin_of(g: np.ndarray) -> np.ndarray:
-        return np.minimum(np.floor(n_bins * below[np.minimum(g, n_groups - 1)] / total), n_bins - 1)
+        positions = mass_positions(below[np.minimum(g, n_groups - 1)], total, n_bins)
+        return np.minimum(np.floor(positions), n_bins - 1)
 
     step_back = (group > 0) & (bin_of(group - 1) >= k)
     group = group - step_back

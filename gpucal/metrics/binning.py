@@ -9,7 +9,8 @@ faster than numpy's searchsorted.
 
 Equal-mass ("quantile"): rows sorted by ``p``; with ``S_<(p)`` the weight of the rows whose probability
 is strictly smaller and ``W`` the total weight, a row goes to bin
-``min(n_bins - 1, floor(n_bins * S_< / W))``.
+``min(n_bins - 1, floor(n_bins * S_< / W))``, the position snapped to a whole number within
+:data:`MASS_EDGE_SNAP` (the sums' rounding).
 Tied probabilities are never split (a tie group goes to the bin where its weight starts), so the bins do
 not depend on row order and integer weights equal repeated rows; heavy ties can leave bins empty.
 """
@@ -65,9 +66,11 @@ def uniform_bin_ids(p: Any, n_bins: int, *, force_fallback: bool = False) -> Any
 
 #: Relative distance from a whole number within which an equal-mass position is that number. The
 #: weight below a score is a running sum, and weights such as 0.1 do not add exactly: 30 rows of 0.1
-#: below 300 of them read 0.0999..., a bin early. Snapped, constant weights bin as unit weights do,
-#: and every path's order of addition (numba, cupy, dask) bins alike. Integer weights add exactly,
-#: and a position that is not whole sits at least 1 / W (relative) from one: far outside this.
+#: below 300 of them read 0.0999..., a bin early. Snapped, constant weights bin as unit weights do, and
+#: the paths' orders of addition (numba, cupy, dask) bin alike, while the sums' rounding stays inside
+#: it: up to about 1e5 rows of such weights (a running sum errs by up to one rounding per term). Whole
+#: weights add exactly; a position that is not whole sits at least 1 / W from one, outside this unless
+#: the total weight W reaches about 1e11 / n_bins.
 MASS_EDGE_SNAP = 1e-11
 
 
