@@ -10,6 +10,7 @@ class Notes), so it is no reference for the values.
 from __future__ import annotations
 
 import json
+import math
 
 import numpy as np
 import pytest
@@ -103,16 +104,19 @@ def test_one_class_is_defined_and_bad_input() -> None:
         BBQCalibrator(spread=0.5).fit(s, np.zeros(200))
 
 
-def test_bin_counts_stop_at_the_distinct_scores() -> None:
-    """The total weight sets the bin counts; scaled-up weights asked for tens of thousands of models
-    (and one weight of 1e300 for an array too large to build): the counts stop at the distinct scores."""
+def test_bin_counts_stop_where_unit_weights_would() -> None:
+    """The total weight N sets the bin counts; scaled-up weights asked for tens of thousands of models
+    (and one weight of 1e300 for an array too large to build). The counts stop at C n^(1/3) for n rows,
+    the range of unit weights, which keep every count of [N^(1/3)/C, C N^(1/3)], ties or not."""
     s, y = make_data(300, 5)
-    plain = BBQCalibrator().fit(s, y)
-    assert_allclose(BBQCalibrator().fit(s, y, sample_weight=np.ones(300)).predict(s), plain.predict(s))
+    cap = math.ceil(10.0 * 300 ** (1 / 3))
     for weight in (np.full(300, 1e8), np.where(np.arange(300) == 7, 1e300, 1.0)):
         scaled = BBQCalibrator().fit(s, y, sample_weight=weight)
-        assert 1 <= scaled.posterior_.shape[0] <= np.unique(s).shape[0]
+        assert 1 <= scaled.posterior_.shape[0] <= cap
         assert np.isfinite(scaled.predict(s)).all()
+    tied = np.round(s, 1)  # 11 distinct scores, far fewer than the 67 counts searched
+    plain = BBQCalibrator().fit(tied, y)
+    assert plain.posterior_.shape[0] == cap  # counts 1 .. 67
 
 
 def test_round_trip_and_hostile_state(tmp_path) -> None:  # type: ignore[no-untyped-def]
