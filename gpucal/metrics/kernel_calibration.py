@@ -65,15 +65,16 @@ def _kernel(d: Any, kernel: str, bandwidth: float) -> Any:
 
 
 def _strided_scores(block: CheckedRows, stride: int, *, row_offset: int) -> np.ndarray:
-    """The block's scores at global rows that are multiples of ``stride``, in row order."""
+    """``(2, m)``: the block's scores at global rows that are multiples of ``stride``, in row order, and
+    whether each row has positive weight."""
     first = (-row_offset) % stride
-    # A row of weight 0 is not in the data: it must not move the bandwidth.
-    weighted = to_numpy(block.weights()[first::stride]) > 0
-    return to_numpy(block.p[first::stride]).astype(np.float64)[weighted]
+    scores = to_numpy(block.p[first::stride]).astype(np.float64)
+    weighted = (to_numpy(block.weights()[first::stride]) > 0).astype(np.float64)
+    return np.stack([scores, weighted])
 
 
 def _concatenate(*parts: np.ndarray) -> np.ndarray:
-    return np.concatenate(parts)
+    return np.concatenate(parts, axis=1)
 
 
 @numba.njit(cache=True)
@@ -128,11 +129,17 @@ def _median_distance(s: np.ndarray) -> float:
 
 def _resolve_bandwidth(rows: Any, n: int, scale: str, bandwidth: float | None) -> float:
     """``bandwidth``, or the median pairwise distance of the kernel inputs of rows ``0, c, 2c, ...``
-    of positive weight, :math:`c = \\lceil n / 4096 \\rceil` (the mean when the median is 0)."""
+    of positive weight, :math:`c = \\lceil n / 4096 \\rceil` (the mean when the median is 0).
+
+    A row of weight 0 is not in the data and must not move the bandwidth; when the stride meets fewer
+    than two rows of positive weight, or only equal ones, every strided row counts (as unweighted).
+    """
     if bandwidth is not None:
         return float(bandwidth)
     stride = max(1, math.ceil(n / MAX_MEDIAN_POINTS))
-    sample = rows.reduce(_strided_scores, _concatenate, stride, offsets=True)
+    scores, weighted = rows.reduce(_strided_scores, _concatenate, stride, offsets=True)
+    kept = scores[weighted > 0]
+    sample = kept if kept.shape[0] >= 2 and kept.min() < kept.max() else scores
     return _median_distance(_kernel_input(sample, scale))
 
 
