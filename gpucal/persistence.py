@@ -124,17 +124,30 @@ def to_dict(model: Any) -> dict[str, Any]:
     }
 
 
-#: A loaded model's coefficients, knots and map parameters must be below this in size: far above what
-#: any fit makes, and far enough below float64's limit that a map summing or interpolating them (a slope
-#: across knots, terms of coefficients times a basis) stays finite instead of reaching inf - inf.
+#: A loaded model's coefficients and map parameters must be below this in size: far above what a fit's
+#: penalised coefficients reach, and far enough below float64's limit that a map summing them times a
+#: basis stays finite instead of reaching inf - inf.
 MAX_LOADED_MAGNITUDE = 1e100
 
 
 def check_magnitude(values: np.ndarray, name: str) -> None:
     """Raise ``ValueError`` unless every entry of ``values`` is at most :data:`MAX_LOADED_MAGNITUDE` in
-    size (a model file's state, checked on load)."""
+    size (a model file's coefficients, checked on load)."""
     if not (np.abs(values) <= MAX_LOADED_MAGNITUDE).all():
-        msg = f"{name}: an entry is larger than {MAX_LOADED_MAGNITUDE:g} in size (no fit makes one)"
+        msg = f"{name}: an entry is larger than {MAX_LOADED_MAGNITUDE:g} in size, far past any fitted one"
+        raise ValueError(msg)
+
+
+def check_span(knots: np.ndarray, name: str) -> None:
+    """Raise ``ValueError`` unless increasing ``knots`` (scores, as a fit saw them) span a finite range.
+
+    Knots are scores, and a margin of 1e150 is a score a fit may see; knots farther apart than float64
+    holds (+-1e308) make an infinite slope or gap, and 0 * inf (NaN) where a map interpolates them.
+    """
+    with np.errstate(over="ignore"):  # the overflow is what is checked for
+        span = knots[-1] - knots[0] if knots.shape[0] else 0.0
+    if not np.isfinite(span):
+        msg = f"{name}: the knots span more than float64 holds ({knots[0]!r} to {knots[-1]!r})"
         raise ValueError(msg)
 
 

@@ -142,17 +142,18 @@ def test_corrupt_state(data, tmp_path, change, match):
 
 
 @pytest.mark.parametrize(
-    ("name", "params", "key"),
+    ("name", "params", "key", "match"),
     [
-        ("platt_hinge", {}, "coef_"),
-        ("spline", {}, "coef_"),
-        ("isotonic", {"score_kind": "logit"}, "X_thresholds_"),
-        ("sir", {"score_kind": "logit"}, "X_knots_"),
+        ("platt_hinge", {}, "coef_", r"coef_: an entry is larger than 1e\+100"),
+        ("spline", {}, "coef_", r"coef_: an entry is larger than 1e\+100"),
+        ("isotonic", {"score_kind": "logit"}, "X_thresholds_", "X_thresholds_: the knots span more"),
+        ("sir", {"score_kind": "logit"}, "X_knots_", "X_knots_: the knots span more"),
     ],
 )
-def test_huge_finite_numbers_that_would_predict_nan_are_refused(name, params, key, data, tmp_path):
-    """Coefficients of +-1e308 summed (inf - inf), or knots 1e308 apart interpolated (0 * inf), loaded
-    and predicted NaN: a model's numbers are bounded on load."""
+def test_huge_finite_numbers_that_would_predict_nan_are_refused(name, params, key, match, data, tmp_path):
+    """Coefficients of +-1e308 summed (inf - inf), or knots 2e308 apart interpolated (0 * inf), loaded
+    and predicted NaN: coefficients are bounded on load, knots (scores a fit may see) must span a
+    finite range."""
     score, y, w = data
     scores = np.log(score / (1 - score)) if params else score
     model = gpucal.make_calibrator(name, **params).fit(scores, y, sample_weight=w)
@@ -161,8 +162,19 @@ def test_huge_finite_numbers_that_would_predict_nan_are_refused(name, params, ke
     document = json.loads(path.read_text())
     values = document["state"][key]
     document["state"][key] = [-1e308] + [1e308 * (i / len(values)) for i in range(1, len(values))]
-    with pytest.raises(ModelFileError, match=f"{key}: an entry is larger than 1e\\+100"):
+    with pytest.raises(ModelFileError, match=match):
         gpucal.load(_write(path, document))
+
+
+def test_models_fitted_on_huge_margins_load(data, tmp_path):
+    """Margins of 1e150 are scores a fit may see: their knots load (the span, not the size, is bounded)."""
+    score, y, _ = data
+    margins = np.log(score / (1 - score)) * 1e148
+    for name in ("isotonic", "sir"):
+        model = gpucal.make_calibrator(name, score_kind="logit").fit(margins, y)
+        model.save(tmp_path / "model.json")
+        loaded = gpucal.load(tmp_path / "model.json")
+        np.testing.assert_array_equal(loaded.predict(margins), model.predict(margins))
 
 
 def test_histogram_bins_must_fit_n_bins(data, tmp_path):

@@ -35,7 +35,7 @@ from gpucal.calibrators._sorted import (
 from gpucal.kernels import readonly
 from gpucal.kernels.jit import empty_rows, numba, parallel_rows
 from gpucal.metrics.binning import mass_bin_of, mass_positions
-from gpucal.persistence import check_magnitude
+from gpucal.persistence import check_span
 
 # Columns of the per-bin sums (:func:`bin_sums` gives the first N_WEIGHT_SUMS).
 BIN_W = 0
@@ -487,7 +487,7 @@ def check_knot_map(
         shape = "non-decreasing " if monotone else ""
         msg = f"{x_name} must be finite and strictly increasing and {y_name} {shape}in [0, 1]"
         raise ValueError(msg)
-    check_magnitude(knots_x, x_name)
+    check_span(knots_x, x_name)
 
 
 def interp_clipped(x: Any, knots_x: np.ndarray, knots_y: np.ndarray) -> Any:

@@ -34,7 +34,7 @@ from gpucal.calibrators.platt import platt_targets_from_sums
 from gpucal.calibrators.score_rows import COUNT, ScoreRows
 from gpucal.calibrators.spline import block_histogram, transform_scores, weighted_range, widest
 from gpucal.kernels.jit import map_row_chunks
-from gpucal.persistence import check_magnitude
+from gpucal.persistence import check_magnitude, check_span
 from gpucal.registry import calibration_method
 from gpucal.rows import Rows
 
@@ -328,7 +328,7 @@ class HingePlattCalibrator(Calibrator):
         if self.coef_.shape[0] != self.knots_.shape[0] + 1:
             msg = f"coef_ has {self.coef_.shape[0]} entries; knots_ needs {self.knots_.shape[0] + 1}"
             raise ValueError(msg)
-        check_magnitude(self.knots_, "knots_")
+        check_span(self.knots_, "knots_")
         check_magnitude(self.coef_, "coef_")
 
 

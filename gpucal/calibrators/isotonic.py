@@ -26,7 +26,7 @@ from gpucal.calibrators.pav import (
     scanned_isotonic_blocks,
 )
 from gpucal.calibrators.score_rows import read_score_rows, rescan_scores, score_groups
-from gpucal.persistence import check_magnitude
+from gpucal.persistence import check_span
 from gpucal.registry import calibration_method
 from gpucal.rows import Rows
 
@@ -321,7 +321,7 @@ class IsotonicCalibrator(Calibrator):
         if np.any(np.diff(x) <= 0):
             msg = "X_thresholds_ must be strictly increasing"
             raise ValueError(msg)
-        check_magnitude(x, "X_thresholds_")
+        check_span(x, "X_thresholds_")
         if np.any(np.diff(v) < 0) or np.any(v < 0) or np.any(v > 1):
             msg = "y_thresholds_ must be non-decreasing values in [0, 1]"
             raise ValueError(msg)
