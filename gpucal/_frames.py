@@ -45,7 +45,7 @@ first of ``"calibrated_1"``, ``"calibrated_2"``, ... that ``X`` does not hold.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -525,12 +525,13 @@ def numeric_values(col: Column) -> Any:
 def named_columns(value: Any, names: Sequence[Hashable]) -> list[Hashable]:
     """A parameter naming one column or several (``score_col``, ``feature_cols``), as a list of names.
 
-    A tuple that is a column's name (MultiIndex columns name their columns by tuples) is one name, as
-    is any other hashable value (a string, a number); a list, another tuple or an array lists several.
+    A tuple that is a column's name (MultiIndex columns name their columns by tuples) is one name, as is
+    a string or any value that is not iterable (a number); a list, a range, another tuple or an array
+    lists several.
     """
     if isinstance(value, tuple):
         return [value] if value in names else list(value)
-    if isinstance(value, Hashable):
+    if isinstance(value, str | bytes) or not isinstance(value, Iterable):
         return [value]
     return list(value)
 

@@ -572,6 +572,7 @@ def test_a_tuple_naming_a_multiindex_column_is_one_name() -> None:
     # A single name of any hashable kind is one feature; a list or another tuple lists several.
     assert resolve_feature_names([0, 1, 2], 0, 1) == [1]
     assert resolve_feature_names(["score", "a", "b"], "score", ("a", "b")) == ["a", "b"]
+    assert resolve_feature_names([0, 1, 2, 3], 0, range(1, 3)) == [1, 2]
 
 
 def test_one_column_inputs_refuse_frames_and_read_pandas_arrays() -> None:

@@ -192,8 +192,8 @@ def check_repeated_rows(total_weight: float, what: str) -> None:
     """
     if total_weight < 2.0:
         msg = (
-            f"sample_weight: {what} reads weights as repeated rows, and these add up to {total_weight:g}, "
-            "less than two rows; pass frequencies (counts), not weights normalised to sum to 1"
+            f"{what} needs at least two rows, weights counting as repeated rows, and the rows add up to "
+            f"{total_weight:g}; weights normalised to sum to 1 are one row: pass frequencies (counts)"
         )
         raise ValueError(msg)
 
