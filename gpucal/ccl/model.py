@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Hashable, Sequence
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import numpy as np
 from sklearn.utils.validation import check_is_fitted
@@ -475,7 +475,7 @@ class ClusteredCalibrator(Calibrator):
             )
             raise ValueError(msg)
         k = self.n_clusters_
-        n_columns = len(self.score_col) if isinstance(self.score_col, Sequence) else 1
+        n_columns = len(cast("Sequence[Hashable]", self.score_col)) if self._multiclass else 1
         if self._multiclass and self.n_classes_ != n_columns:
             msg = f"n_classes_ = {self.n_classes_}, but score_col names {n_columns} class columns"
             raise ValueError(msg)

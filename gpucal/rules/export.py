@@ -58,7 +58,8 @@ def export_rules(
         reads back as the same float64 (``repr`` in JSON and for bin edges in text; exact binary
         fractions in SQL), except the map parameters and weights of the text rules, which get
         ``TEXT_DIGITS`` (6). An integer rounds every number of every format, so JSON and SQL no
-        longer reproduce the model exactly.
+        longer reproduce the model exactly; SQL's clip bounds (``eps``, ``1 - eps`` and their logits)
+        stay exact, or a score of 1 would divide by zero.
 
     Returns
     -------
