@@ -13,7 +13,7 @@ from typing import Any
 import pandas as pd
 
 from gpucal import metrics
-from gpucal._validation import check_not_class_labels
+from gpucal._validation import check_not_class_labels, check_same_index
 from gpucal.metrics.grouped import report_columns
 
 #: The metrics :func:`evaluate` computes, each a name its ``include`` takes: a row of the table each,
@@ -105,6 +105,10 @@ def evaluate(
     table: dict[str, dict[str, float]] = {}
     for name, y_prob in predictions.items():
         check_not_class_labels(y_prob, f"predictions[{name!r}]")
+        # Checked here, whatever metrics are included: one that reads no labels would not check them.
+        check_same_index(
+            y_true=y_true, **{f"predictions[{name!r}]": y_prob}, sample_weight=sample_weight, p_true=p_true
+        )
     for name, y_prob in predictions.items():
         table[name] = _column(y_true, y_prob, sample_weight, field_columns, p_true, seed, wanted)
     return pd.DataFrame(table)

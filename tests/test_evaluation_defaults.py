@@ -92,3 +92,12 @@ def test_fields_and_predictions_whose_labels_read_alike_are_refused() -> None:
 
     with pytest.raises(ValueError, match="the labels 0 and '0' read the same as text"):
         plot_reliability(y, pd.DataFrame({0: p, "0": p}))
+
+
+def test_evaluate_checks_indexes_whatever_metrics_are_included() -> None:
+    """With include=["tce_l2"] no metric read y_true, so a y_true of another index passed unchecked."""
+    rng = np.random.default_rng(1)
+    p = pd.Series(rng.uniform(0.05, 0.95, 100))
+    y = pd.Series(rng.integers(0, 2, 100), index=np.arange(100) + 1000)
+    with pytest.raises(ValueError, match="y_true and predictions\\['raw'\\] have different indexes"):
+        gpucal.evaluate(y, {"raw": p}, p_true=p, include=["tce_l2"])
