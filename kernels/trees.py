@@ -3,9 +3,10 @@ r"""``route_rows``, ``tree_leaves``, ``predict_trees``: MBCT's multi-way trees o
 The node arrays are those of ``gpucal.trees.ensemble.TreeEnsemble`` (layout and formulas in
 ``gpucal.kernels.trees_oracle``). They are checked here on every call (a pass over the nodes, not the rows):
 dtypes, shapes, ``node_feature`` in ``[-1, d)``, split nodes' ``node_child_base`` inside ``child_table``,
-``child_table`` in ``[-1, n_nodes)``, finite ``node_value`` and ``tree_start`` running from 0 to
-``n_nodes``. Codes are not checked, for speed (a pass over the codes costs about a tenth of a
-prediction) and because these functions are not given the value counts: a code at or above
+``child_table`` in ``[-1, n_nodes)``, finite ``node_value``, ``tree_start`` running from 0 to
+``n_nodes`` and every child after its parent in its parent's tree. Codes are not checked, for speed (a
+pass over the codes costs about a tenth of a prediction) and because these functions are not given the
+value counts: a code at or above
 ``n_values[j]`` reads another node's children, and a negative code or one past the end of
 ``child_table`` reads outside it (undefined result, possibly a crash). Codes must come from the encoder
 the trees were fitted with, whose codes lie in ``[0, n_values[j])``.
@@ -163,6 +164,7 @@ def tree_leaves(
     codes = _check_codes(codes)
     nodes = _check_nodes(codes.shape[1], node_feature, node_child_base, child_table)
     starts = _check_tree_start(tree_start, nodes.n_nodes)
+    _check_children_in_trees(nodes, starts)
     if backend == "oracle":
         return tree_leaves_oracle(codes, *nodes, starts)
     if backend == "cpu":
@@ -267,6 +269,7 @@ def predict_trees(
     nodes = _check_nodes(codes.shape[1], node_feature, node_child_base, child_table)
     values = _check_node_value(node_value, nodes.n_nodes)
     starts = _check_tree_start(tree_start, nodes.n_nodes)
+    _check_children_in_trees(nodes, starts)
     if backend == "oracle":
         return predict_trees_oracle(codes, f, *nodes, values, starts, leaf_map, init, bool(finish))
     # The kernels take the initial map as two floats and whether to apply it (None: f holds chain values).
@@ -445,6 +448,30 @@ def _check_tree_start(tree_start: Any, n_nodes: int) -> np.ndarray:
         )
         raise ValueError(msg)
     return np.ascontiguousarray(start, dtype=np.int64)
+
+
+def _check_children_in_trees(nodes: _Nodes, starts: np.ndarray) -> None:
+    """Refuse a child that lies outside its parent's tree or before it.
+
+    A walk follows children by id, and the CPU twin steps each tree at most its depth; a child in a
+    later tree would be followed by the oracle and the GPU kernel but not by it, and one before its
+    parent could loop. A split node's entries run from its base up to the next split node's base.
+    """
+    split = np.flatnonzero(nodes.node_feature >= 0)
+    if split.size == 0:
+        return
+    owners = split[np.argsort(nodes.node_child_base[split], kind="stable")]
+    entry = np.arange(nodes.child_table.shape[0])
+    slot = np.searchsorted(nodes.node_child_base[owners], entry, side="right") - 1
+    child = nodes.child_table.astype(np.int64)
+    held = (slot >= 0) & (child >= 0)
+    parent, child = owners[slot[held]], child[held]
+    tree_of = np.searchsorted(starts, np.arange(nodes.n_nodes), side="right") - 1
+    bad = np.flatnonzero((child <= parent) | (tree_of[child] != tree_of[parent]))
+    if bad.size:
+        k = int(bad[0])
+        msg = f"child_table: node {int(parent[k])} has child {int(child[k])} outside its tree or before it"
+        raise ValueError(msg)
 
 
 def _check_node_idx(node_idx: Any, n_rows: int, n_nodes: int) -> Any:

@@ -399,15 +399,17 @@ def test_other_integer_dtypes_are_converted():
     assert_array_equal(got, want)
 
 
-def test_malformed_child_ids_end_the_walk():
-    """A child id not above its node (never in a checked ensemble) stops the walk instead of looping."""
-    feature = np.array([0, 0], dtype=np.int32)
-    base = np.array([0, 1], dtype=np.int64)
-    table = np.array([1, 0], dtype=np.int32)  # 0 -> 1 -> 0 -> ...
-    tree_start = np.array([0, 2], dtype=np.int64)
+def test_children_outside_their_tree_or_before_their_parent_are_refused():
+    """A child before its node would loop; one in a later tree was followed by the oracle and the GPU
+    kernel but not by the CPU twin, which steps each tree at most its depth. Both are refused, as a
+    checked ensemble refuses them."""
     codes = np.zeros((3, 1), dtype=np.int8)
-    for backend in ("oracle", "cpu"):
-        assert_array_equal(tree_leaves(codes, feature, base, table, tree_start, backend=backend), [[1]] * 3)
+    looping = (np.array([0, 0]), np.array([0, 1]), np.array([1, 0]), np.array([0, 2]))  # 0 -> 1 -> 0
+    later = (np.array([0, -1, 0, -1]), np.array([0, 0, 2, 0]), np.array([1, 2, 3, 3]), np.array([0, 2, 4]))
+    for feature, base, table, tree_start in (looping, later):
+        for backend in ("oracle", "cpu"):
+            with pytest.raises(ValueError, match="outside its tree or before it"):
+                tree_leaves(codes, feature, base, table, tree_start, backend=backend)
 
 
 # ---------------------------------------------------------------------------------------------------
