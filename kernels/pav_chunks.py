@@ -97,8 +97,14 @@ def chunk_blocks(
         if a.dtype != np.float64:
             msg = f"{name} must be float64. Got dtype {a.dtype} instead."
             raise TypeError(msg)
-    if bounds.ndim != 1 or bounds.shape[0] < 2 or int(bounds[0]) != 0 or int(bounds[-1]) != n_rows:
-        msg = f"bounds must run from 0 to len(x) = {n_rows}; use chunk_bounds."
+    if (
+        bounds.ndim != 1
+        or bounds.shape[0] < 2
+        or int(bounds[0]) != 0
+        or int(bounds[-1]) != n_rows
+        or bool((bounds[1:] < bounds[:-1]).any())  # chunks going back would write each other's rows
+    ):
+        msg = f"bounds must run from 0 to len(x) = {n_rows} without going back; use chunk_bounds."
         raise ValueError(msg)
     if backend == "oracle":
         return chunk_blocks_oracle(x, y, w, bounds, tie_eps)

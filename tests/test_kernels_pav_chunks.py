@@ -99,3 +99,5 @@ def test_bad_input_is_refused() -> None:
         chunk_blocks(x, y.astype(np.float32), w, np.array([0, 20]), tie_eps=TIE_EPS)
     with pytest.raises(ValueError, match="bounds must run from 0 to len"):
         chunk_blocks(x, y, w, np.array([0, 10]), tie_eps=TIE_EPS)
+    with pytest.raises(ValueError, match="without going back"):  # two chunks would own rows 2..5
+        chunk_blocks(x, y, w, np.array([0, 6, 2, 20]), tie_eps=TIE_EPS)
