@@ -128,6 +128,22 @@ def test_sim_view_sums_matches_oracle(float_dtype, force_global):
 
 
 @pytest.mark.parametrize("force_global", [False, True])
+def test_sim_view_sums_loop_over_views_past_the_grid_height(force_global, monkeypatch):
+    """A grid 2 high for 5 views (on a GPU, past 65,535): each block loops over views in y, zeroing its
+    shared bins per view."""
+    import gpucal.kernels.views_cuda as views_cuda
+
+    monkeypatch.setattr(views_cuda, "MAX_GRID_Y", 2)
+    rng = np.random.default_rng(5)
+    p = rng.random(70)
+    y = (rng.random(70) < p).astype(np.float64)
+    w = rng.random(70) + 0.5
+    kwargs = {"n_views": 5, "bin_size": 10, "seed": 7}
+    got = view_sums(p, y, w, backend="cuda", force_global=force_global, **LAUNCH, **kwargs)
+    assert_allclose(got, view_sums(p, y, w, backend="oracle", **kwargs), rtol=RTOL, atol=ATOL)
+
+
+@pytest.mark.parametrize("force_global", [False, True])
 def test_sim_view_sums_partition_with_many_bins(force_global):
     """A partition of a large data set: 2000 bins per view (global memory), rows 500-619."""
     rng = np.random.default_rng(5)

@@ -95,8 +95,13 @@ def test_sim_split_sums_tiny(n_rows):
     compare(args, LEAF_SHIFT, n_views=2, seed=1, n_values=n_values)
 
 
-def test_sim_split_sums_more_views_than_one_pass():
-    """More views than rows per thread: blocks loop over views in y, rows skipped with slot -1."""
+def test_sim_split_sums_more_views_than_one_pass(monkeypatch):
+    """More views than the grid is high: blocks loop over views in y (a grid 2 high for 5 views; on a
+    GPU, past 65,535 views), rows skipped with slot -1."""
+    import gpucal.kernels.split_mvce_cuda as split_cuda
+
+    monkeypatch.setattr(split_cuda, "MAX_GRID_Y", 2)
     rng = np.random.default_rng(6)
     args, n_values = make_case(rng, [30, 20], [4, 3], [2, 2, 3], np.int8, np.float64, True, n_skipped=10)
     compare(args, LEAF_SCALE, n_views=5, seed=0, n_values=n_values)
+    compare(args, LEAF_PLATT, n_views=5, seed=0, n_values=n_values)
