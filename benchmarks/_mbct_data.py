@@ -12,7 +12,8 @@ KDD Census-Income, Adult and flights ship none, so a base model is trained here 
 split (predictor-train / calibration / test, fixed seeds, below). The default base model is over-confident
 on purpose (the setting where the papers see the largest gains); ``<name>-reg`` gives the same
 splits with a regularised one. The scores are cached in ``~/.cache/gpucal/mbct_bench`` (or
-``$GPUCAL_DATA/mbct_bench``) under a key that includes the base model's parameters and the split sizes.
+``$GPUCAL_DATA/mbct_bench``) under a key of the base model's parameters, ``quick`` and the split seed
+(the split sizes are fixed by ``quick``).
 
 ======== ===================================================== ==========================================
 dataset  splits (seed 0 permutations)                          calibrator features
