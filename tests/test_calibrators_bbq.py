@@ -117,6 +117,11 @@ def test_bin_counts_stop_where_unit_weights_would() -> None:
     tied = np.round(s, 1)  # 11 distinct scores, far fewer than the 67 counts searched
     plain = BBQCalibrator().fit(tied, y)
     assert plain.posterior_.shape[0] == cap  # counts 1 .. 67
+    # Integer weights equal their repeated rows (the cap reads the distinct scores as well as the rows).
+    weighted = BBQCalibrator(spread=2.0).fit(s, y, sample_weight=np.full(300, 8.0))
+    repeated = BBQCalibrator(spread=2.0).fit(np.repeat(s, 8), np.repeat(y, 8))
+    assert weighted.posterior_.shape == repeated.posterior_.shape
+    assert_allclose(weighted.predict(s), repeated.predict(s), rtol=1e-12, atol=1e-15)
 
 
 def test_round_trip_and_hostile_state(tmp_path) -> None:  # type: ignore[no-untyped-def]

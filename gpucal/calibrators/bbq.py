@@ -69,17 +69,19 @@ def _model(
     return log_evidence, interior, (m + alpha) / (n + a)
 
 
-def bin_counts_searched(total_weight: float, spread: float, n_rows: int) -> np.ndarray:
+def bin_counts_searched(total_weight: float, spread: float, n_rows: int, n_distinct: int) -> np.ndarray:
     """The bin counts :math:`B` averaged over: the integers in :math:`[N^{1/3}/C, C N^{1/3}]`, at least 1
-    and at most :math:`C n^{1/3}` for the ``n_rows`` rows :math:`n`.
+    and at most the larger of the ``n_distinct`` distinct scores and :math:`C n^{1/3}` for the
+    ``n_rows`` rows :math:`n`.
 
     :math:`N` is the total weight (weights count as repeated rows), so scaled-up weights ask for more
     bins, each a model to fit: weights of 1e8 on 300 rows asked for 30,000 models, and 1e12 for more
-    than memory holds. The cap is the range the rows would search with unit weights (which it leaves
-    as it is, :math:`N = n`).
+    than memory holds. The cap leaves unit weights as they are (:math:`N = n`), and integer weights as
+    their repeated rows unless their scores have fewer distinct values than the range asks.
     """
     root = total_weight ** (1.0 / 3.0)
-    high = max(1, min(math.ceil(root * spread), math.ceil(n_rows ** (1.0 / 3.0) * spread)))
+    cap = max(n_distinct, math.ceil(n_rows ** (1.0 / 3.0) * spread))
+    high = max(1, min(math.ceil(root * spread), cap))
     low = max(1, min(high, math.floor(root / spread)))
     return np.arange(low, high + 1)
 
@@ -107,7 +109,7 @@ def bbq_step_map(
     posterior : numpy.ndarray
         The models' posterior weights, one per bin count of :func:`bin_counts_searched`.
     """
-    counts = bin_counts_searched(float(weight.sum()), spread, n_rows)
+    counts = bin_counts_searched(float(weight.sum()), spread, n_rows, xs.shape[0])
     c_w = np.concatenate([[0.0], np.cumsum(weight)])
     cumulative = (c_w, np.concatenate([[0.0], np.cumsum(weighted_y)]), c_w[1:] - 0.5 * weight)
     models = [_model(cumulative, xs, int(b), prior_size, logit) for b in counts]
@@ -166,9 +168,9 @@ class BBQCalibrator(Calibrator):
         \frac{\Gamma(n_b - m_b + \beta_b)}{\Gamma(\beta_b)}.
 
     The calibrated probability averages the models over every :math:`B` in
-    :math:`[N^{1/3}/C, C N^{1/3}]` (:math:`N` the total weight, :math:`C` ``spread``; at most
-    :math:`C n^{1/3}` for :math:`n` rows) with weights proportional to their evidence (a uniform prior
-    over :math:`B`).
+    :math:`[N^{1/3}/C, C N^{1/3}]` (:math:`N` the total weight, :math:`C` ``spread``; at most the larger
+    of the distinct scores and :math:`C n^{1/3}` for :math:`n` rows) with weights proportional to their
+    evidence (a uniform prior over :math:`B`).
 
     Parameters
     ----------
