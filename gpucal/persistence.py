@@ -138,6 +138,10 @@ def check_magnitude(values: np.ndarray, name: str) -> None:
         raise ValueError(msg)
 
 
+#: A loaded map's term (a coefficient times a distance between scores) must be below this in size.
+MAX_TERM = 1e300
+
+
 def check_span(knots: np.ndarray, name: str) -> None:
     """Raise ``ValueError`` unless increasing ``knots`` (scores, as a fit saw them) span a finite range.
 
@@ -147,7 +151,7 @@ def check_span(knots: np.ndarray, name: str) -> None:
     with np.errstate(over="ignore"):  # the overflow is what is checked for
         span = knots[-1] - knots[0] if knots.shape[0] else 0.0
     if not np.isfinite(span):
-        msg = f"{name}: the knots span more than float64 holds ({knots[0]!r} to {knots[-1]!r})"
+        msg = f"{name}: the knots span more than float64 holds ({float(knots[0])!r} to {float(knots[-1])!r})"
         raise ValueError(msg)
 
 

@@ -177,6 +177,23 @@ def test_models_fitted_on_huge_margins_load(data, tmp_path):
         np.testing.assert_array_equal(loaded.predict(margins), model.predict(margins))
 
 
+@pytest.mark.parametrize(
+    ("name", "scale", "match"),
+    [
+        ("spline", {"knots_": 1e120}, r"knots_: an entry is larger than 1e\+100"),
+        ("platt_hinge", {"knots_": 1e250, "coef_": 1e90}, r"coef_ times the knots' span passes 1e\+300"),
+    ],
+)
+def test_knots_whose_terms_overflow_are_refused(name, scale, match, data, tmp_path):
+    """Within a finite span, a spline's cubed knots or a hinge coefficient times the knots' span can
+    still overflow: such files loaded and predicted NaN."""
+    document, path = _document(data, tmp_path, name=name)
+    for key, factor in scale.items():
+        document["state"][key] = [v * factor for v in document["state"][key]]
+    with pytest.raises(ModelFileError, match=match):
+        gpucal.load(_write(path, document))
+
+
 def test_histogram_bins_must_fit_n_bins(data, tmp_path):
     document, path = _document(data, tmp_path, name="histogram")
     document["params"]["n_bins"] = 3

@@ -34,7 +34,7 @@ from gpucal.calibrators.platt import platt_targets_from_sums
 from gpucal.calibrators.score_rows import COUNT, ScoreRows
 from gpucal.calibrators.spline import block_histogram, transform_scores, weighted_range, widest
 from gpucal.kernels.jit import map_row_chunks
-from gpucal.persistence import check_magnitude, check_span
+from gpucal.persistence import MAX_TERM, check_magnitude, check_span
 from gpucal.registry import calibration_method
 from gpucal.rows import Rows
 
@@ -330,6 +330,11 @@ class HingePlattCalibrator(Calibrator):
             raise ValueError(msg)
         check_span(self.knots_, "knots_")
         check_magnitude(self.coef_, "coef_")
+        # Each term is a coefficient times (t - knot): bounded together, over the knots' span.
+        span = float(self.knots_[-1] - self.knots_[0]) if self.knots_.shape[0] else 0.0
+        if float(np.abs(self.coef_).max(initial=0.0)) * max(span, 1.0) > MAX_TERM:
+            msg = f"coef_ times the knots' span passes {MAX_TERM:g}: the map's terms would overflow"
+            raise ValueError(msg)
 
 
 __all__ = [

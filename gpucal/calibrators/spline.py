@@ -22,7 +22,7 @@ from gpucal.calibrators.bins import count_not_above
 from gpucal.calibrators.logistic import ScoreBlock
 from gpucal.calibrators.score_rows import ScoreRows
 from gpucal.kernels.jit import empty_rows, map_row_chunks, numba, parallel_rows
-from gpucal.persistence import check_magnitude, check_span
+from gpucal.persistence import check_magnitude
 from gpucal.registry import calibration_method
 from gpucal.rows import Rows, row_uniforms
 
@@ -631,7 +631,9 @@ class SplineCalibrator(Calibrator):
         if self.coef_.shape != self.knots_.shape:
             msg = f"coef_ has {self.coef_.shape[0]} entries; knots_ needs {self.knots_.shape[0]}"
             raise ValueError(msg)
-        check_span(self.knots_, "knots_")
+        # Bounded in size, not only in span: the basis cubes (t - knot), which overflows for knots past
+        # about 1e100 well before their span does.
+        check_magnitude(self.knots_, "knots_")
         check_magnitude(self.coef_, "coef_")
         if not (MIN_LOGIT_EPS <= self.logit_eps_ <= MAX_LOGIT_EPS) or not self.reg_param_ > 0:
             msg = "logit_eps_ must lie in [1e-16, 1e-4] and reg_param_ must be positive"
