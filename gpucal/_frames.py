@@ -45,7 +45,7 @@ first of ``"calibrated_1"``, ``"calibrated_2"``, ... that ``X`` does not hold.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -522,13 +522,19 @@ def numeric_values(col: Column) -> Any:
     return table[xp.where(codes < 0, len(categories), codes)]
 
 
-def named_columns(value: Any, names: Sequence[Hashable]) -> list[Hashable]:
+def named_columns(value: Any, names: Sequence[Hashable], what: str) -> list[Hashable]:
     """A parameter naming one column or several (``score_col``, ``feature_cols``), as a list of names.
 
     A tuple that is a column's name (MultiIndex columns name their columns by tuples) is one name, as is
     a string or any value that is not iterable (a number); a list, a range, another tuple or an array
-    lists several.
+    lists several. A one-shot iterator (a generator) is refused: an estimator reads its parameter
+    more than once, and the second read would find it empty.
     """
+    if isinstance(value, Iterator):
+        msg = (
+            f"{what}: a one-shot iterator ({type(value).__name__}) is read empty the second time; pass a list"
+        )
+        raise TypeError(msg)
     if isinstance(value, tuple):
         return [value] if value in names else list(value)
     if isinstance(value, str | bytes) or not isinstance(value, Iterable):
@@ -540,7 +546,7 @@ def default_feature_names(names: Sequence[Hashable], score_col: Any) -> list[Has
     """Every column of ``names`` but the score (a name, or a list of them) and :data:`ORACLE_COLUMNS`: the
     candidates for default features, before a fit takes the label and weight columns out
     (``gpucal.encoding.features``)."""
-    scores = named_columns(score_col, names)
+    scores = named_columns(score_col, names, "score_col")
     return [c for c in names if c not in scores and c not in ORACLE_COLUMNS]
 
 
@@ -554,9 +560,9 @@ def resolve_feature_names(
     """
     if feature_cols is None:
         return default_feature_names(names, score_col)
-    cols = named_columns(feature_cols, names)
+    cols = named_columns(feature_cols, names, "feature_cols")
     _check_unique_names(cols, "feature_cols")
-    scores = named_columns(score_col, names)
+    scores = named_columns(score_col, names, "score_col")
     listed = [c for c in scores if c in cols]
     if listed:
         msg = f"feature_cols: lists the score column {listed[0]!r}; the score cannot also be a feature"

@@ -573,6 +573,8 @@ def test_a_tuple_naming_a_multiindex_column_is_one_name() -> None:
     assert resolve_feature_names([0, 1, 2], 0, 1) == [1]
     assert resolve_feature_names(["score", "a", "b"], "score", ("a", "b")) == ["a", "b"]
     assert resolve_feature_names([0, 1, 2, 3], 0, range(1, 3)) == [1, 2]
+    with pytest.raises(TypeError, match="feature_cols: a one-shot iterator"):  # read twice by a fit
+        resolve_feature_names([0, 1, 2, 3], 0, (c for c in [1, 2]))
 
 
 def test_one_column_inputs_refuse_frames_and_read_pandas_arrays() -> None:
