@@ -73,8 +73,13 @@ def _strided_scores(block: CheckedRows, stride: int, *, row_offset: int) -> np.n
     return np.stack([scores, weighted])
 
 
+def _positive_scores(block: CheckedRows) -> np.ndarray:
+    """The block's scores of rows of positive weight, in row order."""
+    return to_numpy(block.p[block.weights() > 0]).astype(np.float64)
+
+
 def _concatenate(*parts: np.ndarray) -> np.ndarray:
-    return np.concatenate(parts, axis=1)
+    return np.concatenate(parts, axis=-1)
 
 
 @numba.njit(cache=True)
@@ -132,14 +137,17 @@ def _resolve_bandwidth(rows: Any, n: int, scale: str, bandwidth: float | None) -
     of positive weight, :math:`c = \\lceil n / 4096 \\rceil` (the mean when the median is 0).
 
     A row of weight 0 is not in the data and must not move the bandwidth; when the stride meets fewer
-    than two rows of positive weight, or only equal ones, every strided row counts (as unweighted).
+    than two rows of positive weight, or only equal ones (weights on every other row, a stride of 2),
+    the rows of positive weight are strided among themselves instead.
     """
     if bandwidth is not None:
         return float(bandwidth)
     stride = max(1, math.ceil(n / MAX_MEDIAN_POINTS))
     scores, weighted = rows.reduce(_strided_scores, _concatenate, stride, offsets=True)
-    kept = scores[weighted > 0]
-    sample = kept if kept.shape[0] >= 2 and kept.min() < kept.max() else scores
+    sample = scores[weighted > 0]
+    if sample.shape[0] < 2 or sample.min() == sample.max():
+        positive = rows.reduce(_positive_scores, _concatenate)
+        sample = positive[:: max(1, math.ceil(positive.shape[0] / MAX_MEDIAN_POINTS))]
     return _median_distance(_kernel_input(sample, scale))
 
 
