@@ -616,3 +616,17 @@ def test_non_finite_categories_are_refused_on_load() -> None:
         data["columns"][0]["categories"][0] = bad
         with pytest.raises(ValueError, match="finite float"):
             FeatureEncoder.from_dict(data)
+
+
+def test_rounded_integers_over_blocks_are_refused_with_the_way_to_bin_them() -> None:
+    """A block cannot know whether the merged count reads an automatic integer column by value, so a
+    fit over blocks refuses integers past 2**53 with missing values, and says how to bin them."""
+    stamps = pd.Series(np.arange(300, dtype=np.int64) * 10**9 + 1_700_000_000 * 10**9, dtype="Int64")
+    stamps[5] = None
+    X = pd.DataFrame({"t": stamps})
+    blocks = LocalRows(
+        tuple(RowBlock({"X": X.iloc[lo:hi], "sample_weight": None}) for lo, hi in [(0, 150), (150, 300)])
+    )
+    with pytest.raises(ValueError, match=r"or, to bin it, set categorical_cols=\[\]"):
+        FeatureEncoder().fit_rows(blocks)
+    assert FeatureEncoder(categorical_cols=[]).fit_rows(blocks).kinds_ == ["bins"]

@@ -108,14 +108,20 @@ MAX_COUNTED_SPAN = 1 << 20
 COUNTED_SPAN_PER_ROW = 32
 
 
-def check_exact_values(col: Column, name: Hashable) -> None:
+def check_exact_values(col: Column, name: Hashable, *, over_blocks: bool = False) -> None:
     """Refuse to read by value a column whose integers float64 rounded (:attr:`Column.rounded`): ids
-    past 2**53 would merge, or be read into another id's code. Binned, such a column is fine."""
+    past 2**53 would merge, or be read into another id's code. Binned, such a column is fine.
+
+    ``over_blocks``: a block of a fit over several (dask) cannot know whether the merged count of
+    values will read the column by value or bin it, so it refuses an automatic integer column too;
+    the message says how to have it binned.
+    """
     if col.rounded:
+        advice = "; or, to bin it, set categorical_cols=[]" if over_blocks else ""
         msg = (
             f"X[{name!r}]: integers beyond 2**53 with missing values are read as float64, which cannot "
-            "hold them exactly, and this column is read by value (ids would merge); fill the missing "
-            "values (e.g. with -1) or pass the ids as strings"
+            "hold them exactly, and this column may be read by value (ids would merge); fill the "
+            f"missing values (e.g. with -1) or pass the ids as strings{advice}"
         )
         raise ValueError(msg)
 
@@ -165,7 +171,7 @@ def block_summaries(
         if col.is_numeric and name not in categorical:
             kind = INTEGERS if auto_integers and is_integer_column(col) else BINS
             if kind == INTEGERS:
-                check_exact_values(col, name)
+                check_exact_values(col, name, over_blocks=True)
             xp = array_namespace(col.values)
             weight = xp.ones(n_rows, dtype=xp.float64) if w is None else check_partition_weight(w, n_rows, xp)
             if kind == INTEGERS and col.values.dtype.kind in "iu":
