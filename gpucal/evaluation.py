@@ -107,7 +107,11 @@ def evaluate(
         check_not_class_labels(y_prob, f"predictions[{name!r}]")
         # Checked here, whatever metrics are included: one that reads no labels would not check them.
         check_same_index(
-            y_true=y_true, **{f"predictions[{name!r}]": y_prob}, sample_weight=sample_weight, p_true=p_true
+            y_true=y_true,
+            **{f"predictions[{name!r}]": y_prob},
+            sample_weight=sample_weight,
+            p_true=p_true,
+            fields=fields,
         )
     for name, y_prob in predictions.items():
         table[name] = _column(y_true, y_prob, sample_weight, field_columns, p_true, seed, wanted)

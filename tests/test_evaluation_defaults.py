@@ -101,3 +101,6 @@ def test_evaluate_checks_indexes_whatever_metrics_are_included() -> None:
     y = pd.Series(rng.integers(0, 2, 100), index=np.arange(100) + 1000)
     with pytest.raises(ValueError, match="y_true and predictions\\['raw'\\] have different indexes"):
         gpucal.evaluate(y, {"raw": p}, p_true=p, include=["tce_l2"])
+    fields = pd.DataFrame({"site": rng.integers(0, 3, 100)}, index=np.arange(100) + 1000)
+    with pytest.raises(ValueError, match="and fields have different indexes"):
+        gpucal.evaluate(y.set_axis(p.index), {"raw": p}, fields=fields, include=["brier"])

@@ -207,9 +207,9 @@ def test_weights_summing_below_two_rows_are_refused_where_they_count_rows() -> N
         lambda: metrics.ici(y, p, sample_weight=w),
         lambda: metrics.ece_debiased(y, p, sample_weight=w),
     ):
-        with pytest.raises(ValueError, match="needs at least two rows, weights counting as repeated rows"):
+        with pytest.raises(ValueError, match=r"sample_weight: .* reads weights as repeated rows"):
             call()
-    with pytest.raises(ValueError, match="the Hosmer-Lemeshow test needs at least two rows"):
+    with pytest.raises(ValueError, match="y_true: the Hosmer-Lemeshow test needs at least two rows, got 1"):
         metrics.hosmer_lemeshow([1.0], [0.5])  # no weights: one row, said as such
     # Equal width groups do not count rows: the Murphy decomposition of any weight scale stands.
     uniform = metrics.murphy_decomposition(y, p, sample_weight=w, strategy="uniform")

@@ -65,7 +65,7 @@ def _quantile_edges(xs: np.ndarray, weight: np.ndarray, qs: np.ndarray) -> np.nd
     return np.where(t >= 0.5, b - diff * (1.0 - t), a + diff * t)
 
 
-def _group_edges(rows: Rows, n_bins: int, strategy: str) -> np.ndarray:
+def _group_edges(rows: Rows, n_bins: int, strategy: str, weighted: bool) -> np.ndarray:
     """Interior edges of the groups: equal mass (``"quantile"``) or equal width over [0, 1]."""
     if strategy == "uniform":
         return np.linspace(0.0, 1.0, n_bins + 1)[1:-1]
@@ -76,7 +76,7 @@ def _group_edges(rows: Rows, n_bins: int, strategy: str) -> np.ndarray:
             return np.unique(np.quantile(block.p, qs))  # a selection, no sort: the common case
     table = keyed_score_table(rows)
     kept = table.stats[:, W] > 0
-    check_repeated_rows(float(table.stats[kept, W].sum()), "the equal-mass grouping")
+    check_repeated_rows(float(table.stats[kept, W].sum()), "the equal-mass grouping", weighted)
     return np.unique(_quantile_edges(table.keys[0][kept], table.stats[kept, W], qs))
 
 
@@ -89,7 +89,7 @@ def _group_sums(block: CheckedRows, edges: np.ndarray) -> np.ndarray:
 def _grouped(y_true: Any, y_prob: Any, sample_weight: Any, n_bins: int, strategy: str) -> np.ndarray:
     """The groups' sums (rows of positive weight only)."""
     rows = metric_rows(y_true, y_prob, sample_weight)
-    edges = _group_edges(rows, n_bins, strategy)
+    edges = _group_edges(rows, n_bins, strategy, sample_weight is not None)
     stats = rows.sum(_group_sums, edges)
     check_total(stats[:, COUNT].sum(), stats[:, W].sum())
     return stats[stats[:, W] > 0]
@@ -197,7 +197,7 @@ def hosmer_lemeshow(
     (2.0357, 2)
     """
     stats_ = _grouped(y_true, y_prob, sample_weight, n_bins, strategy)
-    check_repeated_rows(float(stats_[:, W].sum()), "the Hosmer-Lemeshow test")
+    check_repeated_rows(float(stats_[:, W].sum()), "the Hosmer-Lemeshow test", sample_weight is not None)
     denominator = stats_[:, WP] * (1.0 - stats_[:, WP] / stats_[:, W])
     ok = denominator > 0
     statistic = float(np.sum((stats_[ok, WY] - stats_[ok, WP]) ** 2 / denominator[ok]))

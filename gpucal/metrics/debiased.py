@@ -105,5 +105,5 @@ def ece_debiased(y_true: Any, y_prob: Any, *, sample_weight: Any = None, n_bins:
         The debiased l2 calibration error, in [0, 1].
     """
     table = table_of(y_true, y_prob, sample_weight)
-    check_repeated_rows(float(table.weight.sum()), "the debiased ECE")
+    check_repeated_rows(float(table.weight.sum()), "the debiased ECE", sample_weight is not None)
     return debiased_of_table(table, n_bins)

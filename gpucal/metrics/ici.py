@@ -152,7 +152,7 @@ def ici_family(
 ) -> dict[str, float]:
     """Return ``{"ici", "e50", "e90", "emax"}`` off one LOESS fit (one read of the rows)."""
     table = table_of(y_true, y_prob, sample_weight)
-    check_repeated_rows(float(table.weight.sum()), "the ICI's LOESS")
+    check_repeated_rows(float(table.weight.sum()), "the ICI's LOESS", sample_weight is not None)
     d = loess_distances(table, frac, grid_size)
     weight = table.weight
     return {

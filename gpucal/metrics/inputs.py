@@ -184,18 +184,23 @@ def check_total(count: float, weight: float, label_name: str = "y_true") -> None
         raise ValueError(msg)
 
 
-def check_repeated_rows(total_weight: float, what: str) -> None:
-    """Refuse weights adding up to less than two rows where ``what`` reads weights as repeated rows.
+def check_repeated_rows(total_weight: float, what: str, weighted: bool) -> None:
+    """Refuse weights adding up to less than two rows where ``what`` reads weights as repeated rows
+    (``weighted``: weights were given; else the total is the number of rows).
 
     Its windows, quantile ranks or bins count rows; weights normalised to sum to 1 would be one row,
     and the result nonsense rather than an error.
     """
-    if total_weight < 2.0:
+    if total_weight >= 2.0:
+        return
+    if weighted:
         msg = (
-            f"{what} needs at least two rows, weights counting as repeated rows, and the rows add up to "
-            f"{total_weight:g}; weights normalised to sum to 1 are one row: pass frequencies (counts)"
+            f"sample_weight: {what} reads weights as repeated rows, and these add up to {total_weight:g}, "
+            "less than two rows; pass frequencies (counts), not weights normalised to sum to 1"
         )
-        raise ValueError(msg)
+    else:
+        msg = f"y_true: {what} needs at least two rows, got {total_weight:g}"
+    raise ValueError(msg)
 
 
 def read_block(
