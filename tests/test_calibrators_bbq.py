@@ -18,7 +18,7 @@ from numpy.testing import assert_allclose
 from scipy.special import gammaln
 
 import gpucal
-from gpucal.calibrators.bbq import BBQCalibrator
+from gpucal.calibrators.bbq import MAX_BIN_COUNT, BBQCalibrator
 
 
 def make_data(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -104,22 +104,20 @@ def test_one_class_is_defined_and_bad_input() -> None:
         BBQCalibrator(spread=0.5).fit(s, np.zeros(200))
 
 
-def test_bin_counts_stop_where_unit_weights_would() -> None:
+def test_bin_counts_stop_at_a_cap_that_reads_the_total_weight_alone() -> None:
     """The total weight N sets the bin counts; scaled-up weights asked for tens of thousands of models
-    (and one weight of 1e300 for an array too large to build). The counts stop at C n^(1/3) for n rows,
-    the range of unit weights, which keep every count of [N^(1/3)/C, C N^(1/3)], ties or not."""
+    (and one weight of 1e300 for a range no array holds). The counts stop at MAX_BIN_COUNT, a cap on N
+    alone: unit weights keep every count of [N^(1/3)/C, C N^(1/3)], ties or not, and integer weights
+    fit as their repeated rows."""
     s, y = make_data(300, 5)
-    cap = math.ceil(10.0 * 300 ** (1 / 3))
     for weight in (np.full(300, 1e8), np.where(np.arange(300) == 7, 1e300, 1.0)):
         scaled = BBQCalibrator().fit(s, y, sample_weight=weight)
-        assert 1 <= scaled.posterior_.shape[0] <= cap
+        assert 1 <= scaled.posterior_.shape[0] <= MAX_BIN_COUNT
         assert np.isfinite(scaled.predict(s)).all()
     tied = np.round(s, 1)  # 11 distinct scores, far fewer than the 67 counts searched
-    plain = BBQCalibrator().fit(tied, y)
-    assert plain.posterior_.shape[0] == cap  # counts 1 .. 67
-    # Integer weights equal their repeated rows (the cap reads the distinct scores as well as the rows).
-    weighted = BBQCalibrator(spread=2.0).fit(s, y, sample_weight=np.full(300, 8.0))
-    repeated = BBQCalibrator(spread=2.0).fit(np.repeat(s, 8), np.repeat(y, 8))
+    assert BBQCalibrator().fit(tied, y).posterior_.shape[0] == math.ceil(10.0 * 300 ** (1 / 3))
+    weighted = BBQCalibrator(spread=2.0).fit(tied, y, sample_weight=np.full(300, 8.0))
+    repeated = BBQCalibrator(spread=2.0).fit(np.repeat(tied, 8), np.repeat(y, 8))
     assert weighted.posterior_.shape == repeated.posterior_.shape
     assert_allclose(weighted.predict(s), repeated.predict(s), rtol=1e-12, atol=1e-15)
 

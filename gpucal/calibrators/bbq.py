@@ -17,7 +17,7 @@ from gpucal._backend import array_namespace
 from gpucal.calibrators._sorted import host_float64
 from gpucal.calibrators.base import Calibrator, Constraint, Interval, Options
 from gpucal.calibrators.bins import count_not_above
-from gpucal.calibrators.score_rows import count_and_weight, distinct_score_sums, read_score_rows
+from gpucal.calibrators.score_rows import read_distinct_score_sums
 from gpucal.kernels.jit import empty_rows, numba, parallel_rows
 from gpucal.registry import calibration_method
 from gpucal.rows import Rows
@@ -69,19 +69,21 @@ def _model(
     return log_evidence, interior, (m + alpha) / (n + a)
 
 
-def bin_counts_searched(total_weight: float, spread: float, n_rows: int, n_distinct: int) -> np.ndarray:
+#: The most bins of a BBQ model: the top of the range of 1e9 rows at the default ``spread``.
+MAX_BIN_COUNT = 10_000
+
+
+def bin_counts_searched(total_weight: float, spread: float) -> np.ndarray:
     """The bin counts :math:`B` averaged over: the integers in :math:`[N^{1/3}/C, C N^{1/3}]`, at least 1
-    and at most the larger of the ``n_distinct`` distinct scores and :math:`C n^{1/3}` for the
-    ``n_rows`` rows :math:`n`.
+    and at most :data:`MAX_BIN_COUNT`.
 
     :math:`N` is the total weight (weights count as repeated rows), so scaled-up weights ask for more
-    bins, each a model to fit: weights of 1e8 on 300 rows asked for 30,000 models, and 1e12 for more
-    than memory holds. The cap leaves unit weights as they are (:math:`N = n`), and integer weights as
-    their repeated rows unless their scores have fewer distinct values than the range asks.
+    bins, each a model to fit: weights of 1e8 on 300 rows asked for 30,000 models, 1e12 for more than
+    memory holds, one of 1e300 for a range no array holds. The cap reads :math:`N` alone, so integer
+    weights still fit as their repeated rows, and unit weights are as before up to 1e9 rows.
     """
     root = total_weight ** (1.0 / 3.0)
-    cap = max(n_distinct, math.ceil(n_rows ** (1.0 / 3.0) * spread))
-    high = max(1, min(math.ceil(root * spread), cap))
+    high = max(1, min(math.ceil(root * spread), MAX_BIN_COUNT))
     low = max(1, min(high, math.floor(root / spread)))
     return np.arange(low, high + 1)
 
@@ -91,13 +93,12 @@ def bbq_step_map(
     weight: np.ndarray,
     weighted_y: np.ndarray,
     *,
-    n_rows: int,
     spread: float,
     prior_size: float,
     logit: bool = False,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Fit BBQ from the sums per distinct score (increasing ``xs``, positive ``weight``; margins with
-    ``logit``, whose bin midpoints go through the logistic function for the prior) of ``n_rows`` rows.
+    ``logit``, whose bin midpoints go through the logistic function for the prior).
 
     Returns
     -------
@@ -109,7 +110,7 @@ def bbq_step_map(
     posterior : numpy.ndarray
         The models' posterior weights, one per bin count of :func:`bin_counts_searched`.
     """
-    counts = bin_counts_searched(float(weight.sum()), spread, n_rows, xs.shape[0])
+    counts = bin_counts_searched(float(weight.sum()), spread)
     c_w = np.concatenate([[0.0], np.cumsum(weight)])
     cumulative = (c_w, np.concatenate([[0.0], np.cumsum(weighted_y)]), c_w[1:] - 0.5 * weight)
     models = [_model(cumulative, xs, int(b), prior_size, logit) for b in counts]
@@ -168,9 +169,9 @@ class BBQCalibrator(Calibrator):
         \frac{\Gamma(n_b - m_b + \beta_b)}{\Gamma(\beta_b)}.
 
     The calibrated probability averages the models over every :math:`B` in
-    :math:`[N^{1/3}/C, C N^{1/3}]` (:math:`N` the total weight, :math:`C` ``spread``; at most the larger
-    of the distinct scores and :math:`C n^{1/3}` for :math:`n` rows) with weights proportional to their
-    evidence (a uniform prior over :math:`B`).
+    :math:`[N^{1/3}/C, C N^{1/3}]` (:math:`N` the total weight, :math:`C` ``spread``; at most
+    :data:`MAX_BIN_COUNT` bins) with weights proportional to their evidence (a uniform prior over
+    :math:`B`).
 
     Parameters
     ----------
@@ -260,14 +261,11 @@ class BBQCalibrator(Calibrator):
         self.output_type = output_type
 
     def _fit(self, rows: Rows) -> None:
-        blocks = read_score_rows(rows, self.score_col, self.score_kind)
-        n_rows, _ = blocks.sum(count_and_weight)
-        xs, weight, weighted_y = distinct_score_sums(blocks)
+        xs, weight, weighted_y = read_distinct_score_sums(rows, self.score_col, self.score_kind)
         edges, values, posterior = bbq_step_map(
             xs,
             weight,
             weighted_y,
-            n_rows=int(n_rows),
             spread=self.spread,
             prior_size=self.prior_size,
             logit=self.score_kind == "logit",
