@@ -176,3 +176,14 @@ def test_predict_is_the_basis_times_the_coefficients(n_knots: int) -> None:
     assert_allclose(serial, 1.0 / (1.0 + np.exp(-eta)), rtol=1e-12, atol=1e-300)
     with parallel_twins_only():  # the large inputs' twin: the same numbers
         np.testing.assert_array_equal(cal.predict(test), serial)
+
+
+def test_margins_past_1e100_are_refused_by_name() -> None:
+    """The basis cubes (t - knot): margins of 1e148 overflowed it and the fit failed in numpy's SVD."""
+    rng = np.random.default_rng(0)
+    margins = rng.normal(size=2000) * 1e148
+    y = (rng.random(2000) < 0.5).astype(np.float64)
+    with pytest.raises(ValueError, match=r"X: margins reach .* the spline.s cubic basis overflows"):
+        SplineCalibrator(score_kind="logit").fit(margins, y)
+    with pytest.raises(ValueError, match=r"knots reach 1e\+150; the spline.s cubic basis overflows"):
+        SplineCalibrator(score_kind="logit", knots=[-1e150, 0.0, 1e150]).fit(rng.normal(size=2000), y)

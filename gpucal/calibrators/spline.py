@@ -22,7 +22,7 @@ from gpucal.calibrators.bins import count_not_above
 from gpucal.calibrators.logistic import ScoreBlock
 from gpucal.calibrators.score_rows import ScoreRows
 from gpucal.kernels.jit import empty_rows, map_row_chunks, numba, parallel_rows
-from gpucal.persistence import check_magnitude
+from gpucal.persistence import MAX_LOADED_MAGNITUDE, check_magnitude
 from gpucal.registry import calibration_method
 from gpucal.rows import Rows, row_uniforms
 
@@ -80,6 +80,16 @@ def transform_scores(score: Any, eps: float, score_kind: str) -> Any:
         return xp.log(clipped / (1.0 - clipped))
 
     return map_row_chunks(clipped_logit, score)
+
+
+def _check_basis_range(largest: float, what: str) -> None:
+    """Refuse values past :data:`MAX_LOADED_MAGNITUDE` in size where the basis reads them: it cubes
+    ``t - knot``, which overflows past about 1e100 (and a loaded model's knots are bounded there).
+    """
+    if largest > MAX_LOADED_MAGNITUDE:
+        limit = f"{MAX_LOADED_MAGNITUDE:g}"
+        msg = f"{what} reach {largest:g}; the spline's cubic basis overflows past {limit}: rescale them"
+        raise ValueError(msg)
 
 
 def natural_spline_basis(t: Any, knots: np.ndarray) -> Any:
@@ -526,12 +536,14 @@ class SplineCalibrator(Calibrator):
             if not high > low:
                 msg = "X: the scores are all equal; a spline needs at least two distinct scores"
                 raise ValueError(msg)
+            _check_basis_range(max(-low, high), "X: margins")
             histogram = scores.rows.sum(block_histogram, low, high, eps, self.score_kind)
             extra = transform_scores(EXTRA_KNOTS, eps, "probability")
             knots = np.unique(np.concatenate([quantile_knots(histogram, low, high, self.n_knots), extra]))
         if knots.shape[0] < 2:
             msg = f"knots: a spline needs at least two distinct knots, got {knots.shape[0]}"
             raise ValueError(msg)
+        _check_basis_range(float(np.abs(knots).max()), "knots")
         return knots
 
     def _fit(self, rows: Rows) -> None:
