@@ -67,8 +67,7 @@ def hash_codes(values: Any, n_buckets: int, *, seed: int = 0) -> Any:
     by their text, ``str(value)``: the number 7 and the string ``"7"`` share a bucket, as do None and
     ``"None"``, NaN and ``"nan"`` (7.0 reads ``"7.0"``, another bucket than 7); give a column one type
     to keep such values apart. cudf columns and cupy arrays are copied to the host first. Map it over a
-    dask Series with
-    ``series.map_partitions(hash_codes, n_buckets, meta=("bucket", "int64"))``.
+    dask Series with ``series.map_partitions(hash_codes, n_buckets, meta=("bucket", "int64"))``.
 
     Parameters
     ----------

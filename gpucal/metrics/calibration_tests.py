@@ -526,22 +526,28 @@ def separated_fit(
     Classes separated by the score drive the fitted probabilities to 0 or 1 and Newton stops where its
     steps vanish, at finite but meaningless coefficients. Complete separation sends the log-likelihood
     to 0; quasi-complete separation (the classes meet only at tied scores) leaves curvature on the tied
-    rows alone, so the Hessian turns singular, or (its diagonal rescaled) its entries fall by orders
-    of magnitude from where the fit started (``start_hess``).
+    rows alone, so the Hessian turns singular, or a diagonal entry falls by ten orders of magnitude from
+    where the fit started (``start_hess``).
     """
     if ill_conditioned(hess) or loglik >= -1e-9 * total_weight:
         return True
     return start_hess is not None and bool(np.any(np.diag(hess) < 1e-10 * np.diag(start_hess)))
 
 
+def _hessian(sums: np.ndarray, fit_slope: bool) -> np.ndarray:
+    """The negative log-likelihood's Hessian in ``(a, b)`` (``(a,)`` without the slope), from the sums."""
+    full = np.array([[sums[6], sums[7]], [sums[7], sums[8]]])
+    return full if fit_slope else full[:1, :1]
+
+
 def _newton(rows: Rows, a: float, b: float, *, fit_slope: bool) -> tuple[float, float, np.ndarray, float]:
     """Maximise the log-likelihood from ``(a, b)`` (``b`` fixed unless ``fit_slope``); return the
     estimate, the inverse Hessian (the covariance) and the log-likelihood."""
     sums = rows.sum(_recalibration_sums, a, b)
-    start_hessian = np.array([[sums[6], sums[7]], [sums[7], sums[8]]])
+    start_hessian = _hessian(sums, fit_slope=True)
     for _ in range(NEWTON_MAX_ITER):
         gradient = sums[4:6] if fit_slope else sums[4:5]
-        hessian = np.array([[sums[6], sums[7]], [sums[7], sums[8]]]) if fit_slope else sums[6:7].reshape(1, 1)
+        hessian = _hessian(sums, fit_slope)
         step = np.linalg.solve(hessian, gradient)
         loglik = sums[3]
         scale = 1.0
@@ -555,7 +561,7 @@ def _newton(rows: Rows, a: float, b: float, *, fit_slope: bool) -> tuple[float, 
         a, b, sums = a_new, b_new, trial
         if np.max(np.abs(scale * step)) <= NEWTON_TOL * (1.0 + max(abs(a), abs(b))):
             break
-    hessian = np.array([[sums[6], sums[7]], [sums[7], sums[8]]]) if fit_slope else sums[6:7].reshape(1, 1)
+    hessian = _hessian(sums, fit_slope)
     if fit_slope and separated_fit(hessian, float(sums[3]), float(sums[1]), start_hessian):
         msg = (
             "y_true: the logistic recalibration has no finite maximum "
