@@ -580,7 +580,6 @@ def test_a_tuple_naming_a_multiindex_column_is_one_name() -> None:
 def test_one_column_inputs_refuse_frames_and_read_pandas_arrays() -> None:
     """y or weights given as a one-column frame get a clear error (pandas said 'no attribute dtype',
     polars 'truth value of a DataFrame is ambiguous'); pandas arrays and Indexes read as columns."""
-    pl = pytest.importorskip("polars")
     labels = [0, 1, 1, 0]
     for frame in (pd.DataFrame({"y": labels}), pl.DataFrame({"y": labels})):
         with pytest.raises(ValueError, match="expected one column, got a DataFrame of shape"):
@@ -595,8 +594,6 @@ def test_integers_past_2_53_with_missing_values_are_refused_where_read_by_value(
     """An integer column with a missing value is read as float64: ids past 2**53 merged silently, and a
     fitted id took another's code whenever its batch held a missing value. Such a column is marked
     rounded (any family) and refused where it is read by value; binned, or all missing, it reads."""
-    pl = pytest.importorskip("polars")
-    pa = pytest.importorskip("pyarrow")
     from gpucal.encoding import FeatureEncoder
 
     big = 2**53 + 1

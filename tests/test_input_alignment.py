@@ -171,7 +171,7 @@ def test_dask_columns_of_one_frame_changed_apart_are_still_checked(make: Callabl
     """X filtered, or y reordered inside its partitions, against columns of the same dask frame: both
     are co-aligned with X, but not X's columns, so their rows are not joined by index label (which
     would drop y's extra rows, or put them back in order, silently): the index rule refuses them."""
-    dd = pytest.importorskip("dask.dataframe")
+    dd = pytest.importorskip("dask.dataframe", reason="dask collections need the dask extra")
     X, y = _data()
     frame = dd.from_pandas(pd.concat([X, y.rename("label")], axis=1), npartitions=2)
     columns = list(X.columns)
