@@ -681,7 +681,7 @@ def write_report(entries: list[dict[str, Any]], args: argparse.Namespace, second
         "rows of the last rung of the search (successive halving from 8,000 rows up to every row, at most "
         "1,000,000; `gpucal.auto.sizing`), "
         "and which guard, if any, handed the prediction to Platt scaling (`gpucal.auto.guard`): the AUC "
-        "guard (out-of-fold AUC below the raw score's) or, on a large set, a gain over Platt of at most "
+        "guard (within-fold AUC below the raw score's) or, on a large set, a gain over Platt of at most "
         "2 standard errors; choice: the candidate the prediction reads first (Platt after a guard).",
     ]
     for which, title in AUTOS.items():

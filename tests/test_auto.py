@@ -35,7 +35,7 @@ from gpucal.auto.folds import (
     stratified_folds,
     without_attrs,
 )
-from gpucal.auto.guard import order_guard
+from gpucal.auto.guard import order_guard, within_fold_auc
 from gpucal.auto.report import ROW_LOSSES, fold_scores
 from gpucal.calibrators import _feature_platt_solver as feature_platt_solver
 from gpucal.calibrators.feature_platt import L2_SMOOTH
@@ -43,6 +43,7 @@ from gpucal.calibrators.hinge_platt import HingePlattCalibrator
 from gpucal.datasets import make_ctr
 from gpucal.encoding import FeatureEncoder
 from gpucal.factory import make_calibrator
+from gpucal.metrics import roc_auc
 from gpucal.persistence import ModelFileError, from_dict, to_dict
 
 FIELDS = ["site_id", "ad_category", "region", "hour", "user_segment", "device"]
@@ -680,20 +681,61 @@ def test_blend_drops_light_members() -> None:
 # The AUC guard (gpucal.auto.guard)
 
 
-def test_order_guard_compares_out_of_fold_auc_with_the_raw_score() -> None:
+def test_order_guard_compares_within_fold_auc_with_the_raw_score() -> None:
     rng = np.random.default_rng(0)
     score = rng.uniform(size=2_000)
     y = (rng.uniform(size=2_000) < score).astype(float)
     ones = np.ones(2_000)
-    kept = order_guard(score, score**2, y, ones)
+    folds = np.arange(2_000) % 3
+    kept = order_guard(score, score**2, y, ones, folds)
     assert not kept.applied
     assert kept.auc == pytest.approx(kept.raw_auc)
     coarse = np.round(score, 1) * 0.9 + 0.05  # ties: ranks worse than the score
-    lost = order_guard(score, coarse, y, ones)
+    lost = order_guard(score, coarse, y, ones, folds)
     assert lost.applied
     assert lost.auc < lost.raw_auc
     margins = np.log(score / (1 - score))  # margins rank as the probabilities do
-    assert order_guard(margins, coarse, y, ones).raw_auc == lost.raw_auc
+    assert order_guard(margins, coarse, y, ones, folds).raw_auc == lost.raw_auc
+
+
+def test_order_guard_keeps_a_different_increasing_map_per_fold() -> None:
+    """Each fold's prediction is an increasing map of the score, a different one per fold: the pooled
+    AUC of such predictions falls below the raw score's, the AUC within the folds does not."""
+    rng = np.random.default_rng(1)
+    score = rng.uniform(0.01, 0.99, 3_000)
+    y = (rng.uniform(size=3_000) < score**3).astype(float)
+    folds = np.arange(3_000) % 3
+    predicted = np.select([folds == 0, folds == 1], [score**2, score**4], score**3)
+    assert roc_auc(y, predicted) < roc_auc(y, score)
+    guard = order_guard(score, predicted, y, None, folds)
+    assert not guard.applied
+    assert guard.auc == guard.raw_auc
+
+
+def test_within_fold_auc_does_not_depend_on_the_weights_scale() -> None:
+    rng = np.random.default_rng(2)
+    score = rng.uniform(size=600)
+    y = (rng.uniform(size=600) < score).astype(float)
+    folds = np.arange(600) % 2
+    weights = rng.uniform(0.5, 2.0, 600)
+    unit = within_fold_auc(y, score, folds, weights)
+    for scale in (1e-170, 1e170):
+        assert within_fold_auc(y, score, folds, weights * scale) == pytest.approx(unit, rel=1e-12)
+    one_class_folds = np.where(y > 0, 0, 1)  # every fold holds one class: no pair to rank
+    assert within_fold_auc(y, score, one_class_folds, None) is None
+    assert not order_guard(score, score, y, None, one_class_folds).applied
+
+
+def test_auc_guard_keeps_an_increasing_map_that_wins() -> None:
+    """Beta calibration, an increasing map, beats Platt scaling on scores whose truth is their cube: the
+    guard leaves it (a pooled out-of-fold AUC replaced it by Platt scaling on every seed tried)."""
+    rng = np.random.default_rng(2)
+    score = rng.uniform(0.01, 0.99, 3_000)
+    y = (rng.uniform(size=3_000) < score**3).astype(float)
+    model = AutoCalibrator(candidates=["platt", "beta"], ensemble=False).fit(score, y)
+    assert not model.auc_guard_["applied"]
+    assert model.cv_results_.loc[model.best_index_, "method"] == "beta"
+    assert roc_auc(y, model.oof_predictions_[:, model.best_index_]) < roc_auc(y, score)  # pooled: below
 
 
 def test_auc_guard_falls_back_to_platt(ctr: Any) -> None:

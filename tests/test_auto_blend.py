@@ -157,9 +157,10 @@ def test_order_guard_reads_probabilities_as_they_are() -> None:
     score[:50] = -0.0
     y = (rng.uniform(size=3_000) < score).astype(float)
     predicted = np.clip(score + rng.normal(scale=0.05, size=3_000), 0.001, 0.999)
-    plain = order_guard(score, predicted, y, None)
-    weighted = order_guard(score, predicted, y, np.ones(3_000))
-    ranked = order_guard(score * 4.0 - 2.0, predicted, y, None)  # a margin: read through its ranks
+    folds = np.arange(3_000) % 3
+    plain = order_guard(score, predicted, y, None, folds)
+    weighted = order_guard(score, predicted, y, np.ones(3_000), folds)
+    ranked = order_guard(score * 4.0 - 2.0, predicted, y, None, folds)  # a margin: read through its ranks
     assert plain.raw_auc == weighted.raw_auc == ranked.raw_auc
     assert plain.auc == weighted.auc
 

@@ -152,8 +152,9 @@ class AutoCalibrator(Calibrator):
         None: every row. The measured reason is in :mod:`gpucal.auto.sizing`.
     auc_guard : bool, default=True
         Keep the ranking of the score: when the prediction (blend or chosen calibrator) ranks the
-        cross-fitted rows worse than the raw score does (a lower out-of-fold AUC), Platt scaling, which
-        keeps the score's order, replaces it (:mod:`gpucal.auto.guard`).
+        cross-fitted rows worse than the raw score does (a lower AUC over the pairs of rows held out in
+        the same fold), Platt scaling, which keeps the score's order, replaces it
+        (:mod:`gpucal.auto.guard`).
     scoring : {"log_loss", "brier", "ece"}, default="log_loss"
         The held-out metric that chooses (lower is better); the report holds all three. ``ece``: 15
         equal-width bins. The blend of ``ensemble=True`` always minimises the log-loss.
@@ -226,7 +227,8 @@ class AutoCalibrator(Calibrator):
     rungs_ : list of dict
         The rungs run: ``rows``, ``n_folds`` and the number of ``candidates`` cross-fitted. Not saved.
     auc_guard_ : dict
-        ``raw_auc`` and ``auc`` (the prediction's, before any guard) on the cross-fitted rows, and
+        ``raw_auc`` and ``auc`` (the prediction's, before any guard) over the pairs of cross-fitted rows
+        held out in the same fold (None when no fold holds both classes), and
         ``applied``: whether Platt scaling replaced the prediction for it (with a ``note`` when there was
         no Platt candidate to fall back to).
     platt_gain_ : dict
@@ -485,6 +487,7 @@ class AutoCalibrator(Calibrator):
                 predicted,
                 host_labels[crossed],
                 None if weights is None else host_weights[crossed],
+                folds[crossed],
             )
             self.auc_guard_ = guard.report()
             if guard.applied and platt is None:
