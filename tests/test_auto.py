@@ -755,6 +755,20 @@ def test_auc_guard_falls_back_to_platt(ctr: Any) -> None:
     assert "no Platt candidate" in no_platt.auc_guard_["note"]
 
 
+def test_auc_guard_finds_platt_listed_after_a_better_candidate() -> None:
+    """Platt scaling, what the guards fall back to, is not raced: listed after isotonic regression,
+    which leads after the first fold here, it is still cross-fitted on every fold."""
+    rng = np.random.default_rng(0)
+    score = rng.uniform(0.01, 0.99, 6_000)
+    truth = np.where(score < 0.5, 0.05, 0.6) + 0.3 * (score > 0.8)
+    y = (rng.uniform(size=6_000) < truth).astype(float)
+    for candidates in (["platt", "isotonic"], ["isotonic", "platt"]):
+        model = AutoCalibrator(candidates=candidates, n_folds=5, ensemble=False).fit(score, y)
+        assert (model.cv_results_["status"] == "ok").all()
+        assert model.auc_guard_["applied"]
+        assert type(model.best_estimator_).__name__ == "PlattCalibrator"
+
+
 def test_auc_guard_falls_back_to_the_better_order_keeping_map(monkeypatch: pytest.MonkeyPatch) -> None:
     rng = np.random.default_rng(0)
     score = rng.beta(1.0, 3.0, 4_000)

@@ -610,6 +610,10 @@ class AutoCalibrator(Calibrator):
                     rung_search = screen_search
                 elif screening and plan.large and grows_with_rows(candidate):
                     rung_search = unraced
+                elif type(candidate.estimator).__name__ in ORDER_KEEPING:
+                    # What the guards fall back to: dropped after a fold, it left them nothing to fall
+                    # back to when it came after a better candidate. A map of the score, it is cheap.
+                    rung_search = unraced
                 else:
                     rung_search = search
                 row = cross_fit_candidate(rung_search, index, candidate, reference=reference)
