@@ -171,6 +171,37 @@ def test_groups_by_column_name(ctr: Any) -> None:
     assert_array_equal(by_name.oof_predictions_, by_array.oof_predictions_)
 
 
+def test_groups_by_column_name_read_their_values(ctr: Any) -> None:
+    """A string or categorical column named as ``groups`` gives the folds of an array of its values,
+    whatever order its codes come in (first appearance, the categories' order)."""
+    X, y, _ = ctr
+    values = np.array([f"u{v:03d}" for v in X["site_id"].to_numpy() % 97], dtype=object)
+    reordered = pd.Categorical(values, categories=sorted(set(values), reverse=True))
+    by_array = auto(candidates=["platt"]).fit(X, y, groups=values)
+    for column in (values, reordered):
+        named = X.assign(user=pd.Series(column, index=X.index))
+        by_name = auto(candidates=["platt"], feature_cols=FIELDS).fit(named, y, groups="user")
+        assert_array_equal(by_name.oof_predictions_, by_array.oof_predictions_)
+
+
+def test_grouped_folds_follow_the_seed_on_every_dtype() -> None:
+    ids = np.repeat(np.arange(60), 5)
+    for groups in (ids, ids.astype(np.float64), ids.astype(str).astype(object)):
+        seeded = {grouped_folds(groups, 3, seed=seed, weights=None).tobytes() for seed in range(4)}
+        assert len(seeded) == 4
+    assert not np.array_equal(
+        grouped_folds(ids, 3, seed=0, weights=None), grouped_folds(ids, 3, seed=10**16, weights=None)
+    )
+
+
+def test_grouped_folds_take_groups_of_mixed_types() -> None:
+    groups = np.array([1, "a", 2.5, "a", 1, "b", 3, 3], dtype=object)
+    folds = grouped_folds(groups, 2, seed=0, weights=None)
+    assert folds[1] == folds[3]
+    assert folds[0] == folds[4]
+    assert folds[6] == folds[7]
+
+
 def test_a_groups_series_must_share_the_index_of_x(ctr: Any) -> None:
     X, y, _ = ctr
     groups = pd.Series(X["site_id"].to_numpy() % 7, index=X.index)

@@ -108,13 +108,37 @@ def nested_subsamples(labels: np.ndarray, sizes: Sequence[int], seed: int) -> li
     return samples
 
 
+#: splitmix64's constants (Steele, Lea and Flood, OOPSLA 2014): the golden-ratio step and the two
+#: multipliers of its finaliser, which spreads every input bit over the output.
+_GOLDEN_STEP = 0x9E3779B97F4A7C15
+_MIX_FIRST = np.uint64(0xBF58476D1CE4E5B9)
+_MIX_SECOND = np.uint64(0x94D049BB133111EB)
+
+
+def seeded_hashes(values: np.ndarray, seed: int) -> np.ndarray:
+    """A seeded 64-bit hash of each value: pandas' hash of the value (its own, on any dtype), plus the
+    seed's multiple of splitmix64's golden-ratio step, through splitmix64's finaliser.
+
+    pandas' ``hash_key`` seeds the hash of object values only: on integer or float groups every seed
+    gave the same order.
+    """
+    import pandas as pd
+
+    step = np.uint64((seed * _GOLDEN_STEP) % 2**64)
+    with np.errstate(over="ignore"):  # arithmetic modulo 2**64 is the point
+        mixed = pd.util.hash_array(values) + step
+        mixed = (mixed ^ (mixed >> np.uint64(30))) * _MIX_FIRST
+        mixed = (mixed ^ (mixed >> np.uint64(27))) * _MIX_SECOND
+    return mixed ^ (mixed >> np.uint64(31))
+
+
 def grouped_folds(groups: np.ndarray, n_folds: int, seed: int, weights: np.ndarray | None) -> np.ndarray:
     """Return the fold of every row, all rows of a group in one fold.
 
     Parameters
     ----------
     groups : numpy.ndarray of shape (n,)
-        Group label per row (any hashable values numpy can sort).
+        Group label per row (any hashable values, of one type or mixed).
     n_folds : int
         Number of folds; there must be at least as many groups.
     seed : int
@@ -131,7 +155,10 @@ def grouped_folds(groups: np.ndarray, n_folds: int, seed: int, weights: np.ndarr
     ValueError
         Fewer groups than folds.
     """
-    uniques, codes = np.unique(groups, return_inverse=True)
+    import pandas as pd
+
+    codes, uniques = pd.factorize(groups)  # no sort: groups of mixed types do not compare
+    uniques = np.asarray(uniques)
     n_groups = uniques.shape[0]
     if n_groups < n_folds:
         msg = f"groups: {n_groups} distinct group(s), fewer than n_folds={n_folds}; every fold needs a group"
@@ -141,9 +168,7 @@ def grouped_folds(groups: np.ndarray, n_folds: int, seed: int, weights: np.ndarr
     load = np.zeros(n_folds)
     # The order comes from a seeded hash of each group's value, not from its position among the groups,
     # so groups that carry no weight (absent when the rows are repeated instead) do not move the others.
-    import pandas as pd
-
-    order = np.argsort(pd.util.hash_array(uniques, hash_key=f"{seed:016d}"[-16:]), kind="stable")
+    order = np.argsort(seeded_hashes(uniques, seed), kind="stable")
     for group in order:
         fold = int(np.argmin(load))
         fold_of_group[group] = fold
@@ -164,8 +189,14 @@ def group_values(X: Any, groups: Any, n_rows: int) -> np.ndarray:
     if isinstance(groups, Hashable) and not isinstance(groups, tuple) and _is_frame(X):
         column = frame_columns(X, [groups], name="X")[groups]
         values = to_numpy(column.values)
-        # a column read by value holds codes, -1 where the value is missing
-        absent = values < 0 if column.categories is not None else pd.isna(values)
+        if column.categories is not None:
+            # A column read by value holds codes (-1 where the value is missing) in an order of its own
+            # (first appearance, a categorical's categories): the folds read the values, as they do an
+            # array of them.
+            absent = values < 0
+            values = np.asarray(column.categories)[np.where(absent, 0, values)]
+        else:
+            absent = pd.isna(values)
     else:
         values = to_numpy(groups.to_numpy() if hasattr(groups, "to_numpy") else groups)
         values = np.asarray(values)
@@ -226,6 +257,7 @@ __all__ = [
     "group_values",
     "grouped_folds",
     "nested_subsamples",
+    "seeded_hashes",
     "select_rows",
     "stratified_folds",
     "without_attrs",
