@@ -284,6 +284,17 @@ def test_load_rejects_bad_members(ctr: Any) -> None:
     negative["state"]["weights_"] = [-1.0]
     with pytest.raises(ModelFileError, match="non-negative"):
         from_dict(negative)
+    zero = json.loads(json.dumps(document))
+    zero["state"]["weights_"] = [0.0]
+    with pytest.raises(ModelFileError, match="weights_ are all zero"):
+        from_dict(zero)
+    rng = np.random.default_rng(0)
+    matrix, classes = rng.dirichlet(np.ones(3), 300), rng.integers(0, 3, 300)
+    for name in ("temperature", "dirichlet"):
+        multiclass = json.loads(json.dumps(document))
+        multiclass["state"]["members_"][0] = to_dict(make_calibrator(name).fit(matrix, classes))
+        with pytest.raises(ModelFileError, match=r"members_\[0\] is a .* fitted on 3 classes"):
+            from_dict(multiclass)
 
 
 def test_ensemble_weights_convex_and_no_worse_than_best_member(ctr: Any) -> None:

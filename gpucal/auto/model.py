@@ -957,6 +957,9 @@ class AutoCalibrator(Calibrator):
         if weights.shape != (len(members),) or not np.all(np.isfinite(weights)) or np.any(weights < 0):
             msg = f"weights_ must hold {len(members)} finite non-negative numbers"
             raise ValueError(msg)
+        if not np.any(weights > 0):
+            msg = "weights_ are all zero; the blend reads at least one member"
+            raise ValueError(msg)
         if not isinstance(report, dict) or not all(isinstance(v, list) for v in report.values()):
             msg = "report_ must map column names to lists"
             raise ValueError(msg)
@@ -964,7 +967,15 @@ class AutoCalibrator(Calibrator):
         if len(lengths) != 1 or not 0 <= self.best_index_ < lengths.pop():
             msg = "report_ columns must have one length, and best_index_ must be one of its rows"
             raise ValueError(msg)
-        self.estimators_ = [from_dict(member) for member in members]
+        estimators = [from_dict(member) for member in members]
+        for position, model in enumerate(estimators):
+            if getattr(model, "multiclass_", False) or getattr(model, "n_classes_", 2) != 2:
+                msg = (
+                    f"members_[{position}] is a {type(model).__name__} fitted on "
+                    f"{getattr(model, 'n_classes_', 'several')} classes; members calibrate binary scores"
+                )
+                raise ValueError(msg)
+        self.estimators_ = estimators
         self.best_estimator_ = self.estimators_[0]
         self.cv_results_ = pd.DataFrame(
             {k: [np.nan if v is None else v for v in col] for k, col in report.items()}
