@@ -222,6 +222,15 @@ def test_rows_without_a_group_are_refused(ctr: Any, missing: Any) -> None:
         auto(candidates=["platt"], feature_cols=FIELDS).fit(named, y, groups="user")
 
 
+def test_one_class_is_refused_before_the_search(ctr: Any) -> None:
+    X, y, _ = ctr
+    with pytest.raises(ValueError, match=r"^y: no positive labels \(with non-zero weight\)"):
+        auto(candidates=["platt", "isotonic"]).fit(X, np.zeros(len(y)))
+    weights = (y < 0.5).astype(float)  # every positive row without weight
+    with pytest.raises(ValueError, match=r"^y: no positive labels"):
+        auto(candidates=["platt", "isotonic"], auc_guard=False).fit(X, y, sample_weight=weights)
+
+
 def test_folds_without_rows_of_positive_weight_are_refused(ctr: Any) -> None:
     X, y, _ = ctr
     n_folds = int(max(np.sum(y >= 0.5), np.sum(y < 0.5))) + 1

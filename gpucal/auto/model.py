@@ -77,6 +77,7 @@ from gpucal.calibrators.base import (
     Interval,
     Options,
 )
+from gpucal.calibrators.logistic import class_weights_present
 from gpucal.encoding import FeatureEncoder, resolve_feature_cols, trusting_feature_cols
 from gpucal.registry import calibration_method, dask_fitting_names, fits_on_dask
 from gpucal.rows import as_rows
@@ -430,6 +431,16 @@ class AutoCalibrator(Calibrator):
             if sample_weight is None
             else check_sample_weight(sample_weight, n_rows, xp=array_namespace(labels))
         )
+        has_positive, has_negative = class_weights_present(
+            labels, labels * 0.0 + 1.0 if weights is None else weights
+        )
+        if not (has_positive and has_negative):
+            which = "negative" if has_positive else "positive"
+            msg = (
+                f"y: no {which} labels (with non-zero weight); the candidates are compared by their "
+                "held-out log-loss and ranking, which need both classes"
+            )
+            raise ValueError(msg)
         plan = plan_search(n_rows, self.n_folds, self.cv_rows)
         # categorical_cols checked here, as the encoder of every feature-aware candidate would check it.
         encoder = FeatureEncoder(categorical_cols=self.categorical_cols)
