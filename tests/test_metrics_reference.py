@@ -6,6 +6,8 @@ calibration_curve; netcal's ECE, MCE and ACE (equal-width bins, binary input = p
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 from numpy.testing import assert_allclose
@@ -46,6 +48,14 @@ def test_log_loss_clips_exact_zero_and_one_like_sklearn() -> None:
     y = np.array([0.0, 1.0, 1.0, 0.0])
     p = np.array([0.0, 1.0, 0.0, 1.0])
     assert_allclose(metrics.log_loss(y, p), sk_log_loss(y, p), rtol=RTOL)
+
+
+@pytest.mark.parametrize("scale", [1e-170, 1e170, 2.0**-1000, 2.0**1000])
+def test_auc_does_not_depend_on_the_weights_scale(scale: float) -> None:
+    y, p, w = make_data(2000, 7, ties=True)
+    unit = metrics.roc_auc(y, p, sample_weight=w)
+    scaled = metrics.roc_auc(y, p, sample_weight=w * scale)
+    assert scaled == (unit if math.frexp(scale)[0] == 0.5 else pytest.approx(unit, rel=1e-13))
 
 
 def test_auc_all_tied_is_one_half() -> None:

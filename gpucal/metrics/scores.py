@@ -148,6 +148,11 @@ def roc_auc(y_true: Any, y_prob: Any, *, sample_weight: Any = None) -> float:
         missing = "positive" if total_pos <= 0 else "negative"
         msg = f"roc_auc: y_true has only one class (no {missing} weight); ROC AUC is undefined"
         raise ValueError(msg)
+    # Each class's weights scaled by the power of two nearest its total (exact: the same AUC to the bit):
+    # the products of tiny or huge weights underflowed to 0 (a division by zero) or overflowed (NaN).
+    pos_exponent, neg_exponent = math.frexp(total_pos)[1], math.frexp(total_neg)[1]
+    pos, total_pos = np.ldexp(pos, -pos_exponent), math.ldexp(total_pos, -pos_exponent)
+    neg, total_neg = np.ldexp(neg, -neg_exponent), math.ldexp(total_neg, -neg_exponent)
     neg_below = np.concatenate([[0.0], np.cumsum(neg)[:-1]])
     return float(np.sum(pos * (neg_below + 0.5 * neg))) / (total_pos * total_neg)
 
