@@ -386,7 +386,10 @@ class AutoCalibrator(Calibrator):
         y : array-like of shape (n,)
             Labels in {0, 1}; soft labels in [0, 1] count as that fraction of a positive.
         sample_weight : array-like of shape (n,), default=None
-            Non-negative row weights, passed to every candidate and to the held-out metrics.
+            Non-negative row weights, passed to every candidate and to the held-out metrics. They count
+            as repeated rows: the standard errors that race the candidates and weigh the prediction
+            against Platt scaling read their total as the number of rows, so their scale matters (weights
+            of 0.01 make every difference ten times less sure; integer weights equal repeated rows).
         groups : array-like of shape (n,), column name, or None, default=None
             Group of each row (or the column of ``X`` holding it): every row of a group lands in the
             same fold. None: folds stratified by label. A pandas Series shares ``X``'s index, as ``y``
