@@ -184,6 +184,14 @@ def _reject_constant(name: str) -> None:
     raise ModelFileError(msg)
 
 
+def plain_numbers(value: Any, depth: int) -> bool:
+    """Whether ``value`` (a ``"json"`` state field's part) is a ``depth``-deep list of ints and floats:
+    never a bool, a string or ``null``, which numpy would read as 1, a parsed number or NaN."""
+    if depth == 0:
+        return type(value) is int or type(value) is float
+    return isinstance(value, list) and all(plain_numbers(v, depth - 1) for v in value)
+
+
 def _is_number(value: Any) -> bool:
     """An int or a finite float, never a bool or ``null`` (which numpy would read as 1 or NaN)."""
     return (type(value) is int) or (type(value) is float and math.isfinite(value))

@@ -398,6 +398,43 @@ def test_loading_rejects_inconsistent_state(tmp_path) -> None:
         gpucal.load(tmp_path / "bad.json")
 
 
+def _tampered(tmp_path, document: dict, change) -> Any:
+    copy = json.loads(json.dumps(document))
+    change(copy["state"])
+    (tmp_path / "tampered.json").write_text(json.dumps(copy))
+    return tmp_path / "tampered.json"
+
+
+def test_loading_rejects_numbers_that_overflow_or_are_not_numbers(tmp_path) -> None:
+    """Finite entries whose products overflow (inf - inf in the field term: NaN on every row), knot values
+    whose difference overflows, and booleans or strings read as numbers are refused on load."""
+    X, y, _ = _fields(3_000, seed=15, bias=np.array([-0.5, 0.5]))
+    FieldAwareCalibrator(max_epochs=2).fit(X, y).save(tmp_path / "m.json")
+    document = json.loads((tmp_path / "m.json").read_text())
+
+    def overflowing(state: dict) -> None:
+        state["embedding_"] = [[1e300] * len(row) for row in state["embedding_"]]
+        state["layers_"][0]["weight"] = [[1e10] * len(row) for row in state["layers_"][0]["weight"]]
+
+    def far_knots(state: dict) -> None:
+        state["knots_y_"] = [(-1e308 if k % 2 else 1e308) for k in range(len(state["knots_y_"]))]
+
+    def boolean(state: dict) -> None:
+        state["layers_"][-1]["bias"] = [True]
+
+    def text(state: dict) -> None:
+        state["layers_"][0]["weight"][0][0] = "1e3"
+
+    for change, message in [
+        (overflowing, "field term past 1e\\+300"),
+        (far_knots, "knots_y_: an entry is larger than 1e\\+100"),
+        (boolean, r"layers_\[1\] must hold lists of numbers"),
+        (text, r"layers_\[0\] must hold lists of numbers"),
+    ]:
+        with pytest.raises(gpucal.ModelFileError, match=message):
+            gpucal.load(_tampered(tmp_path, document, change))
+
+
 def test_import_gpucal_imports_no_torch() -> None:
     script = "import sys, gpucal, gpucal.neural; assert 'torch' not in sys.modules, 'torch imported'"
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=False)

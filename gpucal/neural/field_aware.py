@@ -37,6 +37,7 @@ from gpucal.encoding.encoder import MAX_CROSS_LEVELS, MIN_CROSS_COUNT
 from gpucal.kernels import value_offsets
 from gpucal.neural._torch import as_tensor, load_training, require_torch, torch_device, training_torch
 from gpucal.neural.piecewise import check_knots, eta_logit, finish_eta, fit_eta, knot_coordinates
+from gpucal.persistence import MAX_TERM, plain_numbers
 from gpucal.registry import calibration_method
 from gpucal.rows import as_rows, reject_dask
 
@@ -626,8 +627,33 @@ class FieldAwareCalibrator(EncodedFeatureCalibrator):
         if not np.isfinite(table).all():
             msg = "embedding_ holds non-finite numbers"
             raise ValueError(msg)
-        self._layers = _checked_layers(self.layers_, encoder.n_codes_.shape[0] * table.shape[1])
+        layers = _checked_layers(self.layers_, encoder.n_codes_.shape[0] * table.shape[1])
+        check_field_term_bound(table, layers)
+        self._layers = layers
         self._encoder = encoder
+
+
+def check_field_term_bound(table: np.ndarray, layers: list[tuple[np.ndarray, np.ndarray]]) -> None:
+    r"""Raise ``ValueError`` unless the loaded network's :math:`|g(x)|` stays below
+    :data:`~gpucal.persistence.MAX_TERM` for any row: the bound of every unit, layer by layer,
+
+    .. math::
+
+        u_0 = \max |E|\, \mathbf 1, \qquad u_{l+1} = |W_l|\, u_l + |b_l|
+
+    (ReLU does not grow a value's size), must be finite throughout and below it at the output. Finite
+    entries alone let embeddings of 1e300 through weights of 1e10 reach inf - inf: NaN for every row.
+    """
+    width = layers[0][0].shape[1]
+    bound = np.full(width, float(np.abs(table).max()) if table.size else 0.0)
+    with np.errstate(over="ignore", invalid="ignore"):  # an overflow is what is checked for
+        for weight, bias in layers:
+            bound = np.abs(weight) @ bound + np.abs(bias)
+            if not np.isfinite(bound).all():
+                break
+    if not (np.isfinite(bound).all() and float(bound.max()) < MAX_TERM):
+        msg = f"embedding_ and layers_ can give a field term past {MAX_TERM:g} in size, past any fitted one"
+        raise ValueError(msg)
 
 
 def _checked_layers(layers: Any, width: int) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -639,6 +665,9 @@ def _checked_layers(layers: Any, width: int) -> list[tuple[np.ndarray, np.ndarra
     for i, layer in enumerate(layers):
         if not isinstance(layer, dict) or set(layer) != {"weight", "bias"}:
             msg = f"layers_[{i}] must be a dict with keys 'weight' and 'bias'"
+            raise ValueError(msg)
+        if not (plain_numbers(layer["weight"], 2) and plain_numbers(layer["bias"], 1)):
+            msg = f"layers_[{i}] must hold lists of numbers (no booleans, strings or nulls)"
             raise ValueError(msg)
         try:
             weight = np.asarray(layer["weight"], dtype=np.float64)

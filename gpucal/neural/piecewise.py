@@ -36,6 +36,7 @@ from gpucal.calibrators.feature_platt import score_feature
 from gpucal.calibrators.logistic import EPS, check_two_classes, sigmoid
 from gpucal.calibrators.platt import fit_platt
 from gpucal.neural._torch import as_tensor, load_training, require_torch, torch_device, training_torch
+from gpucal.persistence import check_magnitude
 from gpucal.registry import calibration_method
 
 
@@ -183,7 +184,8 @@ def eta_logit(x: Any, knots_x: np.ndarray, knots_y: np.ndarray) -> Any:
 
 
 def check_knots(knots_x: Any, knots_y: Any) -> None:
-    """Check loaded knots: same length, at least one, finite, ``knots_x`` strictly increasing."""
+    """Check loaded knots: same length, at least one, finite, ``knots_x`` strictly increasing, ``knots_y``
+    at most :data:`~gpucal.persistence.MAX_LOADED_MAGNITUDE` in size."""
     kx, ky = np.asarray(knots_x, dtype=np.float64), np.asarray(knots_y, dtype=np.float64)
     if kx.shape != ky.shape or kx.shape[0] == 0:
         msg = f"knots_x_ and knots_y_ must be non-empty and of one length; got {kx.shape} and {ky.shape}"
@@ -194,6 +196,8 @@ def check_knots(knots_x: Any, knots_y: Any) -> None:
     if kx.shape[0] > 1 and not bool(np.all(np.diff(kx) > 0)):
         msg = "knots_x_ must be strictly increasing"
         raise ValueError(msg)
+    # Between knots of 1e308 and -1e308 their difference is infinite: at a knot, 0 * inf is NaN.
+    check_magnitude(ky, "knots_y_")
 
 
 @calibration_method("piecewise_logit")

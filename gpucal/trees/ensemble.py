@@ -29,6 +29,7 @@ import numpy as np
 from gpucal._backend import array_namespace, to_numpy
 from gpucal.kernels import lookup_codes, predict_trees, tree_leaves
 from gpucal.kernels.trees_oracle import LOGIT_HIGH, LOGIT_LOW
+from gpucal.persistence import plain_numbers
 
 if TYPE_CHECKING:
     from gpucal.trees.grow import TreeNodes
@@ -289,16 +290,8 @@ def _code_maps(data: dict[str, Any]) -> list[np.ndarray]:
     return [_int_array({"code_maps": m}, "code_maps", np.int32) for m in maps]
 
 
-def _plain_numbers(value: Any, depth: int) -> bool:
-    """Whether ``value`` is a ``depth``-deep list of ints and floats: never a bool, a string or null,
-    which numpy would read as 1, a parsed number or NaN."""
-    if depth == 0:
-        return type(value) is int or type(value) is float
-    return isinstance(value, list) and all(_plain_numbers(v, depth - 1) for v in value)
-
-
 def _float_array(data: dict[str, Any], name: str, ndim: int) -> np.ndarray:
-    if not _plain_numbers(data[name], ndim):
+    if not plain_numbers(data[name], ndim):
         _fail(name, f"expected a {ndim}-D list of numbers")
     try:
         arr = np.asarray(data[name], dtype=np.float64)
