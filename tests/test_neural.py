@@ -388,6 +388,22 @@ print("ok")
     assert out.stdout.strip() == "ok"
 
 
+def test_a_batch_of_light_rows_weighs_as_little_as_they_do() -> None:
+    """A batch's loss estimates the training rows' weighted mean: rows of weight 1e-9 in a batch of their
+    own add 1e-9 of what rows of weight 1 add, not as much (over the batch's own weight)."""
+    import torch
+
+    from gpucal.neural._train import _batch_log_loss
+
+    z = torch.tensor([0.3, -1.2, 2.0, 0.1])
+    y = torch.tensor([1.0, 0.0, 0.0, 1.0])
+    heavy = _batch_log_loss(z, y, torch.ones(4), mean_weight=1.0)
+    light = _batch_log_loss(z, y, torch.full((4,), 1e-9), mean_weight=1.0)
+    assert float(light) == pytest.approx(1e-9 * float(heavy), rel=1e-6)
+    mean_loss = torch.nn.functional.binary_cross_entropy_with_logits(z, y)
+    assert float(heavy) == pytest.approx(float(mean_loss), rel=1e-6)
+
+
 def test_loading_rejects_inconsistent_state(tmp_path) -> None:
     X, y, _ = _fields(5_000, seed=15, bias=np.array([-0.5, 0.5]))
     FieldAwareCalibrator(max_epochs=2).fit(X, y).save(tmp_path / "m.json")

@@ -148,6 +148,18 @@ def _weighted_log_loss(z: torch.Tensor, y: torch.Tensor, w: torch.Tensor) -> tor
     return (w * loss).sum() / w.sum().clamp_min(torch.finfo(w.dtype).tiny)
 
 
+def _batch_log_loss(z: torch.Tensor, y: torch.Tensor, w: torch.Tensor, mean_weight: float) -> torch.Tensor:
+    """A batch's estimate of the training rows' weighted mean log-loss: its weighted sum over its rows
+    times ``mean_weight``, the training rows' mean weight.
+
+    Not over the batch's own weight: a batch that drew only light rows would weigh them as much as a
+    batch of heavy ones (rows of weight 1e-9 pulled the fit as far as rows of weight 1 in the batches
+    they filled).
+    """
+    loss = nn.functional.binary_cross_entropy_with_logits(z, y, reduction="none")
+    return (w * loss).sum() / (w.shape[0] * mean_weight)
+
+
 def train(
     *,
     k: torch.Tensor,
@@ -191,6 +203,7 @@ def train(
         held_out = take(validation)
     n_train = int(train_index.shape[0])
     size = auto_batch_size(n_train) if batch_size is None else min(batch_size, n_train)
+    mean_weight = float(w[train_index].mean())
 
     # The weights evaluated and returned are an exponential moving average of the iterates (Polyak
     # averaging): Adam's mini-batch iterates jitter by about the learning rate around the optimum, and
@@ -209,7 +222,7 @@ def train(
             batch: list[Any] = [None if a is None else a[start : start + size] for a in shuffled]
             kb, tb, rb, yb, wb = batch
             optimizer.zero_grad(set_to_none=True)
-            loss = _weighted_log_loss(net(kb, tb, rb), yb, wb)
+            loss = _batch_log_loss(net(kb, tb, rb), yb, wb, mean_weight)
             if monotone_penalty > 0:
                 loss = loss + monotone_penalty * net.monotone_penalty()
             loss.backward()
