@@ -17,6 +17,7 @@ import pytest
 
 import gpucal
 from gpucal.neural import FieldAwareCalibrator, PiecewiseLogitCalibrator, torch_available
+from gpucal.neural.field_aware import untrained_to_unknown
 from gpucal.neural.piecewise import knot_coordinates, knot_positions, monotone_violation, pool_knots
 
 pytestmark = pytest.mark.skipif(not torch_available(), reason="needs the neural extra (PyTorch)")
@@ -386,6 +387,24 @@ print("ok")
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=False)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "ok"
+
+
+def test_values_that_train_nothing_share_the_unknown_row() -> None:
+    """A value whose rows all weigh nothing gets no row of its own (it kept its random start): it
+    predicts as an unseen value does; nor does a value whose rows were all held out."""
+    X, y, _ = _fields(4_000, seed=21, bias=np.array([-0.5, 0.5, 0.0]))
+    X["site"] = X["site"].astype(str)
+    X.loc[:39, "site"] = "Z"
+    weights = np.ones(len(y))
+    weights[:40] = 0.0
+    model = FieldAwareCalibrator(max_epochs=3, min_value_rows=10).fit(X, y, sample_weight=weights)
+    probe = pd.DataFrame({"score": [0.3, 0.3], "site": ["Z", "never seen"], "colour": ["red", "red"]})
+    z, unseen = model.predict(probe).to_numpy()
+    assert z == unseen
+
+    code_rows = np.array([0, 1, 2, 3, 4, 5])  # one field: codes 0-4 own rows 0-4, code 5 the unknown
+    trained = [np.array([7, 0, 3, 9, 0, 2])]
+    assert untrained_to_unknown(code_rows, np.array([6]), trained).tolist() == [0, 5, 2, 3, 5, 5]
 
 
 def test_a_batch_of_light_rows_weighs_as_little_as_they_do() -> None:

@@ -111,27 +111,29 @@ class FieldNetSpec:
 
 
 def field_vocabulary(
-    codes: Any, n_values: np.ndarray, min_value_rows: int
+    codes: Any, n_values: np.ndarray, min_value_rows: int, weights: Any
 ) -> tuple[np.ndarray, list[np.ndarray]]:
     """Map every code of every field to a row of the stacked embedding table.
 
-    A code held by at least ``min_value_rows`` fit rows gets a row of its own; every other code (rare
-    values, the unseen code, a missing code no row has) shares its field's *unknown* row, the last of the
-    field's block. The unknown embedding is thus learnt from the rare values, the nearest thing in the
-    data to a value never seen.
+    A code held by at least ``min_value_rows`` fit rows of positive weight gets a row of its own; every
+    other code (rare values, values of rows that weigh nothing, the unseen code, a missing code no row
+    has) shares its field's *unknown* row, the last of the field's block. The unknown embedding is thus
+    learnt from the rare values, the nearest thing in the data to a value never seen. (A value of rows
+    of weight 0 had a row of its own that nothing trained: it kept its random start.)
 
     Returns
     -------
     code_rows : numpy.ndarray of int64, shape (sum(n_values),)
         Table row of each code, fields in order (``value_offsets(n_values)``).
     counts : list of numpy.ndarray
-        Fit rows per code, one array per field.
+        Fit rows of positive weight per code, one array per field.
     """
     xp = array_namespace(codes)
+    weighed = codes[xp.asarray(weights) > 0]
     code_rows, counts = [], []
     first_row = 0
     for j, n in enumerate(n_values):
-        count = to_numpy(xp.bincount(codes[:, j].astype(xp.int64), minlength=int(n)))
+        count = to_numpy(xp.bincount(weighed[:, j].astype(xp.int64), minlength=int(n)))
         own = count >= min_value_rows
         n_own = int(own.sum())
         code_rows.append(np.where(own, np.cumsum(own) - 1, n_own) + first_row)
@@ -187,6 +189,21 @@ def trained_counts(
         trains &= ~held_out
     host = to_numpy(codes)[trains]
     return [np.bincount(host[:, j].astype(np.int64), minlength=int(n)) for j, n in enumerate(n_values)]
+
+
+def untrained_to_unknown(
+    code_rows: np.ndarray, n_values: np.ndarray, trained: list[np.ndarray]
+) -> np.ndarray:
+    """``code_rows`` with every code that has a row of its own but no training row (``trained``:
+    :func:`trained_counts`; its rows were all held out) sent to its field's unknown row: its own row
+    kept its random start."""
+    code_rows = code_rows.copy()
+    offsets = value_offsets(np.asarray(n_values, dtype=np.int64))
+    for j, n in enumerate(n_values):
+        rows = code_rows[offsets[j] : offsets[j] + int(n)]  # a view: written in place
+        unknown = int(rows.max())
+        rows[(rows != unknown) & (trained[j] == 0)] = unknown
+    return code_rows
 
 
 def fill_unknown_rows(
@@ -517,7 +534,7 @@ class FieldAwareCalibrator(EncodedFeatureCalibrator):
         )
         encoder = FeatureEncoder(**encoding)
         codes = encoder.fit_transform(split.features, sample_weight=sample_weight)
-        code_rows, counts = field_vocabulary(codes, encoder.n_codes_, int(self.min_value_rows))
+        code_rows, counts = field_vocabulary(codes, encoder.n_codes_, int(self.min_value_rows), weights)
         rows = embedding_rows(codes, code_rows, encoder.n_codes_)
         spec = FieldNetSpec(
             n_rows=int(code_rows.max()) + 1,
@@ -528,6 +545,8 @@ class FieldAwareCalibrator(EncodedFeatureCalibrator):
         x = score_feature(split.score, self.score_kind)
         with training_torch(int(self.n_threads)):
             eta, result = self._train(x, labels, weights, rows, held_out, spec)
+        trained = trained_counts(codes, encoder.n_codes_, held_out, weights)
+        code_rows = untrained_to_unknown(code_rows, encoder.n_codes_, trained)
         self.encoder_ = encoder.to_dict()
         self._encoder = encoder
         self.code_rows_ = code_rows
@@ -536,7 +555,6 @@ class FieldAwareCalibrator(EncodedFeatureCalibrator):
         self.monotone_violation_ = eta.violation
         self.n_epochs_ = result.n_epochs
         self.best_epoch_ = result.best_epoch
-        trained = trained_counts(codes, encoder.n_codes_, held_out, weights)
         self.embedding_ = fill_unknown_rows(result.embedding, code_rows, encoder.n_codes_, counts, trained)
         self.interactions_ = [list(pair) for pair in encoder.interactions_]
         self.layers_ = [{"weight": w.tolist(), "bias": b.tolist()} for w, b in result.layers]
@@ -689,4 +707,11 @@ def _checked_layers(layers: Any, width: int) -> list[tuple[np.ndarray, np.ndarra
     return out
 
 
-__all__ = ["FieldAwareCalibrator", "embedding_rows", "field_term", "field_vocabulary"]
+__all__ = [
+    "FieldAwareCalibrator",
+    "check_field_term_bound",
+    "embedding_rows",
+    "field_term",
+    "field_vocabulary",
+    "untrained_to_unknown",
+]
