@@ -196,6 +196,27 @@ def test_errors_name_the_problem(tmp_path, scored, capsys):
     assert "no-such-method" in capsys.readouterr().err
 
 
+def test_outputs_never_replace_an_input(tmp_path, scored, capsys, monkeypatch):
+    """An output path that is an input of the command, however spelt, is refused before any work, and
+    the input is left as it was."""
+    data = tmp_path / "data.csv"
+    scored.to_csv(data, index=False)
+    before = data.read_bytes()
+    model = tmp_path / "m.json"
+    assert main(["fit", str(data), "--method", "platt", "--model", str(model)]) == 0
+    monkeypatch.chdir(tmp_path)
+    for command in (
+        ["evaluate", str(data), "--pred-cols", "score", "--json", "./data.csv"],
+        ["evaluate", str(data), "--pred-cols", "score", "--json", str(tmp_path / "metrics.txt")],
+        ["predict", str(data), "--model", str(model), "--output", "./data.csv"],
+        ["predict", str(data), "--model", str(model), "--output", str(data), "--overwrite"],
+    ):
+        assert main(command) == 2
+        error = capsys.readouterr().err
+        assert "is an input of this command" in error or "must end in one of ('.json',)" in error
+    assert data.read_bytes() == before
+
+
 @pytest.mark.parametrize("method", ["platt", "beta", "histogram", "sir"])
 def test_fit_from_the_cli_equals_the_library(tmp_path, scored, method):
     data = tmp_path / "data.parquet"

@@ -76,8 +76,11 @@ def _check_matplotlib() -> None:
         raise ValueError(msg)
 
 
-def _check_output_file(argument: str, path: str, suffixes: tuple[str, ...] | None = None) -> None:
-    """Raise ``ValueError`` unless ``path`` can be written: its folder exists, it is no folder itself."""
+def _check_output_file(
+    argument: str, path: str, suffixes: tuple[str, ...] | None = None, inputs: tuple[str, ...] = ()
+) -> None:
+    """Raise ``ValueError`` unless ``path`` can be written: its folder exists, it is no folder itself,
+    and it is none of the command's ``inputs`` (however spelt: the input would be replaced)."""
     target = Path(path)
     folder = target.parent
     if target.is_dir():
@@ -86,6 +89,8 @@ def _check_output_file(argument: str, path: str, suffixes: tuple[str, ...] | Non
         msg = f"{argument}: {path!r} must end in one of {suffixes}"
     elif not folder.is_dir():
         msg = f"{argument}: the folder {os.fspath(folder)!r} of {path!r} does not exist"
+    elif target.exists() and any(Path(source).exists() and target.samefile(source) for source in inputs):
+        msg = f"{argument}: {path!r} is an input of this command; writing it would replace the input"
     else:
         return
     raise ValueError(msg)
@@ -269,7 +274,7 @@ def run_fit(args: argparse.Namespace) -> int:
     from gpucal._files import TABLE_SUFFIXES, read_table
 
     _check_input_file("data", args.data, TABLE_SUFFIXES)
-    _check_output_file("--model", args.model, (".json",))
+    _check_output_file("--model", args.model, (".json",), inputs=(args.data,))
     _check_columns(
         args.data,
         {
@@ -323,7 +328,7 @@ def run_predict(args: argparse.Namespace) -> int:
 
     _check_input_file("data", args.data, TABLE_SUFFIXES)
     _check_input_file("--model", args.model)
-    _check_output_file("--output", args.output, TABLE_SUFFIXES)
+    _check_output_file("--output", args.output, TABLE_SUFFIXES, inputs=(args.data, args.model))
     available = table_columns(args.data)
     if not args.overwrite and args.output_col in available:
         msg = (
@@ -372,9 +377,9 @@ def run_evaluate(args: argparse.Namespace) -> int:
 
     _check_input_file("data", args.data, TABLE_SUFFIXES)
     if args.json:
-        _check_output_file("--json", args.json)
+        _check_output_file("--json", args.json, (".json",), inputs=(args.data,))
     if args.plot:
-        _check_output_file("--plot", args.plot, (".png",))
+        _check_output_file("--plot", args.plot, (".png",), inputs=(args.data,))
         _check_matplotlib()
     predictions = _columns(args.pred_cols)
     if not predictions:
