@@ -15,6 +15,11 @@ Device = Literal["cpu", "gpu"]
 DEVICES = ("auto", "cpu", "gpu")
 
 
+class DeviceUnavailableError(RuntimeError):
+    """``device="gpu"`` (or data on the GPU) was asked for where no usable CUDA GPU is: a setting the user
+    can change, unlike the internal errors that are plain ``RuntimeError``."""
+
+
 def is_cupy_array(x: Any) -> bool:
     """Return True when ``x`` is a cupy ndarray, without importing cupy."""
     return type(x).__module__.split(".")[0] == "cupy"
@@ -65,7 +70,7 @@ def resolve_device(device: str, *arrays: Any) -> Device:
         return "gpu" if data_on_gpu else "cpu"
     if device == "gpu" and not gpu_available():
         msg = "device='gpu' was requested but no CUDA GPU is usable (install gpucal[gpu] on a GPU machine)"
-        raise RuntimeError(msg)
+        raise DeviceUnavailableError(msg)
     return device  # type: ignore[return-value]
 
 

@@ -196,6 +196,20 @@ def test_errors_name_the_problem(tmp_path, scored, capsys):
     assert "no-such-method" in capsys.readouterr().err
 
 
+def test_a_missing_extra_or_gpu_is_one_error_line(tmp_path, scored, capsys, monkeypatch):
+    data = tmp_path / "data.csv"
+    scored.to_csv(data, index=False)
+    model = str(tmp_path / "m.json")
+    if not gpucal._backend.gpu_available():
+        assert main(["fit", str(data), "--method", "mbct", "--model", model, "--param", "device=gpu"]) == 2
+        assert "no CUDA GPU is usable" in capsys.readouterr().err
+    monkeypatch.setitem(sys.modules, "torch", None)
+    assert main(["fit", str(data), "--method", "piecewise_logit", "--model", model]) == 2
+    error = capsys.readouterr().err
+    assert "gpucal: error: PiecewiseLogitCalibrator is trained with PyTorch" in error
+    assert "Traceback" not in error
+
+
 def test_outputs_never_replace_an_input(tmp_path, scored, capsys, monkeypatch):
     """An output path that is an input of the command, however spelt, is refused before any work, and
     the input is left as it was."""

@@ -21,6 +21,7 @@ import re
 import sys
 from collections.abc import Sequence
 
+from gpucal._backend import DeviceUnavailableError
 from gpucal.cli.parser import build_parser
 from gpucal.cli.table_commands import PARAMETER_OPTIONS
 
@@ -63,7 +64,8 @@ def _run(argv: Sequence[str] | None) -> int:
         return int(args.handler(args))
     except BrokenPipeError:
         raise
-    except (ValueError, TypeError, KeyError, OSError) as error:
+    except (ValueError, TypeError, KeyError, OSError, ImportError, DeviceUnavailableError) as error:
+        # ImportError: an extra a method needs is not installed (its message says which).
         print(f"gpucal: error: {_error_line(error)}", file=sys.stderr)
         return USAGE_ERROR_EXIT
 

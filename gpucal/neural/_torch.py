@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from gpucal._backend import is_cupy_array
+from gpucal._backend import DeviceUnavailableError, is_cupy_array
 
 INSTALL_HINT = "pip install 'gpucal[neural]'"
 
@@ -57,7 +57,7 @@ def torch_device(device: str, *arrays: Any) -> str:
     if device == "gpu" or (device == "auto" and on_gpu):
         if not torch.cuda.is_available():
             msg = f"device={device!r} needs CUDA, but this PyTorch build sees no CUDA GPU"
-            raise RuntimeError(msg)
+            raise DeviceUnavailableError(msg)
         return "cuda"
     return "cpu"
 
