@@ -203,6 +203,13 @@ def test_a_missing_extra_or_gpu_is_one_error_line(tmp_path, scored, capsys, monk
     if not gpucal._backend.gpu_available():
         assert main(["fit", str(data), "--method", "mbct", "--model", model, "--param", "device=gpu"]) == 2
         assert "no CUDA GPU is usable" in capsys.readouterr().err
+        # A model fitted on a GPU machine (its device parameter kept) predicts on this one.
+        assert main(["fit", str(data), "--method", "feature_platt", "--model", model]) == 0
+        document = json.loads((tmp_path / "m.json").read_text())
+        document["params"]["device"] = "gpu"
+        (tmp_path / "m.json").write_text(json.dumps(document))
+        out = str(tmp_path / "out.csv")
+        assert main(["predict", str(data), "--model", model, "--output", out]) == 0
     monkeypatch.setitem(sys.modules, "torch", None)
     assert main(["fit", str(data), "--method", "piecewise_logit", "--model", model]) == 2
     error = capsys.readouterr().err
