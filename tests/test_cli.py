@@ -196,6 +196,19 @@ def test_errors_name_the_problem(tmp_path, scored, capsys):
     assert "no-such-method" in capsys.readouterr().err
 
 
+def test_one_column_in_two_roles_is_refused(tmp_path, scored, capsys):
+    data = tmp_path / "data.csv"
+    scored.to_csv(data, index=False)
+    model = str(tmp_path / "m.json")
+    for roles, message in [
+        (["--score-col", "label"], "--score-col label: the column is also --label-col"),
+        (["--label-col", "score"], "--score-col score: the column is also --label-col"),
+        (["--weight-col", "score"], "--score-col score: the column is also --weight-col"),
+    ]:
+        assert main(["fit", str(data), "--method", "platt", "--model", model, *roles]) == 2
+        assert message in capsys.readouterr().err
+
+
 def test_a_missing_extra_or_gpu_is_one_error_line(tmp_path, scored, capsys, monkeypatch):
     data = tmp_path / "data.csv"
     scored.to_csv(data, index=False)

@@ -285,6 +285,13 @@ def run_fit(args: argparse.Namespace) -> int:
             "--categorical-cols": args.categorical_cols,
         },
     )
+    roles = {"--score-col": args.score_col, "--label-col": args.label_col, "--weight-col": args.weight_col}
+    named = {option: column for option, column in roles.items() if column}
+    for option, column in named.items():
+        other = next((o for o, c in named.items() if c == column and o != option), None)
+        if other is not None:
+            msg = f"{option} {column}: the column is also {other}; each role needs a column of its own"
+            raise ValueError(msg)
     cls = _calibrator_class(args.method)  # imports every calibrator: after the cheap checks
     signature = inspect.signature(cls).parameters
     if "score_col" not in signature:
