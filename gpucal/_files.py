@@ -1,4 +1,5 @@
-"""Reading and writing the tables the CLI works on: CSV and Parquet, chosen by the file's suffix.
+"""Reading and writing the tables the CLI works on: CSV and Parquet, chosen by the file's suffix; and the
+JSON text of its reports.
 
 Parquet needs pyarrow (the ``gpucal[parquet]`` extra): without it a Parquet file is refused with an
 error that says what to install, before anything is read.
@@ -10,10 +11,12 @@ can check the columns it was given (the file's header or Parquet schema) before 
 from __future__ import annotations
 
 import csv
+import json
+import math
 import os
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from gpucal._arrow import INSTALL_HINT, pyarrow_available
 
@@ -98,3 +101,22 @@ def write_table(frame: pd.DataFrame, path: str | os.PathLike[str], *, argument: 
         frame.to_csv(path, index=False)
     else:
         frame.to_parquet(path, index=False)
+
+
+def _strict_json_value(value: Any) -> Any:
+    """``value`` with every NaN or infinite number (numpy's too) as None, nested lists and dicts walked."""
+    if isinstance(value, dict):
+        return {key: _strict_json_value(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_strict_json_value(item) for item in value]
+    if hasattr(value, "item") and not isinstance(value, (str, bytes)):  # a numpy scalar
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def report_json(document: Any) -> str:
+    """The JSON text of a command's report: a metric that is undefined (NaN) or infinite is ``null``, so
+    that strict parsers (``jq``, JavaScript's ``JSON.parse``) read it; Python's ``NaN`` is no JSON."""
+    return json.dumps(_strict_json_value(document), indent=2, allow_nan=False)

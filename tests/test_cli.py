@@ -196,6 +196,21 @@ def test_errors_name_the_problem(tmp_path, scored, capsys):
     assert "no-such-method" in capsys.readouterr().err
 
 
+def _refuse_constant(name: str) -> None:
+    msg = f"not strict JSON: {name}"
+    raise ValueError(msg)
+
+
+def test_json_reports_are_strict_json(tmp_path, scored, capsys):
+    """A metric that is undefined (a constant prediction's calibration slope) is null, not NaN."""
+    data = tmp_path / "data.csv"
+    scored.assign(constant=0.3).to_csv(data, index=False)
+    report = tmp_path / "metrics.json"
+    assert main(["evaluate", str(data), "--pred-cols", "score,constant", "--json", str(report)]) == 0
+    metrics = json.loads(report.read_text(), parse_constant=_refuse_constant)["metrics"]
+    assert metrics["constant"]["calibration_slope"] is None
+
+
 def test_one_column_in_two_roles_is_refused(tmp_path, scored, capsys):
     data = tmp_path / "data.csv"
     scored.to_csv(data, index=False)

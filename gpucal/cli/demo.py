@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import logging
 import multiprocessing
 import os
@@ -34,6 +33,7 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from gpucal._files import report_json
 from gpucal._version import __version__
 from gpucal.cli.progress import bar, heartbeat, log_progress
 
@@ -721,7 +721,7 @@ def run_demo(args: argparse.Namespace) -> int:
             "worst_segments_of_best": report.head(args.top).to_dict(orient="records"),
             "seconds": elapsed,
         }
-        print(json.dumps(document, indent=2, default=float))
+        print(report_json(document))
         log_progress(f"done in {elapsed:.1f} s")
         return 0
     segment_cols = [f"field_ece[{name}]" for name in fields]

@@ -383,7 +383,7 @@ def run_rules(args: argparse.Namespace) -> int:
 
 def run_evaluate(args: argparse.Namespace) -> int:
     """Print (and optionally save) the metrics table of prediction columns of a CSV / Parquet file."""
-    from gpucal._files import TABLE_SUFFIXES, read_table
+    from gpucal._files import TABLE_SUFFIXES, read_table, report_json
 
     _check_input_file("data", args.data, TABLE_SUFFIXES)
     if args.json:
@@ -426,7 +426,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
         print(table.to_string())
     if args.json:
         with open(args.json, "w", encoding="utf-8") as handle:
-            json.dump({"rows": len(frame), "metrics": table.to_dict()}, handle, indent=2)
+            handle.write(report_json({"rows": len(frame), "metrics": table.to_dict()}))
         log_progress(f"metrics written to {args.json}")
     if args.plot:
         from gpucal.plot import plot_reliability_to_png

@@ -21,6 +21,8 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from gpucal._files import report_json
+
 #: Metrics printed for the raw and the calibrated score: (name, function name, keyword arguments).
 SUMMARY_METRICS: tuple[tuple[str, str, dict[str, Any]], ...] = (
     ("log_loss", "log_loss", {}),
@@ -181,7 +183,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         device=args.device,
         n_workers=args.workers,
     )
-    json.dump(summary, sys.stdout, indent=2)
+    sys.stdout.write(report_json(summary))
     sys.stdout.write("\n")
     return 0
 
