@@ -49,9 +49,16 @@ def _check_pyarrow(path: str | os.PathLike[str], argument: str) -> None:
 
 
 def read_table(
-    path: str | os.PathLike[str], *, columns: list[str] | None = None, argument: str = "data"
+    path: str | os.PathLike[str],
+    *,
+    columns: list[str] | None = None,
+    argument: str = "data",
+    as_text: bool = False,
 ) -> pd.DataFrame:
-    """Read a CSV or Parquet file into pandas; ``columns`` limits what is read (Parquet reads only those)."""
+    """Read a CSV or Parquet file into pandas; ``columns`` limits what is read (Parquet reads only those).
+
+    ``as_text`` (CSV only): every cell as the text the file holds, nothing parsed or read as missing.
+    """
     suffix = _suffix(path, argument)
     if not Path(path).exists():
         msg = f"{argument}: no such file {os.fspath(path)!r}"
@@ -65,6 +72,8 @@ def read_table(
     import pandas as pd
 
     if suffix == ".csv":
+        if as_text:
+            return pd.read_csv(path, usecols=columns, dtype=str, keep_default_na=False)
         return pd.read_csv(path, usecols=columns)
     return _index_as_columns(pd.read_parquet(path, columns=columns))
 

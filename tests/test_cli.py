@@ -196,6 +196,23 @@ def test_errors_name_the_problem(tmp_path, scored, capsys):
     assert "no-such-method" in capsys.readouterr().err
 
 
+def test_predict_keeps_the_text_of_the_columns_it_passes_through(tmp_path, scored):
+    data = tmp_path / "data.csv"
+    scored.head(200).to_csv(data, index=False)
+    model = tmp_path / "m.json"
+    assert main(["fit", str(data), "--method", "platt", "--model", str(model)]) == 0
+    lines = data.read_text().splitlines()
+    lines[0] += ",zip,note,count"
+    extra = ["02134,NA,3", "00501,null,", "10001,ok,5"]
+    lines[1:] = [f"{line},{extra[i % 3]}" for i, line in enumerate(lines[1:])]
+    data.write_text("\n".join(lines) + "\n")
+    out = tmp_path / "out.csv"
+    assert main(["predict", str(data), "--model", str(model), "--output", str(out)]) == 0
+    written = out.read_text().splitlines()
+    assert written[0] == lines[0] + ",calibrated"
+    assert [row.rsplit(",", 1)[0] for row in written[1:]] == lines[1:]
+
+
 def _refuse_constant(name: str) -> None:
     msg = f"not strict JSON: {name}"
     raise ValueError(msg)

@@ -129,7 +129,9 @@ def build_parser() -> argparse.ArgumentParser:
     predict.add_argument("data", help="CSV or Parquet file with the model's score (and feature) columns")
     predict.add_argument("--model", required=True, help="a model written by gpucal fit")
     predict.add_argument(
-        "--output", required=True, help="CSV or Parquet file to write (input columns + result)"
+        "--output",
+        required=True,
+        help="CSV or Parquet file to write (input columns + result; CSV to CSV keeps each input cell's text)",
     )
     predict.add_argument("--output-col", default="calibrated", help="name of the calibrated column")
     predict.add_argument(

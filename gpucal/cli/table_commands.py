@@ -360,10 +360,19 @@ def run_predict(args: argparse.Namespace) -> int:
     log_progress(f"reading {args.data} ...")
     frame = read_table(args.data)
     log_progress(f"predicting {len(frame):,} rows with {type(calibrator).__name__} ...")
-    frame[args.output_col] = calibrator.predict(frame)
+    calibrated = calibrator.predict(frame)
+    if _is_csv(args.data) and _is_csv(args.output):
+        # CSV to CSV: the input's columns as the file spells them, not as pandas parsed them (a zip code
+        # 02134 came back as 2134, the text "NA" as an empty cell, counts 3,,5 as 3.0,,5.0).
+        frame = read_table(args.data, as_text=True)
+    frame[args.output_col] = calibrated
     write_table(frame, args.output)
     log_progress(f"written to {args.output}")
     return 0
+
+
+def _is_csv(path: str) -> bool:
+    return Path(path).suffix.lower() == ".csv"
 
 
 def run_rules(args: argparse.Namespace) -> int:
