@@ -1,4 +1,5 @@
-"""Parameter checks for metrics and estimators: one constraints table each, one message template.
+"""Parameter checks for metrics and estimators: one constraints table each, one message template; and the
+type of the command lines' whole-number options.
 
 ``@validate_params(n_bins=Interval(int, 1, None), strategy=Options("uniform", "quantile"))`` checks the
 named keyword arguments when the function is called and raises
@@ -7,6 +8,7 @@ named keyword arguments when the function is called and raises
 
 from __future__ import annotations
 
+import argparse
 import functools
 import inspect
 import math
@@ -147,3 +149,16 @@ def validate_params(**constraints: Interval | Options) -> Callable[[F], F]:
         return wrapper  # type: ignore[return-value]
 
     return decorate
+
+
+def positive_int_option(text: str) -> int:
+    """argparse ``type`` of a command-line option that counts something (rows, workers): a whole number
+    of at least 1, else argparse's one-line usage error."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        msg = f"expected a whole number of at least 1, got {text!r}"
+        raise argparse.ArgumentTypeError(msg)
+    return value

@@ -515,5 +515,47 @@ def test_batch_job_fits_writes_and_reports(client, tmp_path, monkeypatch) -> Non
     # A second run of fewer partitions into the same directory leaves none of the first's rows behind.
     for extra in data.glob("part[1-9]*.parquet"):
         extra.unlink()
+    (out / "_metadata").write_bytes(b"an earlier dask write's")
     assert batch.main(argv) == 0
     assert len(pd.read_parquet(out)) == 700
+    assert sorted(path.name for path in out.iterdir()) == ["part.00000.parquet"]
+
+
+def test_batch_job_refuses_mistakes_before_any_work(client, tmp_path, monkeypatch, capsys) -> None:
+    """Its own input as output, a taken column name, an unknown method, no worker: one error line each,
+    and the input untouched."""
+    from gpucal.distributed import batch
+
+    frame = calibration_frame()
+    data = tmp_path / "scores"
+    data.mkdir()
+    frame.to_parquet(data / "part.0.parquet")
+    before = (data / "part.0.parquet").read_bytes()
+    monkeypatch.setattr(
+        batch, "start_cluster", lambda device, n: (local_cluster(1, processes=False), "pandas")
+    )
+    base = [str(data), "--label-col", "y", "--model", str(tmp_path / "m.json")]
+    for extra, message in [
+        (["--method", "platt", "--predictions", str(data)], "it is, holds or lies in the input"),
+        (["--method", "platt", "--predictions", str(data / "out")], "it is, holds or lies in the input"),
+        (["--method", "platt", "--predictions", str(tmp_path / "o"), "--output-col", "score"], "already has"),
+        (["--method", "no-such-method"], "no-such-method"),
+        (["--method", "platt", "--param", "no_such_param=1"], "no_such_param"),
+    ]:
+        assert batch.main([*base, *extra]) == 2
+        error = capsys.readouterr().err
+        assert error.startswith("python -m gpucal.distributed.batch: error: ")
+        assert message in error
+    with pytest.raises(SystemExit):
+        batch.main([*base, "--method", "platt", "--workers", "0"])
+    assert "at least 1" in capsys.readouterr().err
+    assert (data / "part.0.parquet").read_bytes() == before
+    assert sorted(path.name for path in data.iterdir()) == ["part.0.parquet"]
+
+
+def test_written_partitions_read_back_in_order(client, tmp_path) -> None:
+    from gpucal.distributed.batch import write_partitions
+
+    frame = pd.DataFrame({"row": np.arange(1_200)})
+    assert write_partitions(dd.from_pandas(frame, npartitions=12, sort=False), str(tmp_path)) == 1_200
+    np.testing.assert_array_equal(pd.read_parquet(tmp_path)["row"], frame["row"])

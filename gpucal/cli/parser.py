@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any, cast
 
+from gpucal._params import positive_int_option
 from gpucal._version import __version__
 from gpucal.cli.demo import DEMO_MIN_ROWS, DEMO_ROWS, DEMO_SCENARIO, DEMO_SEED, run_demo, run_warmup
 from gpucal.cli.table_commands import method_list, run_evaluate, run_fit, run_predict, run_rules
@@ -36,15 +37,6 @@ class _CommandParser(argparse.ArgumentParser):
         return f"{text}\nmethods:\n{method_list()}\n" if self.lists_methods else text
 
 
-def _positive_int(text: str) -> int:
-    """Parse a positive integer option value (argparse reports the ``ValueError``)."""
-    value = int(text)
-    if value <= 0:
-        msg = f"must be a positive integer, got {value}"
-        raise argparse.ArgumentTypeError(msg)
-    return value
-
-
 def build_parser() -> argparse.ArgumentParser:
     """Return the argument parser of the ``gpucal`` command."""
     parser = argparse.ArgumentParser(
@@ -65,7 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo = add_command("demo", "every calibrator on the default synthetic data, held out")
     demo.add_argument(
         "--rows",
-        type=_positive_int,
+        type=positive_int_option,
         default=DEMO_ROWS,
         help=f"calibration rows, and as many held out; at least {DEMO_MIN_ROWS} (500000: the full-size run)",
     )

@@ -21,7 +21,9 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from gpucal._backend import DeviceUnavailableError
 from gpucal._files import report_json
+from gpucal._params import positive_int_option
 
 #: Metrics printed for the raw and the calibrated score: (name, function name, keyword arguments).
 SUMMARY_METRICS: tuple[tuple[str, str, dict[str, Any]], ...] = (
@@ -61,28 +63,67 @@ def _write_partition(part: Any, path: str) -> int:
     return len(part)
 
 
+#: Files of a Parquet dataset that :func:`write_partitions` replaces: its part files and the metadata
+#: files dask writes beside them (read with a dataset, they name the old parts).
+_DATASET_FILE = r"part\.\d+\.parquet|_metadata|_common_metadata"
+
+
 def write_partitions(frame: Any, directory: str) -> int:
     """Write each partition of ``frame`` to ``directory/part.<i>.parquet`` (pandas or cudf); return rows.
 
-    Each partition writes its own file with its own library's writer (no dask writer in between, whose
-    pandas 3.1 path currently warns about a deprecated ``inplace``). The ``part.<i>.parquet`` files of
-    an earlier run are removed first: a run of fewer partitions would leave the old rows beside the
-    new ones, read back as one dataset. Other files in ``directory`` are left alone.
+    ``<i>`` is zero-padded to one width (five digits or more), so that a reader that sorts the files by
+    name (``pandas.read_parquet``) reads the partitions in order. Each partition writes its own file
+    with its own library's writer (no dask writer in between, whose pandas 3.1 path currently warns
+    about a deprecated ``inplace``), into a new folder beside ``directory``; only when every file is
+    written do they replace the part files and dask's metadata files of an earlier run (a run of fewer
+    partitions would leave the old rows beside the new ones, read back as one dataset), so a run that
+    fails leaves the earlier dataset whole. Other files in ``directory`` are left alone.
     """
     import os
     import re
+    import shutil
+    import tempfile
 
     import dask
 
     os.makedirs(directory, exist_ok=True)
-    for name in os.listdir(directory):
-        if re.fullmatch(r"part\.\d+\.parquet", name):
-            os.remove(os.path.join(directory, name))
-    tasks = [
-        dask.delayed(_write_partition)(part, os.path.join(directory, f"part.{i}.parquet"))
-        for i, part in enumerate(frame.to_delayed())
-    ]
-    return int(sum(dask.compute(*tasks)))
+    parts = frame.to_delayed()
+    width = max(5, len(str(len(parts) - 1)))
+    staging = tempfile.mkdtemp(prefix=".gpucal-parts-", dir=os.path.dirname(os.path.abspath(directory)))
+    try:
+        names = [f"part.{i:0{width}d}.parquet" for i in range(len(parts))]
+        tasks = [
+            dask.delayed(_write_partition)(part, os.path.join(staging, name))
+            for part, name in zip(parts, names, strict=True)
+        ]
+        rows = int(sum(dask.compute(*tasks)))
+        for name in os.listdir(directory):
+            if re.fullmatch(_DATASET_FILE, name):
+                os.remove(os.path.join(directory, name))
+        for name in names:
+            os.replace(os.path.join(staging, name), os.path.join(directory, name))
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return rows
+
+
+def check_paths(data: str, predictions: str | None) -> None:
+    """Raise ``ValueError`` unless ``data`` exists and ``predictions`` neither is it nor holds it nor lies
+    in it: the job would replace its own input, or read its own output as input on a second run."""
+    import os
+
+    if not os.path.exists(data):
+        msg = f"data: no such file or directory {data!r}"
+        raise ValueError(msg)
+    if predictions is None:
+        return
+    source, target = os.path.realpath(data), os.path.realpath(predictions)
+    if os.path.commonpath([source, target]) in (source, target):
+        msg = (
+            f"--predictions {predictions!r}: it is, holds or lies in the input {data!r}; write the "
+            "calibrated dataset to a directory of its own"
+        )
+        raise ValueError(msg)
 
 
 def run(
@@ -111,6 +152,9 @@ def run(
     from gpucal.distributed.cluster import dataframe_backend
     from gpucal.factory import make_calibrator
 
+    check_paths(data, predictions)
+    # The method and its parameters are checked before a cluster starts (seconds of it).
+    calibrator = make_calibrator(method, score_col=score_col, **(params or {}))
     cluster, backend = start_cluster(device, n_workers)
     with cluster, distributed.Client(cluster):
         with dataframe_backend(backend):
@@ -119,10 +163,12 @@ def run(
         if missing:
             msg = f"{data}: column(s) {missing} not found; columns: {list(frame.columns)}"
             raise KeyError(msg)
+        if predictions is not None and output_col in frame.columns:
+            msg = f"--output-col {output_col}: {data!r} already has that column; name another"
+            raise ValueError(msg)
         # Every fit step and every metric reads the rows again: keep them in the workers' memory.
         frame = frame.persist()
         weight = None if weight_col is None else frame[weight_col]
-        calibrator = make_calibrator(method, score_col=score_col, **(params or {}))
         calibrator.fit(frame[[score_col]], frame[label_col], weight)
         calibrator.save(model)
         calibrated = calibrator.predict(frame[[score_col]])
@@ -159,7 +205,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--predictions", default=None, help="directory for the calibrated dataset (Parquet)")
     parser.add_argument("--output-col", default="calibrated", help="name of the calibrated column")
     parser.add_argument("--device", choices=("auto", "cpu", "gpu"), default="auto")
-    parser.add_argument("--workers", type=int, default=None, help="GPUs (or CPU workers) to use; default all")
+    parser.add_argument(
+        "--workers", type=positive_int_option, default=None, help="GPUs (or CPU workers) to use; default all"
+    )
     args = parser.parse_args(argv)
     params: dict[str, Any] = {}
     for pair in args.param:
@@ -170,19 +218,25 @@ def main(argv: Sequence[str] | None = None) -> int:
             params[name] = json.loads(value)
         except json.JSONDecodeError:
             params[name] = value
-    summary = run(
-        args.data,
-        method=args.method,
-        model=args.model,
-        score_col=args.score_col,
-        label_col=args.label_col,
-        weight_col=args.weight_col,
-        params=params,
-        predictions=args.predictions,
-        output_col=args.output_col,
-        device=args.device,
-        n_workers=args.workers,
-    )
+    try:
+        summary = run(
+            args.data,
+            method=args.method,
+            model=args.model,
+            score_col=args.score_col,
+            label_col=args.label_col,
+            weight_col=args.weight_col,
+            params=params,
+            predictions=args.predictions,
+            output_col=args.output_col,
+            device=args.device,
+            n_workers=args.workers,
+        )
+    except (ValueError, TypeError, KeyError, OSError, ImportError, DeviceUnavailableError) as error:
+        # A user's mistake (a method, column, parameter or path): one line, as the gpucal command does.
+        message = error.args[0] if isinstance(error, KeyError) and error.args else error
+        print(f"{parser.prog}: error: {' '.join(str(message).split())}", file=sys.stderr)
+        return 2
     sys.stdout.write(report_json(summary))
     sys.stdout.write("\n")
     return 0
