@@ -450,6 +450,11 @@ def test_hash_codes_are_stable_and_partition_free() -> None:
     assert text[0] == text[1]
     assert text[2] == text[3]
     assert text[4] != text[1]
+    # A nullable integer is itself in a block with a missing value as in one without.
+    with_missing = hash_codes(pd.Series([7, None], dtype="Int64"), 1_000_003)
+    without = hash_codes(pd.Series([7, 8], dtype="Int64"), 1_000_003)
+    assert with_missing[0] == without[0] == text[1]
+    assert with_missing[1] == text[2]
 
 
 # --------------------------------------------------------------------------------------------------

@@ -66,7 +66,9 @@ def hash_codes(values: Any, n_buckets: int, *, seed: int = 0) -> Any:
     process and machine (``pandas.util.hash_array`` with a key made from ``seed``). Values are hashed
     by their text, ``str(value)``: the number 7 and the string ``"7"`` share a bucket, as do None and
     ``"None"``, NaN and ``"nan"`` (7.0 reads ``"7.0"``, another bucket than 7); give a column one type
-    to keep such values apart. cudf columns and cupy arrays are copied to the host first. Map it over a
+    to keep such values apart. A nullable integer or boolean column (pandas' ``Int64``, ``boolean``)
+    reads each value as itself and a missing one as None, in every block, with or without missing
+    values. cudf columns and cupy arrays are copied to the host first. Map it over a
     dask Series with ``series.map_partitions(hash_codes, n_buckets, meta=("bucket", "int64"))``.
 
     Parameters
@@ -96,7 +98,13 @@ def hash_codes(values: Any, n_buckets: int, *, seed: int = 0) -> Any:
     elif is_cupy_array(values):
         values = to_numpy(values)
     index = values.index if isinstance(values, pd.Series) else None  # a list's .index is a method
-    raw = np.asarray(values.to_numpy() if hasattr(values, "to_numpy") else values, dtype=object)
+    dtype = getattr(values, "dtype", None)
+    if isinstance(dtype, pd.api.extensions.ExtensionDtype) and dtype.kind in "iub":
+        # Nullable integers and booleans: each value itself, a missing one None. to_numpy() gives
+        # floats when a block holds a missing value, so 7 read "7.0" there and "7" in the next block.
+        raw = np.asarray(values.to_numpy(dtype=object, na_value=None), dtype=object)
+    else:
+        raw = np.asarray(values.to_numpy() if hasattr(values, "to_numpy") else values, dtype=object)
     hashed = pd.util.hash_array(raw, hash_key=f"{int(seed):016d}", categorize=False)
     codes = (hashed % np.uint64(n_buckets)).astype(np.int64)
     if index is not None:
