@@ -92,11 +92,17 @@ def table_columns(path: str | os.PathLike[str]) -> list[str]:
     """Return the column names of a CSV or Parquet file without reading its rows (nor importing pandas).
 
     A CSV file's first line is read as pandas reads it by default: comma-separated, quoted fields,
-    UTF-8 with or without a byte-order mark.
+    UTF-8 with or without a byte-order mark. A column without a name is left out, as a Parquet file's
+    unnamed index is: pandas' own row labels (``to_csv`` writes them under an empty name by default),
+    no data, and no name an option could give.
     """
     if Path(path).suffix.lower() == ".csv":
-        with open(path, newline="", encoding="utf-8-sig") as handle:
-            return next(csv.reader(handle), [])
+        try:
+            with open(path, newline="", encoding="utf-8-sig") as handle:
+                return [name for name in next(csv.reader(handle), []) if name != ""]
+        except UnicodeDecodeError as error:
+            msg = f"{os.fspath(path)!r}: its header is not UTF-8 text ({error.reason} at byte {error.start})"
+            raise ValueError(msg) from None
     _check_pyarrow(path, "data")
     import pyarrow.parquet as pq
 

@@ -196,6 +196,18 @@ def test_errors_name_the_problem(tmp_path, scored, capsys):
     assert "no-such-method" in capsys.readouterr().err
 
 
+def test_a_csv_with_pandas_row_labels_fits_on_its_named_columns(tmp_path, scored, capsys):
+    data = tmp_path / "data.csv"
+    scored.to_csv(data)  # pandas' default: the row labels first, under an empty name
+    model = tmp_path / "m.json"
+    assert main(["fit", str(data), "--method", "feature_platt", "--model", str(model)]) == 0
+    assert json.loads(model.read_text())["params"]["feature_cols"] == ["segment"]
+    latin = tmp_path / "latin.csv"
+    latin.write_bytes("score,label,r\xe9gion\n0.5,1,a\n".encode("latin-1"))
+    assert main(["fit", str(latin), "--method", "platt", "--model", str(model)]) == 2
+    assert "latin.csv': its header is not UTF-8 text" in capsys.readouterr().err
+
+
 def test_predict_keeps_the_text_of_the_columns_it_passes_through(tmp_path, scored):
     data = tmp_path / "data.csv"
     scored.head(200).to_csv(data, index=False)
