@@ -490,6 +490,13 @@ def test_bad_input_is_named() -> None:
     X, y, _ = _fields(2_000, seed=17, bias=np.array([-0.5, 0.5]))
     with pytest.raises(ValueError, match="'embedding_dim' parameter of FieldAwareCalibrator"):
         FieldAwareCalibrator(embedding_dim=0).fit(X, y)
+    # Past these, torch ended the process (threads) or failed after the start fit (seed).
+    with pytest.raises(ValueError, match=r"'n_threads' parameter of FieldAwareCalibrator .*\[1, 1024\]"):
+        FieldAwareCalibrator(n_threads=10**6).fit(X, y)
+    with pytest.raises(ValueError, match="'n_threads' parameter of PiecewiseLogitCalibrator"):
+        PiecewiseLogitCalibrator(n_threads=10**6).fit(X["score"], y)
+    with pytest.raises(ValueError, match="'seed' parameter of FieldAwareCalibrator"):
+        FieldAwareCalibrator(seed=2**64).fit(X, y)
     with pytest.raises(KeyError, match="missing_col"):
         FieldAwareCalibrator(feature_cols=["missing_col"]).fit(X, y)
     with pytest.raises(ValueError, match="no positive labels"):

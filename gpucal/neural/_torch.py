@@ -81,6 +81,13 @@ def as_tensor(a: Any, device: str, dtype: str) -> Any:
     return tensor.to(device=device, dtype=getattr(torch, dtype))
 
 
+#: Most PyTorch CPU threads a fit may ask for: far more than any machine has, and far below the counts
+#: at which ``torch.set_num_threads`` ended the process (1e6: a segmentation fault).
+MAX_TORCH_THREADS = 1024
+#: Largest seed: PyTorch's generators take seeds below 2**64.
+MAX_TORCH_SEED = 2**64 - 1
+
+
 @contextlib.contextmanager
 def training_torch(n_threads: int) -> Iterator[None]:
     """Run a fit's block with ``torch.set_num_threads(n_threads)`` and autograd on, then restore the
@@ -103,6 +110,8 @@ def training_torch(n_threads: int) -> Iterator[None]:
 
 __all__ = [
     "INSTALL_HINT",
+    "MAX_TORCH_SEED",
+    "MAX_TORCH_THREADS",
     "as_tensor",
     "load_training",
     "require_torch",

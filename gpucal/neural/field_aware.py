@@ -35,7 +35,15 @@ from gpucal.calibrators.logistic import class_weights_present, sigmoid
 from gpucal.encoding import FeatureEncoder, resolve_feature_cols
 from gpucal.encoding.encoder import MAX_CROSS_LEVELS, MIN_CROSS_COUNT
 from gpucal.kernels import value_offsets
-from gpucal.neural._torch import as_tensor, load_training, require_torch, torch_device, training_torch
+from gpucal.neural._torch import (
+    MAX_TORCH_SEED,
+    MAX_TORCH_THREADS,
+    as_tensor,
+    load_training,
+    require_torch,
+    torch_device,
+    training_torch,
+)
 from gpucal.neural.piecewise import check_knots, eta_logit, finish_eta, fit_eta, knot_coordinates
 from gpucal.persistence import MAX_TERM, plain_numbers
 from gpucal.registry import calibration_method
@@ -409,8 +417,8 @@ class FieldAwareCalibrator(EncodedFeatureCalibrator):
         "max_epochs": Interval(int, 1, None),
         "patience": Interval(int, 1, None),
         "validation_fraction": Interval(float, 0, 1, closed="left"),
-        "seed": Interval(int, 0, None),
-        "n_threads": Interval(int, 1, None),
+        "seed": Interval(int, 0, MAX_TORCH_SEED),
+        "n_threads": Interval(int, 1, MAX_TORCH_THREADS),
         "device": Options("auto", "cpu", "gpu"),
         "score_kind": SCORE_KIND_OPTIONS,
         "output_type": OUTPUT_TYPE_OPTIONS,

@@ -35,7 +35,14 @@ from gpucal.calibrators.bins import interp_clipped
 from gpucal.calibrators.feature_platt import score_feature
 from gpucal.calibrators.logistic import EPS, check_two_classes, sigmoid
 from gpucal.calibrators.platt import fit_platt
-from gpucal.neural._torch import as_tensor, load_training, require_torch, torch_device, training_torch
+from gpucal.neural._torch import (
+    MAX_TORCH_THREADS,
+    as_tensor,
+    load_training,
+    require_torch,
+    torch_device,
+    training_torch,
+)
 from gpucal.persistence import check_magnitude
 from gpucal.registry import calibration_method
 
@@ -296,7 +303,7 @@ class PiecewiseLogitCalibrator(Calibrator):
         "monotone_penalty": Interval(float, 0, None),
         "max_iter": Interval(int, 1, None),
         "tol": Interval(float, 0, None, closed="neither"),
-        "n_threads": Interval(int, 1, None),
+        "n_threads": Interval(int, 1, MAX_TORCH_THREADS),
         "device": Options("auto", "cpu", "gpu"),
         "score_kind": SCORE_KIND_OPTIONS,
         "output_type": OUTPUT_TYPE_OPTIONS,
