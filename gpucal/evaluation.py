@@ -13,8 +13,9 @@ from typing import Any
 import pandas as pd
 
 from gpucal import metrics
-from gpucal._validation import check_not_class_labels, check_same_index
+from gpucal._validation import check_not_class_labels, check_probabilities, check_same_index
 from gpucal.metrics.grouped import report_columns
+from gpucal.rows import any_dask
 
 #: The metrics :func:`evaluate` computes, each a name its ``include`` takes: a row of the table each,
 #: but ``mce`` (the ``mce`` and ``mce_sigma`` rows) and ``field_ece`` / ``field_rce`` (a row per field).
@@ -105,6 +106,8 @@ def evaluate(
     table: dict[str, dict[str, float]] = {}
     for name, y_prob in predictions.items():
         check_not_class_labels(y_prob, f"predictions[{name!r}]")
+        if not any_dask(y_prob):  # named here: the metrics would name any of them y_prob
+            check_probabilities(y_prob, f"predictions[{name!r}]")
         # Checked here, whatever metrics are included: one that reads no labels would not check them.
         check_same_index(
             y_true=y_true,

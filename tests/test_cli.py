@@ -208,6 +208,22 @@ def test_a_csv_with_pandas_row_labels_fits_on_its_named_columns(tmp_path, scored
     assert "latin.csv': its header is not UTF-8 text" in capsys.readouterr().err
 
 
+def test_bad_values_are_named_by_their_option_and_column(tmp_path, scored, capsys):
+    data = tmp_path / "data.csv"
+    bad = scored.assign(model_b=scored["score"], wt=1.0)
+    bad.loc[17, "model_b"] = np.nan
+    bad.loc[3, "wt"] = -1.0
+    bad.to_csv(data, index=False)
+    evaluate = ["evaluate", str(data), "--pred-cols", "score,model_b"]
+    assert main(evaluate) == 2
+    assert "gpucal: error: --pred-cols model_b: 1 value(s) (first at row 17: nan)" in capsys.readouterr().err
+    assert main([*evaluate[:3], "score", "--weight-col", "wt"]) == 2
+    assert "gpucal: error: --weight-col wt: weights must be >= 0" in capsys.readouterr().err
+    fit = ["fit", str(data), "--method", "platt", "--model", str(tmp_path / "m.json"), "--weight-col", "wt"]
+    assert main(fit) == 2
+    assert "gpucal: error: --weight-col wt: weights must be >= 0" in capsys.readouterr().err
+
+
 def test_predict_keeps_the_text_of_the_columns_it_passes_through(tmp_path, scored):
     data = tmp_path / "data.csv"
     scored.head(200).to_csv(data, index=False)

@@ -9,11 +9,13 @@ traceback after minutes of reading.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import inspect
 import json
 import os
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -94,6 +96,22 @@ def _check_output_file(
     else:
         return
     raise ValueError(msg)
+
+
+@contextlib.contextmanager
+def _errors_named_by_option(options: dict[str, str]) -> Iterator[None]:
+    """Re-raise a ``ValueError`` whose message starts with an argument's name (``y_true: ...``, as the
+    library names what it was given) with the option and column that gave it instead
+    (``--label-col clicked: ...``): the user typed options, not Python arguments."""
+    try:
+        yield
+    except ValueError as error:
+        message = str(error)
+        for name, option in options.items():
+            if message.startswith(f"{name}: "):
+                msg = f"{option}: {message[len(name) + 2 :]}"
+                raise ValueError(msg) from None
+        raise
 
 
 def _check_columns(path: str, options: dict[str, str | None]) -> None:
@@ -321,7 +339,9 @@ def run_fit(args: argparse.Namespace) -> int:
     )
     log_progress(f"fitting {type(calibrator).__name__} on {len(frame):,} rows ...")
     started = time.perf_counter()
-    calibrator.fit(frame[[args.score_col, *features]], frame[args.label_col], sample_weight=weights)
+    named = {"y": f"--label-col {args.label_col}", "sample_weight": f"--weight-col {args.weight_col}"}
+    with _errors_named_by_option(named):
+        calibrator.fit(frame[[args.score_col, *features]], frame[args.label_col], sample_weight=weights)
     if args.method == "auto":
         log_progress(auto_choice(calibrator))
     calibrator.save(args.model)
@@ -423,14 +443,22 @@ def run_evaluate(args: argparse.Namespace) -> int:
     frame = read_table(args.data, columns=[args.label_col, *predictions, *fields, *optional])
     weights = frame[args.weight_col].to_numpy() if args.weight_col else None
     log_progress(f"evaluating {len(predictions)} prediction column(s) on {len(frame):,} rows ...")
-    table = evaluate(
-        frame[args.label_col].to_numpy(),
-        {c: frame[c].to_numpy() for c in predictions},
-        sample_weight=weights,
-        fields={c: frame[c].to_numpy() for c in fields},
-        p_true=frame[args.true_col].to_numpy() if args.true_col else None,
-        seed=args.seed,
-    )
+    with _errors_named_by_option(
+        {
+            "y_true": f"--label-col {args.label_col}",
+            "sample_weight": f"--weight-col {args.weight_col}",
+            "p_true": f"--true-col {args.true_col}",
+            **{f"predictions[{c!r}]": f"--pred-cols {c}" for c in predictions},
+        }
+    ):
+        table = evaluate(
+            frame[args.label_col].to_numpy(),
+            {c: frame[c].to_numpy() for c in predictions},
+            sample_weight=weights,
+            fields={c: frame[c].to_numpy() for c in fields},
+            p_true=frame[args.true_col].to_numpy() if args.true_col else None,
+            seed=args.seed,
+        )
     with pd.option_context("display.float_format", "{:.5f}".format, "display.width", 120):
         print(table.to_string())
     if args.json:
