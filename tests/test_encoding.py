@@ -81,6 +81,22 @@ def test_unseen_error_names_column_and_value():
     assert_array_equal(enc.transform(new.iloc[[0, 3]])[:, 0], [0, 2])
 
 
+def test_a_column_read_by_value_that_changed_type_is_refused():
+    """Ids fitted as numbers (a CSV) and given as text (a Parquet file of strings), or the other way: not
+    one value seen, every row unseen; a TypeError names the column and both kinds."""
+    numbers = FeatureEncoder(categorical_cols=["region"]).fit(pd.DataFrame({"region": [0, 1, 2, 1]}))
+    with pytest.raises(TypeError, match=r"X\['region'\]: fitted on number values .* given text values now"):
+        numbers.transform(pd.DataFrame({"region": ["0", "1"]}))
+    text = FeatureEncoder().fit(pd.DataFrame({"region": ["0", "1"]}))
+    with pytest.raises(TypeError, match=r"fitted on text values .* given number values now"):
+        text.transform(pd.DataFrame({"region": pd.Series([0, 1], dtype="category")}))
+    # New values of a kind the fit saw, or unseen values beside seen ones: unseen codes, no error.
+    assert numbers.transform(pd.DataFrame({"region": [7, 8]}))[:, 0].tolist() == [4, 4]
+    numbers.transform(pd.DataFrame({"region": pd.Series([1, "new"], dtype=object)}))
+    nothing = FeatureEncoder().fit(pd.DataFrame({"region": pd.Series([None, None], dtype=object)}))
+    nothing.transform(pd.DataFrame({"region": ["a"]}))  # no fitted value: nothing to compare with
+
+
 def test_numeric_column_by_value_with_categorical_cols():
     X = pd.DataFrame({"store": [7, 3, 7, 100], "x": [1.0, 2.0, np.nan, 4.0]})
     enc = FeatureEncoder(categorical_cols=["store", "x"]).fit(X)

@@ -128,6 +128,22 @@ _FORMAT = "gpucal.FeatureEncoder"
 _FORMAT_VERSION = 1
 
 
+def _value_kinds(values: Any) -> set[str]:
+    """The kinds of ``values`` read by value: ``"number"`` (ints and floats, not booleans), ``"text"``
+    (strings) or ``"other"``, one check per type."""
+    kinds = set()
+    for kind in set(map(type, values)):
+        if issubclass(kind, str):
+            kinds.add("text")
+        elif issubclass(kind, bool | np.bool_):
+            kinds.add("other")
+        elif issubclass(kind, int | float | np.integer | np.floating):
+            kinds.add("number")
+        else:
+            kinds.add("other")
+    return kinds
+
+
 class FeatureEncoder(BaseEstimator):
     """Encode feature columns as dense integer codes: by value, or by quantile bins for numbers.
 
@@ -574,7 +590,8 @@ class FeatureEncoder(BaseEstimator):
         KeyError
             A fitted column is missing from ``X``.
         TypeError
-            A column fitted as numbers holds non-numeric values now.
+            A column fitted as numbers holds non-numeric values now; or a column read by value holds
+            only values of another kind (numbers, text) than every fitted one, none seen at fit time.
         ValueError
             ``handle_unseen="error"`` and a column holds a value not seen at fit time.
         """
@@ -633,6 +650,17 @@ class FeatureEncoder(BaseEstimator):
         fitted = pd.Index(fitted_cats, dtype="object")
         lookup = np.asarray(fitted.get_indexer(pd.Index(cats, dtype="object")), dtype=np.int64)
         unseen = lookup < 0
+        drifted = len(cats) > 0 and len(fitted_cats) > 0 and bool(unseen.all())
+        if drifted and not (_value_kinds(cats) & _value_kinds(fitted_cats)):
+            # Not one value seen, and of another kind than every fitted one: the column's type changed
+            # (ids read as numbers from a CSV, as text from a Parquet file); every row would be unseen.
+            msg = (
+                f"X[{coding.name!r}]: fitted on {' and '.join(sorted(_value_kinds(fitted_cats)))} values "
+                f"(e.g. {fitted_cats[0]!r}), given {' and '.join(sorted(_value_kinds(cats)))} values now "
+                f"(e.g. {cats[0]!r}), none of them seen at fit time; convert the column to the type it "
+                "was fitted on"
+            )
+            raise TypeError(msg)
         if unseen.any() and self.handle_unseen == "error":
             counts = to_numpy(xp.bincount(codes[codes >= 0].astype(xp.int64), minlength=len(cats)))
             used_unseen = unseen & (counts > 0)
