@@ -389,6 +389,18 @@ print("ok")
     assert out.stdout.strip() == "ok"
 
 
+def test_a_few_extreme_logits_do_not_flatten_the_map() -> None:
+    """Twelve margins of +-1000 among 4,000: the Platt start on every logit had a slope of about 0 and
+    the fit stopped near a constant (predictions between 0.25 and 0.35 on the other rows)."""
+    score, y = _one_dim(4_000, seed=3)
+    margins = np.log(score / (1 - score))
+    margins[:6], margins[6:12] = 1e3, -1e3
+    fitted = PiecewiseLogitCalibrator(score_kind="logit").fit(margins, y)
+    clean = PiecewiseLogitCalibrator(score_kind="logit").fit(margins[12:], y[12:])
+    loss = gpucal.metrics.log_loss(y[12:], fitted.predict(margins[12:]))
+    assert loss == pytest.approx(gpucal.metrics.log_loss(y[12:], clean.predict(margins[12:])), abs=0.002)
+
+
 def test_values_that_train_nothing_share_the_unknown_row() -> None:
     """A value whose rows all weigh nothing gets no row of its own (it kept its random start): it
     predicts as an unseen value does; nor does a value whose rows were all held out."""

@@ -172,17 +172,35 @@ def finish_eta(
     return EtaFit(knots_x, knots_y, violation, n_iter, k, t)
 
 
+#: An end knot farther than this many inner spacings beyond its neighbour lies among outliers
+#: (:func:`initial_knots`).
+END_SPACINGS = 10.0
+
+
 def initial_knots(x: Any, y: Any, w: Any, knots_x: np.ndarray) -> np.ndarray:
     """Start :math:`\\eta` at Platt scaling: :math:`b_k = \\alpha a_k + \\beta` (the base rate for one knot).
 
-    The ILPS fit then only learns the departure from a logit-linear map.
+    The ILPS fit then only learns the departure from a logit-linear map. Where an end knot lies more
+    than :data:`END_SPACINGS` inner spacings beyond its neighbour (``K >= 4`` knots: a few extreme logits,
+    margins of 1000 or scores of exactly 0 or 1), Platt scaling is fitted on the logits clipped to the
+    inner knots :math:`[a_1, a_{K-2}]` and the end knots start as if they lay that far: the extreme
+    logits drove the slope to about 0, every knot value started equal, at the kinks of the monotone
+    penalty, and L-BFGS stopped there within a few steps (on 4,000 rows, 12 logits at +-1000 left the
+    map between 0.25 and 0.35, log-loss 0.588 on the other rows against 0.534).
     """
     xt, yt, wt = x, y, w
+    knots = knots_x
     if knots_x.shape[0] < 2:
         rate = min(max(float((wt * yt).sum() / wt.sum()), EPS), 1.0 - EPS)
         return np.full(knots_x.shape[0], np.log(rate / (1.0 - rate)))
+    if knots_x.shape[0] >= 4:
+        low = knots_x[1] - END_SPACINGS * (knots_x[2] - knots_x[1])
+        high = knots_x[-2] + END_SPACINGS * (knots_x[-2] - knots_x[-3])
+        if knots_x[0] < low or knots_x[-1] > high:
+            xt = array_namespace(x).clip(x, float(knots_x[1]), float(knots_x[-2]))
+            knots = np.clip(knots_x, low, high)
     slope, intercept = fit_platt(xt, yt, wt, score_kind="logit", target_smoothing=False)
-    return slope * knots_x + intercept
+    return slope * knots + intercept
 
 
 def eta_logit(x: Any, knots_x: np.ndarray, knots_y: np.ndarray) -> Any:
