@@ -99,10 +99,16 @@ def table_columns(path: str | os.PathLike[str]) -> list[str]:
     if Path(path).suffix.lower() == ".csv":
         try:
             with open(path, newline="", encoding="utf-8-sig") as handle:
-                return [name for name in next(csv.reader(handle), []) if name != ""]
+                names = [name for name in next(csv.reader(handle), []) if name != ""]
         except UnicodeDecodeError as error:
             msg = f"{os.fspath(path)!r}: its header is not UTF-8 text ({error.reason} at byte {error.start})"
             raise ValueError(msg) from None
+        repeated = sorted({name for name in names if names.count(name) > 1})
+        if repeated:
+            # pandas would read the second as "name.1": a column no option of the command names.
+            msg = f"{os.fspath(path)!r}: its header names {repeated} more than once; name each column once"
+            raise ValueError(msg)
+        return names
     _check_pyarrow(path, "data")
     import pyarrow.parquet as pq
 

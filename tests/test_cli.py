@@ -206,6 +206,10 @@ def test_a_csv_with_pandas_row_labels_fits_on_its_named_columns(tmp_path, scored
     latin.write_bytes("score,label,r\xe9gion\n0.5,1,a\n".encode("latin-1"))
     assert main(["fit", str(latin), "--method", "platt", "--model", str(model)]) == 2
     assert "latin.csv': its header is not UTF-8 text" in capsys.readouterr().err
+    twice = tmp_path / "twice.csv"
+    twice.write_text("score,label,seg,seg\n0.5,1,a,b\n0.2,0,a,c\n")
+    assert main(["fit", str(twice), "--method", "platt", "--model", str(model)]) == 2
+    assert "its header names ['seg'] more than once" in capsys.readouterr().err
 
 
 def test_bad_values_are_named_by_their_option_and_column(tmp_path, scored, capsys):
