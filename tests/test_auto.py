@@ -220,6 +220,9 @@ def test_rows_without_a_group_are_refused(ctr: Any, missing: Any) -> None:
     named = X.assign(user=pd.Series(groups, index=X.index, dtype="category"))
     with pytest.raises(ValueError, match=r"groups: 2 row\(s\) have no group"):
         auto(candidates=["platt"], feature_cols=FIELDS).fit(named, y, groups="user")
+    nobody = X.assign(user=pd.Series(None, index=X.index, dtype="category"))
+    with pytest.raises(ValueError, match=rf"groups: {len(y)} row\(s\) have no group"):
+        auto(candidates=["platt"], feature_cols=FIELDS).fit(nobody, y, groups="user")
 
 
 def test_one_class_is_refused_before_the_search(ctr: Any) -> None:
@@ -302,8 +305,13 @@ def test_load_rejects_bad_members(ctr: Any) -> None:
     for name in ("temperature", "dirichlet"):
         multiclass = json.loads(json.dumps(document))
         multiclass["state"]["members_"][0] = to_dict(make_calibrator(name).fit(matrix, classes))
-        with pytest.raises(ModelFileError, match=r"members_\[0\] is a .* fitted on 3 classes"):
+        with pytest.raises(ModelFileError, match=r"members_\[0\] is a .*(fitted on 3 classes|matrix per)"):
             from_dict(multiclass)
+    binary = json.loads(json.dumps(document))
+    two = np.c_[matrix[:, 0], 1.0 - matrix[:, 0]]
+    binary["state"]["members_"][0] = to_dict(make_calibrator("dirichlet").fit(two, classes % 2))
+    with pytest.raises(ModelFileError, match="DirichletCalibrator, which reads a matrix per class"):
+        from_dict(binary)
 
 
 def test_ensemble_weights_convex_and_no_worse_than_best_member(ctr: Any) -> None:

@@ -466,6 +466,9 @@ def test_loading_rejects_numbers_that_overflow_or_are_not_numbers(tmp_path) -> N
     def far_knots(state: dict) -> None:
         state["knots_y_"] = [(-1e308 if k % 2 else 1e308) for k in range(len(state["knots_y_"]))]
 
+    def wide_knots(state: dict) -> None:
+        state["knots_x_"][0], state["knots_x_"][-1] = -1.5e308, 1.5e308
+
     def boolean(state: dict) -> None:
         state["layers_"][-1]["bias"] = [True]
 
@@ -475,6 +478,7 @@ def test_loading_rejects_numbers_that_overflow_or_are_not_numbers(tmp_path) -> N
     for change, message in [
         (overflowing, "field term past 1e\\+300"),
         (far_knots, "knots_y_: an entry is larger than 1e\\+100"),
+        (wide_knots, "knots_x_: the knots span more than float64 holds"),
         (boolean, r"layers_\[1\] must hold lists of numbers"),
         (text, r"layers_\[0\] must hold lists of numbers"),
     ]:

@@ -194,7 +194,8 @@ def group_values(X: Any, groups: Any, n_rows: int) -> np.ndarray:
             # (first appearance, a categorical's categories): the folds read the values, as they do an
             # array of them.
             absent = values < 0
-            values = np.asarray(column.categories)[np.where(absent, 0, values)]
+            categories = np.asarray(column.categories, dtype=object)
+            values = categories[np.where(absent, 0, values)] if categories.size else values
         else:
             absent = pd.isna(values)
     else:

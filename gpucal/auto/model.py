@@ -983,10 +983,14 @@ class AutoCalibrator(Calibrator):
             raise ValueError(msg)
         estimators = [from_dict(member) for member in members]
         for position, model in enumerate(estimators):
+            name = type(model).__name__
+            if "score_col" not in model.get_params():  # it reads probability matrices only
+                msg = f"members_[{position}] is a {name}, which reads a matrix per class; members read scores"
+                raise ValueError(msg)
             if getattr(model, "multiclass_", False) or getattr(model, "n_classes_", 2) != 2:
                 msg = (
-                    f"members_[{position}] is a {type(model).__name__} fitted on "
-                    f"{getattr(model, 'n_classes_', 'several')} classes; members calibrate binary scores"
+                    f"members_[{position}] is a {name} fitted on {getattr(model, 'n_classes_', 'several')} "
+                    "classes; members calibrate binary scores"
                 )
                 raise ValueError(msg)
         self.estimators_ = estimators

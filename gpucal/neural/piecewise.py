@@ -43,7 +43,7 @@ from gpucal.neural._torch import (
     torch_device,
     training_torch,
 )
-from gpucal.persistence import check_magnitude
+from gpucal.persistence import check_magnitude, check_span
 from gpucal.registry import calibration_method
 
 
@@ -209,8 +209,8 @@ def eta_logit(x: Any, knots_x: np.ndarray, knots_y: np.ndarray) -> Any:
 
 
 def check_knots(knots_x: Any, knots_y: Any) -> None:
-    """Check loaded knots: same length, at least one, finite, ``knots_x`` strictly increasing, ``knots_y``
-    at most :data:`~gpucal.persistence.MAX_LOADED_MAGNITUDE` in size."""
+    """Check loaded knots: same length, at least one, finite, ``knots_x`` strictly increasing over a span
+    float64 holds, ``knots_y`` at most :data:`~gpucal.persistence.MAX_LOADED_MAGNITUDE` in size."""
     kx, ky = np.asarray(knots_x, dtype=np.float64), np.asarray(knots_y, dtype=np.float64)
     if kx.shape != ky.shape or kx.shape[0] == 0:
         msg = f"knots_x_ and knots_y_ must be non-empty and of one length; got {kx.shape} and {ky.shape}"
@@ -223,6 +223,7 @@ def check_knots(knots_x: Any, knots_y: Any) -> None:
         raise ValueError(msg)
     # Between knots of 1e308 and -1e308 their difference is infinite: at a knot, 0 * inf is NaN.
     check_magnitude(ky, "knots_y_")
+    check_span(kx, "knots_x_")
 
 
 @calibration_method("piecewise_logit")
