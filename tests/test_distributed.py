@@ -546,6 +546,9 @@ def test_batch_job_refuses_mistakes_before_any_work(client, tmp_path, monkeypatc
         (["--method", "platt", "--predictions", str(tmp_path / "o"), "--output-col", "score"], "already has"),
         (["--method", "no-such-method"], "no-such-method"),
         (["--method", "platt", "--param", "no_such_param=1"], "no_such_param"),
+        (["--method", "histogram", "--param", "n_bins=-3"], "'n_bins' parameter"),
+        (["--method", "platt", "--model", str(data / "part.0.parquet")], "give a .json file"),
+        (["--method", "platt", "--model", str(data / "m.json")], "lies in, the input or the predictions"),
     ]:
         assert batch.main([*base, *extra]) == 2
         error = capsys.readouterr().err

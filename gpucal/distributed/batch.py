@@ -74,7 +74,7 @@ def write_partitions(frame: Any, directory: str) -> int:
     ``<i>`` is zero-padded to one width (five digits or more), so that a reader that sorts the files by
     name (``pandas.read_parquet``) reads the partitions in order. Each partition writes its own file
     with its own library's writer (no dask writer in between, whose pandas 3.1 path currently warns
-    about a deprecated ``inplace``), into a new folder beside ``directory``; only when every file is
+    about a deprecated ``inplace``), into a new hidden folder inside ``directory``; only when every file is
     written do they replace the part files and dask's metadata files of an earlier run (a run of fewer
     partitions would leave the old rows beside the new ones, read back as one dataset), so a run that
     fails leaves the earlier dataset whole. Other files in ``directory`` are left alone.
@@ -89,7 +89,9 @@ def write_partitions(frame: Any, directory: str) -> int:
     os.makedirs(directory, exist_ok=True)
     parts = frame.to_delayed()
     width = max(5, len(str(len(parts) - 1)))
-    staging = tempfile.mkdtemp(prefix=".gpucal-parts-", dir=os.path.dirname(os.path.abspath(directory)))
+    # Inside the folder (a name with a dot, which Parquet readers skip): the files move within one file
+    # system, into a folder the job may write.
+    staging = tempfile.mkdtemp(prefix=".gpucal-parts-", dir=directory)
     try:
         names = [f"part.{i:0{width}d}.parquet" for i in range(len(parts))]
         tasks = [
@@ -107,18 +109,28 @@ def write_partitions(frame: Any, directory: str) -> int:
     return rows
 
 
-def check_paths(data: str, predictions: str | None) -> None:
-    """Raise ``ValueError`` unless ``data`` exists and ``predictions`` neither is it nor holds it nor lies
-    in it: the job would replace its own input, or read its own output as input on a second run."""
+def check_paths(data: str, model: str, predictions: str | None) -> None:
+    """Raise ``ValueError`` unless ``data`` exists, ``model`` is a ``.json`` file in an existing folder
+    and outside ``data`` and ``predictions``, and ``predictions`` neither is ``data`` nor holds it nor lies
+    in it: the job would replace its own input (the model written over a Parquet file), or read its own
+    output as input on a second run."""
     import os
+
+    def overlap(a: str, b: str) -> bool:
+        a, b = os.path.realpath(a), os.path.realpath(b)
+        return os.path.commonpath([a, b]) in (a, b)
 
     if not os.path.exists(data):
         msg = f"data: no such file or directory {data!r}"
         raise ValueError(msg)
-    if predictions is None:
-        return
-    source, target = os.path.realpath(data), os.path.realpath(predictions)
-    if os.path.commonpath([source, target]) in (source, target):
+    folder = os.path.dirname(os.path.abspath(model))
+    if not model.lower().endswith(".json") or not os.path.isdir(folder):
+        msg = f"--model {model!r}: give a .json file in an existing folder"
+        raise ValueError(msg)
+    if overlap(model, data) or (predictions is not None and overlap(model, predictions)):
+        msg = f"--model {model!r}: it is, or lies in, the input or the predictions; write it elsewhere"
+        raise ValueError(msg)
+    if predictions is not None and overlap(data, predictions):
         msg = (
             f"--predictions {predictions!r}: it is, holds or lies in the input {data!r}; write the "
             "calibrated dataset to a directory of its own"
@@ -152,9 +164,10 @@ def run(
     from gpucal.distributed.cluster import dataframe_backend
     from gpucal.factory import make_calibrator
 
-    check_paths(data, predictions)
-    # The method and its parameters are checked before a cluster starts (seconds of it).
+    check_paths(data, model, predictions)
+    # The method and its parameters (names and values) are checked before a cluster starts (seconds).
     calibrator = make_calibrator(method, score_col=score_col, **(params or {}))
+    calibrator._validate_params()
     cluster, backend = start_cluster(device, n_workers)
     with cluster, distributed.Client(cluster):
         with dataframe_backend(backend):
