@@ -287,6 +287,14 @@ def test_a_missing_extra_or_gpu_is_one_error_line(tmp_path, scored, capsys, monk
         (tmp_path / "m.json").write_text(json.dumps(document))
         out = str(tmp_path / "out.csv")
         assert main(["predict", str(data), "--model", model, "--output", out]) == 0
+        # So does an automatic calibrator's member.
+        member = gpucal.make_calibrator("feature_platt", feature_cols=["segment"])
+        auto = gpucal.AutoCalibrator(candidates=[member], ensemble=False, auc_guard=False)
+        auto.fit(scored[["score", "segment"]], scored["label"]).save(tmp_path / "auto.json")
+        document = json.loads((tmp_path / "auto.json").read_text())
+        document["state"]["members_"][0]["params"]["device"] = "gpu"
+        (tmp_path / "auto.json").write_text(json.dumps(document))
+        assert main(["predict", str(data), "--model", str(tmp_path / "auto.json"), "--output", out]) == 0
     monkeypatch.setitem(sys.modules, "torch", None)
     assert main(["fit", str(data), "--method", "piecewise_logit", "--model", model]) == 2
     error = capsys.readouterr().err

@@ -374,9 +374,11 @@ def run_predict(args: argparse.Namespace) -> int:
     if "output_type" in calibrator.get_params():
         # The predictions go into a pandas frame on this machine, whatever family the model was saved for.
         calibrator.set_params(output_type="numpy")
-    if "device" in calibrator.get_params():
-        # The file is read on this machine's CPU: a model fitted with device="gpu" predicts here too.
-        calibrator.set_params(device="auto")
+    # The file is read on this machine's CPU: a model fitted with device="gpu" (or an automatic
+    # calibrator's member) predicts here too.
+    for model in (calibrator, *getattr(calibrator, "estimators_", [])):
+        if "device" in model.get_params():
+            model.set_params(device="auto")
     log_progress(f"reading {args.data} ...")
     frame = read_table(args.data)
     log_progress(f"predicting {len(frame):,} rows with {type(calibrator).__name__} ...")
