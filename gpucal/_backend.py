@@ -20,6 +20,13 @@ class DeviceUnavailableError(RuntimeError):
     can change, unlike the internal errors that are plain ``RuntimeError``."""
 
 
+def missing_extra(error: ImportError) -> bool:
+    """Whether ``error`` is gpucal's own word that an optional dependency is not installed (its message
+    names the extra to install), not an import that failed: Python names the module of a failed import
+    (``error.name``), gpucal's messages name none."""
+    return error.name is None
+
+
 def is_cupy_array(x: Any) -> bool:
     """Return True when ``x`` is a cupy ndarray, without importing cupy."""
     return type(x).__module__.split(".")[0] == "cupy"

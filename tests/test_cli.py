@@ -301,6 +301,14 @@ def test_a_missing_extra_or_gpu_is_one_error_line(tmp_path, scored, capsys, monk
     assert "gpucal: error: PiecewiseLogitCalibrator is trained with PyTorch" in error
     assert "Traceback" not in error
 
+    def broken(args: argparse.Namespace) -> int:
+        msg = "cannot import name 'x' from 'gpucal.y'"
+        raise ImportError(msg, name="gpucal.y")
+
+    monkeypatch.setattr(gpucal.cli.parser, "run_rules", broken)
+    with pytest.raises(ImportError, match="cannot import name"):  # gpucal's own bug: its traceback
+        main(["rules", "--model", model])
+
 
 def test_outputs_never_replace_an_input(tmp_path, scored, capsys, monkeypatch):
     """An output path that is an input of the command, however spelt, is refused before any work, and

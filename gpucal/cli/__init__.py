@@ -21,7 +21,7 @@ import re
 import sys
 from collections.abc import Sequence
 
-from gpucal._backend import DeviceUnavailableError
+from gpucal._backend import DeviceUnavailableError, missing_extra
 from gpucal.cli.parser import build_parser
 from gpucal.cli.table_commands import PARAMETER_OPTIONS
 
@@ -65,7 +65,8 @@ def _run(argv: Sequence[str] | None) -> int:
     except BrokenPipeError:
         raise
     except (ValueError, TypeError, KeyError, OSError, ImportError, DeviceUnavailableError) as error:
-        # ImportError: an extra a method needs is not installed (its message says which).
+        if isinstance(error, ImportError) and not missing_extra(error):
+            raise
         print(f"gpucal: error: {_error_line(error)}", file=sys.stderr)
         return USAGE_ERROR_EXIT
 

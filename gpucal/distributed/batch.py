@@ -21,7 +21,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from gpucal._backend import DeviceUnavailableError
+from gpucal._backend import DeviceUnavailableError, missing_extra
 from gpucal._files import report_json
 from gpucal._params import positive_int_option
 
@@ -247,6 +247,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     except (ValueError, TypeError, KeyError, OSError, ImportError, DeviceUnavailableError) as error:
         # A user's mistake (a method, column, parameter or path): one line, as the gpucal command does.
+        if isinstance(error, ImportError) and not missing_extra(error):
+            raise
         message = error.args[0] if isinstance(error, KeyError) and error.args else error
         print(f"{parser.prog}: error: {' '.join(str(message).split())}", file=sys.stderr)
         return 2
