@@ -226,6 +226,10 @@ def test_bad_values_are_named_by_their_option_and_column(tmp_path, scored, capsy
     fit = ["fit", str(data), "--method", "platt", "--model", str(tmp_path / "m.json"), "--weight-col", "wt"]
     assert main(fit) == 2
     assert "gpucal: error: --weight-col wt: weights must be >= 0" in capsys.readouterr().err
+    assert main([*fit[:6], "--score-col", "model_b"]) == 2
+    assert "gpucal: error: --score-col model_b: 1 value(s) (first at row 17: nan)" in capsys.readouterr().err
+    assert main([*evaluate[:3], "segment"]) == 2  # integers: class labels, a TypeError
+    assert "gpucal: error: --pred-cols segment: dtype int64 holds class labels" in capsys.readouterr().err
 
 
 def test_predict_keeps_the_text_of_the_columns_it_passes_through(tmp_path, scored):

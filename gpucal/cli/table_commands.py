@@ -100,17 +100,17 @@ def _check_output_file(
 
 @contextlib.contextmanager
 def _errors_named_by_option(options: dict[str, str]) -> Iterator[None]:
-    """Re-raise a ``ValueError`` whose message starts with an argument's name (``y_true: ...``, as the
-    library names what it was given) with the option and column that gave it instead
+    """Re-raise a ``ValueError`` or ``TypeError`` whose message starts with an argument's name (``y_true:
+    ...``, as the library names what it was given) with the option and column that gave it instead
     (``--label-col clicked: ...``): the user typed options, not Python arguments."""
     try:
         yield
-    except ValueError as error:
+    except (ValueError, TypeError) as error:
         message = str(error)
         for name, option in options.items():
             if message.startswith(f"{name}: "):
                 msg = f"{option}: {message[len(name) + 2 :]}"
-                raise ValueError(msg) from None
+                raise type(error)(msg) from None
         raise
 
 
@@ -339,7 +339,11 @@ def run_fit(args: argparse.Namespace) -> int:
     )
     log_progress(f"fitting {type(calibrator).__name__} on {len(frame):,} rows ...")
     started = time.perf_counter()
-    named = {"y": f"--label-col {args.label_col}", "sample_weight": f"--weight-col {args.weight_col}"}
+    named = {
+        "y": f"--label-col {args.label_col}",
+        "sample_weight": f"--weight-col {args.weight_col}",
+        f"X[{args.score_col!r}]": f"--score-col {args.score_col}",
+    }
     with _errors_named_by_option(named):
         calibrator.fit(frame[[args.score_col, *features]], frame[args.label_col], sample_weight=weights)
     if args.method == "auto":
