@@ -81,18 +81,20 @@ def test_unseen_error_names_column_and_value():
     assert_array_equal(enc.transform(new.iloc[[0, 3]])[:, 0], [0, 2])
 
 
-def test_a_column_read_by_value_that_changed_type_is_refused():
+def test_a_column_read_by_value_that_changed_type_is_read_as_fitted():
     """Ids fitted as numbers (a CSV) and given as text (a Parquet file of strings), or the other way: not
-    one value seen, every row unseen; a TypeError names the column and both kinds."""
+    one value seen as given, so the values are read as the fitted kind; new ids stay unseen."""
     numbers = FeatureEncoder(categorical_cols=["region"]).fit(pd.DataFrame({"region": [0, 1, 2, 1]}))
-    with pytest.raises(TypeError, match=r"X\['region'\]: fitted on number values .* given text values now"):
-        numbers.transform(pd.DataFrame({"region": ["0", "1"]}))
-    text = FeatureEncoder().fit(pd.DataFrame({"region": ["0", "1"]}))
-    with pytest.raises(TypeError, match=r"fitted on text values .* given number values now"):
-        text.transform(pd.DataFrame({"region": pd.Series([0, 1], dtype="category")}))
-    # New values of a kind the fit saw, or unseen values beside seen ones: unseen codes, no error.
-    assert numbers.transform(pd.DataFrame({"region": [7, 8]}))[:, 0].tolist() == [4, 4]
-    numbers.transform(pd.DataFrame({"region": pd.Series([1, "new"], dtype=object)}))
+    as_text = numbers.transform(pd.DataFrame({"region": ["0", "2", "07", "new"]}))[:, 0]
+    assert as_text.tolist() == numbers.transform(pd.DataFrame({"region": [0, 2, 7, 9]}))[:, 0].tolist()
+    text = FeatureEncoder().fit(pd.DataFrame({"region": ["0", "1", "s1"]}))
+    given = pd.DataFrame({"region": pd.Series([0, 1, 101], dtype="category")})
+    assert (
+        text.transform(given)[:, 0].tolist()
+        == text.transform(pd.DataFrame({"region": ["0", "1", "x"]}))[:, 0].tolist()
+    )
+    new = text.transform(pd.DataFrame({"region": [101, 102]}))[:, 0]  # new ids that look like numbers
+    assert new.tolist() == [text.unseen_codes_[0]] * 2
     nothing = FeatureEncoder().fit(pd.DataFrame({"region": pd.Series([None, None], dtype=object)}))
     nothing.transform(pd.DataFrame({"region": ["a"]}))  # no fitted value: nothing to compare with
 

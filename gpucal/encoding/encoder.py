@@ -144,6 +144,33 @@ def _value_kinds(values: Any) -> set[str]:
     return kinds
 
 
+def _as_kind(values: Any, kinds: set[str]) -> list[Any] | None:
+    """``values`` read as the one kind of ``kinds``: numbers as their text (a whole float as an int's,
+    ``7.0`` as ``"7"``), text as the number it spells (``"07"`` as 7; other text kept); None for another
+    kind."""
+    if kinds == {"text"}:
+        return [
+            str(int(v)) if isinstance(v, float | np.floating) and float(v).is_integer() else str(v)
+            for v in values
+        ]
+    if kinds == {"number"}:
+        return [_spelt_number(v) for v in values]
+    return None
+
+
+def _spelt_number(text: Any) -> Any:
+    """The number ``text`` spells, an int where it is whole (exactly, past 2**53 too); else ``text``."""
+    try:
+        return int(text)
+    except (TypeError, ValueError):
+        pass
+    try:
+        number = float(text)
+    except (TypeError, ValueError):
+        return text
+    return int(number) if number.is_integer() else number
+
+
 class FeatureEncoder(BaseEstimator):
     """Encode feature columns as dense integer codes: by value, or by quantile bins for numbers.
 
@@ -590,8 +617,7 @@ class FeatureEncoder(BaseEstimator):
         KeyError
             A fitted column is missing from ``X``.
         TypeError
-            A column fitted as numbers holds non-numeric values now; or a column read by value holds
-            only values of another kind (numbers, text) than every fitted one, none seen at fit time.
+            A column fitted as numbers holds non-numeric values now.
         ValueError
             ``handle_unseen="error"`` and a column holds a value not seen at fit time.
         """
@@ -653,14 +679,13 @@ class FeatureEncoder(BaseEstimator):
         drifted = len(cats) > 0 and len(fitted_cats) > 0 and bool(unseen.all())
         if drifted and not (_value_kinds(cats) & _value_kinds(fitted_cats)):
             # Not one value seen, and of another kind than every fitted one: the column's type changed
-            # (ids read as numbers from a CSV, as text from a Parquet file); every row would be unseen.
-            msg = (
-                f"X[{coding.name!r}]: fitted on {' and '.join(sorted(_value_kinds(fitted_cats)))} values "
-                f"(e.g. {fitted_cats[0]!r}), given {' and '.join(sorted(_value_kinds(cats)))} values now "
-                f"(e.g. {cats[0]!r}), none of them seen at fit time; convert the column to the type it "
-                "was fitted on"
-            )
-            raise TypeError(msg)
+            # (ids read as numbers from a CSV, as text from a Parquet file), and every row would read as
+            # unseen (predictions moved by up to 0.34). Its values are read as the fitted kind instead;
+            # those still unseen (new ids that look like numbers) stay unseen.
+            converted = _as_kind(cats, _value_kinds(fitted_cats))
+            if converted is not None:
+                lookup = np.asarray(fitted.get_indexer(pd.Index(converted, dtype="object")), dtype=np.int64)
+                unseen = lookup < 0
         if unseen.any() and self.handle_unseen == "error":
             counts = to_numpy(xp.bincount(codes[codes >= 0].astype(xp.int64), minlength=len(cats)))
             used_unseen = unseen & (counts > 0)
