@@ -73,7 +73,14 @@ def read_table(
 
     if suffix == ".csv":
         if as_text:
-            return pd.read_csv(path, usecols=columns, dtype=str, keep_default_na=False)
+            frame = pd.read_csv(path, usecols=columns, dtype=str, keep_default_na=False)
+            if columns is None:
+                # pandas names a column without a name "Unnamed: 0": the header as the file spells it.
+                with open(path, newline="", encoding="utf-8-sig") as handle:
+                    header = next(csv.reader(handle), [])
+                if len(header) == frame.shape[1]:
+                    frame.columns = header
+            return frame
         return pd.read_csv(path, usecols=columns)
     return _index_as_columns(pd.read_parquet(path, columns=columns))
 

@@ -247,6 +247,10 @@ def test_predict_keeps_the_text_of_the_columns_it_passes_through(tmp_path, score
     written = out.read_text().splitlines()
     assert written[0] == lines[0] + ",calibrated"
     assert [row.rsplit(",", 1)[0] for row in written[1:]] == lines[1:]
+    labelled = tmp_path / "labelled.csv"
+    scored.head(20).to_csv(labelled)  # pandas' row labels, under an empty name
+    assert main(["predict", str(labelled), "--model", str(model), "--output", str(out)]) == 0
+    assert out.read_text().splitlines()[0] == labelled.read_text().splitlines()[0] + ",calibrated"
 
 
 def _refuse_constant(name: str) -> None:
