@@ -81,6 +81,7 @@ from gpucal.calibrators.logistic import class_weights_present
 from gpucal.encoding import FeatureEncoder, resolve_feature_cols, trusting_feature_cols
 from gpucal.registry import calibration_method, dask_fitting_names, fits_on_dask
 from gpucal.rows import as_rows
+from gpucal.rows.block import check_class_weights
 from gpucal.rows.collections import any_dask
 
 #: The classes the guards fall back to, the best cross-fitted of them: increasing maps of the score keep
@@ -434,16 +435,10 @@ class AutoCalibrator(Calibrator):
             if sample_weight is None
             else check_sample_weight(sample_weight, n_rows, xp=array_namespace(labels))
         )
-        has_positive, has_negative = class_weights_present(
-            labels, labels * 0.0 + 1.0 if weights is None else weights
+        check_class_weights(
+            *class_weights_present(labels, labels * 0.0 + 1.0 if weights is None else weights),
+            why="the candidates are compared by their held-out log-loss and ranking, which need both classes",
         )
-        if not (has_positive and has_negative):
-            which = "negative" if has_positive else "positive"
-            msg = (
-                f"y: no {which} labels (with non-zero weight); the candidates are compared by their "
-                "held-out log-loss and ranking, which need both classes"
-            )
-            raise ValueError(msg)
         plan = plan_search(n_rows, self.n_folds, self.cv_rows)
         # categorical_cols checked here, as the encoder of every feature-aware candidate would check it.
         encoder = FeatureEncoder(categorical_cols=self.categorical_cols)

@@ -63,14 +63,20 @@ def label_summary(y: Any, w: Any) -> np.ndarray:
     )
 
 
-def check_class_weights(has_positive: bool, has_negative: bool, name: str = "y") -> None:
-    """Raise the error of :func:`check_two_classes` from whether each class carries weight."""
+#: Why a scaling calibrator refuses labels of one class (:func:`check_class_weights`'s default).
+SCALING_NEEDS_TWO_CLASSES = (
+    "a scaling calibrator needs both classes because its maximum likelihood fit does not exist for one class"
+)
+
+
+def check_class_weights(
+    has_positive: bool, has_negative: bool, name: str = "y", why: str = SCALING_NEEDS_TWO_CLASSES
+) -> None:
+    """Raise the error of :func:`check_two_classes` from whether each class carries weight; ``why``
+    ends it."""
     if not (has_positive and has_negative):
         which = "negative" if has_positive else "positive"
-        msg = (
-            f"{name}: no {which} labels (with non-zero weight); a scaling calibrator needs both classes "
-            "because its maximum likelihood fit does not exist for one class"
-        )
+        msg = f"{name}: no {which} labels (with non-zero weight); {why}"
         raise ValueError(msg)
 
 
@@ -134,6 +140,7 @@ def strided_rows(stride: int, row_offset: int, *arrays: Any) -> tuple[Any, ...]:
 __all__ = [
     "LabelSummary",
     "RowBlock",
+    "SCALING_NEEDS_TWO_CLASSES",
     "check_class_weights",
     "concat_weights",
     "label_summary",
