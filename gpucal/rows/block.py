@@ -138,9 +138,9 @@ def strided_rows(stride: int, row_offset: int, *arrays: Any) -> tuple[Any, ...]:
 
 
 __all__ = [
+    "SCALING_NEEDS_TWO_CLASSES",
     "LabelSummary",
     "RowBlock",
-    "SCALING_NEEDS_TWO_CLASSES",
     "check_class_weights",
     "concat_weights",
     "label_summary",
