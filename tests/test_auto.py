@@ -182,6 +182,11 @@ def test_groups_by_column_name_read_their_values(ctr: Any) -> None:
         named = X.assign(user=pd.Series(column, index=X.index))
         by_name = auto(candidates=["platt"], feature_cols=FIELDS).fit(named, y, groups="user")
         assert_array_equal(by_name.oof_predictions_, by_array.oof_predictions_)
+    ids = X["site_id"].to_numpy() % 97  # integer categories keep their dtype, which the hash reads
+    by_ids = auto(candidates=["platt"]).fit(X, y, groups=ids)
+    named = X.assign(user=pd.Series(ids, index=X.index, dtype="category"))
+    by_name = auto(candidates=["platt"], feature_cols=FIELDS).fit(named, y, groups="user")
+    assert_array_equal(by_name.oof_predictions_, by_ids.oof_predictions_)
 
 
 def test_grouped_folds_follow_the_seed_on_every_dtype() -> None:

@@ -9,6 +9,7 @@ test runs process workers.
 from __future__ import annotations
 
 import importlib.util
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -524,6 +525,7 @@ def test_batch_job_fits_writes_and_reports(client, tmp_path, monkeypatch) -> Non
     assert batch.main(argv) == 0
     assert len(pd.read_parquet(out)) == 700
     assert sorted(path.name for path in out.iterdir()) == ["part.00000.parquet"]
+    assert not [path for path in tmp_path.iterdir() if "gpucal-parts" in path.name]  # staging removed
 
 
 def test_batch_job_refuses_mistakes_before_any_work(client, tmp_path, monkeypatch, capsys) -> None:
@@ -557,6 +559,9 @@ def test_batch_job_refuses_mistakes_before_any_work(client, tmp_path, monkeypatc
     with pytest.raises(SystemExit):
         batch.main([*base, "--method", "platt", "--workers", "0"])
     assert "at least 1" in capsys.readouterr().err
+    monkeypatch.setitem(sys.modules, "dask.dataframe", None)  # the dask extra not installed
+    assert batch.main([*base, "--method", "platt"]) == 2
+    assert "pip install 'gpucal[dask]'" in capsys.readouterr().err
     assert (data / "part.0.parquet").read_bytes() == before
     assert sorted(path.name for path in data.iterdir()) == ["part.0.parquet"]
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+from decimal import Decimal
 
 import numpy as np
 import pandas as pd
@@ -87,6 +88,8 @@ def test_a_column_read_by_value_that_changed_type_is_read_as_fitted():
     numbers = FeatureEncoder(categorical_cols=["region"]).fit(pd.DataFrame({"region": [0, 1, 2, 1]}))
     as_text = numbers.transform(pd.DataFrame({"region": ["0", "2", "07", "new"]}))[:, 0]
     assert as_text.tolist() == numbers.transform(pd.DataFrame({"region": [0, 2, 7, 9]}))[:, 0].tolist()
+    decimals = pd.DataFrame({"region": pd.Series([Decimal("0.10"), Decimal("1.90")], dtype=object)})
+    assert numbers.transform(decimals)[:, 0].tolist() == [numbers.unseen_codes_[0]] * 2  # not truncated
     text = FeatureEncoder().fit(pd.DataFrame({"region": ["0", "1", "s1"]}))
     given = pd.DataFrame({"region": pd.Series([0, 1, 101], dtype="category")})
     assert (

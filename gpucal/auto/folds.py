@@ -194,8 +194,9 @@ def group_values(X: Any, groups: Any, n_rows: int) -> np.ndarray:
             # (first appearance, a categorical's categories): the folds read the values, as they do an
             # array of them.
             absent = values < 0
-            categories = np.asarray(column.categories, dtype=object)
-            values = categories[np.where(absent, 0, values)] if categories.size else values
+            categories = np.asarray(column.categories)  # their own dtype: the hash reads it
+            if categories.size:  # none: every value is missing, refused below
+                values = categories[np.where(absent, 0, values)]
         else:
             absent = pd.isna(values)
     else:

@@ -74,7 +74,7 @@ def write_partitions(frame: Any, directory: str) -> int:
     ``<i>`` is zero-padded to one width (five digits or more), so that a reader that sorts the files by
     name (``pandas.read_parquet``) reads the partitions in order. Each partition writes its own file
     with its own library's writer (no dask writer in between, whose pandas 3.1 path currently warns
-    about a deprecated ``inplace``), into a new hidden folder inside ``directory``; only when every file is
+    about a deprecated ``inplace``), into a new hidden folder beside ``directory``; only when every file is
     written do they replace the part files and dask's metadata files of an earlier run (a run of fewer
     partitions would leave the old rows beside the new ones, read back as one dataset), so a run that
     fails leaves the earlier dataset whole. Other files in ``directory`` are left alone.
@@ -89,9 +89,12 @@ def write_partitions(frame: Any, directory: str) -> int:
     os.makedirs(directory, exist_ok=True)
     parts = frame.to_delayed()
     width = max(5, len(str(len(parts) - 1)))
-    # Inside the folder (a name with a dot, which Parquet readers skip): the files move within one file
-    # system, into a folder the job may write.
-    staging = tempfile.mkdtemp(prefix=".gpucal-parts-", dir=directory)
+    # Beside the folder, not in it: dask and polars read a hidden folder inside a dataset as part of it,
+    # and a job killed while writing (no finally runs) would leave its rows there to be read twice.
+    target = os.path.abspath(directory)
+    staging = tempfile.mkdtemp(
+        prefix=f".{os.path.basename(target)}.gpucal-parts-", dir=os.path.dirname(target)
+    )
     try:
         names = [f"part.{i:0{width}d}.parquet" for i in range(len(parts))]
         tasks = [
@@ -158,8 +161,12 @@ def run(
     (a directory to write ``data`` with the calibrated ``output_col`` added), ``device`` and
     ``n_workers`` (GPUs or CPU workers; default all).
     """
-    import dask.dataframe as dd
-    import distributed
+    try:
+        import dask.dataframe as dd
+        import distributed
+    except ImportError as error:
+        msg = "the batch job runs on dask: pip install 'gpucal[dask]'"
+        raise ImportError(msg) from error
 
     from gpucal.distributed.cluster import dataframe_backend
     from gpucal.factory import make_calibrator

@@ -59,6 +59,7 @@ import functools
 import itertools
 from collections.abc import Callable, Collection, Hashable, Mapping, Sequence
 from dataclasses import replace
+from decimal import Decimal, InvalidOperation
 from typing import Any, ClassVar
 
 import numpy as np
@@ -159,16 +160,17 @@ def _as_kind(values: Any, kinds: set[str]) -> list[Any] | None:
 
 
 def _spelt_number(text: Any) -> Any:
-    """The number ``text`` spells, an int where it is whole (exactly, past 2**53 too); else ``text``."""
-    try:
-        return int(text)
-    except (TypeError, ValueError):
-        pass
-    try:
-        number = float(text)
-    except (TypeError, ValueError):
+    """The number a string spells, an int where it is whole (exactly: ``"9007199254740993.0"`` is
+    2**53 + 1); anything else as it is (a ``Decimal`` of 1.90 is not read as 1)."""
+    if not isinstance(text, str):
         return text
-    return int(number) if number.is_integer() else number
+    try:
+        number = Decimal(text.strip())
+    except InvalidOperation:
+        return text
+    if not number.is_finite():
+        return text
+    return int(number) if number == number.to_integral_value() else float(number)
 
 
 class FeatureEncoder(BaseEstimator):
