@@ -268,6 +268,19 @@ def test_json_reports_are_strict_json(tmp_path, scored, capsys):
     assert metrics["constant"]["calibration_slope"] is None
 
 
+def test_the_auc_guard_line_shows_how_much_lower_the_choice_ranks() -> None:
+    """Four decimals printed the two AUCs as equal (0.7608 against 0.7608) where the guard acted."""
+    from gpucal.cli.table_commands import auto_choice
+
+    rng = np.random.default_rng(0)
+    score = rng.uniform(0.01, 0.99, 6_000)
+    truth = np.where(score < 0.5, 0.05, 0.6) + 0.3 * (score > 0.8)
+    y = (rng.uniform(size=6_000) < truth).astype(float)
+    model = gpucal.AutoCalibrator(candidates=["isotonic", "platt"], n_folds=5, ensemble=False).fit(score, y)
+    line = auto_choice(model)
+    assert re.search(r"AUC within the folds 0\.\d{6} against 0\.\d{6}, \d\.\de-\d\d lower\)", line), line
+
+
 def test_one_column_in_two_roles_is_refused(tmp_path, scored, capsys):
     data = tmp_path / "data.csv"
     scored.to_csv(data, index=False)

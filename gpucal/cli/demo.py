@@ -236,9 +236,9 @@ def _load_kernels(
     fields: list[str],
     fitted: dict[str, Any] | None = None,
 ) -> None:
-    """Fit every calibrator once on a few rows, untimed: this process imports its modules and loads its
-    kernels from the cache before the timed fits (a first use costs that, compiled or not). ``fitted``
-    holds the fits of earlier loads (CCL embeds the MBCT found there)."""
+    """Fit each of the demo's calibrators once on a few rows, untimed: this process imports its modules
+    and loads its kernels from the cache before the timed fits (a first use costs that, compiled or
+    not). ``fitted`` holds the fits of earlier loads (CCL embeds the MBCT found there)."""
     fitted = {} if fitted is None else fitted
     started = time.perf_counter()
     with heartbeat(lambda: f"  ... loading the compiled kernels ({time.perf_counter() - started:.0f} s)"):
@@ -630,15 +630,16 @@ def _demo_data(rows: int, scenario: str, seed: int) -> tuple[Any, Any, list[str]
 
 
 def run_demo(args: argparse.Namespace) -> int:
-    """Fit every calibrator on a calibration split of ``make_ctr`` data; compare them on held-out rows.
+    """Fit the demo's calibrators (the ``DEMO_*`` lists) on a calibration split of ``make_ctr`` data;
+    compare them on held-out rows.
 
     The kernels are compiled first, in parallel warm-up processes (skipped when this gpucal's kernels
-    are known to be in the cache), then every calibrator is fitted and timed warm.
+    are known to be in the cache), then each calibrator is fitted and timed warm.
     """
     if args.rows < DEMO_MIN_ROWS:
         msg = (
             f"--rows must be at least {DEMO_MIN_ROWS}: make_ctr's positive rate is about 3%, and fewer rows "
-            f"leave too few positives to fit and compare every calibrator. Got {args.rows} instead."
+            f"leave too few positives to fit and compare the calibrators. Got {args.rows} instead."
         )
         raise ValueError(msg)
     started = time.perf_counter()
@@ -687,7 +688,7 @@ def run_demo(args: argparse.Namespace) -> int:
         )
         log_progress(f"  compiled in {time.perf_counter() - started:.1f} s since the start")
     log_progress(
-        f"[3/4] fitting every calibrator on {args.rows:,} rows, timed warm"
+        f"[3/4] fitting the calibrators on {args.rows:,} rows, timed warm"
         + (", the metrics of each prediction computed beside in a second process ..." if beside else " ...")
     )
     metrics = _MetricsBeside(held_out, fields, args.seed, include, beside=beside, pool=pool)

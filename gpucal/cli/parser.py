@@ -54,7 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
         )
         return cast(_CommandParser, command)
 
-    demo = add_command("demo", "every calibrator on the default synthetic data, held out")
+    demo = add_command("demo", "the main calibrators on the default synthetic data, held out")
     demo.add_argument(
         "--rows",
         type=positive_int_option,

@@ -280,7 +280,8 @@ def auto_choice(model: Any) -> str:
         guard = model.auc_guard_
         return (
             f"auto chose {best}: the search's choice ranked the held-out rows worse than the raw score "
-            f"(AUC {guard['auc']:.4f} against {guard['raw_auc']:.4f})"
+            f"(AUC within the folds {guard['auc']:.6f} against {guard['raw_auc']:.6f}, "
+            f"{guard['raw_auc'] - guard['auc']:.1e} lower)"
         )
     if model.platt_gain_["applied"]:
         return f"auto chose {best}: the search's choice gained only {measured} in held-out {scoring}"

@@ -214,7 +214,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         prog="python -m gpucal.distributed.batch", description=__doc__.splitlines()[0]
     )
     parser.add_argument("data", help="Parquet file or directory of Parquet files")
-    parser.add_argument("--method", required=True, help="histogram, isotonic, platt, beta or temperature")
+    parser.add_argument(
+        "--method",
+        required=True,
+        help="a one-dimensional map that fits on dask: histogram, isotonic, centered_isotonic, platt, "
+        "platt_hinge, beta, temperature, spline, bbq, enir or venn_abers",
+    )
     parser.add_argument("--model", required=True, help="where to write the fitted model (JSON)")
     parser.add_argument("--score-col", default="score")
     parser.add_argument("--label-col", default="label")
