@@ -90,6 +90,8 @@ def test_a_column_read_by_value_that_changed_type_is_read_as_fitted():
     assert as_text.tolist() == numbers.transform(pd.DataFrame({"region": [0, 2, 7, 9]}))[:, 0].tolist()
     decimals = pd.DataFrame({"region": pd.Series([Decimal("0.10"), Decimal("1.90")], dtype=object)})
     assert numbers.transform(decimals)[:, 0].tolist() == [numbers.unseen_codes_[0]] * 2  # not truncated
+    huge = pd.DataFrame({"region": ["1e999999999", "2.0"]})  # a billion digits would take minutes
+    assert numbers.transform(huge)[:, 0].tolist() == [numbers.unseen_codes_[0], 2]
     text = FeatureEncoder().fit(pd.DataFrame({"region": ["0", "1", "s1"]}))
     given = pd.DataFrame({"region": pd.Series([0, 1, 101], dtype="category")})
     assert (

@@ -159,6 +159,10 @@ def _as_kind(values: Any, kinds: set[str]) -> list[Any] | None:
     return None
 
 
+#: Most digits before the point of a number :func:`_spelt_number` reads (ids past 2**128 stay text).
+MAX_SPELT_DIGITS = 40
+
+
 def _spelt_number(text: Any) -> Any:
     """The number a string spells, an int where it is whole (exactly: ``"9007199254740993.0"`` is
     2**53 + 1); anything else as it is (a ``Decimal`` of 1.90 is not read as 1)."""
@@ -168,7 +172,8 @@ def _spelt_number(text: Any) -> Any:
         number = Decimal(text.strip())
     except InvalidOperation:
         return text
-    if not number.is_finite():
+    if not number.is_finite() or number.adjusted() > MAX_SPELT_DIGITS:
+        # "1e999999999" would be an int of a billion digits: no fitted id is one.
         return text
     return int(number) if number == number.to_integral_value() else float(number)
 
