@@ -436,7 +436,9 @@ class AutoCalibrator(Calibrator):
             else check_sample_weight(sample_weight, n_rows, xp=array_namespace(labels))
         )
         check_class_weights(
-            *class_weights_present(labels, labels * 0.0 + 1.0 if weights is None else weights),
+            *class_weights_present(
+                labels, array_namespace(labels).ones_like(labels) if weights is None else weights
+            ),
             why="the candidates are compared by their held-out log-loss and ranking, which need both classes",
         )
         plan = plan_search(n_rows, self.n_folds, self.cv_rows)

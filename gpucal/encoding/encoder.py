@@ -684,12 +684,13 @@ class FeatureEncoder(BaseEstimator):
         lookup = np.asarray(fitted.get_indexer(pd.Index(cats, dtype="object")), dtype=np.int64)
         unseen = lookup < 0
         drifted = len(cats) > 0 and len(fitted_cats) > 0 and bool(unseen.all())
-        if drifted and not (_value_kinds(cats) & _value_kinds(fitted_cats)):
+        fitted_kinds = _value_kinds(fitted_cats) if drifted else set()
+        if drifted and not (_value_kinds(cats) & fitted_kinds):
             # Not one value seen, and of another kind than every fitted one: the column's type changed
             # (ids read as numbers from a CSV, as text from a Parquet file), and every row would read as
             # unseen (predictions moved by up to 0.34). Its values are read as the fitted kind instead;
             # those still unseen (new ids that look like numbers) stay unseen.
-            converted = _as_kind(cats, _value_kinds(fitted_cats))
+            converted = _as_kind(cats, fitted_kinds)
             if converted is not None:
                 lookup = np.asarray(fitted.get_indexer(pd.Index(converted, dtype="object")), dtype=np.int64)
                 unseen = lookup < 0
