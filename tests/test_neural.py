@@ -513,6 +513,11 @@ def test_bad_input_is_named() -> None:
         PiecewiseLogitCalibrator(n_threads=10**6).fit(X["score"], y)
     with pytest.raises(ValueError, match="'seed' parameter of FieldAwareCalibrator"):
         FieldAwareCalibrator(seed=2**64).fit(X, y)
+    # Past this, numpy failed with a MemoryError (10**12 knots asked for terabytes).
+    with pytest.raises(ValueError, match=r"'n_knots' parameter of PiecewiseLogitCalibrator .*\[1, 1048576\]"):
+        PiecewiseLogitCalibrator(n_knots=10**12).fit(X["score"], y)
+    with pytest.raises(ValueError, match="'n_knots' parameter of FieldAwareCalibrator"):
+        FieldAwareCalibrator(n_knots=10**12).fit(X, y)
     with pytest.raises(KeyError, match="missing_col"):
         FieldAwareCalibrator(feature_cols=["missing_col"]).fit(X, y)
     with pytest.raises(ValueError, match="no positive labels"):

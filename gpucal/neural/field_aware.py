@@ -44,7 +44,7 @@ from gpucal.neural._torch import (
     torch_device,
     training_torch,
 )
-from gpucal.neural.piecewise import check_knots, eta_logit, finish_eta, fit_eta, knot_coordinates
+from gpucal.neural.piecewise import MAX_KNOTS, check_knots, eta_logit, finish_eta, fit_eta, knot_coordinates
 from gpucal.persistence import MAX_TERM, plain_numbers
 from gpucal.registry import calibration_method
 from gpucal.rows import as_rows, reject_dask
@@ -311,7 +311,8 @@ class FieldAwareCalibrator(EncodedFeatureCalibrator):
     learning_rate : float, default=0.01
         Adam step size.
     n_knots : int, default=32
-        Number of bins of the logit for :math:`\eta` (``K + 1`` knots at quantiles, fewer with ties).
+        Number of bins of the logit for :math:`\eta` (``K + 1`` knots at quantiles, fewer with ties), at
+        most ``gpucal.neural.piecewise.MAX_KNOTS``.
     monotone_penalty : float, default=1.0
         :math:`\lambda` of the ILPS penalty, against the weighted mean log-loss; 0 leaves :math:`\eta` free.
     batch_size : int or None, default=None
@@ -410,7 +411,7 @@ class FieldAwareCalibrator(EncodedFeatureCalibrator):
     """
 
     _parameter_constraints: ClassVar[dict[str, Constraint]] = {
-        "n_knots": Interval(int, 1, None),
+        "n_knots": Interval(int, 1, MAX_KNOTS),
         "monotone_penalty": Interval(float, 0, None),
         "learning_rate": Interval(float, 0, None, closed="neither"),
         "batch_size": Interval(int, 1, None, allow_none=True),

@@ -46,6 +46,10 @@ from gpucal.neural._torch import (
 from gpucal.persistence import check_magnitude, check_span
 from gpucal.registry import calibration_method
 
+#: Most bins of the logit (``n_knots``): each knot value is a parameter of the fit, and a bound keeps
+#: the fit's arrays of ``n_knots + 1`` values in memory (``10**12`` asked numpy for terabytes).
+MAX_KNOTS = 1 << 20
+
 
 def knot_positions(x: Any, w: Any, n_knots: int) -> np.ndarray:
     """Return the knots :math:`a_0 < \\dots < a_K`: weighted quantiles of ``x`` at ``0, 1/K, ..., 1``.
@@ -250,7 +254,8 @@ class PiecewiseLogitCalibrator(Calibrator):
     Parameters
     ----------
     n_knots : int, default=32
-        Number of bins :math:`K` of the logit (``K + 1`` knots, fewer when scores repeat).
+        Number of bins :math:`K` of the logit (``K + 1`` knots, fewer when scores repeat), at most
+        :data:`MAX_KNOTS`.
     monotone_penalty : float, default=1.0
         :math:`\lambda`, against the weighted *mean* log-loss. Above a finite value (the largest gradient
         the log-loss puts on a knot) the penalty is exact: the minimiser is monotone. 0 fits the
@@ -323,7 +328,7 @@ class PiecewiseLogitCalibrator(Calibrator):
     """
 
     _parameter_constraints: ClassVar[dict[str, Constraint]] = {
-        "n_knots": Interval(int, 1, None),
+        "n_knots": Interval(int, 1, MAX_KNOTS),
         "monotone_penalty": Interval(float, 0, None),
         "max_iter": Interval(int, 1, None),
         "tol": Interval(float, 0, None, closed="neither"),
