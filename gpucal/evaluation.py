@@ -90,7 +90,8 @@ def evaluate(
         differently: ``hosmer_lemeshow_p`` and ``spiegelhalter_p`` (p-values; small rejects
         calibration), ``calibration_slope`` and ``calibration_intercept`` (Cox: 1 and 0 when
         calibrated) and ``skce`` (the unbiased SKCE, near 0 when calibrated); the slope and the SKCE
-        are NaN for a constant prediction, where they are not defined.
+        are NaN for a constant prediction, where they are not defined, and the slope is NaN for a
+        prediction that separates the classes (it is infinite).
     """
     field_columns = (
         {}
@@ -173,11 +174,12 @@ def _column(
 def _unless_constant(
     metric: Callable[..., Any], field: str, y_true: Any, y_prob: Any, sample_weight: Any
 ) -> float:
-    """The ``field`` of ``metric``'s result, or NaN when it refuses a constant prediction (the inputs
-    were checked by the metrics before)."""
+    """The ``field`` of ``metric``'s result, or NaN when it refuses a constant prediction or, for the
+    logistic recalibration, scores that separate the classes (its slope is infinite; the inputs were
+    checked by the metrics before)."""
     try:
         return float(getattr(metric(y_true, y_prob, sample_weight=sample_weight), field))
     except ValueError as error:
-        if "same logit" in str(error) or "identical" in str(error):
+        if any(reason in str(error) for reason in ("same logit", "identical", "separated by the score")):
             return math.nan
         raise

@@ -50,6 +50,17 @@ def test_evaluate_reports_the_classical_tests() -> None:
     assert np.isnan(table["constant"]["skce"])
 
 
+def test_scores_that_separate_the_classes_have_no_slope_in_the_table() -> None:
+    """A prediction that ranks every positive above every negative (a small evaluation set, a good
+    model) has an infinite calibration slope: NaN in the table, every other metric reported. It ended
+    ``evaluate`` with numpy's "Singular matrix"."""
+    y = np.array([0.0, 0.0, 1.0, 1.0])
+    table = gpucal.evaluate(y, {"score": np.array([0.2, 0.4, 0.7, 0.9])})
+    assert np.isnan(table["score"]["calibration_slope"])
+    assert table["score"]["roc_auc"] == 1.0
+    assert table["score"].drop("calibration_slope").notna().all()
+
+
 def test_evaluate_computes_only_the_metrics_included(monkeypatch: pytest.MonkeyPatch) -> None:
     """The demo's table shows seven metrics; the others of the table took two thirds of its time."""
     from gpucal.evaluation import METRIC_NAMES

@@ -181,6 +181,9 @@ def test_separated_classes_have_no_slope() -> None:
     quasi = np.array([0.1, 0.2, 0.5, 0.6, 0.7, 0.5])
     with pytest.raises(ValueError, match="separated by the score"):
         metrics.calibration_slope(np.array([0.0, 0, 1, 1, 1, 0]), quasi)
+    # Here the Hessian turned exactly singular on the way: numpy's LinAlgError, not this error.
+    with pytest.raises(ValueError, match="separated by the score"):
+        metrics.calibration_slope(np.array([0.0, 0, 1, 1]), np.array([0.2, 0.4, 0.7, 0.9]))
     y, p, _ = make_data(n=100)
     assert np.isfinite(metrics.calibration_slope(y, p).slope_se)
     with pytest.raises(ValueError, match="separated by the score"):

@@ -548,7 +548,10 @@ def _newton(rows: Rows, a: float, b: float, *, fit_slope: bool) -> tuple[float, 
     for _ in range(NEWTON_MAX_ITER):
         gradient = sums[4:6] if fit_slope else sums[4:5]
         hessian = _hessian(sums, fit_slope)
-        step = np.linalg.solve(hessian, gradient)
+        try:
+            step = np.linalg.solve(hessian, gradient)
+        except np.linalg.LinAlgError:
+            break  # no curvature left: the classes are separated, which the check below reports
         loglik = sums[3]
         scale = 1.0
         while True:  # halve the step until the log-likelihood does not fall
