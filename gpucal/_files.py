@@ -77,7 +77,7 @@ def read_table(
             if columns is None:
                 # pandas names a column without a name "Unnamed: 0": the header as the file spells it.
                 with open(path, newline="", encoding="utf-8-sig") as handle:
-                    header = next(csv.reader(handle), [])
+                    header = _csv_header(handle)
                 if len(header) == frame.shape[1]:
                     frame.columns = header
             return frame
@@ -95,18 +95,23 @@ def _index_as_columns(frame: pd.DataFrame) -> pd.DataFrame:
     return frame.reset_index(drop=True)
 
 
+def _csv_header(handle: Any) -> list[str]:
+    """The fields of a CSV file's first line that is not empty: pandas skips empty lines before its header."""
+    return next((row for row in csv.reader(handle) if row), [])
+
+
 def table_columns(path: str | os.PathLike[str]) -> list[str]:
     """Return the column names of a CSV or Parquet file without reading its rows (nor importing pandas).
 
-    A CSV file's first line is read as pandas reads it by default: comma-separated, quoted fields,
-    UTF-8 with or without a byte-order mark. A column without a name is left out, as a Parquet file's
-    unnamed index is: pandas' own row labels (``to_csv`` writes them under an empty name by default),
-    no data, and no name an option could give.
+    A CSV file's first line that is not empty is read as pandas reads it by default: comma-separated,
+    quoted fields, UTF-8 with or without a byte-order mark. A column without a name is left out, as a
+    Parquet file's unnamed index is: pandas' own row labels (``to_csv`` writes them under an empty name
+    by default), no data, and no name an option could give.
     """
     if Path(path).suffix.lower() == ".csv":
         try:
             with open(path, newline="", encoding="utf-8-sig") as handle:
-                names = [name for name in next(csv.reader(handle), []) if name != ""]
+                names = [name for name in _csv_header(handle) if name != ""]
         except UnicodeDecodeError as error:
             msg = f"{os.fspath(path)!r}: its header is not UTF-8 text ({error.reason} at byte {error.start})"
             raise ValueError(msg) from None

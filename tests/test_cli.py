@@ -212,6 +212,18 @@ def test_a_csv_with_pandas_row_labels_fits_on_its_named_columns(tmp_path, scored
     assert "its header names ['seg'] more than once" in capsys.readouterr().err
 
 
+def test_a_csv_with_empty_lines_before_its_header_is_read_as_pandas_reads_it(tmp_path, scored, capsys):
+    """pandas skips empty lines before the header; the header checks read the first line and found
+    no columns ("its columns: []")."""
+    data = tmp_path / "data.csv"
+    data.write_text("\n\n" + scored.to_csv(index=False))
+    model, out = tmp_path / "m.json", tmp_path / "out.csv"
+    assert main(["fit", str(data), "--method", "feature_platt", "--model", str(model)]) == 0
+    assert json.loads(model.read_text())["params"]["feature_cols"] == ["segment"]
+    assert main(["predict", str(data), "--model", str(model), "--output", str(out)]) == 0
+    assert out.read_text().splitlines()[0] == ",".join([*scored.columns, "calibrated"])
+
+
 def test_bad_values_are_named_by_their_option_and_column(tmp_path, scored, capsys):
     data = tmp_path / "data.csv"
     bad = scored.assign(model_b=scored["score"], wt=1.0)
