@@ -101,6 +101,35 @@ def test_inf_parameters_are_refused_with_the_template(make: Any, name: str) -> N
         estimator.fit(X, rng.integers(0, 2, 40))
 
 
+#: Parameters checked where they are read (columns, lists, estimators), not by a constraint.
+UNCONSTRAINED = {
+    "score_col",
+    "feature_cols",
+    "categorical_cols",
+    "interactions",
+    "candidates",
+    "embedding_model",
+    "quantiles",
+    "knots",
+    "reg_params",
+}
+
+
+def test_every_other_parameter_is_checked_when_fit_starts() -> None:
+    """Nine score maps had no constraint for ``output_type``: a typo fitted, then failed at predict
+    with a message that named no class."""
+    for cls in ESTIMATOR_CLASSES:
+        unchecked = set(cls._get_param_names()) - set(cls._parameter_constraints) - UNCONSTRAINED
+        assert not unchecked, f"{cls.__name__}: {sorted(unchecked)}"
+        if "output_type" in cls._get_param_names():
+            kwargs = {
+                ClusteredCalibrator: {"embedding_model": _embedding_model()},
+                DownsamplingCorrection: {"rate": 0.1},
+            }.get(cls, {})
+            with pytest.raises(ValueError, match=f"'output_type' parameter of {cls.__name__}"):
+                cls(output_type="pands", **kwargs)._validate_params()
+
+
 # --------------------------------------------------------------------------------------------------
 # scikit-learn's estimator checks
 

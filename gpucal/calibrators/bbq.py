@@ -15,7 +15,7 @@ from scipy.special import gammaln
 
 from gpucal._backend import array_namespace
 from gpucal.calibrators._sorted import host_float64
-from gpucal.calibrators.base import Calibrator, Constraint, Interval, Options
+from gpucal.calibrators.base import OUTPUT_TYPE_OPTIONS, Calibrator, Constraint, Interval, Options
 from gpucal.calibrators.bins import count_not_above
 from gpucal.calibrators.score_rows import read_distinct_score_sums
 from gpucal.kernels.jit import empty_rows, numba, parallel_rows
@@ -238,6 +238,7 @@ class BBQCalibrator(Calibrator):
         "spread": Interval(float, 1, None),
         "prior_size": Interval(float, 0, None, closed="neither"),
         "score_kind": Options("probability", "logit"),
+        "output_type": OUTPUT_TYPE_OPTIONS,
     }
     _state_spec: ClassVar[dict[str, str]] = {
         "edges_": "float_array",

@@ -11,7 +11,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from gpucal.calibrators.base import Calibrator, Constraint, Options
+from gpucal.calibrators.base import OUTPUT_TYPE_OPTIONS, Calibrator, Constraint, Options
 from gpucal.calibrators.bins import check_knot_map, interp_clipped
 from gpucal.calibrators.score_rows import read_distinct_score_sums
 from gpucal.kernels.jit import numba
@@ -159,6 +159,7 @@ class CenteredIsotonicCalibrator(Calibrator):
     _parameter_constraints: ClassVar[dict[str, Constraint]] = {
         "interior_strict": Options(True, False),
         "score_kind": Options("probability", "logit"),
+        "output_type": OUTPUT_TYPE_OPTIONS,
     }
     _state_spec: ClassVar[dict[str, str]] = {"X_knots_": "float_array", "y_knots_": "float_array"}
 

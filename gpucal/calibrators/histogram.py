@@ -13,7 +13,7 @@ import numpy as np
 
 from gpucal._backend import array_namespace
 from gpucal._validation import check_sample_weight
-from gpucal.calibrators.base import Calibrator, Constraint, Interval, Options
+from gpucal.calibrators.base import OUTPUT_TYPE_OPTIONS, Calibrator, Constraint, Interval, Options
 from gpucal.calibrators.bins import (
     BIN_W,
     BIN_WY,
@@ -206,6 +206,7 @@ class HistogramCalibrator(Calibrator):
         "n_bins": Interval(int, 1, None),
         "strategy": Options("uniform", "quantile"),
         "score_kind": Options("probability", "logit"),
+        "output_type": OUTPUT_TYPE_OPTIONS,
     }
     _state_spec: ClassVar[dict[str, str]] = {
         "bin_edges_": "float_array",

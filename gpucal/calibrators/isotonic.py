@@ -15,7 +15,7 @@ import numpy as np
 from gpucal._backend import is_cupy_array
 from gpucal._validation import check_invariant
 from gpucal.calibrators._sorted import host_float64, host_weights
-from gpucal.calibrators.base import Calibrator, Constraint, Interval, Options
+from gpucal.calibrators.base import OUTPUT_TYPE_OPTIONS, Calibrator, Constraint, Interval, Options
 from gpucal.calibrators.bins import BIN_W, BIN_WY, interp_clipped, interp_clipped_and_refused
 from gpucal.calibrators.pav import (
     PavBlocks,
@@ -274,6 +274,7 @@ class IsotonicCalibrator(Calibrator):
         "rank_preserving": Options(True, False),
         "clip_eps": Interval(float, 0.0, 0.5, closed="left"),
         "score_kind": Options("probability", "logit"),
+        "output_type": OUTPUT_TYPE_OPTIONS,
     }
     _state_spec: ClassVar[dict[str, str]] = {"X_thresholds_": "float_array", "y_thresholds_": "float_array"}
 

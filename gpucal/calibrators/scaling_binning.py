@@ -11,7 +11,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from gpucal._backend import array_namespace
-from gpucal.calibrators.base import Calibrator, Constraint, Interval, Options
+from gpucal.calibrators.base import OUTPUT_TYPE_OPTIONS, Calibrator, Constraint, Interval, Options
 from gpucal.calibrators.bins import BIN_W, BIN_WP, lookup_bins, mass_bin_stats, midpoint_edges
 from gpucal.calibrators.histogram import check_bin_state
 from gpucal.calibrators.platt import fit_platt, predict_platt
@@ -163,6 +163,7 @@ class ScalingBinningCalibrator(Calibrator):
         "split_fraction": Interval(float, 0.0, 1.0, closed="neither", allow_none=True),
         "random_state": Interval(int, 0, None),
         "score_kind": Options("probability", "logit"),
+        "output_type": OUTPUT_TYPE_OPTIONS,
     }
     _state_spec: ClassVar[dict[str, str]] = {
         "coef_": "float",

@@ -11,7 +11,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from gpucal._backend import array_namespace
-from gpucal.calibrators.base import Calibrator, Constraint, Interval, Options
+from gpucal.calibrators.base import OUTPUT_TYPE_OPTIONS, Calibrator, Constraint, Interval, Options
 from gpucal.calibrators.bins import (
     BIN_W,
     BIN_WP,
@@ -150,6 +150,7 @@ class SIRCalibrator(Calibrator):
     _parameter_constraints: ClassVar[dict[str, Constraint]] = {
         "n_bins": Interval(int, 1, None),
         "score_kind": Options("probability", "logit"),
+        "output_type": OUTPUT_TYPE_OPTIONS,
     }
     _state_spec: ClassVar[dict[str, str]] = {"X_knots_": "float_array", "y_knots_": "float_array"}
 

@@ -17,7 +17,7 @@ import numpy as np
 
 from gpucal._backend import array_namespace, to_numpy
 from gpucal.calibrators._newton import WARM_ERROR_TOL, newton_minimize
-from gpucal.calibrators.base import Calibrator, Constraint, Interval, Options
+from gpucal.calibrators.base import OUTPUT_TYPE_OPTIONS, Calibrator, Constraint, Interval, Options
 from gpucal.calibrators.bins import count_not_above
 from gpucal.calibrators.logistic import ScoreBlock
 from gpucal.calibrators.score_rows import ScoreRows
@@ -475,6 +475,7 @@ class SplineCalibrator(Calibrator):
         "unity_prior_weight": Interval(float, 0, None),
         "random_state": Interval(int, 0, None),
         "score_kind": Options("probability", "logit"),
+        "output_type": OUTPUT_TYPE_OPTIONS,
     }
     _state_spec: ClassVar[dict[str, str]] = {
         "knots_": "float_array",

@@ -19,7 +19,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from gpucal._backend import array_namespace, to_numpy
 from gpucal.calibrators._sorted import distinct_counts, host_float64, thread_count
-from gpucal.calibrators.base import Calibrator, Constraint, Interval, Options
+from gpucal.calibrators.base import OUTPUT_TYPE_OPTIONS, Calibrator, Constraint, Interval, Options
 from gpucal.calibrators.bins import _first_not_below, _knot_table
 from gpucal.calibrators.score_rows import ScoreBlock, read_score_rows
 from gpucal.kernels.jit import numba
@@ -454,6 +454,7 @@ class VennAbersCalibrator(Calibrator):
         "n_folds": Interval(int, 2, None, allow_none=True),
         "random_state": Interval(int, 0, None),
         "score_kind": Options("probability", "logit"),
+        "output_type": OUTPUT_TYPE_OPTIONS,
     }
     _state_spec: ClassVar[dict[str, str]] = {
         "scores_": "float_array",
