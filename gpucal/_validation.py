@@ -33,9 +33,11 @@ def as_1d_array(x: Any, name: str) -> Any:
     nulls) are named, not read as numbers.
     """
     module = type(x).__module__.split(".")[0]
-    if module in ("pandas", "polars", "cudf") and len(getattr(x, "shape", (0,))) != 1:
+    # A frame has a 2-D shape; a Series or a pyarrow (Chunked)Array has one of 1-D or none at all.
+    if module in ("pandas", "polars", "cudf", "pyarrow") and len(getattr(x, "shape", (0,))) != 1:
         msg = (
-            f"{name}: expected one column, got a {type(x).__name__} of shape {tuple(x.shape)}; pass a Series"
+            f"{name}: expected one column, got a {type(x).__name__} of shape {tuple(x.shape)}; "
+            "pass one column"
         )
         raise ValueError(msg)
     if is_cupy_array(x):

@@ -66,6 +66,25 @@ def test_fit_refuses_a_shuffled_y(make: Callable[[], Any]) -> None:
 
 
 @pytest.mark.parametrize("make", ESTIMATORS, ids=IDS)
+def test_fit_refuses_labels_or_weights_of_one_column_frames(make: Callable[[], Any]) -> None:
+    """The feature-aware fits failed with "'DataFrame' object has no attribute 'dtype'", and every fit
+    on a pyarrow Table with "no attribute 'null_count'"."""
+    import polars as pl
+    import pyarrow as pa
+
+    X, y = _data()
+    estimator = make()
+    if isinstance(estimator, ClusteredCalibrator):
+        estimator.set_params(embedding_model=MBCT(max_trees=2).fit(X, y))
+    for frame in (y.to_frame("y"), pl.DataFrame({"y": y.to_numpy()}), pa.table({"y": y.to_numpy()})):
+        kind = type(frame).__name__
+        with pytest.raises(ValueError, match=f"y: expected one column, got a {kind} of shape"):
+            estimator.fit(X, frame)
+        with pytest.raises(ValueError, match=f"sample_weight: expected one column, got a {kind} of shape"):
+            estimator.fit(X, y, sample_weight=frame)
+
+
+@pytest.mark.parametrize("make", ESTIMATORS, ids=IDS)
 def test_fit_refuses_misaligned_sample_weight(make: Callable[[], Any]) -> None:
     X, y = _data()
     weight = pd.Series(1.0, index=X.index[::-1])

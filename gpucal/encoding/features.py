@@ -45,6 +45,7 @@ from gpucal._frames import (
     numeric_values,
     resolve_feature_names,
 )
+from gpucal._validation import as_1d_array
 from gpucal.rows import RowBlock, Rows
 from gpucal.rows.collections import any_dask
 
@@ -176,7 +177,7 @@ def _numeric_target(x: Any) -> Any:
     if x is None:
         return None
     try:
-        return numeric_values(as_column(x, "y"))
+        return numeric_values(as_column(as_1d_array(x, "y"), "y"))
     except (TypeError, ValueError):
         return None
 
