@@ -500,9 +500,12 @@ def frame_columns(
 
 
 def column_names(X: Any, name: str = "X") -> list[Hashable] | None:
-    """The column names of a dataframe, ``dict`` of columns or 2-D array (positions); None for 1-D ``X``."""
+    """The column names of a dataframe, ``dict`` of columns or 2-D array (positions); None for 1-D ``X``
+    and for an ``(n, 1)`` array, which is the score (:func:`parse_input`), not a column beside it."""
     obj = _as_frame_or_1d(X, name)
-    return obj.names if isinstance(obj, _Frame) else None
+    if not isinstance(obj, _Frame) or (obj.positional and len(obj.names) == 1):
+        return None
+    return obj.names
 
 
 def numeric_values(col: Column) -> Any:

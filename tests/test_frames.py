@@ -356,6 +356,22 @@ def test_n_by_1_array_is_the_score():
         assert (got.info.family, got.info.n_rows, got.features) == ("numpy", 4, {})
 
 
+def test_n_by_1_array_is_the_score_of_the_calibrators_that_take_features_too() -> None:
+    """MBCT and AutoCalibrator fit a 1-D score; on its ``(n, 1)`` form their default features listed
+    column 0, the score ("feature_cols: lists the score column 0"); the feature-aware fits said so
+    instead of that they need a feature."""
+    from gpucal import MBCT, AutoCalibrator, FeatureAwarePlattCalibrator
+
+    rng = np.random.default_rng(0)
+    score = rng.uniform(0.05, 0.95, 600)
+    y = (rng.uniform(size=600) < score).astype(float)
+    for make in (lambda: MBCT(max_trees=3), lambda: AutoCalibrator(candidates=["platt", "mbct"], n_folds=2)):
+        flat = make().fit(score, y).predict(score)
+        assert_array_equal(make().fit(score[:, None], y).predict(score[:, None]), flat)
+    with pytest.raises(ValueError, match="X: no feature columns"):
+        FeatureAwarePlattCalibrator().fit(score[:, None], y)
+
+
 def test_two_d_array_by_column_position():
     """Issue 18: integer ``score_col`` / ``feature_cols`` read a 2-D array by column position."""
     X = np.column_stack([[5.0, 6.0, 7.0, 8.0], SCORES, [1.0, 2.0, 1.0, 2.0]])
