@@ -57,6 +57,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import warnings
 from collections.abc import Callable, Collection, Hashable, Mapping, Sequence
 from dataclasses import replace
 from decimal import Decimal, InvalidOperation
@@ -694,6 +695,17 @@ class FeatureEncoder(BaseEstimator):
             if converted is not None:
                 lookup = np.asarray(fitted.get_indexer(pd.Index(converted, dtype="object")), dtype=np.int64)
                 unseen = lookup < 0
+            if unseen.all():
+                # Still none seen: new ids, or a column coded again upstream (strings fitted, their
+                # integer codes given), which would drop the feature on every row unnoticed.
+                was, now = (" and ".join(sorted(kinds)) for kinds in (fitted_kinds, _value_kinds(cats)))
+                warnings.warn(
+                    f"X[{coding.name!r}]: held {was} values at fit time and now holds {now} values, none "
+                    "seen at fit time: every row reads as an unseen value. Pass the column as it was at "
+                    "fit time.",
+                    UserWarning,
+                    stacklevel=2,
+                )
         if unseen.any() and self.handle_unseen == "error":
             counts = to_numpy(xp.bincount(codes[codes >= 0].astype(xp.int64), minlength=len(cats)))
             used_unseen = unseen & (counts > 0)
