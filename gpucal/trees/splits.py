@@ -59,7 +59,7 @@ import math
 
 import numpy as np
 
-from gpucal.kernels import STAT_COUNT, STAT_W, STAT_WF, STAT_WFF, STAT_WFY, STAT_WY, STAT_WYY
+from gpucal.kernels import STAT_W, STAT_WF, STAT_WFF, STAT_WFY, STAT_WY, STAT_WYY
 from gpucal.kernels.jit import numba, parallel_rows
 
 # Criterion codes of the binary split functions: the node map's loss (MBCT's "gain" with the scale or the
@@ -133,7 +133,7 @@ def choose_splits(hist, offsets, n_values, rare_codes, parent, scale, penalty, m
             loss = 0.0
             for v in range(n_values[j]):
                 row = hist[s, offsets[j] + v]
-                if row[STAT_COUNT] <= 0.0:
+                if row[STAT_W] <= 0.0:  # rows of no weight count as no rows
                     continue
                 if _is_pooled(row, v, rare_codes[j], min_child):
                     rest += row
@@ -167,7 +167,7 @@ def split_children(hist_feature, rare_code, parent_a, parent_b, scale, penalty, 
     n = 0
     for v in range(k):
         row = hist_feature[v]
-        if row[STAT_COUNT] <= 0.0:
+        if row[STAT_W] <= 0.0:
             continue
         if _is_pooled(row, v, rare_code, min_child):
             rest += row
@@ -288,7 +288,7 @@ def scan_order(hist_feature, ordinal, parent_a, parent_b, kind, penalty):
     codes = np.empty(k, dtype=np.int64)
     m = 0
     for v in range(k):
-        if hist_feature[v, STAT_COUNT] > 0.0:
+        if hist_feature[v, STAT_W] > 0.0:
             codes[m] = v
             m += 1
     codes = codes[:m]
