@@ -196,6 +196,11 @@ def test_bad_input_is_refused_by_name() -> None:
         calibration_belt(y, p, confidence_levels=(0.8, 1.0))
     with pytest.raises(ValueError, match="grid"):
         calibration_belt(y, p, grid=[0.0, 0.5])
+    # Weights read as repeated rows: normalised ones (or a few dozen rows' worth) failed inside SciPy.
+    with pytest.raises(ValueError, match="these add up to 1, less than two rows"):
+        calibration_belt(y, p, sample_weight=np.full(200, 1 / 200))
+    with pytest.raises(ValueError, match="the confidence region has no finite bound on these rows"):
+        calibration_belt(y, p, sample_weight=np.full(200, 0.05))
 
 
 def test_plot_draws_one_band_per_level() -> None:

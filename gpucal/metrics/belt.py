@@ -27,8 +27,13 @@ from scipy import integrate, optimize, special, stats
 
 from gpucal._params import Interval, validate_params
 from gpucal.kernels.jit import numba
-from gpucal.metrics.calibration_tests import _recalibration_rows, ill_conditioned, separated_fit
-from gpucal.metrics.inputs import CheckedRows
+from gpucal.metrics.calibration_tests import (
+    _recalibration_rows,
+    _recalibration_sums,
+    ill_conditioned,
+    separated_fit,
+)
+from gpucal.metrics.inputs import CheckedRows, check_repeated_rows
 from gpucal.rows import Rows
 
 #: Points per task of the numba loop.
@@ -450,6 +455,14 @@ class _PolynomialFit:
         high = t_start
         while drop(high) > 0.0:
             high *= 2.0
+        if not drop(0.0) > 0.0:
+            # The fit at t = 0 is the maximum itself; it is lost where the likelihood is nearly flat
+            # (weights that add up to a few dozen rows: the region has no bound worth the name).
+            msg = (
+                "calibration_belt: the confidence region has no finite bound on these rows; the belt "
+                "needs many rows (weights count as repeated rows: pass frequencies, not normalised weights)"
+            )
+            raise ValueError(msg)
         t = optimize.brentq(drop, 0.0, high, xtol=1e-14, rtol=1e-13)
         drop(t)
         return float(x @ state["gamma"])
@@ -637,6 +650,8 @@ def calibration_belt(
         msg = f"confidence_levels: each level must lie in (0, 1), got {list(levels)}"
         raise ValueError(msg)
     rows = _recalibration_rows(y_true, y_prob, sample_weight)
+    total = float(rows.sum(_recalibration_sums, 0.0, 1.0)[1])
+    check_repeated_rows(total, "the calibration belt", sample_weight is not None)
     span = rows.reduce(_logit_span, _widest)
     if not span[1] > span[0]:
         msg = "y_prob: every score has the same logit; the calibration belt needs two distinct scores"
