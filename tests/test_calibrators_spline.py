@@ -12,7 +12,7 @@ import json
 
 import numpy as np
 import pytest
-from numpy.testing import assert_allclose
+from numpy.testing import assert_allclose, assert_array_equal
 from scipy.optimize import minimize
 
 import gpucal
@@ -125,6 +125,19 @@ def test_weights_equal_repeated_rows_and_logit_scores() -> None:
         SplineCalibrator(**params).fit(s, y).predict(test),
         rtol=1e-9,
     )
+
+
+def test_a_row_of_no_weight_near_zero_moves_no_logit_clip() -> None:
+    """The logit clip ``logit_eps_`` read the scores of rows of weight 0 too: one at 1e-12 moved it
+    from 3.7e-9 to 4.5e-13 and the predictions below it."""
+    s, y = make_data(600, 3)
+    fitted = SplineCalibrator(n_knots=8, reg_params=[0.01]).fit(s, y)
+    extra = SplineCalibrator(n_knots=8, reg_params=[0.01]).fit(
+        np.append(s, 1e-12), np.append(y, 0.0), sample_weight=np.append(np.ones(600), 0.0)
+    )
+    assert extra.logit_eps_ == fitted.logit_eps_
+    test = np.logspace(-14, -1, 27)
+    assert_array_equal(extra.predict(test), fitted.predict(test))
 
 
 def test_penalty_is_chosen_on_held_out_rows() -> None:

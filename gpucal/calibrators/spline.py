@@ -290,9 +290,10 @@ def split_weights(block: SplitBlock) -> np.ndarray:
 
 
 def block_closest(block: ScoreBlock) -> float:
-    """The smallest distance to 0 or 1 of a block's scores strictly inside (0, 1) (inf when none)."""
+    """The smallest distance to 0 or 1 of a block's scores strictly inside (0, 1) of positive weight
+    (inf when none): a row of no weight is no row."""
     xp = array_namespace(block.score)
-    s = block.score[(block.score > 0.0) & (block.score < 1.0)]
+    s = block.score[(block.score > 0.0) & (block.score < 1.0) & (block.w > 0.0)]
     return float(xp.min(xp.minimum(s, 1.0 - s))) if s.shape[0] else math.inf
 
 
