@@ -235,15 +235,16 @@ def skce(
         \widehat{\mathrm{SKCE}}_{b} = \frac{1}{W^2} \sum_{i,j} w_i w_j h_{ij}.
 
     With unit weights these are the paper's unbiased quadratic U-statistic (the mean of
-    :math:`h_{ij}` over pairs :math:`i \ne j`) and the biased V-statistic; with integer weights they
-    are the estimators of the repeated rows.
+    :math:`h_{ij}` over pairs :math:`i \ne j`) and the biased V-statistic; with integer weights and a
+    given ``bandwidth`` they are the estimators of the repeated rows (the median heuristic reads each
+    row of positive weight once, so its :math:`h` may differ a little from the repeated rows').
 
     Parameters
     ----------
     y_true, y_prob : array-like of shape (n,)
         Labels in [0, 1] and predicted probabilities.
     sample_weight : array-like of shape (n,), optional
-        Frequency weights (integer weights = repeated rows).
+        Frequency weights (integer weights = repeated rows, with a given ``bandwidth``).
     estimator : {"uq", "biased"}, default "uq"
         The unbiased quadratic estimator or the V-statistic.
     kernel : {"laplace", "gaussian"}, default "laplace"
@@ -251,8 +252,8 @@ def skce(
         Gaussian loops over the pairs of distinct scores closer than :math:`38.6 h`, O(m^2) at worst.
     bandwidth : float > 0 or None, default None
         :math:`h`. None: the median heuristic, probcal's: the median distance between the kernel
-        inputs of rows :math:`0, c, 2c, \dots` in row order, :math:`c = \lceil n / 4096 \rceil` (their
-        mean if the median is 0).
+        inputs of rows :math:`0, c, 2c, \dots` of positive weight in row order, each once whatever its
+        weight, :math:`c = \lceil n / 4096 \rceil` (their mean if the median is 0).
     scale : {"probability", "logit"}, default "probability"
         The kernel's input: the probability or its logit (clipped at 1e-12); the residuals stay on the
         probability scale.
