@@ -19,7 +19,8 @@ model predicts bit-for-bit what the saved one did.
 A file cannot hurt the process that loads it: only a regular file is read (a device such
 as ``/dev/zero`` or a FIFO is refused before it is opened), and at most ``MAX_FILE_BYTES``; the parser
 refuses ``NaN``/``Infinity``, number literals that overflow to infinity (``1e999``), integers longer
-than ``MAX_INT_DIGITS`` digits, and nesting deeper than ``MAX_NESTING``; a ``null`` or a boolean where a
+than ``MAX_INT_DIGITS`` digits, and nesting deeper than ``MAX_NESTING`` (it parses under a recursion
+limit of at most ``PARSE_RECURSION_LIMIT``, whatever the process set); a ``null`` or a boolean where a
 number is expected is an error, never a NaN. Every class checks its state's sizes against each other
 in ``_check_state`` (the number of classes, trees, clusters and nodes the arrays really hold), so
 nothing a file declares can make ``load`` or ``predict`` allocate more than the file's own arrays.
@@ -32,6 +33,9 @@ import json
 import math
 import os
 import stat
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -46,6 +50,10 @@ MAX_FILE_BYTES = 1 << 30
 MAX_INT_DIGITS = 20
 # gpucal's own files nest 8 levels at most (a CCL file holding a gpucal model's code maps).
 MAX_NESTING = 32
+# The recursion limit the JSON parser runs under when the process set a higher one: the parser recurses
+# in C once per level, and a file nesting 200,000 deep overflowed the C stack (a segmentation fault)
+# under a limit of 100,000 before the nesting check could run.
+PARSE_RECURSION_LIMIT = 4_000
 
 
 class ModelFileError(ValueError):
@@ -252,7 +260,7 @@ def from_dict(document: Any) -> Any:
         msg = "not a gpucal model file (no 'format': 'gpucal-model' at the top level)"
         raise ModelFileError(msg)
     version = document.get("schema_version")
-    if version != SCHEMA_VERSION:
+    if type(version) is not int or version != SCHEMA_VERSION:  # true and 1.0 equal 1
         msg = (
             f"schema_version {version!r} is not supported by gpucal {__version__} (it reads {SCHEMA_VERSION})"
         )
@@ -330,6 +338,22 @@ def _check_nesting(document: Any) -> None:
                 stack.append((child, depth + 1))
 
 
+@contextmanager
+def _bounded_recursion() -> Iterator[None]:
+    """Run the block under a recursion limit of at most :data:`PARSE_RECURSION_LIMIT`, the process's own
+    restored after it (the limit is the process's: another thread recursing deeper meanwhile would
+    stop, as it would under Python's default limit)."""
+    limit = sys.getrecursionlimit()
+    if limit <= PARSE_RECURSION_LIMIT:
+        yield
+        return
+    sys.setrecursionlimit(PARSE_RECURSION_LIMIT)
+    try:
+        yield
+    finally:
+        sys.setrecursionlimit(limit)
+
+
 def read_document(path: str | os.PathLike[str]) -> Any:
     """Return the parsed JSON of a model file, refusing what is no regular file, too large or malformed.
 
@@ -351,18 +375,19 @@ def read_document(path: str | os.PathLike[str]) -> Any:
         msg = f"{name!r} is larger than {MAX_FILE_BYTES} bytes, the most a model file may hold"
         raise ModelFileError(msg)
     try:
-        document = json.loads(
-            raw.decode("utf-8"),
-            parse_constant=_reject_constant,
-            parse_float=_parse_float,
-            parse_int=_parse_int,
-        )
+        with _bounded_recursion():
+            document = json.loads(
+                raw.decode("utf-8"),
+                parse_constant=_reject_constant,
+                parse_float=_parse_float,
+                parse_int=_parse_int,
+            )
     except ModelFileError:
         raise
     except json.JSONDecodeError as error:
         msg = f"{name!r} is not valid JSON (truncated or corrupt?): {error}"
         raise ModelFileError(msg) from None
-    except (RecursionError, UnicodeDecodeError, ValueError, OverflowError) as error:
+    except (RecursionError, UnicodeDecodeError, ValueError, OverflowError, MemoryError) as error:
         msg = f"{name!r} cannot be parsed: {type(error).__name__}"
         raise ModelFileError(msg) from None
     _check_nesting(document)

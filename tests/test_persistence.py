@@ -106,6 +106,10 @@ def test_wrong_schema_version(data, tmp_path):
     document["schema_version"] = SCHEMA_VERSION + 1
     with pytest.raises(ModelFileError, match="schema_version 2 is not supported"):
         gpucal.load(_write(path, document))
+    for version in (True, 1.0):  # equal to 1 in Python, not the integer 1 of the format
+        document["schema_version"] = version
+        with pytest.raises(ModelFileError, match=f"schema_version {version!r} is not supported"):
+            gpucal.load(_write(path, document))
 
 
 def test_hostile_class_name_is_not_imported(data, tmp_path):
@@ -214,6 +218,39 @@ def test_deep_nesting_is_a_clear_error(tmp_path):
     path = tmp_path / "deep.json"
     path.write_text("[" * 100_000 + "]" * 100_000)
     with pytest.raises(ModelFileError, match="cannot be parsed"):
+        gpucal.load(path)
+
+
+def test_deep_nesting_is_a_clear_error_whatever_the_recursion_limit(tmp_path):
+    """Under a raised recursion limit the parser recursed once per level in C: a segmentation fault."""
+    import subprocess
+    import sys
+
+    path = tmp_path / "deep.json"
+    path.write_text("[" * 200_000 + "]" * 200_000)
+    code = (
+        "import sys, gpucal\n"
+        "sys.setrecursionlimit(1_000_000)\n"
+        "try:\n"
+        f"    gpucal.load({str(path)!r})\n"
+        "except gpucal.ModelFileError as error:\n"
+        "    print(error, sys.getrecursionlimit())\n"
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-500:]
+    assert run.stdout.strip().endswith("cannot be parsed: RecursionError 1000000")
+
+
+def test_a_file_too_large_for_memory_is_a_clear_error(data, tmp_path, monkeypatch):
+    """Parsing takes about 12 times a file's size: a large one ended in a bare MemoryError."""
+    document, path = _document(data, tmp_path)
+    _write(path, document)
+
+    def exhausted(*args, **kwargs):
+        raise MemoryError
+
+    monkeypatch.setattr("gpucal.persistence.json.loads", exhausted)
+    with pytest.raises(ModelFileError, match="cannot be parsed: MemoryError"):
         gpucal.load(path)
 
 
