@@ -643,10 +643,17 @@ def test_load_rejects_inconsistent_state(tmp_path: Any) -> None:
     temp = TemperatureCalibrator().fit(*binary_data(200))
     temp.save(tmp_path / "t.json")
     doc = json.loads((tmp_path / "t.json").read_text())
-    doc["state"]["temperature_"] = -1.0
-    (tmp_path / "t.json").write_text(json.dumps(doc))
-    with pytest.raises(gpucal.ModelFileError, match="temperature_ must be positive"):
-        gpucal.load(tmp_path / "t.json")
+    for temperature in (-1.0, 5e-324):  # a subnormal one made every logit infinite: NaN predictions
+        doc["state"]["temperature_"] = temperature
+        (tmp_path / "t.json").write_text(json.dumps(doc))
+        with pytest.raises(gpucal.ModelFileError, match=r"temperature_ must lie in \[1e-100, 1e\+100\]"):
+            gpucal.load(tmp_path / "t.json")
+    model.save(tmp_path / "d.json")
+    doc = json.loads((tmp_path / "d.json").read_text())
+    doc["state"]["coef_"][0][0] = -1e308  # loaded, it predicted NaN on half the rows (inf - inf)
+    (tmp_path / "d.json").write_text(json.dumps(doc))
+    with pytest.raises(gpucal.ModelFileError, match="coef_: an entry is larger than 1e"):
+        gpucal.load(tmp_path / "d.json")
 
 
 # --------------------------------------------------------------------------------------------------

@@ -20,6 +20,7 @@ from gpucal._validation import check_class_labels, check_sample_weight
 from gpucal.calibrators.base import Calibrator, Constraint, Interval
 from gpucal.calibrators.logistic import newton_minimize
 from gpucal.calibrators.temperature import as_2d_scores, check_several_classes
+from gpucal.persistence import check_magnitude
 from gpucal.registry import calibration_method
 from gpucal.rows import reject_dask
 
@@ -255,3 +256,5 @@ class DirichletCalibrator(Calibrator):
                 f"coef_ {self.coef_.shape} and intercept_ {self.intercept_.shape} do not fit n_classes_ = {k}"
             )
             raise ValueError(msg)
+        check_magnitude(self.coef_, "coef_")
+        check_magnitude(self.intercept_, "intercept_")

@@ -33,6 +33,7 @@ from gpucal.calibrators.logistic import (
 )
 from gpucal.calibrators.score_rows import ScoreRows
 from gpucal.kernels.jit import numba
+from gpucal.persistence import MAX_LOADED_MAGNITUDE
 from gpucal.registry import calibration_method
 from gpucal.rows import Rows
 
@@ -434,8 +435,12 @@ class TemperatureCalibrator(Calibrator):
         return predict_logistic_and_refused(score, coef, 0.0, mode=mode, scan_kind=self.score_kind)
 
     def _check_state(self) -> None:
-        if not self.temperature_ > 0:
-            msg = f"temperature_ must be positive, got {self.temperature_!r}"
+        if not 1.0 / MAX_LOADED_MAGNITUDE <= self.temperature_ <= MAX_LOADED_MAGNITUDE:
+            # 5e-324 made every score an infinite logit (NaN where they were subtracted).
+            msg = (
+                f"temperature_ must lie in [{1.0 / MAX_LOADED_MAGNITUDE:g}, {MAX_LOADED_MAGNITUDE:g}], "
+                f"got {self.temperature_!r}"
+            )
             raise ValueError(msg)
         if self.n_classes_ < 2 or (not self.multiclass_ and self.n_classes_ != 2):
             msg = f"n_classes_ = {self.n_classes_} does not fit multiclass_ = {self.multiclass_}"
