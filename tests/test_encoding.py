@@ -375,6 +375,16 @@ def test_to_dict_rejects_values_json_cannot_hold():
         TypeError, match=r"X\['c'\]: category b'x' of type bytes cannot be saved as plain data"
     ):
         enc.to_dict()
+    # Saved, an infinite category failed inside json ("Out of range float values"), and an integer of
+    # 21 digits wrote a file that load refused.
+    for column, match in (
+        (np.array([1.0, np.inf, 2.0]), r"X\['c'\]: category inf cannot be saved"),
+        (np.array([1, -np.inf], dtype=object), r"X\['c'\]: category -inf cannot be saved"),
+        (np.array([10**20, 3], dtype=object), r"X\['c'\]: an integer category of 21 digits cannot be saved"),
+    ):
+        with pytest.raises(TypeError, match=match):
+            FeatureEncoder(categorical_cols=["c"]).fit({"c": column}).to_dict()
+    assert FeatureEncoder().fit({"c": np.array([2**64 - 1, 3], dtype=object)}).to_dict()  # 20 digits
 
 
 def test_to_dict_writes_numpy_scalar_categories_as_python_values():

@@ -18,6 +18,7 @@ import numpy as np
 from gpucal._frames import Column
 from gpucal.encoding.summaries import plain_value
 from gpucal.kernels.lookup import VALUE_DTYPES, lookup_codes, lookup_edges
+from gpucal.persistence import MAX_INT_DIGITS
 
 CODE_DTYPES = (np.int8, np.int16, np.int32)  # the dtypes the group-sum kernel takes
 KIND_BINS = "bins"
@@ -140,6 +141,8 @@ def plain_category(v: Any, where: str) -> Any:
             "(str/int/float/bool)"
         )
         raise TypeError(msg)
+    if isinstance(v, int | float):
+        _check_savable_numbers([v], where)
     return v
 
 
@@ -149,8 +152,28 @@ def plain_categories(values: Any, where: str) -> list[Any]:
     entries = list(values)
     kinds = set(map(type, entries))
     if all(issubclass(k, str | int | float | bool) and not issubclass(k, np.generic) for k in kinds):
+        if kinds & {int, float}:
+            _check_savable_numbers([v for v in entries if type(v) in (int, float)], where)
         return entries
     return [plain_category(v, where) for v in entries]
+
+
+def _check_savable_numbers(numbers: list[int | float], where: str) -> None:
+    """Refuse number categories a model file cannot hold (``TypeError`` naming ``where``): an infinite
+    float (JSON has no infinity) or an integer longer than :data:`~gpucal.persistence.MAX_INT_DIGITS`
+    digits (saved, its file would not load)."""
+    floats = [v for v in numbers if isinstance(v, float)]
+    if not all(map(math.isfinite, floats)):
+        bad = next(v for v in floats if not math.isfinite(v))
+        msg = f"{where}: category {bad!r} cannot be saved (a model file holds finite numbers)"
+        raise TypeError(msg)
+    largest = max((abs(v) for v in numbers if isinstance(v, int)), default=0)
+    if largest >= 10**MAX_INT_DIGITS:
+        msg = (
+            f"{where}: an integer category of {len(str(largest))} digits cannot be saved (a model file "
+            f"holds integers of at most {MAX_INT_DIGITS}); pass such ids as text"
+        )
+        raise TypeError(msg)
 
 
 def plain_column_name(name: Any) -> Any:
