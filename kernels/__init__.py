@@ -43,7 +43,14 @@ if TYPE_CHECKING:
         mvce_from_split_sums,
         mvce_split_sums,
     )
-    from gpucal.kernels.trees import chain_start, predict_leaves, predict_trees, route_rows, tree_leaves
+    from gpucal.kernels.trees import (
+        chain_start,
+        check_tree_structure,
+        predict_leaves,
+        predict_trees,
+        route_rows,
+        tree_leaves,
+    )
     from gpucal.kernels.trees_oracle import LEAF_PLATT, LEAF_SCALE, LEAF_SHIFT
     from gpucal.kernels.value_range import value_range
     from gpucal.kernels.views import N_VIEW_STATS, VIEW_COUNT, VIEW_W, VIEW_WP, VIEW_WY, view_bins, view_sums
@@ -69,6 +76,7 @@ __all__ = [
     "VIEW_WP",
     "VIEW_WY",
     "chain_start",
+    "check_tree_structure",
     "gather_rows",
     "group_sums",
     "lookup_bins",
@@ -129,6 +137,7 @@ _MODULE_OF = {
         ),
         "gpucal.kernels.trees": (
             "chain_start",
+            "check_tree_structure",
             "predict_leaves",
             "predict_trees",
             "route_rows",

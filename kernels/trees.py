@@ -450,6 +450,15 @@ def _check_tree_start(tree_start: Any, n_nodes: int) -> np.ndarray:
     return np.ascontiguousarray(start, dtype=np.int64)
 
 
+def check_tree_structure(
+    n_features: int, node_feature: Any, node_child_base: Any, child_table: Any, tree_start: Any
+) -> None:
+    """Raise ``ValueError`` unless the walks :func:`tree_leaves` and :func:`predict_trees` take would
+    accept these trees (the checks they run on every call, for a model's load to run once)."""
+    nodes = _check_nodes(n_features, node_feature, node_child_base, child_table)
+    _check_children_in_trees(nodes, _check_tree_start(tree_start, nodes.n_nodes))
+
+
 def _check_children_in_trees(nodes: _Nodes, starts: np.ndarray) -> None:
     """Refuse a child that lies outside its parent's tree or before it.
 

@@ -277,6 +277,27 @@ def test_hostile_ensembles_are_refused_at_load(leaf_map: str, edit: Any, match: 
         gpucal.persistence.from_dict(doc)
 
 
+def test_a_split_node_made_a_leaf_in_the_file_loads_and_predicts_or_is_refused(tmp_path) -> None:
+    """Its children then belong, for the walk, to the split node before it: such files loaded and
+    failed at predict ("child_table: node 17 has child 34 outside its tree or before it")."""
+    df = make_ctr(6_000, "mixed", seed=2)
+    feats = ["region", "device", "site_id"]
+    fitted = MBCT(feature_cols=feats, categorical_cols=feats, max_trees=2).fit(df, df.label)
+    doc = gpucal.persistence.to_dict(fitted)
+    splits = [m for m, f in enumerate(doc["state"]["ensemble_"]["node_feature"]) if f >= 0]
+    refused = 0
+    for m in splits:
+        edited = json.loads(json.dumps(doc))
+        edited["state"]["ensemble_"]["node_feature"][m] = -1
+        try:
+            loaded = gpucal.persistence.from_dict(edited)
+        except ModelFileError:
+            refused += 1
+            continue
+        assert np.isfinite(loaded.predict(df)).all()
+    assert refused > 0
+
+
 def test_pandas_in_pandas_out_and_polars_in() -> None:
     pl = pytest.importorskip("polars")
     df = make_ctr(10_000, "mixed", seed=4)

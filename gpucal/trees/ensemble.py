@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from gpucal._backend import array_namespace, to_numpy
-from gpucal.kernels import lookup_codes, predict_trees, tree_leaves
+from gpucal.kernels import check_tree_structure, lookup_codes, predict_trees, tree_leaves
 from gpucal.kernels.trees_oracle import LOGIT_HIGH, LOGIT_LOW
 from gpucal.persistence import plain_numbers
 
@@ -236,6 +236,9 @@ class TreeEnsemble:
                 _fail("child_table", f"node {m} has a child outside its tree or before it")
             if (self.child_table[b : b + k] < -1).any():
                 _fail("child_table", f"node {m} has a child id below -1")
+        # The walks read a split node's children up to the next one's base, past its own width: a leaf
+        # made of a split node left children there that loaded, then failed at predict.
+        check_tree_structure(d, self.node_feature, self.node_child_base, self.child_table, self.tree_start)
 
     def _check_map_range(self) -> None:
         """Raise unless every row's chain of maps stays a probability (scale) or a finite logit.
