@@ -181,10 +181,27 @@ def document_text(document: dict[str, Any]) -> str:
 
 
 def save(model: Any, path: str | os.PathLike[str]) -> None:
-    """Write ``model`` to ``path`` as JSON (:func:`document_text`)."""
-    text = document_text(to_dict(model))
+    """Write ``model`` to ``path`` as JSON (:func:`document_text`), once :func:`check_loadable`."""
+    document = to_dict(model)
+    check_loadable(document)
+    text = document_text(document)
     with open(path, "w", encoding="utf-8") as handle:
         handle.write(text)
+
+
+def check_loadable(document: dict[str, Any]) -> None:
+    """Raise ``ValueError`` unless :func:`from_dict` reads ``document`` back: a file that is written
+    loads. It may not where parameters were changed after the fit (``set_params(n_bins=11)`` on a
+    fitted histogram), which the file would pair with the fitted state."""
+    try:
+        from_dict(document)
+    except ModelFileError as error:
+        msg = (
+            f"{document['class']} cannot be saved: its parameters do not match its fitted state, and "
+            f"the file would not load ({error}); were they changed after the fit? Refit it, or set "
+            "them back"
+        )
+        raise ValueError(msg) from None
 
 
 def _reject_constant(name: str) -> None:
@@ -290,6 +307,7 @@ def from_dict(document: Any) -> Any:
         raise ModelFileError(msg)
     for name, kind in spec.items():
         setattr(model, name, _decode_state_value(cls_name, name, kind, state[name]))
+    model._remember_fit_params()
     check_state = getattr(model, "_check_state", None)
     if check_state is not None:
         try:

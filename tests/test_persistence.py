@@ -425,3 +425,41 @@ def test_from_dict_finds_a_class_whose_package_was_never_imported(tmp_path) -> N
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "PlattCalibrator"
+
+
+def test_parameters_changed_after_the_fit_are_refused_where_the_fitted_state_reads_them(tmp_path):
+    """``set_params`` on a fitted model: HC chained a fitted forest's trees (predictions moved by up to
+    0.495), CCL read Platt parameters as temperatures; a histogram given another ``n_bins`` saved a
+    file ``load`` refused. Now predict names the parameter, and save refuses to write such a file."""
+    from gpucal.datasets import make_ctr
+
+    data = make_ctr(3_000, "mixed", seed=3)
+    fields = ["region", "device"]
+    X, y = data[["score", *fields]], data["label"].to_numpy(float)
+    forest = gpucal.HeterogeneousCalibrator(feature_cols=fields, mode="forest", n_trees=3).fit(X, y)
+    expected = forest.predict(X)
+    forest.set_params(mode="boosted")
+    with pytest.raises(ValueError, match="mode='boosted', but the model was fitted with mode='forest'"):
+        forest.predict(X)
+    forest.set_params(mode="forest", n_trees=10)  # read by the fit alone: predict as fitted
+    np.testing.assert_array_equal(forest.predict(X), expected)
+    with pytest.raises(ValueError, match="cannot be saved: its parameters do not match its fitted state"):
+        forest.save(tmp_path / "forest.json")
+    mbct = gpucal.MBCT(feature_cols=fields, max_trees=2, validation_fraction=0.0).fit(X, y)
+    clustered = gpucal.ClusteredCalibrator(embedding_model=mbct, n_clusters=3).fit(X, y)
+    clustered.set_params(calibrator="temperature")
+    with pytest.raises(ValueError, match="calibrator='temperature', but the model was fitted with"):
+        clustered.predict(X)
+    with pytest.raises(ValueError, match="score_bins=50, but the model was fitted with score_bins=100"):
+        mbct.set_params(score_bins=50).predict(X)
+    histogram = gpucal.HistogramCalibrator(n_bins=10).fit(X["score"], y).set_params(n_bins=11)
+    with pytest.raises(ValueError, match="HistogramCalibrator cannot be saved"):
+        histogram.save(tmp_path / "histogram.json")
+    loaded = gpucal.load(_saved(gpucal.HistogramCalibrator(n_bins=10).fit(X["score"], y), tmp_path))
+    loaded.predict(X["score"])  # a loaded model reads its own parameters as fitted
+
+
+def _saved(model, tmp_path):
+    path = tmp_path / "saved.json"
+    model.save(path)
+    return path

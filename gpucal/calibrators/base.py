@@ -80,7 +80,10 @@ def check_fit_rows(fit: Callable[..., Any]) -> Callable[..., Any]:
             check_labels(None, "y")  # raises the one message for a missing target
         for suffix in ROW_ARGUMENT_SUFFIXES:
             check_same_index(**{name + suffix: arguments.get(name + suffix) for name in ROW_ARGUMENTS})
-        return fit(*args, **kwargs)
+        fitted = fit(*args, **kwargs)
+        if isinstance(fitted, Calibrator):
+            fitted._remember_fit_params()
+        return fitted
 
     return checked_fit
 
@@ -142,6 +145,25 @@ class Calibrator(BaseEstimator):
         """Check every parameter against ``_parameter_constraints``."""
         for name, constraint in self._parameter_constraints.items():
             check_param(type(self).__name__, name, getattr(self, name), constraint)
+
+    def _remember_fit_params(self) -> None:
+        """Keep the parameters the fitted state was made with (after a fit, or a load), for
+        :meth:`_fitted_param`."""
+        self._params_at_fit = self.get_params(deep=False)
+
+    def _fitted_param(self, name: str) -> Any:
+        """The parameter ``name``, which ``predict`` reads with the fitted state; ``ValueError`` when
+        ``set_params`` changed it since the fit (``mode="boosted"`` on a fitted forest chained its trees
+        silently)."""
+        value = getattr(self, name)
+        fitted = getattr(self, "_params_at_fit", {}).get(name, value)
+        if value != fitted:
+            msg = (
+                f"{type(self).__name__}: {name}={value!r}, but the model was fitted with {name}={fitted!r}, "
+                f"which its fitted state holds; refit it, or set {name} back"
+            )
+            raise ValueError(msg)
+        return value
 
     def _params_as(self, params_class: type[P], **resolved: Any) -> P:
         """Return the fit's parameter record ``params_class`` (a dataclass): each field the value in

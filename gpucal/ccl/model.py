@@ -24,7 +24,7 @@ from gpucal.ccl.clustering import CLUSTERINGS, assign_clusters, project
 from gpucal.ccl.embeddings import EMBEDDINGS, LEAF_ENCODINGS, TreeEmbedding, make_embedding
 from gpucal.ccl.fit import CCLParams, CCLState, fit_ccl, is_multiclass, read_scores
 from gpucal.encoding import resolve_feature_cols
-from gpucal.persistence import document_text, rebuilt_object, to_dict
+from gpucal.persistence import check_loadable, document_text, rebuilt_object, to_dict
 from gpucal.registry import calibration_method
 from gpucal.rows import any_dask, as_rows
 from gpucal.rows.checks import check_all_dask
@@ -404,7 +404,8 @@ class ClusteredCalibrator(Calibrator):
             out = xp.zeros((0, self.n_classes_)) if self._multiclass else xp.zeros(0)
             return out if self._multiclass else wrap_output(out, info, output_type=self.output_type)
         part = self.clusters(X)
-        if self.calibrator == "dirichlet":
+        calibrator = self._fitted_param("calibrator")
+        if calibrator == "dirichlet":
             out = self._predict_dirichlet(to_numpy(score), part)
             if not self._multiclass:
                 out = xp.asarray(out[:, 1])
@@ -412,7 +413,7 @@ class ClusteredCalibrator(Calibrator):
             from gpucal.trees.local_maps import apply_local_maps
 
             part_xp = xp.asarray(part)
-            out = apply_local_maps(score, part_xp, self.params_, self.calibrator)
+            out = apply_local_maps(score, part_xp, self.params_, calibrator)
             constant = xp.asarray(self.cluster_role_ == CONSTANT)[part_xp]
             out = xp.where(constant, xp.asarray(self.cluster_rate_[:, 0])[part_xp], out)
         if self._multiclass:
@@ -461,6 +462,7 @@ class ClusteredCalibrator(Calibrator):
         document["params"]["embedding_model"] = (
             os.fspath(model) if isinstance(model, str | os.PathLike) else None
         )
+        check_loadable(document)
         text = document_text(document)
         with open(os.fspath(path), "w", encoding="utf-8") as handle:
             handle.write(text)

@@ -353,12 +353,13 @@ class HeterogeneousCalibrator(Calibrator):
 
     def _predict_local(self, X: Any) -> tuple[Any, InputInfo]:
         codes, score, split = self._predict_input(X)
-        if self.mode != "forest" and self.local_map in ENSEMBLE_KINDS:
+        mode, local_map = self._fitted_param("mode"), self._fitted_param("local_map")
+        if mode != "forest" and local_map in ENSEMBLE_KINDS:
             out = predict_ensemble(self.ensemble_, codes, score)
         else:
             leaves = self.ensemble_.leaves(codes)
-            combine = apply_average if self.mode == "forest" else apply_chain
-            out = combine(score, leaves, self.node_params_, self.local_map)
+            combine = apply_average if mode == "forest" else apply_chain
+            out = combine(score, leaves, self.node_params_, local_map)
         return out, split.info
 
     def leaves(self, X: Any) -> Any:
@@ -374,9 +375,10 @@ class HeterogeneousCalibrator(Calibrator):
         what modes "tree" and "boosted" compute. A forest's average and beta maps have no such form.
         """
         check_is_fitted(self, list(self._state_spec))
-        if self.mode == "forest" or self.local_map not in ENSEMBLE_KINDS:
+        mode, local_map = self._fitted_param("mode"), self._fitted_param("local_map")
+        if mode == "forest" or local_map not in ENSEMBLE_KINDS:
             msg = (
-                f"export_rules: mode={self.mode!r} with local_map={self.local_map!r} is not a chain of node "
+                f"export_rules: mode={mode!r} with local_map={local_map!r} is not a chain of node "
                 "maps; rules are written for modes 'tree' and 'boosted' with a map other than 'beta'"
             )
             raise ValueError(msg)

@@ -402,7 +402,7 @@ class MBCT(Calibrator):
     def _predict_input(self, X: Any) -> tuple[Any, Any, ParsedInput]:
         check_is_fitted(self, list(self._state_spec))
         split = parse_input(X, score_col=self.score_col, feature_cols=self.feature_cols_, allow_empty=True)
-        codes = input_codes(split, self.encoder_, self.score_bins, self.ensemble_)
+        codes = input_codes(split, self.encoder_, self._fitted_param("score_bins"), self.ensemble_)
         return codes, split.score, split
 
     def _predict_local(self, X: Any) -> tuple[Any, InputInfo]:
@@ -428,7 +428,7 @@ class MBCT(Calibrator):
             self.ensemble_,
             self.encoder_,
             score_col=self.score_col,
-            score_bins=self.score_bins,
+            score_bins=self._fitted_param("score_bins"),
             init=tuple(float(v) for v in self.init_),
             format=format,
             **options,
