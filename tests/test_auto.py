@@ -1041,3 +1041,23 @@ def test_fold_fits_share_their_encodings_and_match_unshared_ones(
     assert_array_equal(shared.oof_predictions_, alone.oof_predictions_)
     assert shared.best_index_ == alone.best_index_
     assert_array_equal(shared.predict(held_out), alone.predict(held_out))
+
+
+def test_fits_in_several_threads_leave_blas_threads_as_they_were() -> None:
+    """Each fit restored on exit the limit it saw on entry: two fits overlapping in two threads (the
+    first to start finishing first) left BLAS on one thread for the rest of the process."""
+    from threadpoolctl import threadpool_info
+
+    from gpucal.auto.blas_threads import one_blas_thread
+
+    def blas_threads() -> list[int]:
+        return sorted({pool["num_threads"] for pool in threadpool_info() if pool["user_api"] == "blas"})
+
+    before = blas_threads()
+    first, second = one_blas_thread(), one_blas_thread()
+    first.__enter__()
+    second.__enter__()
+    first.__exit__(None, None, None)
+    assert set(blas_threads()) <= {1}  # the second fit still runs
+    second.__exit__(None, None, None)
+    assert blas_threads() == before

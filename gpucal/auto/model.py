@@ -21,6 +21,7 @@ from gpucal._backend import array_namespace, to_numpy
 from gpucal._frames import InputInfo, describe_input, parse_input
 from gpucal._params import AnyOf
 from gpucal._validation import check_consistent_length, check_labels, check_sample_weight
+from gpucal.auto.blas_threads import one_blas_thread
 from gpucal.auto.blend import MIN_MEMBER_WEIGHT, blend_predictions, fit_blend, logits
 from gpucal.auto.candidates import (
     Candidate,
@@ -403,12 +404,10 @@ class AutoCalibrator(Calibrator):
         -------
         self
         """
-        from threadpoolctl import threadpool_limits
-
         # Every product of the search is one of a few thousand rows (held-out losses, racing, the blend):
         # BLAS's threads cost more than they save there (a 40,000-row dot product took 7 CPU ms on two
         # OpenBLAS threads, 0.02 on one), so the whole fit runs BLAS on one thread.
-        with threadpool_limits(limits=1, user_api="blas"):
+        with one_blas_thread():
             return self._fit_rows(X, y, sample_weight, groups)
 
     def _fit_rows(self, X: Any, y: Any, sample_weight: Any, groups: Any) -> AutoCalibrator:
