@@ -670,3 +670,23 @@ def test_rounded_integers_over_blocks_are_refused_with_the_way_to_bin_them() -> 
     with pytest.raises(ValueError, match=r"or, to bin it, set categorical_cols=\[\]"):
         FeatureEncoder().fit_rows(blocks)
     assert FeatureEncoder(categorical_cols=[]).fit_rows(blocks).kinds_ == ["bins"]
+
+
+def test_half_float_columns_are_binned_and_grouped_as_floats():
+    """numba has no float16: the encoder binned such a column, then its transform (so every feature-
+    aware fit) failed with "NotImplementedError: float16"; pandas groups by no float16 index (the
+    multicalibration error)."""
+    import gpucal
+    from gpucal.metrics import multicalibration_error
+
+    half = np.array([0.5, 1.5, 2.5, 3.5] * 50, dtype=np.float16)
+    rng = np.random.default_rng(0)
+    score = rng.uniform(0.1, 0.9, half.size)
+    y = (rng.uniform(size=half.size) < score).astype(float)
+    enc = FeatureEncoder().fit({"f": half})
+    assert_array_equal(enc.transform({"f": half}), enc.transform({"f": half.astype(np.float64)}))
+    X = pd.DataFrame({"score": score, "f": half})
+    wide = X.assign(f=half.astype(np.float64))
+    fitted = gpucal.FeatureAwarePlattCalibrator().fit(X, y).predict(X)
+    assert_array_equal(fitted, gpucal.FeatureAwarePlattCalibrator().fit(wide, y).predict(wide))
+    assert multicalibration_error(y, score, X[["f"]]).mce == multicalibration_error(y, score, wide[["f"]]).mce

@@ -118,7 +118,7 @@ def transform_bins(coding: Coding, col: Column, code_map: np.ndarray | None, out
         )
         raise TypeError(msg)
     values = col.values
-    if values.dtype.kind not in "iuf":
+    if values.dtype.kind not in "iuf" or values.dtype == np.float16:  # numba has no half floats
         values = values.astype(np.float64)
     table = np.arange(coding.n_values) if code_map is None else code_map
     if np.dtype(values.dtype) in VALUE_DTYPES and values.shape[0]:

@@ -106,15 +106,19 @@ class MulticalibrationResult:
 
 
 def host_column(values: Any) -> pd.Series:
-    """Return a segment column as a host pandas Series with a fresh index."""
+    """Return a segment column as a host pandas Series with a fresh index (half floats as float64:
+    pandas groups by no float16 index)."""
     if isinstance(values, pd.Series):
-        return values.reset_index(drop=True)
-    module = type(values).__module__.split(".")[0]
-    if module in ("cudf", "polars", "pyarrow"):
-        return pd.Series(values.to_pandas()).reset_index(drop=True)
-    if module == "cupy":
-        return pd.Series(values.get())
-    return pd.Series(np.asarray(values))
+        column = values.reset_index(drop=True)
+    else:
+        module = type(values).__module__.split(".")[0]
+        if module in ("cudf", "polars", "pyarrow"):
+            column = pd.Series(values.to_pandas()).reset_index(drop=True)
+        elif module == "cupy":
+            column = pd.Series(values.get())
+        else:
+            column = pd.Series(np.asarray(values))
+    return column.astype(np.float64) if column.dtype == np.float16 else column
 
 
 def block_columns(block: RowBlock) -> tuple[Any, dict[str, pd.Series]]:
