@@ -285,6 +285,23 @@ def test_sql_with_duckdb(leaf_map, init):
         np.testing.assert_allclose(got, expected, rtol=0, atol=1e-12)
 
 
+def test_a_score_column_named_with_a_comment_opener_runs_in_duckdb():
+    """DuckDB nests block comments: a score column named ``p /* raw`` in the header comment left it
+    open ("unterminated /* comment")."""
+    duckdb = pytest.importorskip("duckdb")
+    rng = np.random.default_rng(0)
+    score = rng.uniform(0.02, 0.98, 4000)
+    group = rng.integers(0, 3, 4000)
+    y = (rng.uniform(size=4000) < np.clip(score + 0.2 * (group - 1), 0, 1)).astype(float)
+    X = pd.DataFrame({"p /* raw": score, "g": np.array(["a", "b", "c"])[group]})
+    model = gpucal.MBCT(score_col="p /* raw", max_trees=2).fit(X, y)
+    sql = model.export_rules(format="sql", table="X")
+    con = duckdb.connect()
+    con.register("X", X)
+    got = con.execute(sql).df()["calibrated"].to_numpy()
+    np.testing.assert_allclose(got, model.predict(X), rtol=0, atol=1e-12)
+
+
 def test_sql_float_literals_read_back_exactly():
     rng = np.random.default_rng(7)
     values = np.concatenate(

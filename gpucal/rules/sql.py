@@ -131,7 +131,8 @@ class SqlWriter:
     def write(self) -> str:
         ens, p = self.ens, self.p
         score = sql_ident(self.chain.score_col)
-        formula = "; ".join(self.chain.formula()).replace("*/", "* /")
+        # Neither end of a comment inside it (DuckDB nests them): column names are in the formula.
+        formula = "; ".join(self.chain.formula()).replace("*/", "* /").replace("/*", "/ *")
         header = "/* gpucal calibration tree rules: " + formula + " */\n"
         a0, b0 = self.init
         platt_init = (a0, b0) != (1.0, 0.0)
