@@ -160,14 +160,16 @@ def count_pairs(
     if xp is np:
         host_w = None if weight is None else weight[:, 0]
         group: list[int] = []
+        entries = 0  # the group's table entries, kept as it grows (summed again per pair: O(pairs^2))
         for p, (_, _, n_left, n_right) in enumerate(pairs):
             span = n_left * n_right
             if span > min(MAX_LOOKUP_SPAN, n_rows):
                 continue
-            if group and sum(pairs[g][2] * pairs[g][3] for g in group) + span > PAIR_TABLE_ENTRIES:
+            if group and entries + span > PAIR_TABLE_ENTRIES:
                 dense.update(zip(group, pair_tables(codes, host_w, [pairs[g] for g in group]), strict=True))
-                group = []
+                group, entries = [], 0
             group.append(p)
+            entries += span
         if group:
             dense.update(zip(group, pair_tables(codes, host_w, [pairs[g] for g in group]), strict=True))
     tables = []
