@@ -24,7 +24,7 @@ from gpucal.calibrators import _feature_platt_solver as solver
 from gpucal.calibrators import feature_platt
 from gpucal.calibrators._feature_platt_kernels import NOT_NESTED, merge_nested_codes, nested_codes
 from gpucal.calibrators._feature_platt_rows import PlattBlock, code_weights, pooled_levels
-from gpucal.calibrators._feature_platt_solver import null_directions
+from gpucal.calibrators._feature_platt_solver import nested_vectors, null_directions
 from gpucal.calibrators.feature_platt import FeatureAwarePlattCalibrator
 from gpucal.encoding import FeatureEncoder
 from gpucal.kernels import value_offsets
@@ -153,6 +153,34 @@ def test_nested_codes_find_the_cross_the_user_computed() -> None:
     # The broken row counts once its weight is positive.
     w[0] = 1.0
     assert nested_pairs(nested_codes(codes, w, n_values), n_values, names) == set()
+
+
+def test_a_column_of_one_value_makes_no_nesting_directions() -> None:
+    """Every column nests in a column of one used code (a constant or all-missing one): its directions
+    were the difference of two columns' own, and 100 such columns made the coarse system dense (300
+    rows: over 100 s). The user's cross still makes its own."""
+    X, _, w = user_crossed_data()
+    X = X.assign(constant=7, empty=np.nan)
+    names = ["device", "hour", "device_hour", "constant", "empty"]
+    encoder = FeatureEncoder(categorical_cols=names[:3]).fit(X[names])
+    codes, n_values = encoder.transform(X), encoder.n_values_
+    used = np.r_[
+        True,
+        True,
+        np.bincount(
+            (codes + value_offsets(n_values)).ravel()[np.repeat(w > 0, len(names))],
+            minlength=int(n_values.sum()),
+        )
+        > 0,
+    ]
+    vectors = nested_vectors(nested_codes(codes, w, n_values), value_offsets(n_values), used)
+    offsets = value_offsets(n_values)
+    one_code = [
+        2 + offsets[j] + np.flatnonzero(used[2 + offsets[j] : 2 + offsets[j] + n_values[j]])[0]
+        for j in (3, 4)
+    ]
+    assert not any(v[0] in one_code for v in vectors)
+    assert len(vectors) == 4 + 6  # device_hour within each device, and within each hour
 
 
 def test_nested_codes_merge_over_blocks_like_one_pass() -> None:

@@ -732,16 +732,19 @@ def nested_vectors(nested: np.ndarray, offsets: np.ndarray, used: np.ndarray) ->
     """:func:`null_directions`' directions of the first-order columns nested in others: per pair of
     ``nested`` (:func:`~gpucal.calibrators._feature_platt_kernels.nested_codes`' table) with no
     ``NOT_NESTED`` entry and per used code ``u`` of the parent, ``[u, the used codes of the child
-    within u]`` as indices of ``theta``."""
+    within u]`` as indices of ``theta``. A parent of one used code (a constant or all-missing column)
+    holds every column: its vectors are the difference of the two columns' own directions, and with
+    many such columns they made the coarse system dense (100 of them, 300 rows: over 100 s)."""
     vectors: list[np.ndarray] = []
     n_columns = nested.shape[1]
     bounds = np.r_[offsets[:n_columns], nested.shape[0]]
+    n_used = [int(used[2 + bounds[j] : 2 + bounds[j + 1]].sum()) for j in range(n_columns)]
     for k in range(n_columns):
         block = nested[bounds[k] : bounds[k + 1]]
         child_used = used[2 + bounds[k] : 2 + bounds[k + 1]]
         for j in range(n_columns):
             parents = block[:, j]
-            if j == k or np.any(parents == NOT_NESTED):
+            if j == k or n_used[j] <= 1 or np.any(parents == NOT_NESTED):
                 continue
             for u in np.unique(parents[child_used & (parents >= 0)]):
                 children = np.flatnonzero(child_used & (parents == u))
