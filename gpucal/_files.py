@@ -96,8 +96,9 @@ def _index_as_columns(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def _csv_header(handle: Any) -> list[str]:
-    """The fields of a CSV file's first line that is not empty: pandas skips empty lines before its header."""
-    return next((row for row in csv.reader(handle) if row), [])
+    """The fields of a CSV file's first line that is not blank: pandas skips the lines before its header
+    that are empty or hold only spaces and tabs."""
+    return next((row for row in csv.reader(handle) if row and (len(row) > 1 or row[0].strip())), [])
 
 
 def table_columns(path: str | os.PathLike[str]) -> list[str]:

@@ -216,7 +216,7 @@ def test_a_csv_with_empty_lines_before_its_header_is_read_as_pandas_reads_it(tmp
     """pandas skips empty lines before the header; the header checks read the first line and found
     no columns ("its columns: []")."""
     data = tmp_path / "data.csv"
-    data.write_text("\n\n" + scored.to_csv(index=False))
+    data.write_text("\n  \n\t\n" + scored.to_csv(index=False))  # empty, spaces, a tab
     model, out = tmp_path / "m.json", tmp_path / "out.csv"
     assert main(["fit", str(data), "--method", "feature_platt", "--model", str(model)]) == 0
     assert json.loads(model.read_text())["params"]["feature_cols"] == ["segment"]
