@@ -107,6 +107,9 @@ def test_a_column_read_by_value_that_changed_type_is_read_as_fitted():
     ):
         new = text.transform(pd.DataFrame({"region": [101, 102]}))[:, 0]
     assert new.tolist() == [text.unseen_codes_[0]] * 2
+    # Categories no row holds are no values: rows all missing read as missing, unwarned.
+    missing = pd.DataFrame({"region": pd.Categorical([None, None], categories=[101, 102])})
+    assert text.transform(missing)[:, 0].tolist() == [text.missing_codes_[0]] * 2
     nothing = FeatureEncoder().fit(pd.DataFrame({"region": pd.Series([None, None], dtype=object)}))
     nothing.transform(pd.DataFrame({"region": ["a"]}))  # no fitted value: nothing to compare with
 

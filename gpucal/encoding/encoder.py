@@ -695,10 +695,12 @@ class FeatureEncoder(BaseEstimator):
             if converted is not None:
                 lookup = np.asarray(fitted.get_indexer(pd.Index(converted, dtype="object")), dtype=np.int64)
                 unseen = lookup < 0
-            if unseen.all():
+            held = np.asarray(cats, dtype=object)[to_numpy(xp.unique(codes[codes >= 0]))]
+            if unseen.all() and held.size:
                 # Still none seen: new ids, or a column coded again upstream (strings fitted, their
-                # integer codes given), which would drop the feature on every row unnoticed.
-                was, now = (" and ".join(sorted(kinds)) for kinds in (fitted_kinds, _value_kinds(cats)))
+                # integer codes given), which would drop the feature on every row unnoticed. Read from
+                # the values rows hold (a category list may name values no row has).
+                was, now = (" and ".join(sorted(kinds)) for kinds in (fitted_kinds, _value_kinds(held)))
                 warnings.warn(
                     f"X[{coding.name!r}]: held {was} values at fit time and now holds {now} values, none "
                     "seen at fit time: every row reads as an unseen value. Pass the column as it was at "
