@@ -34,6 +34,7 @@ import math
 import os
 import stat
 import sys
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -181,27 +182,30 @@ def document_text(document: dict[str, Any]) -> str:
 
 
 def save(model: Any, path: str | os.PathLike[str]) -> None:
-    """Write ``model`` to ``path`` as JSON (:func:`document_text`), once :func:`check_loadable`."""
-    document = to_dict(model)
-    check_loadable(document)
-    text = document_text(document)
+    """Write ``model`` to ``path`` as JSON: :func:`loadable_text` of its :func:`to_dict`."""
+    text = loadable_text(model, to_dict(model))
     with open(path, "w", encoding="utf-8") as handle:
         handle.write(text)
 
 
-def check_loadable(document: dict[str, Any]) -> None:
-    """Raise ``ValueError`` unless :func:`from_dict` reads ``document`` back: a file that is written
-    loads. It may not where parameters were changed after the fit (``set_params(n_bins=11)`` on a
-    fitted histogram), which the file would pair with the fitted state."""
+def loadable_text(model: Any, document: dict[str, Any]) -> str:
+    """The JSON text of ``model``'s ``document`` (:func:`document_text`) once it reads back as
+    :func:`load` reads a file; ``ValueError`` otherwise, so a file that is written loads.
+
+    It may not where parameters were changed after the fit: one the fitted state is read with (the
+    class's ``_state_params``: a forest's ``mode``) is refused as ``predict`` refuses it, another that
+    no longer matches the state (``set_params(n_bins=11)`` on a fitted histogram) by the load's own
+    checks, and a value past what the parser takes (an integer of 21 digits) by the parser.
+    """
+    for name in model._state_params:
+        model._fitted_param(name)
+    text = document_text(document)
     try:
-        from_dict(document)
+        from_dict(parse_document(text, "the file"))
     except ModelFileError as error:
-        msg = (
-            f"{document['class']} cannot be saved: its parameters do not match its fitted state, and "
-            f"the file would not load ({error}); were they changed after the fit? Refit it, or set "
-            "them back"
-        )
+        msg = f"{document['class']} cannot be saved: the file would not load ({error})"
         raise ValueError(msg) from None
+    return text
 
 
 def _reject_constant(name: str) -> None:
@@ -356,20 +360,39 @@ def _check_nesting(document: Any) -> None:
                 stack.append((child, depth + 1))
 
 
+_RECURSION_LOCK = threading.Lock()
+_recursion: dict[str, int] = {"parses": 0, "limit": 0}
+
+
+def _stack_depth() -> int:
+    """The calling thread's number of Python frames."""
+    depth, frame = 0, sys._getframe()
+    while frame.f_back is not None:
+        depth, frame = depth + 1, frame.f_back
+    return depth + 1
+
+
 @contextmanager
 def _bounded_recursion() -> Iterator[None]:
-    """Run the block under a recursion limit of at most :data:`PARSE_RECURSION_LIMIT`, the process's own
-    restored after it (the limit is the process's: another thread recursing deeper meanwhile would
-    stop, as it would under Python's default limit)."""
-    limit = sys.getrecursionlimit()
-    if limit <= PARSE_RECURSION_LIMIT:
-        yield
-        return
-    sys.setrecursionlimit(PARSE_RECURSION_LIMIT)
+    """Run the block with at most :data:`PARSE_RECURSION_LIMIT` levels of recursion left to it, whatever
+    the process's limit; the process's own restored when the last parse of any thread ends (the limit
+    is the process's: each parse restoring what it saw on entry left a low one behind)."""
+    wanted = _stack_depth() + PARSE_RECURSION_LIMIT
+    with _RECURSION_LOCK:
+        if _recursion["parses"] == 0:
+            _recursion["limit"] = sys.getrecursionlimit()
+        current = sys.getrecursionlimit()
+        bound = min(_recursion["limit"], max(wanted, current if _recursion["parses"] else 0))
+        if bound != current:
+            sys.setrecursionlimit(bound)
+        _recursion["parses"] += 1
     try:
         yield
     finally:
-        sys.setrecursionlimit(limit)
+        with _RECURSION_LOCK:
+            _recursion["parses"] -= 1
+            if _recursion["parses"] == 0 and sys.getrecursionlimit() != _recursion["limit"]:
+                sys.setrecursionlimit(_recursion["limit"])
 
 
 def read_document(path: str | os.PathLike[str]) -> Any:
@@ -393,9 +416,20 @@ def read_document(path: str | os.PathLike[str]) -> Any:
         msg = f"{name!r} is larger than {MAX_FILE_BYTES} bytes, the most a model file may hold"
         raise ModelFileError(msg)
     try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        msg = f"{name!r} cannot be parsed: UnicodeDecodeError"
+        raise ModelFileError(msg) from None
+    return parse_document(text, repr(name))
+
+
+def parse_document(text: str, name: str) -> Any:
+    """Return the JSON of a model file's ``text`` (``name`` names it in errors), parsed under the limits
+    of the module docstring; :class:`ModelFileError` otherwise."""
+    try:
         with _bounded_recursion():
             document = json.loads(
-                raw.decode("utf-8"),
+                text,
                 parse_constant=_reject_constant,
                 parse_float=_parse_float,
                 parse_int=_parse_int,
@@ -403,10 +437,10 @@ def read_document(path: str | os.PathLike[str]) -> Any:
     except ModelFileError:
         raise
     except json.JSONDecodeError as error:
-        msg = f"{name!r} is not valid JSON (truncated or corrupt?): {error}"
+        msg = f"{name} is not valid JSON (truncated or corrupt?): {error}"
         raise ModelFileError(msg) from None
-    except (RecursionError, UnicodeDecodeError, ValueError, OverflowError, MemoryError) as error:
-        msg = f"{name!r} cannot be parsed: {type(error).__name__}"
+    except (RecursionError, ValueError, OverflowError, MemoryError) as error:
+        msg = f"{name} cannot be parsed: {type(error).__name__}"
         raise ModelFileError(msg) from None
     _check_nesting(document)
     return document

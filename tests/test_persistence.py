@@ -6,6 +6,7 @@ import inspect
 import json
 
 import numpy as np
+import pandas as pd
 import pytest
 
 import gpucal
@@ -443,7 +444,10 @@ def test_parameters_changed_after_the_fit_are_refused_where_the_fitted_state_rea
         forest.predict(X)
     forest.set_params(mode="forest", n_trees=10)  # read by the fit alone: predict as fitted
     np.testing.assert_array_equal(forest.predict(X), expected)
-    with pytest.raises(ValueError, match="cannot be saved: its parameters do not match its fitted state"):
+    with pytest.raises(ValueError, match=r"cannot be saved: the file would not load .*3 trees do not match"):
+        forest.save(tmp_path / "forest.json")
+    forest.set_params(mode="boosted", n_trees=3)  # a boosted chain of 3 trees loads: refused as predict does
+    with pytest.raises(ValueError, match="mode='boosted', but the model was fitted with mode='forest'"):
         forest.save(tmp_path / "forest.json")
     mbct = gpucal.MBCT(feature_cols=fields, max_trees=2, validation_fraction=0.0).fit(X, y)
     clustered = gpucal.ClusteredCalibrator(embedding_model=mbct, n_clusters=3).fit(X, y)
@@ -463,3 +467,32 @@ def _saved(model, tmp_path):
     path = tmp_path / "saved.json"
     model.save(path)
     return path
+
+
+def test_save_writes_only_what_the_parser_reads(tmp_path):
+    """A seed of 22 digits saved, then load refused the file ("an integer of 22 digits")."""
+    rng = np.random.default_rng(0)
+    X = pd.DataFrame({"score": rng.uniform(0.05, 0.95, 600), "site": rng.integers(0, 3, 600)})
+    y = (rng.uniform(size=600) < X["score"]).astype(float)
+    model = gpucal.HeterogeneousCalibrator(seed=10**21).fit(X, y)
+    with pytest.raises(ValueError, match=r"cannot be saved: the file would not load .*22 digits"):
+        model.save(tmp_path / "m.json")
+
+
+def test_a_file_loads_deep_in_the_stack_of_a_process_with_a_raised_limit(data, tmp_path):
+    """The parse ran under an absolute limit of 4,000: called 5,000 frames deep, a valid file failed."""
+    import sys
+
+    document, path = _document(data, tmp_path)
+    _write(path, document)
+
+    def load_at(depth: int) -> object:
+        return gpucal.load(path) if depth == 0 else load_at(depth - 1)
+
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(20_000)
+    try:
+        assert load_at(5_000) is not None
+        assert sys.getrecursionlimit() == 20_000
+    finally:
+        sys.setrecursionlimit(limit)

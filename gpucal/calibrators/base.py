@@ -109,6 +109,8 @@ class Calibrator(BaseEstimator):
 
     _parameter_constraints: ClassVar[dict[str, Constraint]] = {}
     _state_spec: ClassVar[dict[str, str]] = {}
+    #: Parameters ``predict`` reads with the fitted state (:meth:`_fitted_param`).
+    _state_params: ClassVar[tuple[str, ...]] = ()
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         """Give every ``fit`` a subclass defines the row checks (:func:`check_fit_rows`)."""

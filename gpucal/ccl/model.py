@@ -24,7 +24,7 @@ from gpucal.ccl.clustering import CLUSTERINGS, assign_clusters, project
 from gpucal.ccl.embeddings import EMBEDDINGS, LEAF_ENCODINGS, TreeEmbedding, make_embedding
 from gpucal.ccl.fit import CCLParams, CCLState, fit_ccl, is_multiclass, read_scores
 from gpucal.encoding import resolve_feature_cols
-from gpucal.persistence import check_loadable, document_text, rebuilt_object, to_dict
+from gpucal.persistence import loadable_text, rebuilt_object, to_dict
 from gpucal.registry import calibration_method
 from gpucal.rows import any_dask, as_rows
 from gpucal.rows.checks import check_all_dask
@@ -201,6 +201,8 @@ class ClusteredCalibrator(Calibrator):
         "device": Options("auto", "cpu", "gpu"),
         "output_type": OUTPUT_TYPE_OPTIONS,
     }
+    #: Parameters ``predict`` reads with the fitted state: refused once changed after the fit.
+    _state_params: ClassVar[tuple[str, ...]] = ("calibrator",)
     _state_spec: ClassVar[dict[str, str]] = {
         "embedding_": "json",
         "projection_": "float_matrix",
@@ -462,8 +464,7 @@ class ClusteredCalibrator(Calibrator):
         document["params"]["embedding_model"] = (
             os.fspath(model) if isinstance(model, str | os.PathLike) else None
         )
-        check_loadable(document)
-        text = document_text(document)
+        text = loadable_text(self, document)
         with open(os.fspath(path), "w", encoding="utf-8") as handle:
             handle.write(text)
 

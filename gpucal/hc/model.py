@@ -223,6 +223,8 @@ class HeterogeneousCalibrator(Calibrator):
         "verbose": Interval(int, 0, None),
         "output_type": OUTPUT_TYPE_OPTIONS,
     }
+    #: Parameters ``predict`` reads with the fitted state: refused once changed after the fit.
+    _state_params: ClassVar[tuple[str, ...]] = ("mode", "local_map")
     _state_spec: ClassVar[dict[str, str]] = {
         "encoder_": "json",
         "ensemble_": "json",

@@ -233,6 +233,8 @@ class MBCT(Calibrator):
         "output_type": OUTPUT_TYPE_OPTIONS,
     }
     _predicts_fresh_arrays = True  # predict_ensemble returns its own new array
+    #: Parameters ``predict`` reads with the fitted state: refused once changed after the fit.
+    _state_params: ClassVar[tuple[str, ...]] = ("score_bins",)
     _state_spec: ClassVar[dict[str, str]] = {
         "encoder_": "json",
         "ensemble_": "json",
