@@ -52,7 +52,9 @@ def export_rules(
         See the module docstring.
     table : str, optional
         SQL only: return ``SELECT *, <expression> AS calibrated FROM <table>`` instead of the bare
-        expression. The name is inserted as written, so it may be schema-qualified or quoted.
+        expression. The name is inserted as written, so it may be schema-qualified or quoted. The
+        prediction is named ``calibrated`` whatever the table holds (``predict`` names it
+        ``calibrated_1`` beside a column ``calibrated``): on such a table, name the bare expression.
     precision : int, optional
         Significant digits of the numbers written. None (default) writes every number so that it
         reads back as the same float64 (``repr`` in JSON and for bin edges in text; exact binary
