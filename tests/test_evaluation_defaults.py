@@ -98,6 +98,11 @@ def test_fields_and_predictions_whose_labels_read_alike_are_refused() -> None:
     fields = pd.DataFrame({0: rng.integers(0, 2, 200), "0": rng.integers(0, 3, 200)})
     with pytest.raises(ValueError, match="the labels 0 and '0' read the same as text"):
         gpucal.evaluate(y, {"raw": p}, fields=fields)
+    import pyarrow as pa  # a name given twice in a Table failed inside pyarrow ("exists 2 times")
+
+    twice = pa.Table.from_arrays([pa.array(fields[0]), pa.array(fields["0"])], names=["a", "a"])
+    with pytest.raises(ValueError, match="the labels 'a' and 'a' read the same as text"):
+        gpucal.evaluate(y, {"raw": p}, fields=twice)
     pytest.importorskip("matplotlib", reason="the reliability plot needs matplotlib (the plot extra)")
     from gpucal.plot import plot_reliability
 

@@ -388,7 +388,8 @@ def report_columns(features: Any, name: str = "features") -> dict[str, Any]:
     naming it (``ValueError`` / ``TypeError``).
     """
     if hasattr(features, "column_names"):  # a pyarrow Table or RecordBatch: .columns holds the arrays
-        columns = text_keyed(((c, features.column(c)) for c in features.column_names), name)
+        # By position: by name, a name given twice failed inside pyarrow before text_keyed could say so.
+        columns = text_keyed(((c, features.column(i)) for i, c in enumerate(features.column_names)), name)
     elif hasattr(features, "columns"):
         columns = text_keyed(((c, features[c]) for c in features.columns), name)
     elif isinstance(features, Mapping):
