@@ -20,11 +20,11 @@ A file cannot hurt the process that loads it: only a regular file is read (a dev
 as ``/dev/zero`` or a FIFO is refused before it is opened), and at most ``MAX_FILE_BYTES``; the parser
 refuses ``NaN``/``Infinity``, number literals that overflow to infinity (``1e999``), integers longer
 than ``MAX_INT_DIGITS`` digits, and nesting deeper than ``MAX_NESTING`` (it parses under a recursion
-limit of at most ``PARSE_RECURSION_LIMIT``, whatever the process set); a ``null`` or a boolean where a
-number is expected is an error, never a NaN. Every class checks its state's sizes against each other
-in ``_check_state`` (the number of classes, trees, clusters and nodes the arrays really hold), so
-nothing a file declares can make ``load`` or ``predict`` allocate more than the file's own arrays.
-Every failure is a :class:`ModelFileError`.
+limit leaving it at most ``PARSE_RECURSION_LIMIT`` levels, whatever the process set); a ``null`` or a
+boolean where a number is expected is an error, never a NaN. Every class checks its state's sizes
+against each other in ``_check_state`` (the number of classes, trees, clusters and nodes the arrays
+really hold), so nothing a file declares can make ``load`` or ``predict`` allocate more than the
+file's own arrays. Every failure is a :class:`ModelFileError`.
 """
 
 from __future__ import annotations
@@ -51,9 +51,9 @@ MAX_FILE_BYTES = 1 << 30
 MAX_INT_DIGITS = 20
 # gpucal's own files nest 8 levels at most (a CCL file holding a gpucal model's code maps).
 MAX_NESTING = 32
-# The recursion limit the JSON parser runs under when the process set a higher one: the parser recurses
-# in C once per level, and a file nesting 200,000 deep overflowed the C stack (a segmentation fault)
-# under a limit of 100,000 before the nesting check could run.
+# The levels of recursion the JSON parser may use below its caller whatever limit the process set: the
+# parser recurses in C once per level, and a file nesting 200,000 deep overflowed the C stack (a
+# segmentation fault) under a limit of 100,000 before the nesting check could run.
 PARSE_RECURSION_LIMIT = 4_000
 
 
@@ -204,6 +204,8 @@ def loadable_text(model: Any, document: dict[str, Any]) -> str:
         from_dict(parse_document(text, "the file"))
     except ModelFileError as error:
         msg = f"{document['class']} cannot be saved: the file would not load ({error})"
+        if "inconsistent fitted state" in str(error) or "bad parameters" in str(error):
+            msg += "; were its parameters changed after the fit? Refit it, or set them back"
         raise ValueError(msg) from None
     return text
 
@@ -360,8 +362,7 @@ def _check_nesting(document: Any) -> None:
                 stack.append((child, depth + 1))
 
 
-_RECURSION_LOCK = threading.Lock()
-_recursion: dict[str, int] = {"parses": 0, "limit": 0}
+_PARSE_LOCK = threading.Lock()
 
 
 def _stack_depth() -> int:
@@ -375,24 +376,19 @@ def _stack_depth() -> int:
 @contextmanager
 def _bounded_recursion() -> Iterator[None]:
     """Run the block with at most :data:`PARSE_RECURSION_LIMIT` levels of recursion left to it, whatever
-    the process's limit; the process's own restored when the last parse of any thread ends (the limit
-    is the process's: each parse restoring what it saw on entry left a low one behind)."""
-    wanted = _stack_depth() + PARSE_RECURSION_LIMIT
-    with _RECURSION_LOCK:
-        if _recursion["parses"] == 0:
-            _recursion["limit"] = sys.getrecursionlimit()
-        current = sys.getrecursionlimit()
-        bound = min(_recursion["limit"], max(wanted, current if _recursion["parses"] else 0))
-        if bound != current:
+    the process's limit, and restore the limit after it. One parse runs at a time (the limit is the
+    process's: a deeper parse in another thread would lift a shallow one's bound; the parser holds the
+    GIL in any case); a thread recursing past the bound meanwhile stops, as under Python's default."""
+    with _PARSE_LOCK:
+        limit = sys.getrecursionlimit()
+        bound = min(limit, _stack_depth() + PARSE_RECURSION_LIMIT)
+        if bound < limit:
             sys.setrecursionlimit(bound)
-        _recursion["parses"] += 1
-    try:
-        yield
-    finally:
-        with _RECURSION_LOCK:
-            _recursion["parses"] -= 1
-            if _recursion["parses"] == 0 and sys.getrecursionlimit() != _recursion["limit"]:
-                sys.setrecursionlimit(_recursion["limit"])
+        try:
+            yield
+        finally:
+            if bound < limit:
+                sys.setrecursionlimit(limit)
 
 
 def read_document(path: str | os.PathLike[str]) -> Any:

@@ -496,3 +496,34 @@ def test_a_file_loads_deep_in_the_stack_of_a_process_with_a_raised_limit(data, t
         assert sys.getrecursionlimit() == 20_000
     finally:
         sys.setrecursionlimit(limit)
+
+
+def test_parses_in_several_threads_run_one_at_a_time():
+    """A parse deep in one thread lifted the bound of a shallow parse in another (the limit is the
+    process's): a hostile file nesting 200,000 deep then ended the process with a segmentation fault."""
+    import threading
+    import time
+
+    from gpucal import persistence
+
+    entered, release, order = threading.Event(), threading.Event(), []
+
+    def first() -> None:
+        with persistence._bounded_recursion():
+            entered.set()
+            release.wait(5)
+            order.append("first")
+
+    def second() -> None:
+        entered.wait(5)
+        with persistence._bounded_recursion():
+            order.append("second")
+
+    threads = [threading.Thread(target=first), threading.Thread(target=second)]
+    for thread in threads:
+        thread.start()
+    time.sleep(0.2)
+    release.set()
+    for thread in threads:
+        thread.join()
+    assert order == ["first", "second"]
