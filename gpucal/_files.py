@@ -11,6 +11,7 @@ can check the columns it was given (the file's header or Parquet schema) before 
 from __future__ import annotations
 
 import csv
+import itertools
 import json
 import math
 import os
@@ -97,8 +98,12 @@ def _index_as_columns(frame: pd.DataFrame) -> pd.DataFrame:
 
 def _csv_header(handle: Any) -> list[str]:
     """The fields of a CSV file's first line that is not blank: pandas skips the lines before its header
-    that are empty or hold only spaces and tabs."""
-    return next((row for row in csv.reader(handle) if row and (len(row) > 1 or row[0].strip())), [])
+    that are empty or hold only spaces and tabs (read as written: a quoted blank field is a header)."""
+    lines = iter(handle)
+    for line in lines:
+        if line.strip(" \t\r\n"):
+            return next(csv.reader(itertools.chain([line], lines)), [])
+    return []
 
 
 def table_columns(path: str | os.PathLike[str]) -> list[str]:

@@ -222,6 +222,11 @@ def test_a_csv_with_empty_lines_before_its_header_is_read_as_pandas_reads_it(tmp
     assert json.loads(model.read_text())["params"]["feature_cols"] == ["segment"]
     assert main(["predict", str(data), "--model", str(model), "--output", str(out)]) == 0
     assert out.read_text().splitlines()[0] == ",".join([*scored.columns, "calibrated"])
+    from gpucal._files import table_columns
+
+    for first in ("\x0c", '"  "'):  # pandas reads these as the header: so do the checks
+        data.write_text(first + "\n" + scored.to_csv(index=False))
+        assert table_columns(data) == list(pd.read_csv(data).columns)
 
 
 def test_bad_values_are_named_by_their_option_and_column(tmp_path, scored, capsys):
