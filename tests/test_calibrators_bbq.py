@@ -114,6 +114,9 @@ def test_bin_counts_stop_at_a_cap_that_reads_the_total_weight_alone() -> None:
         scaled = BBQCalibrator().fit(s, y, sample_weight=weight)
         assert 1 <= scaled.posterior_.shape[0] <= MAX_BIN_COUNT
         assert np.isfinite(scaled.predict(s)).all()
+    # Weights of 1e40 each (1.2e43 rows): every model's score overflowed, every prediction was NaN.
+    with pytest.raises(ValueError, match="sample_weight: BBQ reads weights as counts of rows"):
+        BBQCalibrator().fit(s, y, sample_weight=np.full(300, 1e40))
     tied = np.round(s, 1)  # 11 distinct scores, far fewer than the 67 counts searched
     assert BBQCalibrator().fit(tied, y).posterior_.shape[0] == math.ceil(10.0 * 300 ** (1 / 3))
     weighted = BBQCalibrator(spread=2.0).fit(tied, y, sample_weight=np.full(300, 8.0))

@@ -115,6 +115,13 @@ def bbq_step_map(
     cumulative = (c_w, np.concatenate([[0.0], np.cumsum(weighted_y)]), c_w[1:] - 0.5 * weight)
     models = [_model(cumulative, xs, int(b), prior_size, logit) for b in counts]
     log_evidence = np.array([m[0] for m in models])
+    if not np.isfinite(log_evidence).all():
+        # Weights are counts of rows: adding up to 2e33, the models' scores overflowed (NaN predictions).
+        msg = (
+            f"sample_weight: BBQ reads weights as counts of rows, and these add up to {weight.sum():g}: "
+            "the models' Bayesian scores overflow; scale the weights to counts of about one per row"
+        )
+        raise ValueError(msg)
     posterior = np.exp(log_evidence - log_evidence.max())
     posterior /= posterior.sum()
     # Each model is a step function: its first value, then a jump at each interior edge. The average
