@@ -430,6 +430,28 @@ def test_rows_of_no_weight_with_a_level_of_their_own_equal_dropped_rows() -> Non
             assert_array_equal(weighed.predict(rows), dropped.predict(rows))
 
 
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")  # the start's Platt at 1e300
+def test_weights_whose_ridge_is_lost_in_rounding_still_fit() -> None:
+    """A part of one score has a singular curvature but for a ridge of 1e-9, lost to rounding beside
+    weight sums of 1e20 and more: MBCT and HC failed with numpy's LinAlgError ("Singular matrix")."""
+    from gpucal.mbct import MBCT
+
+    rng = np.random.default_rng(1)
+    score = rng.uniform(0.01, 0.99, 1500)
+    y = (rng.uniform(size=1500) < score).astype(float)
+    X = pd.DataFrame(
+        {"score": score, "f_cat": rng.choice(["a", "b", "c"], 1500), "f_num": rng.normal(size=1500)}
+    )
+    for weight in (np.full(1500, 1e20), np.where(np.arange(1500) < 5, 1e300, 1.0)):
+        for model in (
+            MBCT(max_trees=2, n_views=10, feature_cols=["f_cat", "f_num"], categorical_cols=["f_cat"]),
+            HeterogeneousCalibrator(mode="boosted", feature_cols=["f_cat", "f_num"]),
+        ):
+            predicted = np.asarray(model.fit(X, y, sample_weight=weight).predict(X))
+            assert np.isfinite(predicted).all()
+            assert ((predicted >= 0) & (predicted <= 1)).all()
+
+
 @pytest.mark.parametrize("mode", ["tree", "boosted"])
 def test_export_rules_text_json_and_sql_reproduce_predict(mode) -> None:
     X, y = threshold_frame()

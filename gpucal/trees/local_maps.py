@@ -327,7 +327,12 @@ def _newton(
         hess = hess + (penalty + RIDGE) * eye
         if kind == "beta":
             grad, hess = _freeze_bounded(theta, grad, hess)
-        step = np.linalg.solve(hess, grad[:, :, None])[:, :, 0]
+        try:
+            step = np.linalg.solve(hess, grad[:, :, None])[:, :, 0]
+        except np.linalg.LinAlgError:
+            # A part's curvature is singular once its ridge is lost in rounding (weights of 1e20 and
+            # a part of one score): its least-norm step, the others' as solved.
+            step = (np.linalg.pinv(hess) @ grad[:, :, None])[:, :, 0]
         # Shorten the whole step, not each coordinate: clipping one coordinate turns the Newton
         # direction, and on a nearly flat valley (a part with two close scores) the iterates then bounce.
         ratio = np.abs(step) / max_step
