@@ -235,6 +235,14 @@ def test_unit_weights_equal_no_weights(name: str, metric: Callable[..., Any]) ->
     assert metric(y, p, sample_weight=np.ones(p.size)) == pytest.approx(metric(y, p), rel=1e-12), name
 
 
+@pytest.mark.parametrize("metric", [metrics.ici, metrics.e50, metrics.e90, metrics.emax])
+def test_the_ici_refuses_more_rows_than_its_windows_count(metric: Callable[..., Any]) -> None:
+    """Weights adding up past 2**53 rows: the window search on float row positions never ended."""
+    y, p, _ = make_rows(40, seed=11)
+    with pytest.raises(ValueError, match=r"more rows than its windows can count \(2\*\*53\)"):
+        metric(y, p, sample_weight=np.full(40, 1e15))
+
+
 def test_multicalibration_integer_weights_equal_repeated_rows() -> None:
     # With at most max_values_per_feature values per column and large segments, row counts choose the
     # same segments for the weighted and the repeated rows, and their walks are equal (the sigmas are

@@ -59,6 +59,10 @@ def positional_quantile(values: np.ndarray, weight: np.ndarray, q: float) -> flo
     return float(low + (high - low) * share)
 
 
+#: Most rows (total weight) the windows' float64 row positions count one by one.
+MAX_ROW_POSITION = 2.0**53
+
+
 def window_starts(cum: np.ndarray, keys: np.ndarray, anchors: np.ndarray, r: float) -> np.ndarray:
     """Return each anchor's window start: the first row position whose ``r``-row window cannot move right.
 
@@ -152,7 +156,16 @@ def ici_family(
 ) -> dict[str, float]:
     """Return ``{"ici", "e50", "e90", "emax"}`` off one LOESS fit (one read of the rows)."""
     table = table_of(y_true, y_prob, sample_weight)
-    check_repeated_rows(float(table.weight.sum()), "the ICI's LOESS", sample_weight is not None)
+    total = float(table.weight.sum())
+    check_repeated_rows(total, "the ICI's LOESS", sample_weight is not None)
+    if total > MAX_ROW_POSITION:
+        # Its windows are row positions, float64 numbers: past 2**53 one more row is no other
+        # number, and the window search never ended.
+        msg = (
+            f"sample_weight: the ICI's LOESS reads weights as repeated rows, and these add up to {total:g}, "
+            "more rows than its windows can count (2**53); pass frequencies (counts)"
+        )
+        raise ValueError(msg)
     d = loess_distances(table, frac, grid_size)
     weight = table.weight
     return {
