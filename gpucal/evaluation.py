@@ -7,6 +7,7 @@ are metrics, columns are predictions (the raw score, each calibrator, the oracle
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
@@ -91,7 +92,10 @@ def evaluate(
         calibration), ``calibration_slope`` and ``calibration_intercept`` (Cox: 1 and 0 when
         calibrated) and ``skce`` (the unbiased SKCE, near 0 when calibrated); the slope and the SKCE
         are NaN for a constant prediction, where they are not defined, and the slope is NaN for a
-        prediction that separates the classes (it is infinite).
+        prediction that separates the classes (it is infinite). A metric undefined on these rows is NaN
+        too, with a ``UserWarning`` naming it and why, and every other row is filled in: labels of one
+        class (the AUC and the recalibration), no segment of enough rows (``mce``), or weights adding up
+        to too few rows for a metric that reads them as repeated rows (weights normalised to sum to 1).
     """
     field_columns = (
         {}
@@ -152,11 +156,16 @@ def _column(
         ),
         "skce": lambda: _unless_constant(metrics.skce, "statistic", y_true, y_prob, w),
     }
-    col = {metric: value() for metric, value in one_number.items() if metric in wanted}
+    col = {metric: _defined_or_nan(metric, value) for metric, value in one_number.items() if metric in wanted}
     if "mce" in wanted:
         if field_columns:
-            multicalibration = metrics.multicalibration_error(y_true, y_prob, field_columns, sample_weight=w)
-            col["mce"], col["mce_sigma"] = multicalibration.mce, multicalibration.mce_sigma
+            mce = _defined_or_nan(
+                "mce",
+                lambda: metrics.multicalibration_error(y_true, y_prob, field_columns, sample_weight=w),
+            )
+            col["mce"], col["mce_sigma"] = (
+                (math.nan, math.nan) if isinstance(mce, float) else (mce.mce, mce.mce_sigma)
+            )
         else:
             # Without fields the one segment is every row: ECCE's own rows, computed once.
             col["mce"] = col["ecce"] if "ecce" in col else one_number["ecce"]()
@@ -169,6 +178,30 @@ def _column(
     if p_true is not None and "tce_l2" in wanted:
         col["tce_l2"] = metrics.tce(p_true, y_prob, sample_weight=w)
     return col
+
+
+#: What a metric says where the data leave it undefined (labels of one class, no segment of enough rows)
+#: or where it reads weights as repeated rows and these are too few (weights normalised to sum to 1):
+#: :func:`evaluate` shows NaN in that row, and warns with the metric's reason.
+UNDEFINED_REASONS = (
+    "one class",
+    "reads weights as repeated rows",
+    "needs at least two rows",
+    "needs a total weight above 1",
+    "no segment has",
+)
+
+
+def _defined_or_nan(name: str, compute: Callable[[], Any]) -> Any:
+    """``compute()``, or NaN with a warning naming ``name`` where it is undefined on these rows
+    (:data:`UNDEFINED_REASONS`): one metric's refusal does not end the whole table."""
+    try:
+        return compute()
+    except ValueError as error:
+        if not any(reason in str(error) for reason in UNDEFINED_REASONS):
+            raise
+        warnings.warn(f"evaluate: {name} is NaN here: {error}", UserWarning, stacklevel=4)
+        return math.nan
 
 
 def _unless_constant(

@@ -110,6 +110,26 @@ def test_fields_and_predictions_whose_labels_read_alike_are_refused() -> None:
         plot_reliability(y, pd.DataFrame({0: p, "0": p}))
 
 
+def test_a_metric_undefined_on_the_rows_is_nan_with_a_warning_not_the_end_of_the_table() -> None:
+    """Labels of one class, weights normalised to sum to 1, or no segment of ten rows each ended the
+    whole table (and ``gpucal evaluate``) with one metric's refusal."""
+    rng = np.random.default_rng(0)
+    p = rng.uniform(0.1, 0.9, 40)
+    y = (rng.uniform(size=40) < p).astype(float)
+    cases = [
+        ({"y_true": np.zeros(40)}, {"roc_auc", "calibration_slope", "calibration_intercept"}),
+        ({"y_true": y, "sample_weight": np.full(40, 1 / 40)}, {"hosmer_lemeshow_p", "skce"}),
+        ({"y_true": y[:9], "fields": {"f": np.arange(9) % 2}}, {"mce", "mce_sigma"}),
+    ]
+    for kwargs, undefined in cases:
+        rows = len(kwargs["y_true"])
+        with pytest.warns(UserWarning, match="evaluate: .* is NaN here: "):
+            column = gpucal.evaluate(predictions={"m": p[:rows]}, **kwargs)["m"]
+        assert set(column[column.isna()].index) == undefined
+    with pytest.raises(ValueError, match=r"predictions\['m'\]: 1 value"):  # bad input is still refused
+        gpucal.evaluate(y, {"m": np.where(np.arange(40) == 3, np.nan, p)})
+
+
 def test_evaluate_checks_indexes_whatever_metrics_are_included() -> None:
     """With include=["tce_l2"] no metric read y_true, so a y_true of another index passed unchecked."""
     rng = np.random.default_rng(1)
