@@ -222,6 +222,12 @@ class DirichletCalibrator(Calibrator):
         labels = check_class_labels(y, n, k)
         w = check_sample_weight(sample_weight, n, xp=array_namespace(log_p))
         check_several_classes(labels, w, k)
+        weighted = log_p[w > 0]
+        if bool(array_namespace(weighted).all(weighted == weighted[0])):
+            # The map's slopes are not identified: it fitted one, steep and not monotone (0.84 at a
+            # score of 0.9, 0 at 1), as beta calibration, its two-class form, refuses to.
+            msg = "X: every row holds the same probabilities; Dirichlet calibration needs two distinct rows"
+            raise ValueError(msg)
         self.coef_, self.intercept_ = fit_dirichlet(
             log_p, labels, w, reg_lambda=float(self.reg_lambda), reg_mu=float(self.reg_mu)
         )
