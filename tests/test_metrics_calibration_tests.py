@@ -170,6 +170,14 @@ def test_bad_input_is_refused_by_name() -> None:
         metrics.hosmer_lemeshow(y, p, n_bins=0)
     with pytest.raises(ValueError, match="order"):
         metrics.jeffreys_grade_test(y, p, grades, order=["A", "B"])
+    # A missing grade failed in sorted() among text grades and stood unsorted among numbers.
+    for missing in (
+        np.where(np.arange(len(grades)) == 5, None, np.asarray(grades, dtype=object)),
+        np.where(np.arange(len(grades)) == 5, np.nan, np.arange(len(grades)) % 3.0),
+    ):
+        for test in (metrics.jeffreys_grade_test, metrics.binomial_grade_test):
+            with pytest.raises(ValueError, match="grades: some rows have no grade"):
+                test(y, p, missing)
 
 
 def test_separated_classes_have_no_slope() -> None:

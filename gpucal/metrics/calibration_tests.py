@@ -726,6 +726,11 @@ def _grade_counts(
     PD ``sum w p / n`` (NaN for a listed grade without rows); unlisted grades refused."""
     uniques, sums = field_value_sums(y_true, y_prob, grades, sample_weight, "grade")
     present = list(uniques)
+    missing = [j for j, g in enumerate(present) if g is None or (isinstance(g, float) and math.isnan(g))]
+    if missing:
+        # Sorted with the grades, a missing one failed in sorted() (text) or stood among them (NaN).
+        msg = "grades: some rows have no grade (a missing value); every row needs one"
+        raise ValueError(msg)
     if order is None:
         listed = tuple(sorted(present))
     else:
