@@ -110,6 +110,8 @@ def test_skce_test_reads_weights_as_importances() -> None:
     ("call", "match"),
     [
         (lambda: skce([0, 1], [0.5, 0.5]), "identical"),
+        # One row of positive weight: numpy warned of an empty mean first ("Mean of empty slice").
+        (lambda: skce([0, 1, 1], [0.2, 0.6, 0.7], sample_weight=[0.0, 3.0, 0.0]), "identical"),
         (lambda: skce([0, 1], [0.2, 0.6], bandwidth=0.0), "'bandwidth' parameter"),
         (lambda: skce([0, 1], [0.2, 1.6]), r"\[0, 1\]"),
         (lambda: skce_test([0, 1, 1], [0.2, 0.6, 0.7]), "at least 4 rows"),

@@ -119,17 +119,16 @@ def _median_distance(s: np.ndarray) -> float:
     :math:`O(m)` memory instead of :math:`O(m^2)`: the middle differences are found by counting (the
     mean, needed only when most pairs tie, is taken from the materialised differences).
     """
+    if s.shape[0] < 2 or not s.max() > s.min():  # before numpy's warnings of an empty mean
+        msg = "y_prob: all scores are identical; pass bandwidth explicitly"
+        raise ValueError(msg)
     ordered = np.sort(s)
     n_pairs = ordered.shape[0] * (ordered.shape[0] - 1) // 2
     upper = _kth_difference(ordered, n_pairs // 2 + 1)
     median = upper if n_pairs % 2 else (_kth_difference(ordered, n_pairs // 2) + upper) / 2
     if median > 0.0:
         return float(median)
-    mean = float(np.mean(np.abs(s[:, None] - s[None, :])[np.triu_indices(s.shape[0], k=1)]))
-    if mean > 0.0:
-        return mean
-    msg = "y_prob: all scores are identical; pass bandwidth explicitly"
-    raise ValueError(msg)
+    return float(np.mean(np.abs(s[:, None] - s[None, :])[np.triu_indices(s.shape[0], k=1)]))
 
 
 def _resolve_bandwidth(rows: Any, n: int, scale: str, bandwidth: float | None) -> float:
