@@ -174,6 +174,10 @@ def test_bad_input_is_refused_by_name() -> None:
     for missing in (
         np.where(np.arange(len(grades)) == 5, None, np.asarray(grades, dtype=object)),
         np.where(np.arange(len(grades)) == 5, np.nan, np.arange(len(grades)) % 3.0),
+        pd.Series(np.asarray(grades, dtype=object)).astype("string").where(np.arange(len(grades)) != 5),
+        pd.Series(np.datetime64("2020-01-01") + (np.arange(len(grades)) % 3).astype("timedelta64[D]")).where(
+            np.arange(len(grades)) != 5
+        ),
     ):
         for test in (metrics.jeffreys_grade_test, metrics.binomial_grade_test):
             with pytest.raises(ValueError, match="grades: some rows have no grade"):

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import pandas as pd
 from scipy import special, stats
 
 from gpucal._params import Interval, Options, validate_params
@@ -726,8 +727,7 @@ def _grade_counts(
     PD ``sum w p / n`` (NaN for a listed grade without rows); unlisted grades refused."""
     uniques, sums = field_value_sums(y_true, y_prob, grades, sample_weight, "grade")
     present = list(uniques)
-    missing = [j for j, g in enumerate(present) if g is None or (isinstance(g, float) and math.isnan(g))]
-    if missing:
+    if any(pd.api.types.is_scalar(g) and bool(pd.isna(g)) for g in present):  # None, NaN, pd.NA, NaT
         # Sorted with the grades, a missing one failed in sorted() (text) or stood among them (NaN).
         msg = "grades: some rows have no grade (a missing value); every row needs one"
         raise ValueError(msg)
