@@ -27,12 +27,7 @@ from scipy import integrate, optimize, special, stats
 
 from gpucal._params import Interval, validate_params
 from gpucal.kernels.jit import numba
-from gpucal.metrics.calibration_tests import (
-    _recalibration_rows,
-    _recalibration_sums,
-    ill_conditioned,
-    separated_fit,
-)
+from gpucal.metrics.calibration_tests import _recalibration_rows, ill_conditioned, separated_fit
 from gpucal.metrics.inputs import CheckedRows, check_repeated_rows
 from gpucal.rows import Rows
 
@@ -649,9 +644,8 @@ def calibration_belt(
     if not levels or not all(0.0 < c < 1.0 for c in levels):
         msg = f"confidence_levels: each level must lie in (0, 1), got {list(levels)}"
         raise ValueError(msg)
-    rows = _recalibration_rows(y_true, y_prob, sample_weight)
-    total = float(rows.sum(_recalibration_sums, 0.0, 1.0)[1])
-    check_repeated_rows(total, "the calibration belt", sample_weight is not None)
+    rows, start = _recalibration_rows(y_true, y_prob, sample_weight)
+    check_repeated_rows(float(start[1]), "the calibration belt", sample_weight is not None)
     span = rows.reduce(_logit_span, _widest)
     if not span[1] > span[0]:
         msg = "y_prob: every score has the same logit; the calibration belt needs two distinct scores"

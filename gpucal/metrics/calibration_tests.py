@@ -503,14 +503,16 @@ def _recalibration_sums(block: CheckedRows, a: float, b: float) -> np.ndarray:
     )
 
 
-def _recalibration_rows(y_true: Any, y_prob: Any, sample_weight: Any) -> Rows:
+def _recalibration_rows(y_true: Any, y_prob: Any, sample_weight: Any) -> tuple[Rows, np.ndarray]:
+    """The rows with their logits, and their :func:`_recalibration_sums` at the identity ``(0, 1)``
+    (the totals and the start of every fit), after the checks of both classes."""
     rows = metric_rows(y_true, y_prob, sample_weight).map(_logit_block)
     sums = rows.sum(_recalibration_sums, 0.0, 1.0)
     check_total(sums[0], sums[1])
     if not 0.0 < sums[2] < sums[1]:
         msg = "y_true: one class only; the logistic recalibration has no finite maximum"
         raise ValueError(msg)
-    return rows
+    return rows, sums
 
 
 def ill_conditioned(hess: np.ndarray) -> bool:
@@ -614,8 +616,7 @@ def calibration_slope(y_true: Any, y_prob: Any, *, sample_weight: Any = None) ->
     >>> round(r.slope, 3), r.df
     (1.07, 2)
     """
-    rows = _recalibration_rows(y_true, y_prob, sample_weight)
-    start = rows.sum(_recalibration_sums, 0.0, 1.0)
+    rows, start = _recalibration_rows(y_true, y_prob, sample_weight)
     # The Hessian at the start is the weighted Gram matrix of (1, z): singular iff z is constant.
     if not start[6] * start[8] - start[7] ** 2 > 1e-12 * start[6] * start[8]:
         msg = "y_prob: every score has the same logit; the calibration slope is not identified"
@@ -670,7 +671,7 @@ def calibration_intercept(
     >>> round(r.intercept, 3)
     0.087
     """
-    rows = _recalibration_rows(y_true, y_prob, sample_weight)
+    rows, _ = _recalibration_rows(y_true, y_prob, sample_weight)
     a, _, covariance, _ = _newton(rows, 0.0, 1.0, fit_slope=False)
     se = float(math.sqrt(covariance[0, 0]))
     z = a / se
