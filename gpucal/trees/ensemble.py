@@ -218,7 +218,6 @@ class TreeEnsemble:
         ts = self.tree_start
         if ts.shape[0] < 1 or ts[0] != 0 or ts[-1] != n_nodes or (np.diff(ts) < 1).any():
             _fail("tree_start", f"expected increasing ids from 0 to {n_nodes}, one root per tree")
-        tree_of = np.repeat(np.arange(len(ts) - 1), np.diff(ts))
         split = self.node_feature >= 0
         if (self.node_feature >= d).any() or (self.node_feature < -1).any():
             _fail("node_feature", f"features must lie in [-1, {d})")
@@ -228,16 +227,9 @@ class TreeEnsemble:
         # Compared without adding: a file's n_values near 2**63 would wrap base + width below the end.
         if (base < 0).any() or (width > n_table).any() or (base > n_table - width).any():
             _fail("node_child_base", "a split node's children lie outside child_table")
-        for m, b, k in zip(np.flatnonzero(split).tolist(), base.tolist(), width.tolist(), strict=True):
-            kids = self.child_table[b : b + k]
-            kids = kids[kids >= 0]
-            # Children lie after their parent within its tree, so every walk ends.
-            if (kids <= m).any() or (kids >= n_nodes).any() or (tree_of[kids] != tree_of[m]).any():
-                _fail("child_table", f"node {m} has a child outside its tree or before it")
-            if (self.child_table[b : b + k] < -1).any():
-                _fail("child_table", f"node {m} has a child id below -1")
-        # The walks read a split node's children up to the next one's base, past its own width: a leaf
-        # made of a split node left children there that loaded, then failed at predict.
+        # The walks' own check: every child id in [-1, n_nodes), after its parent and in its tree, a
+        # split node's children read up to the next one's base (past its own width: a leaf made of a
+        # split node left children there that loaded, then failed at predict).
         check_tree_structure(d, self.node_feature, self.node_child_base, self.child_table, self.tree_start)
 
     def _check_map_range(self) -> None:
