@@ -109,10 +109,10 @@ def _csv_header(handle: Any) -> list[str]:
 def table_columns(path: str | os.PathLike[str]) -> list[str]:
     """Return the column names of a CSV or Parquet file without reading its rows (nor importing pandas).
 
-    A CSV file's first line that is not empty is read as pandas reads it by default: comma-separated,
-    quoted fields, UTF-8 with or without a byte-order mark. A column without a name is left out, as a
-    Parquet file's unnamed index is: pandas' own row labels (``to_csv`` writes them under an empty name
-    by default), no data, and no name an option could give.
+    A CSV file's first line that is not blank (:func:`_csv_header`) is read as pandas reads it by
+    default: comma-separated, quoted fields, UTF-8 with or without a byte-order mark. A column without
+    a name is left out, as a Parquet file's unnamed index is: pandas' own row labels (``to_csv`` writes
+    them under an empty name by default), no data, and no name an option could give.
     """
     if Path(path).suffix.lower() == ".csv":
         try:

@@ -288,7 +288,8 @@ def test_sql_with_duckdb(leaf_map, init):
 def test_a_score_column_named_with_a_comment_opener_runs_in_duckdb():
     """DuckDB nests block comments: a score column named ``p /* raw`` in the header comment left it
     open ("unterminated /* comment")."""
-    duckdb = pytest.importorskip("duckdb")
+    import duckdb  # a test dependency (pyproject's test extra)
+
     rng = np.random.default_rng(0)
     score = rng.uniform(0.02, 0.98, 4000)
     group = rng.integers(0, 3, 4000)
