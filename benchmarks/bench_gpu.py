@@ -1,6 +1,6 @@
 """Benchmark: every GPU path of gpucal on cupy data, beside the numba CPU path on the same rows.
 
-One command measures, within one 10-minute run on a lent GPU machine, each case of :func:`all_cases`
+One command measures, within one 10-minute run on a GPU machine, each case of :func:`all_cases`
 (the kernels, every one-dimensional calibrator's fit and predict, the feature-aware calibrators, the
 metrics, MBCT, HC, CCL, NeuCalib on CUDA torch, the automatic calibrator, and the peers PyTorch
 temperature scaling and ``torchisotonic``) at 1e6 and 1e7 rows and at the largest size that fits:
@@ -30,7 +30,7 @@ host implementation); the report lists the GPU paths the issue names that gpucal
 clock for the events (no cupy needed, no GPU figure): it checks every case's calls, the comparison
 and the report writer, and ``tests/test_bench_gpu.py`` runs it in CI.
 
-Wheels to carry to the lent machine (its image has Python 3.12, numpy 2.5, numba, numba-cuda,
+Wheels to carry to the GPU machine (its image has Python 3.12, numpy 2.5, numba, numba-cuda,
 cupy-cuda13x, PyTorch 2.11, pandas, pyarrow, scipy, scikit-learn and ninja; gpucal itself travels
 as the working tree and is imported from it through ``PYTHONPATH``):
 
@@ -115,7 +115,7 @@ REPEAT_WITHIN_S = 2.0
 MIN_CALL_LIMIT_S = 45.0
 WARM_UP_LIMIT_S = 180.0
 DEFAULT_RTOL = 1e-6
-#: Peers that run only when installed (carried as wheels to the lent machine).
+#: Peers that run only when installed (carried as wheels to the GPU machine).
 OPTIONAL_PEERS = ("torchisotonic",)
 
 
@@ -690,8 +690,8 @@ NOT_ON_GPU = [
     "data's device; only the per-cluster maps are fitted on the device. Ward clustering likewise.",
     "The Dirichlet calibrator fits on the host (`ClusteredCalibrator(calibrator='dirichlet')` too).",
     "`rejection_curve` copies its rows to the host.",
-    "cudf frames and the Dask GPU path (`dask-cudf`, `dask-cuda`): not in the lent image, too large to "
-    "carry; every case here takes cupy columns in a `dict`.",
+    "cudf frames and the Dask GPU path (`dask-cudf`, `dask-cuda`): not in the GPU machine's image, too large "
+    "to carry; every case here takes cupy columns in a `dict`.",
     "cuML (a peer): its wheels are several hundred MB with their RAPIDS dependencies, over what a call "
     "carries (64 MiB).",
 ]
@@ -1146,7 +1146,7 @@ def run(args: argparse.Namespace, after_each_case: Callable[[dict[str, Any]], No
     # The smallest size's rows warm each case up: a smaller input would leave the parallel twins of the
     # CPU kernels (and any size-dependent path) to be compiled inside the first timed call.
     warm = datasets[min(datasets)]
-    # Every CPU kernel compiled once, up front and outside the budget (the cache starts empty on a lent
+    # Every CPU kernel compiled once, up front and outside the budget (the cache starts empty on a fresh
     # machine): the cases' warm-ups then compile only their device kernels.
     automatic = any(c.name.startswith("auto") for c in cases)
     cpu_warm_up_s = None if args.dry_run else warm_up_cpu_kernels(automatic)
