@@ -19,6 +19,7 @@ import gpucal
 from gpucal._frames import frame_columns
 from gpucal.auto import AutoCalibrator, sizing
 from gpucal.auto import candidates as candidates_module
+from gpucal.auto import model as auto_model
 from gpucal.auto.blend import (
     MIN_MEMBER_WEIGHT,
     fit_blend,
@@ -31,7 +32,9 @@ from gpucal.auto.candidates import FEATURE_CANDIDATES, SMOOTH_CANDIDATES, Candid
 from gpucal.auto.cross_fit import CrossFitting
 from gpucal.auto.folds import (
     grouped_folds,
+    host_rows,
     nested_subsamples,
+    on_device,
     stratified_folds,
     without_attrs,
 )
@@ -523,6 +526,72 @@ def test_plan_grows_the_rows_rung_by_rung() -> None:
     assert {r.n_folds for r in given.rungs} == {4}
     assert sizing.plan_search(1_000, 3, 5_000).cv_rows == 1_000
     assert [sizing.survivors_wanted(m) for m in (2, 3, 9, 10, 14)] == [2, 2, 3, 3, 4]
+
+
+def test_rows_on_the_gpu_are_searched_on_the_host_below_host_rung_rows(
+    ctr: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rows on the GPU stand in here as rows said to be there: the rungs under HOST_RUNG_ROWS get the
+    host copy (made once) and the host labels and weights, the later rung the rows as given, and the
+    fit is the one without the switch."""
+    X, y, _ = ctr
+    weights = np.random.default_rng(1).uniform(0.5, 2.0, size=len(y))
+    monkeypatch.setattr(sizing, "FIRST_RUNG_ROWS", 1_000)
+    params = {"candidates": ["platt", "isotonic", "feature_platt"], "drop_threshold": None}
+    plain = auto(**params).fit(X, y, sample_weight=weights)
+    copies: list[pd.DataFrame] = []
+    searched: list[tuple[int, bool, bool]] = []
+
+    def host_copy(rows: pd.DataFrame) -> pd.DataFrame:
+        copies.append(rows.copy())
+        return copies[-1]
+
+    def recorded(**fields: Any) -> CrossFitting:
+        rung_rows = int((fields["folds"] >= 0).sum())
+        on_host = any(fields["X"] is copy for copy in copies)
+        searched.append((rung_rows, on_host, isinstance(fields["weights"], np.ndarray)))
+        return CrossFitting(**fields)
+
+    monkeypatch.setattr(auto_model, "on_device", lambda X, labels: True)
+    monkeypatch.setattr(auto_model, "host_rows", host_copy)
+    monkeypatch.setattr(auto_model, "HOST_RUNG_ROWS", 2_000)
+    monkeypatch.setattr(auto_model, "CrossFitting", recorded)
+    switched = auto(**params).fit(X, y, sample_weight=weights)
+    assert searched == [(1_000, True, True), (3_000, False, True)]
+    assert len(copies) == 1
+    assert_array_equal(switched.cv_results_["mean_test_log_loss"], plain.cv_results_["mean_test_log_loss"])
+    assert_array_equal(switched.predict(X), plain.predict(X))
+
+
+def test_host_rows_copies_gpu_columns_only() -> None:
+    class DeviceArray:  # what is_cupy_array and to_numpy read of a cupy array: its module and get()
+        __module__ = "cupy"
+
+        def __init__(self, values: np.ndarray) -> None:
+            self.values = values
+
+        def get(self) -> np.ndarray:
+            return self.values.copy()
+
+    class DeviceFrame:  # what input_family and host_rows read of a cudf frame
+        __module__ = "cudf.core.dataframe"
+
+        def to_pandas(self) -> pd.DataFrame:
+            return pd.DataFrame({"score": [0.25, 0.75]}, index=[7, 9])
+
+    values = np.array([0.25, 0.75])
+    assert_array_equal(host_rows(DeviceArray(values)), values)
+    assert isinstance(host_rows(DeviceArray(values)), np.ndarray)
+    assert host_rows(DeviceFrame()).index.tolist() == [7, 9]
+    columns = host_rows({"score": DeviceArray(values), "field": values})
+    assert isinstance(columns["score"], np.ndarray)
+    assert columns["field"] is values
+    frame = pd.DataFrame({"score": values})
+    assert host_rows(frame) is frame
+    assert host_rows(values) is values
+    assert on_device({"score": DeviceArray(values)}, values)
+    assert on_device(frame, DeviceArray(values))
+    assert not on_device(frame, values)
 
 
 def test_successive_halving_leaves_the_worst_behind(ctr: Any, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -240,6 +240,25 @@ def select_rows(X: Any, rows: np.ndarray) -> Any:
     return X.take(rows)  # pyarrow
 
 
+def on_device(X: Any, labels: Any) -> bool:
+    """Whether the rows are on the GPU: ``X`` a cupy array, a cudf frame or a ``dict`` of cupy columns, or
+    the labels a cupy array."""
+    return is_cupy_array(labels) or input_family(X, "X") in ("cupy", "cudf")
+
+
+def host_rows(X: Any) -> Any:
+    """``X`` with its columns on the host: a cupy array as numpy, a cudf frame or series as pandas (index
+    kept), a ``dict``'s columns each so; any other family as it is."""
+    if isinstance(X, Mapping):
+        return {name: host_rows(column) for name, column in X.items()}
+    family = input_family(X, "X")
+    if family == "cupy":
+        return to_numpy(X)
+    elif family == "cudf":
+        return X.to_pandas()
+    return X
+
+
 def without_attrs(X: Any) -> Any:
     """``X``, or for a pandas frame with ``attrs`` a shallow copy without them (the same columns).
 

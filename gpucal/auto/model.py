@@ -46,7 +46,9 @@ from gpucal.auto.folds import (
     check_held_out,
     group_values,
     grouped_folds,
+    host_rows,
     nested_subsamples,
+    on_device,
     select_rows,
     stratified_folds,
     without_attrs,
@@ -62,6 +64,7 @@ from gpucal.auto.report import (
 )
 from gpucal.auto.sizing import (
     DOMINATED_SE,
+    HOST_RUNG_ROWS,
     PLATT_MARGIN,
     SCREEN_EXPENSIVE_SE,
     Rung,
@@ -259,6 +262,11 @@ class AutoCalibrator(Calibrator):
 
     The fit runs BLAS on one thread (``threadpoolctl``), the candidates' fits included: the search's
     products are of a few thousand rows, where BLAS's threads cost more CPU than they save.
+
+    On rows on the GPU (cupy, cudf), the rungs of fewer than 262,144 rows are cross-fitted on a host copy
+    of their rows, the later rungs and the refit on the device: fits that small are bound by kernel
+    launches and round trips there (:data:`~gpucal.auto.sizing.HOST_RUNG_ROWS`). A candidate's host and
+    GPU fits agree to rounding (``benchmarks/bench_gpu.py`` checks each).
 
     A candidate whose fit fails (one class in a fold, a column it cannot find, PyTorch missing) is
     marked in ``status`` and never chosen; when every candidate fails the fit raises. Dask collections
@@ -547,11 +555,14 @@ class AutoCalibrator(Calibrator):
         Each rung cross-fits the candidates still in the race (:func:`cross_fit_candidate`, with racing
         inside the rung) on its rows and passes the best on (:meth:`_survivors`); a candidate left
         behind keeps the row of the last rung it ran, marked ``halved out``. A rung after the first
-        starts only while ``time_budget`` remains. Sets ``oof_predictions_`` (the last rung's),
-        ``n_folds_``, ``cv_rows_`` and ``rungs_``.
+        starts only while ``time_budget`` remains. On rows on the GPU, a rung of fewer than
+        :data:`HOST_RUNG_ROWS` rows is fitted on a host copy of them. Sets ``oof_predictions_`` (the
+        last rung's), ``n_folds_``, ``cv_rows_`` and ``rungs_``.
         """
         host_labels = to_numpy(labels)
         host_weights = None if weights is None else to_numpy(weights)
+        device_rows = on_device(X, labels)
+        host_X = None  # the rows copied to the host once, for the rungs fitted there
         rows: list[dict[str, Any] | None] = [None] * len(candidates)
         racing = list(range(len(candidates)))
         self.rungs_: list[dict[str, int]] = []
@@ -576,10 +587,14 @@ class AutoCalibrator(Calibrator):
             self.rungs_.append({"rows": rung.rows, "n_folds": rung.n_folds, "candidates": len(racing)})
             if self.verbose and len(plan.rungs) > 1:
                 log(f"rung {number + 1}/{len(plan.rungs)}: {len(racing)} candidate(s) on {rung.rows:,} rows")
+            rung_X, rung_labels, rung_weights = X, labels, weights
+            if device_rows and rung.rows < HOST_RUNG_ROWS:
+                host_X = host_rows(X) if host_X is None else host_X
+                rung_X, rung_labels, rung_weights = host_X, host_labels, host_weights
             search = CrossFitting(
-                X=X,
-                labels=labels,
-                weights=weights,
+                X=rung_X,
+                labels=rung_labels,
+                weights=rung_weights,
                 folds=folds,
                 oof_predictions=self.oof_predictions_,
                 row_losses=row_losses,

@@ -83,6 +83,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from gpucal.kernels.jit import PARALLEL_MIN_ROWS
+
 #: Rows of the first rung; a calibration set no larger is cross-fitted in one rung.
 FIRST_RUNG_ROWS = 8_000
 #: Each rung has this many times the rows of the one before (the last is cut to its rows).
@@ -123,6 +125,14 @@ MID_N_FOLDS = 3
 MID_ROWS = 25_000
 #: Folds of a last rung over :data:`MID_ROWS` rows.
 LARGE_N_FOLDS = 2
+#: On rows on the GPU, a rung of fewer rows than this is cross-fitted on a host copy of its rows (the
+#: later rungs and the refit stay on the device). Fits that small are bound on the GPU by kernel
+#: launches, input checks and host round trips, not by rows: with eight fields on 1e6 rows the search
+#: took 7.8-9.3 s on an H200 against 4.4 s on its 16 host cores, and 2,198 group-sum calls were 3.3 s of
+#: it (``benchmarks/results/gpu.md``, the third and fourth runs). Below this bound the CPU kernels run
+#: their serial twins (``gpucal.kernels.jit.PARALLEL_MIN_ROWS``), so such a rung takes one host core
+#: whatever the machine.
+HOST_RUNG_ROWS = PARALLEL_MIN_ROWS
 
 
 @dataclass(frozen=True)
