@@ -482,7 +482,8 @@ def feature_aware_cases() -> list[Case]:
             fit_auto_features,
             "partly",
             "AutoCalibrator with the eight fields: cross-fitted candidates (feature-aware Platt with and "
-            "without crosses, MBCT, the 1-D maps) on a row subsample, then the refit on every row",
+            "without crosses, MBCT, the 1-D maps) on a row subsample, its rungs under 262,144 rows on a "
+            "host copy (HOST_RUNG_ROWS), then the refit on every row",
             None,
             max_rows=10_000_000,
         ),
@@ -569,7 +570,8 @@ def auto_cases() -> list[Case]:
         Case(
             name="auto.fit",
             runs_on="partly",
-            note="each candidate's fit where it runs (isotonic and SIR on the host); folds on the device",
+            note="each candidate's fit where it runs (isotonic and SIR on the host; rungs under 262,144 "
+            "rows on a host copy); folds on the device",
             columns=("score", "label", "weight"),
             run=lambda rows, state: AutoCalibrator().fit(
                 rows["score"], rows["label"], sample_weight=rows["weight"]
