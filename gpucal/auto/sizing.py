@@ -127,9 +127,9 @@ MID_ROWS = 25_000
 LARGE_N_FOLDS = 2
 #: On rows on the GPU, a rung of fewer rows than this is cross-fitted on a host copy of its rows (the
 #: later rungs and the refit stay on the device). Fits that small are bound on the GPU by kernel
-#: launches, input checks and host round trips, not by rows: with eight fields on 1e6 rows the search
-#: took 7.8-9.3 s on an H200 against 4.4 s on its 16 host cores, and 2,198 group-sum calls were 3.3 s of
-#: it (``benchmarks/results/gpu.md``, the third and fourth runs). Below this bound the CPU kernels run
+#: launches, input checks and host round trips, not by rows: with eight fields on 1e6 rows the fit took
+#: 7.8 s on an H200 against 4.4 s on its 16 host cores (the third run of ``benchmarks/results/gpu.md``),
+#: and in the fourth run's profile 2,198 group-sum calls were 3.3 s of a 9.3 s fit. Below this bound the CPU kernels run
 #: their serial twins (``gpucal.kernels.jit.PARALLEL_MIN_ROWS``), so such a rung takes one host core
 #: whatever the machine.
 HOST_RUNG_ROWS = PARALLEL_MIN_ROWS

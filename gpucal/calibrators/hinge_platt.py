@@ -42,9 +42,9 @@ from gpucal.rows import Rows
 DEFAULT_QUANTILES = (0.5, 0.8, 0.95)
 #: From this many rows the fit is solved on the series of the bins of the logit (one compiled pass over
 #: the rows, ``gpucal.calibrators.hinge_series``). Below it the bins' moments are numpy's bincounts and
-#: the 5 to 9 Newton passes over the rows cost less (row passes against series, CPU ms): 16,000 rows of
-#: make_ctr's cross400 scenario 6.2 against 7.4, of kdd 7.6 against 16.6; 32,768 rows 10.5 against 5.8
-#: and 11.6 against 10.0; 150,000 rows of cross400 45 against 9 (``benchmarks/results/hinge_fit.md``).
+#: the 5 to 9 Newton passes over the rows cost no more (row passes against series, CPU ms): 16,000 rows
+#: of make_ctr's cross400 scenario 7.0 against 7.5, of kdd 8.7 against 8.7; 32,768 rows 12.0 against 7.3
+#: and 14.0 against 10.9; 150,000 rows of cross400 51.5 against 10.9 (``benchmarks/results/hinge_fit.md``).
 SERIES_MIN_ROWS = NUMBA_MIN_ROWS
 
 
@@ -241,7 +241,7 @@ class HingePlattCalibrator(Calibrator):
     force it; on the benchmarks' sets it always was). Sample weights are row multiplicities: integer
     weights equal repeated rows. The fit costs a few passes over a ``(n, K + 1)`` design, and from
     :data:`SERIES_MIN_ROWS` rows one pass over :math:`x` (the bins' moments) where the series are
-    accurate: at 150,000 rows about 9 ms against 45 ms for the passes, far below the spline's.
+    accurate: at 150,000 rows 10.5-11.6 ms against 40.4-56.8 ms for the passes, far below the spline's.
 
     References
     ----------
