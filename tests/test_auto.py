@@ -531,35 +531,44 @@ def test_plan_grows_the_rows_rung_by_rung() -> None:
 def test_rows_on_the_gpu_are_searched_on_the_host_below_host_rung_rows(
     ctr: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Rows on the GPU stand in here as rows said to be there: the rungs under HOST_RUNG_ROWS get the
-    host copy (made once) and the host labels and weights, the later rung the rows as given, and the
-    fit is the one without the switch."""
+    """Rows on the GPU stand in here as rows said to be there: the rungs under HOST_RUNG_ROWS read one
+    host copy of the largest such rung's rows and the host labels and weights, the last rung the rows
+    as given, and the fit is the one without the switch."""
     X, y, _ = ctr
     weights = np.random.default_rng(1).uniform(0.5, 2.0, size=len(y))
-    monkeypatch.setattr(sizing, "FIRST_RUNG_ROWS", 1_000)
+    monkeypatch.setattr(sizing, "FIRST_RUNG_ROWS", 200)
     params = {"candidates": ["platt", "isotonic", "feature_platt"], "drop_threshold": None}
     plain = auto(**params).fit(X, y, sample_weight=weights)
+    assert [rung["rows"] for rung in plain.rungs_] == [200, 800, 3_000]
     copies: list[pd.DataFrame] = []
-    searched: list[tuple[int, bool, bool]] = []
+    host_arrays: list[np.ndarray] = []
+    searched: list[tuple[int, bool, bool, bool]] = []
 
     def host_copy(rows: pd.DataFrame) -> pd.DataFrame:
         copies.append(rows.copy())
         return copies[-1]
 
+    def host_array(values: Any) -> np.ndarray:
+        host_arrays.append(np.array(values, dtype=np.float64))
+        return host_arrays[-1]
+
     def recorded(**fields: Any) -> CrossFitting:
-        rung_rows = int((fields["folds"] >= 0).sum())
-        on_host = any(fields["X"] is copy for copy in copies)
-        searched.append((rung_rows, on_host, isinstance(fields["weights"], np.ndarray)))
+        on_host = [fields["X"] is copy for copy in copies] == [True]
+        read = (fields["labels"], fields["weights"])
+        from_host = all(any(a is h for h in host_arrays) for a in read)
+        searched.append((int((fields["folds"] >= 0).sum()), on_host, from_host, fields["X_rows"] is not None))
         return CrossFitting(**fields)
 
     monkeypatch.setattr(auto_model, "on_device", lambda X, labels: True)
     monkeypatch.setattr(auto_model, "host_rows", host_copy)
-    monkeypatch.setattr(auto_model, "HOST_RUNG_ROWS", 2_000)
+    monkeypatch.setattr(auto_model, "to_numpy", host_array)
+    monkeypatch.setattr(auto_model, "HOST_RUNG_ROWS", 3_000)  # a rung of as many rows stays where it is
     monkeypatch.setattr(auto_model, "CrossFitting", recorded)
     switched = auto(**params).fit(X, y, sample_weight=weights)
-    assert searched == [(1_000, True, True), (3_000, False, True)]
-    assert len(copies) == 1
+    assert searched == [(200, True, True, True), (800, True, True, True), (3_000, False, False, False)]
+    assert len(copies[0]) == 800  # the largest host rung's rows, copied once
     assert_array_equal(switched.cv_results_["mean_test_log_loss"], plain.cv_results_["mean_test_log_loss"])
+    assert_array_equal(switched.oof_predictions_, plain.oof_predictions_)
     assert_array_equal(switched.predict(X), plain.predict(X))
 
 
@@ -576,13 +585,18 @@ def test_host_rows_copies_gpu_columns_only() -> None:
     class DeviceFrame:  # what input_family and host_rows read of a cudf frame
         __module__ = "cudf.core.dataframe"
 
-        def to_pandas(self) -> pd.DataFrame:
-            return pd.DataFrame({"score": [0.25, 0.75]}, index=[7, 9])
+        def to_pandas(self, nullable: bool = False) -> pd.DataFrame:
+            # cudf's default reads an integer column with nulls as float64, which the encoder bins
+            ids = pd.array([3, None, 5] * 100, dtype="Int64" if nullable else "float64")
+            return pd.DataFrame({"score": [0.25, 0.5, 0.75] * 100, "site": ids}, index=range(7, 307))
 
     values = np.array([0.25, 0.75])
     assert_array_equal(host_rows(DeviceArray(values)), values)
     assert isinstance(host_rows(DeviceArray(values)), np.ndarray)
-    assert host_rows(DeviceFrame()).index.tolist() == [7, 9]
+    copied = host_rows(DeviceFrame())
+    assert copied.index[:3].tolist() == [7, 8, 9]
+    assert str(copied["site"].dtype) == "Int64"  # read by value, as the device column is
+    assert FeatureEncoder().fit(copied[["site"]]).describe_columns() == "read by value: site (2 values)"
     columns = host_rows({"score": DeviceArray(values), "field": values})
     assert isinstance(columns["score"], np.ndarray)
     assert columns["field"] is values

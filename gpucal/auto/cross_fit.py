@@ -110,6 +110,9 @@ class CrossFitting:
     ----------
     X, labels, weights
         The rows (``weights`` None: unit weights).
+    X_rows : numpy.ndarray or None
+        The positions among the rows of ``X``'s rows, increasing, when ``X`` holds only some (a host
+        copy of the rows a rung reads); None when it holds every row.
     folds : numpy.ndarray
         Each row's fold, -1 for rows outside the cross-fitted subsample.
     oof_predictions : numpy.ndarray of shape (n_rows, n_candidates)
@@ -141,6 +144,7 @@ class CrossFitting:
     drop_threshold: float | None
     verbose: int
     loose: bool = False
+    X_rows: np.ndarray | None = None
     fold_cache: dict[int, FoldRows] = field(default_factory=dict)
     fit_memos: dict[int, dict[Any, Any]] = field(default_factory=dict)
     done_cache: dict[int, np.ndarray] = field(default_factory=dict)
@@ -155,10 +159,10 @@ class CrossFitting:
         train = np.flatnonzero((self.folds >= 0) & (self.folds != fold))
         test = np.flatnonzero(self.folds == fold)
         cut = FoldRows(
-            X_train=select_rows(self.X, train),
+            X_train=select_rows(self.X, self._X_positions(train)),
             y_train=entries_at(self.labels, train),
             w_train=entries_at(self.weights, train),
-            X_test=select_rows(self.X, test),
+            X_test=select_rows(self.X, self._X_positions(test)),
             test=test,
             y_test=to_numpy(entries_at(self.labels, test)),
             w_test=None if self.weights is None else to_numpy(entries_at(self.weights, test)),
@@ -166,6 +170,10 @@ class CrossFitting:
         if train.shape[0] + test.shape[0] <= SHARED_FOLD_ROWS:
             self.fold_cache[fold] = cut
         return cut
+
+    def _X_positions(self, rows: np.ndarray) -> np.ndarray:
+        """``X``'s own positions of the rows at positions ``rows`` (each one of :attr:`X_rows`)."""
+        return rows if self.X_rows is None else np.searchsorted(self.X_rows, rows)
 
     def done_rows(self, n_done: int) -> np.ndarray:
         """The positions, increasing, of the rows folds ``0 .. n_done - 1`` hold out; found once per

@@ -248,14 +248,16 @@ def on_device(X: Any, labels: Any) -> bool:
 
 def host_rows(X: Any) -> Any:
     """``X`` with its columns on the host: a cupy array as numpy, a cudf frame or series as pandas (index
-    kept), a ``dict``'s columns each so; any other family as it is."""
+    kept, in pandas' nullable dtypes), a ``dict``'s columns each so; any other family as it is."""
     if isinstance(X, Mapping):
         return {name: host_rows(column) for name, column in X.items()}
     family = input_family(X, "X")
     if family == "cupy":
         return to_numpy(X)
     elif family == "cudf":
-        return X.to_pandas()
+        # Nullable pandas dtypes: cudf's default casts an integer column with nulls to float, which the
+        # encoder would bin where it reads the device column's integers by value.
+        return X.to_pandas(nullable=True)
     return X
 
 
@@ -277,7 +279,9 @@ __all__ = [
     "check_held_out",
     "group_values",
     "grouped_folds",
+    "host_rows",
     "nested_subsamples",
+    "on_device",
     "seeded_hashes",
     "select_rows",
     "stratified_folds",

@@ -466,9 +466,9 @@ class AutoCalibrator(Calibrator):
         search_X, search_labels, search_weights, search_groups = X, labels, weights, groups
         if self.cv_index_.shape[0] < n_rows:
             search_X = select_rows(X, self.cv_index_)
-            on_device = array_namespace(labels).asarray(self.cv_index_)
-            search_labels = labels[on_device]
-            search_weights = None if weights is None else weights[on_device]
+            cv_positions = array_namespace(labels).asarray(self.cv_index_)
+            search_labels = labels[cv_positions]
+            search_weights = None if weights is None else weights[cv_positions]
             search_groups = None if groups is None else group_values(X, groups, n_rows)[self.cv_index_]
             host_labels, host_weights = host_labels[self.cv_index_], host_weights[self.cv_index_]
         started = time.perf_counter()
@@ -561,8 +561,11 @@ class AutoCalibrator(Calibrator):
         """
         host_labels = to_numpy(labels)
         host_weights = None if weights is None else to_numpy(weights)
-        device_rows = on_device(X, labels)
-        host_X = None  # the rows copied to the host once, for the rungs fitted there
+        # On rows on the GPU, the rows of the largest rung under HOST_RUNG_ROWS, copied to the host once
+        # (every smaller rung's rows lie within them) for the rungs fitted there.
+        host_rungs = [i for i, rung in enumerate(plan.rungs) if rung.rows < HOST_RUNG_ROWS]
+        copied = rung_rows[host_rungs[-1]] if host_rungs and on_device(X, labels) else None
+        host_X = None
         rows: list[dict[str, Any] | None] = [None] * len(candidates)
         racing = list(range(len(candidates)))
         self.rungs_: list[dict[str, int]] = []
@@ -587,14 +590,15 @@ class AutoCalibrator(Calibrator):
             self.rungs_.append({"rows": rung.rows, "n_folds": rung.n_folds, "candidates": len(racing)})
             if self.verbose and len(plan.rungs) > 1:
                 log(f"rung {number + 1}/{len(plan.rungs)}: {len(racing)} candidate(s) on {rung.rows:,} rows")
-            rung_X, rung_labels, rung_weights = X, labels, weights
-            if device_rows and rung.rows < HOST_RUNG_ROWS:
-                host_X = host_rows(X) if host_X is None else host_X
-                rung_X, rung_labels, rung_weights = host_X, host_labels, host_weights
+            rung_X, rung_labels, rung_weights, X_rows = X, labels, weights, None
+            if copied is not None and number in host_rungs:
+                host_X = host_rows(select_rows(X, copied)) if host_X is None else host_X
+                rung_X, rung_labels, rung_weights, X_rows = host_X, host_labels, host_weights, copied
             search = CrossFitting(
                 X=rung_X,
                 labels=rung_labels,
                 weights=rung_weights,
+                X_rows=X_rows,
                 folds=folds,
                 oof_predictions=self.oof_predictions_,
                 row_losses=row_losses,

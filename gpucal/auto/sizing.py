@@ -129,9 +129,9 @@ LARGE_N_FOLDS = 2
 #: later rungs and the refit stay on the device). Fits that small are bound on the GPU by kernel
 #: launches, input checks and host round trips, not by rows: with eight fields on 1e6 rows the fit took
 #: 7.8 s on an H200 against 4.4 s on its 16 host cores (the third run of ``benchmarks/results/gpu.md``),
-#: and in the fourth run's profile 2,198 group-sum calls were 3.3 s of a 9.3 s fit. Below this bound the CPU kernels run
-#: their serial twins (``gpucal.kernels.jit.PARALLEL_MIN_ROWS``), so such a rung takes one host core
-#: whatever the machine.
+#: and in the fourth run's profile 2,198 group-sum calls were 3.3 s of a 9.3 s fit. Below this bound the
+#: CPU kernels run their serial twins (``gpucal.kernels.jit.PARALLEL_MIN_ROWS``), so such a rung takes
+#: one host core whatever the machine.
 HOST_RUNG_ROWS = PARALLEL_MIN_ROWS
 
 
