@@ -2,9 +2,8 @@
 
 Each thread walks its chunk alone (:func:`~gpucal.kernels.pav_walk.walk_chunk`), its block stack in the
 chunk's own rows of ``blocks``. Chunks of :data:`~gpucal.kernels.pav_chunks.DEVICE_CHUNK_ROWS` rows give
-1e7 rows some 39,000 threads. On an H200 the weighted fit at 1e7 rows took 18.9 ms with this kernel
-(1.31 s with the walk on the host; ``benchmarks/results/gpu.md``, the fifth run). The threads of a warp
-read 32 chunks apart, so the loads are not coalesced; a layout that reads them together may pay.
+1e7 rows some 39,000 threads (timed in ``benchmarks/results/gpu.md``, its fifth run). The threads of a
+warp read 32 chunks apart, so the loads are not coalesced; a layout that reads them together may pay.
 """
 
 from __future__ import annotations
