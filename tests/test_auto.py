@@ -582,20 +582,46 @@ def test_host_rows_copies_gpu_columns_only() -> None:
         def get(self) -> np.ndarray:
             return self.values.copy()
 
+    class DeviceSeries:  # what host_rows reads of a cudf series; its to_pandas as cudf's behaves
+        __module__ = "cudf.core.series"
+
+        def __init__(self, values: pd.Series) -> None:
+            self.values = values
+            self.dtype = np.dtype("int64") if str(values.dtype) == "Int64" else values.dtype
+            self.has_nulls = bool(values.isna().any())
+
+        def to_pandas(self, nullable: bool = False) -> pd.Series:
+            if nullable and isinstance(self.values.dtype, pd.CategoricalDtype):
+                msg = "nullable types not supported for categorical columns"
+                raise NotImplementedError(msg)
+            if not nullable and str(self.values.dtype) == "Int64":  # ints with nulls read as floats
+                return self.values.astype("float64")
+            return self.values
+
     class DeviceFrame:  # what input_family and host_rows read of a cudf frame
         __module__ = "cudf.core.dataframe"
+        columns = ("score", "site", "kind")
 
-        def to_pandas(self, nullable: bool = False) -> pd.DataFrame:
-            # cudf's default reads an integer column with nulls as float64, which the encoder bins
-            ids = pd.array([3, None, 5] * 100, dtype="Int64" if nullable else "float64")
-            return pd.DataFrame({"score": [0.25, 0.5, 0.75] * 100, "site": ids}, index=range(7, 307))
+        class index:
+            @staticmethod
+            def to_pandas() -> pd.Index:
+                return pd.RangeIndex(7, 307)
+
+        def __getitem__(self, name: str) -> DeviceSeries:
+            frame = {
+                "score": pd.Series([0.25, 0.5, 0.75] * 100, index=range(7, 307)),
+                "site": pd.Series(pd.array([3, None, 5] * 100, dtype="Int64"), index=range(7, 307)),
+                "kind": pd.Series(pd.Categorical(["a", None, "b"] * 100), index=range(7, 307)),
+            }
+            return DeviceSeries(frame[name])
 
     values = np.array([0.25, 0.75])
     assert_array_equal(host_rows(DeviceArray(values)), values)
     assert isinstance(host_rows(DeviceArray(values)), np.ndarray)
     copied = host_rows(DeviceFrame())
     assert copied.index[:3].tolist() == [7, 8, 9]
-    assert str(copied["site"].dtype) == "Int64"  # read by value, as the device column is
+    assert [str(copied[name].dtype) for name in DeviceFrame.columns] == ["float64", "Int64", "category"]
+    # The integer column with nulls is read by value, as the device column is.
     assert FeatureEncoder().fit(copied[["site"]]).describe_columns() == "read by value: site (2 values)"
     columns = host_rows({"score": DeviceArray(values), "field": values})
     assert isinstance(columns["score"], np.ndarray)

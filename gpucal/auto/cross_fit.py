@@ -16,7 +16,7 @@ import numpy as np
 from sklearn.base import clone
 
 from gpucal._backend import array_namespace, to_numpy
-from gpucal._validation import check_probabilities
+from gpucal._validation import check_invariant, check_probabilities
 from gpucal.auto.blend import logits
 from gpucal.auto.candidates import Candidate, takes_param
 from gpucal.auto.folds import select_rows
@@ -173,7 +173,14 @@ class CrossFitting:
 
     def _X_positions(self, rows: np.ndarray) -> np.ndarray:
         """``X``'s own positions of the rows at positions ``rows`` (each one of :attr:`X_rows`)."""
-        return rows if self.X_rows is None else np.searchsorted(self.X_rows, rows)
+        if self.X_rows is None:
+            return rows
+        positions = np.searchsorted(self.X_rows, rows)
+        check_invariant(
+            bool(np.all(self.X_rows[np.minimum(positions, self.X_rows.shape[0] - 1)] == rows)),
+            "a rung's rows lie outside the rows copied for it",
+        )
+        return positions
 
     def done_rows(self, n_done: int) -> np.ndarray:
         """The positions, increasing, of the rows folds ``0 .. n_done - 1`` hold out; found once per

@@ -248,17 +248,30 @@ def on_device(X: Any, labels: Any) -> bool:
 
 def host_rows(X: Any) -> Any:
     """``X`` with its columns on the host: a cupy array as numpy, a cudf frame or series as pandas (index
-    kept, in pandas' nullable dtypes), a ``dict``'s columns each so; any other family as it is."""
+    kept), a ``dict``'s columns each so; any other family as it is."""
     if isinstance(X, Mapping):
         return {name: host_rows(column) for name, column in X.items()}
     family = input_family(X, "X")
     if family == "cupy":
         return to_numpy(X)
+    elif family == "cudf" and hasattr(X, "columns"):
+        import pandas as pd
+
+        columns = {name: _host_series(X[name]) for name in X.columns}
+        return pd.DataFrame(columns, index=X.index.to_pandas())
     elif family == "cudf":
-        # Nullable pandas dtypes: cudf's default casts an integer column with nulls to float, which the
-        # encoder would bin where it reads the device column's integers by value.
-        return X.to_pandas(nullable=True)
+        return _host_series(X)
     return X
+
+
+def _host_series(column: Any) -> Any:
+    """A cudf series as pandas: an integer or boolean one with nulls in pandas' nullable dtype.
+
+    cudf's default reads such a column as floats, which the encoder would bin where it reads the device
+    column by value; its nullable conversion is refused for other kinds (categoricals, dates).
+    """
+    nullable = getattr(column.dtype, "kind", "") in ("i", "u", "b") and bool(column.has_nulls)
+    return column.to_pandas(nullable=nullable)
 
 
 def without_attrs(X: Any) -> Any:
