@@ -41,10 +41,11 @@ from gpucal.rows import Rows
 #: Default knot levels: weighted quantiles of the calibration logit (the class docstring says why).
 DEFAULT_QUANTILES = (0.5, 0.8, 0.95)
 #: From this many rows the fit is solved on the series of the bins of the logit (one compiled pass over
-#: the rows, ``gpucal.calibrators.hinge_series``). Below it the bins' moments are numpy's bincounts and
-#: the 5 to 9 Newton passes over the rows cost no more (row passes against series, CPU ms): 16,000 rows
-#: of make_ctr's cross400 scenario 7.0 against 7.5, of kdd 8.7 against 8.7; 32,768 rows 12.0 against 7.3
-#: and 14.0 against 10.9; 150,000 rows of cross400 51.5 against 10.9 (``benchmarks/results/hinge_fit.md``).
+#: the rows, ``gpucal.calibrators.hinge_series``); below it the 5 to 9 Newton passes over the rows are
+#: taken. From it the series pay (row passes against series, CPU ms, ``benchmarks/results/hinge_fit.md``):
+#: 32,768 rows of make_ctr's cross400 scenario 12.0 against 7.3, of kdd 14.0 against 10.9; 150,000 rows
+#: of cross400 51.5 against 10.9. Below it the benchmark cannot force the series, so the bound itself is
+#: the compiled kernels' own (``NUMBA_MIN_ROWS``), not a measured crossover.
 SERIES_MIN_ROWS = NUMBA_MIN_ROWS
 
 
