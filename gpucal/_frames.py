@@ -427,6 +427,19 @@ def _arrow_column(a: Any, name: str) -> Column:
     return Column(codes, np.asarray(categories, dtype=object), str(t))
 
 
+def cudf_to_pandas(column: Any) -> Any:
+    """A cudf series as a pandas one on the host: an integer or boolean one with nulls in pandas'
+    nullable dtype (``Int64``, ``boolean``), every other as cudf's default gives it.
+
+    cudf's default reads an integer column with nulls as floats (ids past 2**53 merge, and the encoder
+    bins what it reads by value on the device); its nullable conversion is refused for other kinds
+    (categoricals, dates) and turns missing strings and floats into ``pd.NA``, which pandas hashes
+    otherwise than ``None`` and NaN.
+    """
+    nullable = getattr(column.dtype, "kind", "") in ("i", "u", "b") and bool(column.has_nulls)
+    return column.to_pandas(nullable=nullable)
+
+
 def _cudf_column(s: Any, name: str) -> Column:
     """cudf Series -> Column, on the device. Not exercised by CI (no GPU); keep it small.
 
@@ -448,7 +461,10 @@ def _cudf_column(s: Any, name: str) -> Column:
     if str(dtype) in ("object", "str", "string") or str(dtype) == "category":
         cat = s if str(dtype) == "category" else s.astype("category")
         codes = cat.cat.codes.astype("int32").where(cat.notna(), -1).to_cupy()
-        return Column(codes, np.asarray(cat.cat.categories.to_pandas(), dtype=object), str(dtype))
+        # The categories in their own dtype, as the pandas branch keeps them (grouped folds hash them).
+        return Column(codes, cat.cat.categories.to_pandas().to_numpy(), str(dtype))
+    if str(dtype).startswith("Decimal"):  # read as float64, as pandas, polars and pyarrow decimals are
+        return Column(s.astype("float64").to_cupy(na_value=np.nan), None, str(dtype))
     raise _unsupported_dtype(name, dtype)
 
 

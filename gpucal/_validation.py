@@ -43,6 +43,7 @@ def as_1d_array(x: Any, name: str) -> Any:
     if is_cupy_array(x):
         arr = x
     elif module == "cudf":
+        _check_no_missing(x.isna().to_numpy() if x.has_nulls else None, lambda row: "null", name)
         arr = x.to_cupy()
     elif module == "pandas":
         # A Series, or a pandas array or Index (whose isna is numpy and which have no iloc).
@@ -175,8 +176,9 @@ def check_probabilities(
     ``fix`` ends the message for values outside [0, 1]: how the caller's own function takes margins.
     ``scan=False``: the values are not read (module docstring).
     """
-    xp = array_namespace(p)
-    arr = xp.asarray(as_1d_array(p, name), dtype=xp.float64)
+    raw = as_1d_array(p, name)  # a cudf Series becomes cupy: the namespace is the converted array's
+    xp = array_namespace(raw)
+    arr = xp.asarray(raw, dtype=xp.float64)
     if not scan or _inside_unit_interval(arr):
         return arr
     check_finite(arr, name)
@@ -216,8 +218,9 @@ def check_scores(s: Any, name: str = "score", kind: str = "probability", *, scan
         raise ValueError(msg)
     if kind == "probability":
         return check_probabilities(s, name, fix="pass margins/logits as score_kind='logit'", scan=scan)
-    xp = array_namespace(s)
-    arr = xp.asarray(as_1d_array(s, name), dtype=xp.float64)
+    raw = as_1d_array(s, name)
+    xp = array_namespace(raw)
+    arr = xp.asarray(raw, dtype=xp.float64)
     if scan:
         check_finite(arr, name)
     return arr
@@ -234,8 +237,8 @@ def check_labels(y: Any, name: str = "y_true", *, allow_soft: bool = True, scan:
     if y is None:  # scikit-learn's wording, which its estimator checks look for
         msg = f"{name}: this calibrator requires y to be passed, but the target y is None"
         raise ValueError(msg)
-    xp = array_namespace(y)
     raw = as_1d_array(y, name)
+    xp = array_namespace(raw)
     if raw.dtype == bool:
         raw = raw.astype(xp.int8)
     arr = xp.asarray(raw, dtype=xp.float64)

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from gpucal._backend import array_namespace, is_cupy_array, to_numpy
-from gpucal._frames import frame_columns, input_family
+from gpucal._frames import cudf_to_pandas, frame_columns, input_family
 
 
 def stratified_folds(labels: np.ndarray, n_folds: int, seed: int) -> np.ndarray:
@@ -257,21 +257,11 @@ def host_rows(X: Any) -> Any:
     elif family == "cudf" and hasattr(X, "columns"):
         import pandas as pd
 
-        columns = {name: _host_series(X[name]) for name in X.columns}
+        columns = {name: cudf_to_pandas(X[name]) for name in X.columns}
         return pd.DataFrame(columns, index=X.index.to_pandas())
     elif family == "cudf":
-        return _host_series(X)
+        return cudf_to_pandas(X)
     return X
-
-
-def _host_series(column: Any) -> Any:
-    """A cudf series as pandas: an integer or boolean one with nulls in pandas' nullable dtype.
-
-    cudf's default reads such a column as floats, which the encoder would bin where it reads the device
-    column by value; its nullable conversion is refused for other kinds (categoricals, dates).
-    """
-    nullable = getattr(column.dtype, "kind", "") in ("i", "u", "b") and bool(column.has_nulls)
-    return column.to_pandas(nullable=nullable)
 
 
 def without_attrs(X: Any) -> Any:

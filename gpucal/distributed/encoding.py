@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from gpucal._backend import is_cupy_array, to_numpy
+from gpucal._frames import cudf_to_pandas
 from gpucal.encoding import FeatureEncoder
 
 
@@ -94,7 +95,7 @@ def hash_codes(values: Any, n_buckets: int, *, seed: int = 0) -> Any:
         msg = f"The 'seed' parameter of hash_codes must be an int in [0, 10**16). Got {seed!r} instead."
         raise ValueError(msg)
     if type(values).__module__.split(".")[0] == "cudf":
-        values = values.to_pandas(nullable=True)  # an int column with a null stays integers
+        values = cudf_to_pandas(values)  # an int column with a null stays integers
     elif is_cupy_array(values):
         values = to_numpy(values)
     index = values.index if isinstance(values, pd.Series) else None  # a list's .index is a method

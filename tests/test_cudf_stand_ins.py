@@ -1,0 +1,137 @@
+"""gpucal's cudf branches, run on pandas objects standing in for cudf ones (no cudf here, no GPU).
+
+``CudfLike`` wraps a pandas object under a ``cudf`` module name, so gpucal takes its cudf branches; it
+forwards every attribute to pandas, wraps what comes back, and adds what cudf has and pandas has not
+(``to_cupy``, ``has_nulls``, ``to_pandas(nullable=...)``). Its ``to_cupy`` returns a numpy array
+that the tests mark, so a namespace picked before the conversion is caught.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from gpucal import _validation
+from gpucal._frames import _cudf_column, _pandas_column, cudf_to_pandas
+from gpucal._validation import check_labels, check_probabilities, check_scores
+from gpucal.distributed.encoding import hash_codes
+from gpucal.metrics.inputs import factorize_values
+from gpucal.metrics.multicalibration import host_column
+from gpucal.plot.trees import _host_values
+
+
+def unwrap(value: Any) -> Any:
+    return object.__getattribute__(value, "wrapped") if isinstance(value, CudfLike) else value
+
+
+class CudfLike:
+    """A pandas object in cudf's clothes (``type(x).__module__`` starts with ``cudf``)."""
+
+    __module__ = "cudf.core.series"
+
+    def __init__(self, wrapped: Any) -> None:
+        object.__setattr__(self, "wrapped", wrapped)
+
+    def __getattr__(self, name: str) -> Any:
+        found = getattr(object.__getattribute__(self, "wrapped"), name)
+        if not callable(found):
+            wrapped = isinstance(found, pd.Series | pd.Index) or hasattr(found, "codes")  # .cat
+            return CudfLike(found) if wrapped else found
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            result = found(*map(unwrap, args), **{k: unwrap(v) for k, v in kwargs.items()})
+            return CudfLike(result) if isinstance(result, pd.Series | pd.Index) else result
+
+        return call
+
+    def __len__(self) -> int:
+        return len(object.__getattribute__(self, "wrapped"))
+
+    @property
+    def has_nulls(self) -> bool:
+        return bool(unwrap(self).isna().any())
+
+    def to_cupy(self, na_value: Any = None) -> np.ndarray:
+        return unwrap(self).to_numpy(dtype=np.float64 if na_value is not None else None, na_value=na_value)
+
+    def to_pandas(self, nullable: bool = False) -> Any:
+        """As cudf: integers with nulls as floats unless ``nullable``, refused for categoricals."""
+        values = unwrap(self)
+        if nullable and isinstance(values.dtype, pd.CategoricalDtype):
+            msg = "nullable types not supported for categorical columns"
+            raise NotImplementedError(msg)
+        if not nullable and str(values.dtype) == "Int64" and values.isna().any():
+            return values.astype("float64")
+        return values
+
+
+def cudf_ints(values: list[Any]) -> CudfLike:
+    """An int64 cudf column with nulls: its dtype says int64 (kind 'i'), as cudf's does."""
+    column = CudfLike(pd.Series(pd.array(values, dtype="Int64")))
+    object.__setattr__(column, "dtype", np.dtype("int64"))
+    return column
+
+
+def test_the_validators_pick_the_namespace_of_the_converted_column(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[str] = []
+    pick = _validation.array_namespace
+
+    def namespace(*arrays: Any) -> Any:
+        seen.extend(type(a).__module__ for a in arrays)
+        return pick(*arrays)
+
+    monkeypatch.setattr(_validation, "array_namespace", namespace)
+    column = CudfLike(pd.Series([0.0, 0.25, 1.0]))
+    np.testing.assert_array_equal(check_probabilities(column), [0.0, 0.25, 1.0])
+    np.testing.assert_array_equal(check_scores(column, kind="logit"), [0.0, 0.25, 1.0])
+    np.testing.assert_array_equal(check_labels(column), [0.0, 0.25, 1.0])
+    # cupy arrays refuse numpy's implicit conversion: the namespace of a cudf column is its array's
+    assert seen
+    assert not [module for module in seen if module.startswith("cudf")]
+
+
+def test_a_cudf_column_with_nulls_is_refused_naming_the_row() -> None:
+    column = CudfLike(pd.Series([1.0, None, 0.0]))
+    with pytest.raises(ValueError, match=r"y_true: 1 missing value\(s\) \(first at row 1"):
+        check_labels(column)
+
+
+def test_integer_ids_with_nulls_stay_integers_on_the_host() -> None:
+    ids = [2**53, 2**53 + 1, None]
+    assert str(cudf_to_pandas(cudf_ints(ids)).dtype) == "Int64"
+    codes, _ = factorize_values(cudf_ints(ids), "segments")
+    assert len(set(np.asarray(codes).tolist())) == 3  # as floats, the two ids were one
+    assert (
+        hash_codes(cudf_ints(ids), 1_000).tolist()
+        == hash_codes(pd.Series(ids, dtype="Int64"), 1_000).tolist()
+    )
+    assert host_column(cudf_ints(ids)).nunique(dropna=False) == 3
+    assert _host_values(cudf_ints(ids)).nunique(dropna=False) == 3
+    categories = CudfLike(pd.Series(pd.Categorical(["a", None, "b"])))
+    assert cudf_to_pandas(categories).tolist()[::2] == ["a", "b"]  # no nullable conversion asked for
+    assert hash_codes(categories, 1_000).shape == (3,)
+
+
+def test_cudf_categories_keep_their_dtype_as_pandas_does() -> None:
+    values = pd.Series(pd.Categorical([2, None, 1, 2]))
+    on_device, on_host = _cudf_column(CudfLike(values), "group"), _pandas_column(values, "group")
+    np.testing.assert_array_equal(on_device.values, on_host.values)
+    assert on_device.categories.dtype == on_host.categories.dtype == np.int64
+
+
+def test_cudf_decimals_are_read_as_floats_as_other_families_read_them() -> None:
+    class Decimal64Dtype:  # what _cudf_column reads of cudf's decimal dtype: no numpy kind, its name
+        kind = "O"
+
+        def __str__(self) -> str:
+            return "Decimal64Dtype(precision=5, scale=2)"
+
+    column = CudfLike(pd.Series([Decimal("1.25"), None, Decimal("2.50")], dtype=object))
+    object.__setattr__(column, "dtype", Decimal64Dtype())
+    read = _cudf_column(column, "price")
+    np.testing.assert_array_equal(read.values, [1.25, np.nan, 2.5])
+    assert read.categories is None
