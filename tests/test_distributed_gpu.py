@@ -43,8 +43,8 @@ def test_cudf_partitions_on_a_cuda_cluster_equal_pandas() -> None:
     frame = _frame()
     with local_cuda_cluster(rmm_pool_size=0.2) as cluster, distributed.Client(cluster):
         assert len(cluster.workers) >= 1
-        with dataframe_backend("cudf"):
-            gdf = dd.from_pandas(frame, npartitions=4)
+        with dataframe_backend("cudf"):  # read_parquet follows it; from_pandas does not
+            gdf = dd.from_pandas(frame, npartitions=4).to_backend("cudf")
         assert type(gdf.partitions[0].compute()).__module__.startswith("cudf")
         for call in (
             lambda d: metrics.ece(d.y, d.score, strategy="quantile"),

@@ -123,3 +123,13 @@ def test_dask_fit_checks_the_whole_data(client, ctr) -> None:  # type: ignore[no
     dX, dy, _ = _dask(X, pd.Series(np.zeros(len(X)), index=X.index), None, 4)
     with pytest.raises(ValueError, match="no positive labels"):
         MBCT().fit(dX, dy)
+
+
+def test_dask_fit_screens_crosses_where_the_partitions_are(client, ctr) -> None:  # type: ignore[no-untyped-def]
+    """On dask the partitions choose the device, the crosses' screening too: device='gpu' over pandas
+    partitions fits on the CPU (the screening asked for a GPU this machine does not have)."""
+    X, y, w = ctr
+    dX, dy, dw = _dask(X, y, w, 2)
+    fitted = MBCT(device="gpu", interactions="auto", max_trees=1).fit(dX, dy, sample_weight=dw)
+    reference = MBCT(interactions="auto", max_trees=1).fit(dX, dy, sample_weight=dw)
+    assert fitted.interactions_ == reference.interactions_

@@ -10,6 +10,7 @@ import pytest
 
 from gpucal.distributed import partition_lengths, partition_offsets, sum_partitions
 from gpucal.rows import LabelSummary, LocalRows, RowBlock, as_rows, label_summary, strided_rows
+from gpucal.rows import dask as dask_rows
 from gpucal.rows.draws import held_out_mask
 from gpucal.rows.protocol import block_offsets
 
@@ -148,3 +149,33 @@ def test_partition_entry_points_are_dask_rows_passes(client: Any) -> None:
     np.testing.assert_array_equal(partition_offsets(ddf)[0], _rows("dask").offsets()[0])
     with pytest.raises(ValueError, match="split_every"):
         sum_partitions(ddf, _values, split_every=1)
+
+
+class DeviceSums:
+    """A cupy array as the share passes meet it: its module, ``get()``, and no implicit numpy copy."""
+
+    __module__ = "cupy"
+
+    def __init__(self, values: np.ndarray) -> None:
+        self.values = values
+
+    def get(self) -> np.ndarray:
+        return self.values.copy()
+
+    def __array__(self, *args: Any, **kwargs: Any) -> np.ndarray:
+        msg = "Implicit conversion to a NumPy array is not allowed"
+        raise TypeError(msg)
+
+
+def test_share_passes_bring_device_sums_to_the_host() -> None:
+    """Each pass of DaskRows.sum_in_shares reads a block's sums on the host, as every other pass does."""
+
+    def sums(block: Any, lo: int, hi: int) -> DeviceSums:
+        return DeviceSums(np.array([0.0, 2.0, 0.0, 5.0])[lo:hi])
+
+    at, values = dask_rows._compact(None, sums, 0, 4, ())
+    assert at.tolist() == [1, 3]
+    assert values.tolist() == [2.0, 5.0]
+    other = (np.array([0]), np.array([1.0]))  # another worker's entry
+    total = dask_rows._finish_share(None, sums, lambda t, lo, hi: [t], 0, 4, (), other)
+    assert total[0].tolist() == [1.0, 2.0, 0.0, 5.0]

@@ -48,6 +48,10 @@ def transform_partitions(encoder: FeatureEncoder, X: Any) -> Any:
 
     n_features = len(encoder.feature_names_)
     meta = np.empty((0, n_features), dtype=encoder.codes_dtype_)
+    if type(X._meta).__module__.split(".")[0] == "cudf":  # cudf partitions are encoded to cupy
+        import cupy
+
+        meta = cupy.asarray(meta)
     blocks = [
         da.from_delayed(
             dask.delayed(encoder.transform)(part),
@@ -69,8 +73,10 @@ def hash_codes(values: Any, n_buckets: int, *, seed: int = 0) -> Any:
     ``"None"``, NaN and ``"nan"`` (7.0 reads ``"7.0"``, another bucket than 7); give a column one type
     to keep such values apart. A nullable integer or boolean column (pandas' ``Int64``, ``boolean``)
     reads each value as itself and a missing one as None, in every block, with or without missing
-    values. cudf columns and cupy arrays are copied to the host first. Map it over a
-    dask Series with ``series.map_partitions(hash_codes, n_buckets, meta=("bucket", "int64"))``.
+    values. cudf columns and cupy arrays are copied to the host first, and the buckets come back as
+    pandas or numpy. Map it over a dask Series with ``series.map_partitions(hash_codes, n_buckets,
+    meta=("bucket", "int64"))``; over a dask-cudf one, ``series.to_backend("pandas")`` first, so that
+    every partition and the meta are pandas.
 
     Parameters
     ----------

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from gpucal._backend import array_namespace, resolve_device
+from gpucal._backend import array_namespace, resolve_device, to_numpy
 from gpucal._frames import Column, frame_columns, parse_input
 from gpucal.encoding import FeatureEncoder
 from gpucal.kernels import gather_rows
@@ -110,6 +110,9 @@ def read_block(
 
         score, labels = (None if score is None else cupy.asarray(score)), cupy.asarray(labels)
         weights = None if weights is None else cupy.asarray(weights)
+    else:  # device="cpu" on rows on the GPU: the CPU kernels read numpy (the codes: encoded_sides)
+        score, labels = (None if score is None else to_numpy(score)), to_numpy(labels)
+        weights = None if weights is None else to_numpy(weights)
     grows = np.full(n, role == TREE)
     if role == SPLIT:
         grows = held_out_mask(n, tree_fraction, seed, row_offset)
@@ -156,7 +159,8 @@ def encoded_sides(
     boosted trees 2.. grow on the score's calibrated output.
     """
     xp = array_namespace(block.y)
-    codes = xp.asarray(encoder.transform(block.features))
+    codes = encoder.transform(block.features)
+    codes = to_numpy(codes) if xp is np else xp.asarray(codes)
     n = int(block.y.shape[0])
 
     def side(rows: np.ndarray, f: Any) -> TreeBlock:

@@ -383,7 +383,8 @@ class MBCT(Calibrator):
         else:
             device = resolve_device(self.device, split.score)
         features = list(split.features)
-        encoding = encoder_params(self, type(self).__name__, rows, features, device=self.device)
+        # The device the fit resolved: on dask, the partitions', not the parameter's.
+        encoding = encoder_params(self, type(self).__name__, rows, features, device=device)
         self.encoder_ = fit_mbct_encoder(rows, self.score_col, features, encoding)
         self.feature_cols_ = [] if self.encoder_ is None else list(self.encoder_.feature_names_)
         self.interactions_ = [] if self.encoder_ is None else [list(p) for p in self.encoder_.interactions_]

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from gpucal._backend import array_namespace
+from gpucal._backend import array_namespace, to_numpy
 from gpucal._frames import ParsedInput, parse_input
 from gpucal.calibrators.platt import predict_platt
 from gpucal.encoding import FeatureEncoder
@@ -151,6 +151,9 @@ def read_block(
 
         score, labels, codes = cupy.asarray(score), cupy.asarray(labels), cupy.asarray(codes)
         w = None if w is None else cupy.asarray(w)
+    elif backend == "cpu" and xp is not np:  # device="cpu" on rows on the GPU: the CPU kernels read numpy
+        score, labels, codes = to_numpy(score), to_numpy(labels), to_numpy(codes)
+        w = None if w is None else to_numpy(w)
     return ChainBlock(codes, score, labels, w)
 
 

@@ -28,7 +28,7 @@ from gpucal.rows._placement import _client, holders, map_persisted, per_worker
 from gpucal.rows.block import RowBlock, row_block
 from gpucal.rows.collections import Partitions, as_partitions
 from gpucal.rows.protocol import block_length, block_offsets
-from gpucal.rows.reduce import SPLIT_EVERY, _add, _call, _tree
+from gpucal.rows.reduce import SPLIT_EVERY, _add, _call, _host, _tree
 
 
 def _with_offset(block: Any, fn: Callable[..., Any], row_offset: int, args: tuple[Any, ...]) -> Any:
@@ -41,7 +41,7 @@ def _compact(block: Any, fn: Callable[..., Any], lo: int, hi: int, args: tuple[A
     What one worker sends another in :meth:`DaskRows.sum_in_shares`: an entry without rows is an exact
     zero, so leaving it out changes no sum, and a deep tree node's rows touch few of the bins.
     """
-    flat = np.asarray(fn(block, lo, hi, *args)).reshape(-1)
+    flat = np.asarray(_host(fn(block, lo, hi, *args))).reshape(-1)
     at = np.flatnonzero(flat)
     return at, flat[at]
 
@@ -57,7 +57,7 @@ def _finish_share(
 ) -> list[Any]:
     """This block's sums of its share, the other workers' :func:`_compact` sums added entry by entry,
     then ``finish``: with two workers bit for bit the sums of :meth:`DaskRows.sum`."""
-    total = np.array(fn(block, lo, hi, *args), copy=True)
+    total = np.array(_host(fn(block, lo, hi, *args)), copy=True)
     flat = total.reshape(-1)
     for at, values in others:
         flat[at] += values  # distinct positions: one addition per entry
