@@ -53,7 +53,7 @@ import numpy as np
 
 from gpucal._arrow import require_pyarrow
 from gpucal._backend import array_namespace, is_cupy_array, to_numpy
-from gpucal._validation import check_invariant, check_not_empty, check_scores
+from gpucal._validation import check_invariant, check_not_empty, check_scores, cudf_has_nulls
 
 FAMILIES = ("numpy", "cupy", "pandas", "cudf", "polars", "pyarrow")
 #: Columns never taken as default features: the data sets' true probability (an oracle no real table has).
@@ -436,7 +436,7 @@ def cudf_to_pandas(column: Any) -> Any:
     (categoricals, dates) and turns missing strings and floats into ``pd.NA``, which pandas hashes
     otherwise than ``None`` and NaN.
     """
-    nullable = getattr(column.dtype, "kind", "") in ("i", "u", "b") and bool(column.has_nulls)
+    nullable = getattr(column.dtype, "kind", "") in ("i", "u", "b") and cudf_has_nulls(column)
     return column.to_pandas(nullable=nullable)
 
 
@@ -463,7 +463,7 @@ def _cudf_column(s: Any, name: str) -> Column:
         codes = cat.cat.codes.astype("int32").where(cat.notna(), -1).to_cupy()
         # The categories in their own dtype, as the pandas branch keeps them (grouped folds hash them).
         return Column(codes, cat.cat.categories.to_pandas().to_numpy(), str(dtype))
-    if str(dtype).startswith("Decimal"):  # read as float64, as pandas, polars and pyarrow decimals are
+    if str(dtype).startswith("decimal"):  # read as float64, as pandas, polars and pyarrow decimals are
         return Column(s.astype("float64").to_cupy(na_value=np.nan), None, str(dtype))
     raise _unsupported_dtype(name, dtype)
 

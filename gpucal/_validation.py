@@ -43,7 +43,7 @@ def as_1d_array(x: Any, name: str) -> Any:
     if is_cupy_array(x):
         arr = x
     elif module == "cudf":
-        _check_no_missing(x.isna().to_numpy() if x.has_nulls else None, lambda row: "null", name)
+        _check_no_missing(x.isna().to_numpy() if cudf_has_nulls(x) else None, lambda row: "null", name)
         arr = x.to_cupy()
     elif module == "pandas":
         # A Series, or a pandas array or Index (whose isna is numpy and which have no iloc).
@@ -366,6 +366,12 @@ def check_not_empty(n_rows: int, name: str = "y_true") -> None:
     if n_rows == 0:
         msg = f"{name}: no rows"
         raise ValueError(msg)
+
+
+def cudf_has_nulls(x: Any) -> bool:
+    """Whether a cudf Series or Index holds a null: a Series says so without a pass (``has_nulls``), an
+    Index through ``hasnans``."""
+    return bool(x.has_nulls) if hasattr(x, "has_nulls") else bool(x.hasnans)
 
 
 def check_invariant(condition: bool, message: str) -> None:

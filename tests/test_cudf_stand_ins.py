@@ -53,6 +53,9 @@ class CudfLike:
 
     @property
     def has_nulls(self) -> bool:
+        if isinstance(unwrap(self), pd.Index):  # a cudf Index has hasnans only
+            msg = "has_nulls"
+            raise AttributeError(msg)
         return bool(unwrap(self).isna().any())
 
     def to_cupy(self, na_value: Any = None) -> np.ndarray:
@@ -103,6 +106,9 @@ def test_a_cudf_column_with_nulls_is_refused_naming_the_row() -> None:
 def test_integer_ids_with_nulls_stay_integers_on_the_host() -> None:
     ids = [2**53, 2**53 + 1, None]
     assert str(cudf_to_pandas(cudf_ints(ids)).dtype) == "Int64"
+    index = CudfLike(pd.Index(pd.array(ids, dtype="Int64")))  # an Index has no has_nulls, only hasnans
+    object.__setattr__(index, "dtype", np.dtype("int64"))
+    assert str(cudf_to_pandas(index).dtype) == "Int64"
     codes, _ = factorize_values(cudf_ints(ids), "segments")
     assert len(set(np.asarray(codes).tolist())) == 3  # as floats, the two ids were one
     assert (
@@ -124,10 +130,12 @@ def test_cudf_categories_keep_their_dtype_as_pandas_does() -> None:
 
 
 def test_cudf_decimals_are_read_as_floats_as_other_families_read_them() -> None:
-    class Decimal64Dtype:  # what _cudf_column reads of cudf's decimal dtype: no numpy kind, its name
+    class Decimal64Dtype(pd.api.extensions.ExtensionDtype):  # as cudf's: str() is the name
+        name = "decimal64"
         kind = "O"
+        type = Decimal
 
-        def __str__(self) -> str:
+        def __repr__(self) -> str:
             return "Decimal64Dtype(precision=5, scale=2)"
 
     column = CudfLike(pd.Series([Decimal("1.25"), None, Decimal("2.50")], dtype=object))
