@@ -440,6 +440,34 @@ def cudf_to_pandas(column: Any) -> Any:
     return column.to_pandas(nullable=nullable)
 
 
+def column_to_pandas(column: Any) -> Any:
+    """A cudf, polars or pyarrow column as a pandas one on the host: an integer or boolean column with
+    nulls in pandas' nullable dtype, as a pandas column of them is (the libraries' own conversions
+    give floats: ids past 2**53 merge, and 3 reads 3.0), every other as the library converts it."""
+    module = _module(column)
+    if module == "cudf":
+        return cudf_to_pandas(column)
+    if module == "polars":
+        kind = column.dtype
+        if (kind.is_integer() or str(kind) == "Boolean") and column.null_count():
+            return _arrow_to_pandas(column.to_arrow())
+        return column.to_pandas()
+    return _arrow_to_pandas(column)
+
+
+def _arrow_to_pandas(a: Any) -> Any:
+    """A pyarrow array as pandas, its integers or booleans with nulls in pandas' nullable dtype."""
+    import pandas as pd
+    import pyarrow as pa
+
+    t = a.type
+    if a.null_count and (pa.types.is_integer(t) or pa.types.is_boolean(t)):
+        # pyarrow's names ("int64", "uint8", "bool") spell pandas' nullable ones capitalised.
+        nullable = "boolean" if pa.types.is_boolean(t) else str(t).capitalize().replace("Uint", "UInt")
+        return a.to_pandas(types_mapper=lambda _: pd.api.types.pandas_dtype(nullable))
+    return a.to_pandas()
+
+
 def _cudf_column(s: Any, name: str) -> Column:
     """cudf Series -> Column, on the device. Not exercised by CI (no GPU); keep it small.
 

@@ -448,3 +448,28 @@ def test_ece_outside_unit_interval_suggests_what_ece_takes():
         ValueError, match=r"outside \[0, 1\]; pass probabilities \(margins/logits through a sigmoid"
     ):
         metrics.ece(y, p * 3)
+
+
+@pytest.mark.parametrize("family", ["pandas", "polars", "pyarrow", "pyarrow_chunked"])
+def test_integer_segments_with_nulls_are_read_as_pandas_reads_them(family: str) -> None:
+    """Ids with a missing value stay integers in every family: as floats, 2**53 and 2**53 + 1 were one
+    segment and 3 read 3.0."""
+    import polars as pl
+    import pyarrow as pa
+
+    from gpucal.metrics.inputs import factorize_values
+    from gpucal.metrics.multicalibration import host_column
+    from gpucal.plot.trees import _host_values
+
+    ids = [2**53, 2**53 + 1, None, 3]
+    column = {
+        "pandas": lambda: pd.Series(ids, dtype="Int64"),
+        "polars": lambda: pl.Series(ids),
+        "pyarrow": lambda: pa.array(ids),
+        "pyarrow_chunked": lambda: pa.chunked_array([ids[:2], ids[2:]]),
+    }[family]()
+    codes, uniques = factorize_values(column, "segments")
+    assert len(set(np.asarray(codes).tolist())) == 4
+    assert [None if pd.isna(u) else int(u) for u in uniques] == [2**53, 2**53 + 1, None, 3]
+    assert host_column(column).nunique(dropna=False) == 4
+    assert _host_values(column).nunique(dropna=False) == 4

@@ -64,7 +64,7 @@ import numpy as np
 import pandas as pd
 
 from gpucal._backend import array_namespace, is_cupy_array, to_numpy
-from gpucal._frames import cudf_to_pandas
+from gpucal._frames import column_to_pandas
 from gpucal._validation import (
     check_consistent_length,
     check_labels,
@@ -257,10 +257,8 @@ def factorize_values(values: Any, name: str) -> tuple[Any, Any]:
         uniques, codes = array_namespace(values).unique(values, return_inverse=True)
         uniques = uniques.get()
     else:
-        if module == "cudf":
-            values = cudf_to_pandas(values)  # a host round trip: the uniques go to the host anyway
-        elif module in ("polars", "pyarrow"):
-            values = values.to_pandas()
+        if module in ("cudf", "polars", "pyarrow"):
+            values = column_to_pandas(values)  # a host round trip: the uniques go to the host anyway
         elif not isinstance(values, pd.Series | pd.Index | pd.Categorical):
             values = np.asarray(values)
         if values.ndim != 1:

@@ -43,7 +43,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from gpucal._frames import cudf_to_pandas
+from gpucal._frames import column_to_pandas
 from gpucal._params import Interval, validate_params
 from gpucal._validation import check_not_empty, check_same_index
 from gpucal.kernels.jit import numba
@@ -113,10 +113,8 @@ def host_column(values: Any) -> pd.Series:
         column = values.reset_index(drop=True)
     else:
         module = type(values).__module__.split(".")[0]
-        if module == "cudf":
-            column = pd.Series(cudf_to_pandas(values)).reset_index(drop=True)
-        elif module in ("polars", "pyarrow"):
-            column = pd.Series(values.to_pandas()).reset_index(drop=True)
+        if module in ("cudf", "polars", "pyarrow"):
+            column = pd.Series(column_to_pandas(values)).reset_index(drop=True)
         elif module == "cupy":
             column = pd.Series(values.get())
         else:

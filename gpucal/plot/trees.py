@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from gpucal._backend import is_cupy_array, to_numpy
-from gpucal._frames import cudf_to_pandas
+from gpucal._frames import column_to_pandas
 from gpucal._validation import (
     check_consistent_length,
     check_labels,
@@ -310,12 +310,8 @@ def _host_values(values: Any) -> Any:
     if is_cupy_array(values):
         return to_numpy(values)
     module = type(values).__module__.split(".")[0]
-    if module == "cudf":
-        return cudf_to_pandas(values)
-    if module == "polars" and hasattr(values, "to_pandas"):
-        return values.to_pandas()
-    if module == "pyarrow":
-        return values.to_pandas()
+    if module in ("cudf", "polars", "pyarrow"):
+        return column_to_pandas(values)
     if module == "pandas":
         return values
     arr = np.asarray(values, dtype=object) if not isinstance(values, np.ndarray) else values
