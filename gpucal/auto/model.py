@@ -266,7 +266,8 @@ class AutoCalibrator(Calibrator):
     On rows on the GPU (cupy, cudf), the rungs of fewer than 262,144 rows are cross-fitted on a host copy
     of their rows, the later rungs and the refit on the device: fits that small are bound by kernel
     launches and round trips there (:data:`~gpucal.auto.sizing.HOST_RUNG_ROWS`). A candidate's host and
-    GPU fits agree to rounding (``benchmarks/bench_gpu.py`` checks each).
+    GPU fits agree to rounding, NeuCalib's to its stochastic training (``benchmarks/bench_gpu.py``
+    checks each).
 
     A candidate whose fit fails (one class in a fold, a column it cannot find, PyTorch missing) is
     marked in ``status`` and never chosen; when every candidate fails the fit raises. Dask collections
