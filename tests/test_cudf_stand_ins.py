@@ -19,8 +19,12 @@ from gpucal import _validation
 from gpucal._frames import _cudf_column, _pandas_column, cudf_to_pandas
 from gpucal._validation import check_labels, check_probabilities, check_scores
 from gpucal.distributed.encoding import hash_codes
+from gpucal.metrics import field_ece
+from gpucal.metrics import inputs as metrics_inputs
 from gpucal.metrics.inputs import factorize_values
 from gpucal.metrics.multicalibration import host_column
+from gpucal.metrics.rejection import rejection_curve
+from gpucal.plot import feature_calibration
 from gpucal.plot.trees import _host_values
 
 
@@ -143,3 +147,58 @@ def test_cudf_decimals_are_read_as_floats_as_other_families_read_them() -> None:
     read = _cudf_column(column, "price")
     np.testing.assert_array_equal(read.values, [1.25, np.nan, 2.5])
     assert read.categories is None
+
+
+class DeviceArray:
+    """A cupy array as gpucal's host copies meet it: its module and ``get()``, no implicit numpy copy."""
+
+    __module__ = "cupy"
+
+    def __init__(self, values: np.ndarray) -> None:
+        self.values = np.asarray(values)
+        self.shape, self.ndim, self.dtype = self.values.shape, self.values.ndim, self.values.dtype
+
+    def get(self) -> np.ndarray:
+        return self.values.copy()
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    def __array__(self, *args: Any, **kwargs: Any) -> np.ndarray:
+        msg = "Implicit conversion to a NumPy array is not allowed"
+        raise TypeError(msg)
+
+
+def test_host_metrics_read_weights_on_the_gpu_on_the_host() -> None:
+    """feature_calibration and the matrix rejection curve compute on the host: a cupy weight column is
+    copied there, as their scores are, not refused as another device than numpy's."""
+    rng = np.random.default_rng(0)
+    y = rng.integers(0, 2, 200).astype(float)
+    p = rng.uniform(0.05, 0.95, 200)
+    w = rng.uniform(0.5, 2.0, 200)
+    field = rng.integers(0, 3, 200)
+    on_host = feature_calibration(y, p, p, field, sample_weight=w)
+    on_device = feature_calibration(y, p, p, field, sample_weight=DeviceArray(w))
+    assert on_device.values == on_host.values
+    for name in ("weight", "count", "observed", "before", "after"):
+        np.testing.assert_array_equal(getattr(on_device, name), getattr(on_host, name))
+    matrix = np.column_stack([1 - p, p])
+    labels = y.astype(np.int64)
+    host_curve = rejection_curve(labels, matrix, sample_weight=w)
+    device_curve = rejection_curve(labels, matrix, sample_weight=DeviceArray(w))
+    pd.testing.assert_frame_equal(device_curve, host_curve)
+
+
+def test_a_field_on_the_gpu_joins_host_scores_on_the_host(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cupy field is factorized on the device; its codes come to the host scores' rows."""
+    rng = np.random.default_rng(1)
+    y = rng.integers(0, 2, 300).astype(float)
+    p = rng.uniform(0.05, 0.95, 300)
+    field = rng.integers(0, 4, 300)
+
+    def factorized_on_device(values: Any, name: str) -> tuple[Any, Any]:
+        codes, uniques = pd.factorize(values.get() if isinstance(values, DeviceArray) else values)
+        return (DeviceArray(codes) if isinstance(values, DeviceArray) else codes), uniques
+
+    monkeypatch.setattr(metrics_inputs, "factorize_values", factorized_on_device)
+    assert field_ece(y, p, DeviceArray(field)) == field_ece(y, p, field)

@@ -221,6 +221,8 @@ def read_block(
         check_same_index(**rows.indexed, **{name: values})
         local_codes, local_uniques = factorize_values(values, name)
         check_consistent_length(y_prob=rows.p, **{name: local_codes})
+        # A field on the GPU beside host scores is factorized there; its codes join the scores on the host.
+        local_codes = to_numpy(local_codes) if rows.xp is np else local_codes
         codes[name] = rows.xp.asarray(local_codes, dtype=rows.xp.int32)
         uniques[name] = np.asarray(local_uniques, dtype=object)
     return CheckedRows(rows.y, rows.p, rows.w, rows.xp, rows.indexed, codes, uniques)

@@ -14,6 +14,7 @@ import pandas as pd
 
 from gpucal._backend import to_numpy
 from gpucal._validation import (
+    as_1d_array,
     check_class_labels,
     check_not_empty,
     check_same_index,
@@ -51,7 +52,9 @@ def _matrix_confidence_and_error(y_true: Any, prob: Any, sample_weight: Any) -> 
         msg = f"y_prob: probabilities must be finite and in [0, 1]; row {row}, column {column} holds {value}"
         raise ValueError(msg)
     labels = to_numpy(check_class_labels(y_true, n, matrix.shape[1], name="y_true"))
-    w = np.asarray(to_numpy(check_sample_weight(sample_weight, n)), dtype=np.float64)
+    # Read on the host, as the matrix is: a cupy weight column beside a cupy matrix is no mix.
+    host_weight = None if sample_weight is None else to_numpy(as_1d_array(sample_weight, "sample_weight"))
+    w = np.asarray(check_sample_weight(host_weight, n), dtype=np.float64)
     predicted = np.argmax(matrix, axis=1)
     return matrix.max(axis=1), (predicted != labels).astype(np.float64), w
 
