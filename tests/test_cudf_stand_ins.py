@@ -202,3 +202,17 @@ def test_a_field_on_the_gpu_joins_host_scores_on_the_host(monkeypatch: pytest.Mo
 
     monkeypatch.setattr(metrics_inputs, "factorize_values", factorized_on_device)
     assert field_ece(y, p, DeviceArray(field)) == field_ece(y, p, field)
+
+
+def test_multiclass_clustered_scores_on_the_gpu_are_refused_by_name() -> None:
+    """Its multi-class maps read a pandas frame: cupy columns get gpucal's error, not cupy's refusal."""
+    from gpucal.ccl import ClusteredCalibrator
+    from gpucal.ccl.fit import read_scores
+
+    probs = np.full((4, 3), 1 / 3)
+    X = {"p0": DeviceArray(probs[:, 0]), "p1": DeviceArray(probs[:, 1]), "p2": DeviceArray(probs[:, 2])}
+    with pytest.raises(TypeError, match=r"multi-class scores \(score_col a list\) are read on the host"):
+        read_scores(X, ["p0", "p1", "p2"])
+    calibrator = ClusteredCalibrator(calibrator="dirichlet", score_col=["p0", "p1", "p2"])
+    with pytest.raises(TypeError, match="read on the host"):
+        calibrator.fit(X, DeviceArray(np.array([0, 1, 2, 0])))

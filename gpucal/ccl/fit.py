@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from gpucal._backend import array_namespace, resolve_device
-from gpucal._frames import parse_input
+from gpucal._frames import input_family, parse_input
 from gpucal._validation import check_sample_weight
 from gpucal.ccl.cluster_maps import ClusterMaps, fit_cluster_maps, fit_dirichlet_maps
 from gpucal.ccl.clustering import FittedClusters, assign_clusters, fit_clusters_on, project
@@ -94,6 +94,13 @@ def read_scores(X: Any, score_col: Any, *, allow_empty: bool = False) -> tuple[A
     from gpucal.calibrators.temperature import as_2d_scores
 
     cols: list[Hashable] = list(score_col)
+    if input_family(X, "X") in ("cupy", "cudf"):
+        # Its maps and clusters are fitted on the host from a pandas frame, which cupy columns refuse.
+        msg = (
+            "X: ClusteredCalibrator's multi-class scores (score_col a list) are read on the host; pass the "
+            "columns there (cudf: X.to_pandas(); cupy: cupy.asnumpy(column))"
+        )
+        raise TypeError(msg)
     frame = _as_pandas(X)
     missing = [c for c in cols if c not in frame.columns]
     if missing:
