@@ -216,3 +216,7 @@ def test_multiclass_clustered_scores_on_the_gpu_are_refused_by_name() -> None:
     calibrator = ClusteredCalibrator(calibrator="dirichlet", score_col=["p0", "p1", "p2"])
     with pytest.raises(TypeError, match="read on the host"):
         calibrator.fit(X, DeviceArray(np.array([0, 1, 2, 0])))
+    # A cudf frame converts itself to pandas, as it did before.
+    frame = CudfLike(pd.DataFrame({"p0": probs[:, 0], "p1": probs[:, 1], "p2": probs[:, 2]}))
+    object.__setattr__(frame, "to_pandas", lambda: unwrap(frame))
+    np.testing.assert_array_equal(read_scores(frame, ["p0", "p1", "p2"])[0], probs)

@@ -94,11 +94,12 @@ def read_scores(X: Any, score_col: Any, *, allow_empty: bool = False) -> tuple[A
     from gpucal.calibrators.temperature import as_2d_scores
 
     cols: list[Hashable] = list(score_col)
-    if input_family(X, "X") in ("cupy", "cudf"):
-        # Its maps and clusters are fitted on the host from a pandas frame, which cupy columns refuse.
+    if input_family(X, "X") == "cupy":
+        # Its maps and clusters are fitted on the host from a pandas frame, which cupy columns refuse (a
+        # cudf frame converts itself).
         msg = (
             "X: ClusteredCalibrator's multi-class scores (score_col a list) are read on the host; pass the "
-            "columns there (cudf: X.to_pandas(); cupy: cupy.asnumpy(column))"
+            "columns there (cupy.asnumpy(column)) or as a cudf frame"
         )
         raise TypeError(msg)
     frame = _as_pandas(X)
