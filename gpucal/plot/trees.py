@@ -282,7 +282,7 @@ def feature_calibration(
     values = _host_values(feature_values)
     n = check_consistent_length(y_true=y, score=s, calibrated=c, feature_values=values)
     # Read on the host, as the scores are: a cupy weight column beside cupy scores is no mix.
-    host_weight = None if sample_weight is None else _host_array(sample_weight, "sample_weight")
+    host_weight = None if sample_weight is None else to_numpy(as_1d_array(sample_weight, "sample_weight"))
     w = np.ones(n) if host_weight is None else check_sample_weight(host_weight, n)
     codes, uniques = pd.factorize(values, use_na_sentinel=True)
     labels: list[Any] = list(uniques)
@@ -306,11 +306,6 @@ def feature_calibration(
         before=before[order],
         after=after[order],
     )
-
-
-def _host_array(values: Any, name: str) -> np.ndarray:
-    """A 1-D column of any family as a host array (a cupy one copied)."""
-    return to_numpy(as_1d_array(values, name))
 
 
 def _host_values(values: Any) -> Any:
