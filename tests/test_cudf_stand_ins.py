@@ -19,6 +19,8 @@ from gpucal import _validation
 from gpucal._frames import _cudf_column, _pandas_column, cudf_to_pandas
 from gpucal._validation import check_labels, check_probabilities, check_scores
 from gpucal.distributed.encoding import hash_codes
+from gpucal.encoding import features as features_module
+from gpucal.encoding.features import resolve_feature_cols
 from gpucal.metrics import field_ece
 from gpucal.metrics import inputs as metrics_inputs
 from gpucal.metrics.inputs import factorize_values
@@ -26,6 +28,7 @@ from gpucal.metrics.multicalibration import host_column
 from gpucal.metrics.rejection import rejection_curve
 from gpucal.plot import feature_calibration
 from gpucal.plot.trees import _host_values
+from gpucal.rows import as_rows
 
 
 def unwrap(value: Any) -> Any:
@@ -220,3 +223,38 @@ def test_multiclass_clustered_scores_on_the_gpu_are_refused_by_name() -> None:
     frame = CudfLike(pd.DataFrame({"p0": probs[:, 0], "p1": probs[:, 1], "p2": probs[:, 2]}))
     object.__setattr__(frame, "to_pandas", lambda: unwrap(frame))
     np.testing.assert_array_equal(read_scores(frame, ["p0", "p1", "p2"])[0], probs)
+
+
+class ComparableDeviceArray(DeviceArray):
+    """A cupy array that compares with cupy arrays only, as cupy does: numpy operands are refused."""
+
+    __module__ = "cupy"
+
+    def __getitem__(self, key: Any) -> ComparableDeviceArray:
+        return ComparableDeviceArray(self.values[key])
+
+    def __ne__(self, other: object) -> Any:  # type: ignore[override]
+        if not isinstance(other, DeviceArray):
+            msg = "Unsupported type <class 'numpy.ndarray'>"
+            raise TypeError(msg)
+        return self.values != other.values
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+def test_labels_on_the_gpu_are_compared_with_host_columns_on_the_host(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The label-leak check compares a host feature column with cupy labels on the host, and still finds
+    the column that holds the label (cupy refused numpy's operand with its own TypeError)."""
+    rng = np.random.default_rng(2)
+    labels = rng.integers(0, 2, 2_000).astype(float)
+    X = pd.DataFrame(
+        {"score": rng.uniform(0.05, 0.95, 2_000), "site": rng.integers(0, 5, 2_000), "leak": labels}
+    )
+    on_device = ComparableDeviceArray(labels)
+    monkeypatch.setattr(features_module, "_numeric_target", lambda y: y)
+    rows = as_rows(X=X, y=on_device)
+    assert resolve_feature_cols(rows, X, on_device, score_col="score", feature_cols=None) == ["site"]
+    with pytest.raises(ValueError, match="'leak' holds the same values as y on every row"):
+        resolve_feature_cols(rows, X, on_device, score_col="score", feature_cols=["site", "leak"])

@@ -37,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from gpucal._backend import is_cupy_array, to_numpy
 from gpucal._frames import (
     Column,
     as_column,
@@ -164,12 +165,20 @@ def _rows_differing(block: RowBlock, candidates: list[Hashable], weighted: bool)
         for i, target in enumerate(targets):
             if target is None or target.shape != column.values.shape:
                 continue
-            differing = int((head != target[:HEAD_ROWS]).sum())
+            differing = int(_differing(head, target[:HEAD_ROWS]))
             if differing == 0:
                 values = numeric_values(column) if values is None else values
-                differing = int((values != target).sum())
+                differing = int(_differing(values, target))
             out[i, j] = float(differing)
     return out
+
+
+def _differing(values: Any, target: Any) -> Any:
+    """How many entries of ``values`` differ from ``target``'s; compared on the host when one is on the
+    GPU and the other not (labels in cupy beside host columns: cupy refuses numpy's operands)."""
+    if is_cupy_array(values) != is_cupy_array(target):
+        values, target = to_numpy(values), to_numpy(target)
+    return (values != target).sum()
 
 
 def _numeric_target(x: Any) -> Any:
