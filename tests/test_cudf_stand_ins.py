@@ -258,3 +258,21 @@ def test_labels_on_the_gpu_are_compared_with_host_columns_on_the_host(
     assert resolve_feature_cols(rows, X, on_device, score_col="score", feature_cols=None) == ["site"]
     with pytest.raises(ValueError, match="'leak' holds the same values as y on every row"):
         resolve_feature_cols(rows, X, on_device, score_col="score", feature_cols=["site", "leak"])
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        np.array([7, 3, 7, 1, 3, 9]),
+        np.array([2.5, np.nan, -1.0, 2.5, np.nan, 0.0]),
+        np.array([True, False, False, True]),
+        np.array([4]),
+    ],
+)
+def test_fields_on_the_gpu_are_coded_in_order_of_first_appearance(values: np.ndarray) -> None:
+    """cupy has no factorize: the codes of a cupy field come from unique's first positions, so its
+    segments are in the order pandas gives a host field (segment_report's tie order; it was value order)."""
+    codes, uniques = metrics_inputs.first_appearance_codes(values)  # the array code, run on numpy
+    expected_codes, expected_uniques = pd.factorize(values, use_na_sentinel=False)
+    np.testing.assert_array_equal(codes, expected_codes)
+    np.testing.assert_array_equal(uniques, expected_uniques)

@@ -251,12 +251,12 @@ def factorize_values(values: Any, name: str) -> tuple[Any, Any]:
     """Return ``(codes, uniques)`` of a 1-D column: int codes (numpy or cupy) and its distinct values.
 
     Any 1-D column works: numbers, strings, booleans, pandas categoricals, polars / pyarrow / cudf
-    columns. Uniques are on the host, in order of first appearance (sorted for cupy arrays); missing
-    values (NaN, None) are one value of their own.
+    columns. Uniques are on the host, in order of first appearance; missing values (NaN, None) are one
+    value of their own.
     """
     module = type(values).__module__.split(".")[0]
     if is_cupy_array(values):
-        uniques, codes = array_namespace(values).unique(values, return_inverse=True)
+        codes, uniques = first_appearance_codes(values)
         uniques = uniques.get()
     else:
         if module in ("cudf", "polars", "pyarrow"):
@@ -275,6 +275,18 @@ def factorize_values(values: Any, name: str) -> tuple[Any, Any]:
             )
             raise TypeError(msg) from None
     return codes, uniques
+
+
+def first_appearance_codes(values: Any) -> tuple[Any, Any]:
+    """``(codes, uniques)`` of a numeric array in its own namespace (cupy has no ``factorize``), the
+    uniques in order of first appearance, as ``pandas.factorize`` gives them: ``unique``'s sorted values
+    and first positions, then ranked by those positions."""
+    xp = array_namespace(values)
+    uniques, first, inverse = xp.unique(values, return_index=True, return_inverse=True)
+    order = xp.argsort(first)
+    rank = xp.empty_like(order)
+    rank[order] = xp.arange(order.shape[0], dtype=order.dtype)
+    return rank[inverse.reshape(-1)], uniques[order]
 
 
 def block_uniques(block: CheckedRows, names: tuple[str, ...]) -> tuple[np.ndarray, ...]:
