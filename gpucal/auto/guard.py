@@ -84,21 +84,22 @@ def within_fold_auc(
     largest first: the AUC does not depend on their scale, and the products of tiny or huge weights
     would underflow or overflow.
     """
-    weights = None if sample_weight is None else np.asarray(sample_weight, np.float64)
-    if weights is not None and weights.size and float(weights.max()) > 0.0:
-        weights = weights / float(weights.max())
+    weights = np.ones(labels.shape[0]) if sample_weight is None else np.asarray(sample_weight, np.float64)
+    largest = float(weights.max()) if weights.size else 0.0
+    if largest > 0.0:
+        weights = weights / largest
     concordant = pairs = 0.0
     for fold in np.unique(folds):
         rows = folds == fold
-        y = labels[rows]
-        # Unit weights stay None: roc_auc then sorts integer keys, 3x faster than its weighted sort.
-        w = None if weights is None else weights[rows]
-        positive = float(y.sum()) if w is None else float(w @ y)
-        negative = float((1.0 - y).sum()) if w is None else float(w @ (1.0 - y))
+        y, w = labels[rows], weights[rows]
+        positive, negative = float(w @ y), float(w @ (1.0 - y))
         if positive <= 0.0 or negative <= 0.0:  # one class: no pair to rank in this fold
             continue
         fold_pairs = positive * negative
-        concordant += float(roc_auc(y, score[rows], sample_weight=w)) * fold_pairs
+        # No weights: roc_auc's unweighted path, which for 0/1 labels sorts integer keys instead of
+        # taking the weighted stable sort.
+        fold_weights = None if sample_weight is None else w
+        concordant += float(roc_auc(y, score[rows], sample_weight=fold_weights)) * fold_pairs
         pairs += fold_pairs
     return concordant / pairs if pairs > 0.0 else None
 
