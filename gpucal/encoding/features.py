@@ -165,20 +165,20 @@ def _rows_differing(block: RowBlock, candidates: list[Hashable], weighted: bool)
         for i, target in enumerate(targets):
             if target is None or target.shape != column.values.shape:
                 continue
-            differing = int(_differing(head, target[:HEAD_ROWS]))
+            differing = _count_differing(head, target[:HEAD_ROWS])
             if differing == 0:
                 values = numeric_values(column) if values is None else values
-                differing = int(_differing(values, target))
+                differing = _count_differing(values, target)
             out[i, j] = float(differing)
     return out
 
 
-def _differing(values: Any, target: Any) -> Any:
-    """How many entries of ``values`` differ from ``target``'s; compared on the host when one is on the
-    GPU and the other not (labels in cupy beside host columns: cupy refuses numpy's operands)."""
+def _count_differing(values: Any, target: Any) -> int:
+    """Count the entries of ``values`` that differ from ``target``'s; on the host when one is on the GPU
+    and the other not (labels in cupy beside host columns: cupy refuses numpy's operands)."""
     if is_cupy_array(values) != is_cupy_array(target):
         values, target = to_numpy(values), to_numpy(target)
-    return (values != target).sum()
+    return int((values != target).sum())
 
 
 def _numeric_target(x: Any) -> Any:

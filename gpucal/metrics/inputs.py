@@ -256,7 +256,7 @@ def factorize_values(values: Any, name: str) -> tuple[Any, Any]:
     """
     module = type(values).__module__.split(".")[0]
     if is_cupy_array(values):
-        codes, uniques = first_appearance_codes(values)
+        codes, uniques = factorize_in_order(values)
         uniques = uniques.get()
     else:
         if module in ("cudf", "polars", "pyarrow"):
@@ -277,11 +277,15 @@ def factorize_values(values: Any, name: str) -> tuple[Any, Any]:
     return codes, uniques
 
 
-def first_appearance_codes(values: Any) -> tuple[Any, Any]:
-    """``(codes, uniques)`` of a numeric array in its own namespace (cupy has no ``factorize``), the
-    uniques in order of first appearance, as ``pandas.factorize`` gives them: ``unique``'s sorted values
-    and first positions, then ranked by those positions."""
+def factorize_in_order(values: Any) -> tuple[Any, Any]:
+    """Factorize a numeric array in its own namespace (cupy has no ``factorize``): ``(codes, uniques)``,
+    the uniques in order of first appearance and NaN one value, as ``pandas.factorize`` gives them.
+    ``unique``'s sorted values and first positions, ranked by those positions. NaNs are made one bit
+    pattern first: a GPU radix sort orders them by their bits, and a NaN with its sign bit set (0/0 on
+    x86) sorts first, where ``unique`` looks for NaNs last."""
     xp = array_namespace(values)
+    if values.dtype.kind == "f":
+        values = xp.where(xp.isnan(values), xp.nan, values)
     uniques, first, inverse = xp.unique(values, return_index=True, return_inverse=True)
     order = xp.argsort(first)
     rank = xp.empty_like(order)
