@@ -1,8 +1,9 @@
 """Input paths on the GPU that no CPU test can take (marker ``gpu``): cupy labels beside host columns,
 fields on the device, device rows fitted on the host.
 
-Each was read against cupy's API and tested here on stand-ins only (``tests/test_cudf_stand_ins.py``);
-these run the real thing where cupy sees a GPU, and skip elsewhere.
+Each was read against cupy's API; the label comparison and the field codes are also tested on stand-ins
+and on numpy (``tests/test_cudf_stand_ins.py``), the host move of MBCT and HC nowhere else. These run
+the real thing where cupy sees a GPU, and skip elsewhere.
 """
 
 from __future__ import annotations
@@ -11,7 +12,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from gpucal import make_calibrator
 from gpucal._backend import gpu_available
+from gpucal.metrics import segment_report
+from gpucal.metrics.inputs import factorize_values
 
 pytestmark = [
     pytest.mark.gpu,
@@ -35,8 +39,6 @@ def test_labels_on_the_gpu_beside_a_host_frame_fit_as_host_labels() -> None:
     the frame's device and equals the fit on host labels."""
     import cupy as cp
 
-    from gpucal import make_calibrator
-
     X, y = _rows()
     host = make_calibrator("feature_platt", feature_cols=FIELDS).fit(X, y)
     mixed = make_calibrator("feature_platt", feature_cols=FIELDS).fit(X, cp.asarray(y))
@@ -47,20 +49,19 @@ def test_labels_on_the_gpu_beside_a_host_frame_fit_as_host_labels() -> None:
 
 
 def test_a_field_on_the_gpu_reports_its_segments_as_on_the_host() -> None:
-    """cupy codes a field in order of first appearance, as pandas does: the same report, row for row."""
+    """cupy codes a field in order of first appearance, as pandas does: tied segments (every excess 0
+    here) come in the same order, 9, 3, 5, 1, as on the host."""
     import cupy as cp
 
-    from gpucal.metrics import segment_report
-    from gpucal.metrics.inputs import factorize_values
-
-    X, y = _rows()
-    p = X["score"].to_numpy()
-    field = np.where(np.arange(y.shape[0]) % 3 == 0, 9, X["site"].to_numpy())  # 9 first, then the rest
+    rows = np.arange(400)
+    field = np.array([9, 3, 5, 1])[rows % 4]
+    y = ((rows // 4) % 2).astype(np.float64)  # half the rows of every value positive
+    p = np.full(400, 0.5)
     codes, uniques = factorize_values(cp.asarray(field), "site")
-    expected_codes, expected_uniques = pd.factorize(field)
-    np.testing.assert_array_equal(cp.asnumpy(codes), expected_codes)
-    np.testing.assert_array_equal(uniques, expected_uniques)
+    np.testing.assert_array_equal(cp.asnumpy(codes), rows % 4)
+    np.testing.assert_array_equal(uniques, [9, 3, 5, 1])
     on_host = segment_report(y, p, {"site": field})
+    assert on_host["value"].tolist() == [9, 3, 5, 1]
     on_device = segment_report(cp.asarray(y), cp.asarray(p), {"site": cp.asarray(field)})
     pd.testing.assert_frame_equal(on_device, on_host, check_dtype=False)
 
@@ -70,8 +71,6 @@ def test_device_rows_fitted_on_the_host_equal_host_rows(method: str) -> None:
     """MBCT and HC with ``device="cpu"`` move cupy rows to the host: the same model as a
     fit of the host rows, its predictions back in cupy."""
     import cupy as cp
-
-    from gpucal import make_calibrator
 
     X, y = _rows()
     host = make_calibrator(method, feature_cols=FIELDS, device="cpu").fit(X, y)
