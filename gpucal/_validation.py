@@ -217,7 +217,11 @@ def check_scores(s: Any, name: str = "score", kind: str = "probability", *, scan
         msg = f"The 'score_kind' parameter must be one of {SCORE_KINDS}. Got {kind!r} instead."
         raise ValueError(msg)
     if kind == "probability":
-        return check_probabilities(s, name, fix="pass margins/logits as score_kind='logit'", scan=scan)
+        fix = (
+            "pass margins/logits as score_kind='logit', or, to a calibrator without that parameter, their "
+            "logistic function (scipy.special.expit)"
+        )
+        return check_probabilities(s, name, fix=fix, scan=scan)
     raw = as_1d_array(s, name)
     xp = array_namespace(raw)
     arr = xp.asarray(raw, dtype=xp.float64)

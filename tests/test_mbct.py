@@ -395,3 +395,12 @@ def test_split_losses_equal_but_for_rounding_pick_the_first_feature() -> None:
     chosen = _grow.first_best(split_loss, np.array([10.0, 1.0]))
     assert chosen[0] == 1
     assert np.isinf(split_loss[1, chosen[1]])
+
+
+def test_logit_scores_are_refused_with_a_fix_mbct_takes() -> None:
+    """MBCT has no score_kind: the message offers the logistic function too, not only score_kind='logit'."""
+    X = pd.DataFrame({"score": np.linspace(-2.0, 2.0, 100), "site": np.arange(100) % 3})
+    with pytest.raises(ValueError, match=r"outside \[0, 1\].*scipy\.special\.expit"):
+        MBCT().fit(X, np.arange(100) % 2)
+    with pytest.raises(TypeError, match="score_kind"):
+        gpucal.make_calibrator("mbct", score_kind="logit")
