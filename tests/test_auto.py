@@ -1198,3 +1198,21 @@ def test_fits_in_several_threads_leave_blas_threads_as_they_were() -> None:
     assert set(blas_threads()) <= {1}  # the second fit still runs
     second.__exit__(None, None, None)
     assert blas_threads() == before
+
+
+def test_column_parameters_changed_after_the_fit_are_refused_by_name(tmp_path) -> None:
+    """The fitted members read the columns they were fitted with: a score_col set after the fit is
+    refused by predict and save, naming both values, where predict failed with 'score column not found
+    (set score_col=)'."""
+    data = make_ctr(3_000, seed=0).drop(columns="p_true")
+    X, y = data.drop(columns="label"), data["label"]
+    model = AutoCalibrator(feature_cols=np.array(FIELDS[:2], dtype=object)).fit(X, y)
+    expected = model.predict(X)
+    model.set_params(score_col="pred")
+    changed = r"score_col='pred', but the model was fitted with score_col='score'"
+    with pytest.raises(ValueError, match=changed):
+        model.predict(X)
+    with pytest.raises(ValueError, match="fitted with score_col='score'"):
+        model.save(tmp_path / "model.json")
+    model.set_params(score_col="score", feature_cols=np.array(FIELDS[:2], dtype=object))  # equal, new array
+    pd.testing.assert_series_equal(model.predict(X), expected)

@@ -24,6 +24,7 @@ from gpucal._validation import check_consistent_length, check_labels, check_samp
 from gpucal.auto.blas_threads import one_blas_thread
 from gpucal.auto.blend import MIN_MEMBER_WEIGHT, blend_predictions, fit_blend, logits
 from gpucal.auto.candidates import (
+    COLUMN_PARAMS,
     Candidate,
     column_params,
     default_candidates,
@@ -308,6 +309,8 @@ class AutoCalibrator(Calibrator):
         "score_kind": SCORE_KIND_OPTIONS,
         "output_type": OUTPUT_TYPE_OPTIONS,
     }
+    #: The fitted members read the columns they were fitted with (``Calibrator._fitted_param``).
+    _state_params: ClassVar[tuple[str, ...]] = COLUMN_PARAMS
     _state_spec: ClassVar[dict[str, str]] = {
         "members_": "json",
         "weights_": "float_array",
@@ -916,6 +919,8 @@ class AutoCalibrator(Calibrator):
 
     def _predict_local(self, X: Any) -> tuple[Any, InputInfo]:
         estimators = self._fitted_estimators()
+        for name in self._state_params:
+            self._fitted_param(name)
         info = describe_input(X, score_col=self.score_col)
         if not self.ensemble:
             calibrated = as_host_array(estimators[0].predict(X))

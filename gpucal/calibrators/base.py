@@ -88,6 +88,14 @@ def check_fit_rows(fit: Callable[..., Any]) -> Callable[..., Any]:
     return checked_fit
 
 
+def _param_changed(value: Any, fitted: Any) -> bool:
+    """Whether a parameter differs from its value at the fit (arrays, such as column lists given as
+    numpy arrays, compared as wholes)."""
+    if isinstance(value, np.ndarray) or isinstance(fitted, np.ndarray):
+        return not np.array_equal(np.asarray(value, dtype=object), np.asarray(fitted, dtype=object))
+    return bool(value != fitted)
+
+
 #: ``BaseEstimator._get_param_names`` of each class, read once.
 _PARAM_NAMES: dict[type, tuple[str, ...]] = {}
 
@@ -159,7 +167,7 @@ class Calibrator(BaseEstimator):
         silently)."""
         value = getattr(self, name)
         fitted = getattr(self, "_params_at_fit", {}).get(name, value)
-        if value != fitted:
+        if value is not fitted and _param_changed(value, fitted):
             msg = (
                 f"{type(self).__name__}: {name}={value!r}, but the model was fitted with {name}={fitted!r}, "
                 f"which its fitted state holds; refit it, or set {name} back"
