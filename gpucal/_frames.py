@@ -242,7 +242,8 @@ def prediction_name(input_names: Sequence[Hashable]) -> str:
 def _check_unique_names(names: list[Hashable], name: str) -> None:
     dup = [c for c, count in Counter(names).items() if count > 1]
     if dup:
-        msg = f"{name}: duplicate column names {sorted(map(repr, dup))}; column names must be unique"
+        listed = ", ".join(sorted(map(repr, dup)))
+        msg = f"{name}: duplicate column names {listed}; column names must be unique"
         raise ValueError(msg)
 
 
