@@ -7,6 +7,7 @@ same model, and a frame without the label column must predict.
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import numpy as np
@@ -17,7 +18,8 @@ from scipy.special import expit, logit
 
 import gpucal
 from gpucal.encoding import features, resolve_feature_cols, trusting_feature_cols
-from gpucal.rows import as_rows
+from gpucal.rows import RowBlock, as_rows
+from gpucal.rows.local import LocalRows
 
 FEATURES = ["region", "device"]
 
@@ -104,7 +106,9 @@ def test_a_column_like_the_label_on_its_first_rows_only_stays_a_feature(weighted
     target = df["w"] if weighted else df["clicked"]
     df["copy"] = target.to_numpy(np.float64)
     df["late"] = target.to_numpy(np.float64)
-    df.loc[len(df) - 1, "late"] = -1.0
+    # The other class's value on the last row: the column no longer separates the classes either.
+    last = len(df) - 1
+    df.loc[last, "late"] = -1.0 if weighted else 1.0 - float(target.iloc[last])
     weights = df["w"] if weighted else None
     rows = as_rows(X=df, y=df["clicked"], sample_weight=weights)
     chosen = resolve_feature_cols(rows, df, df["clicked"], weights, score_col="score", feature_cols=None)
@@ -118,8 +122,8 @@ def test_auto_compares_its_columns_with_the_labels_once(monkeypatch) -> None:  #
     """AutoCalibrator compares X's columns with the labels on every row; its candidates' fits in the
     folds and the refit, on rows of that X, check their feature_cols by name only."""
     compared: list[int] = []
-    compare = features._rows_differing
-    monkeypatch.setattr(features, "_rows_differing", lambda *a: compared.append(1) or compare(*a))
+    compare = features._column_checks
+    monkeypatch.setattr(features, "_column_checks", lambda *a: compared.append(1) or compare(*a))
     df = table()
     model = _fit("auto", df, df["clicked"])
     assert len(compared) == 1
@@ -176,3 +180,72 @@ def test_ccl_default_columns_leave_out_the_label() -> None:
     explicit = gpucal.make_calibrator("ccl", feature_cols=FEATURES, **params).fit(df, df["clicked"])
     production = table(seed=1).drop(columns=["clicked", "p_true", "w"])
     assert_allclose(default.predict(production), explicit.predict(production), rtol=1e-12, atol=0)
+
+
+def _recoded_table(n: int = 3000) -> tuple[pd.DataFrame, np.ndarray]:
+    """The label as text beside y as numbers (scikit-learn's LabelEncoder idiom), and 1 - y."""
+    df = table(n=n).drop(columns=["p_true", "w"])
+    y = df.pop("clicked").to_numpy()
+    return df.assign(outcome=np.where(y == 1, "yes", "no"), flipped=1 - y), y
+
+
+@pytest.mark.parametrize("method", list(METHODS))
+def test_the_label_recoded_is_left_out_of_the_default_features_with_a_warning(method: str) -> None:
+    df, y = _recoded_table()
+    with pytest.warns(UserWarning, match=r"'outcome', 'flipped' separate the classes of y.*left out"):
+        default = gpucal.make_calibrator(method, categorical_cols=FEATURES, **METHODS[method]).fit(df, y)
+    explicit = gpucal.make_calibrator(
+        method, categorical_cols=FEATURES, feature_cols=FEATURES, **METHODS[method]
+    )
+    explicit.fit(df, y)
+    production = table(seed=1)[["score", *FEATURES]]  # no label where it is predicted
+    assert_allclose(default.predict(production), explicit.predict(production), rtol=1e-12, atol=0)
+
+
+def test_the_label_recoded_in_feature_cols_is_kept_with_a_warning() -> None:
+    df, y = _recoded_table()
+    rows = as_rows(X=df, y=y)
+    with pytest.warns(UserWarning, match=r"'outcome' separate the classes of y.*kept, as feature_cols names"):
+        chosen = resolve_feature_cols(rows, df, y, score_col="score", feature_cols=["region", "outcome"])
+    assert chosen == ["region", "outcome"]
+
+
+def test_columns_that_separate_the_classes_by_chance_stay_features(recwarn: pytest.WarningsRecorder) -> None:
+    """An id (one row per value), a column of more than MAX_RECODED_VALUES values, and a separating
+    column on fewer than MIN_ROWS_PER_VALUE rows per value are features; a three-valued outcome that
+    separates the classes is not."""
+    df, y = _recoded_table(n=200)
+    df = df.drop(columns=["outcome", "flipped"])
+    ids = np.arange(200)
+    # 17 values, each seen with one class only (9 among the negatives, 8 among the positives)
+    spread = np.where(y == 1, 9 + ids % 8, ids % 9)
+    assert features.MAX_RECODED_VALUES < 17
+    outcome = np.where(y == 1, "approved", np.where(np.arange(200) % 2 == 0, "declined", "withdrawn"))
+    frame = df.assign(id=ids, spread=spread, outcome=outcome)
+    chosen = resolve_feature_cols(as_rows(X=frame, y=y), frame, y, score_col="score", feature_cols=None)
+    assert chosen == [*[c for c in df.columns if c != "score"], "id", "spread"]
+    assert [str(w.message)[:40] for w in recwarn] == ["X column(s) 'outcome' separate the class"]
+    tiny = frame.iloc[:12].assign(flag=np.where(y[:12] == 1, "a", "b"))
+    assert "flag" in resolve_feature_cols(
+        as_rows(X=tiny, y=y[:12]), tiny, y[:12], score_col="score", feature_cols=None
+    )
+
+
+def test_the_recoded_label_check_adds_its_counts_over_blocks() -> None:
+    """Over several blocks (partitions), a value seen with one class in one block and the other class
+    in another separates nothing; a recoded label separates in every block and over all of them."""
+    df, y = _recoded_table()
+    swapped = df.assign(
+        outcome=np.where(np.arange(len(df)) < 1500, df["outcome"], np.where(y == 1, "no", "yes"))
+    )
+    halves = [slice(0, 1500), slice(1500, None)]
+    for frame, leaking in ((df, True), (swapped, False)):
+        blocks = tuple(
+            RowBlock({"X": frame.iloc[part].reset_index(drop=True), "y": y[part], "sample_weight": None})
+            for part in halves
+        )
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            chosen = resolve_feature_cols(LocalRows(blocks), frame, y, score_col="score", feature_cols=None)
+        assert ("outcome" not in chosen) == leaking
+        assert any("'outcome'" in str(w.message) for w in caught) == leaking

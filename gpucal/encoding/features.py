@@ -17,6 +17,13 @@ A feature that *is* the label gives a perfect fit on the calibration rows and a 
 production (where the label is not known yet), so an explicit ``feature_cols`` naming it, by name or by
 values, is refused with ``ValueError``. Naming the weight column explicitly is allowed.
 
+The label recoded (``"yes"``/``"no"`` beside ``y = LabelEncoder().fit_transform(...)``, or ``1 - y``) holds
+other values than ``y``: it is found as a column that *separates* the classes, each of its few values
+(at most :data:`MAX_RECODED_VALUES`, each on at least :data:`MIN_ROWS_PER_VALUE` rows on average) seen
+with one class only, both classes on at least two rows. Such a column is left out of the default
+features with a warning naming it; named in ``feature_cols`` it is kept, with the same warning (a
+feature can separate the classes without being the label: the warning says how to keep it).
+
 Values are compared row by row as numbers (booleans as 0 and 1; NaN equals nothing); a column of
 strings or categories never equals a label. Over many blocks (dask) the comparison is one pass of
 counts added over the blocks (:meth:`gpucal.rows.Rows.sum`), so every partition reads the same features.
@@ -30,6 +37,7 @@ column that equals the label there by chance.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Hashable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -112,8 +120,13 @@ def resolve_feature_cols(
     if feature_cols is not None and _TRUSTED.get():
         return feature_cols
     label_name, weight_name = _series_name(y), _series_name(sample_weight)
-    differs = rows.sum(_rows_differing, candidates, sample_weight is not None)
-    is_label = {c for j, c in enumerate(candidates) if c == label_name or differs[0, j] == 0}
+    checks = rows.sum(_column_checks, candidates, sample_weight is not None)
+    differs = checks[:, :2]
+    is_label = {c for j, c in enumerate(candidates) if c == label_name or differs[j, 0] == 0}
+    class_counts = checks[:, 2:].reshape(len(candidates), VALUE_BUCKETS + 1, 2)
+    recoded = [c for c in recoded_labels(class_counts, candidates) if c not in is_label]
+    if recoded:
+        _warn_recoded(recoded, explicit=feature_cols is not None)
     if feature_cols is not None:
         if is_label:
             column = next(c for c in candidates if c in is_label)
@@ -127,8 +140,8 @@ def resolve_feature_cols(
         return feature_cols
     is_weight = set()
     if sample_weight is not None:
-        is_weight = {c for j, c in enumerate(candidates) if c == weight_name or differs[1, j] == 0}
-    return [c for c in candidates if c not in is_label and c not in is_weight]
+        is_weight = {c for j, c in enumerate(candidates) if c == weight_name or differs[j, 1] == 0}
+    return [c for c in candidates if c not in is_label and c not in is_weight and c not in recoded]
 
 
 def _series_name(x: Any) -> Hashable | None:
@@ -144,32 +157,45 @@ def _series_name(x: Any) -> Hashable | None:
 HEAD_ROWS = 1024
 
 
-def _rows_differing(block: RowBlock, candidates: list[Hashable], weighted: bool) -> np.ndarray:
-    """``[[d_y(j)], [d_w(j)]]`` of one block (float64): the rows where column ``j`` differs from ``y``
-    (``sample_weight``), over the block's first ``HEAD_ROWS`` rows when some differ there, else over all
-    of them. So ``d`` is 0 exactly when the column holds the target on every row, which is all the
-    caller reads of it (summed over blocks); a column that differs early is converted to numbers on its
-    first rows only (converting every row of 8 integer columns of 1e7 rows took 0.3-0.7 s)."""
+def _column_checks(block: RowBlock, candidates: list[Hashable], weighted: bool) -> np.ndarray:
+    """Per candidate column of one block, one row of ``[d_y, d_w, class counts...]`` (float64): the rows
+    where the column differs from ``y`` (``sample_weight``), and its :func:`_class_counts` flattened.
+    Each column is read once for both (a column of strings is factorized to be read at all)."""
     X, y, w = block["X"], block.columns.get("y"), block.columns.get("sample_weight")
     targets = [_numeric_target(y), _numeric_target(w) if weighted else None]
-    out = np.full((2, len(candidates)), float(len(block)))
+    out = np.zeros((len(candidates), 2 + 2 * (VALUE_BUCKETS + 1)))
+    out[:, :2] = float(len(block))
     for j, name in enumerate(candidates):
         try:
             column = frame_columns(X, [name])[name]
         except TypeError:  # a dtype no feature may have (dates, nested): not the label; the fit says why
+            out[j, 2:] = _NOT_RECODED.ravel()
             continue
-        head = numeric_values(Column(column.values[:HEAD_ROWS], column.categories, column.dtype))
-        if head is None:  # strings or categories: never the label
+        out[j, :2] = _rows_differing(column, targets, out[j, :2])
+        out[j, 2:] = _class_counts(column, targets[0]).ravel()
+    return out
+
+
+def _rows_differing(column: Column, targets: list[Any], differing: np.ndarray) -> np.ndarray:
+    """``[d_y, d_w]``: the rows where the column differs from each target (``differing``'s entry where
+    a target is None or of another length), over its first ``HEAD_ROWS`` rows when some differ there,
+    else over all of them. So ``d`` is 0 exactly when the column holds the target on every row, which
+    is all the caller reads of it (summed over blocks); a column that differs early is converted to
+    numbers on its first rows only (converting every row of 8 integer columns of 1e7 rows took 0.3-0.7
+    s)."""
+    out = differing.copy()
+    head = numeric_values(Column(column.values[:HEAD_ROWS], column.categories, column.dtype))
+    if head is None:  # strings or categories: never the label itself
+        return out
+    values = None
+    for i, target in enumerate(targets):
+        if target is None or target.shape != column.values.shape:
             continue
-        values = None
-        for i, target in enumerate(targets):
-            if target is None or target.shape != column.values.shape:
-                continue
-            differing = _count_differing(head, target[:HEAD_ROWS])
-            if differing == 0:
-                values = numeric_values(column) if values is None else values
-                differing = _count_differing(values, target)
-            out[i, j] = float(differing)
+        count = _count_differing(head, target[:HEAD_ROWS])
+        if count == 0:
+            values = numeric_values(column) if values is None else values
+            count = _count_differing(values, target)
+        out[i] = float(count)
     return out
 
 
@@ -179,6 +205,102 @@ def _count_differing(values: Any, target: Any) -> int:
     if is_cupy_array(values) != is_cupy_array(target):
         values, target = to_numpy(values), to_numpy(target)
     return int((values != target).sum())
+
+
+#: Most distinct values of a column read as the label recoded (:func:`recoded_labels`).
+MAX_RECODED_VALUES = 16
+#: Fewest rows per distinct value, on average, of a column read as the label recoded: on fewer, an id
+#: or a rare level seen once separates the classes by chance.
+MIN_ROWS_PER_VALUE = 8
+#: Hash buckets the values of a column are counted in, per class (values that share one merge, which
+#: can only hide a separation, never make one).
+VALUE_BUCKETS = 1024
+#: :func:`_class_counts` of a column a block shows to be no recoded label.
+_NOT_RECODED = np.vstack([np.zeros((VALUE_BUCKETS, 2)), np.ones((1, 2))])
+
+
+def recoded_labels(class_counts: np.ndarray, candidates: list[Hashable]) -> list[Hashable]:
+    """The candidate columns that hold the label recoded (module docstring), from their
+    :func:`_class_counts` added over the blocks: each value seen with one class only."""
+    found = []
+    for j, column in enumerate(candidates):
+        per_value, mixed = class_counts[j, :VALUE_BUCKETS], class_counts[j, VALUE_BUCKETS]
+        n_values = int((per_value.sum(axis=1) > 0).sum())
+        negative, positive = float(per_value[:, 0].sum()), float(per_value[:, 1].sum())
+        separates = mixed.sum() == 0 and not bool(((per_value[:, 0] > 0) & (per_value[:, 1] > 0)).any())
+        enough = 2 <= n_values <= MAX_RECODED_VALUES and negative + positive >= MIN_ROWS_PER_VALUE * n_values
+        if separates and enough and min(negative, positive) >= 2:
+            found.append(column)
+    return found
+
+
+def _class_counts(column: Column, y: Any) -> np.ndarray:
+    """``(VALUE_BUCKETS + 1, 2)`` counts of one block's column: the negative and positive label mass
+    (``1 - y``, ``y``) of each bucket of its values, or, in the last row, a mark that the block shows it
+    separates nothing (:data:`_NOT_RECODED`). Counted on the first ``HEAD_ROWS`` rows first, and on every
+    row only when they separate the classes with at most ``MAX_RECODED_VALUES`` values: an ordinary
+    feature costs a thousand rows."""
+    if y is None or y.shape != column.values.shape:
+        return _NOT_RECODED
+    counts = _bucket_class_counts(column, y, HEAD_ROWS)
+    if counts is not None and column.values.shape[0] > HEAD_ROWS:
+        counts = _bucket_class_counts(column, y, None)
+    return _NOT_RECODED if counts is None else np.vstack([counts, np.zeros((1, 2))])
+
+
+def _bucket_class_counts(column: Column, y: np.ndarray, stop: int | None) -> np.ndarray | None:
+    """The ``(VALUE_BUCKETS, 2)`` class counts of the column's first ``stop`` rows (None: all), or None
+    when those rows already show it is no recoded label (a value with both classes, or too many
+    values)."""
+    buckets = _value_buckets(column, stop)
+    labels = np.asarray(to_numpy(y[:stop]), dtype=np.float64)
+    if not bool(np.isfinite(labels).all()):  # labels the fit refuses: it says why
+        return None
+    counts = np.stack(
+        [
+            np.bincount(buckets, weights=1.0 - labels, minlength=VALUE_BUCKETS),
+            np.bincount(buckets, weights=labels, minlength=VALUE_BUCKETS),
+        ],
+        axis=1,
+    )
+    present = counts.sum(axis=1) > 0
+    if int(present.sum()) > MAX_RECODED_VALUES or bool(((counts[:, 0] > 0) & (counts[:, 1] > 0)).any()):
+        return None
+    return counts
+
+
+def _value_buckets(column: Column, stop: int | None) -> np.ndarray:
+    """A hash bucket per row of the column's first ``stop`` rows, the same for a value in every block:
+    numbers by their float64 value, categories by their text, a missing value in bucket 0."""
+    import pandas as pd
+
+    values = to_numpy(column.values[:stop])
+    numbers = numeric_values(Column(values, column.categories, column.dtype))
+    if numbers is not None:
+        hashed = pd.util.hash_array(np.asarray(numbers, dtype=np.float64))
+        return (hashed % np.uint64(VALUE_BUCKETS)).astype(np.int64)
+    codes = values.astype(np.int64)
+    used = np.unique(codes[codes >= 0])
+    categories = np.asarray(column.categories, dtype=object)[used]
+    texts = np.array([str(c) for c in categories], dtype=object)
+    table = np.zeros(int(used.max()) + 2 if used.size else 1, dtype=np.int64)
+    if used.size:
+        table[used + 1] = (pd.util.hash_array(texts) % np.uint64(VALUE_BUCKETS)).astype(np.int64)
+    return table[np.where(codes >= 0, codes + 1, 0)]
+
+
+def _warn_recoded(columns: list[Hashable], *, explicit: bool) -> None:
+    """Warn that ``columns`` separate the classes: left out of the default features, or kept as named."""
+    names = ", ".join(repr(c) for c in columns)
+    if explicit:
+        what = "kept, as feature_cols names them; leave them out if they are the label"
+    else:
+        what = "left out of the default features; name them in feature_cols to read them all the same"
+    msg = (
+        f"X column(s) {names} separate the classes of y (each value is seen with one class only): they "
+        f"look like the label recoded, which is not known where a calibrator predicts; {what}"
+    )
+    warnings.warn(msg, UserWarning, stacklevel=4)
 
 
 def _numeric_target(x: Any) -> Any:
