@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import warnings
 from contextlib import nullcontext
 from typing import Any
 
@@ -97,7 +98,8 @@ class PredictsNaN(ConstantHalf):
 
 def test_a_candidate_predicting_nan_fails_alone(ctr: Any) -> None:
     X, y, _ = ctr
-    model = auto(candidates=[PredictsNaN(), "platt"]).fit(X, y)
+    with pytest.warns(UserWarning, match=r"1 of 2 candidates failed \(the first, PredictsNaN: error"):
+        model = auto(candidates=[PredictsNaN(), "platt"]).fit(X, y)
     status = model.cv_results_["status"].tolist()
     assert status[0].startswith("error: ValueError: the candidate's held-out predictions: ")
     assert "NaN" in status[0]
@@ -378,7 +380,8 @@ def test_given_estimators_take_the_column_parameters_left_at_default() -> None:
     y = (rng.uniform(size=2_000) < 1 / (1 + np.exp(-margin[:, 0]))).astype(float)
     given = [make_calibrator("platt"), {"class": "IsotonicCalibrator", "params": {"score_col": 5}}]
     model = AutoCalibrator(candidates=given, score_col=0, score_kind="logit", drop_threshold=None)
-    model.fit(margin, y)
+    with pytest.warns(UserWarning, match="1 of 2 candidates failed"):
+        model.fit(margin, y)
     assert model.estimators_[0].get_params()["score_col"] == 0
     assert model.cv_results_["status"].tolist()[0] == "ok"
     assert model.cv_results_["status"].tolist()[1].startswith("error: KeyError")  # kept its score_col=5
@@ -397,7 +400,8 @@ def test_logit_scores_keep_the_maps_that_take_margins(ctr: Any) -> None:
 
 def test_failed_candidate_is_reported_not_chosen(ctr: Any) -> None:
     X, y, _ = ctr
-    model = AutoCalibrator(candidates=["platt", "feature_platt"], feature_cols=[]).fit(X, y)
+    with pytest.warns(UserWarning, match=r"1 of 2 candidates failed \(the first, feature_platt: error"):
+        model = AutoCalibrator(candidates=["platt", "feature_platt"], feature_cols=[]).fit(X, y)
     status = model.cv_results_["status"].tolist()
     assert status[0] == "ok"
     assert status[1].startswith("error: ValueError")
@@ -1216,3 +1220,39 @@ def test_column_parameters_changed_after_the_fit_are_refused_by_name(tmp_path) -
         model.save(tmp_path / "model.json")
     model.set_params(score_col="score", feature_cols=np.array(FIELDS[:2], dtype=object))  # equal, new array
     pd.testing.assert_series_equal(model.predict(X), expected)
+
+
+def test_a_search_where_most_candidates_fail_warns_with_the_first_error() -> None:
+    """One positive label in 3,000 rows: every fold without it fails Platt scaling and most others, and
+    the choice is made among the few left; the warning says so, naming the first error, at the
+    caller's line."""
+    data = make_ctr(3_000, seed=0).drop(columns="p_true")
+    X, y = data.drop(columns="label"), np.zeros(3_000)
+    y[17] = 1.0
+    with pytest.warns(
+        UserWarning, match=r"of \d+ candidates failed \(the first, platt: error: ValueError"
+    ) as seen:
+        AutoCalibrator(feature_cols=FIELDS[:2]).fit(X, y)
+    assert [w.filename for w in seen if "candidates failed" in str(w.message)] == [__file__]
+
+
+def test_the_auc_guard_warns_when_the_platt_candidates_failed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The guard finds the choice ranking the folds worse than the raw score, and the Platt candidate
+    failed: the prediction is kept, as auc_guard_ notes, and a warning says so. Without a Platt
+    candidate in the list (the user's choice) only auc_guard_ notes it."""
+    from gpucal.auto.guard import GuardResult
+
+    def failing(*args: Any, **kwargs: Any) -> Any:
+        msg = "this Platt scaling fails"
+        raise ValueError(msg)
+
+    monkeypatch.setattr(auto_model, "order_guard", lambda *args: GuardResult(True, 0.8, 0.7))
+    data = make_ctr(2_000, seed=0)
+    score, y = data["score"].to_numpy(), data["label"]
+    monkeypatch.setattr(type(gpucal.make_calibrator("platt")), "fit", failing)  # every clone fails
+    with pytest.warns(UserWarning, match="the Platt scaling candidates failed, so there was none to fall"):
+        model = AutoCalibrator(candidates=["platt", "beta", "spline", "centered_isotonic"]).fit(score, y)
+    assert model.auc_guard_["note"] == "no Platt candidate: the prediction was kept"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert AutoCalibrator(candidates=["beta"]).fit(score, y).auc_guard_["note"].startswith("no Platt")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import time
+import warnings
 from collections.abc import Collection, Hashable, Sequence
 from dataclasses import replace
 from typing import Any, ClassVar
@@ -93,6 +94,26 @@ from gpucal.rows.collections import any_dask
 #: its ranking (Platt's wherever the score ranks better than chance; the hinge map's wherever its slopes
 #: are positive, as on every set of ``benchmarks/results/auto_hinge.md``).
 ORDER_KEEPING = frozenset({"PlattCalibrator", "HingePlattCalibrator"})
+
+
+#: Share of the candidates that failing in the search is warned about (:func:`warn_failures`).
+FAILED_SHARE_WARNED = 0.5
+
+
+def warn_failures(candidates: list[Candidate], rows: list[dict[str, Any]]) -> None:
+    """Warn when at least :data:`FAILED_SHARE_WARNED` of the candidates failed (their ``status`` an
+    error): the choice was made among the few left (one positive label in 5,000 rows left centred
+    isotonic regression alone, which ranks nothing), and the errors say why."""
+    failed = [(c.label, row["status"]) for c, row in zip(candidates, rows, strict=True)]
+    failed = [(label, status) for label, status in failed if status.startswith("error")]
+    if len(failed) < FAILED_SHARE_WARNED * len(candidates):
+        return
+    label, status = failed[0]
+    msg = (
+        f"AutoCalibrator: {len(failed)} of {len(candidates)} candidates failed (the first, {label}: "
+        f"{status}); the choice was made among the rest (cv_results_)"
+    )
+    warnings.warn(msg, UserWarning, stacklevel=5)  # the caller of fit
 
 
 def _keeps_order(estimator: Any) -> bool:
@@ -271,7 +292,8 @@ class AutoCalibrator(Calibrator):
     checks each).
 
     A candidate whose fit fails (one class in a fold, a column it cannot find, PyTorch missing) is
-    marked in ``status`` and never chosen; when every candidate fails the fit raises. Dask collections
+    marked in ``status`` and never chosen; when half of them or more fail a warning gives the first error,
+    and when every candidate fails the fit raises. Dask collections
     are refused (this version does not cut partitions into folds), the error naming the candidates that
     have no distributed fit either.
 
@@ -489,6 +511,7 @@ class AutoCalibrator(Calibrator):
             errors = "; ".join(f"{c.label}: {row['status']}" for c, row in zip(candidates, rows, strict=True))
             msg = f"AutoCalibrator: no candidate could be fitted ({errors})"
             raise ValueError(msg)
+        warn_failures(candidates, rows)
         crossed = np.flatnonzero(folds >= 0)
         if plan.large:  # where a refit's screen sees many more rows than the folds did
             usable = growing_twins(usable, self.oof_predictions_, crossed, candidates)
@@ -515,6 +538,18 @@ class AutoCalibrator(Calibrator):
             if guard.applied and platt is None:
                 self.auc_guard_["applied"] = False
                 self.auc_guard_["note"] = "no Platt candidate: the prediction was kept"
+                platt_rows = [
+                    r
+                    for c, r in zip(candidates, rows, strict=True)
+                    if type(c.estimator).__name__ in ORDER_KEEPING
+                ]
+                if any(r["status"].startswith("error") for r in platt_rows):
+                    msg = (
+                        "AutoCalibrator: the chosen prediction ranks the held-out folds worse than the raw "
+                        "score (AUC guard), and the Platt scaling candidates failed, so there was none to "
+                        "fall back on: the prediction was kept (auc_guard_, cv_results_)"
+                    )
+                    warnings.warn(msg, UserWarning, stacklevel=4)  # the caller of fit
             to_platt = to_platt or bool(self.auc_guard_["applied"])
         if to_platt and platt is not None:
             self.best_index_ = platt
