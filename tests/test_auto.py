@@ -1256,3 +1256,13 @@ def test_the_auc_guard_warns_when_the_platt_candidates_failed(monkeypatch: pytes
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert AutoCalibrator(candidates=["beta"]).fit(score, y).auc_guard_["note"].startswith("no Platt")
+
+
+def test_too_few_rows_for_the_automatic_fold_count_say_it_was_chosen() -> None:
+    """n_folds='auto' chose the folds: the error says so, where it read as if the user had asked for 5."""
+    with pytest.raises(ValueError, match=r"fewer than n_folds=5.*\(n_folds='auto' chose 5; pass a smaller"):
+        AutoCalibrator().fit(np.linspace(0.1, 0.9, 200), np.arange(200) % 2, groups=np.arange(200) % 2)
+    with pytest.raises(ValueError, match=r"fewer than n_folds=3; every fold needs a group$"):
+        AutoCalibrator(n_folds=3).fit(
+            np.linspace(0.1, 0.9, 200), np.arange(200) % 2, groups=np.arange(200) % 2
+        )

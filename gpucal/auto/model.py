@@ -843,15 +843,21 @@ class AutoCalibrator(Calibrator):
         the others."""
         n_rows = labels.shape[0]
         folds = np.full(n_rows, -1, dtype=np.int64)
-        if groups is None:
-            folds[crossed] = stratified_folds(labels[crossed], rung.n_folds, self.random_state)
-        else:
-            values = group_values(X, groups, n_rows)[crossed]
-            crossed_weights = None if weights is None else weights[crossed]
-            folds[crossed] = grouped_folds(values, rung.n_folds, self.random_state, crossed_weights)
-        check_held_out(
-            folds[crossed], rung.n_folds, None if weights is None else weights[crossed], groups is not None
-        )
+        try:
+            if groups is None:
+                folds[crossed] = stratified_folds(labels[crossed], rung.n_folds, self.random_state)
+            else:
+                values = group_values(X, groups, n_rows)[crossed]
+                crossed_weights = None if weights is None else weights[crossed]
+                folds[crossed] = grouped_folds(values, rung.n_folds, self.random_state, crossed_weights)
+            held_weights = None if weights is None else weights[crossed]
+            check_held_out(folds[crossed], rung.n_folds, held_weights, groups is not None)
+        except ValueError as error:
+            if self.n_folds != "auto" or "n_folds=" not in str(error):
+                raise
+            # The count in the message is the one n_folds="auto" chose, not the user's.
+            msg = f"{error} (n_folds='auto' chose {rung.n_folds}; pass a smaller n_folds, at least 2)"
+            raise ValueError(msg) from None
         return folds
 
     def _choose(
