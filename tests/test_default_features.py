@@ -249,3 +249,68 @@ def test_the_recoded_label_check_adds_its_counts_over_blocks() -> None:
             chosen = resolve_feature_cols(LocalRows(blocks), frame, y, score_col="score", feature_cols=None)
         assert ("outcome" not in chosen) == leaking
         assert any("'outcome'" in str(w.message) for w in caught) == leaking
+
+
+def test_the_recoded_label_warning_points_at_the_callers_fit() -> None:
+    df, y = _recoded_table()
+    for method in ("feature_platt", "auto"):
+        model = gpucal.make_calibrator(method, categorical_cols=FEATURES, **METHODS[method])
+        with pytest.warns(UserWarning, match="separate the classes of y") as seen:
+            model.fit(df, y)
+        assert {w.filename for w in seen if "separate the classes" in str(w.message)} == {__file__}
+
+
+def test_what_separates_the_classes_without_being_the_label_recoded_stays(
+    recwarn: pytest.WarningsRecorder,
+) -> None:
+    """Not the label recoded: class-balancing weights kept in X (dropped as the weights, without a
+    word), a strong feature with a rare level (5 rows), a feature beside labels of three classes (a
+    value of class 0 and 2 rows was read as one class by 1 - y), and a column numeric in one block and
+    text in another whose value 1 holds both classes."""
+    df, y = _recoded_table()
+    df = df.drop(columns=["outcome", "flipped"])
+    weighted = df.assign(w=np.where(y == 1, 10.0, 1.0))
+    rows = as_rows(X=weighted, y=y, sample_weight=weighted["w"])
+    assert "w" not in resolve_feature_cols(
+        rows, weighted, y, weighted["w"], score_col="score", feature_cols=None
+    )
+    tier = np.where(np.arange(len(y)) < 5, "high", "low")
+    strong = df.assign(tier=tier)
+    labels = np.where(tier == "high", 1, 0)
+    assert "tier" in resolve_feature_cols(
+        as_rows(X=strong, y=labels), strong, labels, score_col="score", feature_cols=None
+    )
+    three = np.r_[np.zeros(40), np.zeros(30), np.ones(10), np.full(30, 2.0)]
+    segments = pd.DataFrame({"p0": np.full(110, 0.3), "seg": np.r_[np.zeros(40), np.ones(70)]})
+    chosen = resolve_feature_cols(
+        as_rows(X=segments, y=three), segments, three, score_col=["p0"], feature_cols=None
+    )
+    assert chosen == ["seg"]
+    code = pd.Series([1, 2] * 20 + [1, 2, "unknown"] * 20, dtype=object)
+    labels = np.r_[np.zeros(40), np.ones(60)]
+    mixed = pd.DataFrame({"score": np.full(100, 0.5), "code": code})
+    blocks = tuple(
+        RowBlock({"X": mixed.iloc[part].reset_index(drop=True), "y": labels[part], "sample_weight": None})
+        for part in (slice(0, 40), slice(40, None))
+    )
+    assert resolve_feature_cols(LocalRows(blocks), mixed, labels, score_col="score", feature_cols=None) == [
+        "code"
+    ]
+    assert not [w for w in recwarn if "separate the classes" in str(w.message)]
+
+
+def test_the_label_recoded_is_found_in_rows_sorted_by_the_label(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rows sorted by the label separate the classes at the head of every ordinary column: the check
+    screens evenly strided rows, so only the label recoded costs a pass over every row."""
+    df, y = _recoded_table(n=20_000)
+    order = np.argsort(y, kind="stable")
+    df, y = df.iloc[order].reset_index(drop=True), y[order]
+    steps: list[int | None] = []
+    count = features._bucket_class_counts
+    monkeypatch.setattr(
+        features, "_bucket_class_counts", lambda c, t, r: steps.append(r.step) or count(c, t, r)
+    )
+    with pytest.warns(UserWarning, match=r"'outcome', 'flipped' separate the classes"):
+        chosen = resolve_feature_cols(as_rows(X=df, y=y), df, y, score_col="score", feature_cols=None)
+    assert chosen == FEATURES
+    assert steps.count(None) == 2  # every row of outcome and flipped only

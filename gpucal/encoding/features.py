@@ -18,11 +18,11 @@ production (where the label is not known yet), so an explicit ``feature_cols`` n
 values, is refused with ``ValueError``. Naming the weight column explicitly is allowed.
 
 The label recoded (``"yes"``/``"no"`` beside ``y = LabelEncoder().fit_transform(...)``, or ``1 - y``) holds
-other values than ``y``: it is found as a column that *separates* the classes, each of its few values
-(at most :data:`MAX_RECODED_VALUES`, each on at least :data:`MIN_ROWS_PER_VALUE` rows on average) seen
-with one class only, both classes on at least two rows. Such a column is left out of the default
-features with a warning naming it; named in ``feature_cols`` it is kept, with the same warning (a
-feature can separate the classes without being the label: the warning says how to keep it).
+other values than ``y``: it is found, for labels in [0, 1], as a column that *separates* the classes,
+each of its few values (at most :data:`MAX_RECODED_VALUES`, each on at least :data:`MIN_ROWS_PER_VALUE`
+rows) seen with one class only. Such a column is left out of the default features with a warning
+naming it; named in ``feature_cols`` it is kept, with the same warning (a feature can separate the
+classes without being the label: the warning says how to keep it).
 
 Values are compared row by row as numbers (booleans as 0 and 1; NaN equals nothing); a column of
 strings or categories never equals a label. Over many blocks (dask) the comparison is one pass of
@@ -37,6 +37,7 @@ column that equals the label there by chance.
 
 from __future__ import annotations
 
+import sys
 import warnings
 from collections.abc import Hashable, Iterator, Sequence
 from contextlib import contextmanager
@@ -123,8 +124,11 @@ def resolve_feature_cols(
     checks = rows.sum(_column_checks, candidates, sample_weight is not None)
     differs = checks[:, :2]
     is_label = {c for j, c in enumerate(candidates) if c == label_name or differs[j, 0] == 0}
+    is_weight = set()
+    if sample_weight is not None:
+        is_weight = {c for j, c in enumerate(candidates) if c == weight_name or differs[j, 1] == 0}
     class_counts = checks[:, 2:].reshape(len(candidates), VALUE_BUCKETS + 1, 2)
-    recoded = [c for c in recoded_labels(class_counts, candidates) if c not in is_label]
+    recoded = [c for c in recoded_labels(class_counts, candidates) if c not in is_label | is_weight]
     if recoded:
         _warn_recoded(recoded, explicit=feature_cols is not None)
     if feature_cols is not None:
@@ -138,9 +142,6 @@ def resolve_feature_cols(
             )
             raise ValueError(msg)
         return feature_cols
-    is_weight = set()
-    if sample_weight is not None:
-        is_weight = {c for j, c in enumerate(candidates) if c == weight_name or differs[j, 1] == 0}
     return [c for c in candidates if c not in is_label and c not in is_weight and c not in recoded]
 
 
@@ -209,53 +210,56 @@ def _count_differing(values: Any, target: Any) -> int:
 
 #: Most distinct values of a column read as the label recoded (:func:`recoded_labels`).
 MAX_RECODED_VALUES = 16
-#: Fewest rows per distinct value, on average, of a column read as the label recoded: on fewer, an id
-#: or a rare level seen once separates the classes by chance.
+#: Fewest rows of every value of a column read as the label recoded: on fewer, a rare level (or an id)
+#: seen with one class separates the classes by chance, or by a strong feature's right.
 MIN_ROWS_PER_VALUE = 8
-#: Hash buckets the values of a column are counted in, per class (values that share one merge, which
-#: can only hide a separation, never make one).
-VALUE_BUCKETS = 1024
+#: Hash buckets the values of a column are counted in, per class. Two values that share one are
+#: counted as one, which hides a separation or lowers the count of values (a chance of about 1 in 256
+#: for a pair of values).
+VALUE_BUCKETS = 256
 #: :func:`_class_counts` of a column a block shows to be no recoded label.
 _NOT_RECODED = np.vstack([np.zeros((VALUE_BUCKETS, 2)), np.ones((1, 2))])
 
 
 def recoded_labels(class_counts: np.ndarray, candidates: list[Hashable]) -> list[Hashable]:
     """The candidate columns that hold the label recoded (module docstring), from their
-    :func:`_class_counts` added over the blocks: each value seen with one class only."""
+    :func:`_class_counts` added over the blocks: at most :data:`MAX_RECODED_VALUES` values, each on
+    :data:`MIN_ROWS_PER_VALUE` rows or more and seen with one class only."""
     found = []
     for j, column in enumerate(candidates):
         per_value, mixed = class_counts[j, :VALUE_BUCKETS], class_counts[j, VALUE_BUCKETS]
-        n_values = int((per_value.sum(axis=1) > 0).sum())
-        negative, positive = float(per_value[:, 0].sum()), float(per_value[:, 1].sum())
+        rows = per_value.sum(axis=1)
+        present = rows > 0
         separates = mixed.sum() == 0 and not bool(((per_value[:, 0] > 0) & (per_value[:, 1] > 0)).any())
-        enough = 2 <= n_values <= MAX_RECODED_VALUES and negative + positive >= MIN_ROWS_PER_VALUE * n_values
-        if separates and enough and min(negative, positive) >= 2:
+        few = 2 <= int(present.sum()) <= MAX_RECODED_VALUES
+        if separates and few and bool((rows[present] >= MIN_ROWS_PER_VALUE).all()):
             found.append(column)
     return found
 
 
 def _class_counts(column: Column, y: Any) -> np.ndarray:
-    """``(VALUE_BUCKETS + 1, 2)`` counts of one block's column: the negative and positive label mass
-    (``1 - y``, ``y``) of each bucket of its values, or, in the last row, a mark that the block shows it
-    separates nothing (:data:`_NOT_RECODED`). Counted on the first ``HEAD_ROWS`` rows first, and on every
-    row only when they separate the classes with at most ``MAX_RECODED_VALUES`` values: an ordinary
-    feature costs a thousand rows."""
+    """``(VALUE_BUCKETS + 1, 2)`` counts of one block's column: the negative and positive rows (``1 -
+    y``, ``y``) of each bucket of its values, or, in the last row, a mark that the block shows it
+    separates nothing (:data:`_NOT_RECODED`). Counted on about ``HEAD_ROWS`` evenly strided rows first
+    (rows sorted by the label would separate at the head), and on every row only when those separate
+    the classes with at most ``MAX_RECODED_VALUES`` values: an ordinary feature costs a thousand rows."""
+    n_rows = column.values.shape[0]
     if y is None or y.shape != column.values.shape:
         return _NOT_RECODED
-    counts = _bucket_class_counts(column, y, HEAD_ROWS)
-    if counts is not None and column.values.shape[0] > HEAD_ROWS:
-        counts = _bucket_class_counts(column, y, None)
+    counts = _bucket_class_counts(column, y, slice(None, None, max(1, n_rows // HEAD_ROWS)))
+    if counts is not None and n_rows > HEAD_ROWS:
+        counts = _bucket_class_counts(column, y, slice(None))
     return _NOT_RECODED if counts is None else np.vstack([counts, np.zeros((1, 2))])
 
 
-def _bucket_class_counts(column: Column, y: np.ndarray, stop: int | None) -> np.ndarray | None:
-    """The ``(VALUE_BUCKETS, 2)`` class counts of the column's first ``stop`` rows (None: all), or None
-    when those rows already show it is no recoded label (a value with both classes, or too many
-    values)."""
-    buckets = _value_buckets(column, stop)
-    labels = np.asarray(to_numpy(y[:stop]), dtype=np.float64)
-    if not bool(np.isfinite(labels).all()):  # labels the fit refuses: it says why
+def _bucket_class_counts(column: Column, y: Any, rows: slice) -> np.ndarray | None:
+    """The ``(VALUE_BUCKETS, 2)`` class counts of the column's ``rows``, or None when they show it is no
+    recoded label: a value with both classes, too many values, or labels outside [0, 1] (several
+    classes, or values the fit refuses)."""
+    labels = np.asarray(to_numpy(y[rows]), dtype=np.float64)
+    if not bool(((labels >= 0.0) & (labels <= 1.0)).all()):
         return None
+    buckets = _value_buckets(column, rows)
     counts = np.stack(
         [
             np.bincount(buckets, weights=1.0 - labels, minlength=VALUE_BUCKETS),
@@ -269,28 +273,41 @@ def _bucket_class_counts(column: Column, y: np.ndarray, stop: int | None) -> np.
     return counts
 
 
-def _value_buckets(column: Column, stop: int | None) -> np.ndarray:
-    """A hash bucket per row of the column's first ``stop`` rows, the same for a value in every block:
-    numbers by their float64 value, categories by their text, a missing value in bucket 0."""
+def _value_buckets(column: Column, rows: slice) -> np.ndarray:
+    """A hash bucket per row of the column's ``rows``, the same for a value in every block and family:
+    a number (bool, int or float, in a numeric column or among categories) by its float64 value (-0.0
+    as 0.0, every NaN and a missing category as one NaN), any other category by its text. Only the
+    distinct values are hashed."""
     import pandas as pd
 
-    values = to_numpy(column.values[:stop])
-    numbers = numeric_values(Column(values, column.categories, column.dtype))
-    if numbers is not None:
-        hashed = pd.util.hash_array(np.asarray(numbers, dtype=np.float64))
-        return (hashed % np.uint64(VALUE_BUCKETS)).astype(np.int64)
+    values = to_numpy(column.values[rows])
+    if column.categories is None:
+        codes, uniques = pd.factorize(np.asarray(values, dtype=np.float64), use_na_sentinel=False)
+        return _number_buckets(np.asarray(uniques, dtype=np.float64))[codes]
     codes = values.astype(np.int64)
     used = np.unique(codes[codes >= 0])
     categories = np.asarray(column.categories, dtype=object)[used]
-    texts = np.array([str(c) for c in categories], dtype=object)
-    table = np.zeros(int(used.max()) + 2 if used.size else 1, dtype=np.int64)
-    if used.size:
-        table[used + 1] = (pd.util.hash_array(texts) % np.uint64(VALUE_BUCKETS)).astype(np.int64)
-    return table[np.where(codes >= 0, codes + 1, 0)]
+    numeric = np.array([isinstance(c, int | float | np.number | np.bool_) for c in categories], dtype=bool)
+    table = np.empty(used.shape[0] + 1, dtype=np.int64)
+    table[0] = _number_buckets(np.array([np.nan]))[0]  # a missing category: as a missing number
+    table[1:][numeric] = _number_buckets(np.array([float(c) for c in categories[numeric]], dtype=np.float64))
+    texts = np.array([str(c) for c in categories[~numeric]], dtype=object)
+    table[1:][~numeric] = (pd.util.hash_array(texts) % np.uint64(VALUE_BUCKETS)).astype(np.int64)
+    return table[np.where(codes >= 0, np.searchsorted(used, codes) + 1, 0)]
+
+
+def _number_buckets(numbers: np.ndarray) -> np.ndarray:
+    """The bucket of each float64 number: -0.0 as 0.0 and every NaN as one (pandas before 3 hashes
+    their bits apart)."""
+    import pandas as pd
+
+    canonical = np.where(np.isnan(numbers), np.nan, numbers + 0.0)
+    return (pd.util.hash_array(canonical) % np.uint64(VALUE_BUCKETS)).astype(np.int64)
 
 
 def _warn_recoded(columns: list[Hashable], *, explicit: bool) -> None:
-    """Warn that ``columns`` separate the classes: left out of the default features, or kept as named."""
+    """Warn that ``columns`` separate the classes: left out of the default features, or kept as named.
+    The warning points at the first frame outside gpucal (the user's fit call), whatever the depth."""
     names = ", ".join(repr(c) for c in columns)
     if explicit:
         what = "kept, as feature_cols names them; leave them out if they are the label"
@@ -300,7 +317,17 @@ def _warn_recoded(columns: list[Hashable], *, explicit: bool) -> None:
         f"X column(s) {names} separate the classes of y (each value is seen with one class only): they "
         f"look like the label recoded, which is not known where a calibrator predicts; {what}"
     )
-    warnings.warn(msg, UserWarning, stacklevel=4)
+    warnings.warn(msg, UserWarning, stacklevel=_caller_stacklevel())
+
+
+def _caller_stacklevel() -> int:
+    """The ``stacklevel`` of the first frame outside gpucal, seen from the function that calls this one."""
+    frame = sys._getframe(2)
+    level = 2
+    while frame is not None and frame.f_globals.get("__name__", "").split(".")[0] == "gpucal":
+        frame = frame.f_back  # type: ignore[assignment]
+        level += 1
+    return level
 
 
 def _numeric_target(x: Any) -> Any:
