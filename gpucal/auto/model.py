@@ -856,7 +856,7 @@ class AutoCalibrator(Calibrator):
             if self.n_folds != "auto" or "n_folds=" not in str(error):
                 raise
             # The count in the message is the one n_folds="auto" chose, not the user's.
-            msg = f"{error} (n_folds='auto' chose {rung.n_folds}; pass a smaller n_folds, at least 2)"
+            msg = f"{error} (n_folds='auto' chose {rung.n_folds}; pass a smaller n_folds)"
             raise ValueError(msg) from None
         return folds
 

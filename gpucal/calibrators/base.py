@@ -27,7 +27,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, TypeVar
 
 import numpy as np
@@ -89,11 +89,22 @@ def check_fit_rows(fit: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _param_changed(value: Any, fitted: Any) -> bool:
-    """Whether a parameter differs from its value at the fit (arrays, such as column lists given as
-    numpy arrays, compared as wholes)."""
-    if isinstance(value, np.ndarray) or isinstance(fitted, np.ndarray):
-        return not np.array_equal(np.asarray(value, dtype=object), np.asarray(fitted, dtype=object))
+    """Whether a parameter differs from its value at the fit. Lists of columns, however given (list,
+    tuple, numpy array, pandas Index), are compared as lists: equal names are the same columns."""
+    if _listed(value) and _listed(fitted):
+        return list(value) != list(fitted)
+    if _listed(value) or _listed(fitted):
+        return True
     return bool(value != fitted)
+
+
+def _listed(value: Any) -> bool:
+    """Whether a parameter lists values (a list, tuple, array or Index; not a string or a mapping)."""
+    return (
+        not isinstance(value, str | bytes | Mapping)
+        and hasattr(value, "__len__")
+        and hasattr(value, "__iter__")
+    )
 
 
 #: ``BaseEstimator._get_param_names`` of each class, read once.
