@@ -17,6 +17,7 @@ from numpy.testing import assert_allclose
 from scipy.special import expit, logit
 
 import gpucal
+from gpucal._frames import Column
 from gpucal.encoding import features, resolve_feature_cols, trusting_feature_cols
 from gpucal.rows import RowBlock, as_rows
 from gpucal.rows.local import LocalRows
@@ -314,3 +315,27 @@ def test_the_label_recoded_is_found_in_rows_sorted_by_the_label(monkeypatch: pyt
         chosen = resolve_feature_cols(as_rows(X=df, y=y), df, y, score_col="score", feature_cols=None)
     assert chosen == FEATURES
     assert steps.count(None) == 2  # every row of outcome and flipped only
+
+
+def test_labels_of_one_class_flag_no_column(recwarn: pytest.WarningsRecorder) -> None:
+    """With one class every value is seen with it: no column is the label recoded, and the fit's own
+    error (no positive labels) is the one the user reads, not 'no feature columns'."""
+    df = table().drop(columns=["p_true", "w", "clicked"])
+    y = np.zeros(len(df))
+    assert resolve_feature_cols(as_rows(X=df, y=y), df, y, score_col="score", feature_cols=None) == FEATURES
+    assert not [w for w in recwarn if "separate the classes" in str(w.message)]
+    with pytest.raises(ValueError, match="no positive labels"):
+        gpucal.make_calibrator("feature_platt").fit(df, y)
+
+
+def test_common_spellings_of_a_label_fall_in_distinct_buckets() -> None:
+    """Under the text hash's key the spellings a label is recoded with, and the numbers beside them,
+    never share a bucket (under pandas' own key "no" shared 1's, so {1, "no"} went unseen)."""
+    texts = ["no", "yes", "0", "1", "false", "true", "False", "True", "N", "Y", "n", "y", "neg", "pos"]
+    texts += ["negative", "positive", "bad", "good", "default", "paid", "churn", "stay", "A", "B", "a", "b"]
+    categories = np.array([*texts, -1, 0, 1, 2], dtype=object)
+    column = Column(np.arange(categories.shape[0]), categories, "object")
+    buckets = features._value_buckets(column, slice(None))
+    assert len(set(buckets.tolist())) == categories.shape[0]
+    numbers = features._number_buckets(np.array([-1.0, 0.0, 1.0, 2.0]))
+    assert buckets[-4:].tolist() == numbers.tolist()  # numbers among categories read as numbers

@@ -214,9 +214,13 @@ MAX_RECODED_VALUES = 16
 #: seen with one class separates the classes by chance, or by a strong feature's right.
 MIN_ROWS_PER_VALUE = 8
 #: Hash buckets the values of a column are counted in, per class. Two values that share one are
-#: counted as one, which hides a separation or lowers the count of values (a chance of about 1 in 256
-#: for a pair of values).
+#: counted as one (a chance of about 1 in 256 for a pair of values): a separation is hidden, or the
+#: count of values and the rows per value change, either way.
 VALUE_BUCKETS = 256
+#: The text hash's key (``pandas.util.hash_array``): one under which the common spellings of a label
+#: (no/yes, 0/1, false/true, N/Y, neg/pos, good/bad, ... and the numbers -1, 0, 1, 2, NaN) fall in
+#: distinct buckets, as a test checks; under pandas' own key "no" shares the number 1's.
+TEXT_HASH_KEY = "gpucal-labels-01"
 #: :func:`_class_counts` of a column a block shows to be no recoded label.
 _NOT_RECODED = np.vstack([np.zeros((VALUE_BUCKETS, 2)), np.ones((1, 2))])
 
@@ -224,7 +228,8 @@ _NOT_RECODED = np.vstack([np.zeros((VALUE_BUCKETS, 2)), np.ones((1, 2))])
 def recoded_labels(class_counts: np.ndarray, candidates: list[Hashable]) -> list[Hashable]:
     """The candidate columns that hold the label recoded (module docstring), from their
     :func:`_class_counts` added over the blocks: at most :data:`MAX_RECODED_VALUES` values, each on
-    :data:`MIN_ROWS_PER_VALUE` rows or more and seen with one class only."""
+    :data:`MIN_ROWS_PER_VALUE` rows or more and seen with one class only, and both classes present
+    (with one class every value is seen with one class: the fit refuses such labels)."""
     found = []
     for j, column in enumerate(candidates):
         per_value, mixed = class_counts[j, :VALUE_BUCKETS], class_counts[j, VALUE_BUCKETS]
@@ -232,7 +237,8 @@ def recoded_labels(class_counts: np.ndarray, candidates: list[Hashable]) -> list
         present = rows > 0
         separates = mixed.sum() == 0 and not bool(((per_value[:, 0] > 0) & (per_value[:, 1] > 0)).any())
         few = 2 <= int(present.sum()) <= MAX_RECODED_VALUES
-        if separates and few and bool((rows[present] >= MIN_ROWS_PER_VALUE).all()):
+        both_classes = bool(per_value[:, 0].sum() > 0) and bool(per_value[:, 1].sum() > 0)
+        if separates and few and both_classes and bool((rows[present] >= MIN_ROWS_PER_VALUE).all()):
             found.append(column)
     return found
 
@@ -292,7 +298,8 @@ def _value_buckets(column: Column, rows: slice) -> np.ndarray:
     table[0] = _number_buckets(np.array([np.nan]))[0]  # a missing category: as a missing number
     table[1:][numeric] = _number_buckets(np.array([float(c) for c in categories[numeric]], dtype=np.float64))
     texts = np.array([str(c) for c in categories[~numeric]], dtype=object)
-    table[1:][~numeric] = (pd.util.hash_array(texts) % np.uint64(VALUE_BUCKETS)).astype(np.int64)
+    hashed = pd.util.hash_array(texts, hash_key=TEXT_HASH_KEY)
+    table[1:][~numeric] = (hashed % np.uint64(VALUE_BUCKETS)).astype(np.int64)
     return table[np.where(codes >= 0, np.searchsorted(used, codes) + 1, 0)]
 
 
