@@ -856,7 +856,8 @@ class AutoCalibrator(Calibrator):
             if self.n_folds != "auto" or "n_folds=" not in str(error):
                 raise
             # The count in the message is the one n_folds="auto" chose, not the user's.
-            msg = f"{error} (n_folds='auto' chose {rung.n_folds}; pass a smaller n_folds)"
+            fewer = "at most the number of groups, 2 at least" if groups is not None else "a smaller one"
+            msg = f"{error} (n_folds='auto' chose {rung.n_folds}; pass n_folds {fewer})"
             raise ValueError(msg) from None
         return folds
 
