@@ -1001,3 +1001,19 @@ def test_fit_auto_says_what_it_chose_and_its_gain_over_platt(tmp_path, scored, c
     gain = log_loss(y, oof[:, 0]) - log_loss(y, oof[:, model.best_index_])  # Platt is candidate 0
     assert lines[0].startswith(f"auto chose {chosen}: held-out log_loss gain over Platt scaling ")
     assert f"{gain:+.5f} per row" in lines[0]
+
+
+@pytest.mark.filterwarnings("always::UserWarning")
+def test_warnings_read_as_one_line_each(tmp_path, scored, capsys):
+    """A warning reaches the shell as one 'gpucal: warning:' line, not Python's file:line and source."""
+    data = tmp_path / "data.parquet"
+    scored.assign(outcome=np.where(scored["label"] == 1, "yes", "no")).to_parquet(data)
+    model = str(tmp_path / "m.json")
+    assert (
+        main(["fit", str(data), "--method", "feature_platt", "--model", model, "--label-col", "label"]) == 0
+    )
+    err = capsys.readouterr().err
+    assert "UserWarning" not in err
+    warned = [line for line in err.splitlines() if line.startswith("gpucal: warning: ")]
+    assert len(warned) == 1
+    assert warned[0].startswith("gpucal: warning: X column(s) 'outcome' separate the classes of y")

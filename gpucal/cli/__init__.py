@@ -19,7 +19,9 @@ from __future__ import annotations
 import os
 import re
 import sys
+import warnings
 from collections.abc import Sequence
+from typing import Any
 
 from gpucal._backend import DeviceUnavailableError, missing_extra
 from gpucal.cli.parser import build_parser
@@ -57,11 +59,20 @@ def _error_line(error: Exception) -> str:
     return " ".join(_as_cli(str(error)).split())
 
 
+def _show_warning(message: Warning | str, *args: Any, **kwargs: Any) -> None:
+    """Print a warning as a shell user reads it: one ``gpucal: warning:`` line, options spelled as
+    options (``warnings.showwarning``'s signature; where it was raised means nothing to the shell)."""
+    print(f"gpucal: warning: {' '.join(_as_cli(str(message)).split())}", file=sys.stderr)
+
+
 def _run(argv: Sequence[str] | None) -> int:
-    """Parse ``argv`` and run its command; errors become one ``gpucal: error:`` line and exit 2."""
+    """Parse ``argv`` and run its command; errors become one ``gpucal: error:`` line and exit 2,
+    warnings one ``gpucal: warning:`` line each."""
     args = build_parser().parse_args(argv)
     try:
-        return int(args.handler(args))
+        with warnings.catch_warnings():
+            warnings.showwarning = _show_warning
+            return int(args.handler(args))
     except BrokenPipeError:
         raise
     except (ValueError, TypeError, KeyError, OSError, ImportError, DeviceUnavailableError) as error:
