@@ -167,9 +167,11 @@ def check_span(knots: np.ndarray, name: str) -> None:
 def _numpy_scalar(value: Any) -> Any:
     """``json``'s ``default``: a numpy scalar anywhere in a document (a parameter ``np.int64(0)`` naming a
     column, one in a candidate's parameters) is written as Python's number, and a numpy array (an
-    array-like parameter: a spline's knots, hinge Platt's quantiles) as a list; anything else is
-    refused as ``json`` refuses it."""
+    array-like parameter: a spline's knots, hinge Platt's quantiles) as a list, as is a pandas Index or
+    Series (``feature_cols=df.columns.drop("label")``); anything else is refused as ``json`` refuses it."""
     if isinstance(value, np.generic | np.ndarray):
+        return value.tolist()
+    if type(value).__module__.split(".")[0] == "pandas" and hasattr(value, "tolist"):
         return value.tolist()
     msg = f"Object of type {type(value).__name__} is not JSON serializable"
     raise TypeError(msg)

@@ -527,3 +527,16 @@ def test_parses_in_several_threads_run_one_at_a_time():
     for thread in threads:
         thread.join()
     assert order == ["first", "second"]
+
+
+def test_column_lists_given_as_a_pandas_index_save_as_lists(tmp_path):
+    """feature_cols=df.columns.drop(...) is a pandas Index: saved as the list of its names (json
+    refused the Index), and the loaded model predicts as the fitted one."""
+    data = gpucal.datasets.make_ctr(3_000, seed=0).drop(columns=["p_true"])
+    X = data.drop(columns="label")
+    columns = X.columns.drop(["score", "site_id"])
+    model = gpucal.make_calibrator("feature_platt", feature_cols=columns).fit(X, data["label"])
+    model.save(tmp_path / "model.json")
+    loaded = gpucal.load(tmp_path / "model.json")
+    assert loaded.get_params()["feature_cols"] == list(columns)
+    pd.testing.assert_series_equal(loaded.predict(X), model.predict(X))
