@@ -14,6 +14,8 @@ when it flags one, calls the same check again with ``scan=True``, which raises t
 
 from __future__ import annotations
 
+import sys
+import warnings
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -376,6 +378,17 @@ def cudf_has_nulls(x: Any) -> bool:
     """Whether a cudf Series or Index holds a null: a Series says so without a pass (``has_nulls``), an
     Index through ``hasnans``."""
     return bool(x.has_nulls) if hasattr(x, "has_nulls") else bool(x.hasnans)
+
+
+def warn_at_caller(message: str, category: type[Warning] = UserWarning) -> None:
+    """Warn at the first frame outside gpucal: the user's call, whatever the depth of gpucal's own calls
+    under it (a fixed ``stacklevel`` points into gpucal from one estimator or another)."""
+    frame = sys._getframe(1)
+    level = 2  # the caller's frame, seen from warnings.warn here
+    while frame is not None and frame.f_globals.get("__name__", "").split(".")[0] == "gpucal":
+        frame = frame.f_back  # type: ignore[assignment]
+        level += 1
+    warnings.warn(message, category, stacklevel=level)
 
 
 def check_invariant(condition: bool, message: str) -> None:

@@ -1257,8 +1257,11 @@ def test_the_auc_guard_warns_when_the_platt_candidates_failed(monkeypatch: pytes
     data = make_ctr(2_000, seed=0)
     score, y = data["score"].to_numpy(), data["label"]
     monkeypatch.setattr(type(gpucal.make_calibrator("platt")), "fit", failing)  # every clone fails
-    with pytest.warns(UserWarning, match="the Platt scaling candidates failed, so there was none to fall"):
+    with pytest.warns(
+        UserWarning, match="the Platt scaling candidates failed, so there was none to fall"
+    ) as seen:
         model = AutoCalibrator(candidates=["platt", "beta", "spline", "centered_isotonic"]).fit(score, y)
+    assert {w.filename for w in seen if "none to fall back" in str(w.message)} == {__file__}
     assert model.auc_guard_["note"] == "no Platt candidate: the prediction was kept"
     with warnings.catch_warnings():
         warnings.simplefilter("error")

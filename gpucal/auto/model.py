@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import copy
 import time
-import warnings
 from collections.abc import Collection, Hashable, Sequence
 from dataclasses import replace
 from typing import Any, ClassVar
@@ -21,7 +20,7 @@ import numpy as np
 from gpucal._backend import array_namespace, to_numpy
 from gpucal._frames import InputInfo, describe_input, parse_input
 from gpucal._params import AnyOf
-from gpucal._validation import check_consistent_length, check_labels, check_sample_weight
+from gpucal._validation import check_consistent_length, check_labels, check_sample_weight, warn_at_caller
 from gpucal.auto.blas_threads import one_blas_thread
 from gpucal.auto.blend import MIN_MEMBER_WEIGHT, blend_predictions, fit_blend, logits
 from gpucal.auto.candidates import (
@@ -113,7 +112,7 @@ def warn_failures(candidates: list[Candidate], rows: list[dict[str, Any]]) -> No
         f"AutoCalibrator: {len(failed)} of {len(candidates)} candidates failed (the first, {label}: "
         f"{status}); the choice was made among the rest (cv_results_)"
     )
-    warnings.warn(msg, UserWarning, stacklevel=5)  # the caller of fit
+    warn_at_caller(msg)
 
 
 def _keeps_order(estimator: Any) -> bool:
@@ -538,18 +537,18 @@ class AutoCalibrator(Calibrator):
             if guard.applied and platt is None:
                 self.auc_guard_["applied"] = False
                 self.auc_guard_["note"] = "no Platt candidate: the prediction was kept"
-                platt_rows = [
-                    r
-                    for c, r in zip(candidates, rows, strict=True)
+                platt_failed = any(
+                    row["status"].startswith("error")
+                    for c, row in zip(candidates, rows, strict=True)
                     if type(c.estimator).__name__ in ORDER_KEEPING
-                ]
-                if any(r["status"].startswith("error") for r in platt_rows):
+                )
+                if platt_failed:
                     msg = (
                         "AutoCalibrator: the chosen prediction ranks the held-out folds worse than the raw "
                         "score (AUC guard), and the Platt scaling candidates failed, so there was none to "
                         "fall back on: the prediction was kept (auc_guard_, cv_results_)"
                     )
-                    warnings.warn(msg, UserWarning, stacklevel=4)  # the caller of fit
+                    warn_at_caller(msg)
             to_platt = to_platt or bool(self.auc_guard_["applied"])
         if to_platt and platt is not None:
             self.best_index_ = platt

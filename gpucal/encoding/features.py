@@ -37,8 +37,6 @@ column that equals the label there by chance.
 
 from __future__ import annotations
 
-import sys
-import warnings
 from collections.abc import Hashable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -55,7 +53,7 @@ from gpucal._frames import (
     numeric_values,
     resolve_feature_names,
 )
-from gpucal._validation import as_1d_array
+from gpucal._validation import as_1d_array, warn_at_caller
 from gpucal.rows import RowBlock, Rows
 from gpucal.rows.collections import any_dask
 
@@ -313,8 +311,8 @@ def _number_buckets(numbers: np.ndarray) -> np.ndarray:
 
 
 def _warn_recoded(columns: list[Hashable], *, explicit: bool) -> None:
-    """Warn that ``columns`` separate the classes: left out of the default features, or kept as named.
-    The warning points at the first frame outside gpucal (the user's fit call), whatever the depth."""
+    """Warn, at the user's fit call, that ``columns`` separate the classes: left out of the default
+    features, or kept as named."""
     names = ", ".join(repr(c) for c in columns)
     if explicit:
         what = "kept, as feature_cols names them; leave them out if they are the label"
@@ -324,17 +322,7 @@ def _warn_recoded(columns: list[Hashable], *, explicit: bool) -> None:
         f"X column(s) {names} separate the classes of y (each value is seen with one class only): they "
         f"look like the label recoded, which is not known where a calibrator predicts; {what}"
     )
-    warnings.warn(msg, UserWarning, stacklevel=_caller_stacklevel())
-
-
-def _caller_stacklevel() -> int:
-    """The ``stacklevel`` of the first frame outside gpucal, seen from the function that calls this one."""
-    frame = sys._getframe(2)
-    level = 2
-    while frame is not None and frame.f_globals.get("__name__", "").split(".")[0] == "gpucal":
-        frame = frame.f_back  # type: ignore[assignment]
-        level += 1
-    return level
+    warn_at_caller(msg)
 
 
 def _numeric_target(x: Any) -> Any:
