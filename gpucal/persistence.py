@@ -164,7 +164,7 @@ def check_span(knots: np.ndarray, name: str) -> None:
         raise ValueError(msg)
 
 
-def _numpy_scalar(value: Any) -> Any:
+def _json_default(value: Any) -> Any:
     """``json``'s ``default``: a numpy scalar anywhere in a document (a parameter ``np.int64(0)`` naming a
     column, one in a candidate's parameters) is written as Python's number, and a numpy array (an
     array-like parameter: a spline's knots, hinge Platt's quantiles) as a list, as is a pandas Index or
@@ -180,7 +180,7 @@ def _numpy_scalar(value: Any) -> Any:
 def document_text(document: dict[str, Any]) -> str:
     """A model's document (:func:`to_dict`) as the JSON text :func:`save` writes (``allow_nan=False``: a
     non-finite number is a bug, not data)."""
-    return json.dumps(document, allow_nan=False, indent=1, default=_numpy_scalar)
+    return json.dumps(document, allow_nan=False, indent=1, default=_json_default)
 
 
 def save(model: Any, path: str | os.PathLike[str]) -> None:
