@@ -50,6 +50,7 @@ from gpucal.encoding import FeatureEncoder
 from gpucal.factory import make_calibrator
 from gpucal.metrics import roc_auc
 from gpucal.persistence import ModelFileError, from_dict, to_dict
+from tests._stand_ins import DeviceArray
 
 FIELDS = ["site_id", "ad_category", "region", "hour", "user_segment", "device"]
 FAST = ["platt", "isotonic", "feature_platt"]
@@ -578,15 +579,6 @@ def test_rows_on_the_gpu_are_searched_on_the_host_below_host_rung_rows(
 
 
 def test_host_rows_copies_gpu_columns_only() -> None:
-    class DeviceArray:  # what is_cupy_array and to_numpy read of a cupy array: its module and get()
-        __module__ = "cupy"
-
-        def __init__(self, values: np.ndarray) -> None:
-            self.values = values
-
-        def get(self) -> np.ndarray:
-            return self.values.copy()
-
     class DeviceSeries:  # what host_rows reads of a cudf series; its to_pandas as cudf's behaves
         __module__ = "cudf.core.series"
 

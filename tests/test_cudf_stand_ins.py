@@ -29,6 +29,7 @@ from gpucal.metrics.rejection import rejection_curve
 from gpucal.plot import feature_calibration
 from gpucal.plot.trees import _host_values
 from gpucal.rows import as_rows
+from tests._stand_ins import DeviceArray
 
 
 def unwrap(value: Any) -> Any:
@@ -152,26 +153,6 @@ def test_cudf_decimals_are_read_as_floats_as_other_families_read_them() -> None:
     assert read.categories is None
 
 
-class DeviceArray:
-    """A cupy array as gpucal's host copies meet it: its module and ``get()``, no implicit numpy copy."""
-
-    __module__ = "cupy"
-
-    def __init__(self, values: np.ndarray) -> None:
-        self.values = np.asarray(values)
-        self.shape, self.ndim, self.dtype = self.values.shape, self.values.ndim, self.values.dtype
-
-    def get(self) -> np.ndarray:
-        return self.values.copy()
-
-    def __len__(self) -> int:
-        return len(self.values)
-
-    def __array__(self, *args: Any, **kwargs: Any) -> np.ndarray:
-        msg = "Implicit conversion to a NumPy array is not allowed"
-        raise TypeError(msg)
-
-
 def test_host_metrics_read_weights_on_the_gpu_on_the_host() -> None:
     """feature_calibration and the matrix rejection curve compute on the host: a cupy weight column is
     copied there, as their scores are, not refused as another device than numpy's."""
@@ -225,15 +206,6 @@ def test_multiclass_clustered_scores_on_the_gpu_are_refused_by_name() -> None:
     np.testing.assert_array_equal(read_scores(frame, ["p0", "p1", "p2"])[0], probs)
 
 
-class SlicedDeviceArray(DeviceArray):
-    """A cupy array whose first rows can be taken (the label-leak check reads them first)."""
-
-    __module__ = "cupy"
-
-    def __getitem__(self, key: Any) -> SlicedDeviceArray:
-        return SlicedDeviceArray(self.values[key])
-
-
 def test_labels_on_the_gpu_are_compared_with_host_columns_on_the_host(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -244,7 +216,7 @@ def test_labels_on_the_gpu_are_compared_with_host_columns_on_the_host(
     X = pd.DataFrame(
         {"score": rng.uniform(0.05, 0.95, 2_000), "site": rng.integers(0, 5, 2_000), "leak": labels}
     )
-    on_device = SlicedDeviceArray(labels)
+    on_device = DeviceArray(labels)
     monkeypatch.setattr(features_module, "_numeric_target", lambda y: y)
     rows = as_rows(X=X, y=on_device)
     assert resolve_feature_cols(rows, X, on_device, score_col="score", feature_cols=None) == ["site"]

@@ -13,6 +13,7 @@ from gpucal.rows import LabelSummary, LocalRows, RowBlock, as_rows, label_summar
 from gpucal.rows import dask as dask_rows
 from gpucal.rows.draws import held_out_mask
 from gpucal.rows.protocol import block_offsets
+from tests._stand_ins import DeviceArray
 
 dd = pytest.importorskip("dask.dataframe")
 
@@ -151,27 +152,11 @@ def test_partition_entry_points_are_dask_rows_passes(client: Any) -> None:
         sum_partitions(ddf, _values, split_every=1)
 
 
-class DeviceSums:
-    """A cupy array as the share passes meet it: its module, ``get()``, and no implicit numpy copy."""
-
-    __module__ = "cupy"
-
-    def __init__(self, values: np.ndarray) -> None:
-        self.values = values
-
-    def get(self) -> np.ndarray:
-        return self.values.copy()
-
-    def __array__(self, *args: Any, **kwargs: Any) -> np.ndarray:
-        msg = "Implicit conversion to a NumPy array is not allowed"
-        raise TypeError(msg)
-
-
 def test_share_passes_bring_device_sums_to_the_host() -> None:
     """Each pass of DaskRows.sum_in_shares reads a block's sums on the host, as every other pass does."""
 
-    def sums(block: Any, lo: int, hi: int) -> DeviceSums:
-        return DeviceSums(np.array([0.0, 2.0, 0.0, 5.0])[lo:hi])
+    def sums(block: Any, lo: int, hi: int) -> DeviceArray:
+        return DeviceArray(np.array([0.0, 2.0, 0.0, 5.0])[lo:hi])
 
     at, values = dask_rows._compact(None, sums, 0, 4, ())
     assert at.tolist() == [1, 3]
